@@ -1,0 +1,30 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench setup clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 goes in before the package so that the engine extra's torch range is already met
+# by the CPU build and pip never resolves an unpinned torch (several GB of CUDA packages).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[engine,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/budgetscope demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
