@@ -1,1 +1,23 @@
-"""instrument"""
+"""What runs inside a service: the request/stage API that emits budgetscope's span contract.
+
+    instr = Instrumentation(service_name="my-engine")          # exporter from OTEL_* variables
+    req = instr.start_request(model="tiny", tier="interactive", traceparent=headers.get("traceparent"))
+    req.mark("queue"); req.mark("prefill"); req.token(); ...; req.mark("postprocess")
+    req.finish(outcome="ok", input_tokens=12, output_tokens=40)
+
+Importing this package loads neither the OpenTelemetry SDK nor torch; see docs/instrumentation.md.
+"""
+
+from budgetscope.instrument.context import current_request, stage
+from budgetscope.instrument.instrumentation import Instrumentation
+from budgetscope.instrument.noop_request import NoopRequestTrace
+from budgetscope.instrument.request_trace import RequestFinishedError, RequestTrace
+
+__all__ = [
+    "Instrumentation",
+    "NoopRequestTrace",
+    "RequestFinishedError",
+    "RequestTrace",
+    "current_request",
+    "stage",
+]

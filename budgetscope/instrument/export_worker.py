@@ -1,0 +1,132 @@
+"""`ExportWorker`: the background thread that builds spans from finished records and exports them.
+
+The hot path only appends a record to a deque. The worker wakes every `schedule_delay_s`, when enough
+records wait for a full batch, or on `flush()`; it builds spans in its own thread and hands batches of at
+most `max_batch_spans` spans to the exporter (the same batching knobs as the OpenTelemetry
+BatchSpanProcessor). A full queue drops new records and counts them, so a stalled collector never grows
+the service's memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Callable
+
+_log = logging.getLogger(__name__)
+_SPANS_PER_RECORD = 7  # a typical request: root + 6 stage spans; sizes the early wake-up only
+
+
+class ExportWorker:
+    """Builds and exports records off the caller's thread."""
+
+    def __init__(
+        self,
+        build: Callable[[Any], list[Any]],
+        exporter: Any,
+        *,
+        schedule_delay_s: float = 1.0,
+        max_batch_spans: int = 512,
+        max_queued_records: int = 8192,
+    ) -> None:
+        self._build = build
+        self._exporter = exporter
+        self._delay = schedule_delay_s
+        self._max_batch = max(1, max_batch_spans)
+        self._max_queued = max(1, max_queued_records)
+        self._wake_at = max(1, self._max_batch // _SPANS_PER_RECORD)
+        self._pending: collections.deque[Any] = collections.deque()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._flush_waiters: list[threading.Event] = []
+        self._stopping = False
+        self.dropped = 0
+        """Records dropped because the queue was full or the worker was shut down."""
+        self.exported_spans = 0
+        self.failed_spans = 0
+        self._thread = threading.Thread(target=self._run, name="budgetscope-export", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: Any) -> None:
+        """Queue a record for building and export (called on the hot path: an append and a length check)."""
+        pending = self._pending
+        if len(pending) >= self._max_queued or self._stopping:
+            self._count_drop()
+            return
+        pending.append(record)
+        if len(pending) >= self._wake_at and not self._wake.is_set():
+            self._wake.set()
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Build and export everything queued so far; True when done within `timeout_s`."""
+        if not self._thread.is_alive():
+            return not self._pending
+        done = threading.Event()
+        with self._lock:
+            self._flush_waiters.append(done)
+        self._wake.set()
+        if not done.wait(timeout_s):
+            return False
+        return bool(self._exporter.force_flush(int(timeout_s * 1000)))
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Export what is queued, stop the thread, shut the exporter down. Idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        try:
+            self._exporter.shutdown()
+        except Exception:  # noqa: BLE001 - shutdown must not raise into atexit
+            _log.exception("budgetscope: exporter shutdown failed")
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            with self._lock:
+                waiters, self._flush_waiters = self._flush_waiters, []
+            self._drain()
+            for done in waiters:
+                done.set()
+            if self._stopping:
+                self._drain()
+                with self._lock:
+                    waiters, self._flush_waiters = self._flush_waiters, []
+                for done in waiters:
+                    done.set()
+                return
+
+    def _drain(self) -> None:
+        batch: list[Any] = []
+        pending = self._pending
+        while pending:
+            record = pending.popleft()
+            try:
+                batch.extend(self._build(record))
+            except Exception:  # noqa: BLE001 - one bad record must not stop the export thread
+                _log.exception("budgetscope: could not build spans for %r", record)
+            if len(batch) >= self._max_batch:
+                self._export(batch)
+                batch = []
+        if batch:
+            self._export(batch)
+
+    def _export(self, batch: list[Any]) -> None:
+        try:
+            result = self._exporter.export(batch)
+            ok = getattr(result, "name", "SUCCESS") == "SUCCESS"
+        except Exception:  # noqa: BLE001 - a failing collector must not stop the export thread
+            _log.exception("budgetscope: span export failed")
+            ok = False
+        if ok:
+            self.exported_spans += len(batch)
+        else:
+            self.failed_spans += len(batch)
+
+    def _count_drop(self) -> None:
+        if self.dropped == 0:
+            _log.warning("budgetscope: export queue full or shut down; dropping requests (see .dropped)")
+        self.dropped += 1

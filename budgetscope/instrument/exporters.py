@@ -1,0 +1,93 @@
+"""Which span exporter an `Instrumentation` uses: from its `exporter` argument or the `OTEL_*` variables.
+
+Specs: None (read `OTEL_TRACES_EXPORTER`; unset means "none"), "none", "otlp" (OTLP over the protocol of
+`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`: http/protobuf by default, or grpc;
+endpoint, headers, timeout and compression come from the usual `OTEL_EXPORTER_OTLP_*` variables, read by
+the OpenTelemetry exporters themselves), "console", "jsonl:<path>" (local OTLP JSON lines), a
+comma-separated list of those, or a ready `SpanExporter` instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+_log = logging.getLogger(__name__)
+_INSTALL_HINT = "install the OpenTelemetry exporters: pip install 'budgetscope[instrument]'"
+_KNOWN = "none, otlp, console, jsonl:<path>"
+
+
+def resolve_exporter(spec: Any) -> Any | None:
+    """The SpanExporter for `spec`, or None when nothing is to be exported. ValueError on a bad spec."""
+    if spec is None:
+        spec = os.environ.get("OTEL_TRACES_EXPORTER", "none")
+    if not isinstance(spec, str):
+        if not (callable(getattr(spec, "export", None)) and callable(getattr(spec, "shutdown", None))):
+            raise TypeError(f"exporter must be a spec string or a SpanExporter, got {spec!r}")
+        return spec
+    exporters = [exp for part in spec.split(",") if (exp := _one(part.strip())) is not None]
+    if not exporters:
+        return None
+    return exporters[0] if len(exporters) == 1 else FanOutExporter(exporters)
+
+
+def _one(spec: str) -> Any | None:
+    if spec in ("", "none"):
+        return None
+    if spec == "otlp":
+        return otlp_exporter()
+    if spec == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if spec.startswith("jsonl:") and len(spec) > len("jsonl:"):
+        from budgetscope.instrument.jsonl_exporter import OtlpJsonLinesExporter
+
+        return OtlpJsonLinesExporter(spec[len("jsonl:") :])
+    raise ValueError(f"unknown trace exporter {spec!r}; valid: {_KNOWN}")
+
+
+def otlp_exporter() -> Any:
+    """The OpenTelemetry OTLP span exporter for the configured protocol, configured by its env variables."""
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    try:
+        if protocol == "http/protobuf":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        elif protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            raise ValueError(f"unsupported OTLP protocol {protocol!r}; valid: http/protobuf, grpc")
+    except ImportError as err:
+        raise ImportError(f"OTLP {protocol} export needs {err.name}; {_INSTALL_HINT}") from err
+    return OTLPSpanExporter()
+
+
+class FanOutExporter:
+    """Sends every batch to several exporters (for `OTEL_TRACES_EXPORTER=otlp,console`)."""
+
+    def __init__(self, exporters: Sequence[Any]) -> None:
+        self.exporters = list(exporters)
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        """Export to each; the result is the last failure, else success."""
+        result = None
+        for exporter in self.exporters:
+            outcome = exporter.export(spans)
+            if result is None or outcome.name != "SUCCESS":
+                result = outcome
+        return result
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush each; True when all flushed."""
+        return all([exporter.force_flush(timeout_millis) for exporter in self.exporters])
+
+    def shutdown(self) -> None:
+        """Shut each down."""
+        for exporter in self.exporters:
+            exporter.shutdown()
