@@ -1,0 +1,191 @@
+"""The engine: model, KV cache, block manager and scheduler, stepped one batch at a time."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import torch
+
+from budgetscope.engine.block_manager import BlockManager
+from budgetscope.engine.checkpoint import load_checkpoint
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.engine_metrics import EngineMetrics
+from budgetscope.engine.errors import RequestError
+from budgetscope.engine.kv_cache import KVCache
+from budgetscope.engine.model import LlamaForCausalLM
+from budgetscope.engine.model_config import ModelConfig, named_config
+from budgetscope.engine.model_runner import ModelRunner
+from budgetscope.engine.sampling_params import SamplingParams
+from budgetscope.engine.scheduler import Scheduler
+from budgetscope.engine.sequence import Sequence
+from budgetscope.engine.telemetry import NULL_TRACE, Telemetry
+from budgetscope.engine.tokenizer import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class LLMEngine:
+    """Not thread-safe: one thread steps it (EngineLoop in the server, the caller offline).
+
+        engine = LLMEngine(EngineConfig(model="tiny"))
+        engine.generate(["hello"], SamplingParams(max_tokens=8, temperature=0))
+    """
+
+    def __init__(self, config: EngineConfig, telemetry: Telemetry | None = None, metrics: EngineMetrics | None = None):
+        self.config = config
+        self.telemetry = telemetry or Telemetry(None)
+        self.metrics = metrics or EngineMetrics()
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
+                                   ("cpu" if config.device == "auto" else config.device))
+        self.dtype = _dtype(config.dtype, self.device)
+        self.model_config = ModelConfig.from_hf_dir(config.checkpoint) if config.checkpoint else named_config(config.model)
+        self.model_name = config.served_model_name or (
+            config.checkpoint.rstrip("/").split("/")[-1] if config.checkpoint else config.model
+        )
+        self.tokenizer = load_tokenizer(config.checkpoint, self.model_config.eos_token_id)
+        self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_id)
+        self.max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
+        self.model = self._load_model()
+        self.kv_cache = KVCache(self.model_config, config.num_kv_blocks, config.block_size, self.dtype, self.device)
+        self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.runner = ModelRunner(self.model, self.kv_cache, self.device)
+        log.info("engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB)",
+                 self.model_name, self.model_config.num_parameters / 1e6, self.device, self.dtype,
+                 config.num_kv_blocks, config.block_size, self.kv_cache.num_bytes / 2**20)
+
+    def _load_model(self) -> LlamaForCausalLM:
+        torch.manual_seed(self.config.seed)
+        with torch.device("cpu"):
+            model = LlamaForCausalLM(self.model_config)
+        if self.config.checkpoint:
+            load_checkpoint(model, self.config.checkpoint)
+        else:
+            model.init_random(self.config.seed)
+        return model.to(device=self.device, dtype=self.dtype).eval()
+
+    # -- requests ---------------------------------------------------------------------------------
+    def make_sequence(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        request_id: str | None = None,
+        tier: str = "default",
+        tenant: str | None = None,
+        arrival_ns: int | None = None,
+        timeout_s: float | None = None,
+        trace=NULL_TRACE,
+        on_output: Callable | None = None,
+    ) -> Sequence:
+        """A validated Sequence; RequestError(400) when the prompt or max_tokens breaks a limit."""
+        self.validate(prompt_token_ids, params)
+        arrival_ns = arrival_ns or time.time_ns()
+        timeout_s = timeout_s or self.config.request_timeout_s
+        return Sequence(
+            prompt_token_ids, params, request_id=request_id, tier=tier, tenant=tenant,
+            priority=self.config.priority_of(tier), arrival_ns=arrival_ns,
+            deadline_ns=arrival_ns + int(timeout_s * 1e9) if timeout_s else None,
+            trace=trace, on_output=on_output,
+        )
+
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        cfg, num = self.config, len(prompt_token_ids)
+        if num == 0:
+            raise RequestError(400, "the prompt is empty")
+        if num > cfg.max_prompt_tokens:
+            raise RequestError(400, f"prompt has {num} tokens; the limit is {cfg.max_prompt_tokens}")
+        if params.max_tokens > cfg.max_output_tokens:
+            raise RequestError(400, f"max_tokens {params.max_tokens} exceeds the limit {cfg.max_output_tokens}")
+        if num + params.max_tokens > self.max_model_len:
+            raise RequestError(400, f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                                    f"the model's context of {self.max_model_len} tokens")
+        if self.block_manager.blocks_needed(num + 1) > self.block_manager.num_blocks:
+            raise RequestError(400, f"prompt of {num} tokens cannot fit the KV cache")
+        if any(t < 0 or t >= self.model_config.vocab_size for t in prompt_token_ids):
+            raise RequestError(400, "prompt token id out of the vocabulary")
+
+    def add(self, seq: Sequence) -> None:
+        """Enqueue seq now (marks the queue stage)."""
+        seq.trace.mark("queue")
+        self.scheduler.add(seq)
+
+    def abort(self, seq: Sequence, outcome: str = "cancelled", reason: str = "abort") -> bool:
+        """Finish seq now and free its blocks; False when it had already finished."""
+        if seq.is_finished:
+            return False
+        self.scheduler.finish(seq, reason, outcome)
+        return True
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    # -- one step -------------------------------------------------------------------------------
+    def step(self) -> list[Sequence]:
+        """Run one batch. Returns sequences that got a token or finished; their on_output was called."""
+        start_ns = time.time_ns()
+        touched = self.scheduler.expire(start_ns)
+        for seq in touched:
+            seq.trace.mark("postprocess")
+        batch = self.scheduler.schedule()
+        if not batch.is_empty:
+            sampled_ids = self.runner.run(batch)
+            finished = self.scheduler.postprocess(batch, sampled_ids, self.eos_token_ids)
+            now_ns = time.time_ns()
+            for seq, is_sampled in zip(batch.seqs, batch.is_sampled):
+                if is_sampled:
+                    self.metrics.observe_token(seq, now_ns)
+                    seq.first_token_ns = seq.first_token_ns or now_ns
+                    seq.last_token_ns = now_ns
+                    seq.trace.token()
+                    touched.append(seq)
+            for seq in finished:
+                seq.trace.mark("postprocess")
+            self.metrics.steps += 1
+            self.telemetry.step(
+                start_ns=start_ns, end_ns=time.time_ns(), batch_size=len(batch.seqs),
+                prefill_tokens=batch.num_prefill_tokens, decode_seqs=batch.num_decode_seqs,
+                kv_blocks_used=self.block_manager.num_used_blocks, kv_blocks_total=self.block_manager.num_blocks,
+                queue_depth=self.scheduler.num_waiting, preempted=len(batch.preempted),
+            )
+        for seq in touched:
+            if seq.on_output is not None:
+                seq.on_output(seq)
+        return touched
+
+    # -- offline ----------------------------------------------------------------------------------
+    def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams | list[SamplingParams],
+                 tier: str = "default") -> list[Sequence]:
+        """Run prompts (text or token ids) to completion with full request tracing; returns the sequences."""
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        seqs = []
+        for prompt, p in zip(prompts, params_list):
+            ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+            trace = self.telemetry.start_request(model=self.model_name, tier=tier, tenant=None, traceparent=None,
+                                                 request_id=None, operation="text_completion")
+            seq = self.make_sequence(ids, p, tier=tier, trace=trace)
+            self.add(seq)
+            seqs.append(seq)
+        while self.has_work:
+            self.step()
+        for seq in seqs:
+            self.finish_trace(seq)
+        return seqs
+
+    def finish_trace(self, seq: Sequence, outcome: str | None = None) -> None:
+        """End seq's request trace and count it in the metrics (once the response is complete)."""
+        outcome = outcome or seq.outcome or "ok"
+        seq.trace.finish(outcome=outcome, input_tokens=seq.num_prompt_tokens,
+                         output_tokens=seq.num_output_tokens, cached_tokens=seq.num_cached_tokens)
+        self.metrics.observe_finish(outcome, seq.arrival_ns, time.time_ns(), seq.num_prompt_tokens, seq.num_cached_tokens)
+
+
+def _dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

@@ -1,0 +1,195 @@
+"""A Llama-style decoder: RMSNorm, rotary positions, grouped-query attention over paged KV, SwiGLU.
+
+Parameter names follow Hugging Face's LlamaForCausalLM, so a checkpoint's state dict loads as is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from budgetscope.engine.batch import Batch
+from budgetscope.engine.model_config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for every position, rotate-half convention (as Hugging Face Llama checkpoints)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        dim = config.head_dim
+        inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        if config.rope_scaling and config.rope_scaling.get("rope_type", config.rope_scaling.get("type")) == "llama3":
+            inv_freq = _llama3_scaled(inv_freq, config.rope_scaling)
+        t = torch.arange(config.max_position_embeddings, dtype=torch.float64)
+        freqs = torch.outer(t, inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos().float(), persistent=False)
+        self.register_buffer("sin", emb.sin().float(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
+        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    """Llama 3.1 long-context frequency scaling: low frequencies divided by `factor`, a smooth band between."""
+    factor = scaling["factor"]
+    low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    old_len = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_len / wavelen - low) / (high - low)
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    band = (wavelen <= old_len / low) & (wavelen >= old_len / high)
+    return torch.where(band, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        h, d = config.hidden_size, config.head_dim
+        self.q_proj = nn.Linear(h, self.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
+
+    def forward(self, x, positions, rotary, batch: Batch | None, kv_cache) -> torch.Tensor:
+        n = x.shape[0]
+        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        q, k = rotary(positions, q, k)
+        if batch is None:
+            out = _sdpa(q, k, v, is_causal=True)
+        else:
+            out = self._paged(q, k, v, batch, kv_cache)
+        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+
+    def _paged(self, q, k, v, batch: Batch, kv_cache) -> torch.Tensor:
+        k_cache, v_cache = kv_cache
+        k_cache.index_copy_(0, batch.slot_mapping, k)
+        v_cache.index_copy_(0, batch.slot_mapping, v)
+        if batch.decode_rows is not None and not batch.prefill_segments:
+            return self._decode(q, k_cache, v_cache, batch)
+        out = torch.empty_like(q)
+        if batch.decode_rows is not None:
+            out[batch.decode_rows] = self._decode(q[batch.decode_rows], k_cache, v_cache, batch)
+        for start, end, context_slots in batch.prefill_segments:
+            if context_slots is None:  # nothing cached before this chunk: its own K/V is the context
+                out[start:end] = _sdpa(q[start:end], k[start:end], v[start:end], is_causal=True)
+            else:
+                ctx, num_new = context_slots.shape[0], end - start
+                # query i sits at position ctx - num_new + i and sees keys up to there
+                mask = torch.arange(ctx, device=q.device)[None, :] <= (
+                    torch.arange(num_new, device=q.device)[:, None] + (ctx - num_new)
+                )
+                out[start:end] = _sdpa(q[start:end], k_cache[context_slots], v_cache[context_slots], mask=mask)
+        return out
+
+    def _decode(self, q, k_cache, v_cache, batch: Batch) -> torch.Tensor:
+        """One query row per sequence against its gathered, padded context: [B, H, D]."""
+        keys = k_cache[batch.decode_context_slots].transpose(1, 2)  # [B, KVH, L, D]
+        values = v_cache[batch.decode_context_slots].transpose(1, 2)
+        mask = None if batch.decode_context_mask is None else batch.decode_context_mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask, enable_gqa=True)
+        return out.squeeze(2)
+
+
+def _sdpa(q, k, v, is_causal=False, mask=None) -> torch.Tensor:
+    """Attention of rows [n, H, D] over keys [ctx, KVH, D]; returns [n, H, D]."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+        attn_mask=mask, is_causal=is_causal, enable_gqa=True,
+    )
+    return out[0].transpose(0, 1)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = LlamaAttention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+
+    def forward(self, x, positions, rotary, batch, kv_cache) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, batch, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config)
+
+    def forward(self, input_ids, positions, batch=None, kv_caches=None) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, positions, self.rotary_emb, batch, None if kv_caches is None else kv_caches[i])
+        return self.norm(x)
+
+
+class LlamaForCausalLM(nn.Module):
+    """forward() gives hidden states of the flattened rows; compute_logits() the next-token logits."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids, positions, batch: Batch | None = None, kv_caches=None) -> torch.Tensor:
+        """Hidden states [N, hidden]. Without a batch: one sequence, plain causal attention, no cache."""
+        return self.model(input_ids, positions, batch, kv_caches)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+    def init_random(self, seed: int, std: float = 0.02) -> "LlamaForCausalLM":
+        """Fill every weight from a fixed seed (norms to one), the same on every machine."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                else:
+                    param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float32) * std)
+        return self

@@ -1,0 +1,86 @@
+"""Turns a scheduled batch into tensors, runs the model on the paged cache, and samples."""
+
+from __future__ import annotations
+
+import torch
+
+from budgetscope.engine.batch import Batch
+from budgetscope.engine.kv_cache import KVCache
+from budgetscope.engine.model import LlamaForCausalLM
+from budgetscope.engine.sampler import Sampler
+from budgetscope.engine.scheduler import ScheduledBatch
+from budgetscope.engine.sequence import Sequence
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device):
+        self.model = model
+        self.kv_cache = kv_cache
+        self.block_size = kv_cache.block_size
+        self.device = device
+        self.sampler = Sampler()
+
+    @torch.inference_mode()
+    def run(self, scheduled: ScheduledBatch) -> list[int]:
+        """Compute every scheduled token's KV; return one sampled id per sequence with is_sampled set."""
+        batch = self.prepare(scheduled)
+        hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
+        sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
+        if not sampled:
+            return []
+        logits = self.model.compute_logits(hidden[batch.logits_rows])
+        return self.sampler(logits, sampled)
+
+    def prepare(self, scheduled: ScheduledBatch) -> Batch:
+        size = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        logits_rows: list[int] = []
+        decode_rows: list[int] = []
+        decode_seqs: list[Sequence] = []
+        segments = []
+        row = 0
+        for seq, num_new, is_sampled in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled):
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + num_new
+            table = seq.block_table
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            slots.extend(table[p // size] * size + p % size for p in range(start, end))
+            if num_new == 1:
+                decode_rows.append(row)
+                decode_seqs.append(seq)
+            else:
+                context = None if start == 0 else self._context_slots([seq], [end])[0][0]
+                segments.append((row, row + num_new, context))
+            if is_sampled:
+                logits_rows.append(row + num_new - 1)
+            row += num_new
+        dev = self.device
+        decode_slots = decode_mask = rows = None
+        if decode_rows:
+            rows = torch.tensor(decode_rows, device=dev)
+            decode_slots, decode_mask = self._context_slots(decode_seqs, [s.num_computed_tokens + 1 for s in decode_seqs])
+        return Batch(
+            input_ids=torch.tensor(input_ids, device=dev),
+            positions=torch.tensor(positions, device=dev),
+            slot_mapping=torch.tensor(slots, device=dev),
+            logits_rows=torch.tensor(logits_rows, device=dev, dtype=torch.long),
+            decode_rows=rows,
+            decode_context_slots=decode_slots,
+            decode_context_mask=decode_mask,
+            prefill_segments=segments,
+        )
+
+    def _context_slots(self, seqs: list[Sequence], lengths: list[int]):
+        """Cache slots of positions 0..len-1 of each sequence, padded: ([B, L] slots, [B, L] valid mask)."""
+        size = self.block_size
+        width = max(-(-n // size) for n in lengths)
+        tables = torch.tensor([s.block_table[:width] + [0] * (width - len(s.block_table[:width])) for s in seqs])
+        longest = max(lengths)
+        pos = torch.arange(longest)
+        slots = tables[:, pos // size] * size + pos % size
+        mask = pos[None, :] < torch.tensor(lengths)[:, None]
+        if len(seqs) == 1 and lengths[0] == longest:
+            return slots.to(self.device), None
+        return slots.to(self.device), mask.to(self.device)

@@ -1,0 +1,215 @@
+"""Continuous batching under a token budget: which sequences run this step, and with how many tokens."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from budgetscope.engine.block_manager import BlockManager
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """One step's work: seqs[i] computes num_new_tokens[i] tokens; is_sampled[i] when that ends its input."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    is_sampled: list[bool] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        """Tokens of sequences whose input is longer than one token this step (prompt or recompute)."""
+        return sum(n for n in self.num_new_tokens if n > 1)
+
+    @property
+    def num_decode_seqs(self) -> int:
+        return sum(1 for n in self.num_new_tokens if n == 1)
+
+    def add(self, seq: Sequence, num_new_tokens: int) -> None:
+        self.seqs.append(seq)
+        self.num_new_tokens.append(num_new_tokens)
+        self.is_sampled.append(seq.num_computed_tokens + num_new_tokens == seq.num_tokens)
+
+
+class Scheduler:
+    """Policy, in order, each step (Sarathi-style: decodes never wait behind a long prompt):
+
+    1. running sequences that decode (one token each), by priority then arrival;
+    2. running sequences part-way through a chunked prefill, as much as the token budget leaves;
+    3. waiting sequences, by tier priority then arrival, while budget, `max_num_seqs` and blocks allow;
+       a prefix-cache hit skips its blocks. Nothing is admitted in a step that preempted.
+
+    When blocks run out, the least important running sequence not yet in this step is preempted by
+    recompute: its blocks are freed and it goes back to the front of its waiting queue.
+    """
+
+    def __init__(self, config: EngineConfig, block_manager: BlockManager):
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: dict[int, deque[Sequence]] = {}
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    # -- queues ---------------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return sum(len(q) for q in self.waiting.values())
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running) or self.num_waiting > 0
+
+    def add(self, seq: Sequence) -> None:
+        """Enqueue a new sequence at the back of its priority's queue."""
+        seq.status = SequenceStatus.WAITING
+        self.waiting.setdefault(seq.priority, deque()).append(seq)
+
+    def _head(self) -> Sequence | None:
+        for priority in sorted(self.waiting):
+            if self.waiting[priority]:
+                return self.waiting[priority][0]
+        return None
+
+    # -- one step ---------------------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        """Pick this step's sequences and token counts, allocating (or preempting for) their blocks."""
+        batch = ScheduledBatch()
+        budget = self.config.max_num_batched_tokens
+        self.running.sort(key=Sequence.sort_key)
+        decoding = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
+        prefilling = [s for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
+        for seq in decoding + prefilling:
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
+                continue
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if num_new < seq.num_tokens - seq.num_computed_tokens and not self.config.enable_chunked_prefill:
+                continue
+            if self._make_room(seq, seq.num_computed_tokens + num_new, batch):
+                batch.add(seq, num_new)
+                budget -= num_new
+        if not batch.preempted:
+            self._admit(batch, budget)
+        return batch
+
+    def _make_room(self, seq: Sequence, num_tokens: int, batch: ScheduledBatch) -> bool:
+        """Allocate blocks for seq, preempting less important sequences; False if seq itself went."""
+        while not self.block_manager.allocate(seq, num_tokens):
+            victim = self._victim(exclude=batch.seqs, than=seq)
+            if victim is None:
+                self._preempt(seq, batch)
+                return False
+            self._preempt(victim, batch)
+        return True
+
+    def _victim(self, exclude: list[Sequence], than: Sequence) -> Sequence | None:
+        """The least important running sequence, not in this step, less important than `than`."""
+        for seq in reversed(self.running):
+            if seq is not than and seq not in exclude and seq.sort_key() > than.sort_key():
+                return seq
+        return None
+
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = SequenceStatus.WAITING
+        self.waiting.setdefault(seq.priority, deque()).appendleft(seq)
+        self.num_preemptions += 1
+        batch.preempted.append(seq)
+        seq.trace.mark("queue")
+
+    def _admit(self, batch: ScheduledBatch, budget: int) -> None:
+        while budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self._head()
+            if seq is None:
+                return
+            hit = self.block_manager.match_prefix(seq)
+            num_cached = len(hit) * self.block_manager.block_size
+            num_new = seq.num_tokens - num_cached
+            if num_new > budget:
+                if not self.config.enable_chunked_prefill:
+                    return
+                num_new = budget
+            if not self.block_manager.allocate(seq, num_cached + num_new, hit):
+                victim = self._victim(exclude=batch.seqs, than=seq)
+                if victim is None:
+                    return
+                self._preempt(victim, batch)
+                continue
+            self.waiting[seq.priority].popleft()
+            seq.status = SequenceStatus.RUNNING
+            seq.num_computed_tokens = num_cached
+            if not seq.is_admitted:
+                seq.is_admitted = True
+                seq.num_cached_tokens = num_cached
+            self.running.append(seq)
+            seq.trace.mark("prefill")
+            batch.add(seq, num_new)
+            budget -= num_new
+
+    # -- after the model ran ----------------------------------------------------------------------
+    def postprocess(self, batch: ScheduledBatch, sampled_ids: list[int], eos_ids: set[int]) -> list[Sequence]:
+        """Account computed tokens, append sampled ones (in order of batch.is_sampled), finish the done.
+
+        Returns the sequences that finished this step.
+        """
+        finished = []
+        it = iter(sampled_ids)
+        for seq, num_new, is_sampled in zip(batch.seqs, batch.num_new_tokens, batch.is_sampled):
+            seq.num_computed_tokens += num_new
+            self.block_manager.commit(seq)
+            if not is_sampled:
+                continue
+            token_id = next(it)
+            seq.token_ids.append(token_id)
+            reason = self._stop_reason(seq, token_id, eos_ids)
+            if reason:
+                self.finish(seq, reason, "ok")
+                finished.append(seq)
+        return finished
+
+    def _stop_reason(self, seq: Sequence, token_id: int, eos_ids: set[int]) -> str | None:
+        if token_id in eos_ids and not seq.params.ignore_eos:
+            return "stop"
+        if seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    def finish(self, seq: Sequence, reason: str, outcome: str) -> None:
+        """Take seq out of the queues and free its blocks (abort, timeout, stop)."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting[seq.priority].remove(seq)
+        else:
+            return
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        seq.outcome = outcome
+
+    def expire(self, now_ns: int | None = None) -> list[Sequence]:
+        """Finish every sequence whose deadline has passed, with outcome `timeout`."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        late = [s for s in self._all() if s.deadline_ns is not None and s.deadline_ns <= now_ns]
+        for seq in late:
+            self.finish(seq, "timeout", "timeout")
+        return late
+
+    def _all(self) -> list[Sequence]:
+        return self.running + [s for q in self.waiting.values() for s in q]

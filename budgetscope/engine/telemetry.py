@@ -1,0 +1,71 @@
+"""The engine's one seam onto `budgetscope.instrument`: the engine runs the same with it or without it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class NullTrace:
+    """A request trace that records nothing; what every request gets when instrumentation is off."""
+
+    traceparent = None
+
+    def mark(self, stage: str) -> None:
+        pass
+
+    def token(self) -> None:
+        pass
+
+    def finish(self, **_: Any) -> None:
+        pass
+
+
+NULL_TRACE = NullTrace()
+
+
+class Telemetry:
+    """Wraps an `Instrumentation` (or nothing) behind the calls the engine makes.
+
+    The cheap exit comes first: with no instrumentation, or a disabled one, every call is a no-op.
+    """
+
+    def __init__(self, instrumentation: Any = None):
+        self.instrumentation = instrumentation
+        self.enabled = instrumentation is not None and bool(getattr(instrumentation, "enabled", True))
+
+    @classmethod
+    def create(cls, enabled: bool = True, exporter: Any = None, service_name: str = "budgetscope-engine") -> "Telemetry":
+        """Build on `budgetscope.instrument.Instrumentation`; without that package, a disabled Telemetry.
+
+        exporter: None (OTEL_* environment), "jsonl:/path", or an OpenTelemetry SpanExporter.
+        """
+        if not enabled:
+            return cls(None)
+        try:
+            from budgetscope.instrument import Instrumentation
+        except ImportError as exc:  # the engine must run where the instrument extra is missing
+            log.warning("budgetscope.instrument unavailable (%s); running without instrumentation", exc)
+            return cls(None)
+        return cls(Instrumentation(service_name=service_name, exporter=exporter, enabled=True))
+
+    def start_request(self, **fields: Any) -> Any:
+        """A request trace started now (server receive); NULL_TRACE when off."""
+        if not self.enabled:
+            return NULL_TRACE
+        return self.instrumentation.start_request(**fields)
+
+    def step(self, **fields: Any) -> None:
+        """Record one engine step (times in ns since the epoch)."""
+        if self.enabled:
+            self.instrumentation.step(**fields)
+
+    def flush(self) -> None:
+        if self.enabled:
+            self.instrumentation.flush()
+
+    def shutdown(self) -> None:
+        if self.enabled:
+            self.instrumentation.shutdown()
