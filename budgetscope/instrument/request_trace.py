@@ -143,6 +143,8 @@ class RequestTrace:
                     f"{self._finished!r}; finish() is called once per request"
                 )
             self._finished = outcome
+        if _current.get() is self:  # a finished request stops being current where it finished
+            _current.set(None)
         # Late marks from another thread land in fresh lists, never in the record being built.
         marks, self._marks = self._marks, []
         tokens, self._tokens = self._tokens, []
@@ -181,6 +183,8 @@ class RequestTrace:
                 self.finish("ok")
             else:
                 self.finish(_outcome_of(exc_type), error_type=exc_type.__qualname__)
+        elif _current.get() is self:
+            _current.set(None)
         return False
 
     @property
