@@ -21,12 +21,18 @@ _IS_REMOTE = 0x200
 
 def encode_request(spans: Sequence[Any]) -> dict[str, Any]:
     """`ExportTraceServiceRequest` for SDK `ReadableSpan`s, as an OTLP/JSON dict."""
-    by_resource: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+    # Grouped by object identity first: Resource.__hash__ serialises its attributes on every call.
+    by_resource: dict[int, tuple[Any, dict[int, tuple[Any, list[dict[str, Any]]]]]] = {}
     for span in spans:
-        scopes = by_resource.setdefault(span.resource, {})
-        scopes.setdefault(span.instrumentation_scope, []).append(encode_span(span))
+        resource, scope = span.resource, span.instrumentation_scope
+        scopes = by_resource.setdefault(id(resource), (resource, {}))[1]
+        scopes.setdefault(id(scope), (scope, []))[1].append(encode_span(span))
+    merged: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+    for resource, scopes in by_resource.values():
+        for scope, encoded in scopes.values():
+            merged.setdefault(resource, {}).setdefault(scope, []).extend(encoded)
     resource_spans = []
-    for resource, scopes in by_resource.items():
+    for resource, scopes in merged.items():
         scope_spans = []
         for scope, encoded in scopes.items():
             entry: dict[str, Any] = {"scope": _scope(scope), "spans": encoded}
