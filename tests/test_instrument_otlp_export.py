@@ -33,6 +33,13 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _clean_otlp_env(monkeypatch):
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                 "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def http_receiver():
     _Receiver.received = []

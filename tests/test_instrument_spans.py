@@ -298,6 +298,8 @@ def test_unknown_outcome_is_refused_and_request_stays_open(instr, exporter, cloc
         req.finish(outcome="success")
     with pytest.raises(ValueError, match="output_tokens"):
         req.finish(output_tokens=-1)
+    with pytest.raises(ValueError, match="input_tokens.*'12'"):
+        req.finish(input_tokens="12")
     req.finish(outcome="ok")
     assert len(spans_of(instr, exporter)) == 2
 

@@ -54,7 +54,7 @@ class Instrumentation:
                 schedule_delay_s=_env_int("OTEL_BSP_SCHEDULE_DELAY", 1000) / 1000,
                 max_batch_spans=_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
                 max_queued_records=max_queued_requests,
-            )  # fmt: skip
+            )
             self._submit = self._worker.submit
             atexit.register(_shutdown_at_exit, weakref.ref(self))
 
@@ -89,7 +89,7 @@ class Instrumentation:
             self._submit, model=model, tier=tier, tenant=tenant,
             parent=parse_traceparent(traceparent) if traceparent else None,
             request_id=request_id, operation=operation,
-        )  # fmt: skip
+        )
         _current.set(req)
         return req
 
@@ -119,7 +119,7 @@ class Instrumentation:
             EngineStep(
                 start_ns, end_ns, batch_size, prefill_tokens, decode_seqs,
                 kv_blocks_used, kv_blocks_total, queue_depth, preempted,
-            )  # fmt: skip
+            )
         )
 
     def flush(self, timeout_s: float = 30.0) -> bool:

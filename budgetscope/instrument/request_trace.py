@@ -7,6 +7,7 @@ hands the record to the export worker, which builds the spans in its own thread.
 from __future__ import annotations
 
 import asyncio
+import operator
 import threading
 from typing import Any, Callable
 
@@ -47,7 +48,7 @@ class RequestTrace:
     __slots__ = (
         "_submit", "_anchor", "_marks", "_tokens", "_stage", "_finished", "_trace_id", "_span_id",
         "_parent", "_extra", "_ctx_tokens", "model", "tier", "tenant", "operation", "request_id",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -132,10 +133,9 @@ class RequestTrace:
         end = now_ns()
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; valid outcomes: {', '.join(OUTCOMES)}")
-        for name, count in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
-                            ("cached_tokens", cached_tokens)):  # fmt: skip
-            if count is not None and (type(count) is not int or not 0 <= count <= _INT64_MAX):
-                raise ValueError(f"{name} must be a non-negative int, got {count!r}")
+        input_tokens = _count("input_tokens", input_tokens)
+        output_tokens = _count("output_tokens", output_tokens)
+        cached_tokens = _count("cached_tokens", cached_tokens)
         with _FINISH_LOCK:
             if self._finished is not None:
                 raise RequestFinishedError(
@@ -158,7 +158,7 @@ class RequestTrace:
                 input_tokens=input_tokens,
                 output_tokens=len(tokens) if output_tokens is None else output_tokens,
                 cached_tokens=cached_tokens, error_type=error_type, extra=self._extra,
-            )  # fmt: skip
+            )
         )
 
     # -- forms and properties ---------------------------------------------------------------------------
@@ -229,6 +229,19 @@ def _outcome_of(exc_type: type[BaseException]) -> str:
     if issubclass(exc_type, TimeoutError):
         return "timeout"
     return "error"
+
+
+def _count(name: str, value: Any) -> int | None:
+    """A token count as a plain int (numpy ints accepted); ValueError unless None or 0..2**63-1."""
+    if value is None:
+        return None
+    try:
+        count = operator.index(value)
+    except TypeError:
+        count = -1
+    if not 0 <= count <= _INT64_MAX or isinstance(value, bool):
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return count
 
 
 _SCALARS = (str, bool, int, float)

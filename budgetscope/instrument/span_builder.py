@@ -49,7 +49,7 @@ class SpanBuilder:
         parent = None
         if rec.parent is not None:
             parent = SpanContext(rec.parent.trace_id, rec.parent.span_id, is_remote=True,
-                                 trace_flags=TraceFlags(rec.parent.flags))  # fmt: skip
+                                 trace_flags=TraceFlags(rec.parent.flags))
         status = _UNSET
         if rec.outcome in _ERROR_OUTCOMES:
             status = Status(StatusCode.ERROR, rec.error_type or rec.outcome)
@@ -58,7 +58,7 @@ class SpanBuilder:
                 name=A.SPAN_REQUEST, context=root_ctx, parent=parent, resource=self.resource,
                 attributes=_root_attributes(rec, unix0), kind=SpanKind.SERVER, status=status,
                 start_time=unix0 + start, end_time=unix0 + end, instrumentation_scope=self.scope,
-            )  # fmt: skip
+            )
         ]
         tokens, marks = rec.token_ns, rec.marks
         seg_start = start
@@ -77,7 +77,7 @@ class SpanBuilder:
                     context=SpanContext(rec.trace_id, new_span_id(), is_remote=False, trace_flags=_SAMPLED),
                     parent=root_ctx, resource=self.resource, attributes=attrs, kind=SpanKind.INTERNAL,
                     start_time=unix0 + seg_start, end_time=unix0 + seg_end, instrumentation_scope=self.scope,
-                )  # fmt: skip
+                )
             )
             seg_start = seg_end
         return spans
@@ -95,7 +95,7 @@ class SpanBuilder:
                 A.STEP_KV_BLOCKS_TOTAL: step.kv_blocks_total, A.STEP_QUEUE_DEPTH: step.queue_depth,
                 A.STEP_PREEMPTED: step.preempted,
             },
-        )  # fmt: skip
+        )
 
 
 def _root_attributes(rec: FinishedRequest, unix0: int) -> dict[str, Any]:
