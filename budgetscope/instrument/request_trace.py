@@ -6,7 +6,6 @@ hands the record to the export worker, which builds the spans in its own thread.
 
 from __future__ import annotations
 
-import asyncio
 import operator
 import threading
 from typing import Any, Callable
@@ -224,6 +223,8 @@ class RequestTrace:
 
 
 def _outcome_of(exc_type: type[BaseException]) -> str:
+    import asyncio  # only here: importing the package stays light
+
     if issubclass(exc_type, asyncio.CancelledError):
         return "cancelled"
     if issubclass(exc_type, TimeoutError):
