@@ -1,0 +1,80 @@
+"""Render a report dict as a terminal table or as markdown. Presentation only: no math here."""
+
+from __future__ import annotations
+
+from budgetscope.analysis.verdict import LABEL, ms
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return out
+
+
+def _status(value, budget) -> str:
+    if budget is None or value is None:
+        return ""
+    return "OK" if value <= budget else "BROKEN"
+
+
+def _share(x) -> str:
+    return "" if x is None else f"{100 * x:.0f}%"
+
+
+def _tier_blocks(t: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    key = f"p{t['percentile']:g}"
+    pcols = [k for k in t["metrics"]["ttft_ms"] if k.startswith("p")]
+    metric_rows = [[LABEL[m], v["column"], *(ms(v[p]) for p in pcols), ms(v["budget"]) if v["budget"] else "-",
+                    _status(v[key], v["budget"])] for m, v in t["metrics"].items()]
+    spcols = [k for k in next(iter(t["stages"].values())) if k.startswith("p")]
+    stage_rows = [[s, *(ms(v[p]) for p in spcols), ms(v["budget"]) if v["budget"] else "-", _status(v[key], v["budget"])]
+                  for s, v in t["stages"].items()]
+    blocks = [("metrics", ["metric", "figure", *pcols, "budget", "status"], metric_rows),
+              ("stages", ["stage", *spcols, "budget", "status"], stage_rows)]
+    ta, ea = t["attribution"].get("ttft"), t["attribution"].get("e2e")
+    stages = list((ea or ta or {}).get("shares") or {})
+    if stages:
+        rows = [[s, _share((ta or {}).get("shares", {}).get(s) if ta and ta["shares"] else None),
+                 _share(ea["shares"].get(s) if ea and ea["shares"] else None)] for s in stages]
+        blocks.append(("tail attribution (share of the tail's excess over the median)",
+                       ["stage", f"TTFT (tail {ta['tail_size'] if ta else 0})", f"E2E (tail {ea['tail_size'] if ea else 0})"], rows))
+    return blocks
+
+
+def _attainment(t: dict) -> str:
+    return "n/a" if t["attainment"] is None else f"{100 * t['attainment']:.1f}%"
+
+
+def render_text(report: dict) -> str:
+    out = []
+    for t in report["tiers"]:
+        state = "no data" if not t["requests"] else ("KEPT" if t["kept"] else "BROKEN")
+        out.append(f"== tier {t['name']}: {state} — {t['requests']} requests, p{t['percentile']:g}, "
+                   f"attainment {_attainment(t)}, {t['figures']}-side figures")
+        for title, headers, rows in _tier_blocks(t):
+            out.append(f"-- {title}")
+            out += _table(headers, rows)
+        out.append("")
+        out.append(t["verdict"])
+        out.append("")
+    if report.get("unbudgeted_tiers"):
+        out.append("Tiers with no budget: " + ", ".join(f"{k} ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_markdown(report: dict) -> str:
+    out = ["# budgetscope report", ""]
+    for t in report["tiers"]:
+        state = "no data" if not t["requests"] else ("kept" if t["kept"] else "**broken**")
+        out += [f"## Tier `{t['name']}`: {state}", "",
+                f"{t['requests']} requests · p{t['percentile']:g} · attainment {_attainment(t)} · "
+                f"{t['figures']}-side figures", "", f"> {t['verdict']}", ""]
+        for title, headers, rows in _tier_blocks(t):
+            out += [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+            out += ["| " + " | ".join(c or " " for c in r) + " |" for r in rows]
+            out.append("")
+    if report.get("unbudgeted_tiers"):
+        out.append("Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,284 @@
+"""`Archive`: one DuckDB file holding spans, requests and what came in.
+
+Ingest is idempotent (a batch whose bytes were seen before lands once) and atomic per batch (a batch with one
+bad span lands not at all; the good batches of a chunk land in one transaction). `requests` rows are derived
+in the same transaction as the spans that change them, so a reader never sees spans without their requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from budgetscope.archive import jsonsql, otlp_json, otlp_proto, schema, staging
+from budgetscope.archive.spanbatch import BadBatch
+
+CHUNK_BYTES = 128 << 20
+"""Payload bytes gathered before a chunk is staged and committed: bounds memory and transaction size.
+Large enough that DuckDB writes whole row groups straight to the file instead of through its WAL."""
+
+
+class ArchiveError(Exception):
+    """A problem with the archive itself (missing, not an archive, locked). The message is one line."""
+
+
+@dataclass(slots=True)
+class RawBatch:
+    """One batch as it arrived: an OTLP/JSON document or a serialized protobuf `ExportTraceServiceRequest`."""
+
+    payload: bytes
+    format: str  # "otlp-json" | "otlp-proto"
+    origin: str
+    position: str
+
+
+@dataclass(slots=True)
+class Rejected:
+    origin: str
+    position: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.origin}: {self.position}: {self.error}"
+
+
+@dataclass(slots=True)
+class IngestReport:
+    batches: int = 0
+    batches_landed: int = 0
+    batches_already_ingested: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    spans: int = 0
+    spans_inserted: int = 0
+    duplicate_spans: int = 0
+    requests_derived: int = 0
+    orphan_stage_spans: int = 0
+    seconds: float = 0.0
+
+    @property
+    def spans_per_s(self) -> float:
+        return self.spans / self.seconds if self.seconds else 0.0
+
+
+def _check_path(path: Path, create: bool) -> None:
+    if path.is_dir():
+        raise ArchiveError(f"{path} is a directory, not an archive file")
+    if not path.exists():
+        if not create:
+            raise ArchiveError(f"no archive at {path} (create one with `budgetscope ingest FILE --archive {path}`)")
+        if not path.parent.exists():
+            raise ArchiveError(f"cannot create {path}: folder {path.parent} does not exist")
+
+
+def one(con, sql: str, params=None) -> tuple:
+    """The single row of `sql` (DuckDB 2 wants every result finished before the next statement)."""
+    rows = con.execute(sql, params or []).fetchall()
+    return rows[0] if rows else None
+
+
+def _connect(path: Path, read_only: bool, config: dict | None = None):
+    import duckdb
+
+    try:
+        return duckdb.connect(str(path), read_only=read_only, config=config or {})
+    except duckdb.IOException as e:
+        msg = str(e).splitlines()[0]
+        if "lock" in msg.lower():
+            raise ArchiveError(f"{path} is in use by another process ({msg})") from None
+        raise ArchiveError(f"{path} is not a DuckDB archive ({msg})") from None
+    except duckdb.Error as e:
+        raise ArchiveError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+
+
+class Archive:
+    """A budgetscope archive file. Use as a context manager; `read_only=True` for reports and queries."""
+
+    def __init__(self, path: str | os.PathLike, *, read_only: bool = False, create: bool = True,
+                 sandbox: bool = False):
+        """Open (or create) an archive. `sandbox=True` (read-only) forbids the SQL any file access."""
+        self.path = Path(path)
+        _check_path(self.path, create and not read_only)
+        is_new = not self.path.exists()
+        self.read_only = read_only or sandbox
+        config = {"enable_external_access": False, "lock_configuration": True} if sandbox else None
+        self.con = _connect(self.path, self.read_only, config)
+        if is_new:
+            self._create()
+        self._check_format()
+        if not read_only:
+            staging.setup(self.con)
+            jsonsql.setup(self.con)
+            self.derive_pending()  # finish what a crashed writer left
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def __enter__(self) -> "Archive":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    def _create(self) -> None:
+        with self._transaction():
+            for stmt in schema.create_statements():
+                self.con.execute(stmt)
+            self.con.execute("INSERT INTO budgetscope_meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
+
+    def _check_format(self) -> None:
+        import duckdb
+
+        try:
+            (version,) = one(self.con, "SELECT value FROM budgetscope_meta WHERE key = 'schema_version'")
+        except (duckdb.Error, TypeError):
+            self.con.close()
+            raise ArchiveError(f"{self.path} is a DuckDB file but not a budgetscope archive") from None
+        if int(version) != schema.SCHEMA_VERSION:
+            self.con.close()
+            raise ArchiveError(f"{self.path} has archive format {version}; this budgetscope reads {schema.SCHEMA_VERSION}")
+
+    def _transaction(self):
+        con = self.con
+
+        class _Tx:
+            def __enter__(self):
+                con.execute("BEGIN TRANSACTION")
+
+            def __exit__(self, exc_type, *_):
+                con.execute("ROLLBACK" if exc_type else "COMMIT")
+
+        return _Tx()
+
+    # -- ingest --------------------------------------------------------------------------------------------
+    def ingest(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
+        """Land every good batch; report the bad ones (which change nothing) and what was derived."""
+        if self.read_only:
+            raise ArchiveError(f"{self.path} is open read-only")
+        t0 = time.perf_counter()
+        report = IngestReport()
+        known = {h for (h,) in self.con.execute("SELECT content_hash FROM ingest_batches").fetchall()}
+        (next_id,) = one(self.con, "SELECT coalesce(max(batch_id), 0) + 1 FROM ingest_batches")
+        chunk: list[tuple[int, str, RawBatch]] = []
+        size = 0
+        for rb in batches:
+            report.batches += 1
+            h = hashlib.blake2b(rb.payload, digest_size=16).hexdigest()
+            if h in known:
+                report.batches_already_ingested += 1
+                continue
+            known.add(h)
+            chunk.append((next_id, h, rb))
+            next_id += 1
+            size += len(rb.payload)
+            if size >= CHUNK_BYTES:
+                self._land(chunk, report)
+                chunk, size = [], 0
+                report.seconds = time.perf_counter() - t0
+                if progress:
+                    progress(report)
+        if chunk:
+            self._land(chunk, report)
+        report.requests_derived, report.orphan_stage_spans = self.derive_pending()
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _land(self, chunk: list[tuple[int, str, RawBatch]], report: IngestReport) -> None:
+        con = self.con
+        rejected: dict[int, str] = {}
+        by_id = {bid: rb for bid, _, rb in chunk}
+        reference = self._stage_json([bid for bid, _, rb in chunk if rb.format == "otlp-json"], by_id)
+        reference += [bid for bid, _, rb in chunk if rb.format != "otlp-json"]
+        for bid in sorted(reference):
+            rb = by_id[bid]
+            try:
+                batch = (otlp_json.decode(otlp_json.parse(rb.payload)) if rb.format == "otlp-json"
+                         else otlp_proto.decode(rb.payload))
+            except BadBatch as e:
+                rejected[bid] = str(e)
+                continue
+            if len(batch):
+                con.register("bs_ref", batch.to_arrow(bid))
+                con.execute(f"INSERT INTO staged {staging.normalise('bs_ref')}")
+                con.unregister("bs_ref")
+        rejected.update(staging.validate(con))
+        for bid in sorted(rejected):
+            report.rejected.append(Rejected(by_id[bid].origin, by_id[bid].position, rejected[bid]))
+        if rejected:
+            con.executemany("INSERT INTO rejected VALUES (?, ?)", list(rejected.items()))
+        good = [(bid, h, rb) for bid, h, rb in chunk if bid not in rejected]
+        counts = dict(con.execute("SELECT batch_id, count(*) FROM staged GROUP BY 1").fetchall())
+        (inner_dups,) = one(con, staging.HAS_INNER_DUPLICATES)
+        first = chunk[0][0]
+        with self._transaction():
+            con.execute(staging.INSERT_NEW_DEDUP if inner_dups else staging.INSERT_NEW)
+            inserted = dict(con.execute(
+                "SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1", [first]).fetchall())
+            rows = [(bid, h, rb.origin, rb.position, rb.format, time.time_ns(), counts.get(bid, 0),
+                     inserted.get(bid, 0), counts.get(bid, 0) - inserted.get(bid, 0)) for bid, h, rb in good]
+            if rows:
+                con.executemany("INSERT INTO ingest_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            con.execute("INSERT INTO pending_traces SELECT DISTINCT trace_id FROM spans WHERE batch_id >= ?", [first])
+        report.batches_landed += len(good)
+        report.spans += sum(counts.values())
+        report.spans_inserted += sum(inserted.values())
+        report.duplicate_spans += sum(r[8] for r in rows)
+        staging.clear(con)
+
+    def _stage_json(self, ids: list[int], by_id: dict[int, RawBatch]) -> list[int]:
+        """Stage JSON batches through the fast path; return those the reference decoder must take."""
+        if not ids:
+            return []
+        import pyarrow as pa
+
+        raw = pa.table({
+            "batch_id": pa.array(ids, pa.int64()),
+            "doc": pa.array([by_id[b].payload for b in ids], pa.binary()).cast(pa.string()),
+            "expected": pa.array([otlp_json.count_spans(by_id[b].payload) for b in ids], pa.int64()),
+        })
+        # Small record batches let DuckDB spread the JSON parsing over every core.
+        self.con.register("bs_raw", pa.Table.from_batches(raw.to_batches(max_chunksize=8)))
+        try:
+            return jsonsql.stage(self.con, "bs_raw")
+        finally:
+            self.con.unregister("bs_raw")
+
+    def derive_pending(self) -> tuple[int, int]:
+        """(Re)derive the `requests` rows of every trace whose spans changed; return (rows, orphan stage spans).
+
+        Runs in one transaction with the removal of those traces from `pending_traces`, so a crash between an
+        ingest and its derivation loses nothing: the next writer derives them.
+        """
+        from budgetscope.sources.requests import requests_sql
+
+        con = self.con
+        (pending,) = one(con, "SELECT count(*) FROM pending_traces")
+        if not pending:
+            return 0, 0
+        (existing,) = one(con, "SELECT count(*) FROM requests")
+        scope = "spans" if not existing else \
+            "(SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces))"
+        with self._transaction():
+            if existing:
+                con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
+            con.execute(f"INSERT INTO requests {requests_sql(scope)}")
+            (n,) = one(con, "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
+            (orphans,) = one(con, f"""
+                SELECT count(*) FROM {scope} s WHERE starts_with(s.name, 'stage.')
+                AND NOT EXISTS (SELECT 1 FROM spans r WHERE r.trace_id = s.trace_id AND r.span_id = s.parent_span_id)""")
+            con.execute("DELETE FROM pending_traces")
+        return n, orphans
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def pending_traces(self) -> int:
+        """Traces whose `requests` rows are not derived yet (only after a writer was interrupted)."""
+        return one(self.con, "SELECT count(*) FROM pending_traces")[0]
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of the public tables."""
+        return {t: one(self.con, f"SELECT count(*) FROM {t}")[0]
+                for t in ("spans", "requests", "ingest_batches", "gpu_samples")}

@@ -1,0 +1,81 @@
+"""The reference decoder for OTLP/JSON trace exports (`ExportTraceServiceRequest` / `TracesData`).
+
+Pure Python and complete: every AnyValue kind (string, bool, int, double, bytes, array, key/value list, nested
+to any depth), int64 fields as strings or numbers, `kind`/`status` as enum numbers or names, hex or base64 ids.
+The fast path (`budgetscope.archive.jsonsql`) hands it every batch it cannot vouch for.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from budgetscope.archive.spanbatch import BadBatch, SpanBatch
+
+_EMPTY: dict = {}
+
+
+def _array(v) -> list:
+    return [any_value(x) for x in v.get("values", ())]
+
+
+def _kvlist(v) -> dict:
+    return attributes(v.get("values", ()))
+
+
+_CONVERT = {
+    "intValue": int,
+    "doubleValue": float,  # proto3 JSON writes NaN/Infinity as strings; float() takes both forms
+    "boolValue": bool,
+    "arrayValue": _array,
+    "kvlistValue": _kvlist,
+    "bytesValue": str,  # already base64 text in OTLP/JSON
+}
+
+
+def any_value(v: dict):
+    """One OTLP AnyValue as a plain Python value (an empty AnyValue is None)."""
+    for k, x in v.items():
+        return x if k == "stringValue" else _CONVERT[k](x)
+    return None
+
+
+def attributes(kvs) -> dict:
+    """OTLP KeyValue list → dict."""
+    return {kv["key"]: any_value(kv.get("value") or _EMPTY) for kv in kvs}
+
+
+def parse(raw: bytes):
+    """orjson.loads with a one-line error."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise BadBatch(f"not JSON ({e})") from None
+
+
+def decode(doc) -> SpanBatch:
+    """Decode one parsed OTLP/JSON trace document; raise `BadBatch` if its structure is not OTLP."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list):
+        what = f"keys {sorted(doc)[:5]}" if isinstance(doc, dict) else f"a JSON {type(doc).__name__}"
+        raise BadBatch(f"not an OTLP trace export: no 'resourceSpans' list (found {what})")
+    batch = SpanBatch()
+    dumps = orjson.dumps
+    try:
+        for rs in doc["resourceSpans"]:
+            res = attributes((rs.get("resource") or _EMPTY).get("attributes", ()))
+            service = res.get("service.name")
+            res_json = dumps(res)
+            for ss in rs.get("scopeSpans", ()):
+                scope = (ss.get("scope") or _EMPTY).get("name")
+                for s in ss.get("spans", ()):
+                    status = (s.get("status") or _EMPTY).get("code")
+                    batch.append(s.get("traceId"), s.get("spanId"), s.get("parentSpanId"), s.get("name"),
+                                 s.get("kind"), s.get("startTimeUnixNano"), s.get("endTimeUnixNano"), service,
+                                 scope, status, dumps(attributes(s.get("attributes", ()))), res_json)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise BadBatch(f"malformed OTLP JSON ({type(e).__name__}: {e})") from None
+    return batch
+
+
+def count_spans(raw: bytes) -> int:
+    """Spans in an OTLP/JSON batch, counted on the bytes (each span has exactly one `"spanId"` key)."""
+    return raw.count(b'"spanId"')

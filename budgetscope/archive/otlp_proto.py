@@ -1,0 +1,70 @@
+"""Decoder for binary OTLP protobuf trace exports (`ExportTraceServiceRequest`)."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import orjson
+from google.protobuf.message import DecodeError
+
+from budgetscope.archive.spanbatch import BadBatch, SpanBatch
+
+
+def _any(v):
+    which = v.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [_any(x) for x in v.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _any(kv.value) for kv in v.kvlist_value.values}
+    if which == "bytes_value":
+        return base64.b64encode(v.bytes_value).decode()  # as OTLP/JSON writes bytes
+    return getattr(v, which)
+
+
+def _attrs(kvs) -> dict:
+    return {kv.key: _any(kv.value) for kv in kvs}
+
+
+def decode(payload: bytes) -> SpanBatch:
+    """Decode one serialized `ExportTraceServiceRequest`."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    msg = ExportTraceServiceRequest()
+    try:
+        msg.ParseFromString(payload)
+    except DecodeError as e:
+        raise BadBatch(f"not an OTLP protobuf trace export ({e})") from None
+    batch = SpanBatch()
+    for rs in msg.resource_spans:
+        res = _attrs(rs.resource.attributes)
+        service = res.get("service.name")
+        res_json = orjson.dumps(res)
+        for ss in rs.scope_spans:
+            scope = ss.scope.name or None
+            for s in ss.spans:
+                batch.append(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex() or None, s.name, s.kind,
+                             s.start_time_unix_nano, s.end_time_unix_nano, service, scope, s.status.code,
+                             orjson.dumps(_attrs(s.attributes)), res_json)
+    return batch
+
+
+def split_messages(data: bytes) -> list[bytes]:
+    """Split a protobuf trace file into messages.
+
+    Two layouts exist in the wild: one bare message (an HTTP body saved to disk), or the OpenTelemetry
+    Collector file exporter's `format: proto`, where each message is preceded by its size as a 4-byte
+    big-endian integer. The framed layout is taken when its sizes tile the file exactly.
+    """
+    out, pos = [], 0
+    while pos + 4 <= len(data):
+        (size,) = struct.unpack_from(">I", data, pos)
+        if size == 0 or pos + 4 + size > len(data):
+            break
+        out.append(data[pos + 4: pos + 4 + size])
+        pos += 4 + size
+    if out and pos == len(data):
+        return out
+    return [data]

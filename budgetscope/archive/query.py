@@ -1,0 +1,42 @@
+"""Read-only SQL over an archive, with every file and network access of DuckDB switched off."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from budgetscope.archive.archive import Archive, ArchiveError
+
+
+class QueryError(ValueError):
+    """SQL that cannot run here; the message is one line."""
+
+
+@dataclass(slots=True)
+class QueryResult:
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple]
+
+
+def run_query(archive: str | os.PathLike, sql: str) -> QueryResult:
+    """Run `sql` against the archive opened read-only, external access disabled and the configuration locked."""
+    import duckdb
+
+    with Archive(archive, sandbox=True, create=False) as a:
+        try:
+            cur = a.con.execute(sql)
+            rows = cur.fetchall() if cur.description else []
+            cols = [d[0] for d in cur.description or []]
+            types = [str(d[1]) for d in cur.description or []]
+        except duckdb.Error as e:
+            msg = str(e).splitlines()[0]
+            if "read-only mode" in msg:
+                msg = "the archive is read-only to queries; budgetscope ingest is the way in"
+            elif "disabled by configuration" in msg or "configuration has been locked" in msg:
+                msg = f"queries may not touch files or settings ({msg})"
+            raise QueryError(msg) from None
+    return QueryResult(cols, types, rows)
+
+
+__all__ = ["run_query", "QueryResult", "QueryError", "ArchiveError"]

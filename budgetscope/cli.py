@@ -1,0 +1,228 @@
+"""The `budgetscope` command: a thin face on the library. Errors are one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from datetime import datetime
+
+import click
+
+from budgetscope import __version__
+
+
+class UsageError(click.ClickException):
+    """Bad input: one line on stderr, exit status 2, no traceback."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"budgetscope: {self.format_message()}", err=True)
+
+
+def _fail(e: Exception) -> UsageError:
+    return UsageError(str(e))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="budgetscope")
+def main() -> None:
+    """budgetscope: where the time of your slowest LLM requests went, against declared latency budgets.
+
+    \b
+      budgetscope ingest traces.jsonl --archive prod.duckdb
+      budgetscope report --archive prod.duckdb --budgets budgets.toml
+      budgetscope query --archive prod.duckdb "SELECT tier, count(*) FROM requests GROUP BY 1"
+    """
+
+
+# -- ingest ----------------------------------------------------------------------------------------------------
+class _Progress:
+    """A one-line progress display on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total_bytes: int):
+        self.total = max(total_bytes, 1)
+        self.enabled = sys.stderr.isatty()
+        self.done = 0
+
+    def bytes(self, n: int) -> None:
+        self.done = n
+        self.show()
+
+    def show(self, report=None) -> None:
+        if self.enabled:
+            rate = f", {report.spans_per_s:,.0f} spans/s" if report and report.seconds else ""
+            click.echo(f"\r  {100 * self.done / self.total:5.1f}% of {self.total / 1e6:,.1f} MB{rate}   ", err=True, nl=False)
+
+    def close(self) -> None:
+        if self.enabled:
+            click.echo("\r" + " " * 60 + "\r", err=True, nl=False)
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+def ingest(files: tuple[str, ...], archive: str) -> None:
+    """Load OTLP trace files into an archive and derive one `requests` row per request.
+
+    FILES are OpenTelemetry Collector file-exporter JSON lines, single OTLP/JSON documents, or binary OTLP
+    protobuf (`ExportTraceServiceRequest`, bare or length-prefixed). Ingest is idempotent and atomic per
+    batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected.
+
+    \b
+      budgetscope ingest traces.jsonl --archive prod.duckdb
+    """
+    import os
+
+    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.files import read_batches
+
+    rejected = []
+    try:
+        for f in files:
+            if not os.path.isfile(f):
+                raise ArchiveError(f"{f}: {'is a directory, not a trace file' if os.path.isdir(f) else 'no such file'}")
+        with Archive(archive) as a:
+            for f in files:
+                progress = _Progress(os.path.getsize(f))
+                report = a.ingest(read_batches(f, tracker=progress.bytes), progress=progress.show)
+                progress.close()
+                click.echo(f"{f}: {report.batches:,} batches, {report.spans:,} spans "
+                           f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
+                           f"{report.batches_already_ingested:,} batches already ingested; "
+                           f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
+                           f"({report.spans_per_s:,.0f} spans/s)")
+                if report.orphan_stage_spans:
+                    click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no llm.request root yet; "
+                               "they join their request when it arrives", err=True)
+                rejected += report.rejected
+            counts = a.counts()
+        click.echo(f"{archive}: {counts['spans']:,} spans, {counts['requests']:,} requests")
+    except ArchiveError as e:
+        raise _fail(e) from None
+    if rejected:
+        for r in rejected[:20]:
+            click.echo(f"budgetscope: {r} (batch rejected; nothing from it landed)", err=True)
+        if len(rejected) > 20:
+            click.echo(f"budgetscope: … and {len(rejected) - 20} more rejected batches", err=True)
+        sys.exit(2)
+
+
+# -- report ----------------------------------------------------------------------------------------------------
+def _time_ns(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--{name}: {value!r} is neither ns since the epoch nor an ISO-8601 time") from None
+    if dt.tzinfo is None:
+        raise UsageError(f"--{name}: {value!r} has no time zone (add Z or +00:00)")
+    return int(dt.timestamp() * 1e9)
+
+
+@main.command()
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--since", help="Only requests that arrived at or after this time (ISO-8601 or ns).")
+@click.option("--until", help="Only requests that arrived before this time (ISO-8601 or ns).")
+def report(archive: str, budgets: str | None, fmt: str, since: str | None, until: str | None) -> None:
+    """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks, 2 on bad input.
+
+    \b
+      budgetscope report --archive prod.duckdb --budgets budgets.toml
+      budgetscope report --archive prod.duckdb --budgets budgets.toml --format json
+    """
+    from budgetscope.analysis.budgets import BudgetError, load_budgets
+    from budgetscope.analysis.render import render_markdown, render_text
+    from budgetscope.analysis.report import build_report
+    from budgetscope.archive.archive import Archive, ArchiveError
+
+    try:
+        b = load_budgets(budgets) if budgets else None
+        with Archive(archive, read_only=True, create=False) as a:
+            if a.pending_traces():
+                click.echo(f"note: {a.pending_traces():,} traces await derivation (an ingest was interrupted); "
+                           "run `budgetscope ingest` again to finish them", err=True)
+            rep = build_report(a.con, b, _time_ns(since, "since"), _time_ns(until, "until"))
+    except (BudgetError, ArchiveError) as e:
+        raise _fail(e) from None
+    if fmt == "json":
+        click.echo(json.dumps(rep, indent=2, allow_nan=False, default=str))
+    else:
+        click.echo(render_markdown(rep) if fmt == "markdown" else render_text(rep), nl=False)
+    sys.exit(0 if rep["kept"] else 1)
+
+
+# -- query -----------------------------------------------------------------------------------------------------
+def _cell(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+@main.command()
+@click.argument("sql")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+def query(sql: str, archive: str, fmt: str) -> None:
+    """Run read-only SQL over an archive (no writes, no file or network access).
+
+    Tables: spans, requests, ingest_batches, gpu_samples, engine_steps (see docs/archive.md).
+
+    \b
+      budgetscope query -a prod.duckdb "SELECT tier, quantile_cont(queue_ms, 0.99) FROM requests GROUP BY 1"
+    """
+    from budgetscope.archive.query import ArchiveError, QueryError, run_query
+
+    try:
+        res = run_query(archive, sql)
+    except (QueryError, ArchiveError) as e:
+        raise _fail(e) from None
+    if fmt == "json":
+        click.echo(json.dumps([dict(zip(res.columns, r)) for r in res.rows], default=str))
+    elif fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(res.columns)
+        w.writerows(res.rows)
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        from budgetscope.analysis.render import _table
+
+        click.echo("\n".join(_table(res.columns, [[_cell(v) for v in r] for r in res.rows])))
+        click.echo(f"({len(res.rows)} row{'s' if len(res.rows) != 1 else ''})")
+
+
+# -- demo ------------------------------------------------------------------------------------------------------
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False), default="demo-out", show_default=True,
+              help="Folder for the trace file and the archive.")
+@click.option("--requests", "num_requests", type=click.IntRange(100, 1_000_000), default=5000, show_default=True)
+@click.option("--cause", type=click.Choice(["queue", "prefill", "decode", "network", "frontend"]), default="queue",
+              show_default=True, help="The stage the synthetic tail is injected into.")
+def demo(out: str, num_requests: int, cause: str) -> None:
+    """Generate synthetic traces with a known tail cause, ingest them and print the budget report.
+
+    The traces are synthetic (service.name synthetic-engine, resource budgetscope.synthetic=true): they
+    exercise the whole analysis path offline, with a right answer known in advance.
+    """
+    from budgetscope.demo import run_offline_demo
+
+    result = run_offline_demo(out, num_requests=num_requests, cause=cause)
+    click.echo(result.summary)
+    click.echo(result.report_text, nl=False)
+    kind, found = ("E2E", result.dominant_e2e) if cause == "decode" else ("TTFT", result.dominant_ttft)
+    click.echo(f"\nThe injected cause was {cause}; the report's dominant {kind} stage is {found}.\n"
+               f"Explore: budgetscope query -a {result.archive} \"SELECT * FROM requests LIMIT 5\"")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Native adapter: the budgetscope span contract (root `llm.request`, children `stage.<stage>`) → server rows.
+
+Stage durations add up over repeated spans (preemption, chunked prefill). The first output token is the root's
+`budgetscope.first_token_unix_nano` when the producer records it (exact even after a preemption during
+decode); otherwise the start of the first `stage.decode` span, or, without one, the end of the last
+`stage.prefill` span (DESIGN's rule, which holds whenever no prefill follows the first token).
+TTFT components are each stage's time clipped to [arrival, first token], so a re-queue after the first
+token counts in `queue_ms` but not in `ttft_queue_ms`.
+"""
+
+from __future__ import annotations
+
+from budgetscope.sources.classify import NATIVE_ROOT, STAGE_PREFIX
+
+ROOT_ATTRS = (
+    '{"gen_ai.request.model":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.response.id":"VARCHAR",'
+    '"gen_ai.usage.input_tokens":"BIGINT","gen_ai.usage.output_tokens":"BIGINT",'
+    '"gen_ai.usage.cache_read.input_tokens":"BIGINT","budgetscope.tier":"VARCHAR",'
+    '"budgetscope.tenant":"VARCHAR","budgetscope.outcome":"VARCHAR","budgetscope.first_token_unix_nano":"BIGINT"}'
+)
+
+
+def _ms(expr: str) -> str:
+    return f"({expr}) / 1e6"
+
+
+def server_rows(spans: str) -> str:
+    """SELECT producing one server row per native root span found in the relation `spans`."""
+    clip = "greatest(0, least(st.end_ns, f.first_token_ns) - greatest(st.start_ns, r.start_ns))"
+
+    def stage_sum(stage: str) -> str:
+        return f"coalesce(sum(st.end_ns - st.start_ns) FILTER (WHERE st.stage = '{stage}'), 0) / 1e6"
+
+    def ttft_sum(stage: str) -> str:
+        return f"coalesce(sum({clip}) FILTER (WHERE st.stage = '{stage}'), 0) / 1e6"
+
+    return f"""
+WITH roots AS (
+  SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
+         json_transform(attributes, '{ROOT_ATTRS}') AS a
+  FROM {spans} WHERE name = '{NATIVE_ROOT}'),
+st AS (
+  SELECT trace_id, parent_span_id, substr(name, {len(STAGE_PREFIX) + 1}) AS stage, start_ns, end_ns,
+         CASE WHEN name = '{STAGE_PREFIX}decode'
+              THEN TRY_CAST(attributes->'budgetscope.decode.itl_ms' AS DOUBLE[]) END AS itl
+  FROM {spans} WHERE starts_with(name, '{STAGE_PREFIX}')),
+f AS (
+  SELECT r.trace_id, r.span_id AS parent_span_id,
+         coalesce(r.a."budgetscope.first_token_unix_nano",
+                  min(st.start_ns) FILTER (WHERE st.stage = 'decode'),
+                  max(st.end_ns) FILTER (WHERE st.stage = 'prefill')) AS first_token_ns
+  FROM roots r LEFT JOIN st ON st.trace_id = r.trace_id AND st.parent_span_id = r.span_id
+  GROUP BY r.trace_id, r.span_id, r.a)
+SELECT r.trace_id, r.span_id AS server_span_id, r.parent_span_id, 'native' AS source,
+  coalesce(r.a."gen_ai.response.id", r.span_id) AS request_id, r.service_name,
+  coalesce(r.a."gen_ai.request.model", r.a."gen_ai.response.model") AS model,
+  coalesce(r.a."budgetscope.tier", 'default') AS tier, r.a."budgetscope.tenant" AS tenant,
+  coalesce(r.a."budgetscope.outcome", CASE WHEN r.status_code = 'ERROR' THEN 'error' ELSE 'ok' END) AS outcome,
+  r.start_ns AS arrival_ns, f.first_token_ns, r.end_ns,
+  r.a."gen_ai.usage.input_tokens" AS input_tokens, r.a."gen_ai.usage.cache_read.input_tokens" AS cached_tokens,
+  r.a."gen_ai.usage.output_tokens" AS output_tokens,
+  {stage_sum('frontend')} AS frontend_ms, {stage_sum('queue')} AS queue_ms, {stage_sum('prefill')} AS prefill_ms,
+  {stage_sum('decode')} AS decode_ms, {stage_sum('postprocess')} AS postprocess_ms,
+  {ttft_sum('frontend')} AS ttft_frontend_ms, {ttft_sum('queue')} AS ttft_queue_ms,
+  {ttft_sum('prefill')} AS ttft_prefill_ms,
+  {_ms('f.first_token_ns - r.start_ns')} AS ttft_ms, {_ms('r.end_ns - r.start_ns')} AS e2e_ms,
+  flatten(list(st.itl ORDER BY st.start_ns) FILTER (WHERE st.itl IS NOT NULL)) AS itl_ms,
+  CAST(count(*) FILTER (WHERE st.stage = 'queue') AS INTEGER) AS queue_entries
+FROM roots r
+LEFT JOIN st ON st.trace_id = r.trace_id AND st.parent_span_id = r.span_id
+LEFT JOIN f ON f.trace_id = r.trace_id AND f.parent_span_id = r.span_id
+GROUP BY r.trace_id, r.span_id, r.parent_span_id, r.service_name, r.status_code, r.a, r.start_ns, r.end_ns,
+         f.first_token_ns
+"""
