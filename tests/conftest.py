@@ -1,1 +1,39 @@
 """Shared fixtures. Anything named fake_* is a test double and never leaves tests/."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # for tests/otlp_wire.py
+
+
+@pytest.fixture
+def archive_path(tmp_path) -> Path:
+    return tmp_path / "archive.duckdb"
+
+
+@pytest.fixture
+def ingest_text(tmp_path):
+    """Write `text` (or bytes) to a file and ingest it into `archive`; returns the IngestReport."""
+    from budgetscope.archive.archive import Archive
+    from budgetscope.archive.files import read_batches
+
+    counter = iter(range(10_000))
+
+    def run(archive: Path, text: str | bytes, name: str | None = None):
+        p = tmp_path / (name or f"traces-{next(counter)}.jsonl")
+        p.write_bytes(text.encode() if isinstance(text, str) else text)
+        with Archive(archive) as a:
+            return a.ingest(read_batches(p))
+
+    return run
+
+
+def rows(archive: Path, sql: str, params=None) -> list[tuple]:
+    from budgetscope.archive.archive import Archive
+
+    with Archive(archive, read_only=True, create=False) as a:
+        return a.con.execute(sql, params or []).fetchall()

@@ -30,7 +30,7 @@ def _attribution_sentence(kind: str, a: dict | None) -> str | None:
             f"(tail mean {ms(a['tail_mean_ms'][first])} vs {ms(a['body_mean_ms'][first])})")
     if a["verdict"] == "mixed" and second:
         head += f", with {STAGE_WORD[second]} next at {_pct(sh[second])}: a mixed tail"
-    elif second:
+    elif second and sh[second] >= 0.05:  # a runner-up under 5% is noise, not a finding
         head += f"; next is {STAGE_WORD[second]} at {_pct(sh[second])}"
     if a["tail_widened"]:
         head += f" (the tail is the {a['tail_size']} slowest requests: too few lie above the percentile)"

@@ -28,7 +28,9 @@ MACROS = f"""
 CREATE OR REPLACE TEMP MACRO bs_scalar(v) AS CASE
   WHEN v.stringValue IS NOT NULL THEN CAST(to_json(v.stringValue) AS VARCHAR)
   WHEN v.intValue IS NOT NULL THEN CAST(CAST(v.intValue AS HUGEINT) AS VARCHAR)
-  WHEN v.doubleValue IS NOT NULL THEN CAST(to_json(v.doubleValue) AS VARCHAR)
+  WHEN v.doubleValue IS NOT NULL THEN CASE WHEN isnan(v.doubleValue) THEN '"NaN"'
+    WHEN isinf(v.doubleValue) THEN CASE WHEN v.doubleValue > 0 THEN '"Infinity"' ELSE '"-Infinity"' END
+    ELSE CAST(to_json(v.doubleValue) AS VARCHAR) END
   WHEN v.boolValue IS NOT NULL THEN CAST(v.boolValue AS VARCHAR)
   WHEN v.bytesValue IS NOT NULL THEN CAST(to_json(v.bytesValue) AS VARCHAR)
   WHEN v.arrayValue IS NOT NULL OR v.kvlistValue IS NOT NULL THEN chr(0)
@@ -81,7 +83,7 @@ def stage(con, raw_name: str) -> list[int]:
     except duckdb.Error:
         # A batch that is not JSON at all fails the whole statement: flatten only the valid ones.
         con.execute(_insert(_FLATTEN.replace("@RAW@", raw_name).replace("@WHERE@", "WHERE json_valid(doc)")))
-        suspect_sql = _SUSPECT.replace("@RAW@", raw_name).replace("@HAS_LIST@", f"(json_valid(r.doc) AND {has_list})")
+        suspect_sql = _SUSPECT.replace("@RAW@", raw_name).replace("@HAS_LIST@", f"CASE WHEN json_valid(r.doc) THEN {has_list} ELSE false END")
     suspect = [b for (b,) in con.execute(suspect_sql).fetchall()]
     if suspect:
         con.execute("DELETE FROM staged WHERE batch_id IN (SELECT unnest(?::BIGINT[]))", [suspect])

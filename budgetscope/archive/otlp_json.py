@@ -22,9 +22,20 @@ def _kvlist(v) -> dict:
     return attributes(v.get("values", ()))
 
 
+def double(x) -> float | str:
+    """A double attribute value. Non-finite values stay what proto3 JSON calls them ("NaN", "Infinity",
+    "-Infinity"): JSON has no literal for them, and null would lose them."""
+    v = float(x)
+    if v != v:
+        return "NaN"
+    if v in (float("inf"), float("-inf")):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
 _CONVERT = {
     "intValue": int,
-    "doubleValue": float,  # proto3 JSON writes NaN/Infinity as strings; float() takes both forms
+    "doubleValue": double,
     "boolValue": bool,
     "arrayValue": _array,
     "kvlistValue": _kvlist,

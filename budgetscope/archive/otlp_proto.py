@@ -8,6 +8,7 @@ import struct
 import orjson
 from google.protobuf.message import DecodeError
 
+from budgetscope.archive.otlp_json import double
 from budgetscope.archive.spanbatch import BadBatch, SpanBatch
 
 
@@ -21,6 +22,8 @@ def _any(v):
         return {kv.key: _any(kv.value) for kv in v.kvlist_value.values}
     if which == "bytes_value":
         return base64.b64encode(v.bytes_value).decode()  # as OTLP/JSON writes bytes
+    if which == "double_value":
+        return double(v.double_value)
     return getattr(v, which)
 
 

@@ -1,0 +1,135 @@
+"""`PendingQueue`: the collector's bounded hand-off from receiver threads to the one archive writer.
+
+Memory is bounded in bytes, not in requests: a receiver reserves a request's bytes *before* it reads the body,
+and they stay reserved until the request is answered (queued, being ingested, or waiting for its reply). When
+a reservation would pass `max_pending_bytes` the receiver answers "busy" (HTTP 429 / gRPC RESOURCE_EXHAUSTED,
+both retryable) instead of reading the body.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Outcome(Enum):
+    """What became of one export request; each receiver maps it to its protocol's status."""
+
+    LANDED = "landed"  # durably in the archive (or had landed before: ingest is idempotent)
+    REJECTED = "rejected"  # not OTLP, or a bad span: nothing of it landed; retrying will not help
+    BUSY = "busy"  # refused before reading: the pending bytes are at their limit; retry later
+    CLOSED = "closed"  # refused: the collector is shutting down; retry later (elsewhere)
+    FAILED = "failed"  # the archive failed to write it; nothing of it landed; retry later
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """One export request on its way into the archive; `wait()` returns once its outcome is known."""
+
+    payload: bytes
+    format: str  # "otlp-proto" | "otlp-json"
+    origin: str  # "otlp-http" | "otlp-grpc"
+    position: str  # "request 17 from 127.0.0.1:50412": unique per request, kept in ingest_batches
+    reserved: int  # bytes held in the queue's budget until the ticket is resolved
+    queued_ns: int = 0
+    outcome: Outcome | None = None
+    error: str = ""
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def resolve(self, outcome: Outcome, error: str = "") -> None:
+        self.outcome, self.error = outcome, error
+        self._done.set()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until resolved; True if it was."""
+        return self._done.wait(timeout_s)
+
+
+class PendingQueue:
+    """Tickets waiting for the writer, with a byte budget shared by every receiver."""
+
+    def __init__(self, max_pending_bytes: int):
+        self.max_pending_bytes = max_pending_bytes
+        self.pending_bytes = 0
+        self.closed = False
+        self.refused_busy = 0
+        self.refused_closed = 0
+        self._positions = itertools.count(1)
+        self._items: deque[Ticket] = deque()
+        self._queued_bytes = 0
+        self._cond = threading.Condition()
+
+    # -- receiver side -------------------------------------------------------------------------------------
+    def reserve(self, nbytes: int) -> Outcome | None:
+        """Hold `nbytes` of the budget; None on success, else BUSY or CLOSED (nothing held)."""
+        with self._cond:
+            if self.closed:
+                self.refused_closed += 1
+                return Outcome.CLOSED
+            if self.pending_bytes and self.pending_bytes + nbytes > self.max_pending_bytes:
+                self.refused_busy += 1
+                return Outcome.BUSY
+            self.pending_bytes += nbytes
+            return None
+
+    def release(self, nbytes: int) -> None:
+        """Give back a reservation (the request was answered)."""
+        with self._cond:
+            self.pending_bytes -= nbytes
+
+    def submit(self, payload: bytes, fmt: str, origin: str, peer: str, reserved: int) -> Ticket:
+        """Hand a body whose bytes are reserved to the writer and wait until it is answered; the reservation
+        is released by then. A ticket refused because the queue closed comes back CLOSED."""
+        ticket = Ticket(payload, fmt, origin, f"request {next(self._positions)} from {peer}", reserved)
+        if self.put(ticket):
+            ticket.wait()
+        else:
+            self.release(reserved)
+            with self._cond:
+                self.refused_closed += 1
+            ticket.resolve(Outcome.CLOSED)
+        return ticket
+
+    def put(self, ticket: Ticket) -> bool:
+        """Queue a ticket whose bytes are reserved; False (and nothing queued) once the queue is closed."""
+        with self._cond:
+            if self.closed:
+                return False
+            ticket.queued_ns = time.monotonic_ns()
+            self._items.append(ticket)
+            self._queued_bytes += len(ticket.payload)
+            self._cond.notify()
+            return True
+
+    # -- writer side ---------------------------------------------------------------------------------------
+    def take(self, linger_s: float, max_group_bytes: int) -> list[Ticket]:
+        """The next group for one ingest: blocks for a first ticket, then lets the group grow until the oldest
+        ticket has waited `linger_s` or the group holds `max_group_bytes`. [] once closed and drained."""
+        with self._cond:
+            while not self._items and not self.closed:
+                self._cond.wait()
+            if not self._items:
+                return []
+            deadline = self._items[0].queued_ns + int(linger_s * 1e9)
+            while not self.closed and self._queued_bytes < max_group_bytes:
+                left = (deadline - time.monotonic_ns()) / 1e9
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            group, size = [], 0
+            while self._items and (not group or size + len(self._items[0].payload) <= max_group_bytes):
+                t = self._items.popleft()
+                group.append(t)
+                size += len(t.payload)
+            self._queued_bytes -= size
+            return group
+
+    def close(self) -> None:
+        """Refuse new reservations and tickets; `take` drains what is queued, then returns []."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()

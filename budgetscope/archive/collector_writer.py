@@ -1,0 +1,179 @@
+"""`ArchiveWriter`: the one thread that owns the collector's `Archive` and lands queued requests in groups.
+
+Group commit: every request queued while an ingest runs (or within the linger after the first) goes into the
+next `Archive.ingest` call, one transaction for the lot; each request is then answered by its own outcome.
+A ticket is resolved LANDED only after `ingest` returned, i.e. after the transaction committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from budgetscope.archive.archive import Archive, ArchiveError, IngestReport, RawBatch
+from budgetscope.archive.collector_queue import Outcome, PendingQueue, Ticket
+
+log = logging.getLogger("budgetscope.collector")
+
+
+@dataclass(slots=True)
+class CollectorStats:
+    """Counts since the collector started. `batches` are export requests (one OTLP message each)."""
+
+    batches: int = 0  # requests that reached the writer
+    batches_landed: int = 0  # new in the archive
+    batches_already_stored: int = 0  # identical bytes had landed before (a retry): answered success
+    batches_rejected: int = 0  # not OTLP / a bad span: answered 400 / INVALID_ARGUMENT
+    batches_failed: int = 0  # the archive failed: answered 503 / UNAVAILABLE
+    refused_busy: int = 0  # pending bytes at their limit: answered 429 / RESOURCE_EXHAUSTED
+    refused_closed: int = 0  # arrived while shutting down: answered 503 / UNAVAILABLE
+    spans: int = 0  # spans in the landed batches
+    requests_derived: int = 0  # `requests` rows (re)derived
+    ingests: int = 0  # Archive.ingest calls (groups)
+    ingest_ns: int = 0  # time spent inside them
+    started_ns: int = field(default_factory=time.monotonic_ns)
+
+    def summary(self) -> str:
+        """One line for the end of `budgetscope collect`."""
+        secs = (time.monotonic_ns() - self.started_ns) / 1e9
+        refused = self.refused_busy + self.refused_closed
+        return (f"{self.batches:,} batches ({self.batches_landed:,} landed, {self.batches_already_stored:,} "
+                f"already stored, {self.batches_rejected:,} rejected, {self.batches_failed:,} failed), "
+                f"{self.spans:,} spans, {self.requests_derived:,} requests derived in {self.ingests:,} ingests "
+                f"over {secs:,.1f} s; {refused:,} refused (busy or closing)")
+
+    def add(self, rep: IngestReport, num_tickets: int, num_rejected: int) -> None:
+        self.batches += num_tickets
+        self.batches_landed += rep.batches_landed
+        self.batches_already_stored += rep.batches_already_ingested
+        self.batches_rejected += num_rejected
+        self.spans += rep.spans
+        self.requests_derived += rep.requests_derived
+
+
+class ArchiveWriter:
+    """Owns the archive (DuckDB connections are not to be shared across threads) and drains the queue."""
+
+    def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int):
+        self.path = path
+        self.queue = queue
+        self.linger_s = linger_s
+        self.max_group_bytes = max_group_bytes
+        self.stats = CollectorStats()
+        self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
+        self._archive: Archive | None = None
+        self._opened = threading.Event()
+        self._lock = threading.Lock()  # guards `stats` for readers on other threads
+        self._thread = threading.Thread(target=self._run, name="budgetscope-archive-writer", daemon=True)
+
+    def start(self) -> None:
+        """Open the archive on the writer thread; raise ArchiveError (one line) if it cannot be opened."""
+        self._thread.start()
+        self._opened.wait()
+        if self._archive is None:
+            self._thread.join()
+            raise ArchiveError(self.error or f"cannot open {self.path}")
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the writer to drain a closed queue and close the archive; True if it finished."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def snapshot(self) -> CollectorStats:
+        with self._lock:
+            snap = CollectorStats(**{f: getattr(self.stats, f) for f in CollectorStats.__slots__})
+        snap.refused_busy, snap.refused_closed = self.queue.refused_busy, self.queue.refused_closed
+        return snap
+
+    # -- the thread ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._archive = Archive(self.path)
+        except ArchiveError as e:
+            self.error = str(e)
+        finally:
+            self._opened.set()
+        if self._archive is None:
+            return
+        try:
+            while group := self.queue.take(self.linger_s, self.max_group_bytes):
+                self._ingest(group)
+        finally:
+            if self._archive is not None:
+                self._archive.close()
+
+    def _ingest(self, group: list[Ticket]) -> None:
+        # Identical bodies in one group (a retry racing its original) share one batch and one outcome.
+        same: dict[tuple[str, bytes], list[Ticket]] = {}
+        for t in group:
+            same.setdefault((t.format, t.payload), []).append(t)
+        batches = [RawBatch(payload, fmt, ts[0].origin, ts[0].position) for (fmt, payload), ts in same.items()]
+        firsts = {b.position: ts for b, ts in zip(batches, same.values())}
+        for rep, landed in self._land(batches):
+            rejected = {r.position: r.error for r in rep.rejected}
+            num_rejected = 0
+            for b in landed:
+                tickets = firsts[b.position]
+                if b.position in rejected:
+                    num_rejected += len(tickets)
+                    log.warning("rejected %s %s: %s", b.origin, b.position, rejected[b.position])
+                for t in tickets:
+                    if b.position in rejected:
+                        t.resolve(Outcome.REJECTED, rejected[b.position])
+                    else:
+                        t.resolve(Outcome.LANDED)
+            with self._lock:
+                self.stats.add(rep, sum(len(firsts[b.position]) for b in landed), num_rejected)
+        for t in group:
+            if t.outcome is None:  # the archive failed on it
+                t.resolve(Outcome.FAILED, self.error or "the archive failed to store this batch")
+                with self._lock:
+                    self.stats.batches += 1
+                    self.stats.batches_failed += 1
+            self.queue.release(t.reserved)
+
+    def _land(self, batches: list[RawBatch]) -> list[tuple[IngestReport, list[RawBatch]]]:
+        """(report, the batches it covers) for what the archive took. If the group fails, each batch is tried
+        alone on a fresh connection, so that one batch that breaks the writer cannot fail its whole group."""
+        rep = self._try_ingest(batches)
+        if rep is not None:
+            return [(rep, batches)]
+        if len(batches) == 1:
+            return []
+        return [(rep, [b]) for b in batches if (rep := self._try_ingest([b])) is not None]
+
+    def _try_ingest(self, batches: list[RawBatch]) -> IngestReport | None:
+        if self._archive is None:
+            return None
+        t0 = time.perf_counter_ns()
+        try:
+            return self._archive.ingest(batches)
+        except Exception as e:  # noqa: BLE001 - any archive failure must still answer the waiting clients
+            what = f"{batches[0].origin} {batches[0].position}" if len(batches) == 1 else f"{len(batches)} batches"
+            log.error("archive ingest of %s failed: %s", what, (str(e).splitlines() or [type(e).__name__])[0])
+            self._reopen()
+            return None
+        finally:
+            self._count_ingest(t0)
+
+    def _count_ingest(self, t0: int) -> None:
+        with self._lock:
+            self.stats.ingests += 1
+            self.stats.ingest_ns += time.perf_counter_ns() - t0
+
+    def _reopen(self) -> None:
+        """A failed ingest may leave its connection's staging tables dirty: start from a new connection."""
+        try:
+            if self._archive is not None:
+                self._archive.close()
+        except Exception:  # noqa: BLE001 - closing a broken connection may fail too
+            pass
+        self._archive = None
+        try:
+            self._archive = Archive(self.path)
+        except ArchiveError as e:
+            self.error = f"the archive cannot be reopened: {e}"
+            log.error("%s", self.error)

@@ -1,0 +1,246 @@
+"""Ingest of OTLP trace exports as real producers write them, and every bad input the issue lists."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
+
+
+def test_collector_jsonl_lands_spans_and_requests(archive_path, ingest_text):
+    _, a = native_request(client=(5, 3))
+    _, b = native_request(arrival=T0 + 10 * MS)
+    rep = ingest_text(archive_path, jsonl(export(a), export(b)))
+    assert (rep.batches, rep.batches_landed, rep.spans, rep.spans_inserted, rep.rejected) == (2, 2, 13, 13, [])
+    assert rows(archive_path, "SELECT count(*) FROM spans") == [(13,)]
+    assert rows(archive_path, "SELECT count(*), count(*) FILTER (WHERE has_client_span) FROM requests") == [(2, 1)]
+    assert rows(archive_path, "SELECT source, count(*) FROM spans GROUP BY 1 ORDER BY 1") == [
+        ("client", 1), ("native", 12)]
+
+
+def test_same_batch_twice_lands_once(archive_path, ingest_text):
+    _, a = native_request()
+    text = jsonl(export(a))
+    ingest_text(archive_path, text)
+    rep = ingest_text(archive_path, text)
+    assert (rep.batches, rep.batches_already_ingested, rep.spans_inserted) == (1, 1, 0)
+    assert rows(archive_path, "SELECT count(*) FROM spans") == [(6,)]
+    assert rows(archive_path, "SELECT count(*) FROM ingest_batches") == [(1,)]
+
+
+def test_duplicate_spans_in_other_batches_are_stored_once(archive_path, ingest_text):
+    _, a = native_request()
+    rep = ingest_text(archive_path, jsonl(export(a), export(a[:3], service="engine-2")))
+    assert (rep.spans, rep.spans_inserted, rep.duplicate_spans) == (9, 6, 3)
+    assert rows(archive_path, "SELECT span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id") == [
+        (6, 6, 0), (3, 0, 3)]
+    assert rows(archive_path, "SELECT DISTINCT service_name FROM spans") == [("engine",)]
+
+
+def test_single_pretty_printed_document(archive_path, ingest_text):
+    _, a = native_request()
+    rep = ingest_text(archive_path, json.dumps(export(a), indent=2), "doc.json")
+    assert (rep.spans, rep.rejected) == (6, [])
+    assert rows(archive_path, "SELECT position FROM ingest_batches") == [("document",)]
+
+
+def test_every_anyvalue_kind_and_int_forms(archive_path, ingest_text):
+    tid, sid = trace_id(), span_id()
+    s = span(tid, sid, "custom.op", T0, T0 + MS, attributes={"s": "x", "b": True, "i": 7, "d": 1.5,
+                                                            "arr": [1, 2.5, "z"], "nested": {"k": [1, {"deep": False}]},
+                                                            "raw": b"\x00\x01"})
+    s["startTimeUnixNano"] = T0  # a number, not a string
+    s["attributes"].append({"key": "empty", "value": {}})
+    rep = ingest_text(archive_path, jsonl(export([s])))
+    assert rep.rejected == []
+    (attrs,), = rows(archive_path, "SELECT attributes FROM spans")
+    assert json.loads(attrs) == {"s": "x", "b": True, "i": 7, "d": 1.5, "arr": [1, 2.5, "z"],
+                                 "nested": {"k": [1, {"deep": False}]}, "raw": "AAE=", "empty": None}
+    assert rows(archive_path, "SELECT start_ns, end_ns, kind FROM spans") == [(T0, T0 + MS, "INTERNAL")]
+
+
+def test_fast_path_and_reference_decoder_agree(archive_path, tmp_path, ingest_text):
+    """The DuckDB fast path and the Python reference decoder store identical rows for the same spans."""
+    from budgetscope.archive import otlp_json
+    from budgetscope.archive.archive import Archive
+
+    _, a = native_request(client=(4, 2), itl=[10.0, 12.5, 9.75], tenant="t1")
+    a[0]["kind"] = "SPAN_KIND_SERVER"
+    a[0]["attributes"] += [{"key": "flag", "value": {"boolValue": False}},
+                           {"key": "nan", "value": {"doubleValue": "NaN"}}]
+    doc = export(a)
+    ingest_text(archive_path, jsonl(doc))
+    ref_path = tmp_path / "ref.duckdb"
+    with Archive(ref_path) as arch:
+        tbl = otlp_json.decode(doc).to_arrow(1)
+        arch.con.register("t", tbl)
+        from budgetscope.archive import staging
+        arch.con.execute(f"INSERT INTO staged {staging.normalise('t')}")
+        got = arch.con.execute("SELECT * EXCLUDE (batch_id, err) FROM staged ORDER BY span_id").fetchall()
+    fast = rows(archive_path, "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, "
+                              "scope_name, status_code, attributes, resource, source FROM spans ORDER BY span_id")
+    assert [tuple(r[:10]) + (json.loads(r[10]), json.loads(r[11]), r[12]) for r in fast] == \
+           [tuple(r[:10]) + (json.loads(r[10]), json.loads(r[11]), r[12]) for r in got]
+
+
+def test_base64_and_uppercase_ids_are_normalised(archive_path, ingest_text):
+    import base64
+
+    tid, sid = trace_id(), span_id()
+    s = span(base64.b64encode(bytes.fromhex(tid)).decode(), sid.upper(), "x", T0, T0 + 1)
+    ingest_text(archive_path, jsonl(export([s])))
+    assert rows(archive_path, "SELECT trace_id, span_id FROM spans") == [(tid, sid)]
+
+
+def test_protobuf_bare_and_collector_framed(archive_path, ingest_text):
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    def pb(doc) -> bytes:
+        msg = json_format.ParseDict(doc, ExportTraceServiceRequest())
+        return msg.SerializeToString()
+
+    # protobuf's JSON parser wants base64 ids: re-encode the hex ids of our OTLP/JSON document.
+    import base64
+
+    def b64ids(doc):
+        for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+            for k in ("traceId", "spanId", "parentSpanId"):
+                if k in s:
+                    s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
+        return doc
+
+    _, a = native_request(itl=[1.0, 2.0])
+    _, b = native_request()
+    rep = ingest_text(archive_path, pb(b64ids(export(a))), "one.pb")
+    assert (rep.spans, rep.rejected) == (6, [])
+    framed = b"".join(len(m).to_bytes(4, "big") + m for m in (pb(b64ids(export(b))), pb(b64ids(export(native_request()[1])))))
+    rep = ingest_text(archive_path, framed, "framed.binpb")
+    assert (rep.batches, rep.spans, rep.rejected) == (2, 12, [])
+    assert rows(archive_path, "SELECT count(*) FROM requests") == [(3,)]
+    itl = rows(archive_path, "SELECT itl_ms FROM requests WHERE itl_ms IS NOT NULL")
+    assert itl == [([1.0, 2.0],)]
+
+
+# -- bad input: the message, and nothing half-written --------------------------------------------------------------
+
+def _bad(archive_path, ingest_text, bad_line: str, expected: str, prefix_only: bool = False):
+    _, good = native_request()
+    rep = ingest_text(archive_path, jsonl(export(good)) + bad_line + "\n")
+    assert len(rep.rejected) == 1
+    assert rep.rejected[0].position == "line 2"
+    if prefix_only:
+        assert rep.rejected[0].error.startswith(expected)
+    else:
+        assert rep.rejected[0].error == expected
+    assert rows(archive_path, "SELECT count(*) FROM spans") == [(6,)]  # the good batch landed, nothing of the bad one
+    assert rows(archive_path, "SELECT count(*) FROM ingest_batches") == [(1,)]
+    return rep
+
+
+def test_truncated_line(archive_path, ingest_text):
+    _, s = native_request()
+    line = json.dumps(export(s))[:-40]
+    rep = ingest_text(archive_path, line + "\n")
+    assert rep.rejected[0].error.startswith("not JSON (")
+    assert rows(archive_path, "SELECT count(*) FROM spans") == [(0,)]
+
+
+def test_non_json_line(archive_path, ingest_text):
+    # the detail after "not JSON (" is the JSON parser's own wording
+    _bad(archive_path, ingest_text, "hello world", "not JSON (unexpected character", prefix_only=True)
+
+
+def test_json_that_is_not_otlp(archive_path, ingest_text):
+    _bad(archive_path, ingest_text, '{"foo": 1}',
+         "not an OTLP trace export: no 'resourceSpans' list (found keys ['foo'])")
+
+
+def test_span_missing_trace_id_rejects_its_whole_batch(archive_path, ingest_text):
+    tid, root = trace_id(), span_id()
+    ok = span(tid, root, "llm.request", T0, T0 + MS)
+    broken = span(tid, span_id(), "stage.queue", T0, T0 + MS, parent=root)
+    del broken["traceId"]
+    _bad(archive_path, ingest_text, json.dumps(export([ok, broken])), 'span "stage.queue" has no traceId')
+
+
+def test_span_missing_end_time(archive_path, ingest_text):
+    s = span(trace_id(), "00000000000000aa", "stage.queue", T0, T0 + MS)
+    del s["endTimeUnixNano"]
+    _bad(archive_path, ingest_text, json.dumps(export([s])), 'span 00000000000000aa ("stage.queue") has no endTimeUnixNano')
+
+
+def test_invalid_span_id(archive_path, ingest_text):
+    s = span(trace_id(), "xyz", "stage.queue", T0, T0 + MS)
+    _bad(archive_path, ingest_text, json.dumps(export([s])),
+         'span "stage.queue" has an invalid spanId "xyz" (want 16 hex digits)')
+
+
+def test_end_before_start(archive_path, ingest_text):
+    s = span(trace_id(), "00000000000000ab", "stage.prefill", T0 + 5, T0)
+    _bad(archive_path, ingest_text, json.dumps(export([s])),
+         'span 00000000000000ab ("stage.prefill") ends before it starts (by 5 ns)')
+
+
+def test_wrongly_typed_field_goes_to_reference_decoder(archive_path, ingest_text):
+    s = span(trace_id(), span_id(), "x", T0, T0 + 1)
+    doc = export([s])
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"] = {"oops": s}  # an object where a list belongs
+    rep = _bad(archive_path, ingest_text, json.dumps(doc), "malformed OTLP JSON (AttributeError: 'str' object has no attribute 'get')")
+    assert rep.rejected[0].origin.endswith(".jsonl")
+
+
+def test_orphan_stage_spans_wait_for_their_root(archive_path, ingest_text):
+    tid, spans = native_request()
+    root, stages = spans[0], spans[1:]
+    rep = ingest_text(archive_path, jsonl(export(stages)))
+    assert (rep.spans_inserted, rep.orphan_stage_spans, rep.requests_derived) == (5, 5, 0)
+    assert rows(archive_path, "SELECT count(*) FROM requests") == [(0,)]
+    rep = ingest_text(archive_path, jsonl(export([root])))
+    assert (rep.orphan_stage_spans, rep.requests_derived) == (0, 1)
+    assert rows(archive_path, "SELECT queue_ms, prefill_ms FROM requests") == [(10.0, 50.0)]
+
+
+def test_archive_path_that_is_a_directory(tmp_path):
+    from budgetscope.archive.archive import Archive, ArchiveError
+
+    with pytest.raises(ArchiveError, match=r"is a directory, not an archive file$"):
+        Archive(tmp_path)
+
+
+def test_missing_archive_is_not_created_for_reading(tmp_path):
+    from budgetscope.archive.archive import Archive, ArchiveError
+
+    with pytest.raises(ArchiveError, match="no archive at"):
+        Archive(tmp_path / "nope.duckdb", read_only=True, create=False)
+    assert not (tmp_path / "nope.duckdb").exists()
+
+
+def test_a_file_that_is_not_an_archive(tmp_path):
+    from budgetscope.archive.archive import Archive, ArchiveError
+
+    p = tmp_path / "x.duckdb"
+    p.write_text("hello")
+    with pytest.raises(ArchiveError, match="is not a DuckDB archive"):
+        Archive(p)
+    assert p.read_text() == "hello"
+
+
+def test_large_file_streams_in_chunks(archive_path, ingest_text, monkeypatch):
+    """Chunks commit as they fill; memory is bounded by the chunk, not the file."""
+    import budgetscope.archive.archive as arch
+
+    monkeypatch.setattr(arch, "CHUNK_BYTES", 4096)
+    docs = [export(native_request(arrival=T0 + i * MS)[1]) for i in range(40)]
+    seen = []
+    from budgetscope.archive.archive import Archive
+    from budgetscope.archive.files import read_batches
+
+    p = archive_path.parent / "big.jsonl"
+    p.write_text(jsonl(*docs))
+    with Archive(archive_path) as a:
+        rep = a.ingest(read_batches(p), progress=lambda r: seen.append(r.spans))
+    assert rep.spans == 240 and len(seen) > 3 and seen == sorted(seen)
+    assert rows(archive_path, "SELECT count(*) FROM requests") == [(40,)]
