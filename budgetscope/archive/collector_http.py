@@ -210,8 +210,9 @@ class OtlpHttpReceiver:
     def start(self) -> None:
         self._thread.start()
 
-    def stop_accepting(self) -> None:
-        """Close the listening socket; connections already open are still answered (503 once closed)."""
+    def stop_accepting(self, grace_s: float) -> None:
+        """Close the listening socket; connections already open are still answered (503 once the queue is
+        closed). `grace_s` is unused: `close` bounds the wait."""
         self._server.shutdown()
         self._server.server_close()
 

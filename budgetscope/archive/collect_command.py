@@ -1,0 +1,105 @@
+"""`budgetscope collect`: the CLI face of `Collector`. Light at import: click only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+
+import click
+
+
+class _StartError(click.ClickException):
+    """Cannot start: one line on stderr, exit status 2, no traceback (as the rest of the CLI)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"budgetscope: {self.format_message()}", err=True)
+
+
+@click.command()
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address both receivers listen on (0.0.0.0 for every interface: no TLS, no auth).")
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=4317, show_default=True,
+              help="OTLP/gRPC port; 0 picks a free one (printed).")
+@click.option("--http-port", type=click.IntRange(0, 65535), default=4318, show_default=True,
+              help="OTLP/HTTP port; 0 picks a free one (printed).")
+@click.option("--no-grpc", is_flag=True, help="Do not serve OTLP/gRPC.")
+@click.option("--no-http", is_flag=True, help="Do not serve OTLP/HTTP.")
+@click.option("--max-pending-mb", type=click.FloatRange(min=1), default=64, show_default=True,
+              help="Request bytes held in memory before new requests are refused with 429 / RESOURCE_EXHAUSTED.")
+@click.option("--max-message-mb", type=click.FloatRange(min=0.001), default=16, show_default=True,
+              help="Largest request accepted (after decompression).")
+@click.option("--linger-ms", type=click.FloatRange(0, 5000), default=50, show_default=True,
+              help="How long a request waits for others to share its archive transaction.")
+@click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
+def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool,
+            max_pending_mb: float, max_message_mb: float, linger_ms: float, verbose: bool) -> None:
+    """Receive OTLP traces (gRPC :4317, HTTP :4318 POST /v1/traces) and write them into an archive.
+
+    Each export is answered success only once its spans are committed to the archive, with their `requests`
+    rows derived. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when too many bytes are pending
+    the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
+    lands everything already accepted, prints a summary and exits.
+
+    DuckDB lets one process write a file: while this runs, `report` and `query` cannot open the archive.
+    Stop the collector first (exporters retry meanwhile), or point them at a copy made after stopping.
+
+    \b
+      budgetscope collect --archive prod.duckdb
+      vllm serve MODEL --otlp-traces-endpoint grpc://127.0.0.1:4317   # in another shell
+    """
+    from budgetscope.archive.collector import Collector, CollectorError
+
+    _log_to_stderr(verbose)
+    try:
+        collector = Collector(archive, host=host, grpc_port=None if no_grpc else grpc_port,
+                              http_port=None if no_http else http_port,
+                              max_pending_bytes=int(max_pending_mb * (1 << 20)),
+                              max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000)
+        collector.start()
+    except CollectorError as e:
+        raise _StartError(str(e)) from None
+    click.echo(f"budgetscope collect: {', '.join(collector.endpoints)}; writing {archive} (Ctrl-C to stop)")
+    sys.stdout.flush()
+    stop = threading.Event()
+    previous = _on_signals(stop)
+    try:
+        while not stop.wait(0.5) and not collector.error:
+            pass
+        click.echo("budgetscope collect: stopping: landing what was accepted…", err=True)
+        stats = collector.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(f"budgetscope collect: {stats.summary()}")
+    if collector.error:
+        click.echo(f"budgetscope: {collector.error}", err=True)
+        sys.exit(1)
+
+
+def _log_to_stderr(verbose: bool) -> None:
+    log = logging.getLogger("budgetscope.collector")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("budgetscope collect: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+    log.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def _on_signals(stop: threading.Event) -> dict:
+    """SIGINT/SIGTERM set `stop`; a second one exits at once (what was acknowledged is already durable)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, frame):
+        if stop.is_set():
+            os._exit(128 + signum)
+        stop.set()
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -1,0 +1,170 @@
+"""`Collector`: OTLP/gRPC and OTLP/HTTP trace receivers that write into one archive.
+
+    receivers (HTTP threads, gRPC threads) ──► PendingQueue (bounded bytes) ──► ArchiveWriter (one thread)
+                       ▲                                                              │ Archive.ingest (a group)
+                       └──────────── each request answered by its own outcome ◄───────┘
+
+A request is answered success only after its batch committed to the archive. See docs/collector.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from budgetscope.archive.archive import ArchiveError
+from budgetscope.archive.collector_queue import PendingQueue
+from budgetscope.archive.collector_writer import ArchiveWriter, CollectorStats
+
+log = logging.getLogger("budgetscope.collector")
+
+MiB = 1 << 20
+
+
+class CollectorError(Exception):
+    """The collector cannot start (archive unusable, port in use, grpcio missing). The message is one line."""
+
+
+@dataclass(slots=True)
+class CollectorConfig:
+    """Where to listen and how much to hold. A port of 0 picks a free one; None turns that receiver off."""
+
+    host: str = "127.0.0.1"
+    grpc_port: int | None = 4317
+    http_port: int | None = 4318
+    max_pending_bytes: int = 64 * MiB  # bytes accepted but not yet answered; past it: 429 / RESOURCE_EXHAUSTED
+    max_message_bytes: int = 16 * MiB  # one request (decompressed); past it: 413 / RESOURCE_EXHAUSTED
+    linger_s: float = 0.05  # how long the first request of a group waits for company before the ingest
+    max_group_bytes: int = 16 * MiB  # bytes per Archive.ingest call
+    retry_after_s: float = 1.0  # asked of clients refused while busy or closing
+    drain_timeout_s: float = 60.0  # at stop: how long requests already accepted may take to be answered
+
+    def __post_init__(self) -> None:
+        for name in ("grpc_port", "http_port"):
+            port = getattr(self, name)
+            if port is not None and not 0 <= port <= 65535:
+                raise CollectorError(f"{name.replace('_', '-')} {port} is not a TCP port (0 picks a free one)")
+        if self.grpc_port is None and self.http_port is None:
+            raise CollectorError("both receivers are off: nothing to listen on")
+        if self.max_message_bytes > self.max_pending_bytes:
+            raise CollectorError(f"max_message_bytes ({self.max_message_bytes:,}) exceeds max_pending_bytes "
+                                 f"({self.max_pending_bytes:,}): such a request could never be accepted")
+        if self.linger_s < 0 or self.retry_after_s <= 0 or self.max_group_bytes <= 0:
+            raise CollectorError("linger_s must be >= 0, retry_after_s and max_group_bytes > 0")
+
+
+class Collector:
+    """Receives OTLP traces and lands them in the archive at `archive_path`, which it holds open (and locked
+    against other processes) from `start()` to `stop()`.
+
+        with Collector("prod.duckdb", grpc_port=0, http_port=0) as c:
+            print(c.grpc_port, c.http_port)   # the actual ports
+        # stopped: everything accepted is in the archive
+    """
+
+    def __init__(self, archive_path: str | os.PathLike, host: str = "127.0.0.1", grpc_port: int | None = 4317,
+                 http_port: int | None = 4318, **options):
+        """`options`: the other `CollectorConfig` fields (limits in bytes, times in seconds)."""
+        self.archive_path = Path(archive_path)
+        self.config = CollectorConfig(host=host, grpc_port=grpc_port, http_port=http_port, **options)
+        self.grpc_port: int | None = None
+        self.http_port: int | None = None
+        self._queue = PendingQueue(self.config.max_pending_bytes)
+        self._writer = ArchiveWriter(self.archive_path, self._queue, self.config.linger_s,
+                                     self.config.max_group_bytes)
+        self._receivers: list = []
+        self._state = "new"
+
+    def __enter__(self) -> "Collector":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Open the archive, then bind and serve both receivers; CollectorError (one line) if any step fails."""
+        if self._state != "new":
+            raise CollectorError("a Collector starts once")
+        self._state = "starting"
+        try:
+            self._writer.start()
+        except ArchiveError as e:
+            raise CollectorError(str(e)) from None
+        try:
+            self._bind()
+        except Exception:
+            self._queue.close()
+            self._writer.join()
+            for r in self._receivers:
+                r.stop_accepting(0)
+                r.close(0)
+            raise
+        for r in self._receivers:
+            r.start()
+        self._state = "running"
+
+    def _bind(self) -> None:
+        cfg = self.config
+        if cfg.grpc_port is not None:
+            from budgetscope.archive.collector_grpc import GrpcUnavailable, OtlpGrpcReceiver
+
+            try:
+                grpc_receiver = OtlpGrpcReceiver(cfg.host, cfg.grpc_port, self._queue, cfg.max_message_bytes,
+                                                 cfg.retry_after_s)
+            except GrpcUnavailable as e:
+                raise CollectorError(str(e)) from None
+            except OSError as e:
+                raise CollectorError(f"OTLP/gRPC: {e}") from None
+            self._receivers.append(grpc_receiver)
+            self.grpc_port = grpc_receiver.port
+        if cfg.http_port is not None:
+            from budgetscope.archive.collector_http import OtlpHttpReceiver
+
+            try:
+                http_receiver = OtlpHttpReceiver(cfg.host, cfg.http_port, self._queue, cfg.max_message_bytes,
+                                                 cfg.retry_after_s)
+            except OSError as e:
+                raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
+                                     f"({e.strerror or e})") from None
+            self._receivers.append(http_receiver)
+            self.http_port = http_receiver.port
+
+    def stop(self) -> CollectorStats:
+        """Stop accepting, land everything already accepted, answer it, close the archive; return the counts.
+
+        Requests that arrive meanwhile are refused with a retryable status (503 / UNAVAILABLE)."""
+        if self._state == "running":
+            self._state = "stopping"
+            self._queue.close()
+            for r in self._receivers:
+                r.stop_accepting(self.config.drain_timeout_s)
+            if not self._writer.join(self.config.drain_timeout_s):
+                log.error("the archive writer did not finish within %.0f s", self.config.drain_timeout_s)
+            for r in self._receivers:
+                r.close(timeout_s=5.0)
+            self._state = "stopped"
+        return self.stats
+
+    @property
+    def stats(self) -> CollectorStats:
+        """The counts so far (a copy)."""
+        return self._writer.snapshot()
+
+    @property
+    def error(self) -> str | None:
+        """Set when the archive broke and could not be reopened: every request now fails (503 / UNAVAILABLE)."""
+        return self._writer.error
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Where exporters should point, e.g. `OTLP/gRPC 127.0.0.1:4317`."""
+        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
+        out = []
+        if self.grpc_port is not None:
+            out.append(f"OTLP/gRPC {host}:{self.grpc_port}")
+        if self.http_port is not None:
+            out.append(f"OTLP/HTTP http://{host}:{self.http_port}/v1/traces")
+        return out

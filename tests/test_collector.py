@@ -1,0 +1,249 @@
+"""`Collector`: real OpenTelemetry exporters → OTLP/HTTP and OTLP/gRPC on free ports → the archive."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+import zlib
+
+import httpx
+import orjson
+import pytest
+from conftest import rows
+
+from budgetscope.archive.collector import Collector, CollectorError
+from budgetscope.instrument import Instrumentation
+
+grpc = pytest.importorskip("grpc")
+from google.rpc import error_details_pb2, status_pb2  # noqa: E402 - needs grpcio's companions
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter  # noqa: E402
+from opentelemetry.exporter.otlp.proto.http import Compression  # noqa: E402
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+from budgetscope.instrument.otlp_json import encode_request  # noqa: E402
+
+STAGES = ["stage.frontend", "stage.queue", "stage.prefill", "stage.decode"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_otlp_env(monkeypatch):
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
+                 "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+                 "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _requests(instr: Instrumentation, n: int, tier: str = "interactive") -> None:
+    for i in range(n):
+        req = instr.start_request(model="tiny", tier=tier, request_id=f"req-{tier}-{i}")
+        req.mark("queue")
+        req.mark("prefill")
+        req.token()
+        req.token()
+        req.finish(outcome="ok", input_tokens=5)
+
+
+def _export(exporter, n: int, tier: str = "interactive") -> None:
+    instr = Instrumentation(service_name="engine-under-test", exporter=exporter)
+    _requests(instr, n, tier)
+    assert instr.flush(timeout_s=20)
+    instr.shutdown()
+
+
+def _bodies(n: int = 3) -> tuple[bytes, bytes]:
+    """One export of `n` requests as (OTLP protobuf, OTLP/JSON)."""
+    memory = InMemorySpanExporter()
+    _export(memory, n, tier="batch")
+    spans = memory.get_finished_spans()
+    return encode_spans(spans).SerializeToString(), orjson.dumps(encode_request(spans))
+
+
+def _post(port: int, body: bytes, ctype: str = "application/x-protobuf", **headers) -> httpx.Response:
+    return httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=body,
+                      headers={"Content-Type": ctype, **headers}, timeout=30)
+
+
+def _counts(path) -> tuple[int, int, int]:
+    return rows(path, "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM requests), "
+                      "(SELECT count(*) FROM ingest_batches)")[0]
+
+
+# -- real exporters -------------------------------------------------------------------------------------------
+def test_http_protobuf_export_lands_spans_and_requests(archive_path):
+    with Collector(archive_path, grpc_port=0, http_port=0) as c:
+        _export(HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces"), 10)
+    names = rows(archive_path, "SELECT name, count(*) FROM spans GROUP BY 1 ORDER BY 1")
+    assert names == sorted([("llm.request", 10)] + [(s, 10) for s in STAGES])
+    (req,) = rows(archive_path, """SELECT count(*), min(source), min(tier), min(service_name), min(model),
+        count(queue_ms), count(prefill_ms), count(decode_ms), min(output_tokens) FROM requests""")
+    assert req == (10, "native", "interactive", "engine-under-test", "tiny", 10, 10, 10, 2)
+    assert rows(archive_path, "SELECT DISTINCT origin, format FROM ingest_batches") == [("otlp-http", "otlp-proto")]
+    assert c.stats.spans == 50 and c.stats.batches_rejected == 0
+
+
+def test_grpc_export_lands_spans_and_requests(archive_path):
+    with Collector(archive_path, grpc_port=0, http_port=0) as c:
+        _export(GrpcExporter(endpoint=f"127.0.0.1:{c.grpc_port}", insecure=True), 7)
+    assert rows(archive_path, "SELECT count(*), min(tier) FROM requests") == [(7, "interactive")]
+    assert rows(archive_path, "SELECT count(*) FROM spans") == [(35,)]
+    assert rows(archive_path, "SELECT DISTINCT origin FROM ingest_batches") == [("otlp-grpc",)]
+
+
+def test_gzip_http_and_grpc_exports_land(archive_path):
+    with Collector(archive_path, grpc_port=0, http_port=0) as c:
+        _export(HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces", compression=Compression.Gzip), 4)
+        _export(GrpcExporter(endpoint=f"127.0.0.1:{c.grpc_port}", insecure=True,
+                             compression=grpc.Compression.Gzip), 3)
+    assert rows(archive_path, "SELECT count(*) FROM requests") == [(7,)]
+
+
+def test_json_gzip_and_deflate_bodies_land(archive_path):
+    (_, doc), (_, doc2), (proto, _) = _bodies(), _bodies(), _bodies()
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        r = _post(c.http_port, doc, "application/json; charset=utf-8")
+        assert (r.status_code, r.headers["content-type"], r.content) == (200, "application/json", b"{}")
+        assert _post(c.http_port, gzip.compress(doc2), "application/json", **{"Content-Encoding": "gzip"}
+                     ).status_code == 200
+        r = _post(c.http_port, zlib.compress(proto), **{"Content-Encoding": "deflate"})
+        assert (r.status_code, r.headers["content-type"], r.content) == (200, "application/x-protobuf", b"")
+    assert rows(archive_path, "SELECT format, count(*) FROM ingest_batches GROUP BY 1 ORDER BY 1") == [
+        ("otlp-json", 2), ("otlp-proto", 1)]
+    assert rows(archive_path, "SELECT count(*) FROM requests") == [(9,)]
+
+
+# -- bad input, duplicates ------------------------------------------------------------------------------------
+def test_non_otlp_bodies_get_400_and_change_nothing(archive_path):
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=0, http_port=0) as c:
+        assert _post(c.http_port, proto).status_code == 200
+        before = c.stats
+        r = _post(c.http_port, b'{"hello": "world"}', "application/json")
+        assert r.status_code == 400 and r.headers["content-type"] == "application/json"
+        assert "resourceSpans" in r.json()["message"] and r.json()["code"] == 3
+        r = _post(c.http_port, b"\xff\xff\xff\xff not protobuf")
+        status = status_pb2.Status.FromString(r.content)
+        assert r.status_code == 400 and status.code == 3 and "not an OTLP protobuf" in status.message
+        assert _post(c.http_port, b"x", "text/plain").status_code == 415
+        assert _post(c.http_port, gzip.compress(proto)[:-9], **{"Content-Encoding": "gzip"}).status_code == 400
+        assert _post(c.http_port, proto, **{"Content-Encoding": "br"}).status_code == 415
+        assert httpx.post(f"http://127.0.0.1:{c.http_port}/v1/metrics", content=proto,
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 404
+        assert httpx.get(f"http://127.0.0.1:{c.http_port}/v1/traces").status_code == 405
+        with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
+            export = ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            with pytest.raises(grpc.RpcError) as e:
+                export(b"\xff\xff\xff\xff", timeout=10)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert c.stats.batches_rejected == 3
+        assert c.stats.spans == before.spans
+    assert _counts(archive_path) == (15, 3, 1)
+
+
+def test_too_large_bodies_get_413(archive_path):
+    big = b"\0" * 5000
+    with Collector(archive_path, grpc_port=None, http_port=0, max_message_bytes=4096) as c:
+        assert _post(c.http_port, big).status_code == 413
+        assert _post(c.http_port, gzip.compress(big), **{"Content-Encoding": "gzip"}).status_code == 413
+    assert _counts(archive_path) == (0, 0, 0)
+
+
+def test_the_same_body_twice_lands_once(archive_path):
+    proto, doc = _bodies()
+    with Collector(archive_path, grpc_port=0, http_port=0) as c:
+        assert [_post(c.http_port, proto).status_code for _ in range(2)] == [200, 200]
+        with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
+            assert ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")(proto) == b""
+        # a retry racing its original: both in one group
+        with httpx.Client() as client:
+            threads = [threading.Thread(target=client.post, args=(f"http://127.0.0.1:{c.http_port}/v1/traces",),
+                                        kwargs={"content": doc, "headers": {"Content-Type": "application/json"}})
+                       for _ in range(3)]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+        stats = c.stats
+    assert _counts(archive_path) == (15, 3, 2)
+    assert (stats.batches, stats.batches_landed, stats.batches_rejected) == (6, 2, 0)
+
+
+# -- overload and shutdown ------------------------------------------------------------------------------------
+def _post_in_thread(port: int, body: bytes, results: list) -> threading.Thread:
+    t = threading.Thread(target=lambda: results.append(_post(port, body)))
+    t.start()
+    return t
+
+
+def _wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_path):
+    proto, _ = _bodies()
+    other, _ = _bodies()
+    size = len(proto)
+    # The queue holds one body; a long linger keeps the first request pending while the others arrive.
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=size + 100,
+                   max_message_bytes=size + 100, linger_s=2.0, retry_after_s=3) as c:
+        first: list = []
+        t = _post_in_thread(c.http_port, proto, first)
+        _wait_for(lambda: c._queue.pending_bytes > 0)
+        r = _post(c.http_port, other)
+        assert (r.status_code, r.headers["retry-after"]) == (429, "3")
+        assert status_pb2.Status.FromString(r.content).code == 8  # RESOURCE_EXHAUSTED
+        with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
+            export = ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            with pytest.raises(grpc.RpcError) as e:
+                export(other, timeout=10)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        trailers = dict(e.value.trailing_metadata())
+        info = error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
+        assert info.retry_delay.seconds == 3
+        status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+        assert status.code == 8 and status.details[0].Is(error_details_pb2.RetryInfo.DESCRIPTOR)
+        t.join()
+        assert first[0].status_code == 200
+        assert c.stats.refused_busy == 2
+        # once answered, the bytes are free again
+        assert _post(c.http_port, other).status_code == 200
+    assert _counts(archive_path)[2] == 2
+
+
+def test_stop_lands_what_was_accepted_then_refuses(archive_path):
+    bodies = [_bodies()[0] for _ in range(4)]
+    c = Collector(archive_path, grpc_port=0, http_port=0, linger_s=30.0)
+    c.start()
+    results: list = []
+    threads = [_post_in_thread(c.http_port, b, results) for b in bodies]
+    _wait_for(lambda: c._queue.pending_bytes == sum(map(len, bodies)))
+    t0 = time.monotonic()
+    stats = c.stop()
+    assert time.monotonic() - t0 < 10  # the linger does not hold up the drain
+    [t.join() for t in threads]
+    assert [r.status_code for r in results] == [200] * 4
+    assert stats.batches_landed == 4 and stats.spans == 60
+    assert _counts(archive_path) == (60, 12, 4)
+    with pytest.raises(httpx.ConnectError):
+        _post(c.http_port, bodies[0])
+
+
+# -- start-up errors ------------------------------------------------------------------------------------------
+def test_a_port_in_use_is_a_one_line_error(archive_path):
+    with Collector(archive_path, grpc_port=0, http_port=0) as c:
+        for ports in ({"grpc_port": c.grpc_port, "http_port": 0}, {"grpc_port": 0, "http_port": c.http_port}):
+            other = Collector(archive_path.with_name("other.duckdb"), **ports)
+            with pytest.raises(CollectorError, match="cannot listen on 127.0.0.1:") as e:
+                other.start()
+            assert "\n" not in str(e.value)
+
+
+def test_a_bad_archive_is_a_one_line_error(tmp_path):
+    (tmp_path / "not-an-archive.duckdb").write_text("hello")
+    for path, message in ((tmp_path, "is a directory"), (tmp_path / "nope" / "a.duckdb", "does not exist"),
+                          (tmp_path / "not-an-archive.duckdb", "not a DuckDB archive")):
+        with pytest.raises(CollectorError, match=message):
+            Collector(path, grpc_port=0, http_port=0).start()
