@@ -186,9 +186,13 @@ def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_pa
     proto, _ = _bodies()
     other, _ = _bodies()
     size = len(proto)
-    # The queue holds one body; a long linger keeps the first request pending while the others arrive.
+    # The queue holds one body; the writer is held at a gate so that the first request stays pending.
     with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=size + 100,
-                   max_message_bytes=size + 100, linger_s=2.0, retry_after_s=3) as c:
+                   max_message_bytes=size + 100, linger_s=0, retry_after_s=3) as c:
+        gate = threading.Event()
+        archive = c._writer._archive
+        ingest = archive.ingest
+        archive.ingest = lambda batches: gate.wait(30) and ingest(batches)
         first: list = []
         t = _post_in_thread(c.http_port, proto, first)
         _wait_for(lambda: c._queue.pending_bytes > 0)
@@ -205,6 +209,7 @@ def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_pa
         assert info.retry_delay.seconds == 3
         status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
         assert status.code == 8 and status.details[0].Is(error_details_pb2.RetryInfo.DESCRIPTOR)
+        gate.set()
         t.join()
         assert first[0].status_code == 200
         assert c.stats.refused_busy == 2
@@ -247,3 +252,30 @@ def test_a_bad_archive_is_a_one_line_error(tmp_path):
                           (tmp_path / "not-an-archive.duckdb", "not a DuckDB archive")):
         with pytest.raises(CollectorError, match=message):
             Collector(path, grpc_port=0, http_port=0).start()
+
+
+def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive_path, monkeypatch):
+    from budgetscope.archive.archive import Archive
+
+    (good, _), (poison, _) = _bodies(), _bodies()
+    ingest = Archive.ingest
+
+    def failing_ingest(self, batches, progress=None):
+        batches = list(batches)
+        if any(b.payload == poison for b in batches):
+            raise RuntimeError("disk on fire")
+        return ingest(self, batches, progress)
+
+    monkeypatch.setattr(Archive, "ingest", failing_ingest)
+    with Collector(archive_path, grpc_port=None, http_port=0, linger_s=1.0) as c:
+        results: list = []
+        threads = [_post_in_thread(c.http_port, b, results) for b in (good, poison)]
+        [t.join() for t in threads]
+        by_body = {r.request.content: r for r in results}
+        assert by_body[good].status_code == 200
+        assert (by_body[poison].status_code, by_body[poison].headers["retry-after"]) == (503, "1")
+        assert "the archive failed" in status_pb2.Status.FromString(by_body[poison].content).message
+        assert c.stats.batches_failed == 1 and c.error is None
+        assert c.stats.ingests == 3  # the group of two failed, then each alone
+        assert _post(c.http_port, _bodies()[0]).status_code == 200  # the writer carries on
+    assert _counts(archive_path) == (30, 6, 2)

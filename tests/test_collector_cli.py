@@ -1,0 +1,77 @@
+"""`budgetscope collect`: a real process on free ports, SIGTERM, the summary; start-up errors exit 2."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from conftest import rows
+
+from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.collect_command import collect
+
+RUN_COLLECT = "import sys; from budgetscope.archive.collect_command import collect; collect(sys.argv[1:])"
+JSON_DOC = (b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},'
+            b'"scopeSpans":[{"scope":{"name":"budgetscope"},"spans":['
+            b'{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331","name":"llm.request",'
+            b'"kind":2,"startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000001000000000",'
+            b'"attributes":[{"key":"budgetscope.tier","value":{"stringValue":"interactive"}}]},'
+            b'{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"c7ad6b7169203332",'
+            b'"parentSpanId":"b7ad6b7169203331","name":"stage.queue","kind":1,'
+            b'"startTimeUnixNano":"1700000000100000000","endTimeUnixNano":"1700000000300000000",'
+            b'"attributes":[{"key":"budgetscope.stage","value":{"stringValue":"queue"}}]}]}]}]}')
+
+
+def test_collect_runs_until_sigterm_and_prints_a_summary(archive_path):
+    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive_path), "--grpc-port", "0",
+                             "--http-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = proc.stdout.readline()
+        assert re.match(r"budgetscope collect: OTLP/gRPC 127\.0\.0\.1:\d+, OTLP/HTTP http://127\.0\.0\.1:\d+/v1/traces;",
+                        banner), banner
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)", banner).group(1))
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=JSON_DOC,
+                       headers={"Content-Type": "application/json"}, timeout=30)
+        assert (r.status_code, r.content) == (200, b"{}")
+        with pytest.raises(ArchiveError, match="in use by another process"):  # DuckDB: one writer process
+            Archive(archive_path, read_only=True, create=False)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1].startswith("budgetscope collect: 1 batches (1 landed, 0 already stored, 0 rejected, "
+                                           "0 failed), 2 spans, 1 requests derived")
+    assert rows(archive_path, "SELECT tier, queue_ms FROM requests") == [("interactive", 200.0)]
+
+
+def test_a_port_in_use_exits_2_with_one_line(archive_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(collect, ["--archive", str(archive_path), "--http-port", str(port),
+                                              "--no-grpc"])
+    assert result.exit_code == 2
+    assert result.output == f"budgetscope: OTLP/HTTP: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
+
+
+def test_a_bad_archive_path_exits_2_with_one_line(tmp_path):
+    result = CliRunner().invoke(collect, ["--archive", str(tmp_path / "missing" / "a.duckdb"), "--grpc-port", "0",
+                                          "--http-port", "0"])
+    assert result.exit_code == 2
+    assert result.output == (f"budgetscope: cannot create {tmp_path / 'missing' / 'a.duckdb'}: "
+                             f"folder {tmp_path / 'missing'} does not exist\n")
+
+
+def test_collect_has_help_with_an_example():
+    result = CliRunner().invoke(collect, ["--help"])
+    assert result.exit_code == 0
+    assert "budgetscope collect --archive prod.duckdb" in result.output
