@@ -8,12 +8,15 @@
 Importing this package loads neither the OpenTelemetry SDK nor torch; see docs/instrumentation.md.
 """
 
+from budgetscope.instrument.client import ClientRequest, ClientTracer
 from budgetscope.instrument.context import current_request, stage
 from budgetscope.instrument.instrumentation import Instrumentation
 from budgetscope.instrument.noop_request import NoopRequestTrace
 from budgetscope.instrument.request_trace import RequestFinishedError, RequestTrace
 
 __all__ = [
+    "ClientRequest",
+    "ClientTracer",
     "Instrumentation",
     "NoopRequestTrace",
     "RequestFinishedError",

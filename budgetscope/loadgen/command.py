@@ -1,0 +1,168 @@
+"""`budgetscope load`: the CLI face of the load generator (registered in budgetscope/cli.py)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from budgetscope.loadgen.errors import LoadgenError
+
+
+class _InputError(click.ClickException):
+    """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"budgetscope: {self.format_message()}", err=True)
+
+
+class _Progress:
+    """One live status line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.enabled = sys.stderr.isatty()
+        self.start = time.monotonic()
+
+    def __call__(self, runner) -> None:
+        click.echo(f"\r  {time.monotonic() - self.start:6.1f} s  sent {runner.num_sent}/{self.total}  "
+                   f"in flight {runner.in_flight}  done {runner.num_finished}  errors {runner.num_errors}   ",
+                   err=True, nl=False)
+
+    def close(self) -> None:
+        if self.enabled:
+            click.echo("", err=True)
+
+
+@click.command("load")
+@click.argument("url")
+@click.option("--rate", type=float, help="Mean arrival rate, requests/s (not with --replay).")
+@click.option("--arrivals", default="poisson", show_default=True, help="poisson | gamma:cv=C | constant.")
+@click.option("--requests", "num_requests", type=int, help="Number of requests in the plan.")
+@click.option("--duration", type=float, help="Plan length in seconds (arrivals due before it).")
+@click.option("--replay", type=click.Path(), help="Replay a JSON-lines trace (timestamp/offset, lengths, tier, tenant).")
+@click.option("--time-scale", type=float, default=1.0, show_default=True, help="Replay speed-up factor.")
+@click.option("--prompt-tokens", default="128", show_default=True,
+              help="Prompt length: N | uniform:LO,HI | lognormal:median=M,sigma=S[,max=B].")
+@click.option("--output-tokens", default="64", show_default=True, help="max_tokens, same forms as --prompt-tokens.")
+@click.option("--tiers", help="Tier mix, e.g. interactive=0.8,batch=0.2 (sent as header and body field).")
+@click.option("--tenants", help="Tenant mix, e.g. acme=3,globex=1.")
+@click.option("--shared-prefix", help="fraction=F,count=K,tokens=T: F of requests start with one of K prefixes.")
+@click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True,
+              help="Synthetic words (~1 BPE token each) or exact token ids (completions API only).")
+@click.option("--api", type=click.Choice(["auto", "completions", "chat"]), default="auto", show_default=True)
+@click.option("--model", help="Model name for the body (default: the first of GET /v1/models, if any).")
+@click.option("--concurrency", type=int, help="Cap on requests in flight; held-back requests show as schedule lag.")
+@click.option("--connections", type=int, help="Keep-alive connections opened before the start.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the plan (arrivals, lengths, prompts).")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Per-request timeout, seconds.")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Ask the server to generate exactly max_tokens.")
+@click.option("--body-hints/--no-body-hints", default=True, show_default=True,
+              help="Send ignore_eos and budgetscope_tier/_tenant in the body (headers are always sent).")
+@click.option("--header", "-H", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
+@click.option("--spans", help="Client span exporter: otlp | jsonl:<path> | console | none "
+                              "(default: OTEL_TRACES_EXPORTER, unset means none).")
+@click.option("--service-name", default="budgetscope-loadgen", show_default=True, help="service.name of client spans.")
+@click.option("--out", "out_path", type=click.Path(), help="Write per-request records and the summary as JSON.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Summary on stdout.")
+@click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
+def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
+         tenants, shared_prefix, prompt_format, api, model, concurrency, connections, seed, timeout, ignore_eos,
+         body_hints, headers, spans, service_name, out_path, fmt, dry_run) -> None:
+    """Send an open-loop load to an OpenAI-compatible endpoint and report client TTFT, ITL, E2E and schedule lag.
+
+    Requests are sent when the plan says, whatever the server does; schedule lag (sent - scheduled) shows
+    any delay on the client side, including the --concurrency cap. Each request carries a W3C traceparent
+    whose parent is its `llm.client.request` span, so server spans join the client's trace.
+
+    \b
+      budgetscope load http://127.0.0.1:8000 --rate 20 --duration 60 --out results.json
+      budgetscope load http://127.0.0.1:8000/v1/chat/completions --rate 5 --arrivals gamma:cv=3 \\
+          --requests 500 --prompt-tokens lognormal:median=512,sigma=0.6 --tiers interactive=0.8,batch=0.2 \\
+          --shared-prefix fraction=0.5,count=4,tokens=256 --spans jsonl:client.jsonl
+      budgetscope load http://127.0.0.1:8000 --replay trace.jsonl --time-scale 2
+    """
+    import orjson
+
+    from budgetscope.instrument.client import ClientTracer
+    from budgetscope.loadgen import (Arrivals, Distribution, Mix, Prompts, SharedPrefix, Target, Workload,
+                                     build_plan, read_replay, run_load)
+
+    try:
+        workload = Workload(Distribution.parse(prompt_tokens), Distribution.parse(output_tokens), Mix.parse(tiers),
+                            Mix.parse(tenants), SharedPrefix.parse(shared_prefix))
+        if replay:
+            if rate is not None or num_requests is not None or duration is not None:
+                raise LoadgenError("--replay takes its times from the file; drop --rate/--requests/--duration")
+            plan = read_replay(replay, workload, seed=seed, time_scale=time_scale)
+        else:
+            if rate is None:
+                raise LoadgenError("give --rate (requests/s) or --replay FILE")
+            if (num_requests is None) == (duration is None):
+                raise LoadgenError("give exactly one of --requests or --duration")
+            plan = build_plan(Arrivals.parse(arrivals, rate), workload, seed=seed, num_requests=num_requests,
+                              duration_s=duration)
+        extra_headers = dict(_header(h) for h in headers)
+        target = Target(url, api=api, model=model, ignore_eos=ignore_eos, body_hints=body_hints,
+                        headers=extra_headers)
+        if prompt_format == "token-ids" and target.api == "chat":
+            raise LoadgenError("--prompt-format token-ids needs the completions API")
+        if dry_run:
+            _print_plan(plan)
+            return
+        if model is None:
+            target.model = target.probe()
+        else:
+            target.probe()
+        tracer = ClientTracer(service_name=service_name, exporter=spans)
+    except (LoadgenError, ValueError, TypeError, ImportError) as err:
+        raise _InputError(str(err)) from None
+    click.echo(f"budgetscope load: {len(plan)} requests to {target.url} - {plan.description}", err=True)
+    progress = _Progress(len(plan))
+    try:
+        result = run_load(plan, target, concurrency=concurrency, connections=connections, tracer=tracer,
+                          timeout_s=timeout, prompts=Prompts(seed, token_ids=prompt_format == "token-ids"),
+                          on_progress=progress if progress.enabled else None)
+    except LoadgenError as err:
+        raise _InputError(str(err)) from None
+    finally:
+        progress.close()
+        tracer.shutdown()
+    if tracer.dropped_requests:
+        click.echo(f"budgetscope: {tracer.dropped_requests} client spans dropped (export queue full)", err=True)
+    if out_path:
+        result.write_json(out_path)
+    if fmt == "json":
+        click.echo(orjson.dumps(result.summary(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(result.table())
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise LoadgenError(f"bad header {text!r}; use 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def _print_plan(plan) -> None:
+    import collections
+
+    reqs = plan.requests
+    tiers = collections.Counter(r.tier or "default" for r in reqs)
+    prompt = sorted(r.prompt_tokens for r in reqs)
+    output = sorted(r.output_tokens for r in reqs)
+    click.echo(f"plan: {plan.description}")
+    click.echo(f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), seed {plan.seed}")
+    if reqs:
+        click.echo(f"prompt tokens p50 {prompt[len(prompt) // 2]} max {prompt[-1]}; "
+                   f"output tokens p50 {output[len(output) // 2]} max {output[-1]}")
+    click.echo("tiers " + ", ".join(f"{k} {v}" for k, v in tiers.most_common()))
+    shared = sum(r.prefix_id >= 0 for r in reqs)
+    if shared:
+        click.echo(f"shared prefix on {shared} requests")

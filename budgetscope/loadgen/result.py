@@ -1,0 +1,145 @@
+"""`LoadResult`: a run's per-request records and its summary (counts, percentiles, achieved rate).
+
+Percentiles interpolate linearly between order statistics (DuckDB's `quantile_cont`, numpy's default).
+Latency figures cover the requests that succeeded; schedule lag covers every request that was sent.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from pathlib import Path
+
+import orjson
+
+from budgetscope.loadgen.plan import Plan
+from budgetscope.loadgen.records import RequestRecord
+
+FIGURES = {
+    # name: (anchor, what)
+    "schedule_lag_ms": ("scheduled -> sent", "sent - scheduled; every sent request"),
+    "client_ttft_ms": ("sent", "first token - sent"),
+    "client_ttft_scheduled_ms": ("scheduled", "first token - scheduled"),
+    "itl_ms": ("token -> token", "each gap between token events, all requests pooled"),
+    "client_tpot_ms": ("token -> token", "(last - first token) / (output tokens - 1)"),
+    "client_e2e_ms": ("sent", "response end - sent"),
+    "client_e2e_scheduled_ms": ("scheduled", "response end - scheduled"),
+}
+"""Each client figure with its anchor. Percentiles of all but schedule lag are over successful requests."""
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolation quantile of already sorted values (NaN when empty)."""
+    n = len(sorted_values)
+    if n == 0:
+        return math.nan
+    pos = q * (n - 1)
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def describe(values: list[float]) -> dict:
+    """count, mean, p50, p90, p99, max of the non-NaN values (None where undefined)."""
+    xs = sorted(v for v in values if not math.isnan(v))
+    out: dict = {"count": len(xs), "mean": _r(sum(xs) / len(xs)) if xs else None}
+    for q in QUANTILES:
+        out[f"p{round(q * 100)}"] = _r(quantile(xs, q)) if xs else None
+    out["max"] = _r(xs[-1]) if xs else None
+    return out
+
+
+class LoadResult:
+    """What a run produced. `unix0`: add to a record's perf_counter reading to get Unix-epoch ns."""
+
+    def __init__(self, plan: Plan, records: list[RequestRecord], *, unix0: int, started_unix_nano: int,
+                 concurrency: int | None, target_url: str) -> None:
+        self.plan = plan
+        self.records = records
+        self.unix0 = unix0
+        self.started_unix_nano = started_unix_nano
+        self.concurrency = concurrency
+        self.target_url = target_url
+
+    def figure(self, name: str) -> list[float]:
+        """The values of one figure of FIGURES, in ms."""
+        if name == "schedule_lag_ms":
+            return [r.schedule_lag_ms for r in self.records if r.sent_ns is not None]
+        ok = [r for r in self.records if r.is_ok]
+        if name == "itl_ms":
+            return [gap for r in ok for gap in r.itl_ms]
+        attr = {"client_ttft_ms": "ttft_ms", "client_ttft_scheduled_ms": "ttft_scheduled_ms",
+                "client_tpot_ms": "tpot_ms", "client_e2e_ms": "e2e_ms",
+                "client_e2e_scheduled_ms": "e2e_scheduled_ms"}[name]
+        return [getattr(r, attr) for r in ok]
+
+    def summary(self) -> dict:
+        """Counts by outcome and HTTP status, rates, and each figure's distribution with its anchor."""
+        recs = self.records
+        sent = [r.sent_ns for r in recs if r.sent_ns is not None]
+        ends = [r.end_ns for r in recs if r.end_ns is not None]
+        ok = [r for r in recs if r.is_ok]
+        send_span = (max(sent) - min(sent)) / 1e9 if len(sent) > 1 else 0.0
+        run_span = (max(ends) - min(sent)) / 1e9 if sent and ends else 0.0
+        out_tokens = sum(r.output_tokens or 0 for r in ok)
+        figures = {}
+        for name, (anchor, what) in FIGURES.items():
+            figures[name] = {"anchor": anchor, "definition": what, **describe(self.figure(name))}
+        return {
+            "target": self.target_url,
+            "plan": self.plan.description,
+            "seed": self.plan.seed,
+            "requests": len(recs),
+            "sent": len(sent),
+            "ok": len(ok),
+            "concurrency": self.concurrency,
+            "outcomes": dict(collections.Counter(r.outcome for r in recs).most_common()),
+            "status_codes": {str(k): v for k, v in collections.Counter(
+                r.status if r.status is not None else "none" for r in recs).most_common()},
+            "planned_rate_rps": _r(self.plan.planned_rate or self.plan.rate),
+            "plan_rate_rps": _r(self.plan.rate),
+            "achieved_send_rate_rps": _r((len(sent) - 1) / send_span) if send_span > 0 else None,
+            "ok_throughput_rps": _r(len(ok) / run_span) if run_span > 0 else None,
+            "output_tokens_per_s": _r(out_tokens / run_span) if run_span > 0 else None,
+            "duration_s": _r(run_span),
+            "started_unix_nano": self.started_unix_nano,
+            "figures": figures,
+        }
+
+    def to_json(self) -> dict:
+        """The summary and every request (times in Unix-epoch ns, figures in ms)."""
+        return {"summary": self.summary(), "requests": [r.to_dict(self.unix0) for r in self.records]}
+
+    def write_json(self, path: str | Path) -> None:
+        """Write `to_json()` to `path`."""
+        Path(path).write_bytes(orjson.dumps(self.to_json(), option=orjson.OPT_INDENT_2))
+
+    def table(self) -> str:
+        """The end-of-run summary as plain text."""
+        s = self.summary()
+        lines = [
+            f"target   {s['target']}",
+            f"plan     {s['plan']}",
+            f"requests {s['requests']}  sent {s['sent']}  ok {s['ok']}  "
+            + "  ".join(f"{k} {v}" for k, v in s["outcomes"].items() if k != "ok"),
+            f"rate     planned {_f(s['planned_rate_rps'])}/s  achieved send {_f(s['achieved_send_rate_rps'])}/s  "
+            f"ok throughput {_f(s['ok_throughput_rps'])}/s  output {_f(s['output_tokens_per_s'])} tok/s  "
+            f"over {_f(s['duration_s'])} s",
+            "",
+            f"{'figure (ms)':<26}{'anchor':<19}{'count':>7}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
+        ]
+        for name, fig in s["figures"].items():
+            lines.append(f"{name:<26}{fig['anchor']:<19}{fig['count']:>7}" + "".join(
+                f"{_f(fig[k]):>10}" for k in ("p50", "p90", "p99", "max")))
+        return "\n".join(lines)
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None or math.isnan(x) else round(x, 4)
+
+
+def _f(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"

@@ -1,0 +1,96 @@
+"""Server-sent events: split a byte stream into event payloads, and read OpenAI-style stream chunks.
+
+The parser takes bytes as they come off the socket, in any split (mid-line, mid-`\\r\\n`), and returns the
+`data` of each completed event (several `data:` lines joined by `\\n`, as the SSE spec says).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+DONE = b"[DONE]"
+
+
+class SSEParser:
+    """Incremental SSE parser: `feed(bytes)` returns the data payloads of the events it completed."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Payloads (bytes, `data:` prefix and one leading space removed) of events ended in `data`."""
+        buf = self._buf + data if self._buf else data
+        if b"\r" in buf:
+            held = b"\r" if buf.endswith(b"\r") else b""  # may be the first half of a \r\n
+            buf = (buf[:-1] if held else buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        else:
+            held = b""
+        blocks = buf.split(b"\n\n")
+        self._buf = blocks.pop() + held
+        out = []
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:  # the common one-line event
+                out.append(block[6:])
+                continue
+            lines = [line[5:] for line in block.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                out.append(b"\n".join(line[1:] if line.startswith(b" ") else line for line in lines))
+        return out
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event not yet ended by a blank line."""
+        return self._buf
+
+
+class StreamChunk:
+    """What one OpenAI stream payload says: a token event, usage, an error, or the end."""
+
+    __slots__ = ("is_done", "has_text", "completion_tokens", "prompt_tokens", "error")
+
+    def __init__(self) -> None:
+        self.is_done = False
+        self.has_text = False
+        self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.error: str | None = None
+
+
+def read_chunk(payload: bytes) -> StreamChunk:
+    """Interpret one payload of a `/v1/completions` or `/v1/chat/completions` stream.
+
+    A token event is a choice with non-empty `text` (completions) or `delta.content` /
+    `delta.reasoning_content` (chat). `usage` gives the token counts. `{"error": ...}` is an error.
+    """
+    chunk = StreamChunk()
+    if payload == DONE:
+        chunk.is_done = True
+        return chunk
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        chunk.error = f"bad_event: not JSON: {payload[:80]!r}"
+        return chunk
+    if not isinstance(obj, dict):
+        chunk.error = f"bad_event: not an object: {payload[:80]!r}"
+        return chunk
+    error = obj.get("error")
+    if error:
+        message = error.get("message") if isinstance(error, dict) else error
+        chunk.error = f"stream_error: {message}"
+        return chunk
+    choices = obj.get("choices")
+    if choices:
+        choice = choices[0]
+        text = choice.get("text")
+        if text is None:
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content")
+        chunk.has_text = bool(text)
+    usage = obj.get("usage")
+    if usage:
+        chunk.completion_tokens = usage.get("completion_tokens")
+        chunk.prompt_tokens = usage.get("prompt_tokens")
+    return chunk
