@@ -115,11 +115,13 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
         if dry_run:
             _print_plan(plan)
             return
-        if model is None:
-            target.model = target.probe()
-        else:
-            target.probe()
         tracer = ClientTracer(service_name=service_name, exporter=spans)
+        try:
+            probed = target.probe()
+        except LoadgenError:
+            tracer.shutdown()
+            raise
+        target.model = model or probed
     except (LoadgenError, ValueError, TypeError, ImportError) as err:
         raise _InputError(str(err)) from None
     click.echo(f"budgetscope load: {len(plan)} requests to {target.url} - {plan.description}", err=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import time
 from typing import Callable
 
@@ -182,7 +183,8 @@ class LoadRunner:
                 self._loop.create_connection(HttpConnection, t.host, t.port, ssl=t.ssl_context()),
                 timeout=min(self.timeout_s, 10.0))
         except (OSError, asyncio.TimeoutError) as err:
-            reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
+            errno = getattr(err, "errno", None)
+            reason = os.strerror(errno) if errno else str(err) or "timed out"
             raise LoadgenError(f"cannot connect to {t.url}: {reason}") from None
         return conn
 

@@ -14,21 +14,25 @@ DONE = b"[DONE]"
 class SSEParser:
     """Incremental SSE parser: `feed(bytes)` returns the data payloads of the events it completed."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_skip_lf")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._skip_lf = False  # the last piece ended in \r: a \n starting the next one is its CRLF's second half
 
     def feed(self, data: bytes) -> list[bytes]:
         """Payloads (bytes, `data:` prefix and one leading space removed) of events ended in `data`."""
+        if not data:
+            return []
+        if self._skip_lf and data.startswith(b"\n"):
+            data = data[1:]
+        self._skip_lf = False
+        if b"\r" in data:
+            self._skip_lf = data.endswith(b"\r")
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
-            held = b"\r" if buf.endswith(b"\r") else b""  # may be the first half of a \r\n
-            buf = (buf[:-1] if held else buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        else:
-            held = b""
         blocks = buf.split(b"\n\n")
-        self._buf = blocks.pop() + held
+        self._buf = blocks.pop()
         out = []
         for block in blocks:
             if block.startswith(b"data: ") and b"\n" not in block:  # the common one-line event
