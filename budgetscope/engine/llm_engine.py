@@ -104,8 +104,9 @@ class LLMEngine:
         if num + params.max_tokens > self.max_model_len:
             raise RequestError(400, f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) exceeds "
                                     f"the model's context of {self.max_model_len} tokens")
-        if self.block_manager.blocks_needed(num + 1) > self.block_manager.num_blocks:
-            raise RequestError(400, f"prompt of {num} tokens cannot fit the KV cache")
+        if self.block_manager.blocks_needed(num + params.max_tokens) > self.block_manager.num_blocks:
+            raise RequestError(400, f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) cannot fit "
+                                    f"the KV cache of {self.block_manager.num_blocks * cfg.block_size} tokens")
         if any(t < 0 or t >= self.model_config.vocab_size for t in prompt_token_ids):
             raise RequestError(400, "prompt token id out of the vocabulary")
 

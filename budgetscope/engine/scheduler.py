@@ -33,10 +33,19 @@ class ScheduledBatch:
     def num_decode_seqs(self) -> int:
         return sum(1 for n in self.num_new_tokens if n == 1)
 
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
         self.seqs.append(seq)
         self.num_new_tokens.append(num_new_tokens)
         self.is_sampled.append(seq.num_computed_tokens + num_new_tokens == seq.num_tokens)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take seq back out of this step (it is being preempted)."""
+        i = next(i for i, s in enumerate(self.seqs) if s is seq)
+        del self.seqs[i], self.num_new_tokens[i], self.is_sampled[i]
 
 
 class Scheduler:
@@ -47,8 +56,9 @@ class Scheduler:
     3. waiting sequences, by tier priority then arrival, while budget, `max_num_seqs` and blocks allow;
        a prefix-cache hit skips its blocks. Nothing is admitted in a step that preempted.
 
-    When blocks run out, the least important running sequence not yet in this step is preempted by
-    recompute: its blocks are freed and it goes back to the front of its waiting queue.
+    When blocks run out, the least important running sequence (if less important than the one asking;
+    else the asker itself) is preempted by recompute: its blocks are freed, it leaves this step if it
+    was in it, and it goes back to the front of its waiting queue.
     """
 
     def __init__(self, config: EngineConfig, block_manager: BlockManager):
@@ -86,11 +96,12 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         """Pick this step's sequences and token counts, allocating (or preempting for) their blocks."""
         batch = ScheduledBatch()
-        budget = self.config.max_num_batched_tokens
+        limit = self.config.max_num_batched_tokens
         self.running.sort(key=Sequence.sort_key)
         decoding = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
         prefilling = [s for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
         for seq in decoding + prefilling:
+            budget = limit - batch.num_tokens
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted earlier in this loop
@@ -100,29 +111,30 @@ class Scheduler:
                 continue
             if self._make_room(seq, seq.num_computed_tokens + num_new, batch):
                 batch.add(seq, num_new)
-                budget -= num_new
         if not batch.preempted:
-            self._admit(batch, budget)
+            self._admit(batch)
         return batch
 
     def _make_room(self, seq: Sequence, num_tokens: int, batch: ScheduledBatch) -> bool:
         """Allocate blocks for seq, preempting less important sequences; False if seq itself went."""
         while not self.block_manager.allocate(seq, num_tokens):
-            victim = self._victim(exclude=batch.seqs, than=seq)
+            victim = self._victim(than=seq)
             if victim is None:
                 self._preempt(seq, batch)
                 return False
             self._preempt(victim, batch)
         return True
 
-    def _victim(self, exclude: list[Sequence], than: Sequence) -> Sequence | None:
-        """The least important running sequence, not in this step, less important than `than`."""
+    def _victim(self, than: Sequence) -> Sequence | None:
+        """The least important running sequence, if it is less important than `than`."""
         for seq in reversed(self.running):
-            if seq is not than and seq not in exclude and seq.sort_key() > than.sort_key():
-                return seq
+            if seq is not than:
+                return seq if seq.sort_key() > than.sort_key() else None
         return None
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+        if seq in batch.seqs:
+            batch.remove(seq)
         self.running.remove(seq)
         self.block_manager.free(seq)
         seq.num_computed_tokens = 0
@@ -133,9 +145,12 @@ class Scheduler:
         batch.preempted.append(seq)
         seq.trace.mark("queue")
 
-    def _admit(self, batch: ScheduledBatch, budget: int) -> None:
-        while budget > 0 and len(self.running) < self.config.max_num_seqs:
+    def _admit(self, batch: ScheduledBatch) -> None:
+        while len(self.running) < self.config.max_num_seqs:
+            budget = self.config.max_num_batched_tokens - batch.num_tokens
             seq = self._head()
+            if seq is None or budget == 0:
+                return
             if seq is None:
                 return
             hit = self.block_manager.match_prefix(seq)
@@ -146,7 +161,7 @@ class Scheduler:
                     return
                 num_new = budget
             if not self.block_manager.allocate(seq, num_cached + num_new, hit):
-                victim = self._victim(exclude=batch.seqs, than=seq)
+                victim = self._victim(than=seq)
                 if victim is None:
                     return
                 self._preempt(victim, batch)
@@ -160,7 +175,6 @@ class Scheduler:
             self.running.append(seq)
             seq.trace.mark("prefill")
             batch.add(seq, num_new)
-            budget -= num_new
 
     # -- after the model ran ----------------------------------------------------------------------
     def postprocess(self, batch: ScheduledBatch, sampled_ids: list[int], eos_ids: set[int]) -> list[Sequence]:

@@ -8,6 +8,7 @@ from enum import Enum
 from typing import Any, Callable
 
 from budgetscope.engine.sampling_params import SamplingParams
+from budgetscope.engine.telemetry import NULL_TRACE
 
 
 class SequenceStatus(Enum):
@@ -71,7 +72,7 @@ class Sequence:
         self.num_preemptions = 0
         self.finish_reason: str | None = None  # stop | length | abort | timeout
         self.outcome: str | None = None  # ok | cancelled | timeout | error
-        self.trace = trace
+        self.trace = trace if trace is not None else NULL_TRACE
         self.on_output = on_output
         self.first_token_ns: int | None = None
         self.last_token_ns: int | None = None

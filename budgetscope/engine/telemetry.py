@@ -11,6 +11,7 @@ log = logging.getLogger(__name__)
 class NullTrace:
     """A request trace that records nothing; what every request gets when instrumentation is off."""
 
+    __slots__ = ()
     traceparent = None
 
     def mark(self, stage: str) -> None:

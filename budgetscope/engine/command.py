@@ -1,0 +1,84 @@
+"""`budgetscope engine serve`: the reference engine behind an OpenAI-compatible server.
+
+Nothing heavy at import: torch, starlette and uvicorn load inside the command.
+"""
+
+from __future__ import annotations
+
+import click
+
+CONFIG_NAMES = ("tiny", "small", "medium", "1b")
+
+
+@click.group()
+def engine():
+    """The reference inference engine (PyTorch): paged KV, prefix cache, token-budget scheduler."""
+
+
+@engine.command()
+@click.option("--config", "model", type=click.Choice(CONFIG_NAMES), default="tiny", show_default=True,
+              help="Named random-weight model config (ignored with --checkpoint).")
+@click.option("--checkpoint", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Hugging Face-format folder: config.json, *.safetensors, tokenizer.json.")
+@click.option("--served-model-name", default=None, help="Model name the API answers to.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--max-batched-tokens", type=int, default=512, show_default=True, help="Token budget of one step.")
+@click.option("--max-seqs", type=int, default=32, show_default=True, help="Running sequences at once.")
+@click.option("--kv-blocks", type=int, default=0, help="KV blocks in the cache (0: sized from --max-seqs).")
+@click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per KV block.")
+@click.option("--max-model-len", type=int, default=2048, show_default=True, help="Prompt + output tokens.")
+@click.option("--max-waiting", type=int, default=256, show_default=True,
+              help="Waiting-queue bound; beyond it requests get 429 (0: unbounded).")
+@click.option("--max-prompt-tokens", type=int, default=0, help="Longer prompts get 400 (0: max-model-len - 1).")
+@click.option("--max-output-tokens", type=int, default=0, help="Larger max_tokens get 400 (0: max-model-len - 1).")
+@click.option("--request-timeout", type=float, default=0.0, help="Default per-request deadline, seconds (0: none).")
+@click.option("--no-chunked-prefill", is_flag=True, help="Schedule each prompt whole.")
+@click.option("--no-prefix-caching", is_flag=True, help="Never reuse KV blocks across requests.")
+@click.option("--tier-priority", multiple=True, metavar="TIER=N",
+              help="Scheduling priority of a tier, lower first (default interactive=0 default=1 batch=2).")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1 … (auto: cuda if present).")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch's default).")
+@click.option("--instrument/--no-instrument", default=True, show_default=True,
+              help="Emit budgetscope stage spans (exporter from OTEL_* variables or --exporter).")
+@click.option("--exporter", default=None, help='Span exporter: "otlp", "console", "jsonl:PATH" (default: OTEL_*).')
+@click.option("--log-level", default="info", show_default=True)
+def serve(model, checkpoint, served_model_name, host, port, max_batched_tokens, max_seqs, kv_blocks, block_size,
+          max_model_len, max_waiting, max_prompt_tokens, max_output_tokens, request_timeout, no_chunked_prefill,
+          no_prefix_caching, tier_priority, device, dtype, seed, threads, instrument, exporter, log_level):
+    """Serve /v1/completions and /v1/chat/completions (OpenAI-compatible, SSE streaming), /v1/models,
+    /health and /metrics, with the engine stepping on its own thread.
+
+    Example: budgetscope engine serve --config tiny --port 8000 --exporter jsonl:spans.jsonl
+    """
+    import logging
+
+    from budgetscope.engine.engine_config import DEFAULT_TIER_PRIORITIES, EngineConfig
+    from budgetscope.engine.llm_engine import LLMEngine
+    from budgetscope.engine.server import serve as run_server
+    from budgetscope.engine.telemetry import Telemetry
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    priorities = dict(DEFAULT_TIER_PRIORITIES)
+    for item in tier_priority:
+        tier, sep, value = item.partition("=")
+        if not sep or not value.lstrip("-").isdigit():
+            raise click.BadParameter(f"{item!r} is not TIER=N", param_hint="--tier-priority")
+        priorities[tier] = int(value)
+    try:
+        config = EngineConfig(
+            model=model, checkpoint=checkpoint, served_model_name=served_model_name, seed=seed, device=device,
+            dtype=dtype, max_model_len=max_model_len, block_size=block_size, num_kv_blocks=kv_blocks,
+            max_num_batched_tokens=max_batched_tokens, max_num_seqs=max_seqs,
+            enable_chunked_prefill=not no_chunked_prefill, enable_prefix_caching=not no_prefix_caching,
+            max_waiting=max_waiting, max_prompt_tokens=max_prompt_tokens, max_output_tokens=max_output_tokens,
+            request_timeout_s=request_timeout, tier_priorities=priorities, num_threads=threads,
+        )
+        telemetry = Telemetry.create(enabled=instrument, exporter=exporter)
+        llm = LLMEngine(config, telemetry)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"budgetscope engine: {llm.model_name} on http://{host}:{port}", err=True)
+    run_server(llm, host=host, port=port, log_level=log_level.lower())

@@ -1,0 +1,97 @@
+"""The engine on its own thread: steps while work exists, sleeps when idle; the server hands it requests."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+from budgetscope.engine.errors import RequestError
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+
+class EngineLoop:
+    """Thread-safe front of an LLMEngine. submit()/abort() may be called from any thread; every change to
+    the engine happens on the loop's thread at the top of a step, so an abort frees blocks within one step.
+    """
+
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._cond = threading.Condition()
+        self._inbox: list[Sequence] = []
+        self._aborts: list[tuple[Sequence, str, str]] = []
+        self._num_waiting = 0  # scheduler's waiting count after the last step, read by submit()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="budgetscope-engine", daemon=True)
+
+    def start(self) -> "EngineLoop":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests waiting for their first schedule (queued in the scheduler or not yet handed over)."""
+        return self._num_waiting + len(self._inbox)
+
+    def submit(self, seq: Sequence) -> None:
+        """Enqueue seq (marks its queue stage); RequestError(429) when the waiting queue is full."""
+        limit = self.engine.config.max_waiting
+        with self._cond:
+            if limit and self._num_waiting + len(self._inbox) >= limit:
+                raise RequestError(429, f"the engine is overloaded: {limit} requests already waiting",
+                                   type="rate_limit_exceeded", retry_after_s=self.retry_after_s())
+            seq.trace.mark("queue")
+            self._inbox.append(seq)
+            self._cond.notify()
+
+    def abort(self, seq: Sequence, outcome: str = "cancelled", reason: str = "abort") -> None:
+        """Finish seq at the next step boundary and free its blocks."""
+        with self._cond:
+            self._aborts.append((seq, outcome, reason))
+            self._cond.notify()
+
+    def retry_after_s(self) -> int:
+        """Seconds a rejected client should wait: the waiting queue drained at the observed request rate."""
+        e2e = self.engine.metrics.e2e
+        mean_s = e2e.sum / e2e.count if e2e.count else 1.0
+        per_slot = self._num_waiting / max(self.engine.config.max_num_seqs, 1)
+        return int(min(60, max(1, math.ceil(per_slot * mean_s))))
+
+    def _run(self) -> None:
+        engine = self.engine
+        while True:
+            with self._cond:
+                while not (self._inbox or self._aborts or self._stopping or engine.has_work):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                inbox, self._inbox = self._inbox, []
+                aborts, self._aborts = self._aborts, []
+            for seq in inbox:
+                engine.scheduler.add(seq)
+            for seq, outcome, reason in aborts:
+                engine.abort(seq, outcome, reason)
+            try:
+                if engine.has_work:
+                    engine.step()
+            except Exception:  # a failed step fails its requests, never the server
+                log.exception("engine step failed; failing every request in flight")
+                self._fail_all()
+            self._num_waiting = engine.scheduler.num_waiting
+
+    def _fail_all(self) -> None:
+        sched = self.engine.scheduler
+        for seq in sched.running + [s for q in sched.waiting.values() for s in q]:
+            sched.finish(seq, "error", "error")
+            if seq.on_output is not None:
+                seq.on_output(seq)

@@ -1,0 +1,250 @@
+"""The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.
+
+Each request: the frontend (parse, tokenize, validate) runs on the event loop, then the sequence goes to
+the EngineLoop thread; tokens come back through an asyncio queue, one SSE chunk per output token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from budgetscope.engine import protocol
+from budgetscope.engine.detokenizer import Detokenizer
+from budgetscope.engine.engine_loop import EngineLoop
+from budgetscope.engine.errors import RequestError
+from budgetscope.engine.protocol import ParsedRequest
+
+
+class TokenEvents:
+    """Carries (token count, finished) from the engine thread to the request's coroutine."""
+
+    def __init__(self):
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def on_output(self, seq) -> None:  # engine thread
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (seq.num_tokens, seq.is_finished))
+
+
+class Server:
+    """Routes bound to one EngineLoop. `app` is the Starlette ASGI application."""
+
+    def __init__(self, loop: EngineLoop):
+        self.loop = loop
+        self.engine = loop.engine
+        self.telemetry = loop.engine.telemetry
+        self.app = Starlette(routes=[
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+        ])
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def models(self, request: Request) -> Response:
+        card = {"id": self.engine.model_name, "object": "model", "created": 0, "owned_by": "budgetscope",
+                "max_model_len": self.engine.max_model_len}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def metrics(self, request: Request) -> Response:
+        text = self.engine.metrics.render(self.engine)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, is_chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, is_chat=True)
+
+    # -- one request ------------------------------------------------------------------------------
+    async def _generate(self, request: Request, is_chat: bool) -> Response:
+        arrival_ns = time.time_ns()
+        headers = request.headers
+        request_id = headers.get("x-request-id") or f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
+        trace = self.telemetry.start_request(
+            model=self.engine.model_name, tier=headers.get(protocol.TIER_HEADER, "default"),
+            tenant=headers.get(protocol.TENANT_HEADER), traceparent=headers.get("traceparent"),
+            request_id=request_id, operation="chat" if is_chat else "text_completion",
+        )
+        events = TokenEvents()
+        try:
+            req, seq = await self._frontend(request, is_chat, request_id, trace, arrival_ns, events)
+            self.loop.submit(seq)
+        except RequestError as exc:
+            trace.finish(outcome="rejected", error_type=f"http_{exc.status}")
+            self.engine.metrics.observe_finish("rejected", arrival_ns, time.time_ns(), 0, 0)
+            extra = {"retry-after": str(exc.retry_after_s)} if exc.retry_after_s else None
+            return JSONResponse(exc.body(), status_code=exc.status, headers=extra)
+        out_headers = {"x-request-id": request_id}
+        if trace.traceparent:
+            out_headers["traceresponse"] = trace.traceparent
+        if req.stream:
+            return StreamingResponse(self._stream(req, seq, events, request_id), media_type="text/event-stream",
+                                     headers={**out_headers, "cache-control": "no-cache"})
+        return await self._complete(request, req, seq, events, request_id, out_headers)
+
+    async def _frontend(self, request, is_chat, request_id, trace, arrival_ns, events):
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RequestError(400, "the request body is not valid JSON") from None
+        cfg = self.engine.config
+        req = protocol.parse_request(
+            body, request.headers, is_chat, self.engine.model_name,
+            cfg.default_chat_max_tokens if is_chat else cfg.default_max_tokens,
+            self.engine.tokenizer.apply_chat_template,
+        )
+        _label(trace, req.tier, req.tenant)
+        ids = req.prompt_token_ids if req.prompt_token_ids is not None else self.engine.tokenizer.encode(req.prompt)
+        seq = self.engine.make_sequence(
+            ids, req.params, request_id=request_id, tier=req.tier, tenant=req.tenant, arrival_ns=arrival_ns,
+            timeout_s=req.deadline_s, trace=trace, on_output=events.on_output,
+        )
+        return req, seq
+
+    async def _tokens(self, req: ParsedRequest, seq, events: TokenEvents, detok: Detokenizer):
+        """Yield (text delta, finish_reason or None) per new output token; finish_reason set on the last.
+
+        Stop strings end the request here: the engine is told to drop it, and the text is cut before the stop.
+        """
+        sent = seq.num_prompt_tokens
+        while True:
+            count, done = await events.queue.get()
+            new = seq.token_ids[sent:count]
+            sent = count
+            for i, token_id in enumerate(new):
+                text = detok.add([token_id])
+                last = done and i == len(new) - 1
+                if last:
+                    text += detok.flush()
+                cut = _stop_cut(detok.text, req.params.stop, len(text))
+                if cut is not None:
+                    self.loop.abort(seq, outcome="ok", reason="stop")
+                    seq.trace.mark("postprocess")
+                    yield text[:cut], "stop"
+                    return
+                yield text, (_finish_reason(seq) if last else None)
+            if done and not new:
+                yield detok.flush(), _finish_reason(seq)
+            if done:
+                return
+
+    async def _stream(self, req: ParsedRequest, seq, events: TokenEvents, request_id: str):
+        model = self.engine.model_name
+        detok = Detokenizer(self.engine.tokenizer)
+        outcome = None
+        try:
+            first = True
+            async for text, reason in self._tokens(req, seq, events, detok):
+                if reason in ("timeout", "error"):
+                    yield _sse({"error": {"message": f"request ended: {reason}", "type": reason, "code": None}})
+                    break
+                yield _sse(protocol.chunk(req, request_id, model, text, reason, first))
+                first = False
+            if req.include_usage:
+                yield _sse(protocol.usage_chunk(req, request_id, model, seq))
+            yield "data: [DONE]\n\n"
+            outcome = seq.outcome or "ok"
+        finally:
+            if outcome is None:  # the client went away (or the server is stopping)
+                self.loop.abort(seq, outcome="cancelled")
+                outcome = "cancelled"
+            self.engine.finish_trace(seq, outcome)
+
+    async def _complete(self, request, req, seq, events, request_id, headers) -> Response:
+        detok = Detokenizer(self.engine.tokenizer)
+        gone = asyncio.ensure_future(_disconnected(request))
+        reason = None
+        try:
+            tokens = self._tokens(req, seq, events, detok)
+            while True:
+                step = asyncio.ensure_future(anext(tokens, None))
+                await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    step.cancel()
+                    self.loop.abort(seq, outcome="cancelled")
+                    self.engine.finish_trace(seq, "cancelled")
+                    return Response(status_code=499)
+                item = step.result()
+                if item is None:
+                    break
+                reason = item[1] or reason
+        finally:
+            gone.cancel()
+        outcome = seq.outcome or "ok"
+        if reason in ("timeout", "error"):
+            self.engine.finish_trace(seq, outcome)
+            status = 504 if reason == "timeout" else 500
+            err = RequestError(status, f"request ended: {reason}", type=reason)
+            return JSONResponse(err.body(), status_code=status, headers=headers)
+        body = protocol.response(req, request_id, self.engine.model_name, _cut_text(detok.text, req.params.stop),
+                                 reason or "length", seq)
+        self.engine.finish_trace(seq, outcome)
+        return JSONResponse(body, headers=headers)
+
+
+def _label(trace, tier: str, tenant: str | None) -> None:
+    """Set tier/tenant parsed from the body on a real trace (the null trace has no attributes)."""
+    try:
+        trace.tier = tier
+        trace.tenant = tenant
+    except AttributeError:
+        pass
+
+
+def _finish_reason(seq) -> str:
+    return {"abort": "abort"}.get(seq.finish_reason, seq.finish_reason or "stop")
+
+
+def _stop_cut(text: str, stops: list[str], delta_len: int) -> int | None:
+    """Where, inside the last delta_len characters of text, the delta must be cut for a stop string."""
+    if not stops:
+        return None
+    start = len(text) - delta_len
+    for stop in stops:
+        at = text.find(stop, max(0, start - len(stop) + 1))
+        if at != -1:
+            return max(0, at - start)
+    return None
+
+
+def _cut_text(text: str, stops: list[str]) -> str:
+    for stop in stops:
+        at = text.find(stop)
+        if at != -1:
+            text = text[:at]
+    return text
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+def serve(engine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Run the engine's loop thread and the HTTP server until interrupted; then stop and flush telemetry."""
+    import uvicorn
+
+    loop = EngineLoop(engine).start()
+    try:
+        uvicorn.run(Server(loop).app, host=host, port=port, log_level=log_level)
+    finally:
+        loop.stop()
+        engine.telemetry.shutdown()
