@@ -213,7 +213,8 @@ class OtlpHttpReceiver:
     def stop_accepting(self, grace_s: float) -> None:
         """Close the listening socket; connections already open are still answered (503 once the queue is
         closed). `grace_s` is unused: `close` bounds the wait."""
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
+            self._server.shutdown()
         self._server.server_close()
 
     def close(self, timeout_s: float) -> None:
