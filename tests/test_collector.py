@@ -215,6 +215,7 @@ def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_pa
         assert c.stats.refused_busy == 2
         # once answered, the bytes are free again
         assert _post(c.http_port, other).status_code == 200
+        assert c._queue.pending_bytes == 0
     assert _counts(archive_path)[2] == 2
 
 
@@ -279,3 +280,16 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
         assert c.stats.ingests == 3  # the group of two failed, then each alone
         assert _post(c.http_port, _bodies()[0]).status_code == 200  # the writer carries on
     assert _counts(archive_path) == (30, 6, 2)
+
+
+def test_status_and_retry_info_decode_with_the_googleapis_protos():
+    from budgetscope.archive import collector_status as st
+
+    status = status_pb2.Status.FromString(st.status_proto(st.UNAVAILABLE, "shutting down ✓", retry_after_s=1.5))
+    info = error_details_pb2.RetryInfo()
+    assert status.details[0].Unpack(info)
+    assert (status.code, status.message, info.retry_delay.seconds, info.retry_delay.nanos) == (
+        14, "shutting down ✓", 1, 500_000_000)
+    assert status_pb2.Status.FromString(st.status_proto(st.INVALID_ARGUMENT, "bad")).details == []
+    assert orjson.loads(st.status_json(st.RESOURCE_EXHAUSTED, "busy", 2)) == {
+        "code": 8, "message": "busy", "details": [{"@type": st.RETRY_INFO_TYPE, "retryDelay": "2s"}]}
