@@ -26,7 +26,34 @@ def _fail(e: Exception) -> UsageError:
     return UsageError(str(e))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Commands whose modules pull in more (torch, servers, gRPC) load only when invoked.
+LAZY_COMMANDS = {
+    "engine": "budgetscope.engine.command:engine",
+    "collect": "budgetscope.archive.collect_command:collect",
+    "load": "budgetscope.loadgen.command:load",
+}
+
+
+class _LazyGroup(click.Group):
+    def _lazy(self) -> dict[str, str]:
+        from importlib.util import find_spec
+
+        return {n: t for n, t in LAZY_COMMANDS.items() if find_spec(t.split(":")[0]) is not None}
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy()})
+
+    def get_command(self, ctx, name):
+        target = self._lazy().get(name)
+        if target is None:
+            return super().get_command(ctx, name)
+        from importlib import import_module
+
+        module, attr = target.split(":")
+        return getattr(import_module(module), attr)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="budgetscope")
 def main() -> None:
     """budgetscope: where the time of your slowest LLM requests went, against declared latency budgets.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import click
 import pytest
 from click.testing import CliRunner
 from otlp_wire import MS, T0, export, jsonl, native_request
@@ -202,7 +203,9 @@ def test_every_command_has_help_and_docs(runner):
     from pathlib import Path
 
     docs = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
-    for name, cmd in main.commands.items():
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        cmd = main.get_command(ctx, name)
         r = runner.invoke(main, [name, "--help"])
         assert r.exit_code == 0 and cmd.help, name
         assert f"budgetscope {name}" in docs, f"docs/cli.md does not document `budgetscope {name}`"

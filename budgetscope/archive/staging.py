@@ -13,12 +13,18 @@ CREATE TEMP TABLE IF NOT EXISTS staged (
 )"""
 
 MACROS = r"""
-CREATE OR REPLACE TEMP MACRO bs_id(x, nbytes) AS CASE
-  WHEN x IS NULL OR x = '' THEN NULL
-  WHEN length(x) = 2 * nbytes AND translate(x, '0123456789abcdef', '') = '' THEN x
-  WHEN length(x) = 2 * nbytes AND translate(lower(x), '0123456789abcdef', '') = '' THEN lower(x)
+CREATE OR REPLACE TEMP MACRO bs_b64id(x, nbytes) AS CASE
+  WHEN regexp_full_match(lower(x), '[0-9a-f]+') AND length(x) = 2 * nbytes THEN lower(x)
   WHEN octet_length(TRY(from_base64(x))) = nbytes THEN lower(hex(from_base64(x)))
-  ELSE NULL END;
+  END;
+CREATE OR REPLACE TEMP MACRO bs_id16(x) AS CASE
+  WHEN x IS NULL OR x = '' THEN NULL
+  WHEN regexp_full_match(x, '[0-9a-f]{32}') THEN x
+  ELSE bs_b64id(x, 16) END;
+CREATE OR REPLACE TEMP MACRO bs_id8(x) AS CASE
+  WHEN x IS NULL OR x = '' THEN NULL
+  WHEN regexp_full_match(x, '[0-9a-f]{16}') THEN x
+  ELSE bs_b64id(x, 8) END;
 CREATE OR REPLACE TEMP MACRO bs_ns(x) AS coalesce(
   TRY_CAST(x AS BIGINT),
   CASE WHEN TRY_CAST(x AS DOUBLE) = round(TRY_CAST(x AS DOUBLE)) THEN TRY_CAST(TRY_CAST(x AS DOUBLE) AS BIGINT) END);
@@ -53,8 +59,8 @@ SELECT batch_id, tid AS trace_id, sid AS span_id, pid AS parent_span_id, name, b
     WHEN end_ns IS NULL OR end_ns < 0 THEN format('span {{}} ({{}}) has an invalid endTimeUnixNano {{}}', sid, to_json(name), to_json(end_raw))
     WHEN end_ns < start_ns THEN format('span {{}} ({{}}) ends before it starts (by {{}} ns)', sid, to_json(name), start_ns - end_ns)
   END AS err
-FROM (SELECT *, coalesce(name, '') AS name, bs_id(trace_id, 16) AS tid, bs_id(span_id, 8) AS sid,
-             bs_id(parent_span_id, 8) AS pid, bs_ns(start_raw) AS start_ns, bs_ns(end_raw) AS end_ns
+FROM (SELECT *, coalesce(name, '') AS name, bs_id16(trace_id) AS tid, bs_id8(span_id) AS sid,
+             bs_id8(parent_span_id) AS pid, bs_ns(start_raw) AS start_ns, bs_ns(end_raw) AS end_ns
       FROM {raw})"""
 
 

@@ -1,0 +1,50 @@
+"""Ingest throughput: OTLP JSON lines → archive, end to end (read, hash, parse, validate, insert, derive).
+
+    python benchmarks/bench_ingest.py [--requests 150000]
+
+Prints spans/s and MB/s for a fresh archive, and the time to re-ingest the same file (all batches known).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, peak_rss_mb  # noqa: E402
+
+from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.archive.files import read_batches  # noqa: E402
+from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=150_000)
+    ap.add_argument("--out", default="bench-out")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(exist_ok=True)
+    traces = out / f"ingest-{args.requests}.jsonl"
+    if not traces.exists():
+        t = time.perf_counter()
+        write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch")))
+        print(f"generated {traces} in {time.perf_counter() - t:.1f} s")
+    size_mb = traces.stat().st_size / 1e6
+    archive = out / "ingest.duckdb"
+    archive.unlink(missing_ok=True)
+    with Archive(archive) as a:
+        rep = a.ingest(read_batches(traces))
+        again = a.ingest(read_batches(traces))
+    print(f"machine: {machine()}")
+    print(f"file: {size_mb:,.0f} MB, {rep.spans:,} spans, {rep.requests_derived:,} requests")
+    print(f"ingest: {rep.seconds:.2f} s = {rep.spans_per_s:,.0f} spans/s, {size_mb / rep.seconds:,.1f} MB/s")
+    print(f"re-ingest of the same file: {again.seconds:.2f} s, {again.spans_inserted} spans inserted")
+    print(f"archive: {os.path.getsize(archive) / 1e6:,.0f} MB; peak RSS {peak_rss_mb():,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
