@@ -255,3 +255,14 @@ def test_cli_dry_run_sends_nothing():
     result = CliRunner().invoke(load, ["http://127.0.0.1:9", "--rate", "10", "--duration", "3", "--dry-run",
                                        "--shared-prefix", "fraction=0.5,count=2,tokens=8"])
     assert result.exit_code == 0 and "shared prefix on" in result.stdout
+
+
+def test_the_command_module_stays_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, budgetscope.loadgen.command; "
+            "print(sorted(m for m in ('torch', 'opentelemetry.sdk', 'asyncio', 'budgetscope.loadgen.runner') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

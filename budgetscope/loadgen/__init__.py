@@ -11,22 +11,33 @@
 Importing this package loads no OpenTelemetry SDK; see docs/loadgen.md.
 """
 
-from budgetscope.loadgen.arrivals import Arrivals
-from budgetscope.loadgen.distributions import Distribution, Mix
-from budgetscope.loadgen.errors import LoadgenError
-from budgetscope.loadgen.plan import Plan, PlannedRequest, build_plan
-from budgetscope.loadgen.prompts import Prompts
-from budgetscope.loadgen.records import RequestRecord
-from budgetscope.loadgen.replay import read_replay
-from budgetscope.loadgen.result import FIGURES, LoadResult
-from budgetscope.loadgen.runner import LoadRunner
-from budgetscope.loadgen.target import Target
-from budgetscope.loadgen.workload import SharedPrefix, Workload
+import importlib
+
+_EXPORTS = {
+    "Arrivals": "arrivals", "Distribution": "distributions", "Mix": "distributions", "LoadgenError": "errors",
+    "Plan": "plan", "PlannedRequest": "plan", "build_plan": "plan", "Prompts": "prompts",
+    "RequestRecord": "records", "read_replay": "replay", "FIGURES": "result", "LoadResult": "result",
+    "LoadRunner": "runner", "Target": "target", "SharedPrefix": "workload", "Workload": "workload",
+}
 
 
-def run_load(plan: Plan, target: Target, **options) -> LoadResult:
-    """Run `plan` against `target` in a new event loop with precise timers; `options` go to `LoadRunner`."""
+def __getattr__(name: str):
+    # Lazy: `budgetscope load` is registered on every CLI start, and asyncio/ssl cost ~80 ms to import.
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def run_load(plan, target, **options):
+    """Run `plan` against `target` in a new event loop with precise timers; `options` go to `LoadRunner`.
+
+    Returns the LoadResult.
+    """
     from budgetscope.loadgen.event_loop import new_event_loop
+    from budgetscope.loadgen.runner import LoadRunner
 
     loop = new_event_loop()
     try:
