@@ -51,12 +51,17 @@ def test_unfinished_event_waits_for_its_blank_line():
 
 def test_read_chunk_kinds():
     assert read_chunk(b"[DONE]").is_done
-    assert read_chunk(b'{"choices":[{"text":"x"}]}').has_text
-    assert not read_chunk(b'{"choices":[{"text":""}]}').has_text
-    assert not read_chunk(b'{"choices":[{"delta":{"role":"assistant"}}]}').has_text
-    assert read_chunk(b'{"choices":[{"delta":{"reasoning_content":"hm"}}]}').has_text
+    assert read_chunk(b'{"choices":[{"text":"x"}]}').is_token
+    assert read_chunk(b'{"choices":[{"text":"x","finish_reason":"length"}]}').is_token
+    assert read_chunk(b'{"choices":[{"text":"","finish_reason":null}]}').is_token  # bytes not yet decodable
+    assert not read_chunk(b'{"choices":[{"text":"","finish_reason":"stop"}]}').is_token  # a closing event
+    assert not read_chunk(b'{"choices":[{"delta":{"role":"assistant","content":""}}]}').is_token
+    assert not read_chunk(b'{"choices":[{"delta":{},"finish_reason":"stop"}]}').is_token
+    assert read_chunk(b'{"choices":[{"delta":{"content":""},"finish_reason":null}]}').is_token
+    assert read_chunk(b'{"choices":[{"delta":{"reasoning_content":"hm"}}]}').is_token
+    assert read_chunk(b'{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}').is_token
     usage = read_chunk(b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}')
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.has_text) == (3, 9, False)
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.is_token) == (3, 9, False)
     assert read_chunk(b'{"error":{"message":"boom","type":"x"}}').error == "stream_error: boom"
     assert read_chunk(b"not json").error.startswith("bad_event")
 

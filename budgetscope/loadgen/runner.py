@@ -250,7 +250,7 @@ class _Exchange:
         rec = self.rec
         for payload in self.sse.feed(data):
             chunk = read_chunk(payload)
-            if chunk.has_text:
+            if chunk.is_token:
                 if rec.first_token_ns is None:
                     rec.first_token_ns = t_ns
                 rec.token_ns.append(t_ns)

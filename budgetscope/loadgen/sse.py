@@ -52,11 +52,11 @@ class SSEParser:
 class StreamChunk:
     """What one OpenAI stream payload says: a token event, usage, an error, or the end."""
 
-    __slots__ = ("is_done", "has_text", "completion_tokens", "prompt_tokens", "error")
+    __slots__ = ("is_done", "is_token", "completion_tokens", "prompt_tokens", "error")
 
     def __init__(self) -> None:
         self.is_done = False
-        self.has_text = False
+        self.is_token = False
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.error: str | None = None
@@ -65,8 +65,11 @@ class StreamChunk:
 def read_chunk(payload: bytes) -> StreamChunk:
     """Interpret one payload of a `/v1/completions` or `/v1/chat/completions` stream.
 
-    A token event is a choice with non-empty `text` (completions) or `delta.content` /
-    `delta.reasoning_content` (chat). `usage` gives the token counts. `{"error": ...}` is an error.
+    A token event carries output: non-empty `text` (completions), `delta.content`,
+    `delta.reasoning_content` or `delta.tool_calls` (chat) - or an empty text/content before the end (no
+    `finish_reason`, no `role`): a token whose bytes do not decode to text yet, as the reference engine and
+    vLLM send. A chat role announcement or a closing event with empty text is not a token. `usage` gives
+    the token counts. `{"error": ...}` is an error.
     """
     chunk = StreamChunk()
     if payload == DONE:
@@ -88,11 +91,14 @@ def read_chunk(payload: bytes) -> StreamChunk:
     choices = obj.get("choices")
     if choices:
         choice = choices[0]
-        text = choice.get("text")
-        if text is None:
+        pending = choice.get("finish_reason") is None
+        if "text" in choice:
+            text = choice["text"]
+            chunk.is_token = bool(text) or (text == "" and pending)
+        else:
             delta = choice.get("delta") or {}
-            text = delta.get("content") or delta.get("reasoning_content")
-        chunk.has_text = bool(text)
+            chunk.is_token = bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")) \
+                or (delta.get("content") == "" and pending and "role" not in delta)
     usage = obj.get("usage")
     if usage:
         chunk.completion_tokens = usage.get("completion_tokens")
