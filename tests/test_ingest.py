@@ -244,3 +244,32 @@ def test_large_file_streams_in_chunks(archive_path, ingest_text, monkeypatch):
         rep = a.ingest(read_batches(p), progress=lambda r: seen.append(r.spans))
     assert rep.spans == 240 and len(seen) > 3 and seen == sorted(seen)
     assert rows(archive_path, "SELECT count(*) FROM requests") == [(40,)]
+
+
+def test_a_copy_of_a_rejected_batch_is_reported_rejected_not_ingested(archive_path, ingest_text):
+    rep = ingest_text(archive_path, '{"foo": 1}\n{"foo": 1}\n')
+    assert rep.batches_already_ingested == 0
+    assert [(r.position, r.error) for r in rep.rejected] == [
+        ("line 1", "not an OTLP trace export: no 'resourceSpans' list (found keys ['foo'])"),
+        ("line 2", "same bytes as line 1, which was rejected")]
+    rep = ingest_text(archive_path, '{"foo": 1}\n')  # sent again later: judged again, not skipped
+    assert rep.rejected[0].error.startswith("not an OTLP trace export")
+
+
+def test_protobuf_of_unknown_fields_only_is_rejected(archive_path, ingest_text):
+    rep = ingest_text(archive_path, b"\x98\x06\x01", "junk.pb")  # field 99, varint 1: valid protobuf, not OTLP
+    assert [r.error for r in rep.rejected] == [
+        "not an OTLP protobuf trace export (no resource spans in a non-empty message)"]
+
+
+def test_ingest_without_derive_leaves_requests_pending(archive_path, tmp_path):
+    from budgetscope.archive.archive import Archive
+    from budgetscope.archive.files import read_batches
+
+    p = tmp_path / "t.jsonl"
+    p.write_text(jsonl(export(native_request()[1])))
+    with Archive(archive_path) as a:
+        rep = a.ingest(read_batches(p), derive=False)
+        assert (rep.spans_inserted, rep.requests_derived, a.pending_traces()) == (6, 0, 1)
+    with Archive(archive_path) as a:  # the next writer finishes what was left
+        assert a.pending_traces() == 0 and a.counts()["requests"] == 1

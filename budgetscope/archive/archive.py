@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from budgetscope.archive import jsonsql, otlp_json, otlp_proto, schema, staging
 from budgetscope.archive.spanbatch import BadBatch
@@ -64,6 +64,95 @@ class IngestReport:
         return self.spans / self.seconds if self.seconds else 0.0
 
 
+@dataclass(slots=True)
+class _Chunk:
+    """Batches new to the archive, ready to stage: the JSON ones already as an Arrow table."""
+
+    items: list[tuple[int, str, RawBatch]]  # (batch id, content hash, batch)
+    raw_json: object  # pyarrow.Table (batch_id, doc, expected) or None
+    seen: int
+    copies: list[tuple[str, RawBatch]]  # batches whose bytes were seen before: skipped
+
+
+def _raw_json_table(items: list[tuple[int, str, RawBatch]]):
+    import pyarrow as pa
+
+    js = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-json"]
+    if not js:
+        return None
+    table = pa.table({
+        "batch_id": pa.array([b for b, _ in js], pa.int64()),
+        "doc": pa.array([p for _, p in js], pa.binary()).cast(pa.string()),
+        "expected": pa.array([otlp_json.count_spans(p) for _, p in js], pa.int64()),
+    })
+    # Small record batches let DuckDB spread the JSON parsing over every core.
+    return pa.Table.from_batches(table.to_batches(max_chunksize=8))
+
+
+def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Iterator[_Chunk]:
+    """Group batches new to the archive into chunks of about CHUNK_BYTES, skipping those seen before."""
+    items: list[tuple[int, str, RawBatch]] = []
+    copies: list[tuple[str, RawBatch]] = []
+    size = seen = 0
+    for rb in batches:
+        seen += 1
+        h = hashlib.blake2b(rb.payload, digest_size=16).hexdigest()
+        if h in known:
+            copies.append((h, rb))
+            continue
+        known.add(h)
+        items.append((next_id, h, rb))
+        next_id += 1
+        size += len(rb.payload)
+        if size >= CHUNK_BYTES:
+            yield _Chunk(items, _raw_json_table(items), seen, copies)
+            items, copies, size, seen = [], [], 0, 0
+    yield _Chunk(items, _raw_json_table(items), seen, copies)
+
+
+def _prefetch(it: Iterator[_Chunk]) -> Iterator[_Chunk]:
+    """Run `it` one chunk ahead in a thread (at most two chunks in memory); re-raise its errors here."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=1)
+    done = object()
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            q.put(e)
+
+    t = threading.Thread(target=produce, name="budgetscope-ingest-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(timeout=0.05)
+
+
 def _check_path(path: Path, create: bool) -> None:
     if path.is_dir():
         raise ArchiveError(f"{path} is a directory, not an archive file")
@@ -104,6 +193,7 @@ class Archive:
         _check_path(self.path, create and not read_only)
         is_new = not self.path.exists()
         self.read_only = read_only or sandbox
+        self._known: set[str] | None = None  # content hashes of landed batches, loaded on first ingest
         config = {"enable_external_access": False, "lock_configuration": True} if sandbox else None
         self.con = _connect(self.path, self.read_only, config)
         if is_new:
@@ -155,43 +245,52 @@ class Archive:
         return _Tx()
 
     # -- ingest --------------------------------------------------------------------------------------------
-    def ingest(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None) -> IngestReport:
-        """Land every good batch; report the bad ones (which change nothing) and what was derived."""
+    def ingest(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None,
+               derive: bool = True) -> IngestReport:
+        """Land every good batch; report the bad ones (which change nothing) and what was derived.
+
+        `derive=False` leaves the `requests` rows of the touched traces to a later `derive_pending()` (a
+        long-running writer does that on its own schedule); the spans are durable either way.
+        """
         if self.read_only:
             raise ArchiveError(f"{self.path} is open read-only")
         t0 = time.perf_counter()
         report = IngestReport()
-        known = {h for (h,) in self.con.execute("SELECT content_hash FROM ingest_batches").fetchall()}
+        if self._known is None:
+            self._known = {h for (h,) in self.con.execute("SELECT content_hash FROM ingest_batches").fetchall()}
         (next_id,) = one(self.con, "SELECT coalesce(max(batch_id), 0) + 1 FROM ingest_batches")
-        chunk: list[tuple[int, str, RawBatch]] = []
-        size = 0
-        for rb in batches:
-            report.batches += 1
-            h = hashlib.blake2b(rb.payload, digest_size=16).hexdigest()
-            if h in known:
-                report.batches_already_ingested += 1
-                continue
-            known.add(h)
-            chunk.append((next_id, h, rb))
-            next_id += 1
-            size += len(rb.payload)
-            if size >= CHUNK_BYTES:
-                self._land(chunk, report)
-                chunk, size = [], 0
-                report.seconds = time.perf_counter() - t0
-                if progress:
-                    progress(report)
-        if chunk:
-            self._land(chunk, report)
-        report.requests_derived, report.orphan_stage_spans = self.derive_pending()
+        rejected_hashes: dict[str, str] = {}
+        # Reading, hashing and building the next chunk overlap DuckDB's work on this one.
+        for chunk in _prefetch(_chunks(batches, self._known, next_id)):
+            report.batches += chunk.seen
+            report.batches_already_ingested += len(chunk.copies)
+            if chunk.items:
+                try:
+                    self._land(chunk, report, rejected_hashes)
+                except BaseException:
+                    self._known = None  # the chunk's hashes were marked known but did not land: reload
+                    raise
+                finally:
+                    staging.clear(self.con)
+            for h, rb in chunk.copies:  # same bytes as an earlier batch of this call that was rejected
+                if h in rejected_hashes:
+                    report.batches_already_ingested -= 1
+                    report.rejected.append(Rejected(rb.origin, rb.position,
+                                                    f"same bytes as {rejected_hashes[h]}, which was rejected"))
+            report.seconds = time.perf_counter() - t0
+            if progress:
+                progress(report)
+        if derive:
+            report.requests_derived, report.orphan_stage_spans = self.derive_pending()
         report.seconds = time.perf_counter() - t0
         return report
 
-    def _land(self, chunk: list[tuple[int, str, RawBatch]], report: IngestReport) -> None:
+    def _land(self, ch: "_Chunk", report: IngestReport, rejected_hashes: dict[str, str]) -> None:
         con = self.con
+        chunk = ch.items
         rejected: dict[int, str] = {}
         by_id = {bid: rb for bid, _, rb in chunk}
-        reference = self._stage_json([bid for bid, _, rb in chunk if rb.format == "otlp-json"], by_id)
+        reference = self._stage_json(ch.raw_json)
         reference += [bid for bid, _, rb in chunk if rb.format != "otlp-json"]
         for bid in sorted(reference):
             rb = by_id[bid]
@@ -206,8 +305,11 @@ class Archive:
                 con.execute(f"INSERT INTO staged {staging.normalise('bs_ref')}")
                 con.unregister("bs_ref")
         rejected.update(staging.validate(con))
-        for bid in sorted(rejected):
-            report.rejected.append(Rejected(by_id[bid].origin, by_id[bid].position, rejected[bid]))
+        for bid, h, rb in chunk:
+            if bid in rejected:
+                report.rejected.append(Rejected(rb.origin, rb.position, rejected[bid]))
+                rejected_hashes[h] = rb.position
+                self._known.discard(h)  # a rejected batch may be sent again, fixed or not
         if rejected:
             con.executemany("INSERT INTO rejected VALUES (?, ?)", list(rejected.items()))
         good = [(bid, h, rb) for bid, h, rb in chunk if bid not in rejected]
@@ -227,21 +329,12 @@ class Archive:
         report.spans += sum(counts.values())
         report.spans_inserted += sum(inserted.values())
         report.duplicate_spans += sum(r[8] for r in rows)
-        staging.clear(con)
 
-    def _stage_json(self, ids: list[int], by_id: dict[int, RawBatch]) -> list[int]:
+    def _stage_json(self, raw) -> list[int]:
         """Stage JSON batches through the fast path; return those the reference decoder must take."""
-        if not ids:
+        if raw is None:
             return []
-        import pyarrow as pa
-
-        raw = pa.table({
-            "batch_id": pa.array(ids, pa.int64()),
-            "doc": pa.array([by_id[b].payload for b in ids], pa.binary()).cast(pa.string()),
-            "expected": pa.array([otlp_json.count_spans(by_id[b].payload) for b in ids], pa.int64()),
-        })
-        # Small record batches let DuckDB spread the JSON parsing over every core.
-        self.con.register("bs_raw", pa.Table.from_batches(raw.to_batches(max_chunksize=8)))
+        self.con.register("bs_raw", raw)
         try:
             return jsonsql.stage(self.con, "bs_raw")
         finally:

@@ -40,6 +40,9 @@ def decode(payload: bytes) -> SpanBatch:
         msg.ParseFromString(payload)
     except DecodeError as e:
         raise BadBatch(f"not an OTLP protobuf trace export ({e})") from None
+    if payload and not msg.resource_spans:
+        # proto3 decodes any bytes made only of unknown fields as an empty message: that is not an export.
+        raise BadBatch("not an OTLP protobuf trace export (no resource spans in a non-empty message)")
     batch = SpanBatch()
     for rs in msg.resource_spans:
         res = _attrs(rs.resource.attributes)
