@@ -192,7 +192,7 @@ def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_pa
         gate = threading.Event()
         archive = c._writer._archive
         ingest = archive.ingest
-        archive.ingest = lambda batches: gate.wait(30) and ingest(batches)
+        archive.ingest = lambda batches, **kw: gate.wait(30) and ingest(batches, **kw)
         first: list = []
         t = _post_in_thread(c.http_port, proto, first)
         _wait_for(lambda: c._queue.pending_bytes > 0)
@@ -261,11 +261,11 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
     (good, _), (poison, _) = _bodies(), _bodies()
     ingest = Archive.ingest
 
-    def failing_ingest(self, batches, progress=None):
+    def failing_ingest(self, batches, progress=None, **kw):
         batches = list(batches)
         if any(b.payload == poison for b in batches):
             raise RuntimeError("disk on fire")
-        return ingest(self, batches, progress)
+        return ingest(self, batches, progress, **kw)
 
     monkeypatch.setattr(Archive, "ingest", failing_ingest)
     with Collector(archive_path, grpc_port=None, http_port=0, linger_s=1.0) as c:

@@ -106,12 +106,17 @@ class PendingQueue:
             return True
 
     # -- writer side ---------------------------------------------------------------------------------------
-    def take(self, linger_s: float, max_group_bytes: int) -> list[Ticket]:
+    def take(self, linger_s: float, max_group_bytes: int, wait_s: float | None = None) -> list[Ticket] | None:
         """The next group for one ingest: blocks for a first ticket, then lets the group grow until the oldest
-        ticket has waited `linger_s` or the group holds `max_group_bytes`. [] once closed and drained."""
+        ticket has waited `linger_s` or the group holds `max_group_bytes`. [] once closed and drained;
+        None when `wait_s` passed with nothing queued."""
         with self._cond:
+            deadline_first = None if wait_s is None else time.monotonic() + wait_s
             while not self._items and not self.closed:
-                self._cond.wait()
+                left = None if deadline_first is None else deadline_first - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._cond.wait(left)
             if not self._items:
                 return []
             deadline = self._items[0].queued_ns + int(linger_s * 1e9)

@@ -54,6 +54,9 @@ class CollectorStats:
         self.requests_derived += rep.requests_derived
 
 
+DERIVE_EVERY_S = 1.0
+
+
 class ArchiveWriter:
     """Owns the archive (DuckDB connections are not to be shared across threads) and drains the queue."""
 
@@ -98,12 +101,37 @@ class ArchiveWriter:
             self._opened.set()
         if self._archive is None:
             return
+        # Groups land with derive=False (acknowledged once their spans are committed; the traces they touch
+        # are recorded as pending in the same transaction), and `requests` rows are derived when the queue
+        # is idle or every DERIVE_EVERY_S: deriving costs about as much as landing a group.
+        last_derive = time.monotonic()
         try:
-            while group := self.queue.take(self.linger_s, self.max_group_bytes):
-                self._ingest(group)
+            while True:
+                wait = max(0.0, DERIVE_EVERY_S - (time.monotonic() - last_derive))
+                group = self.queue.take(self.linger_s, self.max_group_bytes, wait_s=wait)
+                if group:
+                    self._ingest(group)
+                if group is None or time.monotonic() - last_derive >= DERIVE_EVERY_S:
+                    self._derive()
+                    last_derive = time.monotonic()
+                if group == []:
+                    break
         finally:
             if self._archive is not None:
+                self._derive()
                 self._archive.close()
+
+    def _derive(self) -> None:
+        if self._archive is None:
+            return
+        try:
+            n, _ = self._archive.derive_pending()
+        except Exception as e:  # noqa: BLE001 - the spans are safe; the next derive retries
+            log.error("deriving requests failed (will retry): %s", (str(e).splitlines() or [type(e).__name__])[0])
+            self._reopen()
+            return
+        with self._lock:
+            self.stats.requests_derived += n
 
     def _ingest(self, group: list[Ticket]) -> None:
         # Identical bodies in one group (a retry racing its original) share one batch and one outcome.
@@ -150,7 +178,7 @@ class ArchiveWriter:
             return None
         t0 = time.perf_counter_ns()
         try:
-            return self._archive.ingest(batches)
+            return self._archive.ingest(batches, derive=False)
         except Exception as e:  # noqa: BLE001 - any archive failure must still answer the waiting clients
             what = f"{batches[0].origin} {batches[0].position}" if len(batches) == 1 else f"{len(batches)} batches"
             log.error("archive ingest of %s failed: %s", what, (str(e).splitlines() or [type(e).__name__])[0])
