@@ -241,7 +241,7 @@ def demo(out: str, num_requests: int, cause: str) -> None:
     The traces are synthetic (service.name synthetic-engine, resource budgetscope.synthetic=true): they
     exercise the whole analysis path offline, with a right answer known in advance.
     """
-    from budgetscope.demo import run_offline_demo
+    from budgetscope.demo.offline import run_offline_demo
 
     result = run_offline_demo(out, num_requests=num_requests, cause=cause)
     click.echo(result.summary)
