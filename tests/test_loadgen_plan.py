@@ -171,3 +171,18 @@ def test_malformed_replay_names_file_and_line(tmp_path, line, message):
 def test_missing_replay_file(tmp_path):
     with pytest.raises(LoadgenError, match="cannot read replay file"):
         read_replay(tmp_path / "nope.jsonl")
+
+
+def test_choice_distribution_draws_its_lengths_by_weight():
+    import random
+
+    d = Distribution.parse("choice:32=0.9,1800=0.1")
+    assert str(d) == "choice:32=0.9,1800=0.1"
+    draws = [d.sample(random.Random(i)) for i in range(2000)]
+    assert set(draws) == {32, 1800}
+    assert 0.05 < draws.count(1800) / len(draws) < 0.15
+    import pytest
+
+    from budgetscope.loadgen import LoadgenError
+    with pytest.raises(LoadgenError, match="choice needs LEN=W pairs"):
+        Distribution.parse("choice:0=1")

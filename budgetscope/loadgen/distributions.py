@@ -3,6 +3,7 @@
     Distribution.parse("128")                           # fixed
     Distribution.parse("uniform:64,512")                # integers, both ends included
     Distribution.parse("lognormal:median=512,sigma=0.6,max=4096")
+    Distribution.parse("choice:32=0.9,1800=0.1")        # lengths drawn with these weights
     Mix.parse("interactive=0.7,batch=0.3")              # weights need not sum to 1
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from budgetscope.loadgen.errors import LoadgenError
 
-_KINDS = "fixed:N, uniform:LO,HI, lognormal:median=M,sigma=S[,min=A][,max=B]"
+_KINDS = "fixed:N, uniform:LO,HI, lognormal:median=M,sigma=S[,min=A][,max=B], choice:LEN=W,LEN=W..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +27,10 @@ class Distribution:
     b: float = 0.0
     min: int = 1
     max: int | None = None
+    choices: tuple[tuple[int, float], ...] = ()  # (length, weight) of a "choice" distribution
 
     def __post_init__(self) -> None:
-        if self.kind not in ("fixed", "uniform", "lognormal"):
+        if self.kind not in ("fixed", "uniform", "lognormal", "choice"):
             raise LoadgenError(f"unknown distribution {self.kind!r}; valid: {_KINDS}")
         if self.kind == "fixed" and self.a < 1:
             raise LoadgenError(f"fixed length must be >= 1, got {self.a:g}")
@@ -36,6 +38,9 @@ class Distribution:
             raise LoadgenError(f"uniform needs 1 <= LO <= HI, got {self.a:g},{self.b:g}")
         if self.kind == "lognormal" and (self.a <= 0 or self.b < 0):
             raise LoadgenError(f"lognormal needs median > 0 and sigma >= 0, got {self.a:g},{self.b:g}")
+        if self.kind == "choice" and (not self.choices or any(n < 1 or w < 0 for n, w in self.choices)
+                                      or sum(w for _, w in self.choices) <= 0):
+            raise LoadgenError("choice needs LEN=W pairs with LEN >= 1, W >= 0 and some W > 0")
         if self.max is not None and self.max < self.min:
             raise LoadgenError(f"max {self.max} is below min {self.min}")
 
@@ -54,6 +59,9 @@ class Distribution:
             if kind == "uniform":
                 lo, hi = (int(p) for p in params.split(","))
                 return cls("uniform", lo, hi)
+            if kind == "choice":
+                pairs = [p.partition("=") for p in params.split(",")]
+                return cls("choice", 0, choices=tuple((int(n), float(w)) for n, _, w in pairs))
             if kind == "lognormal":
                 kv = _key_values(params)
                 unknown = set(kv) - {"median", "sigma", "min", "max"}
@@ -71,6 +79,8 @@ class Distribution:
             value = int(self.a)
         elif self.kind == "uniform":
             value = rng.randint(int(self.a), int(self.b))
+        elif self.kind == "choice":
+            value = rng.choices([n for n, _ in self.choices], [w for _, w in self.choices])[0]
         else:
             value = round(rng.lognormvariate(math.log(self.a), self.b))
         value = max(value, self.min)
@@ -81,6 +91,8 @@ class Distribution:
             return str(int(self.a))
         if self.kind == "uniform":
             return f"uniform:{int(self.a)},{int(self.b)}"
+        if self.kind == "choice":
+            return "choice:" + ",".join(f"{n}={w:g}" for n, w in self.choices)
         extra = f",max={self.max}" if self.max is not None else ""
         return f"lognormal:median={self.a:g},sigma={self.b:g}{extra}"
 
