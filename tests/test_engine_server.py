@@ -157,3 +157,19 @@ def test_overload_answers_429_with_retry_after():
             assert rejected.json()["error"]["type"] == "rate_limit_exceeded"
         waiter.join(30)
         assert 'requests_total{outcome="rejected"} 1' in httpx.get(f"{url}/metrics").text
+
+
+def test_client_leaving_while_queued_is_dropped_from_the_queue():
+    config = EngineConfig(model="tiny", max_model_len=2048, num_kv_blocks=256, max_num_seqs=1, max_num_batched_tokens=64)
+    with running_server(config) as (url, engine):
+        hog = {"prompt": "hog", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=hog) as first:
+            lines = first.iter_lines()
+            next(lines)
+            with httpx.stream("POST", f"{url}/v1/completions", json={**hog, "prompt": "queued"}) as second:
+                assert second.status_code == 200  # headers go out at once; no token yet
+                assert wait_for(lambda: engine.scheduler.num_waiting == 1)
+            assert wait_for(lambda: engine.scheduler.num_waiting == 0)
+            assert engine.scheduler.num_running == 1
+        assert wait_for(lambda: engine.block_manager.num_used_blocks == 0 and not engine.scheduler.has_work)
+        assert wait_for(lambda: engine.metrics.outcomes.get("cancelled") == 2)

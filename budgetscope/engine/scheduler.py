@@ -71,7 +71,8 @@ class Scheduler:
     # -- queues ---------------------------------------------------------------------------------
     @property
     def num_waiting(self) -> int:
-        return sum(len(q) for q in self.waiting.values())
+        # list() copies the values in one C call, so a scrape from another thread never sees the dict grow
+        return sum(len(q) for q in list(self.waiting.values()))
 
     @property
     def num_running(self) -> int:

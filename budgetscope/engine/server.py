@@ -34,6 +34,31 @@ class TokenEvents:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (seq.num_tokens, seq.is_finished))
 
 
+class StreamState:
+    """How a streamed response ended: outcome set when [DONE] was sent; is_closed once the trace finished."""
+
+    __slots__ = ("outcome", "is_closed")
+
+    def __init__(self):
+        self.outcome: str | None = None
+        self.is_closed = False
+
+
+class SSEResponse(StreamingResponse):
+    """A StreamingResponse that runs `on_close` however the response ends, even when the client leaves
+    before the body iterator ever started (then its own `finally` never runs)."""
+
+    def __init__(self, content, on_close, **kw):
+        super().__init__(content, media_type="text/event-stream", **kw)
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
+
+
 class Server:
     """Routes bound to one EngineLoop. `app` is the Starlette ASGI application."""
 
@@ -90,8 +115,10 @@ class Server:
         if trace.traceparent:
             out_headers["traceresponse"] = trace.traceparent
         if req.stream:
-            return StreamingResponse(self._stream(req, seq, events, request_id), media_type="text/event-stream",
-                                     headers={**out_headers, "cache-control": "no-cache"})
+            state = StreamState()
+            return SSEResponse(self._stream(req, seq, events, request_id, state),
+                               on_close=lambda: self._close(seq, state),
+                               headers={**out_headers, "cache-control": "no-cache"})
         return await self._complete(request, req, seq, events, request_id, out_headers)
 
     async def _frontend(self, request, is_chat, request_id, trace, arrival_ns, events):
@@ -140,10 +167,9 @@ class Server:
             if done:
                 return
 
-    async def _stream(self, req: ParsedRequest, seq, events: TokenEvents, request_id: str):
+    async def _stream(self, req: ParsedRequest, seq, events: TokenEvents, request_id: str, state: "StreamState"):
         model = self.engine.model_name
         detok = Detokenizer(self.engine.tokenizer)
-        outcome = None
         try:
             first = True
             async for text, reason in self._tokens(req, seq, events, detok):
@@ -155,12 +181,19 @@ class Server:
             if req.include_usage:
                 yield _sse(protocol.usage_chunk(req, request_id, model, seq))
             yield "data: [DONE]\n\n"
-            outcome = seq.outcome or "ok"
+            state.outcome = seq.outcome or "ok"
         finally:
-            if outcome is None:  # the client went away (or the server is stopping)
-                self.loop.abort(seq, outcome="cancelled")
-                outcome = "cancelled"
-            self.engine.finish_trace(seq, outcome)
+            self._close(seq, state)
+
+    def _close(self, seq, state: "StreamState") -> None:
+        """End a streamed request once: its outcome when the stream completed, else cancelled (and aborted)."""
+        if state.is_closed:
+            return
+        state.is_closed = True
+        if state.outcome is None:  # the client went away (or the server is stopping)
+            self.loop.abort(seq, outcome="cancelled")
+            state.outcome = "cancelled"
+        self.engine.finish_trace(seq, state.outcome)
 
     async def _complete(self, request, req, seq, events, request_id, headers) -> Response:
         detok = Detokenizer(self.engine.tokenizer)
