@@ -7,6 +7,7 @@ import io
 import json
 import sys
 from datetime import datetime
+from pathlib import Path
 
 import click
 
@@ -229,26 +230,73 @@ def query(sql: str, archive: str, fmt: str) -> None:
 
 
 # -- demo ------------------------------------------------------------------------------------------------------
+_SCENARIOS = ("calm", "burst", "long-prompts", "long-outputs", "slow-network")
+
+
 @main.command()
+@click.option("--scenario", type=click.Choice(["all", *_SCENARIOS]), default="all", show_default=True)
+@click.option("--duration", type=click.FloatRange(2, 3600), default=15.0, show_default=True,
+              help="Seconds of load per scenario.")
 @click.option("--out", type=click.Path(file_okay=False), default="demo-out", show_default=True,
-              help="Folder for the trace file and the archive.")
-@click.option("--requests", "num_requests", type=click.IntRange(100, 1_000_000), default=5000, show_default=True)
-@click.option("--cause", type=click.Choice(["queue", "prefill", "decode", "network", "frontend"]), default="queue",
-              show_default=True, help="The stage the synthetic tail is injected into.")
-def demo(out: str, num_requests: int, cause: str) -> None:
-    """Generate synthetic traces with a known tail cause, ingest them and print the budget report.
+              help="Folder for the archives, engine logs and load results.")
+@click.option("--budgets", "-b", type=click.Path(dir_okay=False), help="Budgets TOML (default: the demo's own).")
+@click.option("--no-dashboard", is_flag=True, help="Do not open the dashboard (for CI; there is none yet).")
+@click.option("--offline", is_flag=True, help="No engine: synthetic traces with a known tail cause instead.")
+def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashboard: bool, offline: bool) -> None:
+    """Run the reference engine, the collector and the load generator on loopback, and report each scenario.
 
-    The traces are synthetic (service.name synthetic-engine, resource budgetscope.synthetic=true): they
-    exercise the whole analysis path offline, with a right answer known in advance.
+    \b
+    Scenarios, each causing its tail for real on the engine's tiny model:
+      calm          a light steady load: every budget holds
+      burst         bursty arrivals outrun the batch: queueing
+      long-prompts  a few very long prompts: prefill
+      long-outputs  a few very long outputs: decode (in the E2E tail)
+      slow-network  some connections cross a delaying TCP hop: network
+
+    \b
+      budgetscope demo                          # all five, 15 s of load each
+      budgetscope demo --scenario burst --duration 30
+      budgetscope demo --offline                # synthetic traces, no engine
     """
-    from budgetscope.demo.offline import run_offline_demo
+    from budgetscope.analysis.budgets import BudgetError, load_budgets
+    from budgetscope.demo.offline import demo_budgets_path
 
-    result = run_offline_demo(out, num_requests=num_requests, cause=cause)
-    click.echo(result.summary)
-    click.echo(result.report_text, nl=False)
-    kind, found = ("E2E", result.dominant_e2e) if cause == "decode" else ("TTFT", result.dominant_ttft)
-    click.echo(f"\nThe injected cause was {cause}; the report's dominant {kind} stage is {found}.\n"
-               f"Explore: budgetscope query -a {result.archive} \"SELECT * FROM requests LIMIT 5\"")
+    if offline:
+        from budgetscope.demo.offline import run_offline_demo
+
+        result = run_offline_demo(out)
+        click.echo(result.summary)
+        click.echo(result.report_text, nl=False)
+        click.echo(f"\nThe injected cause was queue; the report's dominant TTFT stage is {result.dominant_ttft}.")
+        return
+    from budgetscope.analysis.render import render_text
+    from budgetscope.demo.live import DemoError, run_scenario
+    from budgetscope.demo.scenarios import SCENARIOS
+
+    try:
+        b = load_budgets(budgets or demo_budgets_path())
+    except BudgetError as e:
+        raise _fail(e) from None
+    names = list(SCENARIOS) if scenario == "all" else [scenario]
+    rows = []
+    for name in names:
+        try:
+            run = run_scenario(SCENARIOS[name], Path(out), b, duration, say=lambda m: click.echo(m, err=True))
+        except DemoError as e:
+            raise _fail(e) from None
+        click.echo(f"\n### scenario {name}: {run.scenario.what}\n")
+        click.echo(render_text(run.report), nl=False)
+        t = run.report["tiers"][0]
+        expect = run.scenario.expect or "nothing (budgets hold)"
+        found = run.dominant if run.scenario.expect else ("budgets held" if t["kept"] else "a budget broke")
+        rows.append([name, expect, f"{run.scenario.metric.upper()}: {found}",
+                     "-" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%", str(run.archive)])
+    from budgetscope.analysis.render import _table
+
+    click.echo("\n### summary\n")
+    click.echo("\n".join(_table(["scenario", "injected", "dominant stage of the tail", "attainment", "archive"], rows)))
+    click.echo(f"\nExplore:\n  budgetscope report -a {rows[0][4]} --budgets {budgets or demo_budgets_path()} --format json\n"
+               f"  budgetscope query -a {rows[0][4]} \"SELECT * FROM requests LIMIT 5\"")
 
 
 if __name__ == "__main__":

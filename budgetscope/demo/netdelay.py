@@ -1,14 +1,13 @@
 """A real delaying TCP hop: a loopback proxy that holds every chunk for a while before passing it on.
 
-Each accepted connection is slow with probability `slow_fraction` (then every chunk, both ways, waits
-`delay_ms`) or fast (passes at once). Order within a direction is kept. This is how the `slow-network`
+A `slow_fraction` of the accepted connections, spread evenly (with 0.25, the 4th, 8th, 12th…), are slow: every
+chunk, both ways, waits `delay_ms`. The others pass at once. Order within a direction is kept. This is how the `slow-network`
 scenario puts network time in the tail for real, between the load generator and the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 import time
 
@@ -17,7 +16,7 @@ class DelayProxy:
     """`DelayProxy(target_port).start()` → listens on 127.0.0.1:`port`, forwards to 127.0.0.1:`target_port`."""
 
     def __init__(self, target_port: int, delay_ms: float, slow_fraction: float = 1.0, port: int = 0,
-                 seed: int = 1, target_host: str = "127.0.0.1"):
+                 target_host: str = "127.0.0.1"):
         if delay_ms < 0 or not 0 <= slow_fraction <= 1:
             raise ValueError("delay_ms must be ≥ 0 and slow_fraction in [0, 1]")
         self.target = (target_host, target_port)
@@ -26,7 +25,6 @@ class DelayProxy:
         self.port = port
         self.connections = 0
         self.slow_connections = 0
-        self._rng = random.Random(seed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._ready = threading.Event()
@@ -65,8 +63,9 @@ class DelayProxy:
             self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        i = self.connections
         self.connections += 1
-        slow = self._rng.random() < self.slow_fraction
+        slow = int((i + 1) * self.slow_fraction) > int(i * self.slow_fraction)
         self.slow_connections += slow
         delay = self.delay_s if slow else 0.0
         try:
