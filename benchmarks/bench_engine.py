@@ -8,7 +8,7 @@ In-process: requests go straight to LLMEngine and the caller steps it (no HTTP),
 fresh random prompts every round (no prefix-cache hits). Every configuration runs once untimed first.
 
     python benchmarks/bench_engine.py                 # tiny, the figures quoted in docs/engine.md
-    python benchmarks/bench_engine.py --config small --rounds 4
+    python benchmarks/bench_engine.py --config small --rounds 2 --sequential 2 --skip-overhead
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, con
     pending = list(prompts)
     live = []
     start = time.perf_counter_ns()
+    cpu_start = time.process_time()
     steps = 0
     while pending or live:
         while pending and len(live) < concurrency:
@@ -65,16 +66,18 @@ def run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, con
             engine.finish_trace(seq)
             live.remove(seq)
     elapsed_s = (time.perf_counter_ns() - start) / 1e9
+    cpu_s = time.process_time() - cpu_start  # every thread of this process (export thread included)
     tokens = len(prompts) * params.max_tokens
     itl = rec.itl_ms()
     return {"tok_s": tokens / elapsed_s, "elapsed_s": elapsed_s, "steps": steps,
-            "step_ms": elapsed_s * 1e3 / steps, "itl": itl}
+            "step_ms": elapsed_s * 1e3 / steps, "itl": itl, "cpu_ms_per_tok": cpu_s * 1e3 / tokens}
 
 
 def summary(results: list[dict]) -> dict:
     """Median throughput and step time over rounds; ITL quantiles over every gap of every round."""
     itl = sorted(x for r in results for x in r["itl"])
     return {"tok_s": statistics.median(r["tok_s"] for r in results),
+            "cpu_ms_per_tok": statistics.median(r["cpu_ms_per_tok"] for r in results),
             "step_ms": statistics.median(r["step_ms"] for r in results),
             "itl_p50": _q(itl, 0.5), "itl_p99": _q(itl, 0.99)}
 
@@ -96,7 +99,8 @@ def prompts_for(round_no: int, n: int, length: int, vocab: int = 256) -> list[li
 
 def make_engine(args, telemetry=None) -> LLMEngine:
     return LLMEngine(EngineConfig(model=args.config, max_model_len=1024, max_num_seqs=args.requests,
-                                  max_num_batched_tokens=512, num_kv_blocks=1024), telemetry)
+                                  max_num_batched_tokens=512, num_kv_blocks=1024, num_threads=args.threads),
+                     telemetry)
 
 
 def bench_batching(args) -> list[tuple]:
@@ -122,35 +126,46 @@ def bench_overhead(args) -> list[tuple]:
     off = Telemetry(None)
     if not on.enabled:
         return [("instrumentation", "unavailable", "", "", "", "budgetscope.instrument missing")]
+    # Records every mark/token/step on the hot path but exports nothing: separates the engine-thread
+    # cost from the export thread's (span building and writing, which competes for the same 2 cores).
+    record = Telemetry.create(enabled=True, exporter="none")
     engine = make_engine(args)
     params = SamplingParams(max_tokens=args.output_tokens, temperature=0, ignore_eos=True)
-    arms = {"off": off, "on": on}
-    results = {"off": [], "on": []}
-    for name in ("off", "on"):  # warm-up of both arms
+    arms = {"off": off, "on": on, "record": record}
+    results = {name: [] for name in arms}
+    for name in arms:  # warm-up of every arm
         engine.telemetry = arms[name]
         run(engine, prompts_for(-3, args.requests, args.prompt_tokens), params, args.requests)
-    ratios = []
+    ratios, record_ratios = [], []
     for r in range(args.ab_rounds):
         pair = {}
-        for name in (("off", "on") if r % 2 == 0 else ("on", "off")):  # A B B A ...
+        for name in (("off", "on", "record") if r % 2 == 0 else ("record", "on", "off")):  # A B C C B A ...
             engine.telemetry = arms[name]
             pair[name] = run(engine, prompts_for(100 + r, args.requests, args.prompt_tokens), params, args.requests)
             results[name].append(pair[name])
         ratios.append(pair["on"]["tok_s"] / pair["off"]["tok_s"])
+        record_ratios.append(pair["record"]["tok_s"] / pair["off"]["tok_s"])
     on.flush()
     lines = sum(1 for _ in path.open()) if path.exists() else 0
     hot = hot_path_row(on)
     on.shutdown()
-    off_s, on_s = summary(results["off"]), summary(results["on"])
+    off_s, on_s, rec_s = summary(results["off"]), summary(results["on"]), summary(results["record"])
     spread = statistics.pstdev(r["tok_s"] for r in results["off"]) / off_s["tok_s"] * 100
     d_tput = (statistics.median(ratios) - 1) * 100
     d_itl = (on_s["itl_p99"] / off_s["itl_p99"] - 1) * 100
+    d_rec = (statistics.median(record_ratios) - 1) * 100
+    d_rec_itl = (rec_s["itl_p99"] / off_s["itl_p99"] - 1) * 100
+    d_cpu = (on_s["cpu_ms_per_tok"] / off_s["cpu_ms_per_tok"] - 1) * 100
+    d_rec_cpu = (rec_s["cpu_ms_per_tok"] / off_s["cpu_ms_per_tok"] - 1) * 100
     return [
         _row("instrumentation off", off_s),
-        _row("instrumentation on", on_s),
-        ("on vs off", f"{d_tput:+.2f}%", "", "", f"{d_itl:+.2f}%",
-         f"target within 1%; throughput: median of {args.ab_rounds} paired ratios; "
-         f"off-arm round spread {spread:.1f}%; {lines} JSONL lines exported"),
+        _row("on, record only", rec_s),
+        _row("on, JSONL export", on_s),
+        ("record only vs off", f"{d_rec:+.2f}%", "", "", f"{d_rec_itl:+.2f}%",
+         f"engine-thread cost alone; process CPU per token {d_rec_cpu:+.2f}%"),
+        ("export vs off", f"{d_tput:+.2f}%", "", "", f"{d_itl:+.2f}%",
+         f"target within 1%; median of {args.ab_rounds} paired ratios; off-arm round spread {spread:.1f}%; "
+         f"process CPU per token {d_cpu:+.2f}%; {lines} JSONL lines"),
         hot,
     ]
 
@@ -186,13 +201,19 @@ def main() -> None:
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ab-rounds", type=int, default=20, help="A/B pairs for the overhead figure")
+    # One intra-op thread by default: on a 2-core box a second torch thread makes every op wait whenever
+    # anything else (the export thread, another process) holds a core, and p99 ITL measures that instead.
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--skip-batching", action="store_true")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
           f"({torch.get_num_threads()} threads), {'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}")
     print(f"workload: config {args.config}, prompt {args.prompt_tokens} tokens, {args.output_tokens} output tokens, "
           f"greedy, median of {args.rounds} rounds (batching) / {args.ab_rounds} A/B pairs (overhead)\n")
-    rows = bench_batching(args)
+    rows = [] if args.skip_batching else bench_batching(args)
     if not args.skip_overhead:
         rows += bench_overhead(args)
     header = ("run", "output tok/s", "step ms", "ITL p50 ms", "ITL p99 ms", "note")
