@@ -26,12 +26,29 @@ def pkey(p: float) -> str:
     return f"p{p:g}"
 
 
-class Selection:
-    """The requests of one tier (and optional time range), as a SQL WHERE clause with its parameters."""
+FILTER_COLUMNS = ("tier", "model", "tenant", "service_name")
+"""Columns a report (and the dashboard) may be narrowed by, besides the time range."""
 
-    def __init__(self, filters: dict[str, str], since_ns: int | None = None, until_ns: int | None = None):
+
+class Selection:
+    """The requests of one tier (and optional time range and filters), as a SQL WHERE clause with its parameters.
+
+    `extra` narrows further: column (one of FILTER_COLUMNS) → a value or a list of values, None meaning NULL.
+    """
+
+    def __init__(self, filters: dict[str, str], since_ns: int | None = None, until_ns: int | None = None,
+                 extra: dict | None = None):
         self.clauses = [f"{col} = ?" for col in filters]
         self.params: list = list(filters.values())
+        for col, want in (extra or {}).items():
+            if col not in FILTER_COLUMNS:
+                raise ValueError(f"cannot filter requests by {col!r} (expected one of: {', '.join(FILTER_COLUMNS)})")
+            values = [want] if want is None or isinstance(want, str) else list(want)
+            named = [v for v in values if v is not None]
+            alts = [f"{col} IN ({', '.join('?' * len(named))})"] if named else []
+            alts += [f"{col} IS NULL"] if None in values else []
+            self.clauses.append("(" + " OR ".join(alts) + ")" if alts else "false")
+            self.params.extend(named)
         if since_ns is not None:
             self.clauses.append("arrival_ns >= ?")
             self.params.append(since_ns)
@@ -124,9 +141,9 @@ def _attribute(con, sel: Selection, kind: str, with_client: bool, q: float) -> d
 
 
 def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int | None = None,
-                budgeted: bool = True) -> dict:
-    """The report entry of one tier."""
-    sel = Selection(tb.filters, since_ns, until_ns)
+                budgeted: bool = True, filters: dict | None = None) -> dict:
+    """The report entry of one tier; `filters` (see `Selection`) narrow its requests further."""
+    sel = Selection(tb.filters, since_ns, until_ns, filters)
     counts = _counts(con, sel)
     pcts = sorted(set(PERCENTILES) | {tb.percentile})
     with_client = counts["ok"] > 0 and counts["client"] == counts["ok"]
@@ -173,24 +190,42 @@ def discovered_tiers(con) -> list[str]:
     return [t for (t,) in con.execute("SELECT DISTINCT tier FROM requests ORDER BY 1").fetchall()]
 
 
+def tier_selected(tb: TierBudget, filters: dict | None) -> bool:
+    """Whether a `tier` filter (a value or a list of values) keeps this tier in the report."""
+    if not filters or "tier" not in filters:
+        return True
+    want = filters["tier"]
+    return tb.filters["tier"] in ([want] if want is None or isinstance(want, str) else list(want))
+
+
 def build_report(con, budgets: Budgets | None = None, since_ns: int | None = None,
-                 until_ns: int | None = None) -> dict:
-    """The whole report. Without budgets, every tier found is reported at p99 with no budget."""
+                 until_ns: int | None = None, filters: dict | None = None) -> dict:
+    """The whole report. Without budgets, every tier found is reported at p99 with no budget.
+
+    `filters` (column in FILTER_COLUMNS → value or list of values, None = NULL) narrow every tier's requests;
+    a `tier` filter also leaves out the tiers it excludes. The report then carries a `filters` key.
+    """
     if budgets is None:
-        tiers = [tier_report(con, TierBudget(name=t), since_ns, until_ns, budgeted=False) for t in discovered_tiers(con)]
+        found = [TierBudget(name=t) for t in discovered_tiers(con)]
+        tiers = [tier_report(con, tb, since_ns, until_ns, budgeted=False, filters=filters)
+                 for tb in found if tier_selected(tb, filters)]
         unbudgeted = {}
     else:
-        tiers = [tier_report(con, tb, since_ns, until_ns) for tb in budgets.tiers]
+        tiers = [tier_report(con, tb, since_ns, until_ns, filters=filters) for tb in budgets.tiers
+                 if tier_selected(tb, filters)]
         named = {tb.match.get("tier", tb.name) for tb in budgets.tiers}
-        sel = Selection({}, since_ns, until_ns)
+        sel = Selection({}, since_ns, until_ns, filters)
         unbudgeted = {t: n for t, n in _rows(con, f"SELECT tier, count(*) FROM requests {sel.where()} "
                                                   "GROUP BY 1 ORDER BY 1", sel.params) if t not in named}
-    return {
+    out = {
         "tiers": tiers,
         "unbudgeted_tiers": unbudgeted,
         "kept": all(t["kept"] for t in tiers),
         "budgets_file": budgets.path if budgets else None,
     }
+    if filters is not None:
+        out["filters"] = filters
+    return out
 
 
-__all__ = ["build_report", "tier_report", "breaches", "pkey", "TTFT_STAGES"]
+__all__ = ["build_report", "tier_report", "breaches", "pkey", "tier_selected", "Selection", "FILTER_COLUMNS", "TTFT_STAGES"]
