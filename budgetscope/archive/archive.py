@@ -69,24 +69,24 @@ class _Chunk:
     """Batches new to the archive, ready to stage: the JSON ones already as an Arrow table."""
 
     items: list[tuple[int, str, RawBatch]]  # (batch id, content hash, batch)
-    raw_json: object  # pyarrow.Table (batch_id, doc, expected) or None
+    raw_json: object  # pyarrow.Table (batch_id, doc) of the JSON batches, or None
+    expected: dict[int, int]  # JSON batch id → spans counted on its bytes
     seen: int
     copies: list[tuple[str, RawBatch]]  # batches whose bytes were seen before: skipped
 
 
-def _raw_json_table(items: list[tuple[int, str, RawBatch]]):
+def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list) -> "_Chunk":
     import pyarrow as pa
 
     js = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-json"]
+    expected = {bid: otlp_json.count_spans(p) for bid, p in js}
     if not js:
-        return None
-    table = pa.table({
-        "batch_id": pa.array([b for b, _ in js], pa.int64()),
-        "doc": pa.array([p for _, p in js], pa.binary()).cast(pa.string()),
-        "expected": pa.array([otlp_json.count_spans(p) for _, p in js], pa.int64()),
-    })
+        return _Chunk(items, None, expected, seen, copies)
+    ids = pa.array([b for b, _ in js], pa.int64())
+    table = pa.table({"batch_id": ids, "doc": pa.array([p for _, p in js], pa.binary()).cast(pa.string()),
+                      "expected": pa.array([expected[b] for b, _ in js], pa.int64())})
     # Small record batches let DuckDB spread the JSON parsing over every core.
-    return pa.Table.from_batches(table.to_batches(max_chunksize=8))
+    return _Chunk(items, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies)
 
 
 def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Iterator[_Chunk]:
@@ -105,9 +105,9 @@ def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Itera
         next_id += 1
         size += len(rb.payload)
         if size >= CHUNK_BYTES:
-            yield _Chunk(items, _raw_json_table(items), seen, copies)
+            yield _chunk(items, seen, copies)
             items, copies, size, seen = [], [], 0, 0
-    yield _Chunk(items, _raw_json_table(items), seen, copies)
+    yield _chunk(items, seen, copies)
 
 
 def _prefetch(it: Iterator[_Chunk]) -> Iterator[_Chunk]:
@@ -286,59 +286,54 @@ class Archive:
         return report
 
     def _land(self, ch: "_Chunk", report: IngestReport, rejected_hashes: dict[str, str]) -> None:
+        """Land one chunk in one transaction: the fast path first, then the reference path for the rest."""
         con = self.con
-        chunk = ch.items
+        by_id = {bid: (h, rb) for bid, h, rb in ch.items}
+        first = ch.items[0][0]
         rejected: dict[int, str] = {}
-        by_id = {bid: rb for bid, _, rb in chunk}
-        reference = self._stage_json(ch.raw_json)
-        reference += [bid for bid, _, rb in chunk if rb.format != "otlp-json"]
-        for bid in sorted(reference):
-            rb = by_id[bid]
-            try:
-                batch = (otlp_json.decode(otlp_json.parse(rb.payload)) if rb.format == "otlp-json"
-                         else otlp_proto.decode(rb.payload))
-            except BadBatch as e:
-                rejected[bid] = str(e)
-                continue
-            if len(batch):
-                con.register("bs_ref", batch.to_arrow(bid))
-                con.execute(f"INSERT INTO staged {staging.normalise('bs_ref')}")
-                con.unregister("bs_ref")
-        rejected.update(staging.validate(con))
-        for bid, h, rb in chunk:
+        with self._transaction():
+            reference = [bid for bid, _, rb in ch.items if rb.format != "otlp-json"]
+            if ch.raw_json is not None:
+                reference += jsonsql.land(con, ch.raw_json, ch.expected, first)
+            for bid in sorted(reference):
+                rb = by_id[bid][1]
+                try:
+                    batch = (otlp_json.decode(otlp_json.parse(rb.payload)) if rb.format == "otlp-json"
+                             else otlp_proto.decode(rb.payload))
+                except BadBatch as e:
+                    rejected[bid] = str(e)
+                    continue
+                if len(batch):
+                    con.register("bs_ref", batch.to_arrow(bid))
+                    con.execute(f"INSERT INTO staged {staging.normalise('bs_ref')}")
+                    con.unregister("bs_ref")
+            rejected.update(staging.validate(con))
+            if rejected:
+                con.executemany("INSERT INTO rejected VALUES (?, ?)", list(rejected.items()))
+            con.execute(staging.INSERT_NEW_DEDUP)
+            staged = dict(con.execute("SELECT batch_id, count(*) FROM staged GROUP BY 1").fetchall())
+            inserted = dict(con.execute(
+                "SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1", [first]).fetchall())
+            now = time.time_ns()
+            rows = []
+            for bid, h, rb in ch.items:
+                if bid in rejected:
+                    continue
+                total = staged[bid] if bid in staged else ch.expected.get(bid, 0)
+                rows.append((bid, h, rb.origin, rb.position, rb.format, now, total, inserted.get(bid, 0),
+                             total - inserted.get(bid, 0)))
+            if rows:
+                con.executemany("INSERT INTO ingest_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            con.execute("INSERT INTO pending_traces SELECT DISTINCT trace_id FROM spans WHERE batch_id >= ?", [first])
+        for bid, (h, rb) in by_id.items():
             if bid in rejected:
                 report.rejected.append(Rejected(rb.origin, rb.position, rejected[bid]))
                 rejected_hashes[h] = rb.position
                 self._known.discard(h)  # a rejected batch may be sent again, fixed or not
-        if rejected:
-            con.executemany("INSERT INTO rejected VALUES (?, ?)", list(rejected.items()))
-        good = [(bid, h, rb) for bid, h, rb in chunk if bid not in rejected]
-        counts = dict(con.execute("SELECT batch_id, count(*) FROM staged GROUP BY 1").fetchall())
-        (inner_dups,) = one(con, staging.HAS_INNER_DUPLICATES)
-        first = chunk[0][0]
-        with self._transaction():
-            con.execute(staging.INSERT_NEW_DEDUP if inner_dups else staging.INSERT_NEW)
-            inserted = dict(con.execute(
-                "SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1", [first]).fetchall())
-            rows = [(bid, h, rb.origin, rb.position, rb.format, time.time_ns(), counts.get(bid, 0),
-                     inserted.get(bid, 0), counts.get(bid, 0) - inserted.get(bid, 0)) for bid, h, rb in good]
-            if rows:
-                con.executemany("INSERT INTO ingest_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            con.execute("INSERT INTO pending_traces SELECT DISTINCT trace_id FROM spans WHERE batch_id >= ?", [first])
-        report.batches_landed += len(good)
-        report.spans += sum(counts.values())
-        report.spans_inserted += sum(inserted.values())
+        report.batches_landed += len(rows)
+        report.spans += sum(r[6] for r in rows)
+        report.spans_inserted += sum(r[7] for r in rows)
         report.duplicate_spans += sum(r[8] for r in rows)
-
-    def _stage_json(self, raw) -> list[int]:
-        """Stage JSON batches through the fast path; return those the reference decoder must take."""
-        if raw is None:
-            return []
-        self.con.register("bs_raw", raw)
-        try:
-            return jsonsql.stage(self.con, "bs_raw")
-        finally:
-            self.con.unregister("bs_raw")
 
     def derive_pending(self) -> tuple[int, int]:
         """(Re)derive the `requests` rows of every trace whose spans changed; return (rows, orphan stage spans).

@@ -1,9 +1,11 @@
-"""The fast path for OTLP/JSON: DuckDB's C++ JSON reader flattens whole chunks of batches into `staged`.
+"""The fast path for OTLP/JSON: DuckDB's C++ JSON reader flattens, normalises, validates and inserts a whole
+chunk of batches into `spans` in one statement, spread over every core.
 
-It vouches only for what it can check. A batch goes to the reference decoder (`otlp_json`) when:
-its span count disagrees with the count of `"spanId"` keys in its bytes (a field of an unexpected type was
-dropped), an attribute holds a nested array or key/value list, or it is not a JSON object with a
-`resourceSpans` list. The reference decoder then decides, with an exact message if the batch is bad.
+It vouches only for what it can check. A batch goes to the reference decoder (`otlp_json`) when fewer of its
+spans landed than the `"spanId"` keys in its bytes — a bad span, a field of an unexpected type (dropped by the
+non-strict transform), a nested array or key/value list attribute, a span already stored — or when it is not a
+JSON object with a `resourceSpans` list. Its rows are removed in the same transaction, and the reference
+decoder decides, with an exact message if the batch is bad.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ STRUCTURE = (
     '"status":{"code":"VARCHAR"}}]}]}]}'
 )
 
-# chr(0) marks a value this path does not convert (nested array or key/value list): the batch goes to Python.
+# NESTED marks a value this path does not convert (a nested array or key/value list): the batch goes to the
+# reference decoder. It is valid JSON (a string holding an escaped NUL), so the insert needs no filter on it:
+# a filter would be pushed below the projection and build every attribute string twice.
 MACROS = f"""
 CREATE OR REPLACE TEMP MACRO bs_scalar(v) AS CASE
   WHEN v.stringValue IS NOT NULL THEN CAST(to_json(v.stringValue) AS VARCHAR)
@@ -33,7 +37,7 @@ CREATE OR REPLACE TEMP MACRO bs_scalar(v) AS CASE
     ELSE CAST(to_json(v.doubleValue) AS VARCHAR) END
   WHEN v.boolValue IS NOT NULL THEN CAST(v.boolValue AS VARCHAR)
   WHEN v.bytesValue IS NOT NULL THEN CAST(to_json(v.bytesValue) AS VARCHAR)
-  WHEN v.arrayValue IS NOT NULL OR v.kvlistValue IS NOT NULL THEN chr(0)
+  WHEN v.arrayValue IS NOT NULL OR v.kvlistValue IS NOT NULL THEN '"\\u0000"'
   ELSE 'null' END;
 CREATE OR REPLACE TEMP MACRO bs_value(v) AS CASE
   WHEN v.arrayValue IS NOT NULL THEN '[' || array_to_string(list_transform(
@@ -55,36 +59,75 @@ SELECT batch_id, x.traceId AS trace_id, x.spanId AS span_id, x.parentSpanId AS p
   scope_name, x.status.code AS status_raw, bs_attrs(x.attributes) AS attributes, res AS resource
 FROM sp"""
 
-_SUSPECT = """
-SELECT r.batch_id FROM @RAW@ r
-LEFT JOIN (SELECT batch_id, count(*) AS n, bool_or(contains(attributes, chr(0)) OR contains(resource, chr(0))) AS nested
-           FROM staged WHERE batch_id IN (SELECT batch_id FROM @RAW@) GROUP BY batch_id) s USING (batch_id)
-WHERE coalesce(s.n, 0) <> r.expected OR coalesce(s.nested, false)
-   OR (r.expected = 0 AND NOT @HAS_LIST@)"""
+_COLS = ("trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, status_code, "
+         "attributes, resource, source, batch_id")
+
+# Spans that pass validation and are new to the archive land directly.
+_INSERT = f"""
+INSERT INTO spans SELECT {_COLS} FROM (@NORMALISED@) n
+WHERE err IS NULL
+  AND NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = n.trace_id AND s.span_id = n.span_id)"""
+
+_INNER_DUPLICATES = "SELECT count(*) - count(DISTINCT (trace_id, span_id)) FROM spans WHERE batch_id >= ?"
+
+_DROP_LATER_COPIES = """
+DELETE FROM spans WHERE batch_id >= ? AND rowid IN (
+  SELECT rowid FROM (SELECT rowid, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY batch_id, rowid) AS rn
+                     FROM spans WHERE batch_id >= ?) WHERE rn > 1)"""
+
+# Batches holding the NESTED marker (or a string with an escaped NUL: the reference path takes those too).
+_NESTED = """
+SELECT DISTINCT batch_id FROM spans WHERE batch_id >= ?
+  AND (contains(CAST(attributes AS VARCHAR), '\\u0000') OR contains(CAST(resource AS VARCHAR), '\\u0000'))"""
+
+_NOT_A_TRACE_EXPORT = """
+SELECT batch_id FROM @RAW@ WHERE expected = 0
+  AND NOT CASE WHEN json_valid(doc) THEN coalesce(json_type(doc, '$.resourceSpans') = 'ARRAY', false) ELSE false END"""
 
 
 def _insert(flatten: str) -> str:
-    return f"INSERT INTO staged {staging.normalise('(' + flatten + ')')}"
+    return _INSERT.replace("@NORMALISED@", staging.normalise("(" + flatten + ")"))
 
 
 def setup(con) -> None:
     con.execute(MACROS)
 
 
-def stage(con, raw_name: str) -> list[int]:
-    """Flatten the batches of the registered table `raw_name` (batch_id, doc, expected) into `staged`.
+def land(con, raw, expected: dict[int, int], first_id: int) -> list[int]:
+    """Insert the vouched-for spans of the JSON batches in the Arrow table `raw` (batch_id, doc, expected)
+    straight into `spans`, as the first statement of the caller's transaction. Returns the batch ids the
+    reference decoder must take; their rows are removed.
 
-    Returns the batch ids the reference decoder must take instead; their rows are removed from `staged`.
+    A batch is vouched for when every one of its spans landed: as many as the `"spanId"` keys in its bytes.
+    Anything else (a bad span, a field of an unexpected type, a nested value, a span already stored, a
+    document that is not a trace export) sends the whole batch to the reference path, which decides.
     """
-    has_list = "coalesce(json_type(r.doc, '$.resourceSpans') = 'ARRAY', false)"
+    raw_name = "bs_raw"
+    flatten = _FLATTEN.replace("@RAW@", raw_name)
+    con.register(raw_name, raw)
     try:
-        con.execute(_insert(_FLATTEN.replace("@RAW@", raw_name).replace("@WHERE@", "")))
-        suspect_sql = _SUSPECT.replace("@RAW@", raw_name).replace("@HAS_LIST@", has_list)
+        return _land(con, raw_name, flatten, expected, first_id)
     except duckdb.Error:
-        # A batch that is not JSON at all fails the whole statement: flatten only the valid ones.
-        con.execute(_insert(_FLATTEN.replace("@RAW@", raw_name).replace("@WHERE@", "WHERE json_valid(doc)")))
-        suspect_sql = _SUSPECT.replace("@RAW@", raw_name).replace("@HAS_LIST@", f"CASE WHEN json_valid(r.doc) THEN {has_list} ELSE false END")
-    suspect = [b for (b,) in con.execute(suspect_sql).fetchall()]
+        # A batch that is not JSON fails the whole statement and the transaction (which also forgets the
+        # registered table): start the transaction again and flatten only the valid documents.
+        con.execute("ROLLBACK")
+        con.execute("BEGIN TRANSACTION")
+        con.register(raw_name, raw)
+        return _land(con, raw_name, flatten.replace("@WHERE@", "WHERE json_valid(doc)"), expected, first_id)
+    finally:
+        con.unregister(raw_name)
+
+
+def _land(con, raw_name: str, flatten: str, expected: dict[int, int], first_id: int) -> list[int]:
+    con.execute(_insert(flatten.replace("@WHERE@", "")))
+    (dups,) = con.execute(_INNER_DUPLICATES, [first_id]).fetchall()[0]
+    if dups:
+        con.execute(_DROP_LATER_COPIES, [first_id, first_id])
+    landed = dict(con.execute("SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1",
+                              [first_id]).fetchall())
+    suspect = {b for b, n in expected.items() if landed.get(b, 0) != n}
+    suspect |= {b for (b,) in con.execute(_NOT_A_TRACE_EXPORT.replace("@RAW@", raw_name)).fetchall()}
+    suspect |= {b for (b,) in con.execute(_NESTED, [first_id]).fetchall()}
     if suspect:
-        con.execute("DELETE FROM staged WHERE batch_id IN (SELECT unnest(?::BIGINT[]))", [suspect])
-    return suspect
+        con.execute("DELETE FROM spans WHERE batch_id IN (SELECT unnest(?::BIGINT[]))", [sorted(suspect)])
+    return sorted(suspect)
