@@ -75,6 +75,20 @@ class _Chunk:
     copies: list[tuple[str, RawBatch]]  # batches whose bytes were seen before: skipped
 
 
+def _binary_column(payloads: list[bytes]):
+    """An Arrow string column over the payloads, built with one copy (a list of bytes objects is ~10× slower).
+
+    No UTF-8 check here: a payload that is not UTF-8 is not valid JSON to DuckDB either, so it falls to the
+    reference decoder, which rejects it with its exact message."""
+    import itertools
+
+    import pyarrow as pa
+
+    offsets = pa.array([0, *itertools.accumulate(map(len, payloads))], pa.int64())
+    data = pa.py_buffer(b"".join(payloads))
+    return pa.Array.from_buffers(pa.large_string(), len(payloads), [None, offsets.buffers()[1], data])
+
+
 def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list) -> "_Chunk":
     import pyarrow as pa
 
@@ -82,8 +96,7 @@ def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list) -> "
     expected = {bid: otlp_json.count_spans(p) for bid, p in js}
     if not js:
         return _Chunk(items, None, expected, seen, copies)
-    ids = pa.array([b for b, _ in js], pa.int64())
-    table = pa.table({"batch_id": ids, "doc": pa.array([p for _, p in js], pa.binary()).cast(pa.string()),
+    table = pa.table({"batch_id": pa.array([b for b, _ in js], pa.int64()), "doc": _binary_column([p for _, p in js]),
                       "expected": pa.array([expected[b] for b, _ in js], pa.int64())})
     # Small record batches let DuckDB spread the JSON parsing over every core.
     return _Chunk(items, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies)
@@ -96,7 +109,7 @@ def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Itera
     size = seen = 0
     for rb in batches:
         seen += 1
-        h = hashlib.blake2b(rb.payload, digest_size=16).hexdigest()
+        h = hashlib.sha256(rb.payload).hexdigest()[:32]
         if h in known:
             copies.append((h, rb))
             continue

@@ -118,7 +118,7 @@ INGEST_BATCHES = Table(
     "What came in, when and from where: one row per batch (a JSON line, a JSON document, a protobuf message).",
     (
         C("batch_id", "BIGINT", "sequence number, referenced by `spans.batch_id`"),
-        C("content_hash", "VARCHAR", "BLAKE2b-128 of the batch bytes; the same hash lands once"),
+        C("content_hash", "VARCHAR", "first 128 bits of the SHA-256 of the batch bytes, hex; the same hash lands once"),
         C("origin", "VARCHAR", "file path or receiver (e.g. `otlp-http`)"),
         C("position", "VARCHAR", "where in the origin: `line 17`, `message 3`, `document`"),
         C("format", "VARCHAR", "otlp-json or otlp-proto"),
