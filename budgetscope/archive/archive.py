@@ -186,7 +186,8 @@ def _connect(path: Path, read_only: bool, config: dict | None = None):
     import duckdb
 
     try:
-        return duckdb.connect(str(path), read_only=read_only, config=config or {})
+        # DuckDB draws its own progress bar on a terminal during long statements; ours is the one shown.
+        return duckdb.connect(str(path), read_only=read_only, config={"enable_progress_bar": False, **(config or {})})
     except duckdb.IOException as e:
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
