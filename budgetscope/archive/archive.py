@@ -186,8 +186,7 @@ def _connect(path: Path, read_only: bool, config: dict | None = None):
     import duckdb
 
     try:
-        # DuckDB draws its own progress bar on a terminal during long statements; ours is the one shown.
-        return duckdb.connect(str(path), read_only=read_only, config={"enable_progress_bar": False, **(config or {})})
+        con = duckdb.connect(str(path), read_only=read_only, config=config or {})
     except duckdb.IOException as e:
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
@@ -195,6 +194,10 @@ def _connect(path: Path, read_only: bool, config: dict | None = None):
         raise ArchiveError(f"{path} is not a DuckDB archive ({msg})") from None
     except duckdb.Error as e:
         raise ArchiveError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+    if not (config or {}).get("lock_configuration"):
+        # DuckDB draws its own progress bar on a terminal during long statements; ours is the one shown.
+        con.execute("SET enable_progress_bar = false")
+    return con
 
 
 class Archive:
