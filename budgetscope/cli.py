@@ -32,6 +32,8 @@ LAZY_COMMANDS = {
     "engine": "budgetscope.engine.command:engine",
     "collect": "budgetscope.archive.collect_command:collect",
     "load": "budgetscope.loadgen.command:load",
+    "dashboard": "budgetscope.dashboard_command:dashboard",
+    "postmortem": "budgetscope.dashboard_command:postmortem",
 }
 
 

@@ -1,0 +1,64 @@
+"""What an archive holds, for choosing filters and for saying what is missing and why; and the one-sentence
+headline of a tier ("p99 TTFT 2.41 s vs 800 ms: 71% of the tail's excess is queueing")."""
+
+from __future__ import annotations
+
+from budgetscope.analysis.verdict import LABEL, STAGE_WORD, ms
+
+NO_REQUESTS = ("the archive holds no requests yet: ingest traces (`budgetscope ingest`) or point a collector "
+               "(`budgetscope collect`) at it")
+NO_CLIENT_SPANS = ("no request has a client span (`llm.client.request`): network time and client-side figures are "
+                   "unknown, and server-side figures are used — run the load generator with `--spans otlp`, or "
+                   "instrument the client")
+SOME_CLIENT_SPANS = ("{missing:,} of {n:,} requests have no client span: a tier uses client figures only when "
+                     "every one of its requests has one")
+
+
+def overview(con) -> dict:
+    """Counts, time bounds (ns), the distinct tier/model/tenant/instance values (None = absent tenant) and the
+    notes on missing data, in one pass over `requests` plus three cheap probes."""
+    n, lo, hi, n_client = con.execute("SELECT count(*), min(arrival_ns), max(arrival_ns), "
+                                      "count(*) FILTER (WHERE has_client_span) FROM requests").fetchone()
+    values = {}
+    for col in ("tier", "model", "tenant", "service_name"):
+        values[col] = [v for (v,) in con.execute(f"SELECT DISTINCT {col} FROM requests ORDER BY {col} NULLS LAST").fetchall()]
+    has_steps = bool(con.execute("SELECT count(*) FROM (SELECT 1 FROM engine_steps LIMIT 1)").fetchone()[0])
+    has_gpu = bool(con.execute("SELECT count(*) FROM (SELECT 1 FROM gpu_samples LIMIT 1)").fetchone()[0])
+    notes = []
+    if not n:
+        notes.append(NO_REQUESTS)
+    elif not n_client:
+        notes.append(NO_CLIENT_SPANS)
+    elif n_client < n:
+        notes.append(SOME_CLIENT_SPANS.format(missing=n - n_client, n=n))
+    return {"requests": n, "first_arrival_ns": lo, "last_arrival_ns": hi, "client_spans": n_client,
+            "values": values, "engine_steps": has_steps, "gpu_samples": has_gpu, "notes": notes}
+
+
+def _share_phrase(entry: dict, kind: str) -> str | None:
+    a = entry["attribution"].get(kind)
+    if not a or not a["shares"]:
+        return None
+    d = a["dominant"]
+    return f"{100 * a['shares'][d]:.0f}% of the tail's excess is {STAGE_WORD[d]}"
+
+
+def headline(entry: dict) -> str:
+    """One sentence for the top of a tier: the worst broken budget and where the tail's excess went, or that
+    the budgets hold."""
+    if not entry["requests"] or not entry["ok_requests"]:
+        return entry["verdict"]
+    key = f"p{entry['percentile']:g}"
+    broken = [b for b in entry["breaches"] if b["kind"] == "metric"]
+    if broken:
+        b = max(broken, key=lambda b: b["value"] / b["budget"])
+        why = _share_phrase(entry, "ttft" if b["name"] == "ttft_ms" else "e2e")
+        return f"{key} {LABEL[b['name']]} {ms(b['value'])} vs {ms(b['budget'])}" + (f": {why}" if why else "")
+    m = entry["metrics"]
+    budgeted = [k for k, v in m.items() if v["budget"] is not None]
+    figures = ", ".join(f"{key} {LABEL[k]} {ms(m[k][key])} ≤ {ms(m[k]['budget'])}" for k in budgeted)
+    if figures:
+        stage = [b for b in entry["breaches"] if b["kind"] == "stage"]
+        tail = f" (stage budget broken: {', '.join(b['name'] for b in stage)})" if stage else ""
+        return f"Budgets kept: {figures}{tail}"
+    return f"{key} TTFT {ms(m['ttft_ms'][key])}, {key} E2E {ms(m['e2e_ms'][key])} (no budget declared)"

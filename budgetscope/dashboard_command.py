@@ -1,0 +1,102 @@
+"""`budgetscope dashboard` and `budgetscope postmortem`. Light at import: Streamlit, DuckDB and plotly load only
+when a command runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+ENV_ARCHIVE, ENV_BUDGETS = "BUDGETSCOPE_ARCHIVE", "BUDGETSCOPE_BUDGETS"
+
+
+def _usage(message: str):
+    from budgetscope.cli import UsageError
+
+    return UsageError(message)
+
+
+def _check_inputs(archive: str, budgets: str | None):
+    """Open the archive read-only and parse the budgets once, so that bad input fails here in one line."""
+    from budgetscope.analysis.budgets import BudgetError, load_budgets
+    from budgetscope.archive.archive import Archive, ArchiveError
+
+    try:
+        b = load_budgets(budgets) if budgets else None
+        if not os.path.isfile(archive):
+            raise ArchiveError(f"{archive}: {'is a directory, not an archive' if os.path.isdir(archive) else 'no such archive'}")
+        Archive(archive, read_only=True, create=False).close()
+    except (BudgetError, ArchiveError) as e:
+        raise _usage(str(e)) from None
+    return b
+
+
+@click.command()
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8501, show_default=True, help="Port on 127.0.0.1.")
+def dashboard(archive: str, budgets: str | None, port: int) -> None:
+    """Open the budget dashboard (Streamlit) on 127.0.0.1: budgets, breakdown, tail explorer, timeline,
+    request, SQL and what-if pages over one archive.
+
+    \b
+      budgetscope dashboard --archive prod.duckdb --budgets budgets.toml
+    """
+    _check_inputs(archive, budgets)
+    if not APP.is_file():
+        raise _usage(f"{APP}: the dashboard app is missing (install budgetscope from its source tree)")
+    try:
+        import streamlit  # noqa: F401
+    except ImportError:
+        raise _usage("the dashboard needs Streamlit: pip install 'budgetscope[dashboard]'") from None
+    env = {**os.environ, ENV_ARCHIVE: os.path.abspath(archive),
+           ENV_BUDGETS: os.path.abspath(budgets) if budgets else ""}
+    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
+           "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    click.echo(f"budgetscope dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
+    try:
+        sys.exit(subprocess.call(cmd, env=env))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+@click.command()
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99.")
+@click.option("--from", "from_", required=True, help="Incident start: ISO-8601 with a zone, or ns since the epoch.")
+@click.option("--to", "to", required=True, help="Incident end (exclusive): ISO-8601 with a zone, or ns.")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@click.option("--title", default="budgetscope postmortem", show_default=True)
+def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str, title: str) -> None:
+    """Write the timeline and the budget verdict of an incident window as ONE self-contained HTML file (data,
+    JS and CSS inline; it fetches nothing) to attach to the incident.
+
+    \b
+      budgetscope postmortem -a prod.duckdb -b budgets.toml \\
+          --from 2026-01-01T10:00:00Z --to 2026-01-01T10:30:00Z --out incident.html
+    """
+    from budgetscope.cli import _time_ns
+
+    since, until = _time_ns(from_, "from"), _time_ns(to, "to")
+    if until <= since:
+        raise _usage(f"--to: {to!r} is not after --from {from_!r}")
+    b = _check_inputs(archive, budgets)
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise _usage("the postmortem needs plotly: pip install 'budgetscope[dashboard]'") from None
+    from budgetscope.analysis.postmortem import build_postmortem, render_html
+    from budgetscope.archive.archive import Archive
+
+    with Archive(archive, read_only=True, create=False) as a:
+        pm = build_postmortem(a.con, b, since, until)
+    try:
+        Path(out).write_text(render_html(pm, title), encoding="utf-8")
+    except OSError as e:
+        raise _usage(f"{out}: cannot write ({e.strerror})") from None
+    kept = pm["report"]["kept"]
+    click.echo(f"{out}: {len(pm['report']['tiers'])} tiers, {'budgets kept' if kept else 'a budget broke'}")

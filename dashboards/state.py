@@ -1,0 +1,189 @@
+"""What every page shares: the archive and budgets the dashboard was opened with, the sidebar filters, and
+cached calls into `budgetscope.analysis` (layout only: no SQL and no math here)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+
+import streamlit as st
+
+from budgetscope.analysis import charts, explore, overview, request_view, timeline
+from budgetscope.analysis.budgets import BudgetError, Budgets, TierBudget, load_budgets, parse_budgets
+from budgetscope.analysis.report import Selection, build_report, tier_report
+from budgetscope.analysis.whatif import to_toml
+from budgetscope.archive.archive import Archive, ArchiveError
+
+NONE_TENANT = "(none)"
+
+
+def _arg(name: str, env: str) -> str:
+    """--name VALUE after `streamlit run app.py --`, else the environment variable the CLI sets."""
+    argv = sys.argv[1:]
+    if f"--{name}" in argv and argv.index(f"--{name}") + 1 < len(argv):
+        return argv[argv.index(f"--{name}") + 1]
+    return os.environ.get(env, "")
+
+
+def archive_path() -> str:
+    return _arg("archive", "BUDGETSCOPE_ARCHIVE")
+
+
+@st.cache_resource(show_spinner=False)
+def _archive(path: str) -> Archive:
+    # sandboxed like run_query's, so that the SQL page's own connection shares this database instance
+    return Archive(path, sandbox=True, create=False)
+
+
+def con():
+    """A cursor of the cached read-only archive connection (one per script run: DuckDB cursors are per thread)."""
+    return _archive(archive_path()).con.cursor()
+
+
+def budgets_text() -> tuple[str, str | None]:
+    """(TOML text of the budgets, its path); ("", None) when the dashboard was opened without budgets."""
+    path = _arg("budgets", "BUDGETSCOPE_BUDGETS")
+    if not path:
+        return "", None
+    return to_toml(load_budgets(path)), path
+
+
+def budgets_from(text: str) -> Budgets | None:
+    return parse_budgets(text, "budgets") if text else None
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def archive_overview(path: str) -> dict:
+    return overview.overview(_archive(path).con.cursor())
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The sidebar's choices: arrival time range (ns, until exclusive) and tier/model/tenant values."""
+
+    since_ns: int | None
+    until_ns: int | None
+    values: tuple[tuple[str, tuple], ...]  # (column, chosen values) for each narrowed column
+
+    def as_dict(self) -> dict | None:
+        return {c: list(v) for c, v in self.values} or None
+
+
+@st.cache_data(show_spinner="Building the report…", max_entries=32)
+def report(path: str, text: str, f: Filters, budgets_file: str | None = None) -> dict:
+    rep = build_report(_archive(path).con.cursor(), budgets_from(text), f.since_ns, f.until_ns, f.as_dict())
+    rep["budgets_file"] = budgets_file or rep["budgets_file"]
+    return rep
+
+
+def tier_budget(text: str, name: str) -> TierBudget:
+    b = budgets_from(text)
+    for tb in (b.tiers if b else ()):
+        if tb.name == name:
+            return tb
+    return TierBudget(name=name)
+
+
+@st.cache_data(show_spinner="Attributing the tail…", max_entries=32)
+def tier_at(path: str, text: str, name: str, percentile: float, f: Filters) -> dict:
+    tb = replace(tier_budget(text, name), percentile=percentile)
+    return tier_report(_archive(path).con.cursor(), tb, f.since_ns, f.until_ns, budgeted=bool(text), filters=f.as_dict())
+
+
+@st.cache_data(show_spinner="Building the timeline…", max_entries=32)
+def tier_timeline(path: str, text: str, name: str, f: Filters, entry: dict) -> dict:
+    return timeline.tier_timeline(_archive(path).con.cursor(), tier_budget(text, name), entry, f.since_ns,
+                                  f.until_ns, f.as_dict())
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def window_requests(path: str, text: str, name: str, start_ns: int, end_ns: int, f: Filters, order_by: str):
+    return timeline.window_requests(_archive(path).con.cursor(), tier_budget(text, name), start_ns, end_ns,
+                                    f.as_dict(), order_by)
+
+
+@st.cache_data(show_spinner="Comparing the tail with the body…", max_entries=32)
+def tail_mixes(path: str, text: str, tier: str | None, metric: str, q: float, f: Filters):
+    c = _archive(path).con.cursor()
+    sel = Selection(tier_budget(text, tier).filters if tier else {}, f.since_ns, f.until_ns, f.as_dict())
+    sp = explore.split(c, sel, metric, q)
+    return sp, (explore.distributions(c, sel, sp) if sp else [])
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def slowest(path: str, f: Filters, column: str) -> list:
+    sel = Selection({}, f.since_ns, f.until_ns, f.as_dict())
+    return request_view.slowest_requests(_archive(path).con.cursor(), sel, column, 50)
+
+
+def one_request(path: str, key: str) -> dict | None:
+    return request_view.request_view(_archive(path).con.cursor(), key)
+
+
+def _utc(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+
+
+def sidebar_filters(ov: dict) -> Filters:
+    """The filters every page applies, chosen in the sidebar and kept across pages."""
+    sb = st.sidebar
+    sb.markdown("### Filters")
+    since = until = None
+    lo, hi = ov["first_arrival_ns"], ov["last_arrival_ns"]
+    if lo is not None and hi > lo:
+        start, end = _utc(lo).replace(microsecond=0), _utc(hi).replace(microsecond=0)
+        end = end if end > start else start + timedelta(seconds=1)
+        step = max((end - start) / 200, timedelta(seconds=1))
+        picked = sb.slider("Arrival time (UTC)", min_value=start, max_value=end, value=(start, end), step=step,
+                           format="MM-DD HH:mm:ss", key="f_time")
+        if picked != (start, end):
+            since = int(picked[0].timestamp() * 1e9)
+            until = int(picked[1].timestamp() * 1e9) + 1_000_000_000  # the slider's second, inclusive
+    chosen = []
+    for col, label in (("tier", "Tier"), ("model", "Model"), ("tenant", "Tenant")):
+        options = [NONE_TENANT if v is None else v for v in ov["values"][col]]
+        if len(options) < 2:
+            continue
+        got = sb.multiselect(label, options, key=f"f_{col}", placeholder="all")
+        if got:
+            chosen.append((col, tuple(None if v == NONE_TENANT else v for v in got)))
+    sb.caption(f"Archive: `{os.path.basename(archive_path())}` · {ov['requests']:,} requests")
+    return Filters(since, until, tuple(chosen))
+
+
+def start_page(title: str):
+    """Common head of every page: the title, the archive's notes, the filters. Returns (overview, filters,
+    budgets text, budgets path) or stops the page with what is missing and why."""
+    st.title(title)
+    path = archive_path()
+    if not path:
+        st.info("No archive given: open the dashboard with `budgetscope dashboard --archive A --budgets B`.")
+        st.stop()
+    try:
+        ov = archive_overview(path)
+    except ArchiveError as e:
+        st.warning(f"The archive cannot be opened: {e}")
+        st.stop()
+    try:
+        text, bpath = budgets_text()
+    except BudgetError as e:
+        st.warning(f"The budgets file cannot be used: {e}. Showing every tier at p99 without budgets.")
+        text, bpath = "", None
+    f = sidebar_filters(ov)
+    if not ov["requests"]:
+        st.info(ov["notes"][0])
+        st.stop()
+    for note in ov["notes"]:
+        st.caption("ℹ️ " + note)
+    return ov, f, text, bpath
+
+
+def ms(v) -> str:
+    from budgetscope.analysis.verdict import ms as fmt
+
+    return fmt(v)
+
+
+utc = charts.utc
