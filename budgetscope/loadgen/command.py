@@ -63,6 +63,9 @@ class _Progress:
               help="Ask the server to generate exactly max_tokens.")
 @click.option("--body-hints/--no-body-hints", default=True, show_default=True,
               help="Send ignore_eos and budgetscope_tier/_tenant in the body (headers are always sent).")
+@click.option("--stream/--no-stream", default=True, show_default=True,
+              help="Ask for SSE streams; --no-stream gets one JSON response (client TTFT unknown), which is when "
+                   "TGI sends its x-*-time headers.")
 @click.option("--header", "-H", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
 @click.option("--spans", help="Client span exporter: otlp | jsonl:<path> | console | none "
                               "(default: OTEL_TRACES_EXPORTER, unset means none).")
@@ -73,7 +76,7 @@ class _Progress:
 @click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
 def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
          tenants, shared_prefix, prompt_format, api, model, concurrency, connections, seed, timeout, ignore_eos,
-         body_hints, headers, spans, service_name, out_path, fmt, dry_run) -> None:
+         body_hints, stream, headers, spans, service_name, out_path, fmt, dry_run) -> None:
     """Send an open-loop load to an OpenAI-compatible endpoint and report client TTFT, ITL, E2E and schedule lag.
 
     Requests are sent when the plan says, whatever the server does; schedule lag (sent - scheduled) shows
@@ -89,7 +92,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     """
     import orjson
 
-    from budgetscope.instrument.client import ClientTracer
+    from budgetscope.loadgen.server_report import LoadgenClientTracer as ClientTracer
     from budgetscope.loadgen import (Arrivals, Distribution, Mix, Prompts, SharedPrefix, Target, Workload,
                                      build_plan, read_replay, run_load)
 
@@ -109,7 +112,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
                               duration_s=duration)
         extra_headers = dict(_header(h) for h in headers)
         target = Target(url, api=api, model=model, ignore_eos=ignore_eos, body_hints=body_hints,
-                        headers=extra_headers)
+                        headers=extra_headers, stream=stream)
         if prompt_format == "token-ids" and target.api == "chat":
             raise LoadgenError("--prompt-format token-ids needs the completions API")
         if dry_run:

@@ -41,6 +41,9 @@ class RequestRecord:
     error: str | None = None
     """None, or `kind: detail` (kinds: connect_error, connection_closed, connection_error, timeout, http_<status>,
     stream_error, bad_event, bad_response, incomplete_stream)."""
+    server_attributes: dict | None = None
+    """What the server reported in its response (headers, llama.cpp `timings`), as span attributes; see
+    server_report.py."""
 
     @property
     def is_ok(self) -> bool:

@@ -22,6 +22,8 @@ from budgetscope.loadgen.plan import Plan
 from budgetscope.loadgen.prompts import Prompts
 from budgetscope.loadgen.records import RequestRecord
 from budgetscope.loadgen.result import LoadResult
+from budgetscope.loadgen.server_report import (CLIENT_STREAM, ReportedClientRequest, header_attributes,
+                                               timings_attributes)
 from budgetscope.loadgen.sse import SSEParser, read_chunk
 from budgetscope.loadgen.target import Target
 
@@ -209,12 +211,13 @@ class LoadRunner:
     def _client_request(self, rec: RequestRecord) -> ClientRequest:
         u = self._unix0
         sent = rec.sent_ns if rec.sent_ns is not None else rec.end_ns
-        return ClientRequest(
+        return ReportedClientRequest(
             rec.trace_id, rec.span_id, scheduled_ns=u + rec.scheduled_ns, start_ns=u + sent, end_ns=u + rec.end_ns,
             first_token_ns=None if rec.first_token_ns is None else u + rec.first_token_ns,
             itl_ms=tuple(rec.itl_ms), status_code=rec.status, output_tokens=rec.output_tokens,
             input_tokens=rec.input_tokens, tier=rec.tier, tenant=rec.tenant, model=self.target.model,
             error_type=None if rec.error is None else rec.outcome, url=self.target.url,
+            extra_attributes={CLIENT_STREAM: self.target.stream, **(rec.server_attributes or {})},
         )
 
     def _progress(self) -> None:
@@ -240,6 +243,9 @@ class _Exchange:
 
     def head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.rec.status = status
+        reported = header_attributes(headers)
+        if reported:
+            self.rec.server_attributes = reported
         self.is_stream = status == 200 and headers.get(b"content-type", b"").startswith(b"text/event-stream")
 
     def body(self, data: bytes, t_ns: int) -> None:
@@ -258,6 +264,8 @@ class _Exchange:
                 rec.output_tokens = chunk.completion_tokens
             if chunk.prompt_tokens is not None:
                 rec.input_tokens = chunk.prompt_tokens
+            if chunk.timings is not None:
+                self._reported(timings_attributes(chunk.timings))
             if chunk.is_done:
                 rec.is_done = True
             if chunk.error is not None and rec.error is None:
@@ -293,6 +301,10 @@ class _Exchange:
             self.timer.cancel()
         self.runner._finished(self.conn, self.rec, keep_alive)
 
+    def _reported(self, attrs: dict) -> None:
+        if attrs:
+            self.rec.server_attributes = (self.rec.server_attributes or {}) | attrs
+
     def _read_plain_body(self) -> None:
         import orjson
 
@@ -303,6 +315,8 @@ class _Exchange:
         except orjson.JSONDecodeError:
             obj = None
         if rec.status == 200:
+            if isinstance(obj, dict):
+                self._reported(timings_attributes(obj.get("timings")))
             usage = obj.get("usage") if isinstance(obj, dict) else None
             if usage:
                 rec.output_tokens = usage.get("completion_tokens")

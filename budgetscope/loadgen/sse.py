@@ -52,7 +52,7 @@ class SSEParser:
 class StreamChunk:
     """What one OpenAI stream payload says: a token event, usage, an error, or the end."""
 
-    __slots__ = ("is_done", "is_token", "completion_tokens", "prompt_tokens", "error")
+    __slots__ = ("is_done", "is_token", "completion_tokens", "prompt_tokens", "error", "timings")
 
     def __init__(self) -> None:
         self.is_done = False
@@ -60,6 +60,8 @@ class StreamChunk:
         self.completion_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.error: str | None = None
+        self.timings: dict | None = None
+        """llama.cpp's `timings` object, when the event carries one (its last event does)."""
 
 
 def read_chunk(payload: bytes) -> StreamChunk:
@@ -99,6 +101,9 @@ def read_chunk(payload: bytes) -> StreamChunk:
             delta = choice.get("delta") or {}
             chunk.is_token = bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")) \
                 or (delta.get("content") == "" and pending and "role" not in delta)
+    timings = obj.get("timings")
+    if isinstance(timings, dict):
+        chunk.timings = timings
     usage = obj.get("usage")
     if usage:
         chunk.completion_tokens = usage.get("completion_tokens")

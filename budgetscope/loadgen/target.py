@@ -22,13 +22,14 @@ class Target:
 
     `url`: a base (`http://127.0.0.1:8000`, `.../v1`) or a full endpoint (`.../v1/completions`,
     `.../v1/chat/completions`). `api`: "completions", "chat", or "auto" (from the URL; completions for a
-    base URL). `body_hints`: also send `ignore_eos` and the `budgetscope_tier`/`budgetscope_tenant` body
+    base URL). `stream`: ask for an SSE stream (False: one JSON response, whose server timing headers such as
+    TGI's `x-queue-time` only non-streaming responses carry). `body_hints`: also send `ignore_eos` and the `budgetscope_tier`/`budgetscope_tenant` body
     fields (the tier and tenant headers are always sent). `extra_body`: merged into every body.
     """
 
     def __init__(self, url: str, *, api: str = "auto", model: str | None = None, ignore_eos: bool = True,
                  include_usage: bool = True, body_hints: bool = True, extra_body: dict | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, stream: bool = True) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LoadgenError(f"bad target URL {url!r}; expected http://host:port[/v1/completions]")
@@ -53,6 +54,7 @@ class Target:
         self.include_usage = include_usage
         self.body_hints = body_hints
         self.extra_body = dict(extra_body or {})
+        self.stream = stream
         host_header = parts.netloc.rsplit("@", 1)[-1]
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._head = (f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\nContent-Type: application/json\r\n"
@@ -63,7 +65,7 @@ class Target:
         return ssl.create_default_context() if self.is_tls else None
 
     def body(self, prompt: str | list[int], max_tokens: int, tier: str | None, tenant: str | None) -> bytes:
-        """The JSON body of one streaming request."""
+        """The JSON body of one request (streaming unless `stream=False`)."""
         body: dict = {}
         if self.model:
             body["model"] = self.model
@@ -74,8 +76,8 @@ class Target:
         else:
             body["prompt"] = prompt
         body["max_tokens"] = max_tokens
-        body["stream"] = True
-        if self.include_usage:
+        body["stream"] = self.stream
+        if self.include_usage and self.stream:
             body["stream_options"] = {"include_usage": True}
         if self.body_hints:
             if self.ignore_eos:
