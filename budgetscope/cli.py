@@ -34,6 +34,8 @@ LAZY_COMMANDS = {
     "load": "budgetscope.loadgen.command:load",
     "dashboard": "budgetscope.dashboard_command:dashboard",
     "postmortem": "budgetscope.dashboard_command:postmortem",
+    "import": "budgetscope.sources.commands:import_",
+    "scrape": "budgetscope.sources.commands:scrape",
 }
 
 

@@ -121,7 +121,7 @@ INGEST_BATCHES = Table(
         C("content_hash", "VARCHAR", "first 128 bits of the SHA-256 of the batch bytes, hex; the same hash lands once"),
         C("origin", "VARCHAR", "file path or receiver (e.g. `otlp-http`)"),
         C("position", "VARCHAR", "where in the origin: `line 17`, `message 3`, `document`"),
-        C("format", "VARCHAR", "otlp-json or otlp-proto"),
+        C("format", "VARCHAR", "otlp-json, otlp-proto, or prometheus-text (a `/metrics` scrape)"),
         C("received_ns", "BIGINT", "when it was ingested, ns since the Unix epoch"),
         C("span_count", "BIGINT", "spans in the batch"),
         C("spans_inserted", "BIGINT", "spans new to the archive"),
@@ -141,6 +141,22 @@ GPU_SAMPLES = Table(
         C("value", "DOUBLE", "the value, in the metric's unit"),
         C("unit", "VARCHAR", "UCUM unit of the metric, e.g. `By`, `1`"),
         C("batch_id", "BIGINT", "the `ingest_batches` row that brought it"),
+    ),
+)
+
+SERVER_METRICS = Table(
+    "server_metrics",
+    "Samples scraped from servers' Prometheus `/metrics` (vLLM, SGLang, TGI, llama.cpp, Triton), one row per "
+    "series and scrape, under the server's own metric names (`budgetscope scrape`, `budgetscope import --format "
+    "prometheus`). Histograms keep their `_bucket` / `_sum` / `_count` series.",
+    (
+        C("ts_ns", "BIGINT", "scrape time (or the sample's own timestamp), ns since the Unix epoch"),
+        C("service_name", "VARCHAR", "server the samples came from (`--service-name`, default the URL's host:port)"),
+        C("instance", "VARCHAR", "where it was scraped: the URL, or the file path"),
+        C("metric", "VARCHAR", "metric name as exposed, e.g. `vllm:num_requests_waiting`, `llamacpp:requests_deferred`"),
+        C("labels", "JSON", "the series' labels as one JSON object (e.g. `{\"model_name\": \"m\", \"le\": \"0.5\"}`)"),
+        C("value", "DOUBLE", "the sample value, in the metric's own unit (vLLM: seconds and ratios 0–1)"),
+        C("batch_id", "BIGINT", "the `ingest_batches` row of the scrape"),
     ),
 )
 
@@ -187,7 +203,7 @@ SELECT start_ns, end_ns, service_name,
 FROM spans WHERE name = 'engine.step'
 """
 
-PUBLIC = (SPANS, REQUESTS, INGEST_BATCHES, GPU_SAMPLES, ENGINE_STEPS)
+PUBLIC = (SPANS, REQUESTS, INGEST_BATCHES, GPU_SAMPLES, ENGINE_STEPS, SERVER_METRICS)
 """The tables and views SQL users may rely on (documented in docs/archive.md)."""
 
 INTERNAL = (PENDING_TRACES, META)

@@ -4,15 +4,27 @@ The client span `llm.client.request` is the parent of the server root (W3C trace
 (trace_id, client span_id = server parent_span_id). Network is derived only where a client span exists:
   network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
   ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT)
+
+Server rows come in three kinds, and a request (a client span) gets the first kind that claims it:
+  1. span adapters (`SPAN_ADAPTERS`): the server sent its own spans, children of the client span;
+  2. reported adapters (`REPORTED_ADAPTERS`): the server sent no span but reported timings in its response,
+     which the load generator kept on the client span (llama.cpp `timings`, TGI `x-*-time` headers);
+  3. the client-only adapter (`sources/client.py`): nothing but the client span.
+Rows of kinds 2 and 3 have no server timeline (`server_span_id` NULL). Where their server E2E is unknown too,
+network cannot be split from unreported server time, so `network_ms` is NULL and `unaccounted_ms` is the
+client figure minus the stages the server did report: unknown time is shown as unaccounted, never guessed.
 """
 
 from __future__ import annotations
 
 from budgetscope.archive.schema import REQUESTS
-from budgetscope.sources import native, vllm
+from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.sources.classify import CLIENT_ROOT
 
 ADAPTERS = (native, vllm)
+"""The original span adapters (kept for callers that list them)."""
+SPAN_ADAPTERS = (native.server_rows, vllm.server_rows, tgi.span_rows, sglang.server_rows, triton.server_rows)
+REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 
 CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
@@ -22,12 +34,17 @@ CLIENT_ATTRS = (
 
 def requests_sql(spans: str) -> str:
     """SELECT producing `requests` rows (columns in table order) from the relation `spans`."""
-    server = " UNION ALL BY NAME ".join(f"({a.server_rows(spans)})" for a in ADAPTERS)
+    served = " UNION ALL BY NAME ".join(f"({a(spans)})" for a in SPAN_ADAPTERS)
+    reported = " UNION ALL BY NAME ".join(f"({a(spans)})" for a in REPORTED_ADAPTERS)
+    # without a server clock, the unknown remainder of the client figure is unaccounted
+    client_e2e = "CASE WHEN s.server_span_id IS NULL THEN (c.end_ns - c.start_ns) / 1e6 END"
+    client_ttft = ("CASE WHEN s.server_span_id IS NULL THEN "
+                   "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 END")
     derived = {
-        "unaccounted_ms": "s.e2e_ms - (coalesce(s.frontend_ms, 0) + coalesce(s.queue_ms, 0) + coalesce(s.prefill_ms, 0)"
-                          " + coalesce(s.decode_ms, 0) + coalesce(s.postprocess_ms, 0))",
-        "ttft_unaccounted_ms": "s.ttft_ms - (coalesce(s.ttft_frontend_ms, 0) + coalesce(s.ttft_queue_ms, 0)"
-                               " + coalesce(s.ttft_prefill_ms, 0))",
+        "unaccounted_ms": f"coalesce(s.e2e_ms, {client_e2e}) - (coalesce(s.frontend_ms, 0) + coalesce(s.queue_ms, 0)"
+                          " + coalesce(s.prefill_ms, 0) + coalesce(s.decode_ms, 0) + coalesce(s.postprocess_ms, 0))",
+        "ttft_unaccounted_ms": f"coalesce(s.ttft_ms, {client_ttft}) - (coalesce(s.ttft_frontend_ms, 0)"
+                               " + coalesce(s.ttft_queue_ms, 0) + coalesce(s.ttft_prefill_ms, 0))",
         "tpot_ms": "CASE WHEN s.output_tokens > 1 THEN s.decode_ms / (s.output_tokens - 1) ELSE 'NaN'::DOUBLE END",
         "has_client_span": "c.span_id IS NOT NULL",
         "client_span_id": "c.span_id",
@@ -48,7 +65,14 @@ def requests_sql(spans: str) -> str:
     cols = ",\n  ".join(f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
                         for c in REQUESTS.columns)
     return f"""
-WITH s AS ({server}),
+WITH served AS ({served}),
+reported AS (SELECT * FROM ({reported}) r
+  WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
+s AS (
+  SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
+  UNION ALL BY NAME SELECT * FROM ({client.server_rows(spans)}) o
+  WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = o.trace_id AND v.parent_span_id = o.parent_span_id)
+    AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = o.trace_id AND p.parent_span_id = o.parent_span_id)),
 c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a
       FROM {spans} WHERE name = '{CLIENT_ROOT}')
 SELECT {cols}

@@ -1,0 +1,185 @@
+"""`budgetscope import` and `budgetscope scrape`: third-party files and `/metrics` into an archive.
+
+Registered lazily in budgetscope/cli.py; importing this module loads only click.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+
+class _InputError(click.ClickException):
+    """Bad input: one line on stderr, exit status 2."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"budgetscope: {self.format_message()}", err=True)
+
+
+def _start_ns(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.lstrip("-").isdigit():
+        return int(value)
+    from datetime import datetime
+
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise _InputError(f"--start: {value!r} is neither ns since the epoch nor an ISO-8601 time") from None
+    if dt.tzinfo is None:
+        raise _InputError(f"--start: {value!r} has no time zone (add Z or +00:00)")
+    return int(dt.timestamp() * 1e9)
+
+
+@click.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", required=True,
+              type=click.Choice(["vllm-bench", "aiperf", "triton", "prometheus"]),
+              help="What the files are (see docs/sources.md).")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+@click.option("--start", help="vllm-bench: when the run started (ISO-8601 or ns; default its `date`, as UTC); "
+                              "prometheus: the scrape time (default the file's modification time).")
+@click.option("--clock-offset-ns", type=int,
+              help="triton: Unix ns minus Triton's steady-clock ns (default: anchor the file's last timestamp at "
+                   "its modification time).")
+@click.option("--service-name", help="prometheus: the server's name in server_metrics (default: the file name).")
+def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
+    """Import benchmark exports, Triton trace files or saved `/metrics` text into an archive.
+
+    Every file is one batch: it lands whole or not at all, and the same file lands once (recorded in
+    ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf) or Triton `InferRequest`
+    spans, derived into `requests` like any ingest; Prometheus text goes to `server_metrics`.
+
+    \b
+      budgetscope import --format vllm-bench result.json --archive runs.duckdb
+      budgetscope import --format aiperf artifacts/*/profile_export.jsonl --archive runs.duckdb
+      budgetscope import --format triton trace.json --archive runs.duckdb
+      budgetscope import --format prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs.duckdb
+    """
+    import os
+    from pathlib import Path
+
+    from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
+    from budgetscope.sources import importers
+    from budgetscope.sources.prometheus import PrometheusError
+
+    anchor = _start_ns(start)
+    rejected = False
+    try:
+        for f in files:
+            if not os.path.isfile(f):
+                raise _InputError(f"{f}: no such file")
+        with Archive(archive) as a:
+            for f in files:
+                path = Path(f)
+                data = path.read_bytes()
+                try:
+                    if fmt == "prometheus":
+                        from budgetscope.sources.server_metrics import land
+
+                        n = land(a, data.decode("utf-8", "replace"), instance=str(path),
+                                 service_name=service_name or path.stem,
+                                 ts_ns=anchor if anchor is not None else path.stat().st_mtime_ns, origin=str(path),
+                                 position="document")
+                        click.echo(f"{f}: {n:,} samples" + ("" if n else " (already imported, or empty)"))
+                        continue
+                    if fmt == "vllm-bench":
+                        doc = importers.vllm_bench(path, data, anchor)
+                    elif fmt == "aiperf":
+                        doc = importers.aiperf(path, data)
+                    else:
+                        doc = importers.triton(path, data, clock_offset_ns)
+                except (importers.ImportFormatError, PrometheusError) as e:
+                    msg = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+                    click.echo(f"budgetscope: {msg} (nothing from it landed)", err=True)
+                    rejected = True
+                    continue
+                report = a.ingest([RawBatch(doc, "otlp-json", str(path), f"{fmt} file")])
+                for r in report.rejected:
+                    click.echo(f"budgetscope: {r} (nothing from it landed)", err=True)
+                    rejected = True
+                click.echo(f"{f}: {report.spans:,} spans ({report.spans_inserted:,} new), "
+                           f"{report.batches_already_ingested:,} already imported; "
+                           f"{report.requests_derived:,} requests derived")
+    except ArchiveError as e:
+        raise _InputError(str(e)) from None
+    if rejected:
+        sys.exit(2)
+
+
+@click.command("scrape")
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+@click.option("--every", default="1s", show_default=True, help="Scrape interval: 500ms, 1s, 1.5s, 1m.")
+@click.option("--duration", type=float, help="Stop after this many seconds (default: until interrupted).")
+@click.option("--count", type=int, help="Stop after this many scrapes of each URL.")
+@click.option("--service-name", help="Name of the server in server_metrics (default: the URL's host:port).")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Per-request timeout, seconds.")
+def scrape(urls, archive, every, duration, count, service_name, timeout) -> None:
+    """Scrape Prometheus `/metrics` (vLLM, SGLang, TGI, llama.cpp, Triton) into the archive's server_metrics.
+
+    Each scrape is one batch (atomic, recorded in ingest_batches). A scrape that fails (refused, timeout, HTTP
+    error, a line that is not Prometheus text) is reported on stderr and skipped; the next one goes on. The
+    archive is held while scraping: DuckDB allows one writer per file, so scrape into an archive no collector
+    holds (or point the OpenTelemetry Collector's prometheus receiver at budgetscope collect instead).
+
+    \b
+      budgetscope scrape http://127.0.0.1:8000/metrics --archive prod.duckdb --every 1s --duration 600
+    """
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.sources.prometheus import PrometheusError
+    from budgetscope.sources.server_metrics import land
+
+    interval = _interval(every)
+    for u in urls:
+        if urlsplit(u).scheme not in ("http", "https"):
+            raise _InputError(f"bad URL {u!r}; expected http://host:port/metrics")
+    t_end = None if duration is None else time.monotonic() + duration
+    done = failures = rows = 0
+    try:
+        with Archive(archive) as a:
+            next_at = time.monotonic()
+            while (count is None or done < count) and (t_end is None or time.monotonic() < t_end):
+                for u in urls:
+                    ts = time.time_ns()
+                    try:
+                        with urllib.request.urlopen(u, timeout=timeout) as resp:
+                            body = resp.read().decode("utf-8", "replace")
+                        rows += land(a, body, instance=u, service_name=service_name or urlsplit(u).netloc,
+                                     ts_ns=ts, origin=u)
+                    except (OSError, urllib.error.URLError, PrometheusError) as e:
+                        failures += 1
+                        click.echo(f"budgetscope: {u}: scrape failed: {getattr(e, 'reason', None) or e}", err=True)
+                done += 1
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+    except ArchiveError as e:
+        raise _InputError(str(e)) from None
+    except KeyboardInterrupt:
+        pass
+    click.echo(f"{archive}: {done} scrapes of {len(urls)} URL(s), {rows:,} samples, {failures} failed")
+    if failures and failures == done * len(urls):
+        sys.exit(2)
+
+
+def _interval(text: str) -> float:
+    units = (("ms", 1e-3), ("s", 1.0), ("m", 60.0))
+    for suffix, scale in units:
+        if text.endswith(suffix):
+            try:
+                value = float(text[: -len(suffix)]) * scale
+            except ValueError:
+                break
+            if value > 0:
+                return value
+            break
+    raise _InputError(f"--every: {text!r} is not an interval like 500ms, 1s or 1m")

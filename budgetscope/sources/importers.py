@@ -1,0 +1,264 @@
+"""Files that are not OTLP → OTLP/JSON documents of spans, which then land through the ordinary ingest path.
+
+Each importer reads one file and returns one OTLP/JSON `ExportTraceServiceRequest` (one batch: the file lands
+whole or not at all, and the same file lands once). Span and trace ids are derived from the file's bytes and
+the record's position, so importing a file twice gives the same spans. Bad input raises `ImportFormatError`
+naming the file and the line (or record) and the first problem.
+
+  vllm-bench  `vllm bench serve --save-result --save-detailed` JSON (vllm/benchmarks/serve.py): client data,
+              one `llm.client.request` span per request.
+  aiperf      AIPerf `profile_export.jsonl` (one record a line: `metadata`, `metrics`, `error`): client data.
+  triton      Triton trace file (`--trace-config mode=triton,file=...`): one span `InferRequest` per traced
+              request with Triton's timestamps as `triton.timestamp.<NAME>` attributes (sources/triton.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from budgetscope.sources.classify import CLIENT_ROOT
+
+FORMATS = ("vllm-bench", "aiperf", "triton")
+KIND_SERVER, KIND_CLIENT = 2, 3
+
+
+class ImportFormatError(ValueError):
+    """Bad input, in one line naming the file and where."""
+
+
+def _value(v: Any) -> dict:
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, (list, tuple)):
+        return {"arrayValue": {"values": [_value(x) for x in v]}}
+    return {"stringValue": str(v)}
+
+
+def _ids(seed: bytes, index: int) -> tuple[str, str]:
+    h = hashlib.blake2b(seed + index.to_bytes(8, "big"), digest_size=24).hexdigest()
+    return h[:32], h[32:48]
+
+
+def span(trace_id: str, span_id: str, name: str, kind: int, start_ns: int, end_ns: int,
+         attributes: dict[str, Any], parent_span_id: str | None = None, error: str | None = None) -> dict:
+    """One OTLP/JSON span (attributes with a None value are left out)."""
+    s = {"traceId": trace_id, "spanId": span_id, "name": name, "kind": kind,
+         "startTimeUnixNano": str(start_ns), "endTimeUnixNano": str(max(end_ns, start_ns)),
+         "attributes": [{"key": k, "value": _value(v)} for k, v in attributes.items() if v is not None]}
+    if parent_span_id:
+        s["parentSpanId"] = parent_span_id
+    if error:
+        s["status"] = {"code": 2, "message": error}
+    return s
+
+
+def document(service_name: str, spans: list[dict], scope: str = "budgetscope.import") -> bytes:
+    """An OTLP/JSON ExportTraceServiceRequest holding `spans` under one resource."""
+    doc = {"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service_name}}]},
+        "scopeSpans": [{"scope": {"name": scope}, "spans": spans}]}]}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+def _num(x: Any, where: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise ImportFormatError(f"{where}: expected a number, got {json.dumps(x)[:40]}")
+    return float(x)
+
+
+def _load_json(path: Path, data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as e:
+        raise ImportFormatError(f"{path}: line {e.lineno}: not JSON ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"{path}: not UTF-8 text") from None
+
+
+def _client_span(seed: bytes, i: int, *, sent_ns: int, end_ns: int, first_token_ns: int | None,
+                 itl_ms: list[float] | None, input_tokens, output_tokens, model, error: str | None,
+                 extra: dict) -> dict:
+    trace_id, span_id = _ids(seed, i)
+    attrs = {"budgetscope.client.first_token_unix_nano": first_token_ns,
+             "budgetscope.client.itl_ms": [float(x) for x in itl_ms] if itl_ms is not None else None,
+             "http.response.status_code": None if error else 200, "error.type": "error" if error else None,
+             "gen_ai.usage.input_tokens": input_tokens, "gen_ai.usage.output_tokens": output_tokens,
+             "gen_ai.request.model": model, "budgetscope.tier": "default", **extra}
+    return span(trace_id, span_id, CLIENT_ROOT, KIND_CLIENT, sent_ns, end_ns, attrs, error=error)
+
+
+# -- vllm bench serve ---------------------------------------------------------------------------------------------
+def vllm_bench(path: Path, data: bytes, start_ns: int | None = None) -> bytes:
+    """`vllm bench serve --save-detailed` result → client spans.
+
+    Per request i: `start_times[i]` (time.perf_counter() seconds), `ttfts[i]` (s), `itls[i]` (s, list),
+    `input_lens[i]`, `output_lens[i]`, `errors[i]` ("" when it succeeded), and `e2els[i]` / `latencies[i]` (s)
+    when the version writes them, else E2E = TTFT + Σ ITL (the last gap ends at the last token). perf_counter
+    has no epoch: the run is anchored at `start_ns`, else at the file's `date` (`%Y%m%d-%H%M%S`, read as UTC).
+    """
+    obj = _load_json(path, data)
+    if not isinstance(obj, dict):
+        raise ImportFormatError(f"{path}: not a vllm bench result (want a JSON object)")
+    need = ("start_times", "ttfts", "itls", "input_lens", "output_lens")
+    missing = [k for k in need if not isinstance(obj.get(k), list)]
+    if missing:
+        raise ImportFormatError(f"{path}: no per-request {', '.join(missing)}: save it with "
+                                "`vllm bench serve --save-result --save-detailed`")
+    n = len(obj["start_times"])
+    for k in need:
+        if len(obj[k]) != n:
+            raise ImportFormatError(f"{path}: {k} has {len(obj[k])} entries, start_times has {n}")
+    if start_ns is None:
+        try:
+            start_ns = int(datetime.strptime(str(obj.get("date")), "%Y%m%d-%H%M%S")
+                           .replace(tzinfo=timezone.utc).timestamp() * 1e9)
+        except ValueError:
+            raise ImportFormatError(f"{path}: no usable `date` field; give --start") from None
+    latencies = obj.get("e2els") or obj.get("latencies")
+    errors = obj.get("errors") or [""] * n
+    t0 = min((_num(t, f"{path}: start_times[{i}]") for i, t in enumerate(obj["start_times"])), default=0.0)
+    seed = hashlib.blake2b(data, digest_size=16).digest()
+    spans = []
+    for i in range(n):
+        where = f"{path}: request {i}"
+        sent = start_ns + _ns(_num(obj["start_times"][i], where + " start_times") - t0)
+        error = str(errors[i]) if i < len(errors) and errors[i] else None
+        ttft = _num(obj["ttfts"][i], where + " ttfts")
+        itls = obj["itls"][i] or []
+        if not isinstance(itls, list):
+            raise ImportFormatError(f"{where} itls: expected a list")
+        gaps = [_num(x, where + " itls") for x in itls]
+        if latencies and i < len(latencies) and latencies[i] is not None:
+            e2e = _num(latencies[i], where + " latency")
+        else:
+            e2e = ttft + sum(gaps)
+        first = None if error or ttft <= 0 else sent + _ns(ttft)
+        spans.append(_client_span(
+            seed, i, sent_ns=sent, end_ns=sent + _ns(e2e), first_token_ns=first, itl_ms=[g * 1e3 for g in gaps],
+            input_tokens=int(_num(obj["input_lens"][i], where + " input_lens")),
+            output_tokens=int(_num(obj["output_lens"][i], where + " output_lens")), model=obj.get("model_id"),
+            error=error, extra={"vllm_bench.index": i}))
+    return document("vllm-bench", spans)
+
+
+# -- AIPerf ---------------------------------------------------------------------------------------------------
+def _metric(metrics: dict, name: str, where: str) -> float | None:
+    m = metrics.get(name)
+    if m is None:
+        return None
+    value = m.get("value") if isinstance(m, dict) else m
+    if isinstance(value, list):
+        return None
+    unit = m.get("unit", "ms") if isinstance(m, dict) else "ms"
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3, "tokens": 1.0}.get(unit, 1.0)
+    return _num(value, f"{where} {name}") * scale
+
+
+def aiperf(path: Path, data: bytes) -> bytes:
+    """AIPerf `profile_export.jsonl` → client spans (warm-up records are skipped).
+
+    Per line: `metadata.request_start_ns` / `request_end_ns` (wall clock, ns), `x_request_id`,
+    `benchmark_phase`, `was_cancelled`; `metrics.time_to_first_token`, `request_latency` ({value, unit}),
+    `input_sequence_length`, `output_sequence_length`, `inter_chunk_latency` (a list, when exported); `error`.
+    """
+    seed = hashlib.blake2b(data, digest_size=16).digest()
+    spans = []
+    for n, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
+        meta, metrics = (rec.get("metadata"), rec.get("metrics")) if isinstance(rec, dict) else (None, None)
+        if not isinstance(meta, dict) or not isinstance(metrics, dict):
+            raise ImportFormatError(f"{where}: not an AIPerf record (want metadata and metrics objects)")
+        if meta.get("benchmark_phase") == "warmup":
+            continue
+        if "request_start_ns" not in meta:
+            raise ImportFormatError(f"{where}: metadata has no request_start_ns")
+        sent = int(_num(meta["request_start_ns"], where + " request_start_ns"))
+        latency = _metric(metrics, "request_latency", where)
+        end = int(_num(meta["request_end_ns"], where + " request_end_ns")) if "request_end_ns" in meta else \
+            sent + int((latency or 0) * 1e6)
+        ttft = _metric(metrics, "time_to_first_token", where)
+        chunks = (metrics.get("inter_chunk_latency") or {}).get("value")
+        itl = [_num(x, where + " inter_chunk_latency") for x in chunks] if isinstance(chunks, list) else None
+        err = rec.get("error")
+        error = (err.get("message") or err.get("type") or "error") if isinstance(err, dict) else err
+        if meta.get("was_cancelled"):
+            error = error or "cancelled"
+        out = _metric(metrics, "output_sequence_length", where)
+        inp = _metric(metrics, "input_sequence_length", where)
+        spans.append(_client_span(
+            seed, n, sent_ns=sent, end_ns=end, first_token_ns=None if ttft is None else sent + int(ttft * 1e6),
+            itl_ms=itl, input_tokens=None if inp is None else int(inp), output_tokens=None if out is None else int(out),
+            model=None, error=str(error) if error else None,
+            extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id")}))
+    if not spans:
+        raise ImportFormatError(f"{path}: no AIPerf profiling records")
+    return document("aiperf", spans)
+
+
+# -- Triton trace file ----------------------------------------------------------------------------------------
+TRITON_ROOT = "InferRequest"
+TRITON_TS_PREFIX = "triton.timestamp."
+
+
+def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes:
+    """Triton trace file (a JSON array of objects keyed by trace `id`) → one `InferRequest` span per trace.
+
+    Objects with the same `id` are merged: `model_name`, `model_version`, `request_id`, `parent_id` and the
+    `timestamps` list of `{"name": ..., "ns": ...}`. Triton's `ns` come from a steady (monotonic) clock: give
+    `clock_offset_ns` (Unix ns − steady ns) to place them in time; without it, times that are not already
+    Unix-epoch ns are anchored so the last timestamp falls at the file's modification time.
+    """
+    obj = _load_json(path, data)
+    if not isinstance(obj, list):
+        raise ImportFormatError(f"{path}: not a Triton trace file (want a JSON array)")
+    traces: dict[Any, dict] = {}
+    for i, rec in enumerate(obj):
+        if not isinstance(rec, dict) or "id" not in rec:
+            raise ImportFormatError(f"{path}: record {i}: want an object with an `id`")
+        t = traces.setdefault(rec["id"], {"timestamps": {}})
+        for k in ("model_name", "model_version", "request_id", "parent_id"):
+            if k in rec:
+                t[k] = rec[k]
+        for j, ts in enumerate(rec.get("timestamps") or []):
+            if not isinstance(ts, dict) or "name" not in ts or "ns" not in ts:
+                raise ImportFormatError(f"{path}: record {i} timestamp {j}: want {{name, ns}}")
+            t["timestamps"][str(ts["name"])] = int(_num(ts["ns"], f"{path}: record {i} timestamp {j}"))
+    all_ns = [ns for t in traces.values() for ns in t["timestamps"].values()]
+    if not all_ns:
+        raise ImportFormatError(f"{path}: no timestamps")
+    if clock_offset_ns is None:
+        clock_offset_ns = 0 if min(all_ns) > 10**18 else path.stat().st_mtime_ns - max(all_ns)
+    seed = hashlib.blake2b(data, digest_size=16).digest()
+    spans = []
+    for k, (tid, t) in enumerate(traces.items()):
+        ts = {name: ns + clock_offset_ns for name, ns in t["timestamps"].items()}
+        if not ts:
+            continue
+        start = ts.get("HTTP_RECV_START", ts.get("GRPC_WAITREAD_START", ts.get("REQUEST_START", min(ts.values()))))
+        end = ts.get("HTTP_SEND_END", ts.get("GRPC_SEND_END", ts.get("REQUEST_END", max(ts.values()))))
+        trace_id, span_id = _ids(seed, k)
+        attrs = {"triton.trace_id": str(tid), "triton.model_name": t.get("model_name"),
+                 "triton.model_version": None if t.get("model_version") is None else str(t["model_version"]),
+                 "triton.request_id": t.get("request_id"),
+                 **{TRITON_TS_PREFIX + name: ns for name, ns in ts.items()}}
+        spans.append(span(trace_id, span_id, TRITON_ROOT, KIND_SERVER, start, end, attrs))
+    return document("triton-inference-server", spans, scope="triton-trace-file")
