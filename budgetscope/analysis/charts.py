@@ -5,6 +5,7 @@ imported when a figure is built, never at module import.
 
 from __future__ import annotations
 
+import textwrap
 from datetime import datetime, timezone
 
 STAGE_COLORS = {"network": "#8c564b", "frontend": "#9467bd", "queue": "#d62728", "prefill": "#ff7f0e",
@@ -13,7 +14,8 @@ BREACH_FILL = "rgba(214, 39, 40, 0.13)"
 
 
 def _times(ns: list[int]) -> list[datetime]:
-    return [datetime.fromtimestamp(t / 1e9, tz=timezone.utc) for t in ns]
+    """ns → naive UTC datetimes (plotly.js reads no zone offset in annotation and shape positions)."""
+    return [datetime.fromtimestamp(t / 1e9, tz=timezone.utc).replace(tzinfo=None) for t in ns]
 
 
 def utc(ns: int | None) -> str:
@@ -44,8 +46,14 @@ def timeline_figure(tl: dict, height_per_row: int = 170):
     fig.add_bar(x=t, y=req["arrivals_per_s"], name="arrivals / s", marker={"color": "#7f7f7f"}, row=3, col=1)
 
     def missing(row: int, why: str) -> None:
-        fig.add_annotation(text="missing: " + why, xref="x domain", yref="y domain", x=0.5, y=0.5, showarrow=False,
-                           font={"size": 11, "color": "#555"}, row=row, col=1)
+        # data coordinates of that row (mid-range time, y = 0.5 on its empty axis): a domain reference here
+        # would land on the first row's axes
+        text = "<br>".join(textwrap.wrap("missing: " + why, 110))
+        # an invisible trace gives the empty row's axes a range to place the note on
+        fig.add_scatter(x=[t[0], t[-1]], y=[0, 1], mode="markers", marker={"opacity": 0}, showlegend=False,
+                        hoverinfo="skip", row=row, col=1)
+        fig.add_annotation(text=text, x=t[len(t) // 2], y=0.5, showarrow=False, font={"size": 11, "color": "#555"},
+                           row=row, col=1)
         fig.update_yaxes(showticklabels=False, row=row, col=1)
 
     if eng:

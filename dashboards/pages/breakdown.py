@@ -40,4 +40,4 @@ rows = [{"stage": s, "column": v["column"], "p50": state.ms(v.get("p50")), key: 
          "budget": "—" if v["budget"] is None else state.ms(v["budget"]),
          "kept": "—" if v["budget"] is None or v.get(key) is None else ("yes" if v[key] <= v["budget"] else "NO")}
         for s, v in e["stages"].items()]
-st.dataframe(rows, hide_index=True, width="stretch")
+st.table(rows)

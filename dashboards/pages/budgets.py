@@ -12,7 +12,7 @@ if not rep["tiers"]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
 for e in rep["tiers"]:
     st.header(f"Tier {e['name']}")
-    (st.success if e["kept"] else st.warning)(headline(e), icon="✅" if e["kept"] else "🔥")
+    (st.success if e["kept"] else st.warning)(headline(e))
     key = f"p{e['percentile']:g}"
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Attainment (goodput)", "n/a" if e["attainment"] is None else f"{100 * e['attainment']:.1f}%")
@@ -26,7 +26,7 @@ for e in rep["tiers"]:
              "budget": "—" if v["budget"] is None else state.ms(v["budget"]),
              "kept": "—" if v["budget"] is None or v[key] is None else ("yes" if v[key] <= v["budget"] else "NO")}
             for m, v in e["metrics"].items()]
-    st.dataframe(rows, hide_index=True, width="stretch")
+    st.table(rows)
     st.markdown(e["verdict"])
     if e["figures"] == "server" and e["requests_without_client_span"]:
         st.caption(f"{e['requests_without_client_span']:,} requests have no client span: server-side figures, "

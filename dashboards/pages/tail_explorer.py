@@ -28,10 +28,9 @@ if sp is None:
 st.markdown(f"**{metric}**: tail = {sp.tail_size:,} requests ≥ {state.ms(sp.tail_min_ms)}"
             f"{' (widened to the 10 slowest)' if sp.widened else ''}; body = {sp.body_size:,} requests ≤ median "
             f"{state.ms(sp.median_ms)}. Distance = total variation distance between the two mixes (0 same, 1 disjoint).")
-st.dataframe([{"rank": i + 1, "dimension": d["dimension"],
-               "distance": None if d["distance"] is None else round(d["distance"], 3),
-               "most over-represented in the tail": d["top_value"]} for i, d in enumerate(dists)],
-             hide_index=True, width="stretch")
+st.table([{"rank": i + 1, "dimension": d["dimension"],
+          "distance": None if d["distance"] is None else round(d["distance"], 3),
+          "most over-represented in the tail": d["top_value"]} for i, d in enumerate(dists)])
 if not ov["engine_steps"]:
     st.caption("Batch size at admission is missing: the archive has no engine.step spans (only the reference "
                "engine emits them).")

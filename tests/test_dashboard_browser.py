@@ -1,0 +1,123 @@
+"""The dashboard and the postmortem in a real headless Chromium: every page loads without an exception or error
+text; a PNG screenshot of each page is kept under test-artifacts/dashboard/ (gitignored)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_traces"
+ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGES = {"budgets": "", "breakdown": "breakdown", "tail_explorer": "tail_explorer", "timeline": "timeline",
+         "request": "request", "sql": "sql", "what_if": "what_if"}
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+
+def _need_browser():
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver; `make test` does)")
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra has it)")
+    pytest.importorskip("streamlit", reason="streamlit is not installed (the dashboard extra has it)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    _need_browser()
+    port = _free_port()
+    env = {**os.environ, "BUDGETSCOPE_ARCHIVE": str(SAMPLES / "burst.duckdb"),
+           "BUDGETSCOPE_BUDGETS": str(SAMPLES / "budgets.toml")}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboards" / "app.py"),
+                             "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+                             "--browser.gatherUsageStats", "false"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/_stcore/health", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("the dashboard did not start")
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def _settle(page) -> None:
+    """Wait until Streamlit has rendered a title and stopped running the script."""
+    page.wait_for_selector("h1", timeout=60_000)
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+                           " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
+                           timeout=60_000)
+    page.wait_for_timeout(1500)  # plotly charts draw after the script ends
+
+
+def test_every_page_renders_without_errors(app_url, browser):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})  # Streamlit scrolls inside its main block
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    for name, path in PAGES.items():
+        page.goto(f"{app_url}/{path}")
+        _settle(page)
+        assert page.locator("[data-testid='stException']").count() == 0, name
+        assert page.locator("[data-testid='stAlertContentError']").count() == 0, name
+        text = page.locator("[data-testid='stMain']").inner_text()
+        for bad in ("Traceback", "Error:", "Exception"):
+            assert bad not in text, f"{name}: {bad!r} on the page"
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    assert not errors, errors
+
+
+def test_postmortem_opens_offline_without_errors(browser, tmp_path):
+    out = tmp_path / "incident.html"
+    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "postmortem", "-a", str(SAMPLES / "burst.duckdb"),
+                        "-b", str(SAMPLES / "budgets.toml"), "--from", "2026-11-21T00:00:00Z",
+                        "--to", "2026-11-23T00:00:00Z", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    requests, errors = [], []
+    page.on("request", lambda q: requests.append(q.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(out.as_uri())
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "postmortem.png"), full_page=True)
+    assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []
+    assert not errors, errors
+    assert "p99 TTFT" in page.inner_text("body")
