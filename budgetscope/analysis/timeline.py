@@ -202,8 +202,7 @@ def tier_timeline(con, tb: TierBudget, entry: dict, since_ns: int | None = None,
     lo, hi = time_bounds(con, sel)
     if lo is None:
         return {"empty": True, "why": "no requests of this tier match the filters and time range"}
-    lo = since_ns if since_ns is not None else lo
-    hi = until_ns - 1 if until_ns is not None else hi
+    # the grid spans the selected requests' arrivals (not the whole asked range) so buckets stay fine-grained
     grid = Grid.covering(lo, hi, bucket_ns)
     metrics = {m: entry["metrics"][m]["column"] for m in ("ttft_ms", "e2e_ms")}
     req = request_series(con, sel, grid, metrics, tb.percentile / 100, window_buckets)

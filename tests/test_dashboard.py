@@ -1,0 +1,182 @@
+"""Every dashboard page under Streamlit's AppTest on the sample archives: no exception, and the numbers shown
+are the report's (`build_report`); empty archives and missing budgets say what is missing; the commands'
+bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit", reason="streamlit is not installed (the dashboard extra has it)")
+from click.testing import CliRunner  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from budgetscope.analysis import build_report, load_budgets  # noqa: E402
+from budgetscope.analysis.overview import headline  # noqa: E402
+from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.cli import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_traces"
+APP = str(ROOT / "dashboards" / "app.py")
+PAGES = ["pages/budgets.py", "pages/breakdown.py", "pages/tail_explorer.py", "pages/timeline.py", "pages/request.py",
+         "pages/sql.py", "pages/what_if.py"]
+
+
+@pytest.fixture(autouse=True)
+def _release_archives():
+    """The app caches a sandboxed connection per archive; drop it after each test, since DuckDB refuses to open a
+    file again in this process with another configuration (the CLI's read-only one)."""
+    yield
+    import gc
+
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    gc.collect()
+
+
+def _app(monkeypatch, archive: Path, budgets: Path | None = SAMPLES / "budgets.toml") -> AppTest:
+    monkeypatch.setenv("BUDGETSCOPE_ARCHIVE", str(archive))
+    monkeypatch.setenv("BUDGETSCOPE_BUDGETS", str(budgets) if budgets else "")
+    return AppTest.from_file(APP, default_timeout=60)
+
+
+def _clean(at: AppTest, page: str) -> None:
+    assert not at.exception, (page, [e.value for e in at.exception])
+    assert not at.error, (page, [e.value for e in at.error])
+
+
+def _report(name: str) -> dict:
+    with Archive(SAMPLES / f"{name}.duckdb", sandbox=True) as a:  # the app's configuration
+        return build_report(a.con, load_budgets(SAMPLES / "budgets.toml"))
+
+
+@pytest.mark.parametrize("name", ["burst", "slow-network", "long-outputs"])
+def test_every_page_runs_and_budgets_match_the_report(monkeypatch, name):
+    at = _app(monkeypatch, SAMPLES / f"{name}.duckdb")
+    rep = _report(name)["tiers"][0]
+    for page in PAGES:
+        if page != PAGES[0]:
+            at.switch_page(page)
+        at.run()
+        _clean(at, page)
+        assert at.title[0].value
+        if page == "pages/budgets.py":
+            shown = [a.value for a in (*at.success, *at.warning)]
+            assert headline(rep) in shown
+            assert rep["verdict"] in [m.value for m in at.markdown]
+            metrics = {m.label: m.value for m in at.metric}
+            assert metrics["Attainment (goodput)"] == f"{100 * rep['attainment']:.1f}%"
+            assert metrics["Requests"] == f"{rep['requests']:,}"
+            table = at.table[0].value
+            from budgetscope.analysis.verdict import ms
+
+            assert list(table["p99"]) == [ms(rep["metrics"][m]["p99"]) for m in ("ttft_ms", "tpot_ms", "e2e_ms")]
+
+
+def test_breakdown_and_explorer_follow_the_percentile(monkeypatch):
+    at = _app(monkeypatch, SAMPLES / "burst.duckdb")
+    at.switch_page("pages/breakdown.py").run()
+    rep = _report("burst")["tiers"][0]
+    a = rep["attribution"]["ttft"]
+    assert f"the **{a['tail_size']:,}** requests" in at.markdown[0].value
+    at.selectbox(key="bd_pct").set_value(90.0).run()
+    _clean(at, "breakdown p90")
+    assert "p90 =" in at.markdown[0].value
+    at.switch_page("pages/tail_explorer.py").run()
+    _clean(at, "tail explorer")
+    dims = list(at.table[0].value["dimension"])
+    assert "batch_size" in dims and "tenant" in dims
+
+
+def test_filters_narrow_every_page(monkeypatch):
+    at = _app(monkeypatch, SAMPLES / "calm.duckdb")
+    at.run()
+    lo, hi = at.slider(key="f_time").value
+    at.slider(key="f_time").set_value((lo, lo + (hi - lo) / 2)).run()
+    _clean(at, "filtered budgets")
+    n = int(next(m.value for m in at.metric if m.label == "Requests").replace(",", ""))
+    assert 0 < n < 45
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        _clean(at, f"filtered {page}")
+
+
+def test_what_if_moves_attainment_and_verdict(monkeypatch):
+    at = _app(monkeypatch, SAMPLES / "burst.duckdb")
+    at.switch_page("pages/what_if.py").run()
+    assert at.metric[0].value == "71.0%"
+    at.number_input(key="wi_ttft_ms_interactive").set_value(5000.0).run()
+    at.number_input(key="wi_s_queue_interactive").set_value(1000.0).run()
+    _clean(at, "what if")
+    assert at.metric[0].value != "71.0%" and at.metric[0].delta.startswith("+")
+    at.number_input(key="wi_ttft_ms_interactive").set_value(10.0).run()
+    assert any("do not hold together" in w.value for w in at.warning)
+
+
+def test_sql_page_runs_read_only_queries(monkeypatch):
+    at = _app(monkeypatch, SAMPLES / "calm.duckdb")
+    at.switch_page("pages/sql.py").run()
+    assert at.dataframe[0].value.shape[0] == 1
+    at.text_area(key="sql_text").set_value("DELETE FROM requests").run()
+    at.button(key="sql_run").click().run()
+    assert any("read-only" in w.value for w in at.warning)
+
+
+def test_request_page_opens_a_request_by_id(monkeypatch):
+    with Archive(SAMPLES / "slow-network.duckdb", sandbox=True) as a:
+        (rid,) = a.con.execute("SELECT request_id FROM requests ORDER BY client_ttft_ms DESC LIMIT 1").fetchone()
+    at = _app(monkeypatch, SAMPLES / "slow-network.duckdb")
+    at.switch_page("pages/request.py").run()
+    at.text_input(key="rq_id").set_value(rid).run()
+    _clean(at, "request")
+    assert rid in at.markdown[0].value
+    at.text_input(key="rq_id").set_value("nope").run()
+    assert any("No request" in w.value for w in at.warning)
+
+
+def test_empty_archive_and_no_budgets_say_what_is_missing(monkeypatch, tmp_path):
+    empty = tmp_path / "empty.duckdb"
+    Archive(empty).close()
+    at = _app(monkeypatch, empty, budgets=None)
+    for page in PAGES:
+        if page != PAGES[0]:
+            at.switch_page(page)
+        at.run()
+        _clean(at, page)
+        assert any("no requests yet" in i.value for i in at.info), page
+    at = _app(monkeypatch, SAMPLES / "calm.duckdb", budgets=None)
+    at.run()
+    _clean(at, "no budgets")
+    assert any("without a budgets file" in c.value for c in at.caption)
+
+
+def test_commands_bad_input_is_one_line_and_exit_2(tmp_path):
+    r = CliRunner()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[tiers.x]\nttft_ms = -1\n")
+    cases = [["dashboard", "-a", str(tmp_path / "missing.duckdb")],
+             ["dashboard", "-a", str(SAMPLES / "calm.duckdb"), "-b", str(bad)],
+             ["postmortem", "-a", str(SAMPLES / "calm.duckdb"), "--from", "yesterday", "--to", "1", "-o", "x.html"],
+             ["postmortem", "-a", str(SAMPLES / "calm.duckdb"), "--from", "2", "--to", "1", "-o", "x.html"]]
+    for args in cases:
+        res = r.invoke(main, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert len(res.stderr.strip().splitlines()) == 1 and res.stderr.startswith("budgetscope: "), res.stderr
+
+
+def test_postmortem_writes_one_self_contained_file(tmp_path):
+    out = tmp_path / "incident.html"
+    res = CliRunner().invoke(main, ["postmortem", "-a", str(SAMPLES / "burst.duckdb"), "-b",
+                                    str(SAMPLES / "budgets.toml"), "--from", "2026-11-21T00:00:00Z",
+                                    "--to", "2026-11-23T00:00:00Z", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    import html as h
+
+    assert h.escape(headline(_report("burst")["tiers"][0])) in page
+    assert "<script src=" not in page and "<link " not in page and "@import" not in page
+    assert page.count("Plotly.newPlot") == 1 and "missing:" in page
