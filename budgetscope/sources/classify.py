@@ -29,7 +29,8 @@ SOURCE_SQL = f"""CASE
   WHEN name = '{VLLM_ROOT}' THEN 'vllm'
   WHEN name IN {TGI_SPANS!r} AND starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}') THEN 'tgi'
   WHEN (starts_with(name, '{SGLANG_ROOT_PREFIX}') AND json_exists(attributes, '$.rid'))
-    OR (name IN {SGLANG_SLICES!r} AND starts_with(coalesce(scope_name, service_name, ''), 'sglang')) THEN 'sglang'
+    OR (name IN {SGLANG_SLICES!r} AND (starts_with(coalesce(service_name, ''), 'sglang') OR starts_with(coalesce(scope_name, ''), 'sglang')))
+    THEN 'sglang'
   WHEN starts_with(lower(coalesce(service_name, '')), '{TRITON_SERVICE_PREFIX}') THEN 'triton'
   ELSE 'other' END"""
 """SQL expression over the `name`, `service_name`, `scope_name` and `attributes` columns of a span:

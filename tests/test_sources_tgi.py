@@ -1,0 +1,134 @@
+"""TGI: its spans (Duration Debug text fields, `queued`/`infer`/`send_generation`) and its `x-*-time` headers.
+
+Wire formats as TGI writes them: router/src/server.rs (handler span fields, headers), backends/v3/src/queue.rs
+(`queued`, `infer`), backends/v3/src/backend.rs (`send_generation`); huggingface/text-generation-inference at
+db931fcf42da018a3657580c64bf2720f167f9ab.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import rows
+
+from budgetscope.sources.importers import KIND_CLIENT, KIND_SERVER, document, span
+
+T0 = 1_800_000_000_000_000_000
+MS = 1_000_000
+SERVICE = "text-generation-inference.router"
+
+
+@pytest.mark.parametrize("text, ms", [("12.3ms", 12.3), ("1.2s", 1200.0), ("850µs", 0.85), ("120ns", 0.00012),
+                                      ("0ns", 0.0), ("3.000001s", 3000.001), ("soon", None)])
+def test_rust_duration_debug_text(text, ms):
+    import duckdb
+
+    from budgetscope.sources.tgi import duration_ms
+
+    (got,) = duckdb.execute(f"SELECT {duration_ms('x')} FROM (SELECT ?::VARCHAR AS x)", [text]).fetchone()
+    assert got == (None if ms is None else pytest.approx(ms))
+
+
+def _tgi_trace(tid: str, client_sid: str | None, *, tokens: int = 5, fields: bool = True) -> list[dict]:
+    h, i = "00000000000000a1", "00000000000000a2"  # handler span, Infer::generate_stream span
+    attrs = {"validation_time": "2.5ms", "queue_time": "20ms", "inference_time": "77.5ms", "total_time": "100ms",
+             "time_per_token": "15.5ms", "seed": "None"} if fields else {}
+    out = [span(tid, h, "generate_stream", KIND_SERVER, T0, T0 + 100 * MS, attrs, parent_span_id=client_sid),
+           span(tid, i, "generate_stream", 1, T0 + 1 * MS, T0 + 99 * MS, {}, parent_span_id=h),
+           span(tid, "00000000000000a3", "queued", 1, T0 + int(2.5 * MS), T0 + int(22.5 * MS), {}, parent_span_id=i),
+           span(tid, "00000000000000a4", "infer", 1, T0 + int(22.5 * MS), T0 + 98 * MS, {}, parent_span_id=i)]
+    for k in range(tokens):  # first token at 52.5 ms, then one every 10 ms
+        t = T0 + int((52.5 + 10 * k) * MS)
+        out.append(span(tid, f"{0xb0 + k:016x}", "send_generation", 1, t, t + 100_000,
+                        {"generation": "Generation { .. }"}, parent_span_id="00000000000000a4"))
+    return out
+
+
+def test_tgi_spans_map_to_stages(archive_path, ingest_text):
+    tid = f"{1:032x}"
+    ingest_text(archive_path, document(SERVICE, _tgi_trace(tid, None)).decode())
+    (r,) = rows(archive_path, """SELECT source, frontend_ms, queue_ms, prefill_ms, decode_ms, postprocess_ms, ttft_ms,
+        e2e_ms, unaccounted_ms, ttft_unaccounted_ms, output_tokens, queue_entries FROM requests""")
+    assert r[0] == "tgi"
+    assert r[1:8] == pytest.approx((2.5, 20.0, 30.0, 40.0, 100 - 92.6, 52.5, 100.0))
+    assert r[8] == pytest.approx(100 - 2.5 - 20 - 30 - 40 - 7.4) and r[9] == pytest.approx(0.0)
+    assert r[10:] == (5, 1)
+    assert {s for (s,) in rows(archive_path, "SELECT DISTINCT source FROM spans")} == {"tgi"}
+
+
+def test_tgi_without_send_generation_spans_leaves_prefill_and_decode_unknown(archive_path, ingest_text):
+    ingest_text(archive_path, document(SERVICE, _tgi_trace(f"{2:032x}", None, tokens=0, fields=False)).decode())
+    (r,) = rows(archive_path, "SELECT frontend_ms, queue_ms, prefill_ms, decode_ms, ttft_ms, e2e_ms, unaccounted_ms "
+                              "FROM requests")
+    assert r[:2] == pytest.approx((2.5, 20.0))  # from the spans when the fields are missing
+    assert r[2:5] == (None, None, None) and r[5:] == pytest.approx((100.0, 77.5))
+
+
+def test_tgi_spans_join_the_client_span_and_win_over_headers(archive_path, ingest_text):
+    tid, csid = f"{3:032x}", f"{3:016x}"
+    c = span(tid, csid, "llm.client.request", KIND_CLIENT, T0 - 5 * MS, T0 + 106 * MS,
+             {"budgetscope.client.first_token_unix_nano": T0 + 55 * MS, "http.response.status_code": 200,
+              "http.response.header.x-total-time": ["100"]})
+    ingest_text(archive_path, document("loadgen", [c]).decode())
+    ingest_text(archive_path, document(SERVICE, _tgi_trace(tid, csid)).decode())
+    assert rows(archive_path, "SELECT source, network_ms, ttft_network_ms FROM requests") == [
+        ("tgi", pytest.approx(11.0), pytest.approx(7.5))]
+
+
+class _FakeTGI(BaseHTTPRequestHandler):
+    """Answers /v1/completions like TGI does without streaming: JSON body and its timing headers."""
+
+    def do_GET(self):
+        self._send({"object": "list", "data": [{"id": "tgi-model"}]}, {})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        assert body["stream"] is False
+        self._send({"choices": [{"text": "hello", "index": 0, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}},
+                   {"x-compute-type": "cpu", "x-compute-time": "0.012", "x-total-time": "12",
+                    "x-validation-time": "1", "x-queue-time": "4", "x-inference-time": "7", "x-time-per-token": "2",
+                    "x-prompt-tokens": "7", "x-generated-tokens": "3"})
+
+    def _send(self, obj, headers):
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_load_generator_keeps_tgi_headers_and_they_feed_stages(tmp_path, archive_path):
+    from click.testing import CliRunner
+
+    from budgetscope.archive.archive import Archive
+    from budgetscope.archive.files import read_batches
+    from budgetscope.cli import main
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeTGI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spans = tmp_path / "client.jsonl"
+        r = CliRunner().invoke(main, ["load", f"http://127.0.0.1:{server.server_port}", "--rate", "50", "--requests",
+                                      "5", "--no-stream", "--spans", f"jsonl:{spans}"])
+        assert r.exit_code == 0, r.output
+    finally:
+        server.shutdown()
+    with Archive(archive_path) as a:
+        a.ingest(read_batches(spans))
+    got = rows(archive_path, """SELECT source, frontend_ms, queue_ms, e2e_ms, unaccounted_ms, input_tokens,
+        output_tokens, prefill_ms, decode_ms, ttft_ms, network_ms, client_e2e_ms FROM requests""")
+    assert len(got) == 5
+    for src, fe, q, e2e, unacc, inp, out, prefill, decode, ttft, network, client_e2e in got:
+        assert (src, fe, q, e2e, unacc, inp, out) == ("tgi", 1, 4, 12, 7, 7, 3)  # inference: not split
+        assert (prefill, decode, ttft) == (None, None, None)
+        assert network == pytest.approx(client_e2e - 12)
