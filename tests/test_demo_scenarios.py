@@ -24,9 +24,21 @@ def test_scenario_puts_its_cause_in_the_tail(name, tmp_path):
     (tier,) = run.report["tiers"]
     assert tier["requests"] >= 10 and tier["ok_requests"] == tier["requests"]
     assert tier["figures"] == "client"  # every server span joined its client span through traceparent
-    if sc.expect is None:
-        assert tier["kept"], tier["verdict"]
-    else:
+    # every request's stage components add up to its client TTFT and E2E (the attribution's premise)
+    from budgetscope.archive import Archive
+
+    with Archive(run.archive, read_only=True) as a:
+        (bad,) = a.con.execute("""
+            SELECT count(*) FILTER (WHERE abs(client_ttft_ms - (ttft_network_ms + ttft_frontend_ms + ttft_queue_ms
+                                        + ttft_prefill_ms + ttft_unaccounted_ms)) > 1e-6
+                                     OR abs(client_e2e_ms - (network_ms + frontend_ms + queue_ms + prefill_ms
+                                        + decode_ms + postprocess_ms + unaccounted_ms)) > 1e-6
+                                     OR ttft_ms > client_ttft_ms OR e2e_ms > client_e2e_ms)
+            FROM requests""").fetchall()[0]
+    assert bad == 0
+    # `calm` is meant to keep its budgets, but that is a latency threshold: under a loaded CI machine it is
+    # a timing assertion, so it is not checked here (sample_traces/calm.duckdb records a calm run).
+    if sc.expect is not None:
         a = tier["attribution"][sc.metric]
         assert a["dominant"] == sc.expect, tier["verdict"]
         assert a["shares"][sc.expect] >= 0.5 or a["verdict"] == "mixed", tier["verdict"]

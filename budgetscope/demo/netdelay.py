@@ -48,6 +48,7 @@ class DelayProxy:
 
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, "127.0.0.1", self.port))
         self.port = self._server.sockets[0].getsockname()[1]
