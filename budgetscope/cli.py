@@ -36,6 +36,7 @@ LAZY_COMMANDS = {
     "postmortem": "budgetscope.dashboard_command:postmortem",
     "import": "budgetscope.sources.commands:import_",
     "scrape": "budgetscope.sources.commands:scrape",
+    "gpu": "budgetscope.instrument.gpu_command:gpu",
 }
 
 

@@ -169,6 +169,9 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
         if a is not None:
             entry["contrast"][kind] = contrast.separators(con, *a.pop("_split"))
         entry["attribution"][kind] = a
+    from budgetscope.analysis.gpu import tail_gpu
+
+    entry["gpu"] = tail_gpu(con, sel, entry) if counts["ok"] else None
     entry["breaches"] = breaches(entry)
     entry["kept"] = not entry["breaches"]
     entry["verdict"] = verdict(entry)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from budgetscope.archive import jsonsql, otlp_json, otlp_proto, schema, staging
+from budgetscope.archive import jsonsql, otlp_json, otlp_metrics, otlp_proto, schema, staging
 from budgetscope.archive.spanbatch import BadBatch
 
 CHUNK_BYTES = 128 << 20
@@ -31,7 +31,7 @@ class RawBatch:
     """One batch as it arrived: an OTLP/JSON document or a serialized protobuf `ExportTraceServiceRequest`."""
 
     payload: bytes
-    format: str  # "otlp-json" | "otlp-proto"
+    format: str  # "otlp-json" | "otlp-proto" | "otlp-metrics-json" | "otlp-metrics-proto" (GPU samples)
     origin: str
     position: str
 
@@ -58,6 +58,8 @@ class IngestReport:
     requests_derived: int = 0
     orphan_stage_spans: int = 0
     seconds: float = 0.0
+    gpu_points: int = 0  # GPU sample points in the landed metrics batches
+    gpu_points_inserted: int = 0  # of those, new to `gpu_samples`
 
     @property
     def spans_per_s(self) -> float:
@@ -109,7 +111,9 @@ def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Itera
     size = seen = 0
     for rb in batches:
         seen += 1
-        h = hashlib.sha256(rb.payload).hexdigest()[:32]
+        # Metrics batches hash with their format, so the same bytes sent as a trace export stay a different batch.
+        h = (hashlib.sha256(rb.payload) if rb.format not in otlp_metrics.FORMATS
+             else hashlib.sha256(rb.format.encode() + b"\0" + rb.payload)).hexdigest()[:32]
         if h in known:
             copies.append((h, rb))
             continue
@@ -314,6 +318,15 @@ class Archive:
                 reference += jsonsql.land(con, ch.raw_json, ch.expected, first)
             for bid in sorted(reference):
                 rb = by_id[bid][1]
+                if rb.format in otlp_metrics.FORMATS:  # GPU samples: straight to gpu_samples
+                    try:
+                        points = otlp_metrics.decode(rb.payload, rb.format)
+                    except BadBatch as e:
+                        rejected[bid] = str(e)
+                        continue
+                    report.gpu_points += len(points)
+                    report.gpu_points_inserted += otlp_metrics.land(con, points, bid)
+                    continue
                 try:
                     batch = (otlp_json.decode(otlp_json.parse(rb.payload)) if rb.format == "otlp-json"
                              else otlp_proto.decode(rb.payload))

@@ -40,6 +40,7 @@ class CollectorConfig:
     max_group_bytes: int = 16 * MiB  # bytes per Archive.ingest call
     retry_after_s: float = 1.0  # asked of clients refused while busy or closing
     drain_timeout_s: float = 60.0  # at stop: how long requests already accepted may take to be answered
+    metrics: bool = False  # also serve OTLP metrics (POST /v1/metrics, gRPC MetricsService) into gpu_samples
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "http_port"):
@@ -113,7 +114,7 @@ class Collector:
 
             try:
                 grpc_receiver = OtlpGrpcReceiver(cfg.host, cfg.grpc_port, self._queue, cfg.max_message_bytes,
-                                                 cfg.retry_after_s)
+                                                 cfg.retry_after_s, metrics=cfg.metrics)
             except GrpcUnavailable as e:
                 raise CollectorError(str(e)) from None
             except OSError as e:
@@ -125,7 +126,7 @@ class Collector:
 
             try:
                 http_receiver = OtlpHttpReceiver(cfg.host, cfg.http_port, self._queue, cfg.max_message_bytes,
-                                                 cfg.retry_after_s)
+                                                 cfg.retry_after_s, metrics=cfg.metrics)
             except OSError as e:
                 raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
                                      f"({e.strerror or e})") from None

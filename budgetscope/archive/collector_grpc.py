@@ -16,6 +16,7 @@ from budgetscope.archive import collector_status as st
 from budgetscope.archive.collector_queue import Outcome, PendingQueue
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"  # GPU samples → gpu_samples
 NUM_WORKERS = 32  # handler threads: most of their life is spent waiting for the writer's commit
 MAX_CONCURRENT_RPCS = 128  # beyond this gRPC itself answers RESOURCE_EXHAUSTED (bounds bodies held by gRPC)
 
@@ -36,7 +37,8 @@ def _grpc():
 class OtlpGrpcReceiver:
     """Serves OTLP/gRPC on (host, port); port 0 picks a free port (see `.port`). RuntimeError if taken."""
 
-    def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float):
+    def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
+                 metrics: bool = False):
         grpc = _grpc()
         self.queue = queue
         self.retry_after_s = retry_after_s
@@ -46,8 +48,11 @@ class OtlpGrpcReceiver:
                        Outcome.CLOSED: grpc.StatusCode.UNAVAILABLE,
                        Outcome.FAILED: grpc.StatusCode.UNAVAILABLE}
         handler = grpc.method_handlers_generic_handler(SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._export)})
+        metrics_on = metrics
+        metrics = grpc.method_handlers_generic_handler(METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(
+            lambda request, context: self._export(request, context, "otlp-metrics-proto"))})
         self._pool = ThreadPoolExecutor(NUM_WORKERS, thread_name_prefix="budgetscope-otlp-grpc")
-        self._server = grpc.server(self._pool, handlers=[handler], maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+        self._server = grpc.server(self._pool, handlers=[handler, metrics] if metrics_on else [handler], maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
                                    options=[("grpc.so_reuseport", 0),  # else a second collector binds silently
                                             ("grpc.max_receive_message_length", max_message_bytes)])
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -73,14 +78,14 @@ class OtlpGrpcReceiver:
             self._stopped.wait(timeout_s)
         self._pool.shutdown(wait=False)
 
-    def _export(self, request: bytes, context) -> bytes:
+    def _export(self, request: bytes, context, fmt: str = "otlp-proto") -> bytes:
         reserved = max(len(request), 1)
         refused = self.queue.reserve(reserved)
         if refused:
             self._abort(context, refused, "the collector is busy (pending bytes at their limit); retry later"
                         if refused is Outcome.BUSY else "the collector is shutting down; retry later")
         peer = context.peer().split(":", 1)[-1]  # "ipv4:127.0.0.1:5000" → "127.0.0.1:5000"
-        ticket = self.queue.submit(request, "otlp-proto", "otlp-grpc", peer, reserved)
+        ticket = self.queue.submit(request, fmt, "otlp-grpc", peer, reserved)
         if ticket.outcome is not Outcome.LANDED:
             self._abort(context, ticket.outcome, ticket.error or "the collector is shutting down; retry later")
         return b""  # an empty ExportTraceServiceResponse: full success

@@ -1,4 +1,5 @@
-"""`OtlpHttpReceiver`: OTLP/HTTP `POST /v1/traces` (protobuf or JSON, gzip/deflate) on the standard library.
+"""`OtlpHttpReceiver`: OTLP/HTTP `POST /v1/traces` and `POST /v1/metrics` (GPU samples; protobuf or JSON,
+gzip/deflate) on the standard library.
 
 Statuses follow the OTLP/HTTP spec: 200 with an `ExportTraceServiceResponse` in the request's encoding once the
 batch is in the archive; 400 (bad body), 413 (too large), 415 (media type / encoding), 404/405 — none of them
@@ -21,8 +22,10 @@ from budgetscope.archive.collector_queue import Outcome, PendingQueue
 log = logging.getLogger("budgetscope.collector")
 
 TRACES_PATH = "/v1/traces"
+METRICS_PATH = "/v1/metrics"
 FORMATS = {"application/x-protobuf": "otlp-proto", "application/json": "otlp-json"}
-SUCCESS_BODY = {"otlp-proto": b"", "otlp-json": b"{}"}  # an empty ExportTraceServiceResponse
+METRICS_FORMATS = {"otlp-proto": "otlp-metrics-proto", "otlp-json": "otlp-metrics-json"}
+SUCCESS_BODY = {"otlp-proto": b"", "otlp-json": b"{}"}  # an empty Export{Trace,Metrics}ServiceResponse
 CONTENT_TYPE = {"otlp-proto": "application/x-protobuf", "otlp-json": "application/json"}
 ERROR_STATUS = {Outcome.REJECTED: 400, Outcome.BUSY: 429, Outcome.CLOSED: 503, Outcome.FAILED: 503}
 RETRYABLE = (429, 503)  # the statuses that carry Retry-After
@@ -82,7 +85,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         log.debug("http %s: " + format, self.address_string(), *args)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._error(405 if urlsplit(self.path).path == TRACES_PATH else 404, "otlp-proto",
+        self._error(405 if urlsplit(self.path).path in self.receiver.paths else 404, "otlp-proto",
                     f"only POST {TRACES_PATH} is served here", close=True)
 
     do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
@@ -90,7 +93,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         fmt = FORMATS.get(ctype)
-        if urlsplit(self.path).path != TRACES_PATH:
+        path = urlsplit(self.path).path
+        if path not in self.receiver.paths:
             return self._error(404, fmt or "otlp-proto", f"no such endpoint; OTLP traces go to POST {TRACES_PATH}",
                                close=True)
         if fmt is None:
@@ -98,11 +102,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                "(use application/x-protobuf or application/json)", close=True)
         self.receiver.busy_begin()
         try:
-            self._export(fmt)
+            self._export(fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt)
         finally:
             self.receiver.busy_end()
 
-    def _export(self, fmt: str) -> None:
+    def _export(self, fmt: str, batch_format: str) -> None:
+        """`fmt`: the body's encoding (for the answer); `batch_format`: what the archive is told it holds."""
         r = self.receiver
         chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
         length = self.headers.get("Content-Length")
@@ -130,7 +135,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if refused := r.queue.reserve(len(payload) - reserved):
                     return self._outcome(refused, fmt, "")
                 reserved = len(payload)
-            ticket = r.queue.submit(payload, fmt, "otlp-http", self.address_string() + f":{self.client_address[1]}",
+            ticket = r.queue.submit(payload, batch_format, "otlp-http", self.address_string() + f":{self.client_address[1]}",
                                     reserved)
             reserved = 0  # released by the writer (or by submit, when closed)
             self._outcome(ticket.outcome, fmt, ticket.error)
@@ -193,8 +198,10 @@ class _Server(http.server.ThreadingHTTPServer):
 class OtlpHttpReceiver:
     """Serves OTLP/HTTP on (host, port) on its own thread; port 0 picks a free port (see `.port`)."""
 
-    def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float):
+    def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
+                 metrics: bool = False):
         self.queue = queue
+        self.paths = (TRACES_PATH, METRICS_PATH) if metrics else (TRACES_PATH,)  # metrics: GPU samples, opt-in
         self.max_message_bytes = max_message_bytes
         self.retry_after_s = retry_after_s
         self._connections: set[socket.socket] = set()

@@ -1,4 +1,6 @@
-"""Read trace files as a stream of `RawBatch`es: OTLP JSON lines, one OTLP JSON document, or OTLP protobuf."""
+"""Read trace files as a stream of `RawBatch`es: OTLP JSON lines, one OTLP JSON document, or OTLP protobuf.
+
+OTLP metrics exports (GPU samples) are told apart per batch (`resourceMetrics`) and routed to `gpu_samples`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from budgetscope.archive.archive import ArchiveError, RawBatch
+from budgetscope.archive import otlp_metrics
 from budgetscope.archive.otlp_proto import split_messages
 
 PROTO_SUFFIXES = (".pb", ".binpb", ".proto", ".protobuf", ".otlp")
@@ -46,6 +49,10 @@ def sniff(path: Path) -> str:
     return "json" if seen else "jsonl"
 
 
+def _json_format(payload: bytes) -> str:
+    return otlp_metrics.JSON if otlp_metrics.is_metrics_json(payload) else "otlp-json"
+
+
 def read_batches(path: str | os.PathLike, tracker=None) -> Iterator[RawBatch]:
     """Yield the batches of a trace file. `tracker(bytes_read)` is called as the file is read."""
     p = Path(path)
@@ -58,14 +65,15 @@ def read_batches(path: str | os.PathLike, tracker=None) -> Iterator[RawBatch]:
     if kind == "proto":
         data = p.read_bytes()
         msgs = split_messages(data)
+        fmt = otlp_metrics.PROTO if msgs and otlp_metrics.is_metrics_proto(msgs[0]) else "otlp-proto"
         for i, m in enumerate(msgs, start=1):
-            yield RawBatch(m, "otlp-proto", origin, f"message {i}" if len(msgs) > 1 else "document")
+            yield RawBatch(m, fmt, origin, f"message {i}" if len(msgs) > 1 else "document")
         if tracker:
             tracker(len(data))
         return
     if kind == "json":
         data = p.read_bytes()
-        yield RawBatch(data, "otlp-json", origin, "document")
+        yield RawBatch(data, _json_format(data), origin, "document")
         if tracker:
             tracker(len(data))
         return
@@ -74,7 +82,7 @@ def read_batches(path: str | os.PathLike, tracker=None) -> Iterator[RawBatch]:
         for n, line in enumerate(f, start=1):
             done += len(line)
             if line.strip():
-                yield RawBatch(line, "otlp-json", origin, f"line {n}")
+                yield RawBatch(line, _json_format(line), origin, f"line {n}")
             if tracker and n % 256 == 0:
                 tracker(done)
     if tracker:
