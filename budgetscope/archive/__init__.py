@@ -7,7 +7,7 @@
 Exports load on first use, so that `budgetscope collect --help` does not import DuckDB.
 """
 
-import importlib
+from budgetscope._lazy import lazy_exports
 
 _EXPORTS = {
     "Archive": "archive", "ArchiveError": "archive", "IngestReport": "archive", "RawBatch": "archive",
@@ -15,14 +15,6 @@ _EXPORTS = {
     "QueryResult": "query",
 }
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = list(_EXPORTS)

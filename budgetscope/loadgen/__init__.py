@@ -11,7 +11,7 @@
 Importing this package loads no OpenTelemetry SDK; see docs/loadgen.md.
 """
 
-import importlib
+from budgetscope._lazy import lazy_exports
 
 _EXPORTS = {
     "Arrivals": "arrivals", "Distribution": "distributions", "Mix": "distributions", "LoadgenError": "errors",
@@ -21,14 +21,8 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
-    # Lazy: `budgetscope load` is registered on every CLI start, and asyncio/ssl cost ~80 ms to import.
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+# Lazy: `budgetscope load` is registered on every CLI start, and asyncio/ssl cost ~80 ms to import.
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def run_load(plan, target, **options):
