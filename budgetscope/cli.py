@@ -126,7 +126,9 @@ def ingest(files: tuple[str, ...], archive: str) -> None:
                            f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
                            f"{report.batches_already_ingested:,} batches already ingested; "
                            f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
-                           f"({report.spans_per_s:,.0f} spans/s)")
+                           f"({report.spans_per_s:,.0f} spans/s)"
+                           + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
+                              if report.gpu_points else ""))
                 if report.orphan_stage_spans:
                     click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no llm.request root yet; "
                                "they join their request when it arrives", err=True)

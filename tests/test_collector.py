@@ -129,15 +129,16 @@ def test_non_otlp_bodies_get_400_and_change_nothing(archive_path):
         assert _post(c.http_port, b"x", "text/plain").status_code == 415
         assert _post(c.http_port, gzip.compress(proto)[:-9], **{"Content-Encoding": "gzip"}).status_code == 400
         assert _post(c.http_port, proto, **{"Content-Encoding": "br"}).status_code == 415
+        # a trace export sent to the metrics endpoint is not a metrics export
         assert httpx.post(f"http://127.0.0.1:{c.http_port}/v1/metrics", content=proto,
-                          headers={"Content-Type": "application/x-protobuf"}).status_code == 404
+                          headers={"Content-Type": "application/x-protobuf"}).status_code == 400
         assert httpx.get(f"http://127.0.0.1:{c.http_port}/v1/traces").status_code == 405
         with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
             export = ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
             with pytest.raises(grpc.RpcError) as e:
                 export(b"\xff\xff\xff\xff", timeout=10)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert c.stats.batches_rejected == 3
+        assert c.stats.batches_rejected == 4  # three bad trace bodies and the trace export sent to /v1/metrics
         assert c.stats.spans == before.spans
     assert _counts(archive_path) == (15, 3, 1)
 

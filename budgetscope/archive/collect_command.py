@@ -36,13 +36,15 @@ class _StartError(click.ClickException):
               help="Largest request accepted (after decompression).")
 @click.option("--linger-ms", type=click.FloatRange(0, 5000), default=50, show_default=True,
               help="How long a request waits for others to share its archive transaction.")
+@click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
 def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool,
-            max_pending_mb: float, max_message_mb: float, linger_ms: float, verbose: bool) -> None:
-    """Receive OTLP traces (gRPC :4317, HTTP :4318 POST /v1/traces) and write them into an archive.
+            max_pending_mb: float, max_message_mb: float, linger_ms: float, no_metrics: bool, verbose: bool) -> None:
+    """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
-    Each export is answered success only once its spans are committed to the archive, with their `requests`
-    rows derived. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when too many bytes are pending
+    Each export is answered success only once it is committed to the archive; the `requests` rows of the
+    traces it touched are derived within about a second (and always before the collector exits). Metrics
+    land as GPU samples in `gpu_samples`. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when too many bytes are pending
     the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
     lands everything already accepted, prints a summary and exits.
 
@@ -60,7 +62,8 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
         collector = Collector(archive, host=host, grpc_port=None if no_grpc else grpc_port,
                               http_port=None if no_http else http_port,
                               max_pending_bytes=int(max_pending_mb * (1 << 20)),
-                              max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000)
+                              max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000,
+                              metrics=not no_metrics)
         collector.start()
     except CollectorError as e:
         raise _StartError(str(e)) from None

@@ -40,7 +40,7 @@ class CollectorConfig:
     max_group_bytes: int = 16 * MiB  # bytes per Archive.ingest call
     retry_after_s: float = 1.0  # asked of clients refused while busy or closing
     drain_timeout_s: float = 60.0  # at stop: how long requests already accepted may take to be answered
-    metrics: bool = False  # also serve OTLP metrics (POST /v1/metrics, gRPC MetricsService) into gpu_samples
+    metrics: bool = True  # also serve OTLP metrics (POST /v1/metrics, gRPC MetricsService) into gpu_samples
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "http_port"):
