@@ -50,6 +50,8 @@ def _otlp_env(http_port: int) -> dict[str, str]:
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{http_port}/v1/traces",
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{http_port}/v1/metrics",
         "PYTHONUNBUFFERED": "1",
     })
     return env
@@ -113,8 +115,13 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
     with open(engine_log, "w") as logf:
         engine = subprocess.Popen(_cli("engine", "serve", "--config", "tiny", "--port", str(port), *sc.engine_args),
                                   env=env, stdout=logf, stderr=subprocess.STDOUT)
+    # GPU samples beside the spans when a GPU is there; without one the sampler says why in one line and exits.
+    sampler = subprocess.Popen(_cli("gpu", "sample", "--otlp", "--every", "100ms"), env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait_healthy(engine, port, engine_log)
+        if sampler.poll() is not None:
+            say(f"[{sc.name}] {(sampler.stderr.read().strip().splitlines() or ['no GPU sampler'])[-1]}")
         url = f"http://127.0.0.1:{port}"
         if sc.delay_ms:
             proxy = DelayProxy(port, sc.delay_ms, sc.slow_fraction).start()
@@ -129,6 +136,7 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
             raise DemoError(f"the load generator failed: {load.stderr.strip().splitlines()[-1:] or load.returncode}")
     finally:
         _stop(engine)
+        _stop(sampler)
         if proxy is not None:
             proxy.stop()
         collector.stop()
