@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import os
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from budgetscope.instrument.attributes import (
@@ -65,6 +65,8 @@ class ClientRequest:
     model: str | None = None
     error_type: str | None = None
     url: str | None = None
+    extra_attributes: dict[str, Any] = field(default_factory=dict)
+    """More span attributes (e.g. what the server reported in its response headers); they win over none."""
 
 
 def new_client_ids() -> tuple[int, int]:
@@ -167,6 +169,7 @@ def client_attributes(rec: ClientRequest) -> dict[str, Any]:
         attrs[ERROR_TYPE] = rec.error_type
     if rec.url is not None:
         attrs[URL_FULL] = rec.url
+    attrs.update(rec.extra_attributes)
     return attrs
 
 

@@ -92,7 +92,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     """
     import orjson
 
-    from budgetscope.loadgen.server_report import LoadgenClientTracer as ClientTracer
+    from budgetscope.instrument.client import ClientTracer
     from budgetscope.loadgen import (Arrivals, Distribution, Mix, Prompts, SharedPrefix, Target, Workload,
                                      build_plan, read_replay, run_load)
 

@@ -22,7 +22,7 @@ from budgetscope.loadgen.plan import Plan
 from budgetscope.loadgen.prompts import Prompts
 from budgetscope.loadgen.records import RequestRecord
 from budgetscope.loadgen.result import LoadResult
-from budgetscope.loadgen.server_report import (CLIENT_STREAM, ReportedClientRequest, header_attributes,
+from budgetscope.loadgen.server_report import (CLIENT_STREAM, header_attributes,
                                                timings_attributes)
 from budgetscope.loadgen.sse import SSEParser, read_chunk
 from budgetscope.loadgen.target import Target
@@ -211,7 +211,7 @@ class LoadRunner:
     def _client_request(self, rec: RequestRecord) -> ClientRequest:
         u = self._unix0
         sent = rec.sent_ns if rec.sent_ns is not None else rec.end_ns
-        return ReportedClientRequest(
+        return ClientRequest(
             rec.trace_id, rec.span_id, scheduled_ns=u + rec.scheduled_ns, start_ns=u + sent, end_ns=u + rec.end_ns,
             first_token_ns=None if rec.first_token_ns is None else u + rec.first_token_ns,
             itl_ms=tuple(rec.itl_ms), status_code=rec.status, output_tokens=rec.output_tokens,
