@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import click
@@ -147,17 +146,12 @@ def ingest(files: tuple[str, ...], archive: str) -> None:
 
 # -- report ----------------------------------------------------------------------------------------------------
 def _time_ns(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    if value.isdigit():
-        return int(value)
+    from budgetscope.times import parse_time_ns
+
     try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"--{name}: {value!r} is neither ns since the epoch nor an ISO-8601 time") from None
-    if dt.tzinfo is None:
-        raise UsageError(f"--{name}: {value!r} has no time zone (add Z or +00:00)")
-    return int(dt.timestamp() * 1e9)
+        return parse_time_ns(value, f"--{name}")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 @main.command()

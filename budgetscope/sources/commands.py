@@ -21,19 +21,12 @@ class _InputError(click.ClickException):
 
 
 def _start_ns(value: str | None) -> int | None:
-    if value is None:
-        return None
-    if value.lstrip("-").isdigit():
-        return int(value)
-    from datetime import datetime
+    from budgetscope.times import parse_time_ns
 
     try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise _InputError(f"--start: {value!r} is neither ns since the epoch nor an ISO-8601 time") from None
-    if dt.tzinfo is None:
-        raise _InputError(f"--start: {value!r} has no time zone (add Z or +00:00)")
-    return int(dt.timestamp() * 1e9)
+        return parse_time_ns(value, "--start")
+    except ValueError as e:
+        raise _InputError(str(e)) from None
 
 
 @click.command("import")
