@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[engine,dev]'
+	$(PY) -m pip install -q -e '.[engine,dev,llamacpp]'
 	# the browser tests drive Debian's Chromium (a test tool's own browser download cannot work here)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
 	touch $(STAMP)
