@@ -241,7 +241,8 @@ _SCENARIOS = ("calm", "burst", "long-prompts", "long-outputs", "slow-network")
 @click.option("--out", type=click.Path(file_okay=False), default="demo-out", show_default=True,
               help="Folder for the archives, engine logs and load results.")
 @click.option("--budgets", "-b", type=click.Path(dir_okay=False), help="Budgets TOML (default: the demo's own).")
-@click.option("--no-dashboard", is_flag=True, help="Do not open the dashboard (for CI; there is none yet).")
+@click.option("--no-dashboard", is_flag=True,
+              help="Do not open the dashboard at the end (it opens only on a terminal anyway).")
 @click.option("--offline", is_flag=True, help="No engine: synthetic traces with a known tail cause instead.")
 def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashboard: bool, offline: bool) -> None:
     """Run the reference engine, the collector and the load generator on loopback, and report each scenario.
@@ -296,8 +297,16 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
 
     click.echo("\n### summary\n")
     click.echo("\n".join(_table(["scenario", "injected", "dominant stage of the tail", "attainment", "archive"], rows)))
-    click.echo(f"\nExplore:\n  budgetscope report -a {rows[0][4]} --budgets {budgets or demo_budgets_path()} --format json\n"
-               f"  budgetscope query -a {rows[0][4]} \"SELECT * FROM requests LIMIT 5\"")
+    shown = next((r[4] for r in rows if r[0] == "burst"), rows[0][4])
+    bpath = budgets or str(demo_budgets_path())
+    click.echo(f"\nExplore:\n  budgetscope report -a {shown} --budgets {bpath} --format json\n"
+               f"  budgetscope query -a {shown} \"SELECT * FROM requests LIMIT 5\"\n"
+               f"  budgetscope dashboard -a {shown} --budgets {bpath}")
+    # The dashboard serves until Ctrl-C: open it only for a person at a terminal, never in CI or a pipe.
+    if not no_dashboard and sys.stdin.isatty() and sys.stdout.isatty():
+        from budgetscope.dashboard_command import dashboard
+
+        click.get_current_context().invoke(dashboard, archive=shown, budgets=bpath, port=8501)
 
 
 if __name__ == "__main__":
