@@ -9,6 +9,7 @@ comma-separated list of those, or a ready `SpanExporter` instance.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Sequence
@@ -49,23 +50,30 @@ def _one(spec: str) -> Any | None:
     raise ValueError(f"unknown trace exporter {spec!r}; valid: {_KNOWN}")
 
 
-def otlp_exporter() -> Any:
-    """The OpenTelemetry OTLP span exporter for the configured protocol, configured by its env variables."""
+_OTLP_CLASSES = {  # signal → (module suffix, exporter class)
+    "traces": ("trace_exporter", "OTLPSpanExporter"),
+    "metrics": ("metric_exporter", "OTLPMetricExporter"),
+}
+
+
+def otlp_exporter(signal: str = "traces") -> Any:
+    """The OpenTelemetry OTLP exporter of `signal` ("traces" or "metrics") for the configured protocol
+    (`OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`, else http/protobuf), configured
+    by its env variables."""
     protocol = (
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     ).strip()
+    module, cls = _OTLP_CLASSES[signal]
+    transports = {"http/protobuf": "http", "grpc": "grpc"}
+    if protocol not in transports:
+        raise ValueError(f"unsupported OTLP protocol {protocol!r}; valid: http/protobuf, grpc")
     try:
-        if protocol == "http/protobuf":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        elif protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:
-            raise ValueError(f"unsupported OTLP protocol {protocol!r}; valid: http/protobuf, grpc")
+        mod = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transports[protocol]}.{module}")
     except ImportError as err:
         raise ImportError(f"OTLP {protocol} export needs {err.name}; {_INSTALL_HINT}") from err
-    return OTLPSpanExporter()
+    return getattr(mod, cls)()
 
 
 class FanOutExporter:

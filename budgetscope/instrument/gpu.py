@@ -310,20 +310,9 @@ class OtlpSink:
     own timestamps (an SDK instrument would stamp them all at collection time)."""
 
     def __init__(self):
-        import os
+        from budgetscope.instrument.exporters import otlp_exporter
 
-        protocol = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                    or "http/protobuf").strip()
-        try:
-            if protocol == "http/protobuf":
-                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-            elif protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-            else:
-                raise ValueError(f"unsupported OTLP protocol {protocol!r}; valid: http/protobuf, grpc")
-        except ImportError as err:
-            raise ImportError(f"OTLP {protocol} export needs {err.name}; pip install 'budgetscope[instrument]'") from err
-        self._exporter = OTLPMetricExporter()
+        self._exporter = otlp_exporter("metrics")
 
     def export(self, points: list[Point], host_name: str) -> None:
         from opentelemetry.sdk.metrics.export import (Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics,
