@@ -22,32 +22,46 @@ DIMENSIONS = {
 }
 
 
+def mixes(con, dims: dict[str, str], source: str, where: str, params: list, metric: str, tail_min: float,
+          median: float) -> dict[str, list[tuple[str, int, int]]]:
+    """Dimension → [(value, requests in the tail, requests in the body)], from one scan of `source`.
+
+    `dims` maps a name to a SQL expression over `source`; tail = metric ≥ tail_min, body = metric ≤ median."""
+    names = list(dims)
+    cols = ", ".join(f"{expr} AS d{i}" for i, expr in enumerate(dims.values()))
+    sets = ", ".join(f"(d{i})" for i in range(len(names)))
+    picks = " ".join(f"WHEN NOT grouping(d{i})::BOOLEAN THEN {i}" for i in range(len(names)))
+    vals = "coalesce(" + ", ".join(f"d{i}::VARCHAR" for i in range(len(names))) + ")"
+    rows = con.execute(f"""
+        SELECT CASE {picks} END AS dim, {vals} AS val,
+               count(*) FILTER (WHERE m >= ?) AS tail, count(*) FILTER (WHERE m <= ?) AS body
+        FROM (SELECT {cols}, {metric} AS m FROM {source} {where})
+        GROUP BY GROUPING SETS ({sets})""", [tail_min, median, *params]).fetchall()
+    out: dict[str, list[tuple[str, int, int]]] = {}
+    for dim, val, tail, body in rows:
+        out.setdefault(names[dim], []).append((val, tail, body))
+    return out
+
+
+def separation(vals: list[tuple[str, int, int]]) -> tuple[float, str, float, float]:
+    """(total variation distance, the value most over-represented in the tail, its tail share, its body share)
+    for one dimension's (value, tail, body) counts; both totals must be positive."""
+    nt, nb = sum(v[1] for v in vals), sum(v[2] for v in vals)
+    shares = [(v, t / nt, b / nb) for v, t, b in vals]
+    val, ts, bs = max(shares, key=lambda x: (x[1] - x[2], x[0]))
+    return 0.5 * sum(abs(t - b) for _, t, b in shares), val, ts, bs
+
+
 def separators(con, base_where: str, params: list, metric: str, tail_min: float, median: float,
                limit: int = 3) -> list[dict]:
     """The dimensions that most separate tail (metric ≥ tail_min) from body (metric ≤ median), best first."""
-    dims = list(DIMENSIONS)
-    cols = ", ".join(f"{expr} AS d{i}" for i, expr in enumerate(DIMENSIONS.values()))
-    sets = ", ".join(f"(d{i})" for i in range(len(dims)))
-    picks = " ".join(f"WHEN NOT grouping(d{i})::BOOLEAN THEN {i}" for i in range(len(dims)))
-    vals = "coalesce(" + ", ".join(f"d{i}" for i in range(len(dims))) + ")"
-    rows = con.execute(f"""
-        SELECT CASE {picks} END AS dim, {vals} AS val,
-               count(*) FILTER (WHERE {metric} >= ?) AS tail, count(*) FILTER (WHERE {metric} <= ?) AS body
-        FROM (SELECT {cols}, {metric} FROM requests {base_where})
-        GROUP BY GROUPING SETS ({sets})""", [tail_min, median, *params]).fetchall()
-    by_dim: dict[int, list[tuple[str, int, int]]] = {}
-    for dim, val, tail, body in rows:
-        by_dim.setdefault(dim, []).append((val, tail, body))
     out = []
-    for dim, vals in by_dim.items():
-        nt, nb = sum(v[1] for v in vals), sum(v[2] for v in vals)
-        if len(vals) < 2 or not nt or not nb:
+    for dim, vals in mixes(con, DIMENSIONS, "requests", base_where, params, metric, tail_min, median).items():
+        if len(vals) < 2 or not sum(v[1] for v in vals) or not sum(v[2] for v in vals):
             continue
-        shares = [(v, t / nt, b / nb) for v, t, b in vals]
-        distance = 0.5 * sum(abs(t - b) for _, t, b in shares)
-        val, ts, bs = max(shares, key=lambda x: (x[1] - x[2], x[0]))
+        distance, val, ts, bs = separation(vals)
         if distance < MIN_DISTANCE:
             continue
-        out.append({"dimension": dims[dim], "value": val, "tail_share": ts, "body_share": bs, "distance": distance})
+        out.append({"dimension": dim, "value": val, "tail_share": ts, "body_share": bs, "distance": distance})
     out.sort(key=lambda d: (-d["distance"], d["dimension"]))
     return out[:limit]

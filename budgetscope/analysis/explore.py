@@ -76,29 +76,17 @@ def distributions(con, sel: Selection, sp: Split) -> list[dict]:
         where = ""
     else:
         source, where = "requests", base
-    cols = ", ".join(f"{expr} AS d{i}" for i, expr in enumerate(dims.values()))
-    sets = ", ".join(f"(d{i})" for i in range(len(names)))
-    picks = " ".join(f"WHEN NOT grouping(d{i})::BOOLEAN THEN {i}" for i in range(len(names)))
-    vals = "coalesce(" + ", ".join(f"d{i}::VARCHAR" for i in range(len(names))) + ")"
-    rows = con.execute(f"""
-        SELECT CASE {picks} END AS dim, {vals} AS val,
-               count(*) FILTER (WHERE m >= ?) AS tail, count(*) FILTER (WHERE m <= ?) AS body
-        FROM (SELECT {cols}, {sp.metric} AS m FROM {source} {where})
-        GROUP BY GROUPING SETS ({sets})""", [sp.tail_min_ms, sp.median_ms, *sel.params]).fetchall()
-    by_dim: dict[int, list[tuple[str, int, int]]] = {}
-    for dim, val, tail, body in rows:
-        by_dim.setdefault(dim, []).append((val, tail, body))
+    by_dim = contrast.mixes(con, dims, source, where, sel.params, sp.metric, sp.tail_min_ms, sp.median_ms)
     out = []
-    for i, name in enumerate(names):
-        vals_ = [v for v in by_dim.get(i, []) if v[1] or v[2]]
+    for name in names:
+        vals_ = [v for v in by_dim.get(name, []) if v[1] or v[2]]
         nt, nb = sum(v[1] for v in vals_), sum(v[2] for v in vals_)
         order = ORDER.get(name)
         vals_.sort(key=lambda v: (order.index(v[0]) if order and v[0] in order else len(order or []), v[0]))
         values = [{"value": v, "tail": t, "body": b, "tail_share": t / nt if nt else None,
                    "body_share": b / nb if nb else None} for v, t, b in vals_]
         if nt and nb:
-            distance = 0.5 * sum(abs(x["tail_share"] - x["body_share"]) for x in values)
-            top = max(values, key=lambda x: (x["tail_share"] - x["body_share"], x["value"]))["value"]
+            distance, top, _, _ = contrast.separation(vals_)
         else:
             distance, top = None, None
         out.append({"dimension": name, "distance": distance, "top_value": top, "values": values})

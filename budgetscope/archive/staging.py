@@ -71,18 +71,12 @@ _COLS = ("trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, servi
 
 # Spans of good batches that are new to the archive. A chunk rarely repeats a span within itself; when it
 # does, the first copy (lowest batch id) wins.
-INSERT_NEW = f"""
-INSERT INTO spans SELECT {_COLS} FROM staged n
-WHERE err IS NULL AND batch_id NOT IN (SELECT batch_id FROM rejected)
-  AND NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = n.trace_id AND s.span_id = n.span_id)"""
-
 INSERT_NEW_DEDUP = f"""
 INSERT INTO spans SELECT {_COLS} FROM (
   SELECT * FROM staged WHERE err IS NULL AND batch_id NOT IN (SELECT batch_id FROM rejected)
   QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY batch_id) = 1) n
 WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = n.trace_id AND s.span_id = n.span_id)"""
 
-HAS_INNER_DUPLICATES = "SELECT count(*) <> count(DISTINCT (trace_id, span_id)) FROM staged"
 
 
 def setup(con) -> None:
