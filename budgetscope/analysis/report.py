@@ -9,7 +9,7 @@ request of the tier, and a request that did not end `ok` misses its SLOs.
 from __future__ import annotations
 
 from budgetscope.analysis import attribution, contrast
-from budgetscope.analysis.budgets import METRICS, TTFT_STAGES, Budgets, TierBudget
+from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
 from budgetscope.analysis.verdict import verdict
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
@@ -231,4 +231,4 @@ def build_report(con, budgets: Budgets | None = None, since_ns: int | None = Non
     return out
 
 
-__all__ = ["build_report", "tier_report", "breaches", "pkey", "tier_selected", "Selection", "FILTER_COLUMNS", "TTFT_STAGES"]
+__all__ = ["build_report", "tier_report", "breaches", "pkey", "tier_selected", "Selection", "FILTER_COLUMNS"]
