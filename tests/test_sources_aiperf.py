@@ -1,4 +1,9 @@
-"""AIPerf `profile_export.jsonl` (one `{metadata, metrics, error}` record a line) as client data."""
+"""AIPerf `profile_export.jsonl` (one `{metadata, metrics, error}` record a line) as client data.
+
+Wire format: `MetricRecordInfo` / `MetricRecordMetadata` / `MetricValue` (aiperf/common/models/record_models.py),
+`ErrorDetails` (aiperf/common/models/error_models.py) and the metric tags of aiperf/metrics/types/; ai-dynamo/aiperf
+at db4f6397d11ee2d4cfbb41f70b2327315163dcf0.
+"""
 
 from __future__ import annotations
 
@@ -40,6 +45,26 @@ def test_aiperf_records_become_client_rows(tmp_path, archive_path):
                    ("client", "error", T0 + 300_000_000, pytest.approx(23), pytest.approx(80), 128, 11, pytest.approx(80))]
     assert rows(archive_path, "SELECT DISTINCT attributes->>'aiperf.x_request_id' FROM spans ORDER BY 1") == [
         ("req-1",), ("req-2",), ("req-3",)]
+
+
+def test_aiperf_cancelled_and_failed_records_keep_their_code_and_prompt_length(tmp_path, archive_path):
+    start = T0 + 500_000_000
+    cancelled = {"metadata": {"session_num": 5, "x_request_id": "req-5", "x_correlation_id": "c-5",
+                              "conversation_id": "conv-5", "turn_index": 0, "request_start_ns": start,
+                              "request_ack_ns": None, "request_end_ns": start + 700_000, "worker_id": "worker-0",
+                              "record_processor_id": "record_processor_0", "benchmark_phase": "profiling",
+                              "was_cancelled": True, "cancellation_time_ns": start + 700_000},
+                 "metrics": {"error_isl": {"value": 550, "unit": "tokens"}},
+                 "error": {"code": 499, "type": "RequestCancellationError",
+                           "message": "Request was cancelled after 0.000 seconds"}}
+    failed = _record(6, error={"code": 500, "type": "HTTPError", "message": "Internal Server Error"})
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text(json.dumps(cancelled) + "\n" + json.dumps(failed) + "\n")
+    r = CliRunner().invoke(main, ["import", "--format", "aiperf", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 0, r.output
+    assert rows(archive_path, """SELECT outcome, http_status, input_tokens, client_ttft_ms, client_e2e_ms FROM requests
+        ORDER BY client_sent_ns""") == [("cancelled", 499, 550, None, pytest.approx(0.7)),
+                                        ("error", 500, 128, pytest.approx(26), pytest.approx(80))]
 
 
 def test_bad_aiperf_line_lands_nothing(tmp_path, archive_path):

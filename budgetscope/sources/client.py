@@ -10,7 +10,8 @@ llama-cpp-python's server: its route handler's time, integer ms) on a NON-stream
 E2E, so `network_ms` = client E2E − it. On a streaming response it only times the handler's setup and is ignored.
 
 `arrival_ns` / `end_ns` of these rows are the client's send / receive times (client clock): the server's are
-unknown, and the timeline needs an anchor.
+unknown, and the timeline needs an anchor. Token counts come from the span's `gen_ai.usage.*` attributes
+(`cache_read.input_tokens` → `cached_tokens`, when the client was told it, e.g. GuideLLM's usage).
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ from budgetscope.sources.server_row import select_list
 
 ATTRS = (
     '{"gen_ai.request.model":"VARCHAR","gen_ai.usage.input_tokens":"BIGINT","gen_ai.usage.output_tokens":"BIGINT",'
-    '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR","http.response.status_code":"INTEGER",'
+    '"gen_ai.usage.cache_read.input_tokens":"BIGINT","budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR",'
+    '"http.response.status_code":"INTEGER",'
     '"error.type":"VARCHAR","budgetscope.client.stream":"BOOLEAN",'
     '"http.response.header.openai-processing-ms":"VARCHAR[]"}'
 )
 
 OUTCOME_SQL = """CASE WHEN a."error.type" IS NULL AND coalesce(a."http.response.status_code", 200) < 400 THEN 'ok'
   WHEN a."error.type" = 'timeout' THEN 'timeout'
+  WHEN a."error.type" = 'cancelled' THEN 'cancelled'
   WHEN a."http.response.status_code" IN (429, 503) THEN 'rejected'
   ELSE 'error' END"""
-"""A client span's outcome: ok, timeout, rejected (429/503), or error."""
+"""A client span's outcome: ok, timeout, cancelled, rejected (429/503), or error."""
 
 
 def client_spans(spans: str, attrs: str = ATTRS) -> str:
@@ -45,6 +48,7 @@ def common(source: str) -> dict[str, str]:
         "model": 'a."gen_ai.request.model"', "tier": """coalesce(a."budgetscope.tier", 'default')""",
         "tenant": 'a."budgetscope.tenant"', "outcome": OUTCOME_SQL, "arrival_ns": "start_ns", "end_ns": "end_ns",
         "input_tokens": 'a."gen_ai.usage.input_tokens"', "output_tokens": 'a."gen_ai.usage.output_tokens"',
+        "cached_tokens": 'a."gen_ai.usage.cache_read.input_tokens"',
     }
 
 

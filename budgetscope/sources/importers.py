@@ -43,7 +43,8 @@ def _value(v: Any) -> dict:
     return {"stringValue": str(v)}
 
 
-def _ids(seed: bytes, index: int) -> tuple[str, str]:
+def span_ids(seed: bytes, index: int) -> tuple[str, str]:
+    """(trace id, span id) of record `index` of the file whose bytes hash to `seed`: the same file, the same ids."""
     h = hashlib.blake2b(seed + index.to_bytes(8, "big"), digest_size=24).hexdigest()
     return h[:32], h[32:48]
 
@@ -69,17 +70,27 @@ def document(service_name: str, spans: list[dict], scope: str = "budgetscope.imp
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def _ns(seconds: float) -> int:
+def seconds_to_ns(seconds: float) -> int:
+    """Seconds (a float, e.g. from time.time()) → integer ns."""
     return int(round(seconds * 1e9))
 
 
-def _num(x: Any, where: str) -> float:
+def number(x: Any, where: str) -> float:
+    """`x` as a finite float, else ImportFormatError naming `where`."""
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         raise ImportFormatError(f"{where}: expected a number, got {json.dumps(x)[:40]}")
     return float(x)
 
 
-def _load_json(path: Path, data: bytes) -> Any:
+def integer(x: Any, where: str) -> int:
+    """`x` as an int, exactly (ns since the epoch do not fit a float), else ImportFormatError naming `where`."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x
+    return int(number(x, where))
+
+
+def load_json(path: Path, data: bytes) -> Any:
+    """The JSON document `data` read from `path`, else ImportFormatError naming the line."""
     try:
         return json.loads(data)
     except json.JSONDecodeError as e:
@@ -88,14 +99,22 @@ def _load_json(path: Path, data: bytes) -> Any:
         raise ImportFormatError(f"{path}: not UTF-8 text") from None
 
 
-def _client_span(seed: bytes, i: int, *, sent_ns: int, end_ns: int, first_token_ns: int | None,
-                 itl_ms: list[float] | None, input_tokens, output_tokens, model, error: str | None,
-                 extra: dict) -> dict:
-    trace_id, span_id = _ids(seed, i)
+def client_span(seed: bytes, i: int, *, sent_ns: int, end_ns: int, first_token_ns: int | None,
+                itl_ms: list[float] | None, input_tokens, output_tokens, model, error: str | None,
+                extra: dict, error_type: str = "error", status_code: int | None = None,
+                scheduled_ns: int | None = None, cached_tokens: int | None = None) -> dict:
+    """One `llm.client.request` span (record `i` of the file hashed to `seed`); times in ns since the epoch.
+
+    `error` (a message) marks it failed: `error_type` is `error`, `cancelled` or `timeout` (sources/client.py maps
+    it to the outcome); `status_code` defaults to 200 without an error."""
+    trace_id, span_id = span_ids(seed, i)
     attrs = {"budgetscope.client.first_token_unix_nano": first_token_ns,
+             "budgetscope.client.scheduled_unix_nano": scheduled_ns,
              "budgetscope.client.itl_ms": [float(x) for x in itl_ms] if itl_ms is not None else None,
-             "http.response.status_code": None if error else 200, "error.type": "error" if error else None,
+             "http.response.status_code": status_code if status_code is not None or error else 200,
+             "error.type": error_type if error else None,
              "gen_ai.usage.input_tokens": input_tokens, "gen_ai.usage.output_tokens": output_tokens,
+             "gen_ai.usage.cache_read.input_tokens": cached_tokens,
              "gen_ai.request.model": model, "budgetscope.tier": "default", **extra}
     return span(trace_id, span_id, CLIENT_ROOT, KIND_CLIENT, sent_ns, end_ns, attrs, error=error)
 
@@ -109,7 +128,7 @@ def vllm_bench(path: Path, data: bytes, start_ns: int | None = None) -> bytes:
     when the version writes them, else E2E = TTFT + Σ ITL (the last gap ends at the last token). perf_counter
     has no epoch: the run is anchored at `start_ns`, else at the file's `date` (`%Y%m%d-%H%M%S`, read as UTC).
     """
-    obj = _load_json(path, data)
+    obj = load_json(path, data)
     if not isinstance(obj, dict):
         raise ImportFormatError(f"{path}: not a vllm bench result (want a JSON object)")
     need = ("start_times", "ttfts", "itls", "input_lens", "output_lens")
@@ -129,27 +148,28 @@ def vllm_bench(path: Path, data: bytes, start_ns: int | None = None) -> bytes:
             raise ImportFormatError(f"{path}: no usable `date` field; give --start") from None
     latencies = obj.get("e2els") or obj.get("latencies")
     errors = obj.get("errors") or [""] * n
-    t0 = min((_num(t, f"{path}: start_times[{i}]") for i, t in enumerate(obj["start_times"])), default=0.0)
+    t0 = min((number(t, f"{path}: start_times[{i}]") for i, t in enumerate(obj["start_times"])), default=0.0)
     seed = hashlib.blake2b(data, digest_size=16).digest()
     spans = []
     for i in range(n):
         where = f"{path}: request {i}"
-        sent = start_ns + _ns(_num(obj["start_times"][i], where + " start_times") - t0)
+        sent = start_ns + seconds_to_ns(number(obj["start_times"][i], where + " start_times") - t0)
         error = str(errors[i]) if i < len(errors) and errors[i] else None
-        ttft = _num(obj["ttfts"][i], where + " ttfts")
+        ttft = number(obj["ttfts"][i], where + " ttfts")
         itls = obj["itls"][i] or []
         if not isinstance(itls, list):
             raise ImportFormatError(f"{where} itls: expected a list")
-        gaps = [_num(x, where + " itls") for x in itls]
+        gaps = [number(x, where + " itls") for x in itls]
         if latencies and i < len(latencies) and latencies[i] is not None:
-            e2e = _num(latencies[i], where + " latency")
+            e2e = number(latencies[i], where + " latency")
         else:
             e2e = ttft + sum(gaps)
-        first = None if error or ttft <= 0 else sent + _ns(ttft)
-        spans.append(_client_span(
-            seed, i, sent_ns=sent, end_ns=sent + _ns(e2e), first_token_ns=first, itl_ms=[g * 1e3 for g in gaps],
-            input_tokens=int(_num(obj["input_lens"][i], where + " input_lens")),
-            output_tokens=int(_num(obj["output_lens"][i], where + " output_lens")), model=obj.get("model_id"),
+        first = None if error or ttft <= 0 else sent + seconds_to_ns(ttft)
+        spans.append(client_span(
+            seed, i, sent_ns=sent, end_ns=sent + seconds_to_ns(e2e), first_token_ns=first,
+            itl_ms=[g * 1e3 for g in gaps],
+            input_tokens=int(number(obj["input_lens"][i], where + " input_lens")),
+            output_tokens=int(number(obj["output_lens"][i], where + " output_lens")), model=obj.get("model_id"),
             error=error, extra={"vllm_bench.index": i}))
     return document("vllm-bench", spans)
 
@@ -164,15 +184,18 @@ def _metric(metrics: dict, name: str, where: str) -> float | None:
         return None
     unit = m.get("unit", "ms") if isinstance(m, dict) else "ms"
     scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3, "tokens": 1.0}.get(unit, 1.0)
-    return _num(value, f"{where} {name}") * scale
+    return number(value, f"{where} {name}") * scale
 
 
 def aiperf(path: Path, data: bytes) -> bytes:
     """AIPerf `profile_export.jsonl` → client spans (warm-up records are skipped).
 
-    Per line: `metadata.request_start_ns` / `request_end_ns` (wall clock, ns), `x_request_id`,
-    `benchmark_phase`, `was_cancelled`; `metrics.time_to_first_token`, `request_latency` ({value, unit}),
-    `input_sequence_length`, `output_sequence_length`, `inter_chunk_latency` (a list, when exported); `error`.
+    One `MetricRecordInfo` a line (aiperf/common/models/record_models.py, ai-dynamo/aiperf at
+    db4f6397d11ee2d4cfbb41f70b2327315163dcf0): `metadata.request_start_ns` / `request_end_ns` (wall clock, ns),
+    `x_request_id`, `worker_id`, `benchmark_phase` (`warmup` | `profiling`), `was_cancelled`;
+    `metrics.<tag>` = {value, unit} in display units: `time_to_first_token`, `request_latency`, `inter_chunk_latency`
+    (a list), `input_sequence_length` (`error_isl` on a failed request), `output_sequence_length`; `error` =
+    {code, type, message} (`ErrorDetails`). A cancelled request is `cancelled`, another error `error`.
     """
     seed = hashlib.blake2b(data, digest_size=16).digest()
     spans = []
@@ -191,23 +214,27 @@ def aiperf(path: Path, data: bytes) -> bytes:
             continue
         if "request_start_ns" not in meta:
             raise ImportFormatError(f"{where}: metadata has no request_start_ns")
-        sent = int(_num(meta["request_start_ns"], where + " request_start_ns"))
+        sent = integer(meta["request_start_ns"], where + " request_start_ns")
         latency = _metric(metrics, "request_latency", where)
-        end = int(_num(meta["request_end_ns"], where + " request_end_ns")) if "request_end_ns" in meta else \
+        end = integer(meta["request_end_ns"], where + " request_end_ns") if "request_end_ns" in meta else \
             sent + int((latency or 0) * 1e6)
         ttft = _metric(metrics, "time_to_first_token", where)
         chunks = (metrics.get("inter_chunk_latency") or {}).get("value")
-        itl = [_num(x, where + " inter_chunk_latency") for x in chunks] if isinstance(chunks, list) else None
+        itl = [number(x, where + " inter_chunk_latency") for x in chunks] if isinstance(chunks, list) else None
         err = rec.get("error")
         error = (err.get("message") or err.get("type") or "error") if isinstance(err, dict) else err
+        code = err.get("code") if isinstance(err, dict) and isinstance(err.get("code"), int) else None
         if meta.get("was_cancelled"):
             error = error or "cancelled"
         out = _metric(metrics, "output_sequence_length", where)
         inp = _metric(metrics, "input_sequence_length", where)
-        spans.append(_client_span(
+        if inp is None:
+            inp = _metric(metrics, "error_isl", where)
+        spans.append(client_span(
             seed, n, sent_ns=sent, end_ns=end, first_token_ns=None if ttft is None else sent + int(ttft * 1e6),
             itl_ms=itl, input_tokens=None if inp is None else int(inp), output_tokens=None if out is None else int(out),
-            model=None, error=str(error) if error else None,
+            model=None, error=str(error) if error else None, status_code=code,
+            error_type="cancelled" if meta.get("was_cancelled") else "error",
             extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id")}))
     if not spans:
         raise ImportFormatError(f"{path}: no AIPerf profiling records")
@@ -227,7 +254,7 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
     `clock_offset_ns` (Unix ns − steady ns) to place them in time; without it, times that are not already
     Unix-epoch ns are anchored so the last timestamp falls at the file's modification time.
     """
-    obj = _load_json(path, data)
+    obj = load_json(path, data)
     if not isinstance(obj, list):
         raise ImportFormatError(f"{path}: not a Triton trace file (want a JSON array)")
     traces: dict[Any, dict] = {}
@@ -241,7 +268,7 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
         for j, ts in enumerate(rec.get("timestamps") or []):
             if not isinstance(ts, dict) or "name" not in ts or "ns" not in ts:
                 raise ImportFormatError(f"{path}: record {i} timestamp {j}: want {{name, ns}}")
-            t["timestamps"][str(ts["name"])] = int(_num(ts["ns"], f"{path}: record {i} timestamp {j}"))
+            t["timestamps"][str(ts["name"])] = integer(ts["ns"], f"{path}: record {i} timestamp {j}")
     all_ns = [ns for t in traces.values() for ns in t["timestamps"].values()]
     if not all_ns:
         raise ImportFormatError(f"{path}: no timestamps")
@@ -255,7 +282,7 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
             continue
         start = ts.get("HTTP_RECV_START", ts.get("GRPC_WAITREAD_START", ts.get("REQUEST_START", min(ts.values()))))
         end = ts.get("HTTP_SEND_END", ts.get("GRPC_SEND_END", ts.get("REQUEST_END", max(ts.values()))))
-        trace_id, span_id = _ids(seed, k)
+        trace_id, span_id = span_ids(seed, k)
         attrs = {"triton.trace_id": str(tid), "triton.model_name": t.get("model_name"),
                  "triton.model_version": None if t.get("model_version") is None else str(t["model_version"]),
                  "triton.request_id": t.get("request_id"),
