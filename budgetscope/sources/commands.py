@@ -32,7 +32,7 @@ def _start_ns(value: str | None) -> int | None:
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", required=True,
-              type=click.Choice(["vllm-bench", "aiperf", "triton", "prometheus"]),
+              type=click.Choice(["vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus"]),
               help="What the files are (see docs/sources.md).")
 @click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
 @click.option("--start", help="vllm-bench: when the run started (ISO-8601 or ns; default its `date`, as UTC); "
@@ -42,15 +42,18 @@ def _start_ns(value: str | None) -> int | None:
                    "its modification time).")
 @click.option("--service-name", help="prometheus: the server's name in server_metrics (default: the file name).")
 def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
-    """Import benchmark exports, Triton trace files or saved `/metrics` text into an archive.
+    """Import benchmark exports, vLLM offline metrics, Triton trace files or saved `/metrics` text into an archive.
 
     Every file is one batch: it lands whole or not at all, and the same file lands once (recorded in
-    ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf) or Triton `InferRequest`
-    spans, derived into `requests` like any ingest; Prometheus text goes to `server_metrics`.
+    ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf, guidellm), vLLM `llm_request`
+    spans (vllm-metrics: offline `RequestOutput.metrics` as JSON lines) or Triton `InferRequest` spans, derived
+    into `requests` like any ingest; Prometheus text goes to `server_metrics`.
 
     \b
       budgetscope import --format vllm-bench result.json --archive runs.duckdb
       budgetscope import --format aiperf artifacts/*/profile_export.jsonl --archive runs.duckdb
+      budgetscope import --format guidellm benchmarks.json --archive runs.duckdb
+      budgetscope import --format vllm-metrics vllm-metrics.jsonl --archive runs.duckdb
       budgetscope import --format triton trace.json --archive runs.duckdb
       budgetscope import --format prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs.duckdb
     """
@@ -58,7 +61,7 @@ def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
     from pathlib import Path
 
     from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
-    from budgetscope.sources import importers
+    from budgetscope.sources import guidellm, importers, vllm_offline
     from budgetscope.sources.prometheus import PrometheusError
 
     anchor = _start_ns(start)
@@ -85,6 +88,10 @@ def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
                         doc = importers.vllm_bench(path, data, anchor)
                     elif fmt == "aiperf":
                         doc = importers.aiperf(path, data)
+                    elif fmt == "guidellm":
+                        doc = guidellm.guidellm(path, data)
+                    elif fmt == "vllm-metrics":
+                        doc = vllm_offline.vllm_metrics(path, data)
                     else:
                         doc = importers.triton(path, data, clock_offset_ns)
                 except (importers.ImportFormatError, PrometheusError) as e:

@@ -10,6 +10,10 @@ naming the file and the line (or record) and the first problem.
   aiperf      AIPerf `profile_export.jsonl` (one record a line: `metadata`, `metrics`, `error`): client data.
   triton      Triton trace file (`--trace-config mode=triton,file=...`): one span `InferRequest` per traced
               request with Triton's timestamps as `triton.timestamp.<NAME>` attributes (sources/triton.py).
+  guidellm    GuideLLM `benchmarks.json`: client data (sources/guidellm.py).
+  vllm-metrics  vLLM offline `RequestOutput.metrics` as JSON lines: vLLM `llm_request` spans
+              (sources/vllm_offline.py).
+The helpers here (`span`, `document`, `client_span`, `span_ids`, `number`, …) serve those modules too.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from budgetscope.sources.classify import CLIENT_ROOT
 
-FORMATS = ("vllm-bench", "aiperf", "triton")
+FORMATS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton")
 KIND_SERVER, KIND_CLIENT = 2, 3
 
 

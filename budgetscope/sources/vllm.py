@@ -5,7 +5,9 @@ Attribute names as defined in vLLM's `vllm/tracing.py` (`SpanAttributes`) and se
 request's arrival (the span's start), which is after tokenization began, so network is never inside them:
   queue = time_in_queue, prefill = time_in_model_prefill, decode = time_in_model_decode,
   frontend = time_to_first_token − queue − prefill, postprocess = e2e − time_to_first_token − decode.
-A stage whose attribute is missing (older vLLM) is NULL, never guessed.
+A stage whose attribute is missing (older vLLM) is NULL, never guessed. vLLM's spans carry no prefix-cache
+count; `gen_ai.usage.cache_read.input_tokens`, set on the spans imported from offline `RequestOutput.metrics`
+(sources/vllm_offline.py, `num_cached_tokens`), is read as `cached_tokens`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from budgetscope.sources.classify import VLLM_ROOT
 
 ATTRS = (
     '{"gen_ai.request.id":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
-    '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.latency.time_in_queue":"DOUBLE",'
+    '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.usage.cache_read.input_tokens":"BIGINT",'
+    '"gen_ai.latency.time_in_queue":"DOUBLE",'
     '"gen_ai.latency.time_to_first_token":"DOUBLE","gen_ai.latency.e2e":"DOUBLE",'
     '"gen_ai.latency.time_in_model_prefill":"DOUBLE","gen_ai.latency.time_in_model_decode":"DOUBLE",'
     '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}'
@@ -38,7 +41,7 @@ SELECT trace_id, span_id AS server_span_id, parent_span_id, 'vllm' AS source,
   coalesce(a."budgetscope.tier", 'default') AS tier, a."budgetscope.tenant" AS tenant,
   CASE WHEN status_code = 'ERROR' THEN 'error' ELSE 'ok' END AS outcome,
   start_ns AS arrival_ns, start_ns + CAST(ttft * 1e6 AS BIGINT) AS first_token_ns, end_ns,
-  a."gen_ai.usage.prompt_tokens" AS input_tokens, CAST(NULL AS BIGINT) AS cached_tokens,
+  a."gen_ai.usage.prompt_tokens" AS input_tokens, a."gen_ai.usage.cache_read.input_tokens" AS cached_tokens,
   a."gen_ai.usage.completion_tokens" AS output_tokens,
   ttft - q - p AS frontend_ms, q AS queue_ms, p AS prefill_ms, d AS decode_ms, e2e - ttft - d AS postprocess_ms,
   ttft - q - p AS ttft_frontend_ms, q AS ttft_queue_ms, p AS ttft_prefill_ms,
