@@ -14,11 +14,13 @@ fresh random prompts every round (no prefix-cache hits). Every configuration run
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,9 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
+from budgetscope.engine.engine_loop import freeze_heap  # noqa: E402
 from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
 from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
 from budgetscope.engine.telemetry import Telemetry  # noqa: E402
+from budgetscope.gil import short_switch_interval  # noqa: E402
 
 
 class Recorder:
@@ -97,9 +101,10 @@ def prompts_for(round_no: int, n: int, length: int, vocab: int = 256) -> list[li
     return [[256] + torch.randint(0, vocab, (length - 1,), generator=gen).tolist() for _ in range(n)]
 
 
-def make_engine(args, telemetry=None) -> LLMEngine:
+def make_engine(args, telemetry=None, prefix_caching: bool = True) -> LLMEngine:
     return LLMEngine(EngineConfig(model=args.config, max_model_len=1024, max_num_seqs=args.requests,
-                                  max_num_batched_tokens=512, num_kv_blocks=1024, num_threads=args.threads),
+                                  max_num_batched_tokens=512, num_kv_blocks=1024, num_threads=args.threads,
+                                  enable_prefix_caching=prefix_caching),
                      telemetry)
 
 
@@ -129,9 +134,12 @@ def bench_overhead(args) -> list[tuple]:
     # Records every mark/token/step on the hot path but exports nothing: separates the engine-thread
     # cost from the export thread's (span building and writing, which competes for the same 2 cores).
     record = Telemetry.create(enabled=True, exporter="none")
-    engine = make_engine(args)
+    # Every arm of a round runs the same prompts, so the prefix cache is off: with it, whichever arm ran
+    # second or third in a round skipped most of its prefill, a bias that swamped the figure being measured.
+    engine = make_engine(args, prefix_caching=False)
     params = SamplingParams(max_tokens=args.output_tokens, temperature=0, ignore_eos=True)
     arms = {"off": off, "on": on, "record": record}
+    orders = list(itertools.permutations(arms))  # every arm in every position equally often
     results = {name: [] for name in arms}
     for name in arms:  # warm-up of every arm
         engine.telemetry = arms[name]
@@ -139,7 +147,7 @@ def bench_overhead(args) -> list[tuple]:
     ratios, record_ratios = [], []
     for r in range(args.ab_rounds):
         pair = {}
-        for name in (("off", "on", "record") if r % 2 == 0 else ("record", "on", "off")):  # A B C C B A ...
+        for name in orders[r % len(orders)]:
             engine.telemetry = arms[name]
             pair[name] = run(engine, prompts_for(100 + r, args.requests, args.prompt_tokens), params, args.requests)
             results[name].append(pair[name])
@@ -152,6 +160,7 @@ def bench_overhead(args) -> list[tuple]:
     off_s, on_s, rec_s = summary(results["off"]), summary(results["on"]), summary(results["record"])
     spread = statistics.pstdev(r["tok_s"] for r in results["off"]) / off_s["tok_s"] * 100
     d_tput = (statistics.median(ratios) - 1) * 100
+    q1, _, q3 = statistics.quantiles(ratios, n=4)  # how far one paired ratio strays: the figure's noise
     d_itl = (on_s["itl_p99"] / off_s["itl_p99"] - 1) * 100
     d_rec = (statistics.median(record_ratios) - 1) * 100
     d_rec_itl = (rec_s["itl_p99"] / off_s["itl_p99"] - 1) * 100
@@ -164,10 +173,126 @@ def bench_overhead(args) -> list[tuple]:
         ("record only vs off", f"{d_rec:+.2f}%", "", "", f"{d_rec_itl:+.2f}%",
          f"engine-thread cost alone; process CPU per token {d_rec_cpu:+.2f}%"),
         ("export vs off", f"{d_tput:+.2f}%", "", "", f"{d_itl:+.2f}%",
-         f"target within 1%; median of {args.ab_rounds} paired ratios; off-arm round spread {spread:.1f}%; "
+         f"target within 1%; median of {args.ab_rounds} paired ratios (IQR {(q1 - 1) * 100:+.2f}% to "
+         f"{(q3 - 1) * 100:+.2f}%); off-arm round spread {spread:.1f}%; "
          f"process CPU per token {d_cpu:+.2f}%; {lines} JSONL lines"),
         hot,
     ]
+
+
+class Arm:
+    """One engine of the step-interleaved A/B, with its own clock: only the time spent in its own calls
+    (adding requests, stepping, finishing traces) advances it, so the other arm's steps never count."""
+
+    def __init__(self, engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, concurrency: int):
+        self.engine, self.pending, self.params, self.concurrency = engine, list(prompts), params, concurrency
+        self.live: list = []
+        self.clock_ns = 0  # own time so far
+        self.step_ns: list[int] = []
+        self.token_clock: dict[int, list[int]] = {}
+        self._t0 = 0
+
+    @property
+    def done(self) -> bool:
+        return not (self.pending or self.live)
+
+    def _on_output(self, seq) -> None:
+        self.token_clock.setdefault(seq.seq_id, []).append(self.clock_ns + time.perf_counter_ns() - self._t0)
+
+    def turn(self) -> None:
+        """Admit, step once and finish, exactly as `run` does per iteration, timed on this arm's clock."""
+        t0 = self._t0 = time.perf_counter_ns()
+        engine = self.engine
+        while self.pending and len(self.live) < self.concurrency:
+            trace = engine.telemetry.start_request(model=engine.model_name, tier="default", tenant=None,
+                                                   traceparent=None, request_id=None, operation="text_completion")
+            seq = engine.make_sequence(self.pending.pop(0), self.params, trace=trace, on_output=self._on_output)
+            engine.add(seq)
+            self.live.append(seq)
+        engine.step()
+        for seq in [s for s in self.live if s.is_finished]:
+            engine.finish_trace(seq)
+            self.live.remove(seq)
+        took = time.perf_counter_ns() - t0
+        self.clock_ns += took
+        self.step_ns.append(took)
+
+    def itl_ms(self) -> list[float]:
+        return [(b - a) / 1e6 for ts in self.token_clock.values() for a, b in zip(ts, ts[1:])]
+
+
+def bench_interleaved(args) -> list[tuple]:
+    """Instrumentation on vs off, A/B within each engine step: two identical engines (same seed, same prompts)
+    take turns step by step, in the order AB BA AB …, so whatever slows the machine for a few milliseconds hits
+    both arms. Each arm's throughput and ITL are on its own clock. The export thread runs beside both: its
+    cost shows in the process CPU, reported apart."""
+    path = Path(tempfile.mkdtemp()) / "spans.jsonl"
+    on = Telemetry.create(enabled=True, exporter=f"jsonl:{path}")
+    if not on.enabled:
+        return [("instrumentation (interleaved)", "unavailable", "", "", "", "budgetscope.instrument missing")]
+    engines = {"off": make_engine(args, Telemetry(None), prefix_caching=False),
+               "on": make_engine(args, on, prefix_caching=False)}
+    params = SamplingParams(max_tokens=args.output_tokens, temperature=0, ignore_eos=True)
+    for engine in engines.values():  # warm-up
+        run(engine, prompts_for(-4, args.requests, args.prompt_tokens), params, args.requests)
+    freeze_heap()  # as EngineLoop.start does before serving
+    arms = {name: [] for name in engines}
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    export0 = thread_cpu_s("budgetscope-export")
+    turn = 0
+    for r in range(args.ab_rounds):
+        prompts = prompts_for(200 + r, args.requests, args.prompt_tokens)
+        live = {name: Arm(e, prompts, params, args.requests) for name, e in engines.items()}
+        while not all(a.done for a in live.values()):
+            order = ("off", "on") if turn % 2 == 0 else ("on", "off")
+            for name in order:
+                if not live[name].done:
+                    live[name].turn()
+            turn += 1
+        for name, arm in live.items():
+            arms[name].append(arm)
+    on.flush()
+    wall_s = time.perf_counter() - wall0
+    export_s = thread_cpu_s("budgetscope-export") - export0
+    own = {name: sum(a.clock_ns for a in rounds) / 1e9 for name, rounds in arms.items()}
+    tokens = args.ab_rounds * args.requests * args.output_tokens
+    tok_s = {name: tokens / own[name] for name in arms}
+    itl = {name: sorted(x for a in rounds for x in a.itl_ms()) for name, rounds in arms.items()}
+    # per-round paired ratio of own time: how much one round's figure strays
+    ratios = [b.clock_ns / a.clock_ns for a, b in zip(arms["off"], arms["on"])]
+    q1, med, q3 = statistics.quantiles(ratios, n=4)
+    export_cpu = export_s / wall_s * 100
+    on.shutdown()
+    rows = []
+    for name in ("off", "on"):
+        steps = [x for a in arms[name] for x in a.step_ns]
+        rows.append((f"interleaved, instrumentation {name}", f"{tok_s[name]:,.0f}",
+                     f"{statistics.median(steps) / 1e6:.2f}", f"{_q(itl[name], 0.5):.2f}", f"{_q(itl[name], 0.99):.2f}",
+                     f"{len(steps)} steps on its own clock"))
+    d_tput = (tok_s["on"] / tok_s["off"] - 1) * 100
+    d_itl = (_q(itl["on"], 0.99) / _q(itl["off"], 0.99) - 1) * 100
+    # p99 ITL of the pooled gaps moves with a handful of machine hiccups; the per-round p99s paired round by
+    # round, and their median, is the steadier figure
+    p99 = [_q(sorted(b.itl_ms()), 0.99) / _q(sorted(a.itl_ms()), 0.99) for a, b in zip(arms["off"], arms["on"])]
+    p1, pm, p3 = statistics.quantiles(p99, n=4)
+    rows.append(("interleaved on vs off", f"{d_tput:+.2f}%", "", "", f"{d_itl:+.2f}%",
+                 f"target within 1%; {args.ab_rounds} rounds, per-round time ratio median {(med - 1) * 100:+.2f}% "
+                 f"(IQR {(q1 - 1) * 100:+.2f}% to {(q3 - 1) * 100:+.2f}%); per-round p99 ITL ratio median {(pm - 1) * 100:+.2f}% "
+                 f"(IQR {(p1 - 1) * 100:+.2f}% to {(p3 - 1) * 100:+.2f}%); export thread {export_cpu:.2f}% of one core "
+                 f"(off both clocks)"))
+    return rows
+
+
+def thread_cpu_s(name: str) -> float:
+    """CPU seconds of this process's thread called `name` (Linux /proc; 10 ms ticks), 0 if none."""
+    for t in threading.enumerate():
+        if t.name == name and t.native_id is not None:
+            try:
+                fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                return 0.0
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 def hot_path_row(on: Telemetry) -> tuple:
@@ -200,12 +325,14 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ab-rounds", type=int, default=20, help="A/B pairs for the overhead figure")
+    parser.add_argument("--ab-rounds", type=int, default=24, help="A/B rounds (a multiple of 6 puts every arm in every position equally) for the overhead figure")
     # One intra-op thread by default: on a 2-core box a second torch thread makes every op wait whenever
     # anything else (the export thread, another process) holds a core, and p99 ITL measures that instead.
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--skip-batching", action="store_true")
+    parser.add_argument("--skip-rounds", action="store_true",
+                        help="overhead: only the step-interleaved A/B, not the whole-round one")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -215,7 +342,10 @@ def main() -> None:
           f"greedy, median of {args.rounds} rounds (batching) / {args.ab_rounds} A/B pairs (overhead)\n")
     rows = [] if args.skip_batching else bench_batching(args)
     if not args.skip_overhead:
-        rows += bench_overhead(args)
+        with short_switch_interval():  # as the engine's serving loop runs (EngineLoop)
+            rows += bench_interleaved(args)
+            if not args.skip_rounds:
+                rows += bench_overhead(args)
     header = ("run", "output tok/s", "step ms", "ITL p50 ms", "ITL p99 ms", "note")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(6)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))

@@ -173,3 +173,22 @@ def test_client_leaving_while_queued_is_dropped_from_the_queue():
             assert engine.scheduler.num_running == 1
         assert wait_for(lambda: engine.block_manager.num_used_blocks == 0 and not engine.scheduler.has_work)
         assert wait_for(lambda: engine.metrics.outcomes.get("cancelled") == 2)
+
+
+def test_serving_loop_freezes_the_heap_and_shortens_the_gil_switch_interval():
+    """Both keep instrumentation and HTTP bursts out of ITL (docs/engine.md, measured figures)."""
+    import gc
+    import sys
+
+    from budgetscope.engine.engine_loop import EngineLoop
+    from budgetscope.engine.llm_engine import LLMEngine
+    from budgetscope.gil import SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    loop = EngineLoop(LLMEngine(EngineConfig(model="tiny", max_model_len=128, num_kv_blocks=32))).start()
+    try:
+        assert gc.get_freeze_count() > 0
+        assert wait_for(lambda: sys.getswitchinterval() == min(before, SWITCH_INTERVAL_S))
+    finally:
+        loop.stop()
+    assert sys.getswitchinterval() == before

@@ -25,30 +25,23 @@ _EXPORTS = {
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
-GIL_SWITCH_INTERVAL_S = 0.0005
-
-
 def run_load(plan, target, **options):
     """Run `plan` against `target` in a new event loop with precise timers; `options` go to `LoadRunner`.
 
     Returns the LoadResult.
     """
-    import sys
-
+    from budgetscope.gil import short_switch_interval
     from budgetscope.loadgen.event_loop import new_event_loop
     from budgetscope.loadgen.runner import LoadRunner
 
-    # The span export thread is CPU-bound in bursts; CPython lets it keep the GIL for the whole switch
-    # interval (5 ms by default) before the event loop may send. 0.5 ms keeps that out of the schedule lag.
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(min(switch, GIL_SWITCH_INTERVAL_S))
+    # The span export thread is CPU-bound in bursts: keep them out of the schedule lag (budgetscope.gil).
     loop = new_event_loop()
-    try:
-        return loop.run_until_complete(LoadRunner(plan, target, **options).run())
-    finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-        sys.setswitchinterval(switch)
+    with short_switch_interval():
+        try:
+            return loop.run_until_complete(LoadRunner(plan, target, **options).run())
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
 
 __all__ = [
