@@ -192,3 +192,4 @@ def test_serving_loop_freezes_the_heap_and_shortens_the_gil_switch_interval():
     finally:
         loop.stop()
     assert sys.getswitchinterval() == before
+    assert gc.get_freeze_count() == 0

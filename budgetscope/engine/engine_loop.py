@@ -48,6 +48,7 @@ class EngineLoop:
             self._cond.notify()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        gc.unfreeze()  # what start() froze is collectable again (and freed at exit)
 
     @property
     def num_waiting(self) -> int:
