@@ -1,0 +1,50 @@
+"""Probe (not a benchmark of shipped code): how fast would landing spans be with a different archive layout?
+
+Lands the ingest benchmark's file (bench-out/ingest-150000.jsonl, written by bench_ingest.py) chunk by chunk into
+a scratch table `s2` through the real fast-path SQL, in one of four layouts, and prints insert, commit and
+checkpoint time. No dedup, no derivation, no bookkeeping: only the part the layout changes.
+
+    python benchmarks/probe_ingest_layout.py base|binary|noattrs|both
+
+base: the archive's `spans` layout. binary: trace/span ids as UHUGEINT/UBIGINT instead of hex text. noattrs:
+no per-span attribute JSON built (an upper bound for "hot attributes as columns": extracting those columns
+is not measured). both: the two together. Results in docs/benchmarks.md.
+"""
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from budgetscope.archive import archive as A, jsonsql, staging
+from budgetscope.archive.files import read_batches
+variant = sys.argv[1]
+def chunks():
+    items=[]; size=0; nid=1
+    for rb in read_batches("bench-out/ingest-150000.jsonl"):
+        items.append((nid, str(nid), rb)); nid+=1; size+=len(rb.payload)
+        if size > 128<<20:
+            yield A._chunk(items, len(items), []); items=[]; size=0
+    if items: yield A._chunk(items, len(items), [])
+chs = list(chunks())
+p = "bench-out/probe-layout.duckdb"
+for f in (p, p + ".wal"):
+    if os.path.exists(f): os.unlink(f)
+a = A.Archive(p); con = a.con
+flat = jsonsql._FLATTEN.replace("@RAW@", "bs_raw").replace("@WHERE@", "")
+if variant in ("binary", "both"):
+    con.execute("CREATE TABLE s2 (trace_id UHUGEINT, span_id UBIGINT, parent_span_id UBIGINT, name VARCHAR, kind VARCHAR, start_ns BIGINT, end_ns BIGINT, service_name VARCHAR, scope_name VARCHAR, status_code VARCHAR, attributes JSON, resource JSON, source VARCHAR, batch_id BIGINT)")
+    ids = "('0x' || trace_id)::UHUGEINT, ('0x' || span_id)::UBIGINT, ('0x' || parent_span_id)::UBIGINT"
+else:
+    con.execute("CREATE TABLE s2 AS SELECT * FROM spans LIMIT 0")
+    ids = "trace_id, span_id, parent_span_id"
+if variant in ("noattrs", "both"):
+    flat = flat.replace("bs_attrs(x.attributes) AS attributes", "'{}' AS attributes")
+sql = f"INSERT INTO s2 SELECT {ids}, name, kind, start_ns, end_ns, service_name, scope_name, status_code, attributes, resource, source, batch_id FROM ({staging.normalise('(' + flat + ')')}) WHERE err IS NULL"
+T0 = time.perf_counter(); land = 0; commit = 0
+for c in chs:
+    con.register("bs_raw", c.raw_json)
+    con.execute("BEGIN"); t = time.perf_counter(); con.execute(sql); t1 = time.perf_counter(); con.execute("COMMIT"); t2 = time.perf_counter()
+    land += t1 - t; commit += t2 - t1
+t = time.perf_counter(); con.execute("CHECKPOINT"); ck = time.perf_counter() - t
+print(f"{variant:8s} insert {land:.2f} commit {commit:.2f} checkpoint {ck:.2f} total {time.perf_counter()-T0:.2f}  file {os.path.getsize(p)/1e6:.0f} MB")
