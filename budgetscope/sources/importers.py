@@ -23,7 +23,7 @@ import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from budgetscope.sources.classify import CLIENT_ROOT
 
@@ -101,6 +101,19 @@ def load_json(path: Path, data: bytes) -> Any:
         raise ImportFormatError(f"{path}: line {e.lineno}: not JSON ({e.msg})") from None
     except UnicodeDecodeError:
         raise ImportFormatError(f"{path}: not UTF-8 text") from None
+
+
+def json_lines(path: Path, data: bytes) -> Iterator[tuple[int, str, Any]]:
+    """(line number, "PATH: line N", parsed value) for each non-blank line of a JSON lines file, else
+    ImportFormatError naming the line."""
+    for n, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {n}"
+        try:
+            yield n, where, json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
 
 
 def client_span(seed: bytes, i: int, *, sent_ns: int, end_ns: int, first_token_ns: int | None,
@@ -203,14 +216,7 @@ def aiperf(path: Path, data: bytes) -> bytes:
     """
     seed = hashlib.blake2b(data, digest_size=16).digest()
     spans = []
-    for n, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}: line {n}"
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
+    for n, where, rec in json_lines(path, data):
         meta, metrics = (rec.get("metadata"), rec.get("metrics")) if isinstance(rec, dict) else (None, None)
         if not isinstance(meta, dict) or not isinstance(metrics, dict):
             raise ImportFormatError(f"{where}: not an AIPerf record (want metadata and metrics objects)")

@@ -26,7 +26,6 @@ first_token_time, E2E = finished_time − arrival. A figure whose timestamps are
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from budgetscope.sources.importers import (
     KIND_SERVER,
     ImportFormatError,
     document,
+    json_lines,
     number,
     seconds_to_ns,
     span,
@@ -53,14 +53,7 @@ def vllm_metrics(path: Path, data: bytes) -> bytes:
     Raises ImportFormatError naming the line and the first problem."""
     seed = hashlib.blake2b(data, digest_size=16).digest()
     spans = []
-    for n, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}: line {n}"
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
+    for n, where, rec in json_lines(path, data):
         if not isinstance(rec, dict) or "metrics" not in rec:
             raise ImportFormatError(f"{where}: not a vLLM request record (want an object with `metrics`)")
         spans.append(_request_span(seed, n, rec, where))
