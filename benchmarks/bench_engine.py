@@ -36,45 +36,19 @@ from budgetscope.engine.telemetry import Telemetry  # noqa: E402
 from budgetscope.gil import short_switch_interval  # noqa: E402
 
 
-class Recorder:
-    """Per-sequence output-token times (perf_counter_ns), from the engine's on_output callback."""
-
-    def __init__(self):
-        self.times: dict[int, list[int]] = {}
-
-    def __call__(self, seq) -> None:
-        self.times.setdefault(seq.seq_id, []).append(time.perf_counter_ns())
-
-    def itl_ms(self) -> list[float]:
-        return [(b - a) / 1e6 for ts in self.times.values() for a, b in zip(ts, ts[1:])]
-
-
 def run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, concurrency: int) -> dict:
     """Run prompts with at most `concurrency` in flight; full request lifecycle incl. telemetry traces."""
-    rec = Recorder()
-    pending = list(prompts)
-    live = []
+    arm = Arm(engine, prompts, params, concurrency)
     start = time.perf_counter_ns()
     cpu_start = time.process_time()
-    steps = 0
-    while pending or live:
-        while pending and len(live) < concurrency:
-            trace = engine.telemetry.start_request(model=engine.model_name, tier="default", tenant=None,
-                                                   traceparent=None, request_id=None, operation="text_completion")
-            seq = engine.make_sequence(pending.pop(0), params, trace=trace, on_output=rec)
-            engine.add(seq)
-            live.append(seq)
-        engine.step()
-        steps += 1
-        for seq in [s for s in live if s.is_finished]:
-            engine.finish_trace(seq)
-            live.remove(seq)
+    while not arm.done:
+        arm.turn()
     elapsed_s = (time.perf_counter_ns() - start) / 1e9
     cpu_s = time.process_time() - cpu_start  # every thread of this process (export thread included)
     tokens = len(prompts) * params.max_tokens
-    itl = rec.itl_ms()
+    steps = len(arm.step_ns)
     return {"tok_s": tokens / elapsed_s, "elapsed_s": elapsed_s, "steps": steps,
-            "step_ms": elapsed_s * 1e3 / steps, "itl": itl, "cpu_ms_per_tok": cpu_s * 1e3 / tokens}
+            "step_ms": elapsed_s * 1e3 / steps, "itl": arm.itl_ms(), "cpu_ms_per_tok": cpu_s * 1e3 / tokens}
 
 
 def summary(results: list[dict]) -> dict:
@@ -181,8 +155,9 @@ def bench_overhead(args) -> list[tuple]:
 
 
 class Arm:
-    """One engine of the step-interleaved A/B, with its own clock: only the time spent in its own calls
-    (adding requests, stepping, finishing traces) advances it, so the other arm's steps never count."""
+    """One engine working through its prompts, with its own clock: only the time spent in its own calls
+    (adding requests, stepping, finishing traces) advances it. Alone (`run`) that clock is the wall clock;
+    in the step-interleaved A/B the other arm's steps never count on it."""
 
     def __init__(self, engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, concurrency: int):
         self.engine, self.pending, self.params, self.concurrency = engine, list(prompts), params, concurrency
@@ -200,7 +175,7 @@ class Arm:
         self.token_clock.setdefault(seq.seq_id, []).append(self.clock_ns + time.perf_counter_ns() - self._t0)
 
     def turn(self) -> None:
-        """Admit, step once and finish, exactly as `run` does per iteration, timed on this arm's clock."""
+        """Admit up to `concurrency`, step once, finish what is done; timed on this arm's clock."""
         t0 = self._t0 = time.perf_counter_ns()
         engine = self.engine
         while self.pending and len(self.live) < self.concurrency:
