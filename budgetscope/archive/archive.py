@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from budgetscope.archive import jsonsql, otlp_json, otlp_metrics, otlp_proto, schema, staging
+from budgetscope.archive.rows import insert_rows
 from budgetscope.archive.spanbatch import BadBatch
 
 CHUNK_BYTES = 128 << 20
@@ -339,7 +340,7 @@ class Archive:
                     con.unregister("bs_ref")
             rejected.update(staging.validate(con))
             if rejected:
-                con.executemany("INSERT INTO rejected VALUES (?, ?)", list(rejected.items()))
+                insert_rows(con, "rejected", list(rejected.items()), 2)
             con.execute(staging.INSERT_NEW_DEDUP)
             staged = dict(con.execute("SELECT batch_id, count(*) FROM staged GROUP BY 1").fetchall())
             inserted = dict(con.execute(
@@ -353,7 +354,7 @@ class Archive:
                 rows.append((bid, h, rb.origin, rb.position, rb.format, now, total, inserted.get(bid, 0),
                              total - inserted.get(bid, 0)))
             if rows:
-                con.executemany("INSERT INTO ingest_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                insert_rows(con, "ingest_batches", rows, 9)
             con.execute("INSERT INTO pending_traces SELECT DISTINCT trace_id FROM spans WHERE batch_id >= ?", [first])
         for bid, (h, rb) in by_id.items():
             if bid in rejected:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 
+from budgetscope.archive.rows import insert_rows
 from budgetscope.archive.schema import SERVER_METRICS
 from budgetscope.sources.prometheus import parse
 
@@ -34,7 +35,7 @@ def land(archive, body: str, *, instance: str, service_name: str, ts_ns: int, or
                     [batch_id, digest, origin, position, time.time_ns()])
         rows = [(s.ts_ns or ts_ns, service_name, instance, s.metric, s.labels_json, s.value, batch_id) for s in samples]
         if rows:
-            con.executemany("INSERT INTO server_metrics VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            insert_rows(con, "server_metrics", rows, 7)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
