@@ -25,15 +25,23 @@ def _ms(expr: str) -> str:
 
 
 def server_rows(spans: str) -> str:
-    """SELECT producing one server row per native root span found in the relation `spans`."""
-    clip = "greatest(0, least(st.end_ns, f.first_token_ns) - greatest(st.start_ns, r.start_ns))"
+    """SELECT producing one server row per native root span found in the relation `spans`.
+
+    The stage spans are aggregated per parent before they meet their root (two small keys to group by, not
+    the root's typed attributes): first the marks that fix the first token, then the sums clipped to it."""
+    clip = "greatest(0, least(st.end_ns, r.first_token_ns) - greatest(st.start_ns, r.start_ns))"
 
     def stage_sum(stage: str) -> str:
-        return f"coalesce(sum(st.end_ns - st.start_ns) FILTER (WHERE st.stage = '{stage}'), 0) / 1e6"
+        return f"sum(st.end_ns - st.start_ns) FILTER (WHERE st.stage = '{stage}') AS {stage}_ns"
 
     def ttft_sum(stage: str) -> str:
-        return f"coalesce(sum({clip}) FILTER (WHERE st.stage = '{stage}'), 0) / 1e6"
+        return f"sum({clip}) FILTER (WHERE st.stage = '{stage}') AS ttft_{stage}_ns"
 
+    def ms(col: str) -> str:
+        return f"coalesce(s.{col}, 0) / 1e6 AS {col[:-3]}_ms"
+
+    stages = ("frontend", "queue", "prefill", "decode", "postprocess")
+    ttft_stages = ("frontend", "queue", "prefill")
     return f"""
 WITH roots AS (
   SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
@@ -44,31 +52,32 @@ st AS (
          CASE WHEN name = '{STAGE_PREFIX}decode'
               THEN TRY_CAST(attributes->'budgetscope.decode.itl_ms' AS DOUBLE[]) END AS itl
   FROM {spans} WHERE starts_with(name, '{STAGE_PREFIX}')),
-f AS (
-  SELECT r.trace_id, r.span_id AS parent_span_id,
-         coalesce(r.a."budgetscope.first_token_unix_nano",
-                  min(st.start_ns) FILTER (WHERE st.stage = 'decode'),
-                  max(st.end_ns) FILTER (WHERE st.stage = 'prefill')) AS first_token_ns
-  FROM roots r LEFT JOIN st ON st.trace_id = r.trace_id AND st.parent_span_id = r.span_id
-  GROUP BY r.trace_id, r.span_id, r.a)
+marks AS (
+  SELECT trace_id, parent_span_id, min(start_ns) FILTER (WHERE stage = 'decode') AS decode_start_ns,
+         max(end_ns) FILTER (WHERE stage = 'prefill') AS prefill_end_ns
+  FROM st GROUP BY trace_id, parent_span_id),
+rf AS (
+  SELECT r.*, coalesce(r.a."budgetscope.first_token_unix_nano", m.decode_start_ns, m.prefill_end_ns) AS first_token_ns
+  FROM roots r LEFT JOIN marks m ON m.trace_id = r.trace_id AND m.parent_span_id = r.span_id),
+sums AS (
+  SELECT st.trace_id, st.parent_span_id, {", ".join(stage_sum(x) for x in stages)},
+         {", ".join(ttft_sum(x) for x in ttft_stages)},
+         flatten(list(st.itl ORDER BY st.start_ns) FILTER (WHERE st.itl IS NOT NULL)) AS itl_ms,
+         CAST(count(*) FILTER (WHERE st.stage = 'queue') AS INTEGER) AS queue_entries
+  FROM st JOIN rf r ON st.trace_id = r.trace_id AND st.parent_span_id = r.span_id
+  GROUP BY st.trace_id, st.parent_span_id)
 SELECT r.trace_id, r.span_id AS server_span_id, r.parent_span_id, 'native' AS source,
   coalesce(r.a."gen_ai.response.id", r.span_id) AS request_id, r.service_name,
   coalesce(r.a."gen_ai.request.model", r.a."gen_ai.response.model") AS model,
   coalesce(r.a."budgetscope.tier", 'default') AS tier, r.a."budgetscope.tenant" AS tenant,
   coalesce(r.a."budgetscope.outcome", CASE WHEN r.status_code = 'ERROR' THEN 'error' ELSE 'ok' END) AS outcome,
-  r.start_ns AS arrival_ns, f.first_token_ns, r.end_ns,
+  r.start_ns AS arrival_ns, r.first_token_ns, r.end_ns,
   r.a."gen_ai.usage.input_tokens" AS input_tokens, r.a."gen_ai.usage.cache_read.input_tokens" AS cached_tokens,
   r.a."gen_ai.usage.output_tokens" AS output_tokens,
-  {stage_sum('frontend')} AS frontend_ms, {stage_sum('queue')} AS queue_ms, {stage_sum('prefill')} AS prefill_ms,
-  {stage_sum('decode')} AS decode_ms, {stage_sum('postprocess')} AS postprocess_ms,
-  {ttft_sum('frontend')} AS ttft_frontend_ms, {ttft_sum('queue')} AS ttft_queue_ms,
-  {ttft_sum('prefill')} AS ttft_prefill_ms,
-  {_ms('f.first_token_ns - r.start_ns')} AS ttft_ms, {_ms('r.end_ns - r.start_ns')} AS e2e_ms,
-  flatten(list(st.itl ORDER BY st.start_ns) FILTER (WHERE st.itl IS NOT NULL)) AS itl_ms,
-  CAST(count(*) FILTER (WHERE st.stage = 'queue') AS INTEGER) AS queue_entries
-FROM roots r
-LEFT JOIN st ON st.trace_id = r.trace_id AND st.parent_span_id = r.span_id
-LEFT JOIN f ON f.trace_id = r.trace_id AND f.parent_span_id = r.span_id
-GROUP BY r.trace_id, r.span_id, r.parent_span_id, r.service_name, r.status_code, r.a, r.start_ns, r.end_ns,
-         f.first_token_ns
+  {", ".join(ms(x + "_ns") for x in stages)},
+  {", ".join(ms("ttft_" + x + "_ns") for x in ttft_stages)},
+  {_ms('r.first_token_ns - r.start_ns')} AS ttft_ms, {_ms('r.end_ns - r.start_ns')} AS e2e_ms,
+  s.itl_ms, coalesce(s.queue_entries, 0) AS queue_entries
+FROM rf r
+LEFT JOIN sums s ON s.trace_id = r.trace_id AND s.parent_span_id = r.span_id
 """
