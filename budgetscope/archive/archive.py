@@ -22,6 +22,10 @@ CHUNK_BYTES = 128 << 20
 """Payload bytes gathered before a chunk is staged and committed: bounds memory and transaction size.
 Large enough that DuckDB writes whole row groups straight to the file instead of through its WAL."""
 
+FIRST_CHUNK_BYTES = 8 << 20
+"""The first chunk of an ingest is this small and each next one twice the last, up to CHUNK_BYTES: DuckDB
+starts after 8 MB are read instead of 128 MB, and the reader, three times faster per byte, stays ahead."""
+
 
 class ArchiveError(Exception):
     """A problem with the archive itself (missing, not an archive, locked). The message is one line."""
@@ -87,9 +91,18 @@ def _binary_column(payloads: list[bytes]):
 
     import pyarrow as pa
 
-    offsets = pa.array([0, *itertools.accumulate(map(len, payloads))], pa.int64())
+    offsets = _int64_column([0, *itertools.accumulate(map(len, payloads))])
     data = pa.py_buffer(b"".join(payloads))
     return pa.Array.from_buffers(pa.large_string(), len(payloads), [None, offsets.buffers()[1], data])
+
+
+def _int64_column(values: list[int]):
+    """An Arrow int64 column over the buffer of an `array` (`pa.array` on Python objects imports pandas: 0.3 s)."""
+    from array import array
+
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))])
 
 
 def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list) -> "_Chunk":
@@ -99,17 +112,20 @@ def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list) -> "
     expected = {bid: otlp_json.count_spans(p) for bid, p in js}
     if not js:
         return _Chunk(items, None, expected, seen, copies)
-    table = pa.table({"batch_id": pa.array([b for b, _ in js], pa.int64()), "doc": _binary_column([p for _, p in js]),
-                      "expected": pa.array([expected[b] for b, _ in js], pa.int64())})
+    table = pa.Table.from_arrays(
+        [_int64_column([b for b, _ in js]), _binary_column([p for _, p in js]),
+         _int64_column([expected[b] for b, _ in js])], names=["batch_id", "doc", "expected"])
     # Small record batches let DuckDB spread the JSON parsing over every core.
     return _Chunk(items, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies)
 
 
 def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Iterator[_Chunk]:
-    """Group batches new to the archive into chunks of about CHUNK_BYTES, skipping those seen before."""
+    """Group batches new to the archive into chunks growing from FIRST_CHUNK_BYTES to CHUNK_BYTES, skipping
+    those seen before."""
     items: list[tuple[int, str, RawBatch]] = []
     copies: list[tuple[str, RawBatch]] = []
     size = seen = 0
+    limit = min(FIRST_CHUNK_BYTES, CHUNK_BYTES)
     for rb in batches:
         seen += 1
         # Metrics batches hash with their format, so the same bytes sent as a trace export stay a different batch.
@@ -122,9 +138,10 @@ def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Itera
         items.append((next_id, h, rb))
         next_id += 1
         size += len(rb.payload)
-        if size >= CHUNK_BYTES:
+        if size >= limit:
             yield _chunk(items, seen, copies)
             items, copies, size, seen = [], [], 0, 0
+            limit = min(2 * limit, CHUNK_BYTES)
     yield _chunk(items, seen, copies)
 
 
