@@ -4,11 +4,14 @@ Lands the ingest benchmark's file (bench-out/ingest-150000.jsonl, written by ben
 a scratch table `s2` through the real fast-path SQL, in one of four layouts, and prints insert, commit and
 checkpoint time. No dedup, no derivation, no bookkeeping: only the part the layout changes.
 
-    python benchmarks/probe_ingest_layout.py base|binary|noattrs|both
+    python benchmarks/probe_ingest_layout.py base|binary|noattrs|both|hot|rawlist
 
 base: the archive's `spans` layout. binary: trace/span ids as UHUGEINT/UBIGINT instead of hex text. noattrs:
 no per-span attribute JSON built (an upper bound for "hot attributes as columns": extracting those columns
-is not measured). both: the two together. Results in docs/benchmarks.md.
+is not measured). both: the two together. hot: binary ids plus the twelve attributes the native adapter reads
+as typed columns (each found in the span's key/value list by key) and the rest as JSON: what "hot attributes
+as columns" costs when the extraction is paid for. rawlist: binary ids, attributes stored as the parsed
+key/value list (no JSON built). Results in docs/benchmarks.md.
 """
 import os
 import sys
@@ -32,7 +35,27 @@ for f in (p, p + ".wal"):
     if os.path.exists(f): os.unlink(f)
 a = A.Archive(p); con = a.con
 flat = jsonsql._FLATTEN.replace("@RAW@", "bs_raw").replace("@WHERE@", "")
-if variant in ("binary", "both"):
+HOT = {"gen_ai.request.model": ("VARCHAR", "stringValue"), "gen_ai.response.id": ("VARCHAR", "stringValue"),
+       "gen_ai.operation.name": ("VARCHAR", "stringValue"), "gen_ai.usage.input_tokens": ("BIGINT", "intValue"),
+       "gen_ai.usage.output_tokens": ("BIGINT", "intValue"),
+       "gen_ai.usage.cache_read.input_tokens": ("BIGINT", "intValue"), "budgetscope.tier": ("VARCHAR", "stringValue"),
+       "budgetscope.tenant": ("VARCHAR", "stringValue"), "budgetscope.outcome": ("VARCHAR", "stringValue"),
+       "budgetscope.stage": ("VARCHAR", "stringValue"), "budgetscope.decode.steps": ("BIGINT", "intValue"),
+       "budgetscope.first_token_unix_nano": ("BIGINT", "intValue")}
+if variant == "hot":
+    hot_cols = ", ".join(f'"{k}" {t}' for k, (t, _) in HOT.items())
+    con.execute(f"CREATE TABLE s2 (trace_id UHUGEINT, span_id UBIGINT, parent_span_id UBIGINT, name VARCHAR, kind VARCHAR, start_ns BIGINT, end_ns BIGINT, service_name VARCHAR, scope_name VARCHAR, status_code VARCHAR, {hot_cols}, attributes JSON, resource JSON, source VARCHAR, batch_id BIGINT)")
+    ids = "('0x' || trace_id)::UHUGEINT, ('0x' || span_id)::UBIGINT, ('0x' || parent_span_id)::UBIGINT"
+    keys = "[" + ",".join(f"'{k}'" for k in HOT) + "]"
+    flat = flat.replace("bs_attrs(x.attributes) AS attributes", "x.attributes AS attributes")
+    rest = ", ".join(f"CAST(list_filter(attributes, lambda e: e.key = '{k}')[1].value.{f} AS {t})"
+                     for k, (t, f) in HOT.items())
+    rest += f", bs_attrs(list_filter(attributes, lambda e: NOT list_contains({keys}, e.key)))"
+elif variant == "rawlist":
+    con.execute("CREATE TABLE s2 (trace_id UHUGEINT, span_id UBIGINT, parent_span_id UBIGINT, name VARCHAR, kind VARCHAR, start_ns BIGINT, end_ns BIGINT, service_name VARCHAR, scope_name VARCHAR, status_code VARCHAR, attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, intValue VARCHAR, doubleValue DOUBLE, boolValue BOOLEAN, bytesValue VARCHAR, arrayValue JSON, kvlistValue JSON))[], resource JSON, source VARCHAR, batch_id BIGINT)")
+    ids = "('0x' || trace_id)::UHUGEINT, ('0x' || span_id)::UBIGINT, ('0x' || parent_span_id)::UBIGINT"
+    flat = flat.replace("bs_attrs(x.attributes) AS attributes", "x.attributes AS attributes")
+elif variant in ("binary", "both"):
     con.execute("CREATE TABLE s2 (trace_id UHUGEINT, span_id UBIGINT, parent_span_id UBIGINT, name VARCHAR, kind VARCHAR, start_ns BIGINT, end_ns BIGINT, service_name VARCHAR, scope_name VARCHAR, status_code VARCHAR, attributes JSON, resource JSON, source VARCHAR, batch_id BIGINT)")
     ids = "('0x' || trace_id)::UHUGEINT, ('0x' || span_id)::UBIGINT, ('0x' || parent_span_id)::UBIGINT"
 else:
@@ -40,7 +63,10 @@ else:
     ids = "trace_id, span_id, parent_span_id"
 if variant in ("noattrs", "both"):
     flat = flat.replace("bs_attrs(x.attributes) AS attributes", "'{}' AS attributes")
-sql = f"INSERT INTO s2 SELECT {ids}, name, kind, start_ns, end_ns, service_name, scope_name, status_code, attributes, resource, source, batch_id FROM ({staging.normalise('(' + flat + ')')}) WHERE err IS NULL"
+attrs = rest if variant == "hot" else "attributes"
+sql = f"INSERT INTO s2 SELECT {ids}, name, kind, start_ns, end_ns, service_name, scope_name, status_code, {attrs}, resource, source, batch_id FROM ({staging.normalise('(' + flat + ')')}) WHERE err IS NULL"
+if variant in ("hot", "rawlist"):  # the source classification reads the attribute JSON, which is a list here
+    sql = sql.replace("json_exists(attributes, '$.rid')", "list_contains(list_transform(attributes, lambda e: e.key), 'rid')")
 T0 = time.perf_counter(); land = 0; commit = 0
 for c in chs:
     con.register("bs_raw", c.raw_json)
