@@ -62,6 +62,10 @@ def requests_sql(spans: str) -> str:
         "network_ms": "(c.end_ns - c.start_ns) / 1e6 - s.e2e_ms",
         "ttft_network_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 - s.ttft_ms",
     }
+    # client spans no server row claims, picked before their attributes are parsed
+    unclaimed = f"""(SELECT * FROM {spans} u WHERE u.name = '{CLIENT_ROOT}'
+  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
+  AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     cols = ",\n  ".join(f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
                         for c in REQUESTS.columns)
     return f"""
@@ -70,9 +74,7 @@ reported AS (SELECT * FROM ({reported}) r
   WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
 s AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
-  UNION ALL BY NAME SELECT * FROM ({client.server_rows(spans)}) o
-  WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = o.trace_id AND v.parent_span_id = o.parent_span_id)
-    AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = o.trace_id AND p.parent_span_id = o.parent_span_id)),
+  UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
 c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a
       FROM {spans} WHERE name = '{CLIENT_ROOT}')
 SELECT {cols}
