@@ -396,17 +396,23 @@ class Archive:
         if not pending:
             return 0, 0
         (existing,) = one(con, "SELECT count(*) FROM requests")
-        scope = "spans" if not existing else \
-            "(SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces))"
+        # The spans of the pending traces, read once: every adapter scans its scope, and a filtered scan of
+        # a large archive per adapter cost 0.2 s for one small batch. On a fresh archive the scope is all spans.
+        scope = "spans" if not existing else "bs_scope"
         with self._transaction():
             if existing:
+                con.execute("CREATE OR REPLACE TEMP TABLE bs_scope AS "
+                            "SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
                 con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
             con.execute(f"INSERT INTO requests {requests_sql(scope)}")
             (n,) = one(con, "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
+            # a stage span's root shares its trace, so the scope holds it if it arrived
             (orphans,) = one(con, f"""
                 SELECT count(*) FROM {scope} s WHERE starts_with(s.name, 'stage.')
-                AND NOT EXISTS (SELECT 1 FROM spans r WHERE r.trace_id = s.trace_id AND r.span_id = s.parent_span_id)""")
+                AND NOT EXISTS (SELECT 1 FROM {scope} r WHERE r.trace_id = s.trace_id AND r.span_id = s.parent_span_id)""")
             con.execute("DELETE FROM pending_traces")
+            if existing:
+                con.execute("DROP TABLE bs_scope")
         return n, orphans
 
     # -- reading -------------------------------------------------------------------------------------------
