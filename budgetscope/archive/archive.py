@@ -356,8 +356,7 @@ class Archive:
                     con.execute(f"INSERT INTO staged {staging.normalise('bs_ref')}")
                     con.unregister("bs_ref")
             rejected.update(staging.validate(con))
-            if rejected:
-                insert_rows(con, "rejected", list(rejected.items()), 2)
+            insert_rows(con, "rejected", list(rejected.items()), 2)
             con.execute(staging.INSERT_NEW_DEDUP)
             staged = dict(con.execute("SELECT batch_id, count(*) FROM staged GROUP BY 1").fetchall())
             inserted = dict(con.execute(
@@ -370,8 +369,7 @@ class Archive:
                 total = staged[bid] if bid in staged else ch.expected.get(bid, 0)
                 rows.append((bid, h, rb.origin, rb.position, rb.format, now, total, inserted.get(bid, 0),
                              total - inserted.get(bid, 0)))
-            if rows:
-                insert_rows(con, "ingest_batches", rows, 9)
+            insert_rows(con, "ingest_batches", rows, 9)
             con.execute("INSERT INTO pending_traces SELECT DISTINCT trace_id FROM spans WHERE batch_id >= ?", [first])
         for bid, (h, rb) in by_id.items():
             if bid in rejected:

@@ -38,7 +38,7 @@ def server_rows(spans: str) -> str:
         return f"sum({clip}) FILTER (WHERE st.stage = '{stage}') AS ttft_{stage}_ns"
 
     def ms(col: str) -> str:
-        return f"coalesce(s.{col}, 0) / 1e6 AS {col[:-3]}_ms"
+        return f"{_ms(f'coalesce(s.{col}_ns, 0)')} AS {col}_ms"
 
     stages = ("frontend", "queue", "prefill", "decode", "postprocess")
     ttft_stages = ("frontend", "queue", "prefill")
@@ -74,8 +74,8 @@ SELECT r.trace_id, r.span_id AS server_span_id, r.parent_span_id, 'native' AS so
   r.start_ns AS arrival_ns, r.first_token_ns, r.end_ns,
   r.a."gen_ai.usage.input_tokens" AS input_tokens, r.a."gen_ai.usage.cache_read.input_tokens" AS cached_tokens,
   r.a."gen_ai.usage.output_tokens" AS output_tokens,
-  {", ".join(ms(x + "_ns") for x in stages)},
-  {", ".join(ms("ttft_" + x + "_ns") for x in ttft_stages)},
+  {", ".join(ms(x) for x in stages)},
+  {", ".join(ms("ttft_" + x) for x in ttft_stages)},
   {_ms('r.first_token_ns - r.start_ns')} AS ttft_ms, {_ms('r.end_ns - r.start_ns')} AS e2e_ms,
   s.itl_ms, coalesce(s.queue_entries, 0) AS queue_entries
 FROM rf r

@@ -34,8 +34,7 @@ def land(archive, body: str, *, instance: str, service_name: str, ts_ns: int, or
                     "span_count, spans_inserted, duplicate_spans) VALUES (?, ?, ?, ?, 'prometheus-text', ?, 0, 0, 0)",
                     [batch_id, digest, origin, position, time.time_ns()])
         rows = [(s.ts_ns or ts_ns, service_name, instance, s.metric, s.labels_json, s.value, batch_id) for s in samples]
-        if rows:
-            insert_rows(con, "server_metrics", rows, 7)
+        insert_rows(con, "server_metrics", rows, 7)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
