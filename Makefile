@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+EXT := $(VENV)/.extension
 
 .PHONY: demo test bench setup clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(EXT)
 
 # torch==2.13.0 goes in before the package so that the engine extra's torch range is already met
 # by the CPU build and pip never resolves an unpinned torch (several GB of CUDA packages).
@@ -17,16 +18,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[engine,dev,llamacpp]'
 	# the browser tests drive Debian's Chromium (a test tool's own browser download cannot work here)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
-	touch $(STAMP)
+	touch $(STAMP) $(EXT)
 
-demo: $(STAMP)
+# The C decoder of the ingest fast path (setup.py) is compiled by the install above; this recompiles it when
+# its source changes in a checkout that is already set up.
+$(EXT): budgetscope/archive/_otlpjson.c setup.py | $(STAMP)
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(EXT)
+
+demo: $(STAMP) $(EXT)
 	$(VENV)/bin/budgetscope demo
 
-test: $(STAMP)
+test: $(STAMP) $(EXT)
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) $(EXT)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info budgetscope/archive/*.so

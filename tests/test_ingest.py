@@ -273,3 +273,13 @@ def test_ingest_without_derive_leaves_requests_pending(archive_path, tmp_path):
         assert (rep.spans_inserted, rep.requests_derived, a.pending_traces()) == (6, 0, 1)
     with Archive(archive_path) as a:  # the next writer finishes what was left
         assert a.pending_traces() == 0 and a.counts()["requests"] == 1
+
+
+def test_unreadable_int_attribute_rejects_its_batch_only(archive_path, ingest_text):
+    """An intValue that is not an integer once failed the whole chunk's SQL statement with a traceback."""
+    s = span(trace_id(), span_id(), "op", T0, T0 + MS)
+    s["attributes"] = [{"key": "m", "value": {"intValue": "12a"}}]
+    rep = ingest_text(archive_path, jsonl(export(native_request()[1]), export([s])))
+    assert [(r.position, r.error) for r in rep.rejected] == [
+        ("line 2", "malformed OTLP JSON (ValueError: invalid literal for int() with base 10: '12a')")]
+    assert rows(archive_path, "SELECT count(*) FROM spans") == [(6,)]

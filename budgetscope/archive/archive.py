@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from budgetscope.archive import jsonsql, otlp_json, otlp_metrics, otlp_proto, schema, staging
+from budgetscope.archive import jsonsql, otlp_fast, otlp_json, otlp_metrics, otlp_proto, schema, staging
 from budgetscope.archive.rows import insert_rows
 from budgetscope.archive.spanbatch import BadBatch
 
@@ -73,10 +73,12 @@ class IngestReport:
 
 @dataclass(slots=True)
 class _Chunk:
-    """Batches new to the archive, ready to stage: the JSON ones already as an Arrow table."""
+    """Batches new to the archive, ready to land: the JSON ones already decoded, or as an Arrow table of
+    documents for the DuckDB path."""
 
     items: list[tuple[int, str, RawBatch]]  # (batch id, content hash, batch)
-    raw_json: object  # pyarrow.Table (batch_id, doc) of the JSON batches, or None
+    decoded: object  # pyarrow.Table of the spans the C decoder took (otlp_fast), or None
+    raw_json: object  # pyarrow.Table (batch_id, doc, expected) of the JSON batches it left, or None
     expected: dict[int, int]  # JSON batch id → spans counted on its bytes
     seen: int
     copies: list[tuple[str, RawBatch]]  # batches whose bytes were seen before: skipped
@@ -110,13 +112,18 @@ def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list) -> "
 
     js = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-json"]
     expected = {bid: otlp_json.count_spans(p) for bid, p in js}
+    decoded = None
+    if js and otlp_fast.AVAILABLE:
+        decoded, left = otlp_fast.decode([p for _, p in js], [b for b, _ in js], [expected[b] for b, _ in js])
+        left = set(left)
+        js = [(b, p) for b, p in js if b in left]
     if not js:
-        return _Chunk(items, None, expected, seen, copies)
+        return _Chunk(items, decoded, None, expected, seen, copies)
     table = pa.Table.from_arrays(
         [_int64_column([b for b, _ in js]), _binary_column([p for _, p in js]),
          _int64_column([expected[b] for b, _ in js])], names=["batch_id", "doc", "expected"])
     # Small record batches let DuckDB spread the JSON parsing over every core.
-    return _Chunk(items, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies)
+    return _Chunk(items, decoded, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies)
 
 
 def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Iterator[_Chunk]:
@@ -332,8 +339,8 @@ class Archive:
         rejected: dict[int, str] = {}
         with self._transaction():
             reference = [bid for bid, _, rb in ch.items if rb.format != "otlp-json"]
-            if ch.raw_json is not None:
-                reference += jsonsql.land(con, ch.raw_json, ch.expected, first)
+            if ch.decoded is not None or ch.raw_json is not None:
+                reference += jsonsql.land(con, ch.decoded, ch.raw_json, ch.expected, first)
             for bid in sorted(reference):
                 rb = by_id[bid][1]
                 if rb.format in otlp_metrics.FORMATS:  # GPU samples: straight to gpu_samples

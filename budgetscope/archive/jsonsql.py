@@ -13,6 +13,7 @@ from __future__ import annotations
 import duckdb
 
 from budgetscope.archive import staging
+from budgetscope.sources.classify import SOURCE_SQL
 
 _VALUE = ('{"stringValue":"VARCHAR","intValue":"VARCHAR","doubleValue":"DOUBLE","boolValue":"BOOLEAN",'
           '"bytesValue":"VARCHAR","arrayValue":"JSON","kvlistValue":"JSON"}')
@@ -25,13 +26,13 @@ STRUCTURE = (
     '"status":{"code":"VARCHAR"}}]}]}]}'
 )
 
-# NESTED marks a value this path does not convert (a nested array or key/value list): the batch goes to the
-# reference decoder. It is valid JSON (a string holding an escaped NUL), so the insert needs no filter on it:
-# a filter would be pushed below the projection and build every attribute string twice.
+# NESTED marks a value this path does not convert (a nested array or key/value list, an int it cannot read):
+# the batch goes to the reference decoder. It is valid JSON (a string holding an escaped NUL), so the insert
+# needs no filter on it: a filter would be pushed below the projection and build every attribute string twice.
 MACROS = f"""
 CREATE OR REPLACE TEMP MACRO bs_scalar(v) AS CASE
   WHEN v.stringValue IS NOT NULL THEN CAST(to_json(v.stringValue) AS VARCHAR)
-  WHEN v.intValue IS NOT NULL THEN CAST(CAST(v.intValue AS HUGEINT) AS VARCHAR)
+  WHEN v.intValue IS NOT NULL THEN coalesce(CAST(TRY_CAST(v.intValue AS HUGEINT) AS VARCHAR), '"\\u0000"')
   WHEN v.doubleValue IS NOT NULL THEN CASE WHEN isnan(v.doubleValue) THEN '"NaN"'
     WHEN isinf(v.doubleValue) THEN CASE WHEN v.doubleValue > 0 THEN '"Infinity"' ELSE '"-Infinity"' END
     ELSE CAST(to_json(v.doubleValue) AS VARCHAR) END
@@ -69,6 +70,11 @@ _COLS = ("trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, servi
 _INSERT = f"""
 INSERT INTO spans SELECT {_COLS} FROM (@NORMALISED@) n WHERE err IS NULL"""
 
+# The C decoder's columns are already normalised and checked: only the adapter is left to decide.
+_INSERT_DECODED = f"""
+INSERT INTO spans SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name,
+  status_code, attributes, resource, {SOURCE_SQL} AS source, batch_id FROM bs_dec"""
+
 _DROP_STORED = """
 DELETE FROM spans WHERE rowid IN (
   SELECT n.rowid FROM spans n JOIN spans s ON s.trace_id = n.trace_id AND s.span_id = n.span_id
@@ -82,13 +88,14 @@ DELETE FROM spans WHERE batch_id >= ? AND rowid IN (
   SELECT rowid FROM (SELECT rowid, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY batch_id, rowid) AS rn
                      FROM spans WHERE batch_id >= ?) WHERE rn > 1)"""
 
-# Batches holding the NESTED marker (or a string with an escaped NUL: the reference path takes those too).
+# Flattened batches holding the NESTED marker (or a string with an escaped NUL: the reference path takes those
+# too). The C decoder never writes a NUL: it leaves such batches here.
 _NESTED = """
-SELECT DISTINCT batch_id FROM spans WHERE batch_id >= ?
+SELECT DISTINCT batch_id FROM spans WHERE batch_id >= ? AND batch_id IN (SELECT batch_id FROM bs_raw)
   AND (contains(CAST(attributes AS VARCHAR), '\\u0000') OR contains(CAST(resource AS VARCHAR), '\\u0000'))"""
 
 _NOT_A_TRACE_EXPORT = """
-SELECT batch_id FROM @RAW@ WHERE expected = 0
+SELECT batch_id FROM bs_raw WHERE expected = 0
   AND NOT CASE WHEN json_valid(doc) THEN coalesce(json_type(doc, '$.resourceSpans') = 'ARRAY', false) ELSE false END"""
 
 
@@ -100,33 +107,43 @@ def setup(con) -> None:
     con.execute(MACROS)
 
 
-def land(con, raw, expected: dict[int, int], first_id: int) -> list[int]:
-    """Insert the vouched-for spans of the JSON batches in the Arrow table `raw` (batch_id, doc, expected)
-    straight into `spans`, as the first statement of the caller's transaction. Returns the batch ids the
-    reference decoder must take; their rows are removed.
+def land(con, decoded, raw, expected: dict[int, int], first_id: int) -> list[int]:
+    """Insert the vouched-for spans of a chunk's JSON batches straight into `spans`, as the first statements
+    of the caller's transaction: `decoded`, the spans the C decoder took (`otlp_fast`), and `raw`, an Arrow
+    table (batch_id, doc, expected) of the documents it left, flattened here. Either may be None. Returns the
+    batch ids the reference decoder must take; their rows are removed.
 
     A batch is vouched for when every one of its spans landed: as many as the `"spanId"` keys in its bytes.
     Anything else (a bad span, a field of an unexpected type, a nested value, a span already stored, a
     document that is not a trace export) sends the whole batch to the reference path, which decides.
     """
-    raw_name = "bs_raw"
-    flatten = _FLATTEN.replace("@RAW@", raw_name)
-    con.register(raw_name, raw)
+    tables = {name: t for name, t in (("bs_dec", decoded), ("bs_raw", raw)) if t is not None}
+    flatten = _FLATTEN.replace("@RAW@", "bs_raw") if raw is not None else None
+    for name, t in tables.items():
+        con.register(name, t)
     try:
-        return _land(con, raw_name, flatten, expected, first_id)
+        return _land(con, decoded is not None, flatten, expected, first_id)
     except duckdb.Error:
+        if flatten is None:
+            raise
         # A batch that is not JSON fails the whole statement and the transaction (which also forgets the
-        # registered table): start the transaction again and flatten only the valid documents.
+        # registered tables): start the transaction again and flatten only the valid documents.
         con.execute("ROLLBACK")
         con.execute("BEGIN TRANSACTION")
-        con.register(raw_name, raw)
-        return _land(con, raw_name, flatten.replace("@WHERE@", "WHERE json_valid(doc)"), expected, first_id)
+        for name, t in tables.items():
+            con.register(name, t)
+        return _land(con, decoded is not None, flatten.replace("@WHERE@", "WHERE json_valid(doc)"), expected,
+                     first_id)
     finally:
-        con.unregister(raw_name)
+        for name in tables:
+            con.unregister(name)
 
 
-def _land(con, raw_name: str, flatten: str, expected: dict[int, int], first_id: int) -> list[int]:
-    con.execute(_insert(flatten.replace("@WHERE@", "")))
+def _land(con, decoded: bool, flatten: str | None, expected: dict[int, int], first_id: int) -> list[int]:
+    if decoded:
+        con.execute(_INSERT_DECODED)
+    if flatten is not None:
+        con.execute(_insert(flatten.replace("@WHERE@", "")))
     con.execute(_DROP_STORED, [first_id, first_id])
     (dups,) = con.execute(_INNER_DUPLICATES, [first_id]).fetchall()[0]
     if dups:
@@ -134,8 +151,9 @@ def _land(con, raw_name: str, flatten: str, expected: dict[int, int], first_id: 
     landed = dict(con.execute("SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1",
                               [first_id]).fetchall())
     suspect = {b for b, n in expected.items() if landed.get(b, 0) != n}
-    suspect |= {b for (b,) in con.execute(_NOT_A_TRACE_EXPORT.replace("@RAW@", raw_name)).fetchall()}
-    suspect |= {b for (b,) in con.execute(_NESTED, [first_id]).fetchall()}
+    if flatten is not None:
+        suspect |= {b for (b,) in con.execute(_NOT_A_TRACE_EXPORT).fetchall()}
+        suspect |= {b for (b,) in con.execute(_NESTED, [first_id]).fetchall()}
     if suspect:
         con.execute("DELETE FROM spans WHERE batch_id IN (SELECT unnest(?::BIGINT[]))", [sorted(suspect)])
     return sorted(suspect)

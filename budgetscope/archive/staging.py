@@ -59,7 +59,7 @@ SELECT batch_id, tid AS trace_id, sid AS span_id, pid AS parent_span_id, name, b
     WHEN end_ns IS NULL OR end_ns < 0 THEN format('span {{}} ({{}}) has an invalid endTimeUnixNano {{}}', sid, to_json(name), to_json(end_raw))
     WHEN end_ns < start_ns THEN format('span {{}} ({{}}) ends before it starts (by {{}} ns)', sid, to_json(name), start_ns - end_ns)
   END AS err
-FROM (SELECT *, coalesce(name, '') AS name, bs_id16(trace_id) AS tid, bs_id8(span_id) AS sid,
+FROM (SELECT * REPLACE (coalesce(name, '') AS name), bs_id16(trace_id) AS tid, bs_id8(span_id) AS sid,
              bs_id8(parent_span_id) AS pid, bs_ns(start_raw) AS start_ns, bs_ns(end_raw) AS end_ns
       FROM {raw})"""
 

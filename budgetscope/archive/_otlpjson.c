@@ -1,0 +1,1144 @@
+/* A decoder for OTLP/JSON trace exports as collectors and SDKs write them, straight into typed columns.
+ *
+ * It vouches only for what it can check, like the DuckDB fast path it sits in front of: a batch is decoded
+ * whole, or not at all ("bailed") and left to the slower paths, which decide (and word the error when the
+ * batch is bad). What bails: anything that is not valid JSON, a span whose ids, times, kind or status are not
+ * in the plain form producers write (hex ids, integer times, enum numbers or names), a nested array or
+ * key/value-list attribute, a double it cannot print exactly as DuckDB's `to_json` does, a null where a value
+ * should be, an escaped NUL, fields in an unexpected order, and any batch with fewer decoded spans than its
+ * `"spanId"` keys.
+ *
+ * The columns are those of the `spans` table less `source`, and each value is byte for byte what the DuckDB
+ * path (jsonsql.py) stores for the same span: attributes and resource as one JSON object, strings escaped as
+ * yyjson escapes them, ints without leading zeros, doubles in yyjson's shortest plain form.
+ *
+ * The GIL is released while decoding, so the ingest reader thread decodes the next chunk while DuckDB lands
+ * this one.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* growable buffers */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} Buf;
+
+static int oom = 0; /* set when an allocation fails; checked after each batch (under `lock`) */
+
+static int buf_grow(Buf *b, size_t need) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + need) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        oom = 1;
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_put(Buf *b, const void *s, size_t n) {
+    if (b->len + n > b->cap && buf_grow(b, n)) return -1;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+static inline int buf_putc(Buf *b, char c) {
+    if (b->len + 1 > b->cap && buf_grow(b, 1)) return -1;
+    b->p[b->len++] = c;
+    return 0;
+}
+
+static inline int buf_i64(Buf *b, int64_t v) { return buf_put(b, &v, sizeof v); }
+
+/* A string column: int64 offsets (one more than rows), data, one validity byte per row. */
+typedef struct {
+    Buf off, data, valid;
+} StrCol;
+
+static int col_init(StrCol *c) { return buf_i64(&c->off, 0); }
+
+/* Ends the current row: its bytes are data[last offset .. data.len). */
+static inline int col_end(StrCol *c, int valid) {
+    if (buf_i64(&c->off, (int64_t)c->data.len)) return -1;
+    return buf_putc(&c->valid, (char)valid);
+}
+
+enum { C_TRACE, C_SPAN, C_PARENT, C_NAME, C_KIND, C_SERVICE, C_SCOPE, C_STATUS, C_ATTRS, C_RESOURCE, N_STR };
+enum { I_BATCH, I_START, I_END, N_INT };
+
+typedef struct {
+    StrCol s[N_STR];
+    Buf i[N_INT];
+    int64_t rows;
+} Out;
+
+typedef struct {
+    size_t s_off[N_STR], s_data[N_STR], s_valid[N_STR], i[N_INT];
+    int64_t rows;
+} Mark;
+
+static void out_mark(Out *o, Mark *m) {
+    for (int k = 0; k < N_STR; k++) {
+        m->s_off[k] = o->s[k].off.len;
+        m->s_data[k] = o->s[k].data.len;
+        m->s_valid[k] = o->s[k].valid.len;
+    }
+    for (int k = 0; k < N_INT; k++) m->i[k] = o->i[k].len;
+    m->rows = o->rows;
+}
+
+static void out_reset(Out *o, const Mark *m) {
+    for (int k = 0; k < N_STR; k++) {
+        o->s[k].off.len = m->s_off[k];
+        o->s[k].data.len = m->s_data[k];
+        o->s[k].valid.len = m->s_valid[k];
+    }
+    for (int k = 0; k < N_INT; k++) o->i[k].len = m->i[k];
+    o->rows = m->rows;
+}
+
+static void out_free(Out *o) {
+    for (int k = 0; k < N_STR; k++) {
+        free(o->s[k].off.p);
+        free(o->s[k].data.p);
+        free(o->s[k].valid.p);
+    }
+    for (int k = 0; k < N_INT; k++) free(o->i[k].p);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* the scanner: every function returns 0, or -1 to bail out of the batch */
+
+#define BAIL (-1)
+#define TRY(x)                         \
+    do {                               \
+        if ((x) < 0) return BAIL;      \
+    } while (0)
+
+typedef struct {
+    const unsigned char *p, *end;
+    int depth;
+} P;
+
+static inline void ws(P *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+}
+
+static inline int expect(P *s, char c) {
+    ws(s);
+    if (s->p >= s->end || *s->p != (unsigned char)c) return BAIL;
+    s->p++;
+    return 0;
+}
+
+/* 1 when the next non-blank byte is c (consumed), else 0. */
+static inline int accept(P *s, char c) {
+    ws(s);
+    if (s->p < s->end && *s->p == (unsigned char)c) {
+        s->p++;
+        return 1;
+    }
+    return 0;
+}
+
+static inline int peek(P *s) {
+    ws(s);
+    return s->p < s->end ? *s->p : -1;
+}
+
+/* A JSON string as it lies in the payload, between its quotes. */
+typedef struct {
+    const unsigned char *raw;
+    size_t len;
+    int escaped; /* holds a backslash escape */
+} Str;
+
+/* Length of the valid UTF-8 sequence starting at p (first byte >= 0x80), or 0. */
+static inline int utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (end - p >= 2 && (p[1] & 0xC0) == 0x80) return 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        if (end - p >= 3 && (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80) {
+            if (c == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
+            if (c == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
+            return 3;
+        }
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        if (end - p >= 4 && (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80 && (p[3] & 0xC0) == 0x80) {
+            if (c == 0xF0 && p[1] < 0x90) return 0;
+            if (c == 0xF4 && p[1] >= 0x90) return 0;
+            return 4;
+        }
+    }
+    return 0;
+}
+
+static inline int hexval(unsigned c) {
+    if (c >= '0' && c <= '9') return (int)(c - '0');
+    if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
+    if (c >= 'A' && c <= 'F') return (int)(c - 'A' + 10);
+    return -1;
+}
+
+static int hex4(const unsigned char *p, const unsigned char *end, unsigned *v) {
+    if (end - p < 4) return BAIL;
+    unsigned x = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(p[k]);
+        if (h < 0) return BAIL;
+        x = x * 16 + (unsigned)h;
+    }
+    *v = x;
+    return 0;
+}
+
+static int string(P *s, Str *out) {
+    TRY(expect(s, '"'));
+    const unsigned char *p = s->p, *end = s->end;
+    int escaped = 0;
+    for (;;) {
+        /* the common bytes first: printable ASCII that is neither quote nor backslash */
+#ifdef __SSE2__
+        {
+            const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+            while (end - p >= 16) {
+                __m128i x = _mm_loadu_si128((const __m128i *)p);
+                /* signed compare: bytes >= 0x80 are negative, so below 0x20 too */
+                __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                           _mm_cmplt_epi8(x, space));
+                int mask = _mm_movemask_epi8(hit);
+                if (mask) {
+                    p += __builtin_ctz((unsigned)mask);
+                    break;
+                }
+                p += 16;
+            }
+        }
+#endif
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        if (p >= end) return BAIL;
+        unsigned c = *p;
+        if (c == '"') break;
+        if (c == '\\') {
+            escaped = 1;
+            if (end - p < 2) return BAIL;
+            unsigned e = p[1];
+            if (e == 'u') {
+                unsigned cp;
+                TRY(hex4(p + 2, end, &cp));
+                p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't')
+                p += 2;
+            else
+                return BAIL;
+            continue;
+        }
+        if (c < 0x20) return BAIL;
+        int n = utf8_len(p, end);
+        if (!n) return BAIL;
+        p += n;
+    }
+    out->raw = s->p;
+    out->len = (size_t)(p - s->p);
+    out->escaped = escaped;
+    s->p = p + 1;
+    return 0;
+}
+
+/* Append the decoded (UTF-8) text of a string. An escaped NUL, a lone surrogate or a bad escape bails. */
+static int decode(const Str *str, Buf *b) {
+    if (!str->escaped) return buf_put(b, str->raw, str->len);
+    const unsigned char *p = str->raw, *end = str->raw + str->len;
+    while (p < end) {
+        const unsigned char *q = p;
+        while (q < end && *q != '\\') q++;
+        TRY(buf_put(b, p, (size_t)(q - p)));
+        if (q >= end) break;
+        unsigned e = q[1];
+        p = q + 2;
+        char c;
+        switch (e) {
+        case '"': c = '"'; break;
+        case '\\': c = '\\'; break;
+        case '/': c = '/'; break;
+        case 'b': c = '\b'; break;
+        case 'f': c = '\f'; break;
+        case 'n': c = '\n'; break;
+        case 'r': c = '\r'; break;
+        case 't': c = '\t'; break;
+        case 'u': {
+            unsigned cp;
+            TRY(hex4(p, end, &cp));
+            p += 4;
+            if (cp == 0) return BAIL;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return BAIL;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo;
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return BAIL;
+                TRY(hex4(p + 2, end, &lo));
+                if (lo < 0xDC00 || lo > 0xDFFF) return BAIL;
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            unsigned char u[4];
+            size_t n;
+            if (cp < 0x80) {
+                u[0] = (unsigned char)cp;
+                n = 1;
+            } else if (cp < 0x800) {
+                u[0] = (unsigned char)(0xC0 | (cp >> 6));
+                u[1] = (unsigned char)(0x80 | (cp & 0x3F));
+                n = 2;
+            } else if (cp < 0x10000) {
+                u[0] = (unsigned char)(0xE0 | (cp >> 12));
+                u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                u[2] = (unsigned char)(0x80 | (cp & 0x3F));
+                n = 3;
+            } else {
+                u[0] = (unsigned char)(0xF0 | (cp >> 18));
+                u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                u[3] = (unsigned char)(0x80 | (cp & 0x3F));
+                n = 4;
+            }
+            TRY(buf_put(b, u, n));
+            continue;
+        }
+        default: return BAIL;
+        }
+        TRY(buf_putc(b, c));
+    }
+    return 0;
+}
+
+/* Append a string as a JSON string literal, escaped as DuckDB's to_json (yyjson) escapes it: quote, backslash
+ * and \b \f \n \r \t by name, other control bytes as \u00XX, everything else (DEL and non-ASCII included) as is. */
+static Buf scratch; /* decoded text of an escaped string; one decode runs at a time (see `lock`) */
+
+static int json_string(const Str *str, Buf *b) {
+    TRY(buf_putc(b, '"'));
+    if (!str->escaped) {
+        TRY(buf_put(b, str->raw, str->len));
+        return buf_putc(b, '"');
+    }
+    scratch.len = 0;
+    TRY(decode(str, &scratch));
+    static const char hx[] = "0123456789ABCDEF";
+    const unsigned char *p = (const unsigned char *)scratch.p, *end = p + scratch.len;
+    while (p < end) {
+        const unsigned char *q = p;
+        while (q < end && *q >= 0x20 && *q != '"' && *q != '\\') q++;
+        TRY(buf_put(b, p, (size_t)(q - p)));
+        if (q >= end) break;
+        unsigned c = *q;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t n = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        default:
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
+            esc[4] = hx[c >> 4];
+            esc[5] = hx[c & 15];
+            n = 6;
+        }
+        TRY(buf_put(b, esc, n));
+        p = q + 1;
+    }
+    return buf_putc(b, '"');
+}
+
+/* An object key. An escaped one bails: "trace\u0049d" is traceId to other readers, and matching it here
+ * is not worth the code. */
+static int object_key(P *s, Str *out) {
+    TRY(string(s, out));
+    return out->escaped ? BAIL : 0;
+}
+
+static inline int str_is(const Str *str, const char *lit, size_t n) {
+    return !str->escaped && str->len == n && memcmp(str->raw, lit, n) == 0;
+}
+#define IS(str, lit) str_is((str), lit, sizeof(lit) - 1)
+
+/* Skip any JSON value, checking its syntax. */
+static int number_text(P *s, Str *out);
+
+static int skip(P *s) {
+    int c = peek(s);
+    if (c == '"') {
+        Str t;
+        return string(s, &t);
+    }
+    if (c == '{' || c == '[') {
+        if (++s->depth > 64) return BAIL;
+        char close = c == '{' ? '}' : ']';
+        s->p++;
+        if (!accept(s, close)) {
+            do {
+                if (c == '{') {
+                    Str k;
+                    TRY(object_key(s, &k));
+                    TRY(expect(s, ':'));
+                }
+                TRY(skip(s));
+            } while (accept(s, ','));
+            TRY(expect(s, close));
+        }
+        s->depth--;
+        return 0;
+    }
+    if (c == 't' && s->end - s->p >= 4 && memcmp(s->p, "true", 4) == 0) { s->p += 4; return 0; }
+    if (c == 'f' && s->end - s->p >= 5 && memcmp(s->p, "false", 5) == 0) { s->p += 5; return 0; }
+    if (c == 'n' && s->end - s->p >= 4 && memcmp(s->p, "null", 4) == 0) { s->p += 4; return 0; }
+    Str t;
+    return number_text(s, &t);
+}
+
+/* A JSON number, syntax-checked; its text. */
+static int number_text(P *s, Str *out) {
+    ws(s);
+    const unsigned char *p = s->p, *end = s->end, *start = p;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return BAIL;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (p < end && *p >= '0' && *p <= '9') p++;
+    else return BAIL;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return BAIL;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return BAIL;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    out->raw = start;
+    out->len = (size_t)(p - start);
+    out->escaped = 0;
+    s->p = p;
+    return 0;
+}
+
+/* A string or a number: its text (the int64 fields come either way). */
+static int scalar_text(P *s, Str *out) {
+    int c = peek(s);
+    if (c == '"') return string(s, out);
+    return number_text(s, out);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* fields */
+
+/* Hex digit → its lowercase form; 0 for any other byte. */
+static unsigned char HEX_LOWER[256];
+
+static void init_tables(void) {
+    for (int c = '0'; c <= '9'; c++) HEX_LOWER[c] = (unsigned char)c;
+    for (int c = 'a'; c <= 'f'; c++) HEX_LOWER[c] = (unsigned char)c;
+    for (int c = 'A'; c <= 'F'; c++) HEX_LOWER[c] = (unsigned char)(c + 32);
+}
+
+/* A hex id of `n` bytes: 2n hex digits, lowercased. Base64 ids and anything else bail. */
+static int hex_id(const Str *t, size_t n, StrCol *col) {
+    if (t->escaped || t->len != 2 * n) return BAIL;
+    Buf *b = &col->data;
+    if (b->len + t->len > b->cap && buf_grow(b, t->len)) return BAIL;
+    unsigned char *o = (unsigned char *)b->p + b->len, bad = 0;
+    for (size_t k = 0; k < t->len; k++) {
+        unsigned char h = HEX_LOWER[t->raw[k]];
+        o[k] = h;
+        bad |= (unsigned char)(h == 0);
+    }
+    if (bad) return BAIL;
+    b->len += t->len;
+    return 0;
+}
+
+/* Unix nanoseconds: a positive integer, as a string or a number. "0" means missing: bail. */
+static int unix_ns(const Str *t, int64_t *v) {
+    if (t->escaped || t->len == 0 || t->len > 19) return BAIL;
+    uint64_t x = 0;
+    for (size_t k = 0; k < t->len; k++) {
+        unsigned c = t->raw[k];
+        if (c < '0' || c > '9') return BAIL;
+        x = x * 10 + (c - '0');
+    }
+    if (x == 0 || x > (uint64_t)INT64_MAX) return BAIL;
+    *v = (int64_t)x;
+    return 0;
+}
+
+static const char *const KINDS[] = {"UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"};
+static const char *const STATUSES[] = {"UNSET", "OK", "ERROR"};
+
+/* An enum as a number ("2", 2) or a name with or without its prefix, any case: its index, or -1. */
+static int enum_index(const Str *t, const char *prefix, const char *const *names, int n) {
+    if (t->escaped || t->len == 0 || t->len > 40) return -1;
+    if (t->len == 1 && t->raw[0] >= '0' && t->raw[0] < '0' + n) return t->raw[0] - '0';
+    char up[41];
+    for (size_t k = 0; k < t->len; k++) {
+        unsigned c = t->raw[k];
+        up[k] = (char)(c >= 'a' && c <= 'z' ? c - 32 : c);
+    }
+    up[t->len] = 0;
+    const char *u = up;
+    size_t pl = strlen(prefix);
+    if (strncmp(u, prefix, pl) == 0) u += pl;
+    for (int k = 0; k < n; k++)
+        if (strcmp(u, names[k]) == 0) return k;
+    return -1;
+}
+
+/* An int AnyValue: optional minus, digits; printed without leading zeros (as CAST(... AS HUGEINT) prints).
+ * More than 19 significant digits (beyond int64) bail. */
+static int int_value(const Str *t, Buf *b) {
+    if (t->escaped || t->len == 0) return BAIL;
+    const unsigned char *p = t->raw, *end = p + t->len;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= end) return BAIL;
+    for (const unsigned char *q = p; q < end; q++)
+        if (*q < '0' || *q > '9') return BAIL;
+    while (p < end - 1 && *p == '0') p++;
+    if (end - p > 19) return BAIL;
+    if (neg && !(end - p == 1 && *p == '0')) TRY(buf_putc(b, '-'));
+    return buf_put(b, p, (size_t)(end - p));
+}
+
+/* A double AnyValue given as a JSON number, printed as yyjson prints it: the shortest digits that round-trip,
+ * plain (not exponent) form from 1e-6 up to 1e21, ".0" on integers. Only numbers of at most 15 significant
+ * digits are taken (their shortest round-trip digits are their own digits); the rest bail. */
+static int double_value(const Str *t, Buf *b) {
+    const unsigned char *p = t->raw, *end = p + t->len;
+    int neg = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    char dig[32];
+    int nd = 0, point = 0; /* value = 0.dig × 10^point */
+    int seen_point = 0, leading = 1;
+    for (; p < end; p++) {
+        unsigned c = *p;
+        if (c == '.') {
+            seen_point = 1;
+            continue;
+        }
+        if (c == 'e' || c == 'E') break;
+        if (c < '0' || c > '9') return BAIL;
+        if (leading && c == '0') {
+            if (seen_point) point--;
+            continue;
+        }
+        leading = 0;
+        if (nd >= 30) return BAIL;
+        dig[nd++] = (char)c;
+        if (!seen_point) point++;
+    }
+    if (p < end) { /* exponent */
+        p++;
+        int eneg = 0;
+        if (p < end && (*p == '+' || *p == '-')) eneg = *p++ == '-';
+        int e = 0;
+        for (; p < end; p++) {
+            if (e > 1000) return BAIL;
+            e = e * 10 + (*p - '0');
+        }
+        point += eneg ? -e : e;
+    }
+    while (nd > 0 && dig[nd - 1] == '0') nd--;
+    if (nd == 0) { /* zero; an integer literal is read as an integer first, so -0 is 0 */
+        int real = memchr(t->raw, '.', t->len) || memchr(t->raw, 'e', t->len) || memchr(t->raw, 'E', t->len);
+        return neg && real ? buf_put(b, "-0.0", 4) : buf_put(b, "0.0", 3);
+    }
+    if (nd > 15 || point < -5 || point > 21) return BAIL;
+    if (neg) TRY(buf_putc(b, '-'));
+    if (point <= 0) {
+        TRY(buf_put(b, "0.", 2));
+        for (int k = 0; k < -point; k++) TRY(buf_putc(b, '0'));
+        return buf_put(b, dig, (size_t)nd);
+    }
+    if (point >= nd) {
+        TRY(buf_put(b, dig, (size_t)nd));
+        for (int k = nd; k < point; k++) TRY(buf_putc(b, '0'));
+        return buf_put(b, ".0", 2);
+    }
+    TRY(buf_put(b, dig, (size_t)point));
+    TRY(buf_putc(b, '.'));
+    return buf_put(b, dig + point, (size_t)(nd - point));
+}
+
+/* One AnyValue object, written as JSON. `in_array`: a nested array/kvlist bails (the DuckDB path's rule). */
+static int any_value(P *s, Buf *b, int in_array, int *is_string) {
+    TRY(expect(s, '{'));
+    if (accept(s, '}')) return buf_put(b, "null", 4);
+    Str k;
+    TRY(object_key(s, &k));
+    TRY(expect(s, ':'));
+    Str t;
+    if (IS(&k, "stringValue") || IS(&k, "bytesValue")) {
+        TRY(string(s, &t));
+        if (is_string) *is_string = IS(&k, "stringValue");
+        TRY(json_string(&t, b));
+    } else if (IS(&k, "intValue")) {
+        TRY(scalar_text(s, &t));
+        TRY(int_value(&t, b));
+    } else if (IS(&k, "doubleValue")) {
+        if (peek(s) == '"') return BAIL; /* "NaN", "Infinity", or a number in a string: the DuckDB path */
+        TRY(number_text(s, &t));
+        TRY(double_value(&t, b));
+    } else if (IS(&k, "boolValue")) {
+        ws(s);
+        if (s->end - s->p >= 4 && memcmp(s->p, "true", 4) == 0) {
+            s->p += 4;
+            TRY(buf_put(b, "true", 4));
+        } else if (s->end - s->p >= 5 && memcmp(s->p, "false", 5) == 0) {
+            s->p += 5;
+            TRY(buf_put(b, "false", 5));
+        } else
+            return BAIL;
+    } else if (IS(&k, "arrayValue") && !in_array) {
+        TRY(expect(s, '{'));
+        Str vk;
+        TRY(object_key(s, &vk));
+        if (!IS(&vk, "values")) return BAIL;
+        TRY(expect(s, ':'));
+        TRY(expect(s, '['));
+        TRY(buf_putc(b, '['));
+        if (!accept(s, ']')) {
+            int first = 1;
+            do {
+                if (!first) TRY(buf_putc(b, ','));
+                first = 0;
+                TRY(any_value(s, b, 1, NULL));
+            } while (accept(s, ','));
+            TRY(expect(s, ']'));
+        }
+        TRY(buf_putc(b, ']'));
+        TRY(expect(s, '}'));
+    } else
+        return BAIL; /* kvlistValue, a nested array, null, an unknown kind */
+    return expect(s, '}'); /* a second kind in the same value bails here */
+}
+
+/* A KeyValue list written as one JSON object into b. If `service` is given, it receives the string value of
+ * the first `service.name` key (NULL when that key is absent or not a string). */
+static int attributes(P *s, Buf *b, Buf *service, int *has_service) {
+    TRY(expect(s, '['));
+    TRY(buf_putc(b, '{'));
+    int first = 1;
+    if (!accept(s, ']')) {
+        do {
+            TRY(expect(s, '{'));
+            Str key;
+            int have_key = 0, have_value = 0;
+            if (!first) TRY(buf_putc(b, ','));
+            /* key first, then value: the order every producer writes; anything else bails */
+            if (!accept(s, '}')) {
+                do {
+                    Str f;
+                    TRY(object_key(s, &f));
+                    TRY(expect(s, ':'));
+                    if (IS(&f, "key") && !have_key) {
+                        TRY(string(s, &key));
+                        TRY(json_string(&key, b));
+                        TRY(buf_putc(b, ':'));
+                        have_key = 1;
+                    } else if (IS(&f, "value") && have_key && !have_value) {
+                        int is_service = service && !*has_service && IS(&key, "service.name"), is_string = 0;
+                        size_t at = b->len;
+                        TRY(any_value(s, b, 0, &is_string));
+                        have_value = 1;
+                        if (is_service) { /* the first service.name decides; not a string: NULL */
+                            *has_service = 1;
+                            if (is_string) { /* its decoded text, from the JSON just written */
+                                P v = {(const unsigned char *)b->p + at, (const unsigned char *)b->p + b->len, 0};
+                                Str sv;
+                                TRY(string(&v, &sv));
+                                TRY(decode(&sv, service));
+                                TRY(buf_putc(service, 0)); /* marks "present"; not copied into the column */
+                            }
+                        }
+                    } else
+                        return BAIL;
+                } while (accept(s, ','));
+                TRY(expect(s, '}'));
+            }
+            if (!have_key) return BAIL;
+            if (!have_value) TRY(buf_put(b, "null", 4));
+            first = 0;
+        } while (accept(s, ','));
+        TRY(expect(s, ']'));
+    }
+    return buf_putc(b, '}');
+}
+
+/* The resource of a ResourceSpans: its attributes as JSON, and service.name. */
+typedef struct {
+    Buf json, service; /* service: decoded text + NUL when present, empty when absent */
+} Resource;
+
+static int resource(P *s, Resource *r) {
+    TRY(expect(s, '{'));
+    int seen = 0;
+    if (!accept(s, '}')) {
+        do {
+            Str f;
+            TRY(object_key(s, &f));
+            TRY(expect(s, ':'));
+            if (IS(&f, "attributes") && !seen) {
+                int has = 0;
+                r->json.len = 0;
+                TRY(attributes(s, &r->json, &r->service, &has));
+                seen = 1;
+            } else
+                TRY(skip(s));
+        } while (accept(s, ','));
+        TRY(expect(s, '}'));
+    }
+    return 0;
+}
+
+enum {
+    F_TRACE = 1, F_SPAN = 2, F_PARENT = 4, F_NAME = 8, F_KIND = 16, F_START = 32, F_END = 64, F_ATTRS = 128,
+    F_STATUS = 256
+}; /* the span fields seen: each at most once */
+
+static int status(P *s, int *code) {
+    TRY(expect(s, '{'));
+    *code = 0;
+    int seen = 0;
+    if (!accept(s, '}')) {
+        do {
+            Str f;
+            TRY(object_key(s, &f));
+            TRY(expect(s, ':'));
+            if (IS(&f, "code") && !seen) {
+                Str t;
+                TRY(scalar_text(s, &t));
+                *code = enum_index(&t, "STATUS_CODE_", STATUSES, 3);
+                if (*code < 0) return BAIL;
+                seen = 1;
+            } else
+                TRY(skip(s));
+        } while (accept(s, ','));
+        TRY(expect(s, '}'));
+    }
+    return 0;
+}
+
+static int span(P *s, Out *o, int64_t batch_id, const Resource *r, const Str *scope, int has_scope) {
+    TRY(expect(s, '{'));
+    unsigned seen = 0;
+    int kind = 0, code = 0, has_parent = 0;
+    int64_t start = 0, end = 0;
+    if (!accept(s, '}')) {
+        do {
+            Str f, t;
+            TRY(object_key(s, &f));
+            TRY(expect(s, ':'));
+            unsigned bit = 0;
+            if (IS(&f, "traceId")) {
+                bit = F_TRACE;
+                TRY(string(s, &t));
+                TRY(hex_id(&t, 16, &o->s[C_TRACE]));
+            } else if (IS(&f, "spanId")) {
+                bit = F_SPAN;
+                TRY(string(s, &t));
+                TRY(hex_id(&t, 8, &o->s[C_SPAN]));
+            } else if (IS(&f, "parentSpanId")) {
+                bit = F_PARENT;
+                TRY(string(s, &t));
+                if (t.len) { /* "" is a root span: NULL, as if absent */
+                    TRY(hex_id(&t, 8, &o->s[C_PARENT]));
+                    has_parent = 1;
+                }
+            } else if (IS(&f, "name")) {
+                bit = F_NAME;
+                TRY(string(s, &t));
+                TRY(decode(&t, &o->s[C_NAME].data));
+            } else if (IS(&f, "kind")) {
+                bit = F_KIND;
+                TRY(scalar_text(s, &t));
+                kind = enum_index(&t, "SPAN_KIND_", KINDS, 6);
+                if (kind < 0) return BAIL;
+            } else if (IS(&f, "startTimeUnixNano")) {
+                bit = F_START;
+                TRY(scalar_text(s, &t));
+                TRY(unix_ns(&t, &start));
+            } else if (IS(&f, "endTimeUnixNano")) {
+                bit = F_END;
+                TRY(scalar_text(s, &t));
+                TRY(unix_ns(&t, &end));
+            } else if (IS(&f, "attributes")) {
+                bit = F_ATTRS;
+                TRY(attributes(s, &o->s[C_ATTRS].data, NULL, NULL));
+            } else if (IS(&f, "status")) {
+                bit = F_STATUS;
+                TRY(status(s, &code));
+            } else
+                TRY(skip(s));
+            if (bit) {
+                if (seen & bit) return BAIL; /* a field twice */
+                seen |= bit;
+            }
+        } while (accept(s, ','));
+        TRY(expect(s, '}'));
+    }
+    /* what the reference decoder words as an error, or takes in another form, is its to decide */
+    if (!(seen & F_TRACE) || !(seen & F_SPAN) || !(seen & F_START) || !(seen & F_END) || end < start) return BAIL;
+    StrCol *c = o->s;
+    TRY(col_end(&c[C_TRACE], 1));
+    TRY(col_end(&c[C_SPAN], 1));
+    TRY(col_end(&c[C_PARENT], has_parent));
+    TRY(col_end(&c[C_NAME], 1));
+    TRY(buf_put(&c[C_KIND].data, KINDS[kind], strlen(KINDS[kind])));
+    TRY(col_end(&c[C_KIND], 1));
+    if (r->service.len) TRY(buf_put(&c[C_SERVICE].data, r->service.p, r->service.len - 1));
+    TRY(col_end(&c[C_SERVICE], r->service.len > 0));
+    if (has_scope) TRY(decode(scope, &c[C_SCOPE].data));
+    TRY(col_end(&c[C_SCOPE], has_scope));
+    TRY(buf_put(&c[C_STATUS].data, STATUSES[code], strlen(STATUSES[code])));
+    TRY(col_end(&c[C_STATUS], 1));
+    if (!(seen & F_ATTRS)) TRY(buf_put(&c[C_ATTRS].data, "{}", 2));
+    TRY(col_end(&c[C_ATTRS], 1));
+    TRY(buf_put(&c[C_RESOURCE].data, r->json.p, r->json.len));
+    TRY(col_end(&c[C_RESOURCE], 1));
+    TRY(buf_i64(&o->i[I_BATCH], batch_id));
+    TRY(buf_i64(&o->i[I_START], start));
+    TRY(buf_i64(&o->i[I_END], end));
+    o->rows++;
+    return 0;
+}
+
+static int scope_spans(P *s, Out *o, int64_t batch_id, const Resource *r) {
+    TRY(expect(s, '{'));
+    Str scope = {0};
+    int has_scope = 0, seen_scope = 0, seen_spans = 0;
+    if (!accept(s, '}')) {
+        do {
+            Str f;
+            TRY(object_key(s, &f));
+            TRY(expect(s, ':'));
+            if (IS(&f, "scope") && !seen_scope && !seen_spans) {
+                seen_scope = 1;
+                TRY(expect(s, '{'));
+                if (!accept(s, '}')) {
+                    do {
+                        Str g;
+                        TRY(object_key(s, &g));
+                        TRY(expect(s, ':'));
+                        if (IS(&g, "name") && !has_scope) {
+                            TRY(string(s, &scope));
+                            has_scope = 1;
+                        } else
+                            TRY(skip(s));
+                    } while (accept(s, ','));
+                    TRY(expect(s, '}'));
+                }
+            } else if (IS(&f, "spans") && !seen_spans) {
+                seen_spans = 1;
+                TRY(expect(s, '['));
+                if (!accept(s, ']')) {
+                    do TRY(span(s, o, batch_id, r, &scope, has_scope));
+                    while (accept(s, ','));
+                    TRY(expect(s, ']'));
+                }
+            } else if (IS(&f, "scope") || IS(&f, "spans"))
+                return BAIL; /* scope after spans, or a field twice */
+            else
+                TRY(skip(s));
+        } while (accept(s, ','));
+        TRY(expect(s, '}'));
+    }
+    return 0;
+}
+
+static int resource_spans(P *s, Out *o, int64_t batch_id, Resource *r) {
+    TRY(expect(s, '{'));
+    int seen_res = 0, seen_scopes = 0;
+    r->json.len = 0;
+    r->service.len = 0;
+    TRY(buf_put(&r->json, "{}", 2));
+    if (!accept(s, '}')) {
+        do {
+            Str f;
+            TRY(object_key(s, &f));
+            TRY(expect(s, ':'));
+            if (IS(&f, "resource") && !seen_res && !seen_scopes) {
+                seen_res = 1;
+                TRY(resource(s, r));
+            } else if (IS(&f, "scopeSpans") && !seen_scopes) {
+                seen_scopes = 1;
+                TRY(expect(s, '['));
+                if (!accept(s, ']')) {
+                    do TRY(scope_spans(s, o, batch_id, r));
+                    while (accept(s, ','));
+                    TRY(expect(s, ']'));
+                }
+            } else if (IS(&f, "resource") || IS(&f, "scopeSpans"))
+                return BAIL;
+            else
+                TRY(skip(s));
+        } while (accept(s, ','));
+        TRY(expect(s, '}'));
+    }
+    return 0;
+}
+
+static int batch(P *s, Out *o, int64_t batch_id, Resource *r) {
+    TRY(expect(s, '{'));
+    int seen = 0;
+    if (!accept(s, '}')) {
+        do {
+            Str f;
+            TRY(object_key(s, &f));
+            TRY(expect(s, ':'));
+            if (IS(&f, "resourceSpans") && !seen) {
+                seen = 1;
+                TRY(expect(s, '['));
+                if (!accept(s, ']')) {
+                    do TRY(resource_spans(s, o, batch_id, r));
+                    while (accept(s, ','));
+                    TRY(expect(s, ']'));
+                }
+            } else
+                TRY(skip(s));
+        } while (accept(s, ','));
+        TRY(expect(s, '}'));
+    }
+    ws(s);
+    if (!seen || s->p != s->end) return BAIL;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* Python */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t len;
+    int64_t id, expected;
+} Item;
+
+/* A buffer the decoder filled, handed to Python (and Arrow) without a copy; freed with its last reference. */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} Owned;
+
+static int owned_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Owned *o = (Owned *)self;
+    return PyBuffer_FillInfo(view, self, o->p, o->len, 1, flags);
+}
+
+static void owned_dealloc(PyObject *self) {
+    free(((Owned *)self)->p);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs owned_as_buffer = {owned_getbuffer, NULL};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "budgetscope.archive._otlpjson.Buffer",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = owned_dealloc,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes the decoder wrote, exposed through the buffer protocol.",
+};
+
+/* Move a Buf's bytes into a Python object (the Buf is left empty). */
+static PyObject *owned_of(Buf *b) {
+    if (!b->p && buf_grow(b, 1)) return PyErr_NoMemory();
+    Owned *o = PyObject_New(Owned, &OwnedType);
+    if (!o) return NULL;
+    o->p = b->p;
+    o->len = (Py_ssize_t)b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
+
+/* Validity bytes → an Arrow bitmap (None when every row is valid). */
+static PyObject *bitmap_of(const Buf *v, int64_t rows) {
+    int64_t nulls = 0;
+    for (int64_t k = 0; k < rows; k++) nulls += !v->p[k];
+    if (!nulls) Py_RETURN_NONE;
+    PyObject *bm = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((rows + 7) / 8));
+    if (!bm) return NULL;
+    unsigned char *m = (unsigned char *)PyBytes_AS_STRING(bm);
+    memset(m, 0, (size_t)((rows + 7) / 8));
+    for (int64_t k = 0; k < rows; k++)
+        if (v->p[k]) m[k >> 3] |= (unsigned char)(1u << (k & 7));
+    return bm;
+}
+
+static PyThread_type_lock lock; /* the scanner's scratch buffer is shared: one decode at a time */
+
+PyDoc_STRVAR(decode_doc,
+"decode(payloads, batch_ids, expected) -> (rows, ints, strings, bailed)\n\n"
+"Decode OTLP/JSON trace exports (a list of bytes) into columns. `expected[k]` is the number of spans batch k\n"
+"must yield (its `\"spanId\"` keys); a batch that yields another number, or that the decoder cannot vouch\n"
+"for, is left out whole and its id returned in `bailed`. `ints`: bytes of int64 for batch_id, start_ns,\n"
+"end_ns. `strings`: (offsets as int64 bytes, data, validity bitmap or None) for trace_id, span_id,\n"
+"parent_span_id, name, kind, service_name, scope_name, status_code, attributes, resource.");
+
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *payloads, *ids, *expected;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &payloads, &PyList_Type, &ids, &PyList_Type, &expected))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(payloads);
+    if (PyList_GET_SIZE(ids) != n || PyList_GET_SIZE(expected) != n) {
+        PyErr_SetString(PyExc_ValueError, "payloads, batch_ids and expected differ in length");
+        return NULL;
+    }
+    Item *items = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Item));
+    if (!items) return PyErr_NoMemory();
+    size_t total = 0, spans = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *b = PyList_GET_ITEM(payloads, k);
+        if (!PyBytes_Check(b)) {
+            PyMem_Free(items);
+            PyErr_SetString(PyExc_TypeError, "payloads must be bytes");
+            return NULL;
+        }
+        items[k].p = (const unsigned char *)PyBytes_AS_STRING(b);
+        items[k].len = PyBytes_GET_SIZE(b);
+        items[k].id = PyLong_AsLongLong(PyList_GET_ITEM(ids, k));
+        items[k].expected = PyLong_AsLongLong(PyList_GET_ITEM(expected, k));
+        total += (size_t)items[k].len;
+        spans += items[k].expected > 0 ? (size_t)items[k].expected : 0;
+    }
+    if (PyErr_Occurred()) {
+        PyMem_Free(items);
+        return NULL;
+    }
+    char *bailed = PyMem_Calloc((size_t)(n ? n : 1), 1);
+    if (!bailed) {
+        PyMem_Free(items);
+        return PyErr_NoMemory();
+    }
+    Out o;
+    memset(&o, 0, sizeof o);
+    Resource r;
+    memset(&r, 0, sizeof r);
+    int failed = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(lock, WAIT_LOCK);
+    oom = 0;
+    /* Sized up front from the spans expected, so that nothing is copied as it grows (pages never written
+     * cost nothing). Attributes take about half of a payload; a column that outgrows its guess grows. */
+    static const size_t per_span[N_STR] = {32, 16, 16, 24, 12, 24, 16, 8, 0, 64};
+    for (int k = 0; k < N_STR; k++) {
+        failed |= buf_grow(&o.s[k].off, 8 * (spans + 1)) | buf_grow(&o.s[k].valid, spans + 1);
+        failed |= buf_grow(&o.s[k].data, k == C_ATTRS ? total : per_span[k] * spans + 1);
+        failed |= col_init(&o.s[k]);
+    }
+    for (int k = 0; k < N_INT; k++) failed |= buf_grow(&o.i[k], 8 * spans + 1);
+    for (Py_ssize_t k = 0; k < n && !failed; k++) {
+        Mark m;
+        out_mark(&o, &m);
+        P s = {items[k].p, items[k].p + items[k].len, 0};
+        if (batch(&s, &o, items[k].id, &r) < 0 || o.rows - m.rows != items[k].expected) {
+            out_reset(&o, &m);
+            bailed[k] = 1;
+        }
+        failed |= oom;
+    }
+    PyThread_release_lock(lock);
+    Py_END_ALLOW_THREADS
+
+    PyObject *result = NULL;
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *ints = PyTuple_New(N_INT), *strs = PyTuple_New(N_STR), *bl = PyList_New(0);
+    if (!ints || !strs || !bl) goto fail;
+    for (int k = 0; k < N_INT; k++) {
+        PyObject *b = owned_of(&o.i[k]);
+        if (!b) goto fail;
+        PyTuple_SET_ITEM(ints, k, b);
+    }
+    for (int k = 0; k < N_STR; k++) {
+        PyObject *off = owned_of(&o.s[k].off), *data = owned_of(&o.s[k].data),
+                 *bm = bitmap_of(&o.s[k].valid, o.rows);
+        if (!off || !data || !bm) {
+            Py_XDECREF(off);
+            Py_XDECREF(data);
+            Py_XDECREF(bm);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(strs, k, Py_BuildValue("(NNN)", off, data, bm));
+    }
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (bailed[k]) {
+            PyObject *id = PyLong_FromLongLong(items[k].id);
+            if (!id || PyList_Append(bl, id) < 0) {
+                Py_XDECREF(id);
+                goto fail;
+            }
+            Py_DECREF(id);
+        }
+    result = Py_BuildValue("(LNNN)", (long long)o.rows, ints, strs, bl);
+    goto done;
+fail:
+    Py_XDECREF(ints);
+    Py_XDECREF(strs);
+    Py_XDECREF(bl);
+done:
+    out_free(&o);
+    free(r.json.p);
+    free(r.service.p);
+    PyMem_Free(items);
+    PyMem_Free(bailed);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", py_decode, METH_VARARGS, decode_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_otlpjson",
+    "OTLP/JSON trace exports decoded in C into typed span columns (see budgetscope.archive.otlp_fast).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__otlpjson(void) {
+    init_tables();
+    if (PyType_Ready(&OwnedType) < 0) return NULL;
+    lock = PyThread_allocate_lock();
+    if (!lock) return PyErr_NoMemory();
+    return PyModule_Create(&module);
+}

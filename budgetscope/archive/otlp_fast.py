@@ -1,0 +1,42 @@
+"""The first path for OTLP/JSON trace exports: a decoder written in C for the form producers write
+(`_otlpjson.c`), straight into the typed columns of `spans`, off the GIL in the ingest reader thread.
+
+It takes a batch whole or not at all. What it does not take (see the C file's header: base64 ids, nested
+values, doubles it cannot print exactly as DuckDB does, anything odd) goes on to the DuckDB path
+(`jsonsql`), and from there to the reference decoder. Each path stores the same bytes for the same span;
+`tests/test_otlp_fast.py` holds them to it.
+
+When the extension was not compiled (no C compiler at install time), `AVAILABLE` is false and every batch
+takes the DuckDB path: slower, same rows.
+"""
+
+from __future__ import annotations
+
+try:
+    from budgetscope.archive import _otlpjson
+except ImportError:  # built without a compiler
+    _otlpjson = None
+
+AVAILABLE = _otlpjson is not None
+
+STRING_COLUMNS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "service_name", "scope_name",
+                  "status_code", "attributes", "resource")
+INT_COLUMNS = ("batch_id", "start_ns", "end_ns")
+
+
+def decode(payloads: list[bytes], batch_ids: list[int], expected: list[int]):
+    """(Arrow table of the decoded spans, or None when there are none; ids of the batches left to the next path).
+
+    `expected[k]`: the spans batch k must yield (its `"spanId"` keys); a batch that yields another number is
+    left to the next path, which decides."""
+    import pyarrow as pa
+
+    rows, ints, strings, bailed = _otlpjson.decode(payloads, batch_ids, expected)
+    if not rows:
+        return None, bailed
+    cols = {name: pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(data)])
+            for name, data in zip(INT_COLUMNS, ints)}
+    for name, (offsets, data, valid) in zip(STRING_COLUMNS, strings):
+        cols[name] = pa.Array.from_buffers(pa.large_string(), rows, [
+            None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pa.table(cols), bailed

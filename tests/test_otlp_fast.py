@@ -1,0 +1,314 @@
+"""The C decoder of OTLP/JSON (`otlp_fast`) against the DuckDB path (`jsonsql`): for every batch the C decoder
+takes, both store the same bytes in every column; every batch it cannot vouch for, it leaves whole."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from conftest import rows
+from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id, trace_id
+
+from budgetscope.archive import jsonsql, otlp_fast, otlp_json, staging
+
+COLS = ("batch_id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "service_name",
+        "scope_name", "status_code", "attributes", "resource")
+
+
+def test_the_extension_is_built():
+    """Without a C compiler at install time the package still works, through the slower path; this says so."""
+    assert otlp_fast.AVAILABLE, "budgetscope/archive/_otlpjson.c was not compiled: `make setup` needs gcc"
+
+
+def c_rows(payloads: list[bytes]):
+    """(rows the C decoder wrote, ids of the batches it left)."""
+    table, left = otlp_fast.decode(payloads, list(range(1, len(payloads) + 1)),
+                                   [otlp_json.count_spans(p) for p in payloads])
+    got = [] if table is None else [tuple(r[c] for c in COLS) for r in table.to_pylist()]
+    return sorted(got), left
+
+
+def duckdb_rows(payloads: list[bytes]):
+    """(rows the DuckDB path flattens and normalises without error, ids of batches it would not take)."""
+    import duckdb
+    import pyarrow as pa
+
+    con = duckdb.connect()
+    staging.setup(con)
+    jsonsql.setup(con)
+    con.register("bs_raw", pa.table({"batch_id": list(range(1, len(payloads) + 1)),
+                                     "doc": [p.decode("utf-8", "replace") for p in payloads]}))
+    flat = staging.normalise("(" + jsonsql._FLATTEN.replace("@RAW@", "bs_raw").replace("@WHERE@", "WHERE json_valid(doc)") + ")")
+    got = con.execute(f"SELECT {', '.join(COLS)}, err FROM ({flat})").fetchall()
+    bad = {r[0] for r in got if r[-1] is not None or "\\u0000" in (r[11] + r[12])}
+    counts: dict[int, int] = {}
+    for r in got:
+        counts[r[0]] = counts.get(r[0], 0) + 1
+    bad |= {b for b, p in enumerate(payloads, 1) if counts.get(b, 0) != otlp_json.count_spans(p)}
+    return sorted(r[:-1] for r in got if r[0] not in bad), bad
+
+
+def dumps(doc) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def one_span_doc(**fields) -> dict:
+    s = span(trace_id(), span_id(), "op", T0, T0 + MS)
+    s.update(fields)
+    return export([s])
+
+
+def assert_same(payloads: list[bytes]) -> list[int]:
+    """The C decoder's rows equal the DuckDB path's for every batch it takes; returns the ids it left."""
+    c, left = c_rows(payloads)
+    d, _ = duckdb_rows(payloads)
+    taken = {r[0] for r in c}
+    assert c == [r for r in d if r[0] in taken]
+    return left
+
+
+# -- what it takes: the same bytes as the DuckDB path ----------------------------------------------------------
+
+def test_native_requests_with_client_spans_match_the_duckdb_path():
+    docs = [export(native_request(client=(4, 2), tenant="t", itl=[1.0, 2.5])[1]) for _ in range(3)]
+    docs.append(export(native_request()[1], service="engine-2", scope="other"))
+    assert assert_same([dumps(d) for d in docs]) == []
+
+
+def test_every_scalar_kind_and_int_forms_match():
+    a = attrs({"s": "x", "b": True, "f": False, "i": 7, "neg": -12, "d": 1.5, "arr": [1, 2.5, "z", True],
+               "empty_arr": [], "raw": b"\x00\x01\xff"})
+    a += [{"key": "empty", "value": {}}, {"key": "novalue"},
+          {"key": "zeros", "value": {"intValue": "007"}}, {"key": "negzero", "value": {"intValue": "-0"}},
+          {"key": "asnumber", "value": {"intValue": 42}}, {"key": "big", "value": {"intValue": "-9223372036854775808"}},
+          {"key": "dint", "value": {"doubleValue": 3}}, {"key": "dexp", "value": {"doubleValue": 1.25e-3}},
+          {"key": "dup", "value": {"stringValue": "first"}}, {"key": "dup", "value": {"stringValue": "second"}},
+          {"key": "arr_empty_el", "value": {"arrayValue": {"values": [{}, {"intValue": "1"}]}}}]
+    doc = one_span_doc(attributes=a)
+    doc["resourceSpans"][0]["resource"]["attributes"] += attrs({"host.arch": "amd64", "pid": 12})
+    assert assert_same([dumps(doc)]) == []
+
+
+def test_strings_with_escapes_and_unicode_match():
+    texts = ["tab\there", 'q"uote', "back\\slash", "nl\nend", "\b\f\r", "\x01\x1f\x7f", "é ü 漢字", "\u2028\u2029",
+             "😀 emoji", "a/b", "</script>", "\\u0041 literal"]
+    a = [{"key": f"k{i}", "value": {"stringValue": t}} for i, t in enumerate(texts)]
+    a.append({"key": "weird\tkey\"", "value": {"stringValue": "v"}})
+    doc = one_span_doc(name="naïve \"name\"\n", attributes=a)
+    doc["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] = "scope\\é"
+    doc["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"] = "svc\t😀"
+    # both the escaped (ASCII) and the raw UTF-8 forms of the same text
+    assert assert_same([dumps(doc), json.dumps(doc).encode()]) == []
+    # \u escapes written by hand, a surrogate pair among them
+    raw = dumps(one_span_doc(attributes=[{"key": "u", "value": {"stringValue": "PLACEHOLDER"}}]))
+    raw = raw.replace(b"PLACEHOLDER", b"\\u00e9\\u0041\\ud83d\\ude00\\/\\u001f")
+    assert assert_same([raw]) == []
+
+
+def test_doubles_print_as_duckdb_prints_them():
+    rng = random.Random(7)
+    values = [0.1, 100.0, 2.5, -0.0, 0.0, 1e-6, 1.5e-6, 9.99e20, 1e20, 123456789012345.0, 0.000001234, 1 / 4,
+              12345678.9, -3.75, 1e21, 1e-7, 1 / 3]
+    for _ in range(300):
+        digits = rng.randint(1, 17)
+        mant = rng.randrange(10 ** (digits - 1), 10 ** digits)
+        values.append(float(f"{'-' if rng.random() < 0.3 else ''}{mant}e{rng.randint(-12 - digits, 22 - digits)}"))
+    # one batch a value (json writes Python's shortest repr: 1.5e-06, 1e+20, ...), then the same values written
+    # other ways producers write them: exponents, trailing zeros, upper-case E
+    payloads = [dumps(one_span_doc(attributes=[{"key": "d", "value": {"doubleValue": v}}])) for v in values]
+    texts = ["1E3", "1.500", "0.0e0", "-2.50e-2", "120e-1", "0.00012e2", "5", "-0"]
+    for t in texts:
+        payloads.append(dumps(one_span_doc(attributes=[{"key": "d", "value": {"doubleValue": 8}}]))
+                        .replace(b'"doubleValue":8', b'"doubleValue":' + t.encode()))
+    left = assert_same(payloads)
+    plain = [v == 0 or (1e-6 <= abs(v) < 1e21 and len(repr(abs(v)).replace(".", "").split("e")[0].strip("0")) <= 15)
+             for v in values] + [True] * len(texts)
+    assert left == [i for i, ok in enumerate(plain, 1) if not ok]
+    assert 200 < len(payloads) - len(left)
+
+
+def test_kinds_and_statuses_by_number_and_name_match():
+    docs = []
+    for kind in (0, 1, 2, 3, 4, 5, "SPAN_KIND_SERVER", "SPAN_KIND_CLIENT", "SPAN_KIND_UNSPECIFIED", "server"):
+        for status in ({}, {"code": 0}, {"code": 2, "message": "boom"}, {"code": "STATUS_CODE_ERROR"}, {"code": "OK"}):
+            docs.append(one_span_doc(kind=kind, status=status))
+    docs.append(one_span_doc())
+    del docs[-1]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["kind"]
+    assert assert_same([dumps(d) for d in docs]) == []
+
+
+def test_optional_parts_and_unknown_fields_match():
+    s = span(trace_id(), span_id(), "op", T0, T0 + MS, parent="", traceState="k=v", flags=257,
+             events=[{"timeUnixNano": str(T0), "name": "e", "attributes": attrs({"x": [1, {"deep": 1}]})}],
+             links=[], droppedAttributesCount=0)
+    del s["name"]
+    s["startTimeUnixNano"] = T0  # a number, not a string
+    no_resource = {"resourceSpans": [{"scopeSpans": [{"spans": [span(trace_id(), span_id(), "a", T0, T0)]}],
+                                      "schemaUrl": "https://opentelemetry.io/schemas/1.21.0"}]}
+    no_service = {"resourceSpans": [{"resource": {"attributes": attrs({"service.name": 5, "x": "y"})},
+                                     "scopeSpans": [{"scope": {"name": "s", "version": "1"},
+                                                     "spans": [span(trace_id(), span_id(), "b", T0, T0 + 1)]}]}]}
+    bytes_service = {"resourceSpans": [{"resource": {"attributes": attrs({"service.name": b"svc"})},
+                                        "scopeSpans": [{"spans": [span(trace_id(), span_id(), "c", T0, T0 + 1)]}]}]}
+    two_services = export([span(trace_id(), span_id(), "d", T0, T0 + 1)])
+    two_services["resourceSpans"][0]["resource"]["attributes"] += attrs({"service.name": "second"})
+    many = {"resourceSpans": [export([span(trace_id(), span_id(), "e", T0, T0 + 1)], service=f"svc{i}")["resourceSpans"][0]
+                              for i in range(3)] + [{"resource": {}, "scopeSpans": []}]}
+    pretty = json.dumps(export(native_request()[1]), indent=2).encode()
+    empty = {"resourceSpans": []}
+    assert assert_same([dumps(export([s])), dumps(no_resource), dumps(no_service), dumps(bytes_service),
+                        dumps(two_services), dumps(many), pretty, dumps(empty)]) == []
+
+
+# -- what it leaves, whole -------------------------------------------------------------------------------------
+
+def _left_alone(doc_or_bytes) -> None:
+    good = dumps(export(native_request()[1]))
+    bad = doc_or_bytes if isinstance(doc_or_bytes, bytes) else dumps(doc_or_bytes)
+    c, left = c_rows([good, bad, good.replace(b"engine", b"other")])
+    assert left == [2]
+    assert {r[0] for r in c} == {1, 3} and len(c) == 12
+
+
+@pytest.mark.parametrize("case", [
+    "base64 id", "uppercase E in id", "short id", "nested kvlist", "array in array", "NaN double", "16 digits",
+    "1e21", "1e-7", "escaped NUL", "lone surrogate", "bad escape", "null value", "null field", "no spanId",
+    "no start", "zero end", "ends before start", "field twice", "unknown value kind", "two kinds in a value",
+    "spans under an unknown key", "trailing garbage", "not JSON", "truncated", "not an object", "invalid UTF-8",
+    "raw control byte", "kind 9", "status code 7", "negative time", "20-digit int", "int with fraction",
+    "string bool", "scope after spans", "resource after scopeSpans", "value before key",
+])
+def test_batches_it_cannot_vouch_for_are_left_whole(case):
+    s = span(trace_id(), span_id(), "op", T0, T0 + MS, parent=span_id(), attributes={"k": "v"})
+    a = s["attributes"]
+    doc = export([span(trace_id(), span_id(), "first", T0, T0 + 1), s])
+    raw = None
+    if case == "base64 id":
+        s["spanId"] = "AAAAAAAAAAE="
+    elif case == "uppercase E in id":
+        s["traceId"] = "E" * 31 + "G"
+    elif case == "short id":
+        s["parentSpanId"] = "abc"
+    elif case == "nested kvlist":
+        a.append({"key": "m", "value": {"kvlistValue": {"values": []}}})
+    elif case == "array in array":
+        a.append({"key": "m", "value": {"arrayValue": {"values": [{"arrayValue": {"values": []}}]}}})
+    elif case == "NaN double":
+        a.append({"key": "m", "value": {"doubleValue": "NaN"}})
+    elif case == "16 digits":
+        a.append({"key": "m", "value": {"doubleValue": 0.1234567890123456}})
+    elif case == "1e21":
+        a.append({"key": "m", "value": {"doubleValue": 1e21}})
+    elif case == "1e-7":
+        a.append({"key": "m", "value": {"doubleValue": 1e-7}})
+    elif case == "escaped NUL":
+        a.append({"key": "m", "value": {"stringValue": "a\x00b"}})
+    elif case == "lone surrogate":
+        raw = dumps(doc).replace(b'"v"', b'"\\ud800x"')
+    elif case == "bad escape":
+        raw = dumps(doc).replace(b'"v"', b'"\\q"')
+    elif case == "null value":
+        a.append({"key": "m", "value": {"stringValue": None}})
+    elif case == "null field":
+        s["parentSpanId"] = None
+    elif case == "no spanId":
+        del s["spanId"]
+    elif case == "no start":
+        del s["startTimeUnixNano"]
+    elif case == "zero end":
+        s["endTimeUnixNano"] = "0"
+    elif case == "ends before start":
+        s["endTimeUnixNano"] = str(T0 - 1)
+    elif case == "field twice":
+        raw = dumps(doc).replace(b'"name":"op"', b'"name":"op","name":"again"')
+    elif case == "unknown value kind":
+        a.append({"key": "m", "value": {"futureValue": 1}})
+    elif case == "two kinds in a value":
+        a.append({"key": "m", "value": {"stringValue": "a", "intValue": "1"}})
+    elif case == "spans under an unknown key":
+        doc["resourceSpans"][0]["instrumentationLibrarySpans"] = [{"spans": [span(trace_id(), span_id(), "x", T0, T0)]}]
+    elif case == "trailing garbage":
+        raw = dumps(doc) + b" x"
+    elif case == "not JSON":
+        raw = b"this is not json"
+    elif case == "truncated":
+        raw = dumps(doc)[:-40]
+    elif case == "not an object":
+        raw = b"[1, 2]"
+    elif case == "invalid UTF-8":
+        raw = dumps(doc).replace(b'"v"', b'"\xc3\x28"')
+    elif case == "raw control byte":
+        raw = dumps(doc).replace(b'"v"', b'"a\x01b"')
+    elif case == "kind 9":
+        s["kind"] = 9
+    elif case == "status code 7":
+        s["status"] = {"code": 7}
+    elif case == "negative time":
+        s["startTimeUnixNano"] = -5
+    elif case == "20-digit int":
+        a.append({"key": "m", "value": {"intValue": "12345678901234567890"}})
+    elif case == "int with fraction":
+        a.append({"key": "m", "value": {"intValue": 1.5}})
+    elif case == "string bool":
+        a.append({"key": "m", "value": {"boolValue": "true"}})
+    elif case == "scope after spans":
+        ss = doc["resourceSpans"][0]["scopeSpans"][0]
+        doc["resourceSpans"][0]["scopeSpans"][0] = {"spans": ss["spans"], "scope": ss["scope"]}
+    elif case == "resource after scopeSpans":
+        rs = doc["resourceSpans"][0]
+        doc["resourceSpans"][0] = {"scopeSpans": rs["scopeSpans"], "resource": rs["resource"]}
+    elif case == "value before key":
+        a.append({"value": {"stringValue": "v"}, "key": "m"})
+    _left_alone(raw if raw is not None else doc)
+
+
+def test_mutated_batches_are_taken_only_when_the_duckdb_path_agrees():
+    """Random byte edits of a valid batch: whatever the C decoder takes, the DuckDB path takes identically."""
+    rng = random.Random(11)
+    base = dumps(export(native_request(client=(1, 1), itl=[1.0])[1]))
+    payloads = []
+    for _ in range(400):
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(b))
+            op = rng.random()
+            if op < 0.4:
+                b[i] = rng.choice(b'{}[]",:0123456789abcdefE.-\\ tnul\x00\xc3\x80')
+            elif op < 0.7:
+                del b[i]
+            else:
+                b[i:i] = bytes([rng.choice(b'{}[]",:09a\\ ')])
+        payloads.append(bytes(b))
+    c, left = c_rows(payloads)
+    d, d_bad = duckdb_rows(payloads)
+    taken = {r[0] for r in c}
+    assert taken.isdisjoint(d_bad)
+    assert c == [r for r in d if r[0] in taken]
+    assert len(taken) + len(left) == len(payloads)
+
+
+# -- through the archive ---------------------------------------------------------------------------------------
+
+def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, ingest_text, monkeypatch):
+    """A file mixing batches each path takes (C, DuckDB, reference), duplicates and a bad batch."""
+    _, a = native_request(client=(3, 1))
+    _, b = native_request(itl=[1.0, 2.0])
+    nested = export([span(trace_id(), span_id(), "n", T0, T0 + 1, attributes={"m": {"k": [1, {"x": 2}]}})])
+    b64 = export([span("S/kvNXezTaajzpKdDg5HNw==", span_id(), "b64", T0, T0 + 1)])
+    bad = export([span(trace_id(), span_id(), "late", T0 + 5, T0)])
+    text = jsonl(export(a), export(b), nested, b64, export(a[:2], service="again"), bad, export(a))
+    query = ("SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
+             "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
+             "FROM spans ORDER BY batch_id, span_id")
+    batches = "SELECT batch_id, span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
+    results = []
+    for available in (True, False):
+        monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
+        path = tmp_path / f"{available}.duckdb"
+        rep = ingest_text(path, text)
+        results.append((rows(path, query), rows(path, batches), [(r.position, r.error) for r in rep.rejected],
+                        rows(path, "SELECT * FROM requests ORDER BY trace_id")))
+    assert results[0] == results[1]
+    assert len(results[0][2]) == 1 and "ends before it starts" in results[0][2][0][1]
+    assert len(results[0][0]) == 6 + 6 + 1 + 1 + 1
