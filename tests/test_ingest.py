@@ -283,3 +283,21 @@ def test_unreadable_int_attribute_rejects_its_batch_only(archive_path, ingest_te
     assert [(r.position, r.error) for r in rep.rejected] == [
         ("line 2", "malformed OTLP JSON (ValueError: invalid literal for int() with base 10: '12a')")]
     assert rows(archive_path, "SELECT count(*) FROM spans") == [(6,)]
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 20])
+def test_lines_read_in_blocks_are_the_lines_of_the_file(tmp_path, monkeypatch, block):
+    """Lines cut by a block's end, longer than a block, blank, CRLF-ended, or last without a newline: each
+    batch's bytes are the line as iterating the file gives it (newline kept, so content hashes do not change)."""
+    from budgetscope.archive import files
+
+    monkeypatch.setattr(files, "READ_BLOCK", block)
+    docs = [json.dumps(export(native_request()[1]), separators=(",", ":")).encode() for _ in range(3)]
+    text = docs[0] + b"\n\n   \n" + docs[1] + b"\r\n" + b"\t\n" + docs[2]
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(text)
+    got = [(rb.position, bytes(rb.payload)) for rb in files.read_batches(p)]
+    with open(p, "rb") as f:
+        want = [(f"line {n}", line) for n, line in enumerate(f, start=1) if line.strip()]
+    assert got == want
+    assert [pos for pos, _ in got] == ["line 1", "line 4", "line 6"]

@@ -23,9 +23,9 @@ def test_the_extension_is_built():
 
 def c_rows(payloads: list[bytes]):
     """(rows the C decoder wrote, ids of the batches it left)."""
-    table, left = otlp_fast.decode(payloads, list(range(1, len(payloads) + 1)),
-                                   [otlp_json.count_spans(p) for p in payloads])
+    table, taken, left, _ = otlp_fast.decode(payloads, list(range(1, len(payloads) + 1)))
     got = [] if table is None else [tuple(r[c] for c in COLS) for r in table.to_pylist()]
+    assert taken == {b: n for b, n in ((b, sum(r[0] == b for r in got)) for b in taken)}
     return sorted(got), left
 
 
@@ -297,7 +297,9 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, in
     nested = export([span(trace_id(), span_id(), "n", T0, T0 + 1, attributes={"m": {"k": [1, {"x": 2}]}})])
     b64 = export([span("S/kvNXezTaajzpKdDg5HNw==", span_id(), "b64", T0, T0 + 1)])
     bad = export([span(trace_id(), span_id(), "late", T0 + 5, T0)])
-    text = jsonl(export(a), export(b), nested, b64, export(a[:2], service="again"), bad, export(a))
+    # a "spanId" that is a value, not a key: counted on the bytes, the DuckDB path hands it on; C takes it
+    word = export([span(trace_id(), span_id(), "word", T0, T0 + 1, attributes={"note": "spanId"})])
+    text = jsonl(export(a), export(b), nested, b64, export(a[:2], service="again"), bad, export(a), word)
     query = ("SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
              "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
              "FROM spans ORDER BY batch_id, span_id")
@@ -311,4 +313,48 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, in
                         rows(path, "SELECT * FROM requests ORDER BY trace_id")))
     assert results[0] == results[1]
     assert len(results[0][2]) == 1 and "ends before it starts" in results[0][2][0][1]
-    assert len(results[0][0]) == 6 + 6 + 1 + 1 + 1
+    assert len(results[0][0]) == 6 + 6 + 1 + 1 + 1 + 1
+
+
+@pytest.fixture
+def one_batch_chunks(monkeypatch):
+    """Every batch its own chunk (and its own transaction), as in a file larger than a chunk."""
+    from budgetscope.archive import archive
+
+    monkeypatch.setattr(archive, "FIRST_CHUNK_BYTES", 1)
+    monkeypatch.setattr(archive, "CHUNK_BYTES", 1)
+
+
+@pytest.mark.parametrize("limit", [None, 3])
+def test_copies_across_chunks_of_one_call_are_found(archive_path, ingest_text, one_batch_chunks, monkeypatch, limit):
+    """The span set skips the look for copies only while no pair repeats; a full set (limit 3) looks always."""
+    if limit:
+        real = otlp_fast.span_set
+        monkeypatch.setattr(otlp_fast, "span_set", lambda: real(limit))
+    _, a = native_request()
+    _, b = native_request()
+    rep = ingest_text(archive_path, jsonl(export(a), export(b), export(a[2:4], service="again"), export(b[:1])))
+    assert (rep.spans, rep.spans_inserted, rep.duplicate_spans, rep.rejected) == (15, 12, 3, [])
+    assert rows(archive_path, "SELECT span_count, spans_inserted, duplicate_spans FROM ingest_batches "
+                              "ORDER BY batch_id") == [(6, 6, 0), (6, 6, 0), (2, 0, 2), (1, 0, 1)]
+    assert rows(archive_path, "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans") == [(12, 12)]
+
+
+def test_copies_of_spans_stored_by_an_earlier_call_are_found(archive_path, ingest_text, one_batch_chunks):
+    _, a = native_request()
+    ingest_text(archive_path, jsonl(export(a)))
+    _, b = native_request()
+    rep = ingest_text(archive_path, jsonl(export(b), export(a[:2], service="again")))
+    assert (rep.spans_inserted, rep.duplicate_spans) == (6, 2)
+    assert rows(archive_path, "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans") == [(12, 12)]
+    assert rows(archive_path, "SELECT DISTINCT service_name FROM spans") == [("engine",)]
+
+
+def test_copies_of_spans_another_path_landed_in_the_call_are_found(archive_path, ingest_text, one_batch_chunks):
+    """Spans landed by the DuckDB or reference path are not in the span set: from then on, every chunk looks."""
+    tid = trace_id()
+    s = span(tid, span_id(), "n", T0, T0 + 1, attributes={"m": {"k": 1}})  # a kvlist: the reference decoder's
+    copy = dict(s, attributes=attrs({"m": "flat now"}))  # the same ids, a form the C decoder takes
+    rep = ingest_text(archive_path, jsonl(export([s]), export([copy])))
+    assert (rep.spans, rep.spans_inserted, rep.duplicate_spans) == (2, 1, 1)
+    assert rows(archive_path, "SELECT attributes FROM spans") == [('{"m":{"k":1}}',)]

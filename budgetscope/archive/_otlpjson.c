@@ -5,8 +5,8 @@
  * batch is bad). What bails: anything that is not valid JSON, a span whose ids, times, kind or status are not
  * in the plain form producers write (hex ids, integer times, enum numbers or names), a nested array or
  * key/value-list attribute, a double it cannot print exactly as DuckDB's `to_json` does, a null where a value
- * should be, an escaped NUL, fields in an unexpected order, and any batch with fewer decoded spans than its
- * `"spanId"` keys.
+ * should be, an escaped NUL, fields in an unexpected order, and a `"spanId"` key anywhere but in a span of
+ * `resourceSpans[].scopeSpans[].spans[]` (a link, or spans under a key it does not know).
  *
  * The columns are those of the `spans` table less `source`, and each value is byte for byte what the DuckDB
  * path (jsonsql.py) stores for the same span: attributes and resource as one JSON object, strings escaped as
@@ -398,6 +398,9 @@ static int skip(P *s) {
                 if (c == '{') {
                     Str k;
                     TRY(object_key(s, &k));
+                    /* a span where this decoder does not look (a link, a field it does not know): the
+                     * slower paths count every "spanId" key, and decide */
+                    if (IS(&k, "spanId")) return BAIL;
                     TRY(expect(s, ':'));
                 }
                 TRY(skip(s));
@@ -938,14 +941,142 @@ static int batch(P *s, Out *o, int64_t batch_id, Resource *r) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* The (trace_id, span_id) pairs one ingest call has decoded, as 64-bit hashes: while no pair comes twice, the
+ * archive need not look for copies among the spans this call landed. A hash that comes twice may be a copy or
+ * a collision; either way the caller then looks, exactly. Past `limit` pairs it stops (memory stays bounded)
+ * and says so. */
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t *slots; /* 0 = empty */
+    size_t cap, count, limit;
+    int full;
+} SpanSet;
+
+static uint64_t hex_u64(const char *p, int n) {
+    uint64_t x = 0;
+    for (int k = 0; k < n; k++) {
+        unsigned c = (unsigned char)p[k];
+        x = (x << 4) | (c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    return x;
+}
+
+static inline uint64_t fmix64(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* Insert; 1 when the hash was there already. */
+static int spanset_add(SpanSet *ss, uint64_t h) {
+    if (!h) h = 1;
+    if (2 * (ss->count + 1) > ss->cap) {
+        size_t cap = ss->cap ? 2 * ss->cap : 1 << 16;
+        uint64_t *slots = calloc(cap, sizeof *slots);
+        if (!slots) {
+            ss->full = 1;
+            return 0;
+        }
+        for (size_t k = 0; k < ss->cap; k++) {
+            uint64_t v = ss->slots[k];
+            if (!v) continue;
+            size_t i = (size_t)v & (cap - 1);
+            while (slots[i]) i = (i + 1) & (cap - 1);
+            slots[i] = v;
+        }
+        free(ss->slots);
+        ss->slots = slots;
+        ss->cap = cap;
+    }
+    size_t i = (size_t)h & (ss->cap - 1);
+    while (ss->slots[i]) {
+        if (ss->slots[i] == h) return 1;
+        i = (i + 1) & (ss->cap - 1);
+    }
+    ss->slots[i] = h;
+    ss->count++;
+    return 0;
+}
+
+/* Add the pairs of rows [from, o->rows); 1 when any came before. */
+static int spanset_add_rows(SpanSet *ss, const Out *o, int64_t from) {
+    const char *t = o->s[C_TRACE].data.p, *sp = o->s[C_SPAN].data.p;
+    int seen = 0;
+    for (int64_t r = from; r < o->rows; r++) {
+        if (ss->count >= ss->limit) {
+            ss->full = 1;
+            return seen;
+        }
+        uint64_t h = fmix64(hex_u64(t + 32 * r, 16) * 0x9E3779B97F4A7C15ULL ^ hex_u64(t + 32 * r + 16, 16)) ^
+                     fmix64(hex_u64(sp + 16 * r, 16) + 0x632BE59BD9B4E019ULL);
+        seen |= spanset_add(ss, h);
+        if (ss->full) return seen;
+    }
+    return seen;
+}
+
+static void spanset_dealloc(PyObject *self) {
+    free(((SpanSet *)self)->slots);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static int spanset_init(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"limit", NULL};
+    Py_ssize_t limit = 4 << 20;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n", names, &limit)) return -1;
+    SpanSet *ss = (SpanSet *)self;
+    free(ss->slots);
+    ss->slots = NULL;
+    ss->cap = ss->count = 0;
+    ss->limit = limit > 0 ? (size_t)limit : 0;
+    ss->full = 0;
+    return 0;
+}
+
+static PyObject *spanset_full(PyObject *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(((SpanSet *)self)->full);
+}
+
+static PyObject *spanset_len(PyObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSize_t(((SpanSet *)self)->count);
+}
+
+static PyGetSetDef spanset_getset[] = {
+    {"full", spanset_full, NULL, "past its limit: it no longer tracks new pairs", NULL},
+    {"count", spanset_len, NULL, "pairs held", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SpanSetType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "budgetscope.archive._otlpjson.SpanSet",
+    .tp_basicsize = sizeof(SpanSet),
+    .tp_dealloc = spanset_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SpanSet(limit=4194304): the (trace_id, span_id) hashes one ingest call decoded.",
+    .tp_init = spanset_init,
+    .tp_new = PyType_GenericNew,
+    .tp_getset = spanset_getset,
+};
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* Python */
 
 typedef struct {
-    const unsigned char *p;
-    Py_ssize_t len;
-    int64_t id, expected;
+    Py_buffer view;
+    int64_t id, spans; /* spans decoded, or -1: left to the next path */
 } Item;
 
+static void release(Item *items, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (items[k].view.obj) PyBuffer_Release(&items[k].view);
+    PyMem_Free(items);
+}
 /* A buffer the decoder filled, handed to Python (and Arrow) without a copy; freed with its last reference. */
 typedef struct {
     PyObject_HEAD
@@ -1003,49 +1134,45 @@ static PyObject *bitmap_of(const Buf *v, int64_t rows) {
 static PyThread_type_lock lock; /* the scanner's scratch buffer is shared: one decode at a time */
 
 PyDoc_STRVAR(decode_doc,
-"decode(payloads, batch_ids, expected) -> (rows, ints, strings, bailed)\n\n"
-"Decode OTLP/JSON trace exports (a list of bytes) into columns. `expected[k]` is the number of spans batch k\n"
-"must yield (its `\"spanId\"` keys); a batch that yields another number, or that the decoder cannot vouch\n"
-"for, is left out whole and its id returned in `bailed`. `ints`: bytes of int64 for batch_id, start_ns,\n"
-"end_ns. `strings`: (offsets as int64 bytes, data, validity bitmap or None) for trace_id, span_id,\n"
-"parent_span_id, name, kind, service_name, scope_name, status_code, attributes, resource.");
+"decode(payloads, batch_ids, seen=None) -> (rows, ints, strings, spans, repeated)\n\n"
+"Decode OTLP/JSON trace exports (a list of bytes-like objects) into columns. A batch the decoder cannot vouch\n"
+"for is left out whole: `spans[k]` is the number of spans batch k gave, or -1 when it was left. `ints`: int64\n"
+"buffers for batch_id, start_ns, end_ns. `strings`: (int64 offsets, data, validity bitmap or None) for\n"
+"trace_id, span_id, parent_span_id, name, kind, service_name, scope_name, status_code, attributes, resource.\n"
+"`seen`: a SpanSet the decoded pairs are added to; `repeated` is true when a pair may have come before\n"
+"(in this call or an earlier one with the same set), or when the set is full.");
 
 static PyObject *py_decode(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *payloads, *ids, *expected;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &payloads, &PyList_Type, &ids, &PyList_Type, &expected))
+    PyObject *payloads, *ids, *seen = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!|O", &PyList_Type, &payloads, &PyList_Type, &ids, &seen)) return NULL;
+    if (seen != Py_None && !PyObject_TypeCheck(seen, &SpanSetType)) {
+        PyErr_SetString(PyExc_TypeError, "seen must be a SpanSet or None");
         return NULL;
+    }
+    SpanSet *ss = seen == Py_None ? NULL : (SpanSet *)seen;
+    int repeated = 0;
     Py_ssize_t n = PyList_GET_SIZE(payloads);
-    if (PyList_GET_SIZE(ids) != n || PyList_GET_SIZE(expected) != n) {
-        PyErr_SetString(PyExc_ValueError, "payloads, batch_ids and expected differ in length");
+    if (PyList_GET_SIZE(ids) != n) {
+        PyErr_SetString(PyExc_ValueError, "payloads and batch_ids differ in length");
         return NULL;
     }
     Item *items = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Item));
     if (!items) return PyErr_NoMemory();
-    size_t total = 0, spans = 0;
+    size_t total = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *b = PyList_GET_ITEM(payloads, k);
-        if (!PyBytes_Check(b)) {
-            PyMem_Free(items);
-            PyErr_SetString(PyExc_TypeError, "payloads must be bytes");
+        if (PyObject_GetBuffer(PyList_GET_ITEM(payloads, k), &items[k].view, PyBUF_SIMPLE) < 0) {
+            release(items, n);
             return NULL;
         }
-        items[k].p = (const unsigned char *)PyBytes_AS_STRING(b);
-        items[k].len = PyBytes_GET_SIZE(b);
         items[k].id = PyLong_AsLongLong(PyList_GET_ITEM(ids, k));
-        items[k].expected = PyLong_AsLongLong(PyList_GET_ITEM(expected, k));
-        total += (size_t)items[k].len;
-        spans += items[k].expected > 0 ? (size_t)items[k].expected : 0;
+        total += (size_t)items[k].view.len;
     }
     if (PyErr_Occurred()) {
-        PyMem_Free(items);
+        release(items, n);
         return NULL;
     }
-    char *bailed = PyMem_Calloc((size_t)(n ? n : 1), 1);
-    if (!bailed) {
-        PyMem_Free(items);
-        return PyErr_NoMemory();
-    }
+    size_t spans = total / 256 + 1; /* a guess for sizing: OTLP/JSON spans run 250-1,000 bytes */
     Out o;
     memset(&o, 0, sizeof o);
     Resource r;
@@ -1055,7 +1182,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(lock, WAIT_LOCK);
     oom = 0;
-    /* Sized up front from the spans expected, so that nothing is copied as it grows (pages never written
+    /* Sized up front from a guess at the spans, so that little is copied as it grows (pages never written
      * cost nothing). Attributes take about half of a payload; a column that outgrows its guess grows. */
     static const size_t per_span[N_STR] = {32, 16, 16, 24, 12, 24, 16, 8, 0, 64};
     for (int k = 0; k < N_STR; k++) {
@@ -1067,10 +1194,14 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     for (Py_ssize_t k = 0; k < n && !failed; k++) {
         Mark m;
         out_mark(&o, &m);
-        P s = {items[k].p, items[k].p + items[k].len, 0};
-        if (batch(&s, &o, items[k].id, &r) < 0 || o.rows - m.rows != items[k].expected) {
+        const unsigned char *p = items[k].view.buf;
+        P s = {p, p + items[k].view.len, 0};
+        if (batch(&s, &o, items[k].id, &r) < 0) {
             out_reset(&o, &m);
-            bailed[k] = 1;
+            items[k].spans = -1;
+        } else {
+            items[k].spans = o.rows - m.rows;
+            if (ss && !ss->full) repeated |= spanset_add_rows(ss, &o, m.rows);
         }
         failed |= oom;
     }
@@ -1082,8 +1213,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    PyObject *ints = PyTuple_New(N_INT), *strs = PyTuple_New(N_STR), *bl = PyList_New(0);
-    if (!ints || !strs || !bl) goto fail;
+    PyObject *ints = PyTuple_New(N_INT), *strs = PyTuple_New(N_STR), *counts = PyList_New(n);
+    if (!ints || !strs || !counts) goto fail;
     for (int k = 0; k < N_INT; k++) {
         PyObject *b = owned_of(&o.i[k]);
         if (!b) goto fail;
@@ -1100,27 +1231,23 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         }
         PyTuple_SET_ITEM(strs, k, Py_BuildValue("(NNN)", off, data, bm));
     }
-    for (Py_ssize_t k = 0; k < n; k++)
-        if (bailed[k]) {
-            PyObject *id = PyLong_FromLongLong(items[k].id);
-            if (!id || PyList_Append(bl, id) < 0) {
-                Py_XDECREF(id);
-                goto fail;
-            }
-            Py_DECREF(id);
-        }
-    result = Py_BuildValue("(LNNN)", (long long)o.rows, ints, strs, bl);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *c = PyLong_FromLongLong(items[k].spans);
+        if (!c) goto fail;
+        PyList_SET_ITEM(counts, k, c);
+    }
+    result = Py_BuildValue("(LNNNO)", (long long)o.rows, ints, strs, counts,
+                           repeated || (ss && ss->full) ? Py_True : Py_False);
     goto done;
 fail:
     Py_XDECREF(ints);
     Py_XDECREF(strs);
-    Py_XDECREF(bl);
+    Py_XDECREF(counts);
 done:
     out_free(&o);
     free(r.json.p);
     free(r.service.p);
-    PyMem_Free(items);
-    PyMem_Free(bailed);
+    release(items, n);
     return result;
 }
 
@@ -1137,8 +1264,16 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__otlpjson(void) {
     init_tables();
-    if (PyType_Ready(&OwnedType) < 0) return NULL;
+    if (PyType_Ready(&OwnedType) < 0 || PyType_Ready(&SpanSetType) < 0) return NULL;
     lock = PyThread_allocate_lock();
     if (!lock) return PyErr_NoMemory();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&SpanSetType);
+    if (PyModule_AddObject(m, "SpanSet", (PyObject *)&SpanSetType) < 0) {
+        Py_DECREF(&SpanSetType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -35,7 +35,7 @@ class ArchiveError(Exception):
 class RawBatch:
     """One batch as it arrived: an OTLP/JSON document or a serialized protobuf `ExportTraceServiceRequest`."""
 
-    payload: bytes
+    payload: bytes | memoryview  # bytes-like: the lines of a trace file are views of the buffers it was read into
     format: str  # "otlp-json" | "otlp-proto" | "otlp-metrics-json" | "otlp-metrics-proto" (GPU samples)
     origin: str
     position: str
@@ -79,9 +79,11 @@ class _Chunk:
     items: list[tuple[int, str, RawBatch]]  # (batch id, content hash, batch)
     decoded: object  # pyarrow.Table of the spans the C decoder took (otlp_fast), or None
     raw_json: object  # pyarrow.Table (batch_id, doc, expected) of the JSON batches it left, or None
-    expected: dict[int, int]  # JSON batch id → spans counted on its bytes
+    expected: dict[int, int]  # JSON batch id → its spans (decoded, or counted on its bytes)
     seen: int
     copies: list[tuple[str, RawBatch]]  # batches whose bytes were seen before: skipped
+    c_only: bool  # every span in it came through the C decoder
+    repeated: bool  # false: the C decoder saw none of its (trace_id, span_id) pairs before in this ingest call
 
 
 def _binary_column(payloads: list[bytes]):
@@ -107,28 +109,31 @@ def _int64_column(values: list[int]):
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))])
 
 
-def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list) -> "_Chunk":
+def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, spans_seen=None) -> "_Chunk":
     import pyarrow as pa
 
     js = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-json"]
-    expected = {bid: otlp_json.count_spans(p) for bid, p in js}
-    decoded = None
+    decoded, expected, repeated = None, {}, True
     if js and otlp_fast.AVAILABLE:
-        decoded, left = otlp_fast.decode([p for _, p in js], [b for b, _ in js], [expected[b] for b, _ in js])
+        decoded, expected, left, repeated = otlp_fast.decode([p for _, p in js], [b for b, _ in js], spans_seen)
         left = set(left)
         js = [(b, p) for b, p in js if b in left]
+    expected.update((bid, otlp_json.count_spans(p)) for bid, p in js)
+    # every span of the chunk came through the C decoder (metrics batches hold none)
+    c_only = not js and all(rb.format in ("otlp-json", *otlp_metrics.FORMATS) for _, _, rb in items)
     if not js:
-        return _Chunk(items, decoded, None, expected, seen, copies)
+        return _Chunk(items, decoded, None, expected, seen, copies, c_only, repeated)
     table = pa.Table.from_arrays(
         [_int64_column([b for b, _ in js]), _binary_column([p for _, p in js]),
          _int64_column([expected[b] for b, _ in js])], names=["batch_id", "doc", "expected"])
     # Small record batches let DuckDB spread the JSON parsing over every core.
-    return _Chunk(items, decoded, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies)
+    return _Chunk(items, decoded, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies,
+                  c_only, repeated)
 
 
-def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Iterator[_Chunk]:
+def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_seen=None) -> Iterator[_Chunk]:
     """Group batches new to the archive into chunks growing from FIRST_CHUNK_BYTES to CHUNK_BYTES, skipping
-    those seen before."""
+    those seen before. `spans_seen`: the ingest call's `otlp_fast.span_set`, or None."""
     items: list[tuple[int, str, RawBatch]] = []
     copies: list[tuple[str, RawBatch]] = []
     size = seen = 0
@@ -146,10 +151,10 @@ def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int) -> Itera
         next_id += 1
         size += len(rb.payload)
         if size >= limit:
-            yield _chunk(items, seen, copies)
+            yield _chunk(items, seen, copies, spans_seen)
             items, copies, size, seen = [], [], 0, 0
             limit = min(2 * limit, CHUNK_BYTES)
-    yield _chunk(items, seen, copies)
+    yield _chunk(items, seen, copies, spans_seen)
 
 
 def _prefetch(it: Iterator[_Chunk]) -> Iterator[_Chunk]:
@@ -305,14 +310,21 @@ class Archive:
         if self._known is None:
             self._known = {h for (h,) in self.con.execute("SELECT content_hash FROM ingest_batches").fetchall()}
         (next_id,) = one(self.con, "SELECT coalesce(max(batch_id), 0) + 1 FROM ingest_batches")
+        # While every span of this call comes through the C decoder, its span set tells which chunks hold no
+        # copy of a span landed earlier in the call; those are checked against older spans only, if any.
+        spans_seen = otlp_fast.span_set() if otlp_fast.AVAILABLE else None
+        (stored_before,) = one(self.con, "SELECT EXISTS (SELECT 1 FROM spans)")
+        c_only = spans_seen is not None
         rejected_hashes: dict[str, str] = {}
         # Reading, hashing and building the next chunk overlap DuckDB's work on this one.
-        for chunk in _prefetch(_chunks(batches, self._known, next_id)):
+        for chunk in _prefetch(_chunks(batches, self._known, next_id, spans_seen)):
             report.batches += chunk.seen
             report.batches_already_ingested += len(chunk.copies)
+            c_only = c_only and chunk.c_only
+            older_than = None if not c_only or chunk.repeated else next_id if stored_before else 0
             if chunk.items:
                 try:
-                    self._land(chunk, report, rejected_hashes)
+                    self._land(chunk, report, rejected_hashes, older_than)
                 except BaseException:
                     self._known = None  # the chunk's hashes were marked known but did not land: reload
                     raise
@@ -331,8 +343,10 @@ class Archive:
         report.seconds = time.perf_counter() - t0
         return report
 
-    def _land(self, ch: "_Chunk", report: IngestReport, rejected_hashes: dict[str, str]) -> None:
-        """Land one chunk in one transaction: the fast path first, then the reference path for the rest."""
+    def _land(self, ch: "_Chunk", report: IngestReport, rejected_hashes: dict[str, str],
+              older_than: int | None) -> None:
+        """Land one chunk in one transaction: the fast paths first, then the reference path for the rest.
+        `older_than`: see `jsonsql.land`."""
         con = self.con
         by_id = {bid: (h, rb) for bid, h, rb in ch.items}
         first = ch.items[0][0]
@@ -340,7 +354,7 @@ class Archive:
         with self._transaction():
             reference = [bid for bid, _, rb in ch.items if rb.format != "otlp-json"]
             if ch.decoded is not None or ch.raw_json is not None:
-                reference += jsonsql.land(con, ch.decoded, ch.raw_json, ch.expected, first)
+                reference += jsonsql.land(con, ch.decoded, ch.raw_json, ch.expected, first, older_than)
             for bid in sorted(reference):
                 rb = by_id[bid][1]
                 if rb.format in otlp_metrics.FORMATS:  # GPU samples: straight to gpu_samples

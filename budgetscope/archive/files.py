@@ -49,7 +49,7 @@ def sniff(path: Path) -> str:
     return "json" if seen else "jsonl"
 
 
-def _json_format(payload: bytes) -> str:
+def _json_format(payload) -> str:
     return otlp_metrics.JSON if otlp_metrics.is_metrics_json(payload) else "otlp-json"
 
 
@@ -77,13 +77,51 @@ def read_batches(path: str | os.PathLike, tracker=None) -> Iterator[RawBatch]:
         if tracker:
             tracker(len(data))
         return
-    done = 0
     with open(p, "rb") as f:
-        for n, line in enumerate(f, start=1):
-            done += len(line)
-            if line.strip():
+        for n, line, done in _lines(f):
+            if not _blank(line):
                 yield RawBatch(line, _json_format(line), origin, f"line {n}")
             if tracker and n % 256 == 0:
                 tracker(done)
-    if tracker:
-        tracker(done)
+        if tracker:
+            tracker(f.tell())
+
+
+READ_BLOCK = 8 << 20
+
+
+def _lines(f) -> Iterator[tuple[int, memoryview, int]]:
+    """(line number, line with its newline, bytes read so far) for each line of a binary file.
+
+    The file is read in blocks straight into buffers that the lines are views of: one copy of the bytes, where
+    iterating the file object costs two (its own buffer, then each line), 0.3 s more for 450 MB here. A line
+    longer than a block grows the next block. Each buffer lives as long as a line viewing it."""
+    n = done = 0
+    tail = b""
+    block = READ_BLOCK
+    while True:
+        buf = bytearray(len(tail) + block)
+        buf[:len(tail)] = tail
+        got = f.readinto(memoryview(buf)[len(tail):])
+        done += got
+        end = len(tail) + got
+        view = memoryview(buf)[:end]
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start, end)
+            if nl < 0:
+                break
+            n += 1
+            yield n, view[start:nl + 1], done
+            start = nl + 1
+        if not got:  # end of file: what is left is a last line without its newline
+            if start < end:
+                yield n + 1, view[start:end], done
+            return
+        tail = bytes(view[start:end])
+        block = max(block, 2 * len(tail))
+
+
+def _blank(line: memoryview) -> bool:
+    first = line[0] if len(line) else 10
+    return first in b" \t\r\n" and not bytes(line).strip()

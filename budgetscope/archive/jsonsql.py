@@ -107,7 +107,7 @@ def setup(con) -> None:
     con.execute(MACROS)
 
 
-def land(con, decoded, raw, expected: dict[int, int], first_id: int) -> list[int]:
+def land(con, decoded, raw, expected: dict[int, int], first_id: int, older_than: int | None = None) -> list[int]:
     """Insert the vouched-for spans of a chunk's JSON batches straight into `spans`, as the first statements
     of the caller's transaction: `decoded`, the spans the C decoder took (`otlp_fast`), and `raw`, an Arrow
     table (batch_id, doc, expected) of the documents it left, flattened here. Either may be None. Returns the
@@ -116,13 +116,17 @@ def land(con, decoded, raw, expected: dict[int, int], first_id: int) -> list[int
     A batch is vouched for when every one of its spans landed: as many as the `"spanId"` keys in its bytes.
     Anything else (a bad span, a field of an unexpected type, a nested value, a span already stored, a
     document that is not a trace export) sends the whole batch to the reference path, which decides.
+
+    `older_than`: when the caller knows the chunk's spans are distinct from each other and from every span
+    with batch_id in [older_than, first_id) (the C decoder's span set), copies are looked for only among the
+    spans below `older_than`, and not at all when it is 0. None: looked for everywhere.
     """
     tables = {name: t for name, t in (("bs_dec", decoded), ("bs_raw", raw)) if t is not None}
     flatten = _FLATTEN.replace("@RAW@", "bs_raw") if raw is not None else None
     for name, t in tables.items():
         con.register(name, t)
     try:
-        return _land(con, decoded is not None, flatten, expected, first_id)
+        return _land(con, decoded is not None, flatten, expected, first_id, older_than)
     except duckdb.Error:
         if flatten is None:
             raise
@@ -133,21 +137,25 @@ def land(con, decoded, raw, expected: dict[int, int], first_id: int) -> list[int
         for name, t in tables.items():
             con.register(name, t)
         return _land(con, decoded is not None, flatten.replace("@WHERE@", "WHERE json_valid(doc)"), expected,
-                     first_id)
+                     first_id, older_than)
     finally:
         for name in tables:
             con.unregister(name)
 
 
-def _land(con, decoded: bool, flatten: str | None, expected: dict[int, int], first_id: int) -> list[int]:
+def _land(con, decoded: bool, flatten: str | None, expected: dict[int, int], first_id: int,
+          older_than: int | None) -> list[int]:
     if decoded:
         con.execute(_INSERT_DECODED)
     if flatten is not None:
         con.execute(_insert(flatten.replace("@WHERE@", "")))
-    con.execute(_DROP_STORED, [first_id, first_id])
-    (dups,) = con.execute(_INNER_DUPLICATES, [first_id]).fetchall()[0]
-    if dups:
-        con.execute(_DROP_LATER_COPIES, [first_id, first_id])
+    if older_than is None:
+        con.execute(_DROP_STORED, [first_id, first_id])
+        (dups,) = con.execute(_INNER_DUPLICATES, [first_id]).fetchall()[0]
+        if dups:
+            con.execute(_DROP_LATER_COPIES, [first_id, first_id])
+    elif older_than:
+        con.execute(_DROP_STORED, [first_id, older_than])
     landed = dict(con.execute("SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1",
                               [first_id]).fetchall())
     suspect = {b for b, n in expected.items() if landed.get(b, 0) != n}

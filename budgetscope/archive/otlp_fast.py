@@ -24,19 +24,29 @@ STRING_COLUMNS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "serv
 INT_COLUMNS = ("batch_id", "start_ns", "end_ns")
 
 
-def decode(payloads: list[bytes], batch_ids: list[int], expected: list[int]):
-    """(Arrow table of the decoded spans, or None when there are none; ids of the batches left to the next path).
+def span_set(limit: int = 4 << 20):
+    """A set of the (trace_id, span_id) pairs one ingest call decodes (64-bit hashes, 16 bytes a pair at
+    most; past `limit` pairs it stops tracking and `decode` reports every chunk as possibly repeated)."""
+    return _otlpjson.SpanSet(limit)
 
-    `expected[k]`: the spans batch k must yield (its `"spanId"` keys); a batch that yields another number is
-    left to the next path, which decides."""
+
+def decode(payloads: list, batch_ids: list[int], seen=None):
+    """(Arrow table of the decoded spans or None, {batch id: spans} of the batches taken, ids of those left,
+    repeated).
+
+    `payloads`: bytes-like OTLP/JSON documents. A batch left goes to the next path whole. `seen`: a `span_set`
+    the decoded pairs join; `repeated` is false only when none of them was in it already (nor twice in this
+    call) — then the archive need not look for copies among the spans decoded with the same set."""
     import pyarrow as pa
 
-    rows, ints, strings, bailed = _otlpjson.decode(payloads, batch_ids, expected)
+    rows, ints, strings, spans, repeated = _otlpjson.decode(payloads, batch_ids, seen)
+    taken = {b: n for b, n in zip(batch_ids, spans) if n >= 0}
+    left = [b for b, n in zip(batch_ids, spans) if n < 0]
     if not rows:
-        return None, bailed
+        return None, taken, left, repeated
     cols = {name: pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(data)])
             for name, data in zip(INT_COLUMNS, ints)}
     for name, (offsets, data, valid) in zip(STRING_COLUMNS, strings):
         cols[name] = pa.Array.from_buffers(pa.large_string(), rows, [
             None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
-    return pa.table(cols), bailed
+    return pa.table(cols), taken, left, repeated

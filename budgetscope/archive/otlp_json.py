@@ -87,6 +87,6 @@ def decode(doc) -> SpanBatch:
     return batch
 
 
-def count_spans(raw: bytes) -> int:
-    """Spans in an OTLP/JSON batch, counted on the bytes (each span has exactly one `"spanId"` key)."""
-    return raw.count(b'"spanId"')
+def count_spans(raw) -> int:
+    """Spans in an OTLP/JSON batch (bytes-like), counted on the bytes (each span has exactly one `"spanId"` key)."""
+    return (raw if isinstance(raw, bytes) else bytes(raw)).count(b'"spanId"')

@@ -200,7 +200,7 @@ def land(con, rows: PointRows, batch_id: int) -> int:
 # -- telling metrics from traces --------------------------------------------------------------------------------
 def is_metrics_json(payload: bytes) -> bool:
     """An OTLP/JSON metrics export: its top-level key (written first by every exporter) is `resourceMetrics`."""
-    head = payload[:256]
+    head = bytes(payload[:256])
     return b'"resourceMetrics"' in head and b'"resourceSpans"' not in head
 
 
