@@ -285,13 +285,16 @@ def test_unreadable_int_attribute_rejects_its_batch_only(archive_path, ingest_te
     assert rows(archive_path, "SELECT count(*) FROM spans") == [(6,)]
 
 
+@pytest.mark.parametrize("c_blocks", [True, False])
 @pytest.mark.parametrize("block", [7, 64, 1 << 20])
-def test_lines_read_in_blocks_are_the_lines_of_the_file(tmp_path, monkeypatch, block):
+def test_lines_read_in_blocks_are_the_lines_of_the_file(tmp_path, monkeypatch, block, c_blocks):
     """Lines cut by a block's end, longer than a block, blank, CRLF-ended, or last without a newline: each
-    batch's bytes are the line as iterating the file gives it (newline kept, so content hashes do not change)."""
-    from budgetscope.archive import files
+    batch's bytes are the line as iterating the file gives it (newline kept, so content hashes do not change).
+    Blocks are the C module's buffers, or bytearrays where it was not built."""
+    from budgetscope.archive import files, otlp_fast
 
     monkeypatch.setattr(files, "READ_BLOCK", block)
+    monkeypatch.setattr(otlp_fast, "AVAILABLE", c_blocks and otlp_fast.AVAILABLE)
     docs = [json.dumps(export(native_request()[1]), separators=(",", ":")).encode() for _ in range(3)]
     text = docs[0] + b"\n\n   \n" + docs[1] + b"\r\n" + b"\t\n" + docs[2]
     p = tmp_path / "t.jsonl"

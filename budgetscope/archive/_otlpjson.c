@@ -47,6 +47,12 @@ static int buf_grow(Buf *b, size_t need) {
     return 0;
 }
 
+static void buf_free(Buf *b) {
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
 static inline int buf_put(Buf *b, const void *s, size_t n) {
     if (b->len + n > b->cap && buf_grow(b, n)) return -1;
     memcpy(b->p + b->len, s, n);
@@ -111,11 +117,11 @@ static void out_reset(Out *o, const Mark *m) {
 
 static void out_free(Out *o) {
     for (int k = 0; k < N_STR; k++) {
-        free(o->s[k].off.p);
-        free(o->s[k].data.p);
-        free(o->s[k].valid.p);
+        buf_free(&o->s[k].off);
+        buf_free(&o->s[k].data);
+        buf_free(&o->s[k].valid);
     }
-    for (int k = 0; k < N_INT; k++) free(o->i[k].p);
+    for (int k = 0; k < N_INT; k++) buf_free(&o->i[k]);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -953,15 +959,6 @@ typedef struct {
     int full;
 } SpanSet;
 
-static uint64_t hex_u64(const char *p, int n) {
-    uint64_t x = 0;
-    for (int k = 0; k < n; k++) {
-        unsigned c = (unsigned char)p[k];
-        x = (x << 4) | (c <= '9' ? c - '0' : c - 'a' + 10);
-    }
-    return x;
-}
-
 static inline uint64_t fmix64(uint64_t h) {
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
@@ -971,56 +968,78 @@ static inline uint64_t fmix64(uint64_t h) {
     return h;
 }
 
-/* Insert; 1 when the hash was there already. */
-static int spanset_add(SpanSet *ss, uint64_t h) {
-    if (!h) h = 1;
-    if (2 * (ss->count + 1) > ss->cap) {
-        size_t cap = ss->cap ? 2 * ss->cap : 1 << 16;
-        uint64_t *slots = calloc(cap, sizeof *slots);
-        if (!slots) {
-            ss->full = 1;
-            return 0;
-        }
-        for (size_t k = 0; k < ss->cap; k++) {
-            uint64_t v = ss->slots[k];
-            if (!v) continue;
-            size_t i = (size_t)v & (cap - 1);
-            while (slots[i]) i = (i + 1) & (cap - 1);
-            slots[i] = v;
-        }
-        free(ss->slots);
-        ss->slots = slots;
-        ss->cap = cap;
+static inline uint64_t word(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* The hash of row r's (trace_id, span_id), from their hex text; never 0 (the empty slot). */
+static inline uint64_t pair_hash(const char *trace, const char *span) {
+    uint64_t h = fmix64(word(trace) * 0x9E3779B97F4A7C15ULL ^ word(trace + 8) * 0xC2B2AE3D27D4EB4FULL ^
+                        word(trace + 16) * 0x165667B19E3779F9ULL ^ word(trace + 24) * 0xD6E8FEB86659FD93ULL ^
+                        word(span) * 0xFF51AFD7ED558CCDULL ^ word(span + 8) * 0xC4CEB9FE1A85EC53ULL);
+    return h ? h : 1;
+}
+
+/* Room for `more` pairs at a load of at most one half; 0, or -1 when memory ran out. */
+static int spanset_reserve(SpanSet *ss, size_t more) {
+    if (2 * (ss->count + more) <= ss->cap) return 0;
+    size_t cap = ss->cap ? ss->cap : 1 << 18;
+    while (2 * (ss->count + more) > cap) cap *= 4;
+    uint64_t *slots = calloc(cap, sizeof *slots);
+    if (!slots) return -1;
+    for (size_t k = 0; k < ss->cap; k++) {
+        uint64_t v = ss->slots[k];
+        if (!v) continue;
+        size_t i = (size_t)v & (cap - 1);
+        while (slots[i]) i = (i + 1) & (cap - 1);
+        slots[i] = v;
     }
-    size_t i = (size_t)h & (ss->cap - 1);
-    while (ss->slots[i]) {
-        if (ss->slots[i] == h) return 1;
-        i = (i + 1) & (ss->cap - 1);
-    }
-    ss->slots[i] = h;
-    ss->count++;
+    free(ss->slots);
+    ss->slots = slots;
+    ss->cap = cap;
     return 0;
 }
 
-/* Add the pairs of rows [from, o->rows); 1 when any came before. */
+/* Add the pairs of rows [from, o->rows); 1 when any was there before (or the set just filled up). The
+ * slots are random places in a table of megabytes: each is prefetched a few pairs ahead of its insert. */
 static int spanset_add_rows(SpanSet *ss, const Out *o, int64_t from) {
-    const char *t = o->s[C_TRACE].data.p, *sp = o->s[C_SPAN].data.p;
+    size_t n = (size_t)(o->rows - from);
+    if (!n) return 0;
+    if (ss->count + n > ss->limit || spanset_reserve(ss, n) < 0) {
+        ss->full = 1;
+        return 1;
+    }
+    enum { AHEAD = 8 };
+    uint64_t ring[AHEAD];
+    const char *t = o->s[C_TRACE].data.p + 32 * from, *sp = o->s[C_SPAN].data.p + 16 * from;
+    size_t mask = ss->cap - 1;
     int seen = 0;
-    for (int64_t r = from; r < o->rows; r++) {
-        if (ss->count >= ss->limit) {
-            ss->full = 1;
-            return seen;
+    for (size_t k = 0; k < n + AHEAD; k++) {
+        if (k < n) {
+            uint64_t h = pair_hash(t + 32 * k, sp + 16 * k);
+            ring[k % AHEAD] = h;
+            __builtin_prefetch(&ss->slots[h & mask], 1);
         }
-        uint64_t h = fmix64(hex_u64(t + 32 * r, 16) * 0x9E3779B97F4A7C15ULL ^ hex_u64(t + 32 * r + 16, 16)) ^
-                     fmix64(hex_u64(sp + 16 * r, 16) + 0x632BE59BD9B4E019ULL);
-        seen |= spanset_add(ss, h);
-        if (ss->full) return seen;
+        if (k >= AHEAD) {
+            uint64_t h = ring[(k - AHEAD) % AHEAD];
+            size_t i = (size_t)h & mask;
+            while (ss->slots[i] && ss->slots[i] != h) i = (i + 1) & mask;
+            if (ss->slots[i]) {
+                seen = 1;
+            } else {
+                ss->slots[i] = h;
+                ss->count++;
+            }
+        }
     }
     return seen;
 }
 
 static void spanset_dealloc(PyObject *self) {
-    free(((SpanSet *)self)->slots);
+    SpanSet *ss = (SpanSet *)self;
+    free(ss->slots);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -1077,32 +1096,58 @@ static void release(Item *items, Py_ssize_t n) {
         if (items[k].view.obj) PyBuffer_Release(&items[k].view);
     PyMem_Free(items);
 }
-/* A buffer the decoder filled, handed to Python (and Arrow) without a copy; freed with its last reference. */
+/* A buffer the decoder filled, handed to Python (and Arrow) without a copy; freed with its last reference.
+ * `block(n)` makes a writable one for the file reader. */
 typedef struct {
     PyObject_HEAD
-    char *p;
-    Py_ssize_t len;
+    Buf b;
+    int writable;
 } Owned;
 
 static int owned_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     Owned *o = (Owned *)self;
-    return PyBuffer_FillInfo(view, self, o->p, o->len, 1, flags);
+    return PyBuffer_FillInfo(view, self, o->b.p, (Py_ssize_t)o->b.len, !o->writable, flags);
 }
 
 static void owned_dealloc(PyObject *self) {
-    free(((Owned *)self)->p);
+    buf_free(&((Owned *)self)->b);
     Py_TYPE(self)->tp_free(self);
 }
 
+/* find(byte, start, end): the first index of `byte` (an int) in [start, end), or -1; bytearray.find's
+ * answer for a one-byte needle, which the file reader needs. */
+static PyObject *owned_find(PyObject *self, PyObject *args) {
+    Owned *o = (Owned *)self;
+    int c;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "inn", &c, &start, &end)) return NULL;
+    if (start < 0) start = 0;
+    if (end > (Py_ssize_t)o->b.len) end = (Py_ssize_t)o->b.len;
+    if (start >= end) return PyLong_FromLong(-1);
+    const char *hit = memchr(o->b.p + start, c, (size_t)(end - start));
+    return PyLong_FromSsize_t(hit ? hit - o->b.p : -1);
+}
+
+static PyMethodDef owned_methods[] = {
+    {"find", owned_find, METH_VARARGS, "find(byte, start, end): index of the first `byte` in [start, end), or -1"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyBufferProcs owned_as_buffer = {owned_getbuffer, NULL};
+
+static Py_ssize_t owned_len(PyObject *self) { return (Py_ssize_t)((Owned *)self)->b.len; }
+
+static PySequenceMethods owned_as_sequence = {.sq_length = owned_len};
 
 static PyTypeObject OwnedType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "budgetscope.archive._otlpjson.Buffer",
     .tp_basicsize = sizeof(Owned),
     .tp_dealloc = owned_dealloc,
     .tp_as_buffer = &owned_as_buffer,
+    .tp_as_sequence = &owned_as_sequence,
+    .tp_methods = owned_methods,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Bytes the decoder wrote, exposed through the buffer protocol.",
+    .tp_doc = "Bytes the decoder wrote (or a block for the file reader), exposed through the buffer protocol.",
 };
 
 /* Move a Buf's bytes into a Python object (the Buf is left empty). */
@@ -1110,11 +1155,29 @@ static PyObject *owned_of(Buf *b) {
     if (!b->p && buf_grow(b, 1)) return PyErr_NoMemory();
     Owned *o = PyObject_New(Owned, &OwnedType);
     if (!o) return NULL;
-    o->p = b->p;
-    o->len = (Py_ssize_t)b->len;
-    b->p = NULL;
-    b->len = b->cap = 0;
+    o->b = *b;
+    o->writable = 0;
+    memset(b, 0, sizeof *b);
     return (PyObject *)o;
+}
+
+PyDoc_STRVAR(block_doc, "block(n) -> a writable buffer of n bytes, uninitialised (bytearray(n) zeroes its n bytes first)");
+
+static PyObject *py_block(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "n", &n)) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative size");
+        return NULL;
+    }
+    Buf b = {0};
+    oom = 0;
+    if (buf_grow(&b, (size_t)n + 1)) return PyErr_NoMemory();
+    b.len = (size_t)n;
+    PyObject *o = owned_of(&b);
+    if (o) ((Owned *)o)->writable = 1;
+    return o;
 }
 
 /* Validity bytes → an Arrow bitmap (None when every row is valid). */
@@ -1245,14 +1308,15 @@ fail:
     Py_XDECREF(counts);
 done:
     out_free(&o);
-    free(r.json.p);
-    free(r.service.p);
+    buf_free(&r.json);
+    buf_free(&r.service);
     release(items, n);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, decode_doc},
+    {"block", py_block, METH_VARARGS, block_doc},
     {NULL, NULL, 0, NULL},
 };
 

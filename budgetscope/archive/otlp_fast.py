@@ -24,6 +24,12 @@ STRING_COLUMNS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "serv
 INT_COLUMNS = ("batch_id", "start_ns", "end_ns")
 
 
+def block(n: int):
+    """A writable, uninitialised buffer of n bytes for the file reader, with `find(byte, start, end)` like
+    bytearray's."""
+    return _otlpjson.block(n)
+
+
 def span_set(limit: int = 4 << 20):
     """A set of the (trace_id, span_id) pairs one ingest call decodes (64-bit hashes, 16 bytes a pair at
     most; past `limit` pairs it stops tracking and `decode` reports every chunk as possibly repeated)."""
