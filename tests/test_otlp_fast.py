@@ -358,3 +358,25 @@ def test_copies_of_spans_another_path_landed_in_the_call_are_found(archive_path,
     rep = ingest_text(archive_path, jsonl(export([s]), export([copy])))
     assert (rep.spans, rep.spans_inserted, rep.duplicate_spans) == (2, 1, 1)
     assert rows(archive_path, "SELECT attributes FROM spans") == [('{"m":{"k":1}}',)]
+
+
+def test_span_set_finds_every_repeat():
+    """Batches of many spans (the set inserts them a few ahead of where it hashes): a second call that repeats
+    any one pair, wherever it sat, reports it; one that repeats none does not."""
+    tid = trace_id()
+    spans = [span(tid, span_id(), f"s{i}", T0, T0 + 1) for i in range(40)]
+    for i in range(len(spans)):
+        seen = otlp_fast.span_set()
+        _, _, _, first = otlp_fast.decode([dumps(export(spans[:20])), dumps(export(spans[20:]))], [1, 2], seen)
+        assert not first
+        fresh = span(tid, span_id(), "new", T0, T0 + 1)
+        _, _, _, again = otlp_fast.decode([dumps(export([fresh, spans[i]]))], [3], seen)
+        assert again, i
+        _, _, _, other = otlp_fast.decode([dumps(export([span(tid, span_id(), "x", T0, T0 + 1)]))], [4], seen)
+        assert not other
+    assert seen.count == 42 and not seen.full
+    _, _, _, within = otlp_fast.decode([dumps(export(spans[:12] + spans[5:6]))], [5], otlp_fast.span_set())
+    assert within
+    tiny = otlp_fast.span_set(10)
+    _, _, _, over = otlp_fast.decode([dumps(export(spans[:12]))], [6], tiny)
+    assert over and tiny.full

@@ -1017,13 +1017,8 @@ static int spanset_add_rows(SpanSet *ss, const Out *o, int64_t from) {
     size_t mask = ss->cap - 1;
     int seen = 0;
     for (size_t k = 0; k < n + AHEAD; k++) {
-        if (k < n) {
-            uint64_t h = pair_hash(t + 32 * k, sp + 16 * k);
-            ring[k % AHEAD] = h;
-            __builtin_prefetch(&ss->slots[h & mask], 1);
-        }
-        if (k >= AHEAD) {
-            uint64_t h = ring[(k - AHEAD) % AHEAD];
+        if (k >= AHEAD) { /* pair k - AHEAD, prefetched AHEAD pairs ago; its ring slot is k's next */
+            uint64_t h = ring[k % AHEAD];
             size_t i = (size_t)h & mask;
             while (ss->slots[i] && ss->slots[i] != h) i = (i + 1) & mask;
             if (ss->slots[i]) {
@@ -1032,6 +1027,11 @@ static int spanset_add_rows(SpanSet *ss, const Out *o, int64_t from) {
                 ss->slots[i] = h;
                 ss->count++;
             }
+        }
+        if (k < n) {
+            uint64_t h = pair_hash(t + 32 * k, sp + 16 * k);
+            ring[k % AHEAD] = h;
+            __builtin_prefetch(&ss->slots[h & mask], 1);
         }
     }
     return seen;
