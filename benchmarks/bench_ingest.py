@@ -2,7 +2,8 @@
 
     python benchmarks/bench_ingest.py [--requests 150000]
 
-Prints spans/s and MB/s for a fresh archive, and the time to re-ingest the same file (all batches known).
+Prints spans/s and MB/s for a fresh archive (the `ingest` call, and the same until the archive is closed:
+DuckDB's checkpoint at close included), and the time to re-ingest the same file (all batches known).
 """
 
 from __future__ import annotations
@@ -36,12 +37,17 @@ def main() -> None:
     size_mb = traces.stat().st_size / 1e6
     archive = out / "ingest.duckdb"
     archive.unlink(missing_ok=True)
+    a = Archive(archive)
+    rep = a.ingest(read_batches(traces))
+    t = time.perf_counter()
+    a.close()  # DuckDB checkpoints what is still in its WAL: part of the work, even if the spans are durable
+    closed = rep.seconds + time.perf_counter() - t
     with Archive(archive) as a:
-        rep = a.ingest(read_batches(traces))
         again = a.ingest(read_batches(traces))
     print(f"machine: {machine()}")
     print(f"file: {size_mb:,.0f} MB, {rep.spans:,} spans, {rep.requests_derived:,} requests")
     print(f"ingest: {rep.seconds:.2f} s = {rep.spans_per_s:,.0f} spans/s, {size_mb / rep.seconds:,.1f} MB/s")
+    print(f"ingest and close: {closed:.2f} s = {rep.spans / closed:,.0f} spans/s")
     print(f"re-ingest of the same file: {again.seconds:.2f} s, {again.spans_inserted} spans inserted")
     print(f"archive: {os.path.getsize(archive) / 1e6:,.0f} MB; peak RSS {peak_rss_mb():,.0f} MB")
 

@@ -321,7 +321,6 @@ def one_batch_chunks(monkeypatch):
     """Every batch its own chunk (and its own transaction), as in a file larger than a chunk."""
     from budgetscope.archive import archive
 
-    monkeypatch.setattr(archive, "FIRST_CHUNK_BYTES", 1)
     monkeypatch.setattr(archive, "CHUNK_BYTES", 1)
 
 
