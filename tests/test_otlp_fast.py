@@ -177,7 +177,8 @@ def _left_alone(doc_or_bytes) -> None:
     "no start", "zero end", "ends before start", "field twice", "unknown value kind", "two kinds in a value",
     "spans under an unknown key", "trailing garbage", "not JSON", "truncated", "not an object", "invalid UTF-8",
     "raw control byte", "kind 9", "status code 7", "negative time", "20-digit int", "int with fraction",
-    "string bool", "scope after spans", "resource after scopeSpans", "value before key",
+    "string bool", "scope after spans", "resource after scopeSpans", "value before key", "resource attributes twice",
+    "scope name twice", "status code twice", "resourceSpans twice",
 ])
 def test_batches_it_cannot_vouch_for_are_left_whole(case):
     s = span(trace_id(), span_id(), "op", T0, T0 + MS, parent=span_id(), attributes={"k": "v"})
@@ -260,6 +261,16 @@ def test_batches_it_cannot_vouch_for_are_left_whole(case):
         doc["resourceSpans"][0] = {"scopeSpans": rs["scopeSpans"], "resource": rs["resource"]}
     elif case == "value before key":
         a.append({"value": {"stringValue": "v"}, "key": "m"})
+    elif case == "resource attributes twice":
+        raw = dumps(doc).replace(b'"resource":{"attributes":', b'"resource":{"attributes":[],"attributes":', 1)
+    elif case == "scope name twice":
+        raw = dumps(doc).replace(b'"scope":{"name":"budgetscope"', b'"scope":{"name":"a","name":"budgetscope"', 1)
+    elif case == "status code twice":
+        s["status"] = {"code": 1}
+        raw = dumps(doc).replace(b'"status":{"code":1}', b'"status":{"code":1,"code":2}', 1)
+    elif case == "resourceSpans twice":
+        raw = dumps(doc)[:-1] + b',"resourceSpans":[]}'
+
     _left_alone(raw if raw is not None else doc)
 
 

@@ -720,7 +720,8 @@ static int resource(P *s, Resource *r) {
             Str f;
             TRY(object_key(s, &f));
             TRY(expect(s, ':'));
-            if (IS(&f, "attributes") && !seen) {
+            if (IS(&f, "attributes")) {
+                if (seen) return BAIL; /* a field twice: readers disagree on which counts */
                 int has = 0;
                 r->json.len = 0;
                 TRY(attributes(s, &r->json, &r->service, &has));
@@ -747,7 +748,8 @@ static int status(P *s, int *code) {
             Str f;
             TRY(object_key(s, &f));
             TRY(expect(s, ':'));
-            if (IS(&f, "code") && !seen) {
+            if (IS(&f, "code")) {
+                if (seen) return BAIL;
                 Str t;
                 TRY(scalar_text(s, &t));
                 *code = enum_index(&t, "STATUS_CODE_", STATUSES, 3);
@@ -862,7 +864,8 @@ static int scope_spans(P *s, Out *o, int64_t batch_id, const Resource *r) {
                         Str g;
                         TRY(object_key(s, &g));
                         TRY(expect(s, ':'));
-                        if (IS(&g, "name") && !has_scope) {
+                        if (IS(&g, "name")) {
+                            if (has_scope) return BAIL;
                             TRY(string(s, &scope));
                             has_scope = 1;
                         } else
@@ -928,7 +931,8 @@ static int batch(P *s, Out *o, int64_t batch_id, Resource *r) {
             Str f;
             TRY(object_key(s, &f));
             TRY(expect(s, ':'));
-            if (IS(&f, "resourceSpans") && !seen) {
+            if (IS(&f, "resourceSpans")) {
+                if (seen) return BAIL;
                 seen = 1;
                 TRY(expect(s, '['));
                 if (!accept(s, ']')) {
@@ -1229,11 +1233,11 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
             return NULL;
         }
         items[k].id = PyLong_AsLongLong(PyList_GET_ITEM(ids, k));
+        if (items[k].id == -1 && PyErr_Occurred()) {
+            release(items, n);
+            return NULL;
+        }
         total += (size_t)items[k].view.len;
-    }
-    if (PyErr_Occurred()) {
-        release(items, n);
-        return NULL;
     }
     size_t spans = total / 256 + 1; /* a guess for sizing: OTLP/JSON spans run 250-1,000 bytes */
     Out o;
