@@ -386,6 +386,34 @@ static inline int str_is(const Str *str, const char *lit, size_t n) {
 }
 #define IS(str, lit) str_is((str), lit, sizeof(lit) - 1)
 
+/* The members of a JSON object: the body runs once a member, with `key` (a Str) its name and its value next
+ * in `s`; the body consumes the value (`TRY(skip(s))` for one it ignores). */
+#define EACH_MEMBER(s, key, ...)          \
+    do {                                  \
+        TRY(expect(s, '{'));              \
+        if (!accept(s, '}')) {            \
+            do {                          \
+                Str key;                  \
+                TRY(object_key(s, &key)); \
+                TRY(expect(s, ':'));      \
+                __VA_ARGS__               \
+            } while (accept(s, ','));     \
+            TRY(expect(s, '}'));          \
+        }                                 \
+    } while (0)
+
+/* The elements of a JSON array: the body runs once an element, and consumes it. */
+#define EACH_ELEMENT(s, ...)          \
+    do {                              \
+        TRY(expect(s, '['));          \
+        if (!accept(s, ']')) {        \
+            do {                      \
+                __VA_ARGS__           \
+            } while (accept(s, ',')); \
+            TRY(expect(s, ']'));      \
+        }                             \
+    } while (0)
+
 /* Skip any JSON value, checking its syntax. */
 static int number_text(P *s, Str *out);
 
@@ -397,22 +425,15 @@ static int skip(P *s) {
     }
     if (c == '{' || c == '[') {
         if (++s->depth > 64) return BAIL;
-        char close = c == '{' ? '}' : ']';
-        s->p++;
-        if (!accept(s, close)) {
-            do {
-                if (c == '{') {
-                    Str k;
-                    TRY(object_key(s, &k));
-                    /* a span where this decoder does not look (a link, a field it does not know): the
-                     * slower paths count every "spanId" key, and decide */
-                    if (IS(&k, "spanId")) return BAIL;
-                    TRY(expect(s, ':'));
-                }
+        if (c == '{')
+            EACH_MEMBER(s, k,
+                /* a span where this decoder does not look (a link, a field it does not know): the slower
+                 * paths count every "spanId" key, and decide */
+                if (IS(&k, "spanId")) return BAIL;
                 TRY(skip(s));
-            } while (accept(s, ','));
-            TRY(expect(s, close));
-        }
+            );
+        else
+            EACH_ELEMENT(s, TRY(skip(s)););
         s->depth--;
         return 0;
     }
@@ -632,24 +653,19 @@ static int any_value(P *s, Buf *b, int in_array, int *is_string) {
         } else
             return BAIL;
     } else if (IS(&k, "arrayValue") && !in_array) {
-        TRY(expect(s, '{'));
-        Str vk;
-        TRY(object_key(s, &vk));
-        if (!IS(&vk, "values")) return BAIL;
-        TRY(expect(s, ':'));
-        TRY(expect(s, '['));
+        int seen = 0;
         TRY(buf_putc(b, '['));
-        if (!accept(s, ']')) {
+        EACH_MEMBER(s, f,
             int first = 1;
-            do {
+            if (!IS(&f, "values") || seen++) return BAIL;
+            EACH_ELEMENT(s,
                 if (!first) TRY(buf_putc(b, ','));
                 first = 0;
                 TRY(any_value(s, b, 1, NULL));
-            } while (accept(s, ','));
-            TRY(expect(s, ']'));
-        }
+            );
+        );
+        if (!seen) return BAIL;
         TRY(buf_putc(b, ']'));
-        TRY(expect(s, '}'));
     } else
         return BAIL; /* kvlistValue, a nested array, null, an unknown kind */
     return expect(s, '}'); /* a second kind in the same value bails here */
@@ -658,52 +674,41 @@ static int any_value(P *s, Buf *b, int in_array, int *is_string) {
 /* A KeyValue list written as one JSON object into b. If `service` is given, it receives the string value of
  * the first `service.name` key (NULL when that key is absent or not a string). */
 static int attributes(P *s, Buf *b, Buf *service, int *has_service) {
-    TRY(expect(s, '['));
-    TRY(buf_putc(b, '{'));
     int first = 1;
-    if (!accept(s, ']')) {
-        do {
-            TRY(expect(s, '{'));
-            Str key;
-            int have_key = 0, have_value = 0;
-            if (!first) TRY(buf_putc(b, ','));
-            /* key first, then value: the order every producer writes; anything else bails */
-            if (!accept(s, '}')) {
-                do {
-                    Str f;
-                    TRY(object_key(s, &f));
-                    TRY(expect(s, ':'));
-                    if (IS(&f, "key") && !have_key) {
-                        TRY(string(s, &key));
-                        TRY(json_string(&key, b));
-                        TRY(buf_putc(b, ':'));
-                        have_key = 1;
-                    } else if (IS(&f, "value") && have_key && !have_value) {
-                        int is_service = service && !*has_service && IS(&key, "service.name"), is_string = 0;
-                        size_t at = b->len;
-                        TRY(any_value(s, b, 0, &is_string));
-                        have_value = 1;
-                        if (is_service) { /* the first service.name decides; not a string: NULL */
-                            *has_service = 1;
-                            if (is_string) { /* its decoded text, from the JSON just written */
-                                P v = {(const unsigned char *)b->p + at, (const unsigned char *)b->p + b->len, 0};
-                                Str sv;
-                                TRY(string(&v, &sv));
-                                TRY(decode(&sv, service));
-                                TRY(buf_putc(service, 0)); /* marks "present"; not copied into the column */
-                            }
-                        }
-                    } else
-                        return BAIL;
-                } while (accept(s, ','));
-                TRY(expect(s, '}'));
-            }
-            if (!have_key) return BAIL;
-            if (!have_value) TRY(buf_put(b, "null", 4));
-            first = 0;
-        } while (accept(s, ','));
-        TRY(expect(s, ']'));
-    }
+    TRY(buf_putc(b, '{'));
+    EACH_ELEMENT(s,
+        Str key;
+        int have_key = 0, have_value = 0;
+        if (!first) TRY(buf_putc(b, ','));
+        first = 0;
+        /* key first, then value: the order every producer writes; anything else bails */
+        EACH_MEMBER(s, f,
+            if (IS(&f, "key") && !have_key) {
+                TRY(string(s, &key));
+                TRY(json_string(&key, b));
+                TRY(buf_putc(b, ':'));
+                have_key = 1;
+            } else if (IS(&f, "value") && have_key && !have_value) {
+                int is_service = service && !*has_service && IS(&key, "service.name"), is_string = 0;
+                size_t at = b->len;
+                TRY(any_value(s, b, 0, &is_string));
+                have_value = 1;
+                if (is_service) { /* the first service.name decides; not a string: NULL */
+                    *has_service = 1;
+                    if (is_string) { /* its decoded text, from the JSON just written */
+                        P v = {(const unsigned char *)b->p + at, (const unsigned char *)b->p + b->len, 0};
+                        Str sv;
+                        TRY(string(&v, &sv));
+                        TRY(decode(&sv, service));
+                        TRY(buf_putc(service, 0)); /* marks "present"; not copied into the column */
+                    }
+                }
+            } else
+                return BAIL;
+        );
+        if (!have_key) return BAIL;
+        if (!have_value) TRY(buf_put(b, "null", 4));
+    );
     return buf_putc(b, '}');
 }
 
@@ -713,24 +718,16 @@ typedef struct {
 } Resource;
 
 static int resource(P *s, Resource *r) {
-    TRY(expect(s, '{'));
     int seen = 0;
-    if (!accept(s, '}')) {
-        do {
-            Str f;
-            TRY(object_key(s, &f));
-            TRY(expect(s, ':'));
-            if (IS(&f, "attributes")) {
-                if (seen) return BAIL; /* a field twice: readers disagree on which counts */
-                int has = 0;
-                r->json.len = 0;
-                TRY(attributes(s, &r->json, &r->service, &has));
-                seen = 1;
-            } else
-                TRY(skip(s));
-        } while (accept(s, ','));
-        TRY(expect(s, '}'));
-    }
+    EACH_MEMBER(s, f,
+        if (IS(&f, "attributes")) {
+            int has = 0;
+            if (seen++) return BAIL; /* a field twice: readers disagree on which counts */
+            r->json.len = 0;
+            TRY(attributes(s, &r->json, &r->service, &has));
+        } else
+            TRY(skip(s));
+    );
     return 0;
 }
 
@@ -740,87 +737,72 @@ enum {
 }; /* the span fields seen: each at most once */
 
 static int status(P *s, int *code) {
-    TRY(expect(s, '{'));
-    *code = 0;
     int seen = 0;
-    if (!accept(s, '}')) {
-        do {
-            Str f;
-            TRY(object_key(s, &f));
-            TRY(expect(s, ':'));
-            if (IS(&f, "code")) {
-                if (seen) return BAIL;
-                Str t;
-                TRY(scalar_text(s, &t));
-                *code = enum_index(&t, "STATUS_CODE_", STATUSES, 3);
-                if (*code < 0) return BAIL;
-                seen = 1;
-            } else
-                TRY(skip(s));
-        } while (accept(s, ','));
-        TRY(expect(s, '}'));
-    }
+    *code = 0;
+    EACH_MEMBER(s, f,
+        if (IS(&f, "code")) {
+            Str t;
+            if (seen++) return BAIL;
+            TRY(scalar_text(s, &t));
+            if ((*code = enum_index(&t, "STATUS_CODE_", STATUSES, 3)) < 0) return BAIL;
+        } else
+            TRY(skip(s));
+    );
     return 0;
 }
 
 static int span(P *s, Out *o, int64_t batch_id, const Resource *r, const Str *scope, int has_scope) {
-    TRY(expect(s, '{'));
     unsigned seen = 0;
     int kind = 0, code = 0, has_parent = 0;
     int64_t start = 0, end = 0;
-    if (!accept(s, '}')) {
-        do {
-            Str f, t;
-            TRY(object_key(s, &f));
-            TRY(expect(s, ':'));
-            unsigned bit = 0;
-            if (IS(&f, "traceId")) {
-                bit = F_TRACE;
-                TRY(string(s, &t));
-                TRY(hex_id(&t, 16, &o->s[C_TRACE]));
-            } else if (IS(&f, "spanId")) {
-                bit = F_SPAN;
-                TRY(string(s, &t));
-                TRY(hex_id(&t, 8, &o->s[C_SPAN]));
-            } else if (IS(&f, "parentSpanId")) {
-                bit = F_PARENT;
-                TRY(string(s, &t));
-                if (t.len) { /* "" is a root span: NULL, as if absent */
-                    TRY(hex_id(&t, 8, &o->s[C_PARENT]));
-                    has_parent = 1;
-                }
-            } else if (IS(&f, "name")) {
-                bit = F_NAME;
-                TRY(string(s, &t));
-                TRY(decode(&t, &o->s[C_NAME].data));
-            } else if (IS(&f, "kind")) {
-                bit = F_KIND;
-                TRY(scalar_text(s, &t));
-                kind = enum_index(&t, "SPAN_KIND_", KINDS, 6);
-                if (kind < 0) return BAIL;
-            } else if (IS(&f, "startTimeUnixNano")) {
-                bit = F_START;
-                TRY(scalar_text(s, &t));
-                TRY(unix_ns(&t, &start));
-            } else if (IS(&f, "endTimeUnixNano")) {
-                bit = F_END;
-                TRY(scalar_text(s, &t));
-                TRY(unix_ns(&t, &end));
-            } else if (IS(&f, "attributes")) {
-                bit = F_ATTRS;
-                TRY(attributes(s, &o->s[C_ATTRS].data, NULL, NULL));
-            } else if (IS(&f, "status")) {
-                bit = F_STATUS;
-                TRY(status(s, &code));
-            } else
-                TRY(skip(s));
-            if (bit) {
-                if (seen & bit) return BAIL; /* a field twice */
-                seen |= bit;
+    EACH_MEMBER(s, f,
+        Str t;
+        unsigned bit = 0;
+        if (IS(&f, "traceId")) {
+            bit = F_TRACE;
+            TRY(string(s, &t));
+            TRY(hex_id(&t, 16, &o->s[C_TRACE]));
+        } else if (IS(&f, "spanId")) {
+            bit = F_SPAN;
+            TRY(string(s, &t));
+            TRY(hex_id(&t, 8, &o->s[C_SPAN]));
+        } else if (IS(&f, "parentSpanId")) {
+            bit = F_PARENT;
+            TRY(string(s, &t));
+            if (t.len) { /* "" is a root span: NULL, as if absent */
+                TRY(hex_id(&t, 8, &o->s[C_PARENT]));
+                has_parent = 1;
             }
-        } while (accept(s, ','));
-        TRY(expect(s, '}'));
-    }
+        } else if (IS(&f, "name")) {
+            bit = F_NAME;
+            TRY(string(s, &t));
+            TRY(decode(&t, &o->s[C_NAME].data));
+        } else if (IS(&f, "kind")) {
+            bit = F_KIND;
+            TRY(scalar_text(s, &t));
+            kind = enum_index(&t, "SPAN_KIND_", KINDS, 6);
+            if (kind < 0) return BAIL;
+        } else if (IS(&f, "startTimeUnixNano")) {
+            bit = F_START;
+            TRY(scalar_text(s, &t));
+            TRY(unix_ns(&t, &start));
+        } else if (IS(&f, "endTimeUnixNano")) {
+            bit = F_END;
+            TRY(scalar_text(s, &t));
+            TRY(unix_ns(&t, &end));
+        } else if (IS(&f, "attributes")) {
+            bit = F_ATTRS;
+            TRY(attributes(s, &o->s[C_ATTRS].data, NULL, NULL));
+        } else if (IS(&f, "status")) {
+            bit = F_STATUS;
+            TRY(status(s, &code));
+        } else
+            TRY(skip(s));
+        if (bit) {
+            if (seen & bit) return BAIL; /* a field twice */
+            seen |= bit;
+        }
+    );
     /* what the reference decoder words as an error, or takes in another form, is its to decide */
     if (!(seen & F_TRACE) || !(seen & F_SPAN) || !(seen & F_START) || !(seen & F_END) || end < start) return BAIL;
     StrCol *c = o->s;
@@ -848,106 +830,56 @@ static int span(P *s, Out *o, int64_t batch_id, const Resource *r, const Str *sc
 }
 
 static int scope_spans(P *s, Out *o, int64_t batch_id, const Resource *r) {
-    TRY(expect(s, '{'));
     Str scope = {0};
     int has_scope = 0, seen_scope = 0, seen_spans = 0;
-    if (!accept(s, '}')) {
-        do {
-            Str f;
-            TRY(object_key(s, &f));
-            TRY(expect(s, ':'));
-            if (IS(&f, "scope") && !seen_scope && !seen_spans) {
-                seen_scope = 1;
-                TRY(expect(s, '{'));
-                if (!accept(s, '}')) {
-                    do {
-                        Str g;
-                        TRY(object_key(s, &g));
-                        TRY(expect(s, ':'));
-                        if (IS(&g, "name")) {
-                            if (has_scope) return BAIL;
-                            TRY(string(s, &scope));
-                            has_scope = 1;
-                        } else
-                            TRY(skip(s));
-                    } while (accept(s, ','));
-                    TRY(expect(s, '}'));
-                }
-            } else if (IS(&f, "spans") && !seen_spans) {
-                seen_spans = 1;
-                TRY(expect(s, '['));
-                if (!accept(s, ']')) {
-                    do TRY(span(s, o, batch_id, r, &scope, has_scope));
-                    while (accept(s, ','));
-                    TRY(expect(s, ']'));
-                }
-            } else if (IS(&f, "scope") || IS(&f, "spans"))
-                return BAIL; /* scope after spans, or a field twice */
-            else
-                TRY(skip(s));
-        } while (accept(s, ','));
-        TRY(expect(s, '}'));
-    }
+    EACH_MEMBER(s, f,
+        if (IS(&f, "scope")) {
+            if (seen_scope++ || seen_spans) return BAIL; /* twice, or after the spans */
+            EACH_MEMBER(s, g,
+                if (IS(&g, "name")) {
+                    if (has_scope++) return BAIL;
+                    TRY(string(s, &scope));
+                } else
+                    TRY(skip(s));
+            );
+        } else if (IS(&f, "spans")) {
+            if (seen_spans++) return BAIL;
+            EACH_ELEMENT(s, TRY(span(s, o, batch_id, r, &scope, has_scope)););
+        } else
+            TRY(skip(s));
+    );
     return 0;
 }
 
 static int resource_spans(P *s, Out *o, int64_t batch_id, Resource *r) {
-    TRY(expect(s, '{'));
     int seen_res = 0, seen_scopes = 0;
     r->json.len = 0;
     r->service.len = 0;
     TRY(buf_put(&r->json, "{}", 2));
-    if (!accept(s, '}')) {
-        do {
-            Str f;
-            TRY(object_key(s, &f));
-            TRY(expect(s, ':'));
-            if (IS(&f, "resource") && !seen_res && !seen_scopes) {
-                seen_res = 1;
-                TRY(resource(s, r));
-            } else if (IS(&f, "scopeSpans") && !seen_scopes) {
-                seen_scopes = 1;
-                TRY(expect(s, '['));
-                if (!accept(s, ']')) {
-                    do TRY(scope_spans(s, o, batch_id, r));
-                    while (accept(s, ','));
-                    TRY(expect(s, ']'));
-                }
-            } else if (IS(&f, "resource") || IS(&f, "scopeSpans"))
-                return BAIL;
-            else
-                TRY(skip(s));
-        } while (accept(s, ','));
-        TRY(expect(s, '}'));
-    }
+    EACH_MEMBER(s, f,
+        if (IS(&f, "resource")) {
+            if (seen_res++ || seen_scopes) return BAIL; /* twice, or after the spans */
+            TRY(resource(s, r));
+        } else if (IS(&f, "scopeSpans")) {
+            if (seen_scopes++) return BAIL;
+            EACH_ELEMENT(s, TRY(scope_spans(s, o, batch_id, r)););
+        } else
+            TRY(skip(s));
+    );
     return 0;
 }
 
 static int batch(P *s, Out *o, int64_t batch_id, Resource *r) {
-    TRY(expect(s, '{'));
     int seen = 0;
-    if (!accept(s, '}')) {
-        do {
-            Str f;
-            TRY(object_key(s, &f));
-            TRY(expect(s, ':'));
-            if (IS(&f, "resourceSpans")) {
-                if (seen) return BAIL;
-                seen = 1;
-                TRY(expect(s, '['));
-                if (!accept(s, ']')) {
-                    do TRY(resource_spans(s, o, batch_id, r));
-                    while (accept(s, ','));
-                    TRY(expect(s, ']'));
-                }
-            } else
-                TRY(skip(s));
-        } while (accept(s, ','));
-        TRY(expect(s, '}'));
-    }
+    EACH_MEMBER(s, f,
+        if (IS(&f, "resourceSpans")) {
+            if (seen++) return BAIL;
+            EACH_ELEMENT(s, TRY(resource_spans(s, o, batch_id, r)););
+        } else
+            TRY(skip(s));
+    );
     ws(s);
-    if (!seen || s->p != s->end) return BAIL;
-    return 0;
+    return seen && s->p == s->end ? 0 : BAIL;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
