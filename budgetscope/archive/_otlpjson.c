@@ -921,8 +921,10 @@ static inline uint64_t pair_hash(const char *trace, const char *span) {
 /* Room for `more` pairs at a load of at most one half; 0, or -1 when memory ran out. */
 static int spanset_reserve(SpanSet *ss, size_t more) {
     if (2 * (ss->count + more) <= ss->cap) return 0;
-    size_t cap = ss->cap ? ss->cap : 1 << 18;
-    while (2 * (ss->count + more) > cap) cap *= 4;
+    size_t cap = ss->cap ? ss->cap : 1 << 18, most = 1 << 18;
+    while (most < 2 * ss->limit) most *= 2; /* the table a full set needs: 16 bytes a pair at most */
+    while (2 * (ss->count + more) > cap && cap < most) cap = cap * 4 < most ? cap * 4 : most;
+    if (2 * (ss->count + more) > cap) return -1;
     uint64_t *slots = calloc(cap, sizeof *slots);
     if (!slots) return -1;
     for (size_t k = 0; k < ss->cap; k++) {

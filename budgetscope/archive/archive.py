@@ -79,7 +79,7 @@ class _Chunk:
     raw_json: object  # pyarrow.Table (batch_id, doc, expected) of the JSON batches it left, or None
     expected: dict[int, int]  # JSON batch id → its spans (decoded, or counted on its bytes)
     seen: int
-    copies: list[tuple[str, RawBatch]]  # batches whose bytes were seen before: skipped
+    copies: list[tuple[str, str, str]]  # (hash, origin, position) of batches seen before: skipped
     c_only: bool  # every span in it came through the C decoder
     repeated: bool  # false: the C decoder saw none of its (trace_id, span_id) pairs before in this ingest call
 
@@ -132,7 +132,7 @@ def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, span
 def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_seen=None) -> Iterator[_Chunk]:
     """Group batches new to the archive into chunks of about CHUNK_BYTES, skipping those seen before. `spans_seen`: the ingest call's `otlp_fast.span_set`, or None."""
     items: list[tuple[int, str, RawBatch]] = []
-    copies: list[tuple[str, RawBatch]] = []
+    copies: list[tuple[str, str, str]] = []
     size = seen = 0
     for rb in batches:
         seen += 1
@@ -140,7 +140,7 @@ def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_se
         h = (hashlib.sha256(rb.payload) if rb.format not in otlp_metrics.FORMATS
              else hashlib.sha256(rb.format.encode() + b"\0" + rb.payload)).hexdigest()[:32]
         if h in known:
-            copies.append((h, rb))
+            copies.append((h, rb.origin, rb.position))  # not its bytes: a re-ingest holds no file in memory
             continue
         known.add(h)
         items.append((next_id, h, rb))
@@ -325,10 +325,10 @@ class Archive:
                     raise
                 finally:
                     staging.clear(self.con)
-            for h, rb in chunk.copies:  # same bytes as an earlier batch of this call that was rejected
+            for h, origin, position in chunk.copies:  # same bytes as an earlier batch of this call, rejected
                 if h in rejected_hashes:
                     report.batches_already_ingested -= 1
-                    report.rejected.append(Rejected(rb.origin, rb.position,
+                    report.rejected.append(Rejected(origin, position,
                                                     f"same bytes as {rejected_hashes[h]}, which was rejected"))
             report.seconds = time.perf_counter() - t0
             if progress:
