@@ -130,7 +130,8 @@ def _chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, span
 
 
 def _chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_seen=None) -> Iterator[_Chunk]:
-    """Group batches new to the archive into chunks of about CHUNK_BYTES, skipping those seen before. `spans_seen`: the ingest call's `otlp_fast.span_set`, or None."""
+    """Group batches new to the archive into chunks of about CHUNK_BYTES, skipping those seen before.
+    `spans_seen`: the ingest call's `otlp_fast.span_set`, or None."""
     items: list[tuple[int, str, RawBatch]] = []
     copies: list[tuple[str, str, str]] = []
     size = seen = 0
