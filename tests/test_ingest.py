@@ -304,3 +304,26 @@ def test_lines_read_in_blocks_are_the_lines_of_the_file(tmp_path, monkeypatch, b
         want = [(f"line {n}", line) for n, line in enumerate(f, start=1) if line.strip()]
     assert got == want
     assert [pos for pos, _ in got] == ["line 1", "line 4", "line 6"]
+
+
+def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path, ingest_text, monkeypatch):
+    """A call that derives every few spans (here after every batch) ends with the same `requests` rows, and
+    reports the same derived rows and orphans, as one derivation at the end; traces that straddle batches
+    are derived again when the rest of their spans arrive."""
+    from budgetscope.archive import archive as arch
+
+    _, a = native_request(client=(2, 1))
+    _, b = native_request(arrival=T0 + 10 * MS)
+    _, c = native_request(arrival=T0 + 20 * MS)
+    _, d = native_request(arrival=T0 + 30 * MS, tier="batch")
+    text = jsonl(export(a[:1]), export(a[1:]), export(b), export(c[1:]), export(d[1:4]), export(d[4:] + d[:1]))
+    results = []
+    for every in (10**9, 1):
+        monkeypatch.setattr(arch, "DERIVE_EVERY_SPANS", every)
+        monkeypatch.setattr(arch, "CHUNK_BYTES", 1)
+        path = tmp_path / f"every-{every}.duckdb"
+        rep = ingest_text(path, text)
+        results.append(((rep.requests_derived, rep.orphan_stage_spans, rep.spans_inserted),
+                        rows(path, "SELECT * FROM requests ORDER BY trace_id"), rows(path, "SELECT * FROM pending_traces")))
+    assert results[0] == results[1]
+    assert results[0][0] == (3, 5, 24) and results[0][2] == []

@@ -390,3 +390,13 @@ def test_span_set_finds_every_repeat():
     tiny = otlp_fast.span_set(10)
     _, _, _, over = otlp_fast.decode([dumps(export(spans[:12]))], [6], tiny)
     assert over and tiny.full
+
+
+def test_columns_that_outgrow_their_first_size_keep_every_byte():
+    """A large resource repeated on thousands of spans outgrows the decoder's first guess many times over
+    (from malloc'd to mapped memory, then remapped): the rows still equal the DuckDB path's."""
+    doc = export([span(trace_id(), span_id(), f"s{i}", T0, T0 + i) for i in range(3000)])
+    doc["resourceSpans"][0]["resource"]["attributes"] += attrs({f"r{i}": "x" * 40 for i in range(25)})
+    table, taken, left, _ = otlp_fast.decode([dumps(doc)], [1])
+    assert left == [] and taken == {1: 3000} and len(table.column("resource")[0].as_py()) > 1000
+    assert assert_same([dumps(doc)]) == []

@@ -23,34 +23,87 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#include <sys/mman.h> /* mremap: _GNU_SOURCE comes with Python.h */
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* growable buffers */
 
+/* Buffers of a megabyte or more are mapped from the system and unmapped when freed, not taken from malloc:
+ * a chunk's columns and read blocks come and go by the hundred megabytes, from two threads, and in malloc's
+ * arenas they fragmented (peak RSS 2.3 GB instead of 1.6 GB for a 3M-span file here). */
+#define MAP_MIN ((size_t)1 << 20)
+
 typedef struct {
     char *p;
     size_t len, cap;
+    int mapped;
 } Buf;
 
 static int oom = 0; /* set when an allocation fails; checked after each batch (under `lock`) */
 
+static char *map_bytes(size_t *cap) {
+#ifdef MAP_ANONYMOUS
+    size_t len = (*cap + 4095) & ~(size_t)4095;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    *cap = len;
+    return p;
+#else
+    (void)cap;
+    return NULL;
+#endif
+}
+
 static int buf_grow(Buf *b, size_t need) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + need) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
+    char *p = NULL;
+    int mapped = 0;
+    if (cap >= MAP_MIN) {
+#if defined(MREMAP_MAYMOVE)
+        if (b->mapped) { /* the kernel moves the pages; nothing is copied */
+            size_t len = (cap + 4095) & ~(size_t)4095;
+            void *q = mremap(b->p, b->cap, len, MREMAP_MAYMOVE);
+            if (q != MAP_FAILED) {
+                b->p = q;
+                b->cap = len;
+                return 0;
+            }
+        }
+#endif
+        if ((p = map_bytes(&cap))) {
+            mapped = 1;
+            if (b->len) memcpy(p, b->p, b->len);
+#ifdef MAP_ANONYMOUS
+            if (b->mapped) munmap(b->p, b->cap);
+            else
+#endif
+                free(b->p);
+        }
+    }
+    if (!p && !b->mapped && !(p = realloc(b->p, cap))) {
+        oom = 1;
+        return -1;
+    }
+    if (!p) { /* a mapped buffer that could not grow */
         oom = 1;
         return -1;
     }
     b->p = p;
     b->cap = cap;
+    b->mapped = mapped;
     return 0;
 }
 
 static void buf_free(Buf *b) {
-    free(b->p);
+#ifdef MAP_ANONYMOUS
+    if (b->mapped) munmap(b->p, b->cap);
+    else
+#endif
+        free(b->p);
     b->p = NULL;
     b->len = b->cap = 0;
+    b->mapped = 0;
 }
 
 static inline int buf_put(Buf *b, const void *s, size_t n) {
@@ -983,7 +1036,7 @@ static void spanset_dealloc(PyObject *self) {
 
 static int spanset_init(PyObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"limit", NULL};
-    Py_ssize_t limit = 4 << 20;
+    Py_ssize_t limit = 8 << 20;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|n", names, &limit)) return -1;
     SpanSet *ss = (SpanSet *)self;
     free(ss->slots);
@@ -1015,7 +1068,7 @@ static PyTypeObject SpanSetType = {
     .tp_basicsize = sizeof(SpanSet),
     .tp_dealloc = spanset_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SpanSet(limit=4194304): the (trace_id, span_id) hashes one ingest call decoded.",
+    .tp_doc = "SpanSet(limit=8388608): the (trace_id, span_id) hashes one ingest call decoded.",
     .tp_init = spanset_init,
     .tp_new = PyType_GenericNew,
     .tp_getset = spanset_getset,

@@ -30,7 +30,7 @@ def block(n: int):
     return _otlpjson.block(n)
 
 
-def span_set(limit: int = 4 << 20):
+def span_set(limit: int = 8 << 20):
     """A set of the (trace_id, span_id) pairs one ingest call decodes (64-bit hashes, 16 bytes a pair at
     most; past `limit` pairs it stops tracking and `decode` reports every chunk as possibly repeated)."""
     return _otlpjson.SpanSet(limit)
