@@ -312,7 +312,8 @@ class Archive:
         """Land every good batch; report the bad ones (which change nothing) and what was derived.
 
         `derive=False` leaves the `requests` rows of the touched traces to a later `derive_pending()` (a
-        long-running writer does that on its own schedule); the spans are durable either way.
+        long-running writer does that on its own schedule); the spans are durable either way. With `derive`,
+        they are derived every DERIVE_EVERY_SPANS spans landed and at the end.
         """
         if self.read_only:
             raise ArchiveError(f"{self.path} is open read-only")
