@@ -103,3 +103,35 @@ def test_vllm_without_stage_attributes_leaves_them_unknown(archive_path, ingest_
     ingest_text(archive_path, jsonl(export([s], service="vllm", scope="vllm.llm_engine")))
     assert rows(archive_path, "SELECT frontend_ms, prefill_ms, decode_ms, postprocess_ms, queue_ms FROM requests") == [
         (None, None, None, None, pytest.approx(50))]
+
+
+@pytest.mark.parametrize("kinds", [("native",), ("native", "client"), ("vllm",), ("vllm", "client", "tgi"),
+                                   ("client",), ("tgi", "sglang"), ("native", "vllm", "tgi", "sglang", "client")])
+def test_leaving_out_absent_adapters_changes_no_row(tmp_path, ingest_text, kinds):
+    """`derive_pending` builds the requests query with only the adapters whose spans are in scope (each costs
+    its fixed share of a small batch's derivation); the rows are those of the query with every adapter."""
+    from budgetscope.sources.importers import document
+    from budgetscope.sources.requests import requests_sql
+    from test_sources_sglang import _trace as sglang_trace
+    from test_sources_tgi import SERVICE as TGI_SERVICE, _tgi_trace
+
+    docs = []
+    if "native" in kinds:
+        docs.append(jsonl(export(native_request(client=(2, 1))[1]), export(native_request()[1])))
+    if "vllm" in kinds:
+        docs.append(jsonl(export([_vllm_span(trace_id(), span_id(), None)], service="vllm", scope="vllm.llm_engine")))
+    if "tgi" in kinds:
+        docs.append(document(TGI_SERVICE, _tgi_trace(f"{7:032x}", None)).decode() + "\n")
+    if "sglang" in kinds:
+        docs.append(document("sglang", sglang_trace(f"{8:032x}")).decode() + "\n")
+    if "client" in kinds:  # a request no server span claims: the client-only adapter's
+        docs.append(jsonl(export([span(trace_id(), span_id(), "llm.client.request", T0, T0 + 90 * MS, kind=3,
+                                       attributes={"budgetscope.client.first_token_unix_nano": T0 + 30 * MS})],
+                                 service="loadgen")))
+    path = tmp_path / "a.duckdb"
+    ingest_text(path, "".join(docs))
+    present = {s for (s,) in rows(path, "SELECT DISTINCT source FROM spans")}
+    every = rows(path, f"SELECT * FROM ({requests_sql('spans')}) ORDER BY trace_id, request_id")
+    pruned = rows(path, f"SELECT * FROM ({requests_sql('spans', present)}) ORDER BY trace_id, request_id")
+    assert len(every) >= len(kinds) and str(pruned) == str(every)  # str: NaN tpot compares equal as text
+    assert str(rows(path, "SELECT * FROM requests ORDER BY trace_id, request_id")) == str(every)

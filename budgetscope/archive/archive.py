@@ -456,7 +456,8 @@ class Archive:
                 con.execute("CREATE OR REPLACE TEMP TABLE bs_scope AS "
                             "SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
                 con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
-            con.execute(f"INSERT INTO requests {requests_sql(scope)}")
+            present = {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {scope}").fetchall()}
+            con.execute(f"INSERT INTO requests {requests_sql(scope, present)}")
             (n,) = one(con, "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
             (orphans,) = one(con, _orphans(scope))
             con.execute("DELETE FROM pending_traces")

@@ -1,0 +1,99 @@
+"""Collector throughput: OTLP/HTTP senders → the collector → the archive, OTLP/JSON and OTLP protobuf.
+
+    python benchmarks/bench_collector.py [--requests 20000] [--clients 8]
+
+Each of `--clients` threads posts its share of the export requests (synthetic native-contract traces, 512
+spans a request) to a collector on a free port, each waiting for its answer before the next, as an SDK's
+batch span processor does. Prints spans/s acknowledged (all answers in) and stored (collector stopped: every
+accepted span in the archive, requests derived), for each encoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine, peak_rss_mb  # noqa: E402
+
+from budgetscope.archive.collector import Collector  # noqa: E402
+from budgetscope.archive.otlp_json import count_spans  # noqa: E402
+from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+
+
+def protobuf(line: bytes) -> bytes:
+    """The same export request in OTLP protobuf (protobuf's JSON reader wants base64 ids)."""
+    import orjson
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    doc = orjson.loads(line)
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for s in ss["spans"]:
+                for k in ("traceId", "spanId", "parentSpanId"):
+                    if s.get(k):
+                        s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
+    return json_format.ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
+
+
+def run(bodies: list[bytes], content_type: str, clients: int, archive: Path) -> tuple[float, float]:
+    """(seconds until every request was answered, seconds until the collector had stored everything)."""
+    import httpx
+
+    archive.unlink(missing_ok=True)
+    c = Collector(archive, grpc_port=None, http_port=0)
+    c.start()
+    url = f"http://127.0.0.1:{c.http_port}/v1/traces"
+    errors: list[str] = []
+
+    def send(part: list[bytes]) -> None:
+        with httpx.Client(timeout=120) as client:
+            for body in part:
+                r = client.post(url, content=body, headers={"content-type": content_type})
+                if r.status_code != 200:
+                    errors.append(f"{r.status_code} {r.text[:200]}")
+
+    threads = [threading.Thread(target=send, args=(bodies[i::clients],)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    answered = time.perf_counter() - t0
+    c.stop()
+    stored = time.perf_counter() - t0
+    if errors:
+        sys.exit(f"{len(errors)} requests failed, first: {errors[0]}")
+    return answered, stored
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=20_000, help="synthetic requests (7 spans each)")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--out", default="bench-out")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(exist_ok=True)
+    traces = out / f"collector-{args.requests}.jsonl"
+    if not traces.exists():
+        write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch")))
+    lines = [line for line in traces.read_bytes().splitlines() if line.strip()]
+    spans = sum(count_spans(line) for line in lines)
+    print(f"machine: {machine()}")
+    print(f"{len(lines)} export requests, {spans:,} spans, {args.clients} HTTP clients")
+    for name, content_type, bodies in (("OTLP/JSON", "application/json", lines),
+                                       ("OTLP protobuf", "application/x-protobuf", [protobuf(x) for x in lines])):
+        answered, stored = run(bodies, content_type, args.clients, out / "collector.duckdb")
+        print(f"{name}: {sum(map(len, bodies)) / 1e6:,.0f} MB; answered in {answered:.2f} s = "
+              f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s")
+    print(f"peak RSS {peak_rss_mb():,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
