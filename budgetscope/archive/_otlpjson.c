@@ -676,8 +676,9 @@ static int double_value(const Str *t, Buf *b) {
     return buf_put(b, dig + point, (size_t)(nd - point));
 }
 
-/* One AnyValue object, written as JSON. `in_array`: a nested array/kvlist bails (the DuckDB path's rule). */
-static int any_value(P *s, Buf *b, int in_array, int *is_string) {
+/* One AnyValue object, written as JSON. `in_array`: a nested array/kvlist bails (the DuckDB path's rule).
+ * `text`, when given, receives a stringValue as it lies in the payload (raw stays NULL for any other kind). */
+static int any_value(P *s, Buf *b, int in_array, Str *text) {
     TRY(expect(s, '{'));
     if (accept(s, '}')) return buf_put(b, "null", 4);
     Str k;
@@ -686,7 +687,7 @@ static int any_value(P *s, Buf *b, int in_array, int *is_string) {
     Str t;
     if (IS(&k, "stringValue") || IS(&k, "bytesValue")) {
         TRY(string(s, &t));
-        if (is_string) *is_string = IS(&k, "stringValue");
+        if (text && IS(&k, "stringValue")) *text = t;
         TRY(json_string(&t, b));
     } else if (IS(&k, "intValue")) {
         TRY(scalar_text(s, &t));
@@ -742,17 +743,14 @@ static int attributes(P *s, Buf *b, Buf *service, int *has_service) {
                 TRY(buf_putc(b, ':'));
                 have_key = 1;
             } else if (IS(&f, "value") && have_key && !have_value) {
-                int is_service = service && !*has_service && IS(&key, "service.name"), is_string = 0;
-                size_t at = b->len;
-                TRY(any_value(s, b, 0, &is_string));
+                int is_service = service && !*has_service && IS(&key, "service.name");
+                Str text = {0};
+                TRY(any_value(s, b, 0, &text));
                 have_value = 1;
                 if (is_service) { /* the first service.name decides; not a string: NULL */
                     *has_service = 1;
-                    if (is_string) { /* its decoded text, from the JSON just written */
-                        P v = {(const unsigned char *)b->p + at, (const unsigned char *)b->p + b->len, 0};
-                        Str sv;
-                        TRY(string(&v, &sv));
-                        TRY(decode(&sv, service));
+                    if (text.raw) {
+                        TRY(decode(&text, service));
                         TRY(buf_putc(service, 0)); /* marks "present"; not copied into the column */
                     }
                 }

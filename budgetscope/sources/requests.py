@@ -23,9 +23,9 @@ from budgetscope.sources.classify import CLIENT_ROOT
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
-SPAN_ADAPTERS = (native.server_rows, vllm.server_rows, tgi.span_rows, sglang.server_rows, triton.server_rows)
-SPAN_ADAPTER_SOURCES = ("native", "vllm", "tgi", "sglang", "triton")
-"""The `spans.source` each span adapter reads (sources/classify.py)."""
+SPAN_ADAPTERS = (("native", native.server_rows), ("vllm", vllm.server_rows), ("tgi", tgi.span_rows),
+                 ("sglang", sglang.server_rows), ("triton", triton.server_rows))
+"""Each span adapter, with the `spans.source` it reads (sources/classify.py)."""
 REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 """These read client spans (`source` 'client')."""
 
@@ -45,9 +45,9 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
     def union(adapters) -> str:
         return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
 
-    wanted = [a for a, src in zip(SPAN_ADAPTERS, SPAN_ADAPTER_SOURCES) if present is None or src in present]
+    wanted = [a for src, a in SPAN_ADAPTERS if present is None or src in present]
     # with no adapter left, one stands in for the columns and yields nothing (the optimizer drops its scan)
-    served = union(wanted) if wanted else f"SELECT * FROM ({union(SPAN_ADAPTERS[:1])}) WHERE false"
+    served = union(wanted) if wanted else f"SELECT * FROM ({union([SPAN_ADAPTERS[0][1]])}) WHERE false"
     reported = (union(REPORTED_ADAPTERS) if present is None or "client" in present
                 else f"SELECT * FROM ({union(REPORTED_ADAPTERS)}) WHERE false")
     # without a server clock, the unknown remainder of the client figure is unaccounted
