@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from budgetscope.archive import archive as A, jsonsql, otlp_fast, staging
+from budgetscope.archive import duckdb_archive as A, jsonsql, otlp_fast, staging
 from budgetscope.archive.files import read_batches
 otlp_fast.AVAILABLE = False  # every batch through the DuckDB path, whose SQL the layouts change
 variant = sys.argv[1]

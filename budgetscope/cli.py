@@ -64,9 +64,9 @@ def main() -> None:
     """budgetscope: where the time of your slowest LLM requests went, against declared latency budgets.
 
     \b
-      budgetscope ingest traces.jsonl --archive prod.duckdb
-      budgetscope report --archive prod.duckdb --budgets budgets.toml
-      budgetscope query --archive prod.duckdb "SELECT tier, count(*) FROM requests GROUP BY 1"
+      budgetscope ingest traces.jsonl --archive prod/
+      budgetscope report --archive prod/ --budgets budgets.toml
+      budgetscope query --archive prod/ "SELECT tier, count(*) FROM requests GROUP BY 1"
     """
 
 
@@ -95,7 +95,7 @@ class _Progress:
 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
 def ingest(files: tuple[str, ...], archive: str) -> None:
     """Load OTLP trace files into an archive and derive one `requests` row per request.
 
@@ -103,8 +103,11 @@ def ingest(files: tuple[str, ...], archive: str) -> None:
     protobuf (`ExportTraceServiceRequest`, bare or length-prefixed). Ingest is idempotent and atomic per
     batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected.
 
+    The archive is a folder of Parquet segments (readable by any number of processes while one writes) or,
+    for a path ending in .duckdb, a single DuckDB file.
+
     \b
-      budgetscope ingest traces.jsonl --archive prod.duckdb
+      budgetscope ingest traces.jsonl --archive prod/
     """
     import os
 
@@ -155,7 +158,7 @@ def _time_ns(value: str | None, name: str) -> int | None:
 
 
 @main.command()
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder, or a .duckdb file.")
 @click.option("--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--since", help="Only requests that arrived at or after this time (ISO-8601 or ns).")
@@ -164,8 +167,8 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
     """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks, 2 on bad input.
 
     \b
-      budgetscope report --archive prod.duckdb --budgets budgets.toml
-      budgetscope report --archive prod.duckdb --budgets budgets.toml --format json
+      budgetscope report --archive prod/ --budgets budgets.toml
+      budgetscope report --archive prod/ --budgets budgets.toml --format json
     """
     from budgetscope.analysis.budgets import BudgetError, load_budgets
     from budgetscope.analysis.render import render_markdown, render_text
@@ -174,11 +177,13 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
 
     try:
         b = load_budgets(budgets) if budgets else None
-        with Archive(archive, read_only=True, create=False) as a:
+        since_ns, until_ns = _time_ns(since, "since"), _time_ns(until, "until")
+        # a folder archive reads only the segments of the window
+        with Archive(archive, read_only=True, create=False, since_ns=since_ns, until_ns=until_ns) as a:
             if a.pending_traces():
                 click.echo(f"note: {a.pending_traces():,} traces await derivation (an ingest was interrupted); "
                            "run `budgetscope ingest` again to finish them", err=True)
-            rep = build_report(a.con, b, _time_ns(since, "since"), _time_ns(until, "until"))
+            rep = build_report(a.con, b, since_ns, until_ns)
     except (BudgetError, ArchiveError) as e:
         raise _fail(e) from None
     if fmt == "json":
@@ -186,6 +191,29 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
     else:
         click.echo(render_markdown(rep) if fmt == "markdown" else render_text(rep), nl=False)
     sys.exit(0 if rep["kept"] else 1)
+
+
+# -- convert ---------------------------------------------------------------------------------------------------
+@main.command()
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.argument("dest", type=click.Path(file_okay=False))
+def convert(source: str, dest: str) -> None:
+    """Convert a single-file .duckdb archive into a new folder archive (the source is only read).
+
+    Rows, batch ids and derived requests are kept as they are; every command reads either format, so this is
+    for archives that a collector should go on writing, or that other Parquet readers should see.
+
+    \b
+      budgetscope convert prod.duckdb prod/
+    """
+    from budgetscope.archive.convert import convert as run
+    from budgetscope.archive.errors import ArchiveError
+
+    try:
+        m = run(source, dest)
+    except ArchiveError as e:
+        raise _fail(e) from None
+    click.echo(f"{dest}: {m.rows('spans'):,} spans, {m.rows('requests'):,} requests in {len(m.segments)} segments")
 
 
 # -- query -----------------------------------------------------------------------------------------------------
@@ -199,7 +227,7 @@ def _cell(v) -> str:
 
 @main.command()
 @click.argument("sql")
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder, or a .duckdb file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 def query(sql: str, archive: str, fmt: str) -> None:
     """Run read-only SQL over an archive (no writes, no file or network access).
@@ -207,7 +235,7 @@ def query(sql: str, archive: str, fmt: str) -> None:
     Tables: spans, requests, ingest_batches, gpu_samples, engine_steps (see docs/archive.md).
 
     \b
-      budgetscope query -a prod.duckdb "SELECT tier, quantile_cont(queue_ms, 0.99) FROM requests GROUP BY 1"
+      budgetscope query -a prod/ "SELECT tier, quantile_cont(queue_ms, 0.99) FROM requests GROUP BY 1"
     """
     from budgetscope.archive.query import ArchiveError, QueryError, run_query
 

@@ -27,8 +27,8 @@ def _check_inputs(archive: str, budgets: str | None):
 
     try:
         b = load_budgets(budgets) if budgets else None
-        if not os.path.isfile(archive):
-            raise ArchiveError(f"{archive}: {'is a directory, not an archive' if os.path.isdir(archive) else 'no such archive'}")
+        if not os.path.exists(archive):
+            raise ArchiveError(f"{archive}: no such archive")
         Archive(archive, read_only=True, create=False).close()
     except (BudgetError, ArchiveError) as e:
         raise _usage(str(e)) from None
@@ -36,17 +36,22 @@ def _check_inputs(archive: str, budgets: str | None):
 
 
 @click.command()
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder, or a .duckdb file.")
 @click.option("--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8501, show_default=True, help="Port on 127.0.0.1.")
-def dashboard(archive: str, budgets: str | None, port: int) -> None:
+@click.option("--live", is_flag=True,
+              help="Follow a folder archive that a collector is writing: each page reruns when a commit lands.")
+def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
     """Open the budget dashboard (Streamlit) on 127.0.0.1: budgets, breakdown, tail explorer, timeline,
     request, SQL and what-if pages over one archive.
 
     \b
-      budgetscope dashboard --archive prod.duckdb --budgets budgets.toml
+      budgetscope dashboard --archive prod/ --budgets budgets.toml
+      budgetscope dashboard --archive prod/ --budgets budgets.toml --live   # while `collect` writes prod/
     """
     _check_inputs(archive, budgets)
+    if live and not os.path.isdir(archive):
+        raise _usage(f"--live follows a folder archive; {archive} is a single file, which its writer locks")
     if not APP.is_file():
         raise _usage(f"{APP}: the dashboard app is missing (install budgetscope from its source tree)")
     try:
@@ -54,7 +59,7 @@ def dashboard(archive: str, budgets: str | None, port: int) -> None:
     except ImportError:
         raise _usage("the dashboard needs Streamlit: pip install 'budgetscope[dashboard]'") from None
     env = {**os.environ, ENV_ARCHIVE: os.path.abspath(archive),
-           ENV_BUDGETS: os.path.abspath(budgets) if budgets else ""}
+           ENV_BUDGETS: os.path.abspath(budgets) if budgets else "", "BUDGETSCOPE_LIVE": "1" if live else ""}
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     click.echo(f"budgetscope dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
@@ -65,7 +70,7 @@ def dashboard(archive: str, budgets: str | None, port: int) -> None:
 
 
 @click.command()
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file.")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder, or a .duckdb file.")
 @click.option("--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99.")
 @click.option("--from", "from_", required=True, help="Incident start: ISO-8601 with a zone, or ns since the epoch.")
 @click.option("--to", "to", required=True, help="Incident end (exclusive): ISO-8601 with a zone, or ns.")
@@ -76,7 +81,7 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     JS and CSS inline; it fetches nothing) to attach to the incident.
 
     \b
-      budgetscope postmortem -a prod.duckdb -b budgets.toml \\
+      budgetscope postmortem -a prod/ -b budgets.toml \\
           --from 2026-01-01T10:00:00Z --to 2026-01-01T10:30:00Z --out incident.html
     """
     from budgetscope.cli import _time_ns
@@ -92,7 +97,7 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     from budgetscope.analysis.postmortem import build_postmortem, render_html
     from budgetscope.archive.archive import Archive
 
-    with Archive(archive, read_only=True, create=False) as a:
+    with Archive(archive, read_only=True, create=False, since_ns=since, until_ns=until) as a:
         pm = build_postmortem(a.con, b, since, until)
     try:
         Path(out).write_text(render_html(pm, title), encoding="utf-8")

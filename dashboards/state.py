@@ -27,19 +27,64 @@ def _arg(name: str, env: str) -> str:
     return os.environ.get(env, "")
 
 
-def archive_path() -> str:
+LIVE_EVERY_S = 2.0
+"""With --live, how often the page looks for a new commit of the archive."""
+_AT = "@commit="
+
+
+def plain_path() -> str:
+    """The archive's path as given."""
     return _arg("archive", "BUDGETSCOPE_ARCHIVE")
 
 
-@st.cache_resource(show_spinner=False)
-def _archive(path: str) -> Archive:
+def is_live() -> bool:
+    return os.environ.get("BUDGETSCOPE_LIVE") == "1" or "--live" in sys.argv[1:]
+
+
+def commit_of(path: str) -> int:
+    """The archive's last commit (0 where there is none to read yet)."""
+    from pathlib import Path
+
+    from budgetscope.archive import manifest
+
+    try:
+        return manifest.read(Path(path)).seq
+    except manifest.ManifestError:
+        return 0
+
+
+def archive_path() -> str:
+    """The key every cached call reads the archive by: its path, and with --live the commit it was read at
+    (`PATH@commit=N`), so that a new commit is read afresh and an old one's results are not shown as new."""
+    path = plain_path()
+    return f"{path}{_AT}{commit_of(path)}" if path and is_live() else path
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _archive(key: str) -> Archive:
     # sandboxed like run_query's, so that the SQL page's own connection shares this database instance
-    return Archive(path, sandbox=True, create=False)
+    return Archive(key.split(_AT)[0], sandbox=True, create=False)
 
 
 def con():
     """A cursor of the cached read-only archive connection (one per script run: DuckDB cursors are per thread)."""
     return _archive(archive_path()).con.cursor()
+
+
+def watch_for_commits(key: str) -> None:
+    """With --live: look for a new commit every LIVE_EVERY_S and rerun the page when one lands."""
+    if _AT not in key:
+        return
+    path, seq = key.split(_AT)
+
+    @st.fragment(run_every=LIVE_EVERY_S)
+    def _watch() -> None:
+        st.caption(f"🟢 Live: commit {seq}, checked {datetime.now(timezone.utc):%H:%M:%S} UTC")
+        if str(commit_of(path)) != seq:
+            st.rerun()
+
+    with st.sidebar:
+        _watch()
 
 
 def budgets_text() -> tuple[str, str | None]:
@@ -149,7 +194,7 @@ def sidebar_filters(ov: dict) -> Filters:
         got = sb.multiselect(label, options, key=f"f_{col}", placeholder="all")
         if got:
             chosen.append((col, tuple(None if v == NONE_TENANT else v for v in got)))
-    sb.caption(f"Archive: `{os.path.basename(archive_path())}` · {ov['requests']:,} requests")
+    sb.caption(f"Archive: `{os.path.basename(plain_path().rstrip('/'))}` · {ov['requests']:,} requests")
     return Filters(since, until, tuple(chosen))
 
 
@@ -161,6 +206,7 @@ def start_page(title: str):
     if not path:
         st.info("No archive given: open the dashboard with `budgetscope dashboard --archive A --budgets B`.")
         st.stop()
+    watch_for_commits(path)
     try:
         ov = archive_overview(path)
     except ArchiveError as e:

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # for tests/otlp_wire.py
 
 @pytest.fixture
 def archive_path(tmp_path) -> Path:
-    return tmp_path / "archive.duckdb"
+    return tmp_path / "archive"
 
 
 @pytest.fixture

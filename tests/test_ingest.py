@@ -230,7 +230,7 @@ def test_a_file_that_is_not_an_archive(tmp_path):
 
 def test_large_file_streams_in_chunks(archive_path, ingest_text, monkeypatch):
     """Chunks commit as they fill; memory is bounded by the chunk, not the file."""
-    import budgetscope.archive.archive as arch
+    import budgetscope.archive.duckdb_archive as arch
 
     monkeypatch.setattr(arch, "CHUNK_BYTES", 4096)
     docs = [export(native_request(arrival=T0 + i * MS)[1]) for i in range(40)]
@@ -310,7 +310,7 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
     """A call that derives every few spans (here after every batch) ends with the same `requests` rows, and
     reports the same derived rows and orphans, as one derivation at the end; traces that straddle batches
     are derived again when the rest of their spans arrive."""
-    from budgetscope.archive import archive as arch
+    from budgetscope.archive import duckdb_archive as arch
 
     _, a = native_request(client=(2, 1))
     _, b = native_request(arrival=T0 + 10 * MS)

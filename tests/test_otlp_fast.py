@@ -330,7 +330,7 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, in
 @pytest.fixture
 def one_batch_chunks(monkeypatch):
     """Every batch its own chunk (and its own transaction), as in a file larger than a chunk."""
-    from budgetscope.archive import archive
+    from budgetscope.archive import duckdb_archive as archive
 
     monkeypatch.setattr(archive, "CHUNK_BYTES", 1)
 

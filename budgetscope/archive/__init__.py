@@ -1,8 +1,11 @@
-"""The archive: one DuckDB file of spans, requests and what came in.
+"""The archive: spans, requests and what came in, as Parquet segments in a folder (or one DuckDB file).
 
+    import budgetscope.archive
     from budgetscope.archive import Archive, read_batches
-    with Archive("prod.duckdb") as a:
-        report = a.ingest(read_batches("traces.jsonl"))
+    with Archive("prod/") as a:                       # the one writer
+        a.ingest(read_batches("traces.jsonl"))
+    with budgetscope.archive.open("prod/") as r:      # any number of readers, also while a writer runs
+        r.requests.aggregate("tier, quantile_cont(ttft_ms, 0.99)").show()
 
 Exports load on first use, so that `budgetscope collect --help` does not import DuckDB.
 """
@@ -10,9 +13,10 @@ Exports load on first use, so that `budgetscope collect --help` does not import 
 from budgetscope._lazy import lazy_exports
 
 _EXPORTS = {
-    "Archive": "archive", "ArchiveError": "archive", "IngestReport": "archive", "RawBatch": "archive",
-    "Rejected": "archive", "read_batches": "files", "run_query": "query", "QueryError": "query",
-    "QueryResult": "query",
+    "Archive": "archive", "open": "archive", "ArchiveError": "errors", "IngestReport": "duckdb_archive",
+    "RawBatch": "duckdb_archive", "Rejected": "duckdb_archive", "read_batches": "files", "run_query": "query",
+    "QueryError": "query", "QueryResult": "query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
+    "DuckDBArchive": "duckdb_archive", "convert": "convert",
 }
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

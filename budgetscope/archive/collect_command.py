@@ -21,7 +21,7 @@ class _StartError(click.ClickException):
 
 
 @click.command()
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address both receivers listen on (0.0.0.0 for every interface: no TLS, no auth).")
 @click.option("--grpc-port", type=click.IntRange(0, 65535), default=4317, show_default=True,
@@ -48,11 +48,12 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
     the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
     lands everything already accepted, prints a summary and exits.
 
-    DuckDB lets one process write a file: while this runs, `report` and `query` cannot open the archive.
-    Stop the collector first (exporters retry meanwhile), or point them at a copy made after stopping.
+    The archive is a folder: `report`, `query`, `postmortem` and the dashboard read it while this runs, and see
+    each commit (about once a second) as a whole. A path ending in .duckdb is a single DuckDB file instead,
+    which no other process can open while the collector holds it.
 
     \b
-      budgetscope collect --archive prod.duckdb
+      budgetscope collect --archive prod/
       vllm serve MODEL --otlp-traces-endpoint grpc://127.0.0.1:4317   # in another shell
     """
     from budgetscope.archive.collector import Collector, CollectorError

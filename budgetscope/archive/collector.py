@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgetscope.archive.archive import ArchiveError
+from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.collector_queue import PendingQueue
 from budgetscope.archive.collector_writer import ArchiveWriter, CollectorStats
 
@@ -60,7 +60,7 @@ class Collector:
     """Receives OTLP traces and lands them in the archive at `archive_path`, which it holds open (and locked
     against other processes) from `start()` to `stop()`.
 
-        with Collector("prod.duckdb", grpc_port=0, http_port=0) as c:
+        with Collector("prod/", grpc_port=0, http_port=0) as c:
             print(c.grpc_port, c.http_port)   # the actual ports
         # stopped: everything accepted is in the archive
     """

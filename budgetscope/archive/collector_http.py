@@ -189,7 +189,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # idle keep-alive connections must not hold up shutdown; see close()
-    allow_reuse_address = False  # a port in use is an error, not a silent share
+    # SO_REUSEADDR: a restart after a crash binds past the old socket's TIME_WAIT at once. On Linux it does not
+    # let two listeners share a port (that is SO_REUSEPORT, left off): a port really in use still fails.
+    allow_reuse_address = True
 
     def handle_error(self, request, client_address) -> None:
         log.debug("http connection from %s ended with an error", client_address, exc_info=True)

@@ -94,7 +94,7 @@ class ArchiveWriter:
     # -- the thread ----------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self._archive = Archive(self.path)
+            self._archive = Archive(self.path, durable=True)
         except ArchiveError as e:
             self.error = str(e)
         finally:
@@ -201,7 +201,7 @@ class ArchiveWriter:
             pass
         self._archive = None
         try:
-            self._archive = Archive(self.path)
+            self._archive = Archive(self.path, durable=True)
         except ArchiveError as e:
             self.error = f"the archive cannot be reopened: {e}"
             log.error("%s", self.error)

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from budgetscope.archive.archive import ArchiveError, RawBatch
+from budgetscope.archive.duckdb_archive import RawBatch
+from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive import otlp_metrics
 from budgetscope.archive.otlp_proto import split_messages
 

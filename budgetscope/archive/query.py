@@ -25,6 +25,10 @@ def run_query(archive: str | os.PathLike, sql: str) -> QueryResult:
 
     with Archive(archive, sandbox=True, create=False) as a:
         try:
+            # only statements that read: a segment file is in the allowed paths, so COPY TO could overwrite it
+            reading = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+            if {st.type for st in a.con.extract_statements(sql)} - reading:
+                raise QueryError("the archive is read-only to queries; budgetscope ingest is the way in")
             cur = a.con.execute(sql)
             rows = cur.fetchall() if cur.description else []
             cols = [d[0] for d in cur.description or []]

@@ -37,7 +37,7 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
 
     \b
       budgetscope gpu sample --every 100ms --out jsonl:gpu.jsonl
-      budgetscope ingest gpu.jsonl --archive prod.duckdb
+      budgetscope ingest gpu.jsonl --archive prod/
     """
     import time
 

@@ -34,7 +34,7 @@ def _start_ns(value: str | None) -> int | None:
 @click.option("--format", "fmt", required=True,
               type=click.Choice(["vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus"]),
               help="What the files are (see docs/sources.md).")
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
 @click.option("--start", help="vllm-bench: when the run started (ISO-8601 or ns; default its `date`, as UTC); "
                               "prometheus: the scrape time (default the file's modification time).")
 @click.option("--clock-offset-ns", type=int,
@@ -114,7 +114,7 @@ def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
 
 @click.command("scrape")
 @click.argument("urls", nargs=-1, required=True)
-@click.option("--archive", "-a", required=True, type=click.Path(), help="DuckDB archive file (created if missing).")
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
 @click.option("--every", default="1s", show_default=True, help="Scrape interval: 500ms, 1s, 1.5s, 1m.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: until interrupted).")
 @click.option("--count", type=int, help="Stop after this many scrapes of each URL.")

@@ -17,7 +17,7 @@ sql = st.text_area("Query", DEFAULT, height=140, key="sql_text")
 if st.button("Run", type="primary", key="sql_run") or "sql_ran" not in st.session_state:
     st.session_state["sql_ran"] = True
     try:
-        st.session_state["sql_result"] = (sql, run_query(state.archive_path(), sql), None)
+        st.session_state["sql_result"] = (sql, run_query(state.plain_path(), sql), None)
     except QueryError as e:
         st.session_state["sql_result"] = (sql, None, str(e))
 ran, res, err = st.session_state["sql_result"]

@@ -1,0 +1,167 @@
+"""Compaction: small segments are merged in a background thread, so that a day of one-second commits leaves a
+few files per hour, not 86,400.
+
+Tiered, as log-structured stores do: segments of one table, one hour and one level (how often their rows were
+merged) are merged into one segment of the next level once FANIN of them are small. An hour that has ended
+(COLD_AFTER_S ago) is merged whole, levels aside, and its `requests` lose the rows re-derived since (the
+`requests_deletes` of that hour are applied and retired with them). A byte is rewritten about log_FANIN of the
+hour's size times.
+
+A merge reads committed segments and writes a new one; only its manifest commit takes the writer's lock, for the
+time of a JSON write. Replaced segments stay on disk RETIRE_GRACE_S for readers of older manifests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from budgetscope.archive import manifest as mf
+from budgetscope.archive import segments
+
+log = logging.getLogger("budgetscope.archive")
+
+FANIN = 8
+SMALL_BYTES = 64 << 20
+"""Segments from this size up are left as they are."""
+COLD_AFTER_S = 600.0
+"""An hour partition is merged whole once its hour ended this long ago."""
+
+_ORDER = {"spans": "trace_id, start_ns"}
+"""Merged rows are sorted by the table's time column; spans by trace, so that a trace's spans share row groups
+(a lookup by trace id skips the rest by their statistics)."""
+
+
+def plan(m: mf.Manifest, now_ns: int, cold_after_s: float = COLD_AFTER_S) -> list[list[mf.Segment]]:
+    """Groups of segments to merge, each of one table and one hour."""
+    by_hour: dict[tuple[str, int], list[mf.Segment]] = defaultdict(list)
+    for s in m.segments:
+        if s.bytes < SMALL_BYTES:
+            by_hour[(s.table, s.hour)].append(s)
+    jobs = []
+    cold_before = now_ns - int(cold_after_s * 1e9)
+    for (table, hour), segs in sorted(by_hour.items()):
+        if table == "requests_deletes":
+            continue  # merged with their hour's requests, or by level below
+        cold = (hour + 1) * mf.HOUR_NS <= cold_before
+        dels = by_hour.get(("requests_deletes", hour), []) if table == "requests" else []
+        if cold and dels:  # every requests segment of the hour, large too: the deletes are retired with them
+            jobs.append([x for x in m.segments if x.table == "requests" and x.hour == hour] + dels)
+            continue
+        if cold and len(segs) >= 2:
+            jobs.append(segs)
+            continue
+        by_level: dict[int, list[mf.Segment]] = defaultdict(list)
+        for s in segs:
+            by_level[s.level].append(s)
+        jobs += [group for group in by_level.values() if len(group) >= FANIN]
+    for (hour, _), segs in _deletes_by_level(by_hour).items():
+        if len(segs) >= FANIN and (hour + 1) * mf.HOUR_NS > cold_before:  # a cold hour's go with its requests
+            jobs.append(segs)
+    return jobs
+
+
+def _deletes_by_level(by_hour) -> dict:
+    out = defaultdict(list)
+    for (table, hour), segs in by_hour.items():
+        if table == "requests_deletes":
+            for s in segs:
+                out[(hour, s.level)].append(s)
+    return out
+
+
+def merge_sql(root: Path, job: list[mf.Segment]) -> tuple[str, str]:
+    """(table, SELECT of the merged rows) for one job."""
+    table = job[0].table
+    rows = [s for s in job if s.table == table]
+    src = f"read_parquet({segments.sql_list(root, rows)}, hive_partitioning = false)"
+    order = _ORDER.get(table, mf.TIME_COLUMN[table])
+    dels = [s for s in job if s.table == "requests_deletes" and table == "requests"]
+    if not dels:
+        return table, f"SELECT * FROM {src} ORDER BY {order}"
+    return table, f"""SELECT r.* FROM {src} r
+LEFT JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({segments.sql_list(root, dels)},
+           hive_partitioning = false) GROUP BY trace_id) d ON d.trace_id = r.trace_id
+WHERE d._seq IS NULL OR r._seq >= d._seq ORDER BY {order}"""
+
+
+class Compactor:
+    """The background thread of one writer (`DirectoryArchive`). `poke()` after each commit."""
+
+    def __init__(self, writer, cold_after_s: float = COLD_AFTER_S):
+        self.writer = writer
+        self.root: Path = writer.path
+        self.cold_after_s = cold_after_s
+        self.merges = 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="budgetscope-compactor", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        """Finish the merges due now, then stop."""
+        self._stop = True
+        self._wake.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import duckdb
+
+        con = duckdb.connect()
+        con.execute("SET enable_progress_bar = false")
+        try:
+            while True:
+                self._wake.wait(timeout=30.0)
+                self._wake.clear()
+                try:
+                    self.run_once(con)
+                except Exception as e:  # noqa: BLE001 - compaction is an optimisation: log, retry later
+                    log.error("compaction failed (will retry): %s", (str(e).splitlines() or [type(e).__name__])[0])
+                if self._stop:
+                    return
+        finally:
+            con.close()
+
+    def run_once(self, con) -> int:
+        """Merge every job due now; return how many merges were committed."""
+        done = 0
+        while True:
+            jobs = plan(self.writer.manifest, time.time_ns(), self.cold_after_s)
+            if not jobs:
+                break
+            for job in jobs:
+                live = {s.path for s in self.writer.manifest.segments}
+                if all(s.path in live for s in job):
+                    self._merge(con, job)
+                    done += 1
+        self._sweep()
+        self.merges += done
+        return done
+
+    def _merge(self, con, job: list[mf.Segment]) -> None:
+        table, sql = merge_sql(self.root, job)
+        seq = max(s.seq for s in job)
+        level = max(s.level for s in job if s.table == table) + 1
+        written = segments.write(con, self.root, table, sql, None, seq, level)
+        added = segments.place(self.root, written)
+        with self.writer._mlock:
+            self.writer.manifest = self.writer.manifest.commit(added=added, removed=job)
+            mf.write(self.root, self.writer.manifest)
+
+    def _sweep(self) -> None:
+        """Delete retired segments whose grace has passed."""
+        cutoff = time.time_ns() - int(mf.RETIRE_GRACE_S * 1e9)
+        old = [p for p, at in self.writer.manifest.retired if at < cutoff]
+        if not old:
+            return
+        with self.writer._mlock:
+            self.writer.manifest = self.writer.manifest.without_retired(old)
+            mf.write(self.root, self.writer.manifest)
+        for p in old:
+            (self.root / p).unlink(missing_ok=True)

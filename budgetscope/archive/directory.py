@@ -1,0 +1,329 @@
+"""`DirectoryArchive`: the writer of a directory archive (Parquet segments committed by a manifest).
+
+The writer lands batches in a working set — a `DuckDBArchive` in memory (`ingest`, `import`) or in a private
+file under `_writer/` (`collect`, whose acknowledgements must survive a crash) — with all of that class's
+checks: idempotent batches, atomic batches, spans deduplicated, `requests` derived by the source adapters.
+Each `commit()` then derives what is pending and publishes what is new as immutable Parquet segments, one
+manifest commit for the lot, so readers see spans together with the requests they make:
+
+    new spans, batches, GPU samples, scrapes (batch_id > published_batch)  → their tables' segments
+    requests rows of the traces derived since the last commit              → `requests` (tagged `_seq`)
+    earlier rows those re-derivations replace                              → `requests_deletes`
+
+A trace whose spans arrive across commits is re-derived from every span of it: spans already published but no
+longer in the working set are read back from the segments of their hours first ("rehydrated").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from budgetscope.archive import manifest as mf
+from budgetscope.archive import schema, segments
+from budgetscope.archive.duckdb_archive import DuckDBArchive, IngestReport, RawBatch, one
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.reader import requests_sql
+
+HOT_FILE = "hot.duckdb"
+HOLD_S = 3600.0
+"""How long the collector's working set keeps spans after they landed (deduplication against them is exact,
+and a late span of such a trace is derived without reading segments back)."""
+MEMORY_SPANS = 2_000_000
+"""An in-memory working set is emptied of published rows once it holds this many spans."""
+REHYDRATE_MARGIN_NS = mf.HOUR_NS
+"""Spans of one trace are looked for within this much of the new spans' times."""
+
+_STATE_DDL = (
+    "CREATE TABLE IF NOT EXISTS bs_derived (trace_id VARCHAR)",
+    "CREATE TABLE IF NOT EXISTS bs_superseded (trace_id VARCHAR, arrival_ns BIGINT)",
+    "CREATE TABLE IF NOT EXISTS bs_state (key VARCHAR PRIMARY KEY, value BIGINT)",
+)
+
+_PUBLISH = {  # table -> rows new since the last commit (params: published_batch)
+    "spans": f"SELECT {', '.join(c.name for c in schema.SPANS.columns)} FROM spans WHERE batch_id > ?",
+    "ingest_batches": "SELECT * FROM ingest_batches WHERE batch_id > ?",
+    "gpu_samples": "SELECT * FROM gpu_samples WHERE batch_id > ?",
+    "server_metrics": "SELECT * FROM server_metrics WHERE batch_id > ?",
+}
+
+
+class WriterLock:
+    """One writer per archive: an exclusive `flock` on `_writer/lock`, released when the process dies."""
+
+    def __init__(self, root: Path):
+        path = root / mf.WRITER_DIR / "lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(self._fd)
+            raise ArchiveError(f"{root} is being written by another process (pid {holder}); "
+                               "an archive has one writer, and readers need no lock") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def create_archive(root: Path) -> None:
+    """Make an empty directory archive at `root` (its parent must exist)."""
+    if not root.parent.exists():
+        raise ArchiveError(f"cannot create {root}: folder {root.parent} does not exist")
+    root.mkdir(exist_ok=True)
+    if any(p.name not in (mf.WRITER_DIR, mf.TMP_DIR) for p in root.iterdir()):
+        raise ArchiveError(f"{root} is a folder with other files in it, not a budgetscope archive")
+    mf.write(root, mf.Manifest(committed_ns=time.time_ns()))
+
+
+class DirectoryArchive:
+    """The one writer of a directory archive. `durable=True` keeps the working set in `_writer/hot.duckdb`, so
+    that what `ingest` returned is safe before `commit()` publishes it (the collector acknowledges then)."""
+
+    def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
+                 hold_s: float = HOLD_S, compact: bool = True):
+        self.path = root = Path(root)
+        if root.is_file():
+            raise ArchiveError(f"{root} is a file, not an archive folder")
+        if not mf.is_directory_archive(root):
+            if not create:
+                raise ArchiveError(f"no archive at {root} (create one with `budgetscope ingest FILE --archive {root}`)")
+            create_archive(root)
+        self.read_only = False
+        self.durable = durable
+        self.hold_s = hold_s
+        self._lock = WriterLock(root)
+        self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
+        try:
+            self.manifest = mf.read(root)
+            _remove_orphans(root, self.manifest)
+            self.hot = DuckDBArchive(root / mf.WRITER_DIR / HOT_FILE if durable else ":memory:")
+        except BaseException:
+            self._lock.release()
+            raise
+        self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
+        self.hot.track_derivations = True
+        self._setup_state()
+        from budgetscope.archive.compaction import Compactor
+
+        self.compactor = Compactor(self) if compact else None
+        self.commit()  # finish what a crashed writer left
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def __enter__(self) -> "DirectoryArchive":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Commit what is pending, let compaction finish, release the archive."""
+        try:
+            if self.hot is not None:
+                self.commit()
+        finally:
+            if self.compactor is not None:
+                self.compactor.close()
+                self.compactor = None
+            if self.hot is not None:
+                self.hot.close()
+                self.hot = None
+            self._lock.release()
+
+    def _setup_state(self) -> None:
+        con = self.hot.con
+        for ddl in _STATE_DDL:
+            con.execute(ddl)
+        row = one(con, "SELECT value FROM bs_state WHERE key = 'published_seq'")
+        m = self.manifest
+        pub = m.publish_seq
+        if row is None:  # a new working set: learn every batch the archive holds (idempotency, batch ids)
+            batches = m.files("ingest_batches")
+            if batches:
+                con.execute(f"INSERT INTO ingest_batches SELECT * FROM read_parquet("
+                            f"{segments.sql_list(self.path, batches)}, hive_partitioning = false)")
+            con.execute("INSERT INTO bs_state VALUES ('published_seq', ?)", [pub])
+        elif row[0] < pub:  # the last publish reached the manifest, but not the working set: finish it
+            self._mark_published(pub)
+        elif row[0] > pub:
+            raise ArchiveError(f"{self.path}: the manifest (publish {pub}) is older than its writer's state "
+                               f"(publish {row[0]}); was manifest.json replaced?")
+
+    def _mark_published(self, seq: int) -> None:
+        con = self.hot.con
+        con.execute("BEGIN TRANSACTION")
+        con.execute("DELETE FROM bs_derived")
+        con.execute("DELETE FROM bs_superseded")
+        con.execute("UPDATE bs_state SET value = ? WHERE key = 'published_seq'", [seq])
+        con.execute("COMMIT")
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def ingest(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None,
+               derive: bool = True) -> IngestReport:
+        """Land the batches (as `DuckDBArchive.ingest`). With `derive`, commit them: derive their requests and
+        publish, every DERIVE_EVERY_SPANS spans and at the end; without, they wait in the working set for the
+        next `commit()` (durable there when the archive is)."""
+        rep = self.hot.ingest(batches, progress, derive=False, every_part=self.commit if derive else None)
+        if derive:
+            t0 = time.perf_counter()
+            rep.requests_derived, rep.orphan_stage_spans = self.commit()
+            rep.seconds += time.perf_counter() - t0
+        return rep
+
+    def derive_pending(self) -> tuple[int, int]:
+        """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""
+        return self.commit()
+
+    def commit(self) -> tuple[int, int]:
+        """Derive the pending traces (their published spans read back first) and publish everything new in one
+        manifest commit. Returns (requests rows derived, orphan stage spans)."""
+        if self.hot.pending_traces():
+            self._rehydrate()
+        n, orphans = self.hot.derive_pending()
+        self._publish()
+        if self.compactor is not None:
+            self.compactor.poke()
+        self._prune()
+        return n, orphans
+
+    def publish(self) -> None:
+        """Publish what was written straight into the working set (`server_metrics.land`)."""
+        self.commit()
+
+    def _rehydrate(self) -> None:
+        """Bring back into the working set the published spans (and live requests rows) of pending traces
+        that it may lack, so that derivation sees whole traces and supersedes the rows it replaces.
+
+        In memory every pending trace may have published spans; the durable working set holds everything of
+        the last `hold_s`, so only traces whose spans started before that are looked for."""
+        con, m = self.hot.con, self.manifest
+        if not m.files("spans"):
+            return
+        recent = "" if not self.durable else f"HAVING min(s.start_ns) < {time.time_ns() - int(self.hold_s * 1e9)}"
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_look AS
+            SELECT s.trace_id, min(s.start_ns) AS lo, max(s.end_ns) AS hi FROM spans s
+            WHERE s.batch_id > ? AND s.trace_id IN (SELECT trace_id FROM pending_traces)
+            GROUP BY s.trace_id {recent}""", [m.published_batch])
+        (lo, hi, n) = one(con, "SELECT min(lo), max(hi), count(*) FROM bs_look")
+        if not n:
+            return
+        lo, hi = lo - REHYDRATE_MARGIN_NS, hi + REHYDRATE_MARGIN_NS
+        span_segs = m.files("spans", lo, hi)
+        cols = ", ".join(c.name for c in schema.SPANS.columns)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if span_segs:
+                con.execute(f"""INSERT INTO spans SELECT {cols} FROM read_parquet({segments.sql_list(self.path, span_segs)},
+                    hive_partitioning = false) p WHERE p.trace_id IN (SELECT trace_id FROM bs_look)
+                    AND NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = p.trace_id AND s.span_id = p.span_id
+                                    AND s.batch_id <= ?)""", [m.published_batch])
+                self._drop_republished(m.published_batch)
+            req = m.files("requests", lo, hi)
+            if req:
+                live = requests_sql(self.path, req, m.files("requests_deletes", lo - REHYDRATE_MARGIN_NS,
+                                                              hi + REHYDRATE_MARGIN_NS))
+                con.execute(f"""INSERT INTO requests SELECT * FROM ({live}) r
+                    WHERE r.trace_id IN (SELECT trace_id FROM bs_look)
+                    AND r.trace_id NOT IN (SELECT trace_id FROM requests)""")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+    def _drop_republished(self, published_batch: int) -> None:
+        """New spans that were already published (the working set did not hold them when they landed) are
+        duplicates: drop them and count them as such in their batches' records."""
+        con = self.hot.con
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_dups AS
+            SELECT n.batch_id, count(*) AS n FROM spans n WHERE n.batch_id > {published_batch} AND EXISTS (
+              SELECT 1 FROM spans o WHERE o.batch_id <= {published_batch} AND o.trace_id = n.trace_id
+              AND o.span_id = n.span_id) GROUP BY n.batch_id""")
+        if not one(con, "SELECT count(*) FROM bs_dups")[0]:
+            return
+        con.execute(f"""DELETE FROM spans n WHERE n.batch_id > {published_batch} AND EXISTS (
+              SELECT 1 FROM spans o WHERE o.batch_id <= {published_batch} AND o.trace_id = n.trace_id
+              AND o.span_id = n.span_id)""")
+        con.execute("""UPDATE ingest_batches b SET spans_inserted = b.spans_inserted - d.n,
+            duplicate_spans = b.duplicate_spans + d.n FROM bs_dups d WHERE d.batch_id = b.batch_id""")
+
+    def _publish(self) -> None:
+        con, m = self.hot.con, self.manifest
+        (top,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches")
+        (derived,) = one(con, "SELECT count(*) FROM bs_derived")
+        if top <= m.published_batch and not derived:
+            return
+        seq = m.seq + 1
+        written = []
+        for table, sql in _PUBLISH.items():
+            written += segments.write(con, self.path, table, sql, [m.published_batch], seq)
+        if derived:
+            written += segments.write(con, self.path, "requests", f"SELECT *, {seq}::BIGINT AS _seq FROM requests "
+                                      "WHERE trace_id IN (SELECT trace_id FROM bs_derived)", None, seq)
+            written += segments.write(con, self.path, "requests_deletes", f"SELECT DISTINCT trace_id, arrival_ns, "
+                                      f"{seq}::BIGINT AS _seq FROM bs_superseded", None, seq)
+        added = segments.place(self.path, written)
+        with self._mlock:
+            self.manifest = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))
+            mf.write(self.path, self.manifest)
+        self._mark_published(self.manifest.publish_seq)
+
+    def _prune(self) -> None:
+        """Drop published rows from the working set: in the durable one, the traces, samples and scrapes whose
+        batches landed more than `hold_s` ago; in memory, everything once it holds MEMORY_SPANS spans (a
+        later part of a large file reads back what it needs)."""
+        con = self.hot.con
+        if self.durable:
+            cutoff = time.time_ns() - int(self.hold_s * 1e9)
+            (last,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches WHERE received_ns < ?",
+                          [cutoff])
+        else:
+            (held,) = one(con, "SELECT count(*) FROM spans")
+            last = self.manifest.published_batch if held >= MEMORY_SPANS else 0
+        last = min(last, self.manifest.published_batch)
+        (floor,) = one(con, "SELECT coalesce(min(batch_id), 0) FROM spans")
+        if not last or floor > last:
+            (floor,) = one(con, "SELECT coalesce(min(batch_id), 0) FROM gpu_samples")
+            if not floor or floor > last:
+                return
+        con.execute("BEGIN TRANSACTION")
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_old AS SELECT trace_id FROM spans GROUP BY trace_id
+                        HAVING max(batch_id) <= {last}""")
+        con.execute("DELETE FROM spans WHERE trace_id IN (SELECT trace_id FROM bs_old)")
+        con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM bs_old)")
+        con.execute(f"DELETE FROM gpu_samples WHERE batch_id <= {last}")
+        con.execute(f"DELETE FROM server_metrics WHERE batch_id <= {last}")
+        con.execute("COMMIT")
+
+    # -- reading the working set ---------------------------------------------------------------------------
+    def pending_traces(self) -> int:
+        return self.hot.pending_traces()
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of the public tables, as committed."""
+        from budgetscope.archive.reader import ArchiveReader
+
+        with ArchiveReader(self.path) as r:
+            return r.counts()
+
+
+def _remove_orphans(root: Path, m: mf.Manifest) -> None:
+    """Delete segment files no commit lists (a writer died between writing and committing them), and the
+    retired ones whose grace has passed."""
+    segments.clear_tmp(root)
+    keep = {s.path for s in m.segments} | {p for p, _ in m.retired}
+    for table in mf.TABLES:
+        base = root / table
+        if not base.is_dir():
+            continue
+        for f in base.rglob("*.parquet"):
+            if f.relative_to(root).as_posix() not in keep:
+                f.unlink()

@@ -1,0 +1,169 @@
+"""Reading an archive while its writer runs: DuckDB views (and polars LazyFrames) over the committed segments.
+
+    import budgetscope.archive
+    with budgetscope.archive.open("prod/") as a:
+        a.requests.aggregate("tier, quantile_cont(queue_ms, 0.99)").show()   # a DuckDB relation
+        a.lazy("requests").group_by("tier").len().collect()               # a polars LazyFrame
+
+The reader takes one manifest and keeps to it: every query of one reader sees the same commit. Open a new
+reader to see newer data (the dashboard's `--live` mode does so on each refresh). A legacy single-file
+`.duckdb` archive opens read-only through the same class.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from budgetscope.archive import manifest as mf
+from budgetscope.archive import schema
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.segments import sql_list
+
+WINDOW_MARGIN_NS = mf.HOUR_NS
+"""With a time window, tables other than `requests` keep the segments within this much of it: a request's
+spans, steps and samples can start before its arrival (a client span) or end well after it (a long decode)."""
+
+
+def _empty(table: schema.Table) -> str:
+    cols = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in table.columns)
+    return f"SELECT {cols} WHERE false"
+
+
+def _scan(root: Path, segs, table: schema.Table) -> str:
+    if not segs:
+        return _empty(table)
+    cols = ", ".join(c.name for c in table.columns)
+    return f"SELECT {cols} FROM read_parquet({sql_list(root, segs)}, hive_partitioning = false)"
+
+
+def requests_sql(root: Path, req, dels) -> str:
+    """`requests` over its segments: a row is dropped when a later commit re-derived its trace (a
+    `requests_deletes` row of the same trace with a higher `_seq`)."""
+    if not req:
+        return _empty(schema.REQUESTS)
+    cols = ", ".join(f"r.{c.name}" for c in schema.REQUESTS.columns)
+    scan = f"read_parquet({sql_list(root, req)}, hive_partitioning = false)"
+    if not dels:
+        return f"SELECT {cols} FROM {scan} r"
+    return f"""SELECT {cols} FROM {scan} r
+LEFT JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({sql_list(root, dels)}, hive_partitioning = false)
+           GROUP BY trace_id) d ON d.trace_id = r.trace_id
+WHERE d._seq IS NULL OR r._seq >= d._seq"""
+
+
+class ArchiveReader:
+    """A consistent read of one commit of an archive: `.con` has the public tables and views of
+    docs/archive.md. `since_ns`/`until_ns` keep only the segments that can hold rows of that window."""
+
+    def __init__(self, path: str | os.PathLike, *, since_ns: int | None = None, until_ns: int | None = None,
+                 sandbox: bool = False):
+        import duckdb
+
+        self.path = Path(path)
+        if self.path.is_file() or self.path.suffix == ".duckdb":
+            raise ArchiveError(f"{self.path} is a single-file archive: open it with budgetscope.archive.open")
+        try:
+            self.manifest = mf.read(self.path)
+        except mf.ManifestError as e:
+            if not self.path.exists():
+                raise ArchiveError(f"no archive at {self.path} (create one with `budgetscope ingest FILE "
+                                   f"--archive {self.path}` or `budgetscope collect --archive {self.path}`)") from None
+            raise ArchiveError(str(e)) from None
+        self.read_only = True
+        self.con = duckdb.connect()
+        self.con.execute("SET enable_progress_bar = false")
+        self._segments = self._choose(since_ns, until_ns)
+        missing = [s.path for segs in self._segments.values() for s in segs if not (self.path / s.path).is_file()]
+        if missing:
+            self.con.close()
+            raise ArchiveError(f"{self.path} lists a segment that is not there ({missing[0]}); "
+                               "was it copied while compaction ran? copy it again")
+        self._create_views()
+        if sandbox:
+            self._lock_down()
+
+    def _choose(self, since_ns, until_ns) -> dict[str, list]:
+        m = self.manifest
+        lo = None if since_ns is None else since_ns - WINDOW_MARGIN_NS
+        hi = None if until_ns is None else until_ns + WINDOW_MARGIN_NS
+        out = {t: m.files(t, lo, hi) for t in mf.TABLES}
+        out["requests"] = m.files("requests", since_ns, until_ns)
+        return out
+
+    def _create_views(self) -> None:
+        r, s = self.path, self._segments
+        views = {
+            "spans": _scan(r, s["spans"], schema.SPANS),
+            "requests": requests_sql(r, s["requests"], s["requests_deletes"]),
+            "ingest_batches": _scan(r, s["ingest_batches"], schema.INGEST_BATCHES),
+            "gpu_samples": _scan(r, s["gpu_samples"], schema.GPU_SAMPLES),
+            "server_metrics": _scan(r, s["server_metrics"], schema.SERVER_METRICS),
+        }
+        for name, sql in views.items():
+            self.con.execute(f"CREATE VIEW {name} AS {sql}")
+        self.con.execute(schema.ENGINE_STEPS_VIEW)
+
+    def _lock_down(self) -> None:
+        """Only the committed segments may be read; nothing may be written or loaded (`budgetscope query`)."""
+        files = [str(self.path / seg.path) for segs in self._segments.values() for seg in segs]
+        self.con.execute("SET allowed_paths = ?", [files])
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET lock_configuration = true")
+
+    # -- the reading API --------------------------------------------------------------------------------------
+    def __enter__(self) -> "ArchiveReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    def relation(self, table: str):
+        """A public table or view as a DuckDB relation."""
+        return self.con.table(table)
+
+    @property
+    def requests(self):
+        return self.relation("requests")
+
+    @property
+    def spans(self):
+        return self.relation("spans")
+
+    def files(self, table: str) -> list[Path]:
+        """Absolute paths of the committed segments of `table` (for any Parquet reader)."""
+        return [self.path / s.path for s in self._segments[table]]
+
+    def lazy(self, table: str):
+        """A stored table as a polars LazyFrame over its committed segments (`requests` with re-derived rows
+        already dropped). Needs polars (`pip install 'budgetscope[polars]'`)."""
+        try:
+            import polars as pl
+        except ImportError:
+            raise ArchiveError("polars is not installed (pip install 'budgetscope[polars]')") from None
+        tables = {t.name: t for t in schema.PUBLIC if t.kind == "table"}
+        if table not in tables:
+            raise ArchiveError(f"no stored table {table!r} (one of {', '.join(tables)})")
+        segs = self._segments[table]
+        if not segs:
+            return pl.LazyFrame(self.con.execute(_empty(tables[table])).pl())
+        cols = [c.name for c in tables[table].columns]
+        lf = pl.scan_parquet([str(p) for p in self.files(table)], hive_partitioning=False)
+        if table != "requests" or not self._segments["requests_deletes"]:
+            return lf.select(cols)
+        dels = (pl.scan_parquet([str(p) for p in self.files("requests_deletes")], hive_partitioning=False)
+                .group_by("trace_id").agg(pl.col("_seq").max().alias("_del_seq")))
+        return (lf.join(dels, on="trace_id", how="left")
+                .filter(pl.col("_del_seq").is_null() | (pl.col("_seq") >= pl.col("_del_seq"))).select(cols))
+
+    def pending_traces(self) -> int:
+        """Always 0: a commit publishes spans only with their traces' `requests` rows."""
+        return 0
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of the public tables."""
+        return {t: self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                for t in ("spans", "requests", "ingest_batches", "gpu_samples")}
