@@ -75,7 +75,7 @@ def test_ingest_rejects_bad_lines_and_exits_2(runner, traces, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["ingest", "missing.jsonl", "-a", "{a}"], "budgetscope: missing.jsonl: no such file"),
     (["ingest", "{d}", "-a", "{a}"], "budgetscope: {d}: is a directory, not a trace file"),
-    (["report", "-a", "{d}"], "budgetscope: {d} is a directory, not an archive file"),
+    (["report", "-a", "{d}"], "budgetscope: {d} is not a budgetscope archive (no manifest.json)"),
     (["report", "-a", "{d}/none.duckdb"], "budgetscope: no archive at {d}/none.duckdb (create one with `budgetscope ingest FILE --archive {d}/none.duckdb`)"),
     (["report", "-a", "{a}", "-b", "{d}/none.toml"], "budgetscope: {d}/none.toml: no such budgets file"),
     (["report", "-a", "{a}", "--since", "yesterday"], "budgetscope: --since: 'yesterday' is neither ns since the epoch nor an ISO-8601 time"),
@@ -182,10 +182,12 @@ def test_query_table_json_csv(runner, archive):
     ("CREATE TABLE x AS SELECT 1", "budgetscope: the archive is read-only to queries; budgetscope ingest is the way in"),
     ("SELECT * FROM read_csv('/etc/passwd')", "budgetscope: queries may not touch files or settings (Permission Error: "
      "Cannot access file \"/etc/passwd\" - file system operations are disabled by configuration)"),
-    ("COPY requests TO '/tmp/out.csv'", "budgetscope: queries may not touch files or settings (Permission Error: "
-     "Cannot access file \"/tmp/out.csv\" - file system operations are disabled by configuration)"),
-    ("SET enable_external_access = true", "budgetscope: queries may not touch files or settings (Invalid Input Error: "
-     "Cannot change configuration option \"\"enable_external_access\"\" - the configuration has been locked)"),
+    # only SELECT and EXPLAIN run: the segments are readable paths, so a COPY TO one of them must never run
+    ("COPY requests TO '/tmp/out.csv'", "budgetscope: the archive is read-only to queries; budgetscope ingest is the way in"),
+    ("SET enable_external_access = true", "budgetscope: the archive is read-only to queries; budgetscope ingest is the way in"),
+    ("SELECT 1; ATTACH '/tmp/x.duckdb'", "budgetscope: the archive is read-only to queries; budgetscope ingest is the way in"),
+    ("SELECT * FROM read_parquet('/tmp/**/*.parquet')", "budgetscope: queries may not touch files or settings "
+     "(Permission Error: Cannot access file \"/tmp/**/*.parquet\" - file system operations are disabled by configuration)"),
     ("SELEC 1", None),
 ])
 def test_query_refuses_writes_and_files(runner, archive, sql, message):

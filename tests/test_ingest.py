@@ -203,11 +203,13 @@ def test_orphan_stage_spans_wait_for_their_root(archive_path, ingest_text):
     assert rows(archive_path, "SELECT queue_ms, prefill_ms FROM requests") == [(10.0, 50.0)]
 
 
-def test_archive_path_that_is_a_directory(tmp_path):
+def test_archive_path_that_is_a_folder_of_other_files(tmp_path):
     from budgetscope.archive.archive import Archive, ArchiveError
 
-    with pytest.raises(ArchiveError, match=r"is a directory, not an archive file$"):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ArchiveError, match=r"is a folder with other files in it, not a budgetscope archive$"):
         Archive(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_missing_archive_is_not_created_for_reading(tmp_path):

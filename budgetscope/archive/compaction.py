@@ -97,6 +97,7 @@ class Compactor:
         self.cold_after_s = cold_after_s
         self.merges = 0
         self._wake = threading.Event()
+        self._busy = threading.Lock()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="budgetscope-compactor", daemon=True)
         self._thread.start()
@@ -130,6 +131,10 @@ class Compactor:
 
     def run_once(self, con) -> int:
         """Merge every job due now; return how many merges were committed."""
+        with self._busy:  # one compaction at a time (the thread, or a caller's)
+            return self._run_jobs(con)
+
+    def _run_jobs(self, con) -> int:
         done = 0
         while True:
             jobs = plan(self.writer.manifest, time.time_ns(), self.cold_after_s)
@@ -151,8 +156,9 @@ class Compactor:
         written = segments.write(con, self.root, table, sql, None, seq, level)
         added = segments.place(self.root, written)
         with self.writer._mlock:
-            self.writer.manifest = self.writer.manifest.commit(added=added, removed=job)
-            mf.write(self.root, self.writer.manifest)
+            new = self.writer.manifest.commit(added=added, removed=job)
+            mf.write(self.root, new)
+            self.writer.manifest = new
 
     def _sweep(self) -> None:
         """Delete retired segments whose grace has passed."""
@@ -161,7 +167,8 @@ class Compactor:
         if not old:
             return
         with self.writer._mlock:
-            self.writer.manifest = self.writer.manifest.without_retired(old)
-            mf.write(self.root, self.writer.manifest)
+            new = self.writer.manifest.without_retired(old)
+            mf.write(self.root, new)
+            self.writer.manifest = new
         for p in old:
             (self.root / p).unlink(missing_ok=True)

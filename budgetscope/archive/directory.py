@@ -99,6 +99,7 @@ class DirectoryArchive:
                 raise ArchiveError(f"no archive at {root} (create one with `budgetscope ingest FILE --archive {root}`)")
             create_archive(root)
         self.read_only = False
+        self.republished = 0  # spans of the current ingest call dropped as copies of published ones
         self.durable = durable
         self.hold_s = hold_s
         self._lock = WriterLock(root)
@@ -172,11 +173,14 @@ class DirectoryArchive:
         """Land the batches (as `DuckDBArchive.ingest`). With `derive`, commit them: derive their requests and
         publish, every DERIVE_EVERY_SPANS spans and at the end; without, they wait in the working set for the
         next `commit()` (durable there when the archive is)."""
+        self.republished = 0
         rep = self.hot.ingest(batches, progress, derive=False, every_part=self.commit if derive else None)
         if derive:
             t0 = time.perf_counter()
             rep.requests_derived, rep.orphan_stage_spans = self.commit()
             rep.seconds += time.perf_counter() - t0
+        rep.spans_inserted -= self.republished  # found among the published spans when their traces were read back
+        rep.duplicate_spans += self.republished
         return rep
 
     def derive_pending(self) -> tuple[int, int]:
@@ -247,8 +251,10 @@ class DirectoryArchive:
             SELECT n.batch_id, count(*) AS n FROM spans n WHERE n.batch_id > {published_batch} AND EXISTS (
               SELECT 1 FROM spans o WHERE o.batch_id <= {published_batch} AND o.trace_id = n.trace_id
               AND o.span_id = n.span_id) GROUP BY n.batch_id""")
-        if not one(con, "SELECT count(*) FROM bs_dups")[0]:
+        (dups,) = one(con, "SELECT coalesce(sum(n), 0) FROM bs_dups")
+        if not dups:
             return
+        self.republished += dups
         con.execute(f"""DELETE FROM spans n WHERE n.batch_id > {published_batch} AND EXISTS (
               SELECT 1 FROM spans o WHERE o.batch_id <= {published_batch} AND o.trace_id = n.trace_id
               AND o.span_id = n.span_id)""")
@@ -272,8 +278,9 @@ class DirectoryArchive:
                                       f"{seq}::BIGINT AS _seq FROM bs_superseded", None, seq)
         added = segments.place(self.path, written)
         with self._mlock:
-            self.manifest = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))
-            mf.write(self.path, self.manifest)
+            new = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))
+            mf.write(self.path, new)
+            self.manifest = new
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:

@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from budgetscope.archive.errors import ArchiveError
+
 FORMAT = "budgetscope-archive"
 VERSION = 2
 MANIFEST = "manifest.json"
@@ -44,7 +46,7 @@ TIME_COLUMN = {
 TABLES = tuple(TIME_COLUMN)
 
 
-class ManifestError(Exception):
+class ManifestError(ArchiveError):
     """The archive's manifest is missing, torn or of another format. The message is one line."""
 
 

@@ -1,0 +1,202 @@
+"""The folder archive: the same rows and report as the single file, commits readers see whole, compaction,
+the writer lock, crash leftovers, conversion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request
+
+from budgetscope.archive import compaction, directory, duckdb_archive
+from budgetscope.archive import manifest as mf
+from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.files import read_batches
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
+
+ROWS = "SELECT * FROM requests ORDER BY trace_id, server_span_id"
+
+
+def _report(path):
+    """The report, its floats rounded to 9 significant digits (DuckDB sums in whatever order its threads
+    meet the rows, so the last digits of a mean can differ between two reads of the same rows)."""
+    from pathlib import Path
+
+    from budgetscope.analysis import build_report, load_budgets
+
+    budgets = load_budgets(Path(__file__).parent.parent / "sample_traces" / "budgets.toml")
+    with Archive(path, read_only=True) as r:
+        rep = build_report(r.con, budgets)
+    return json.loads(json.dumps(rep, default=str), parse_float=lambda x: float(f"{float(x):.9g}"))
+
+
+def _ingest(path, *files) -> None:
+    with Archive(path) as a:
+        for f in files:
+            a.ingest(read_batches(f))
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Many commits per file, and a working set emptied after each: traces straddle commits, are read back
+    from the segments and re-derived (which writes requests_deletes)."""
+    monkeypatch.setattr(duckdb_archive, "CHUNK_BYTES", 32 << 10)
+    monkeypatch.setattr(duckdb_archive, "DERIVE_EVERY_SPANS", 700)
+    monkeypatch.setattr(directory, "MEMORY_SPANS", 1)
+
+
+def test_folder_and_file_give_the_same_rows_and_report(tmp_path, small_parts, monkeypatch):
+    monkeypatch.setattr(compaction, "plan", lambda *a: [])  # readers apply requests_deletes themselves
+    f = tmp_path / "t.jsonl"
+    write_jsonl(f, SyntheticSpec(num_requests=500, tiers=("interactive", "batch"), spans_per_line=64))
+    _ingest(tmp_path / "a.duckdb", f)
+    _ingest(tmp_path / "a", f)
+    m = mf.read(tmp_path / "a")
+    assert m.publish_seq > 3 and m.rows("requests_deletes") > 0  # the test did exercise re-derivation
+    assert rows(tmp_path / "a", ROWS) == rows(tmp_path / "a.duckdb", ROWS)
+    assert rows(tmp_path / "a", "SELECT count(*) FROM requests") == [(500,)]
+    assert _report(tmp_path / "a") == _report(tmp_path / "a.duckdb")
+
+
+def test_client_and_server_spans_ingested_apart_join(tmp_path):
+    """The load generator's file and the server's file, ingested by two commands: the second reads the
+    first's spans back and re-derives, superseding the client-only rows."""
+    f = tmp_path / "t.jsonl"
+    write_jsonl(f, SyntheticSpec(num_requests=200, spans_per_line=64))
+    lines = f.read_text().splitlines(keepends=True)
+    client, server = tmp_path / "client.jsonl", tmp_path / "server.jsonl"
+    client.write_text("".join(x for x in lines if "synthetic-loadgen" in x))
+    server.write_text("".join(x for x in lines if "synthetic-loadgen" not in x))
+    _ingest(tmp_path / "a.duckdb", f)
+    _ingest(tmp_path / "a", client)
+    assert rows(tmp_path / "a", "SELECT count(*), count(server_span_id) FROM requests") == [(200, 0)]
+    _ingest(tmp_path / "a", server)
+    assert rows(tmp_path / "a", ROWS) == rows(tmp_path / "a.duckdb", ROWS)
+    _ingest(tmp_path / "a", server, client)  # again: nothing changes
+    assert rows(tmp_path / "a", ROWS) == rows(tmp_path / "a.duckdb", ROWS)
+    assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == rows(tmp_path / "a.duckdb", "SELECT count(*) FROM spans")
+
+
+def test_compaction_leaves_one_segment_an_ended_hour_and_the_same_rows(tmp_path, small_parts):
+    f = tmp_path / "t.jsonl"
+    write_jsonl(f, SyntheticSpec(num_requests=500, tiers=("interactive", "batch"), spans_per_line=64))
+    _ingest(tmp_path / "a.duckdb", f)
+    _ingest(tmp_path / "a", f)  # 2026-01-01: every hour has ended, so each is merged whole at once
+    m = mf.read(tmp_path / "a")
+    per_hour = {}
+    for s in m.segments:
+        if s.table != "ingest_batches":  # received now: this hour's, merged by level
+            per_hour[(s.table, s.hour)] = per_hour.get((s.table, s.hour), 0) + 1
+    assert set(per_hour.values()) == {1} and not m.files("requests_deletes")
+    assert any(s.level > 0 for s in m.segments)
+    assert rows(tmp_path / "a", ROWS) == rows(tmp_path / "a.duckdb", ROWS)
+
+
+def test_compaction_of_the_current_hour_is_tiered(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(compaction, "FANIN", 4)
+    now = time.time_ns() // mf.HOUR_NS * mf.HOUR_NS + MS  # within this hour, so never merged as ended
+    with Archive(tmp_path / "a") as a:
+        for i in range(40):  # 40 commits of one request each
+            p = tmp_path / f"{i}.jsonl"
+            p.write_text(jsonl(export(native_request(arrival=now + i * MS)[1])))
+            a.ingest(read_batches(p))
+        a.compactor.run_once(_duckdb())
+    m = mf.read(tmp_path / "a")
+    spans = m.files("spans")
+    assert sum(s.rows for s in spans) == 240 and len(spans) < 2 * 4  # 40 commits, a handful of segments
+    assert {s.level for s in spans} >= {1, 2}
+    assert rows(tmp_path / "a", "SELECT count(*), count(DISTINCT trace_id) FROM requests") == [(40, 40)]
+
+
+def _duckdb():
+    import duckdb
+
+    return duckdb.connect()
+
+
+def test_one_writer_and_a_clear_error_for_a_second(archive_path):
+    with Archive(archive_path):
+        with pytest.raises(ArchiveError, match=r"is being written by another process \(pid \d+\); an archive has "
+                                               r"one writer, and readers need no lock$"):
+            Archive(archive_path)
+        with Archive(archive_path, read_only=True) as r:  # readers need no lock
+            assert r.counts()["spans"] == 0
+
+
+def test_a_crash_between_segments_and_manifest_leaves_nothing_visible(tmp_path, monkeypatch):
+    """Segments written but not committed are not read, and the next writer deletes them and publishes
+    again what its working set holds."""
+    path = tmp_path / "a"
+    f = tmp_path / "t.jsonl"
+    f.write_text(jsonl(export(native_request()[1])))
+
+    def crash(*_):
+        raise OSError("disk gone")
+
+    a = directory.DirectoryArchive(path, durable=True, compact=False)
+    a.ingest(read_batches(f), derive=False)  # landed in the durable working set, as the collector acks
+    with monkeypatch.context() as m:
+        m.setattr(mf, "write", crash)
+        with pytest.raises(OSError):
+            a.commit()
+    a.hot.close()  # the process dies here
+    a._lock.release()
+    left = sorted(p.name for p in (path / "spans").rglob("*.parquet"))
+    assert left and rows(path, "SELECT count(*) FROM spans") == [(0,)]
+    with Archive(path, durable=True):
+        assert not any(p.name in left for p in (path / "spans").rglob("*.parquet"))
+    assert rows(path, "SELECT count(*) FROM spans") == [(6,)] and rows(path, "SELECT count(*) FROM requests") == [(1,)]
+
+
+def test_a_torn_manifest_is_one_line_and_nothing_is_written(tmp_path):
+    path = tmp_path / "a"
+    _ingest(path, _one(tmp_path))
+    (path / mf.MANIFEST).write_text('{"format": "budgetscope-archive", "vers')
+    for mode in ({"read_only": True}, {}):
+        with pytest.raises(ArchiveError, match=r"manifest.json cannot be read \("):
+            Archive(path, **mode)
+    assert (path / mf.MANIFEST).read_text() == '{"format": "budgetscope-archive", "vers'
+
+
+def _one(tmp_path):
+    p = tmp_path / "one.jsonl"
+    p.write_text(jsonl(export(native_request(client=(5, 3))[1]), export(native_request(arrival=T0 + 10 * MS)[1])))
+    return p
+
+
+def test_convert_keeps_rows_and_report(tmp_path):
+    from pathlib import Path
+
+    from budgetscope.archive.convert import convert
+
+    sample = Path(__file__).parent.parent / "sample_traces" / "long-prompts.duckdb"
+    convert(sample, tmp_path / "c")
+    for table in ("spans", "ingest_batches", "gpu_samples"):
+        assert rows(tmp_path / "c", f"SELECT * FROM {table} ORDER BY ALL") == rows(sample, f"SELECT * FROM {table} ORDER BY ALL")
+    assert rows(tmp_path / "c", ROWS) == rows(sample, ROWS)
+    assert _report(tmp_path / "c") == _report(sample)
+    with pytest.raises(ArchiveError, match="already exists; convert writes a new archive$"):
+        convert(sample, tmp_path / "c")
+    _ingest(tmp_path / "c", _one(tmp_path))  # a converted archive takes new batches
+    assert rows(tmp_path / "c", "SELECT count(*) FROM requests")[0][0] == rows(sample, "SELECT count(*) FROM requests")[0][0] + 2
+
+
+def test_polars_and_duckdb_read_the_same_requests(tmp_path, small_parts):
+    pl = pytest.importorskip("polars")
+    import budgetscope.archive
+
+    f = tmp_path / "t.jsonl"
+    write_jsonl(f, SyntheticSpec(num_requests=300, spans_per_line=64))
+    _ingest(tmp_path / "a", f)
+    with budgetscope.archive.open(tmp_path / "a") as r:
+        lf = r.lazy("requests")
+        assert isinstance(lf, pl.LazyFrame)
+        got = lf.sort("trace_id").select("trace_id", "queue_ms", "client_ttft_ms").collect().rows()
+        want = r.requests.order("trace_id").select("trace_id, queue_ms, client_ttft_ms").fetchall()
+        assert got == want and len(got) == 300
+        assert r.lazy("spans").select(pl.len()).collect().item() == r.spans.aggregate("count(*)").fetchall()[0][0]
+        with pytest.raises(ArchiveError, match="no stored table 'engine_steps'"):
+            r.lazy("engine_steps")
