@@ -68,10 +68,10 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
         collector.start()
     except CollectorError as e:
         raise _StartError(str(e)) from None
+    stop = threading.Event()
+    previous = _on_signals(stop)  # before the banner: whoever reads it may signal at once
     click.echo(f"budgetscope collect: {', '.join(collector.endpoints)}; writing {archive} (Ctrl-C to stop)")
     sys.stdout.flush()
-    stop = threading.Event()
-    previous = _on_signals(stop)
     try:
         while not stop.wait(0.5) and not collector.error:
             pass

@@ -107,7 +107,8 @@ class DirectoryArchive:
         try:
             self.manifest = mf.read(root)
             _remove_orphans(root, self.manifest)
-            self.hot = DuckDBArchive(root / mf.WRITER_DIR / HOT_FILE if durable else ":memory:")
+            self.hot = DuckDBArchive(root / mf.WRITER_DIR / HOT_FILE if durable else ":memory:",
+                                     finish_pending=False)
         except BaseException:
             self._lock.release()
             raise

@@ -250,7 +250,7 @@ class DuckDBArchive:
     queries. The path ":memory:" gives an archive in memory."""
 
     def __init__(self, path: str | os.PathLike, *, read_only: bool = False, create: bool = True,
-                 sandbox: bool = False):
+                 sandbox: bool = False, finish_pending: bool = True):
         """Open (or create) an archive. `sandbox=True` (read-only) forbids the SQL any file access."""
         self.path = Path(path)
         memory = str(path) == ":memory:"
@@ -268,7 +268,8 @@ class DuckDBArchive:
         if not read_only:
             staging.setup(self.con)
             jsonsql.setup(self.con)
-            self.derive_pending()  # finish what a crashed writer left
+            if finish_pending:  # a directory writer does it itself, tracking what it derives
+                self.derive_pending()  # finish what a crashed writer left
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def __enter__(self) -> "DuckDBArchive":

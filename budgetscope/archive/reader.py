@@ -149,7 +149,7 @@ class ArchiveReader:
             raise ArchiveError(f"no stored table {table!r} (one of {', '.join(tables)})")
         segs = self._segments[table]
         if not segs:
-            return pl.LazyFrame(self.con.execute(_empty(tables[table])).pl())
+            return self.con.sql(_empty(tables[table])).pl().lazy()
         cols = [c.name for c in tables[table].columns]
         lf = pl.scan_parquet([str(p) for p in self.files(table)], hive_partitioning=False)
         if table != "requests" or not self._segments["requests_deletes"]:
