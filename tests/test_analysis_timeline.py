@@ -85,7 +85,8 @@ def test_tier_timeline_uses_the_report_figures_and_says_what_is_missing(archive)
     assert empty["empty"] and "no requests" in empty["why"]
 
 
-def test_missing_engine_steps_and_gpu_samples_in_range(archive_path, ingest_text):
+def test_missing_engine_steps_and_gpu_samples_in_range(tmp_path, ingest_text):
+    archive_path = tmp_path / "a.duckdb"  # rows written straight into a table: the single-file format allows it
     ingest_text(archive_path, jsonl(export(native_request(arrival=T0)[1])))
     with Archive(archive_path) as a:  # GPU samples as the sampler's metrics land them, one GPU, 1 s apart
         a.con.execute("INSERT INTO gpu_samples (ts_ns, host_name, gpu_uuid, gpu_index, metric, value, unit, batch_id) "

@@ -250,14 +250,15 @@ def test_a_port_in_use_is_a_one_line_error(archive_path):
 
 def test_a_bad_archive_is_a_one_line_error(tmp_path):
     (tmp_path / "not-an-archive.duckdb").write_text("hello")
-    for path, message in ((tmp_path, "is a directory"), (tmp_path / "nope" / "a.duckdb", "does not exist"),
+    for path, message in ((tmp_path, "is a folder with other files in it, not a budgetscope archive"),
+                          (tmp_path / "nope" / "a.duckdb", "does not exist"), (tmp_path / "nope" / "a", "does not exist"),
                           (tmp_path / "not-an-archive.duckdb", "not a DuckDB archive")):
         with pytest.raises(CollectorError, match=message):
             Collector(path, grpc_port=0, http_port=0).start()
 
 
 def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive_path, monkeypatch):
-    from budgetscope.archive.archive import Archive
+    from budgetscope.archive.directory import DirectoryArchive as Archive
 
     (good, _), (poison, _) = _bodies(), _bodies()
     ingest = Archive.ingest
