@@ -14,8 +14,13 @@ def test_docs_contain_the_generated_schema_tables():
     assert schema.markdown() in DOC.read_text(), "regenerate with: python -m budgetscope.archive.schema"
 
 
-def test_real_schema_matches_the_definition(tmp_path):
-    with Archive(tmp_path / "a.duckdb") as a:
+import pytest
+
+
+@pytest.mark.parametrize("name", ["a.duckdb", "a"])
+def test_real_schema_matches_the_definition(tmp_path, name):
+    Archive(tmp_path / name).close()
+    with Archive(tmp_path / name, read_only=True) as a:
         for t in schema.PUBLIC:
             got = a.con.execute("SELECT column_name, data_type FROM information_schema.columns "
                                 "WHERE table_name = ? ORDER BY ordinal_position", [t.name]).fetchall()
