@@ -1,6 +1,6 @@
 """`report` latency over an archive of 1,000,000 requests (7,000,000 spans), built through the real ingest.
 
-    python benchmarks/bench_report.py [--requests 1000000]
+    python benchmarks/bench_report.py [--requests 1000000] [--format folder|duckdb]
 
 Prints the first (cold process) and warm (median of 5) report times, with budgets for two tiers.
 """
@@ -54,10 +54,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--out", default="bench-out")
+    ap.add_argument("--format", choices=["folder", "duckdb"], default="folder")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
-    archive = out / f"report-{args.requests}.duckdb"
+    archive = out / f"report-{args.requests}{'.duckdb' if args.format == 'duckdb' else ''}"
     if not archive.exists():
         build(archive, args.requests, out)
     budgets = parse_budgets(BUDGETS)
@@ -69,7 +70,7 @@ def main() -> None:
             build_report(a.con, budgets)
             times.append(time.perf_counter() - t)
     print(f"machine: {machine()}")
-    print(f"archive: {counts['requests']:,} requests, {counts['spans']:,} spans")
+    print(f"archive ({args.format}): {counts['requests']:,} requests, {counts['spans']:,} spans")
     print(f"report: first {times[0]:.2f} s, warm median {statistics.median(times[1:]):.2f} s "
           f"(min {min(times[1:]):.2f}, max {max(times[1:]):.2f}); peak RSS {peak_rss_mb():,.0f} MB")
 

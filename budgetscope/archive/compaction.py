@@ -153,7 +153,7 @@ class Compactor:
         table, sql = merge_sql(self.root, job)
         seq = max(s.seq for s in job)
         level = max(s.level for s in job if s.table == table) + 1
-        written = segments.write(con, self.root, table, sql, None, seq, level)
+        written = segments.write(con, self.root, table, sql, seq, level)
         added = segments.place(self.root, written)
         with self.writer._mlock:
             new = self.writer.manifest.commit(added=added, removed=job)

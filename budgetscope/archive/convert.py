@@ -34,10 +34,9 @@ def convert(source: str | os.PathLike, dest: str | os.PathLike) -> mf.Manifest:
             for t in (schema.SPANS, schema.INGEST_BATCHES, schema.GPU_SAMPLES, schema.SERVER_METRICS):
                 if t.name in tables:
                     cols = ", ".join(c.name for c in t.columns)
-                    written += segments.write(old.con, root, t.name, f"SELECT {cols} FROM {t.name}", None, 1)
+                    written += segments.write(old.con, root, t.name, f"SELECT {cols} FROM {t.name}", 1)
             cols = ", ".join(c.name for c in schema.REQUESTS.columns)
-            written += segments.write(old.con, root, "requests", f"SELECT {cols}, 1::BIGINT AS _seq FROM requests",
-                                      None, 1)
+            written += segments.write(old.con, root, "requests", f"SELECT {cols}, 1::BIGINT AS _seq FROM requests", 1)
             (top,) = old.con.execute("SELECT coalesce(max(batch_id), 0) FROM ingest_batches").fetchone()
             added = segments.place(root, written)
             m = mf.Manifest(committed_ns=time.time_ns()).commit(added=added, published_batch=top)

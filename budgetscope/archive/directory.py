@@ -44,11 +44,11 @@ _STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS bs_state (key VARCHAR PRIMARY KEY, value BIGINT)",
 )
 
-_PUBLISH = {  # table -> rows new since the last commit (params: published_batch)
-    "spans": f"SELECT {', '.join(c.name for c in schema.SPANS.columns)} FROM spans WHERE batch_id > ?",
-    "ingest_batches": "SELECT * FROM ingest_batches WHERE batch_id > ?",
-    "gpu_samples": "SELECT * FROM gpu_samples WHERE batch_id > ?",
-    "server_metrics": "SELECT * FROM server_metrics WHERE batch_id > ?",
+_PUBLISH = {  # table -> rows new since the last commit ({w}: the last published batch id)
+    "spans": f"SELECT {', '.join(c.name for c in schema.SPANS.columns)} FROM spans WHERE batch_id > {{w}}",
+    "ingest_batches": "SELECT * FROM ingest_batches WHERE batch_id > {w}",
+    "gpu_samples": "SELECT * FROM gpu_samples WHERE batch_id > {w}",
+    "server_metrics": "SELECT * FROM server_metrics WHERE batch_id > {w}",
 }
 
 
@@ -271,12 +271,12 @@ class DirectoryArchive:
         seq = m.seq + 1
         written = []
         for table, sql in _PUBLISH.items():
-            written += segments.write(con, self.path, table, sql, [m.published_batch], seq)
+            written += segments.write(con, self.path, table, sql.format(w=int(m.published_batch)), seq)
         if derived:
             written += segments.write(con, self.path, "requests", f"SELECT *, {seq}::BIGINT AS _seq FROM requests "
-                                      "WHERE trace_id IN (SELECT trace_id FROM bs_derived)", None, seq)
+                                      "WHERE trace_id IN (SELECT trace_id FROM bs_derived)", seq)
             written += segments.write(con, self.path, "requests_deletes", f"SELECT DISTINCT trace_id, arrival_ns, "
-                                      f"{seq}::BIGINT AS _seq FROM bs_superseded", None, seq)
+                                      f"{seq}::BIGINT AS _seq FROM bs_superseded", seq)
         added = segments.place(self.path, written)
         with self._mlock:
             new = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))

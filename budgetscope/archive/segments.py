@@ -13,31 +13,40 @@ from pathlib import Path
 
 from budgetscope.archive.manifest import HOUR_NS, TIME_COLUMN, TMP_DIR, Segment, fsync_dir, partition_dir
 
-PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880"
+PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 122880"
+"""zstd level 1: for 1.05M spans, 30 MB in 0.63 s, against 32 MB in 0.82 s at DuckDB's default level 3 (snappy:
+54 MB in 0.75 s); measured on the benchmark's file."""
+
+PARTITIONED_FROM = 5
+"""Rows of up to this many hours are written one COPY an hour (each runs on every core); more, by one COPY
+with PARTITION_BY (which writes its partitions one at a time)."""
 
 
-def write(con, root: Path, table: str, select_sql: str, params: list | None, seq: int,
-          level: int = 0) -> list[tuple[Path, Segment]]:
-    """Write the rows of `select_sql` (the table's stored columns) as segments of `table`; return each
-    temporary file with the Segment it will be once placed. No rows: no files."""
+def write(con, root: Path, table: str, select_sql: str, seq: int, level: int = 0) -> list[tuple[Path, Segment]]:
+    """Write the rows of `select_sql` (the table's stored columns) as segments of `table`, one file per UTC hour;
+    return each temporary file with the Segment it will be once placed. No rows: no files."""
     col = TIME_COLUMN[table]
+    src = f"(SELECT *, {col} // {HOUR_NS} AS bs_hour FROM ({select_sql}))"
+    hours = con.execute(f"SELECT bs_hour, count(*), min({col}), max({col}) FROM {src} GROUP BY 1 ORDER BY 1").fetchall()
+    if not hours:
+        return []
     tmp = root / TMP_DIR / uuid.uuid4().hex
     tmp.mkdir(parents=True)
-    con.execute(f"""COPY (SELECT *, {col} // {HOUR_NS} AS bs_hour FROM ({select_sql}))
-                    TO '{tmp}' ({PARQUET_OPTIONS}, PARTITION_BY (bs_hour), FILENAME_PATTERN 'f{{i}}')""",
-                params or [])
+    files = {}
+    if len(hours) < PARTITIONED_FROM:
+        for hour, *_ in hours:
+            files[hour] = tmp / f"{hour}.parquet"
+            con.execute(f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}) "
+                        f"TO '{files[hour]}' ({PARQUET_OPTIONS})")
+    else:
+        con.execute(f"COPY {src} TO '{tmp}' ({PARQUET_OPTIONS}, PARTITION_BY (bs_hour), FILENAME_PATTERN 'f')")
+        files = {hour: tmp / f"bs_hour={hour}" / "f.parquet" for hour, *_ in hours}
     out = []
-    for part in sorted(tmp.iterdir()):
-        hour = int(part.name.split("=", 1)[1])
-        for n, f in enumerate(sorted(part.iterdir())):
-            ((rows, lo, hi),) = con.execute(
-                f"SELECT count(*), min({col}), max({col}) FROM read_parquet(?, hive_partitioning = false)",
-                [str(f)]).fetchall()
-            name = f"{seq:012d}-{uuid.uuid4().hex[:8]}-{n}.parquet"
-            seg = Segment(table, f"{partition_dir(table, hour)}/{name}", rows, f.stat().st_size, lo, hi, seq, level)
-            out.append((f, seg))
-    if not out:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for hour, rows, lo, hi in hours:
+        f = files[hour]
+        name = f"{seq:012d}-{uuid.uuid4().hex[:8]}.parquet"
+        out.append((f, Segment(table, f"{partition_dir(table, hour)}/{name}", rows, f.stat().st_size, lo, hi, seq,
+                               level)))
     return out
 
 
@@ -53,8 +62,8 @@ def place(root: Path, written: list[tuple[Path, Segment]]) -> list[Segment]:
         dirs.add(dest.parent)
     for d in dirs:
         fsync_dir(d)
-    for f in {f.parent.parent for f, _ in written}:  # this write's own folder under _tmp
-        shutil.rmtree(f, ignore_errors=True)
+    for f in {f.parent if f.parent.parent.name == TMP_DIR else f.parent.parent for f, _ in written}:
+        shutil.rmtree(f, ignore_errors=True)  # this write's own folder under _tmp
     return [s for _, s in written]
 
 
