@@ -79,7 +79,7 @@ def watch_for_commits(key: str) -> None:
 
     @st.fragment(run_every=LIVE_EVERY_S)
     def _watch() -> None:
-        st.caption(f"🟢 Live: commit {seq}, checked {datetime.now(timezone.utc):%H:%M:%S} UTC")
+        st.caption(f"Live: commit {seq}, checked {datetime.now(timezone.utc):%H:%M:%S} UTC")
         if str(commit_of(path)) != seq:
             st.rerun()
 

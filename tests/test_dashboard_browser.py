@@ -121,3 +121,52 @@ def test_postmortem_opens_offline_without_errors(browser, tmp_path):
     assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []
     assert not errors, errors
     assert "p99 TTFT" in page.inner_text("body")
+
+
+def test_live_dashboard_shows_a_request_posted_after_the_page_loaded(browser, tmp_path):
+    """`budgetscope dashboard --live` over a folder archive that a collector is writing: a request of a new
+    tier posted after the page loaded appears on it, without a reload."""
+    import json
+
+    import httpx
+    from otlp_wire import export, native_request
+
+    from budgetscope.archive.collector import Collector
+
+    archive = tmp_path / "live"
+
+    def post(port: int, tier: str) -> None:
+        _, spans = native_request(arrival=time.time_ns(), tier=tier)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(export(spans)),
+                       headers={"Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 200
+
+    with Collector(archive, grpc_port=None, http_port=0) as c:
+        post(c.http_port, "interactive")
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "budgetscope.cli", "dashboard", "-a", str(archive), "--live",
+                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        pytest.fail("the dashboard did not start")
+                    time.sleep(0.3)
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
+            page.goto(f"http://127.0.0.1:{port}/")
+            _settle(page)
+            page.wait_for_function("document.body.innerText.includes('Tier interactive')", timeout=30_000)
+            assert "Tier overnight-batch" not in page.inner_text("body")
+            post(c.http_port, "overnight-batch")  # after the page loaded
+            page.wait_for_function("document.body.innerText.includes('Tier overnight-batch')", timeout=30_000)
+            assert "Live: commit" in page.inner_text("body")
+            assert page.locator("[data-testid='stException']").count() == 0
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "live.png"), full_page=True)
+        finally:
+            proc.terminate()
+            proc.wait(10)
