@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import shutil
 import sys
 import threading
 import time
@@ -45,6 +46,7 @@ def run(bodies: list[bytes], content_type: str, clients: int, archive: Path) -> 
     """(seconds until every request was answered, seconds until the collector had stored everything)."""
     import httpx
 
+    shutil.rmtree(archive, ignore_errors=True)
     archive.unlink(missing_ok=True)
     c = Collector(archive, grpc_port=None, http_port=0)
     c.start()
@@ -77,6 +79,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20_000, help="synthetic requests (7 spans each)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--out", default="bench-out")
+    ap.add_argument("--format", choices=["folder", "duckdb"], default="folder")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
@@ -89,7 +92,7 @@ def main() -> None:
     print(f"{len(lines)} export requests, {spans:,} spans, {args.clients} HTTP clients")
     for name, content_type, bodies in (("OTLP/JSON", "application/json", lines),
                                        ("OTLP protobuf", "application/x-protobuf", [protobuf(x) for x in lines])):
-        answered, stored = run(bodies, content_type, args.clients, out / "collector.duckdb")
+        answered, stored = run(bodies, content_type, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector"))
         print(f"{name}: {sum(map(len, bodies)) / 1e6:,.0f} MB; answered in {answered:.2f} s = "
               f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s")
     print(f"peak RSS {peak_rss_mb():,.0f} MB")

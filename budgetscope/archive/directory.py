@@ -175,10 +175,18 @@ class DirectoryArchive:
         publish, every DERIVE_EVERY_SPANS spans and at the end; without, they wait in the working set for the
         next `commit()` (durable there when the archive is)."""
         self.republished = 0
-        rep = self.hot.ingest(batches, progress, derive=False, every_part=self.commit if derive else None)
+        derived = [0, 0]  # rows derived, orphan stage spans: summed over the commits of the call
+
+        def commit() -> None:
+            n, orphans = self.commit()
+            derived[0] += n
+            derived[1] += orphans
+
+        rep = self.hot.ingest(batches, progress, derive=False, every_part=commit if derive else None)
         if derive:
             t0 = time.perf_counter()
-            rep.requests_derived, rep.orphan_stage_spans = self.commit()
+            commit()
+            rep.requests_derived, rep.orphan_stage_spans = derived
             rep.seconds += time.perf_counter() - t0
         rep.spans_inserted -= self.republished  # found among the published spans when their traces were read back
         rep.duplicate_spans += self.republished

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
 
 def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
                  say: Callable[[str], None] = print) -> ScenarioRun:
-    """Run one scenario for `duration_s` of load; return its report (archive at out/<name>.duckdb)."""
+    """Run one scenario for `duration_s` of load; return its report (archive at out/<name>/)."""
     from budgetscope.analysis.report import build_report
     from budgetscope.archive.archive import Archive
     from budgetscope.archive.collector import Collector
@@ -104,8 +105,8 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    archive = out / f"{sc.name}.duckdb"
-    archive.unlink(missing_ok=True)
+    archive = out / sc.name  # a folder archive: the report and the dashboard can read it while it fills
+    shutil.rmtree(archive, ignore_errors=True)
     engine_log = out / f"{sc.name}-engine.log"
     collector = Collector(archive, grpc_port=None, http_port=0)
     collector.start()

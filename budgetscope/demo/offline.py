@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -32,15 +33,16 @@ def run_offline_demo(out: str | Path, num_requests: int = 5000, cause: str = "qu
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    traces, archive = out / "synthetic-traces.jsonl", out / "demo.duckdb"
-    archive.unlink(missing_ok=True)
+    traces, archive = out / "synthetic-traces.jsonl", out / "demo"
+    shutil.rmtree(archive, ignore_errors=True)
     spec = SyntheticSpec(num_requests=num_requests, cause=cause, tiers=("interactive", "interactive", "batch"))
     n_spans = write_jsonl(traces, spec)
     with Archive(archive) as a:
         ing = a.ingest(read_batches(traces))
-        if ing.rejected or not ing.requests_derived:
-            raise RuntimeError(f"demo traces did not ingest cleanly: {ing.rejected[:1] or 'no requests derived'}")
-        rep = build_report(a.con, load_budgets(demo_budgets_path()))
+    if ing.rejected or not ing.requests_derived:
+        raise RuntimeError(f"demo traces did not ingest cleanly: {ing.rejected[:1] or 'no requests derived'}")
+    with Archive(archive, read_only=True) as r:
+        rep = build_report(r.con, load_budgets(demo_budgets_path()))
     inter = rep["tiers"][0]["attribution"]
     summary = (f"Synthetic traces: {num_requests:,} requests ({n_spans:,} spans), {spec.tail_fraction:.0%} of them "
                f"given +{spec.tail_extra_ms:.0f} ms of {cause} → {traces}\n"
