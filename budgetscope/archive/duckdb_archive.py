@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 from budgetscope.archive import jsonsql, otlp_fast, otlp_json, otlp_metrics, otlp_proto, schema, staging
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.rows import insert_rows
+from budgetscope.archive.tables import TableAccess, polars
 from budgetscope.archive.spanbatch import BadBatch
 
 CHUNK_BYTES = 128 << 20
@@ -245,7 +246,7 @@ SELECT count(*) FROM {scope} s WHERE starts_with(s.name, 'stage.')
 AND NOT EXISTS (SELECT 1 FROM {scope} r WHERE r.trace_id = s.trace_id AND r.span_id = s.parent_span_id)"""
 
 
-class DuckDBArchive:
+class DuckDBArchive(TableAccess):
     """A budgetscope archive in one DuckDB database. Use as a context manager; `read_only=True` for reports and
     queries. The path ":memory:" gives an archive in memory."""
 
@@ -480,27 +481,6 @@ class DuckDBArchive:
         """Traces whose `requests` rows are not derived yet (only after a writer was interrupted)."""
         return one(self.con, "SELECT count(*) FROM pending_traces")[0]
 
-    def relation(self, table: str):
-        """A public table or view as a DuckDB relation."""
-        return self.con.table(table)
-
-    @property
-    def requests(self):
-        return self.relation("requests")
-
-    @property
-    def spans(self):
-        return self.relation("spans")
-
     def lazy(self, table: str):
         """A table as a polars LazyFrame (read whole: a single-file archive has no files to scan)."""
-        try:
-            import polars as pl
-        except ImportError:
-            raise ArchiveError("polars is not installed (pip install 'budgetscope[polars]')") from None
-        return pl.LazyFrame(self.con.table(table).pl())
-
-    def counts(self) -> dict[str, int]:
-        """Row counts of the public tables."""
-        return {t: one(self.con, f"SELECT count(*) FROM {t}")[0]
-                for t in ("spans", "requests", "ingest_batches", "gpu_samples")}
+        return polars().LazyFrame(self.con.table(table).pl())

@@ -19,6 +19,7 @@ from budgetscope.archive import manifest as mf
 from budgetscope.archive import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.segments import sql_list
+from budgetscope.archive.tables import TableAccess, polars
 
 WINDOW_MARGIN_NS = mf.HOUR_NS
 """With a time window, tables other than `requests` keep the segments within this much of it: a request's
@@ -52,7 +53,7 @@ LEFT JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({sql_list(root, 
 WHERE d._seq IS NULL OR r._seq >= d._seq"""
 
 
-class ArchiveReader:
+class ArchiveReader(TableAccess):
     """A consistent read of one commit of an archive: `.con` has the public tables and views of
     docs/archive.md. `since_ns`/`until_ns` keep only the segments that can hold rows of that window."""
 
@@ -121,18 +122,6 @@ class ArchiveReader:
     def close(self) -> None:
         self.con.close()
 
-    def relation(self, table: str):
-        """A public table or view as a DuckDB relation."""
-        return self.con.table(table)
-
-    @property
-    def requests(self):
-        return self.relation("requests")
-
-    @property
-    def spans(self):
-        return self.relation("spans")
-
     def files(self, table: str) -> list[Path]:
         """Absolute paths of the committed segments of `table` (for any Parquet reader)."""
         return [self.path / s.path for s in self._segments[table]]
@@ -140,10 +129,7 @@ class ArchiveReader:
     def lazy(self, table: str):
         """A stored table as a polars LazyFrame over its committed segments (`requests` with re-derived rows
         already dropped). Needs polars (`pip install 'budgetscope[polars]'`)."""
-        try:
-            import polars as pl
-        except ImportError:
-            raise ArchiveError("polars is not installed (pip install 'budgetscope[polars]')") from None
+        pl = polars()
         tables = {t.name: t for t in schema.PUBLIC if t.kind == "table"}
         if table not in tables:
             raise ArchiveError(f"no stored table {table!r} (one of {', '.join(tables)})")
@@ -162,8 +148,3 @@ class ArchiveReader:
     def pending_traces(self) -> int:
         """Always 0: a commit publishes spans only with their traces' `requests` rows."""
         return 0
-
-    def counts(self) -> dict[str, int]:
-        """Row counts of the public tables."""
-        return {t: self.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                for t in ("spans", "requests", "ingest_batches", "gpu_samples")}

@@ -1,0 +1,37 @@
+"""`TableAccess`: what every open archive offers over its DuckDB connection `con`, whatever its format."""
+
+from __future__ import annotations
+
+from budgetscope.archive.errors import ArchiveError
+
+
+class TableAccess:
+    """Relations, counts and the polars import of an archive whose public tables are on `self.con`."""
+
+    con = None
+
+    def relation(self, table: str):
+        """A public table or view as a DuckDB relation."""
+        return self.con.table(table)
+
+    @property
+    def requests(self):
+        return self.relation("requests")
+
+    @property
+    def spans(self):
+        return self.relation("spans")
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of the public tables."""
+        return {t: self.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                for t in ("spans", "requests", "ingest_batches", "gpu_samples")}
+
+
+def polars():
+    """The polars module, or ArchiveError naming the extra that installs it."""
+    try:
+        import polars as pl
+    except ImportError:
+        raise ArchiveError("polars is not installed (pip install 'budgetscope[polars]')") from None
+    return pl
