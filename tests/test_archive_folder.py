@@ -200,3 +200,33 @@ def test_polars_and_duckdb_read_the_same_requests(tmp_path, small_parts):
         assert r.lazy("spans").select(pl.len()).collect().item() == r.spans.aggregate("count(*)").fetchall()[0][0]
         with pytest.raises(ArchiveError, match="no stored table 'engine_steps'"):
             r.lazy("engine_steps")
+
+
+def test_a_scrape_is_readable_while_its_writer_is_open(archive_path):
+    from budgetscope.sources.server_metrics import land
+
+    with Archive(archive_path) as a:
+        n = land(a, "vllm:num_requests_waiting 3\n", instance="http://h:8000/metrics", service_name="h:8000",
+                 ts_ns=T0, origin="scrape")
+        assert n == 1 and rows(archive_path, "SELECT metric, value FROM server_metrics") == [
+            ("vllm:num_requests_waiting", 3.0)]
+
+
+def test_the_collectors_working_set_drops_what_it_held_past_hold_and_reads_it_back(tmp_path):
+    """hold 0: every commit empties the durable working set; a late client span still joins its request, read
+    back from the segments, and superseding the server-only row."""
+    _, spans = native_request(client=(5, 3))
+    server, client = tmp_path / "s.jsonl", tmp_path / "c.jsonl"
+    server.write_text(jsonl(export([s for s in spans if s["name"] != "llm.client.request"])))
+    client.write_text(jsonl(export([s for s in spans if s["name"] == "llm.client.request"], service="loadgen")))
+    a = directory.DirectoryArchive(tmp_path / "a", durable=True, hold_s=0, compact=False)
+    try:
+        a.ingest(read_batches(server), derive=False)
+        a.commit()
+        assert a.con.execute("SELECT count(*) FROM spans").fetchall() == [(0,)]
+        a.ingest(read_batches(client), derive=False)
+        a.commit()
+    finally:
+        a.close()
+    assert rows(tmp_path / "a", "SELECT count(*), bool_and(has_client_span), min(network_ms) FROM requests") == [
+        (1, True, 8.0)]

@@ -242,8 +242,8 @@ class DirectoryArchive:
                 self._drop_republished(m.published_batch)
             req = m.files("requests", lo, hi)
             if req:
-                live = requests_sql(self.path, req, m.files("requests_deletes", lo - REHYDRATE_MARGIN_NS,
-                                                              hi + REHYDRATE_MARGIN_NS))
+                # a delete lies in the hour of the row it drops, so the rows' window holds their deletes
+                live = requests_sql(self.path, req, m.files("requests_deletes", lo, hi))
                 con.execute(f"""INSERT INTO requests SELECT * FROM ({live}) r
                     WHERE r.trace_id IN (SELECT trace_id FROM bs_look)
                     AND r.trace_id NOT IN (SELECT trace_id FROM requests)""")
@@ -257,18 +257,18 @@ class DirectoryArchive:
         duplicates: drop them and count them as such in their batches' records."""
         con = self.hot.con
         con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_dups AS
-            SELECT n.batch_id, count(*) AS n FROM spans n WHERE n.batch_id > {published_batch} AND EXISTS (
+            SELECT n.batch_id, n.trace_id, n.span_id FROM spans n WHERE n.batch_id > {published_batch} AND EXISTS (
               SELECT 1 FROM spans o WHERE o.batch_id <= {published_batch} AND o.trace_id = n.trace_id
-              AND o.span_id = n.span_id) GROUP BY n.batch_id""")
-        (dups,) = one(con, "SELECT coalesce(sum(n), 0) FROM bs_dups")
+              AND o.span_id = n.span_id)""")
+        (dups,) = one(con, "SELECT count(*) FROM bs_dups")
         if not dups:
             return
         self.republished += dups
-        con.execute(f"""DELETE FROM spans n WHERE n.batch_id > {published_batch} AND EXISTS (
-              SELECT 1 FROM spans o WHERE o.batch_id <= {published_batch} AND o.trace_id = n.trace_id
-              AND o.span_id = n.span_id)""")
+        con.execute("""DELETE FROM spans n USING bs_dups d
+            WHERE n.batch_id = d.batch_id AND n.trace_id = d.trace_id AND n.span_id = d.span_id""")
         con.execute("""UPDATE ingest_batches b SET spans_inserted = b.spans_inserted - d.n,
-            duplicate_spans = b.duplicate_spans + d.n FROM bs_dups d WHERE d.batch_id = b.batch_id""")
+            duplicate_spans = b.duplicate_spans + d.n
+            FROM (SELECT batch_id, count(*) AS n FROM bs_dups GROUP BY 1) d WHERE d.batch_id = b.batch_id""")
 
     def _publish(self) -> None:
         con, m = self.hot.con, self.manifest
@@ -305,11 +305,12 @@ class DirectoryArchive:
             (held,) = one(con, "SELECT count(*) FROM spans")
             last = self.manifest.published_batch if held >= MEMORY_SPANS else 0
         last = min(last, self.manifest.published_batch)
-        (floor,) = one(con, "SELECT coalesce(min(batch_id), 0) FROM spans")
-        if not last or floor > last:
-            (floor,) = one(con, "SELECT coalesce(min(batch_id), 0) FROM gpu_samples")
-            if not floor or floor > last:
-                return
+        if not last:
+            return
+        held = " OR ".join(f"EXISTS (SELECT 1 FROM {t} WHERE batch_id <= {last})"
+                           for t in ("spans", "gpu_samples", "server_metrics"))
+        if not one(con, f"SELECT {held}")[0]:
+            return
         con.execute("BEGIN TRANSACTION")
         con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_old AS SELECT trace_id FROM spans GROUP BY trace_id
                         HAVING max(batch_id) <= {last}""")

@@ -442,6 +442,9 @@ class DuckDBArchive(TableAccess):
         report.spans_inserted += sum(r[7] for r in rows)
         report.duplicate_spans += sum(r[8] for r in rows)
 
+    def publish(self) -> None:
+        """Nothing to do: what a transaction committed here is what readers see (a folder archive publishes)."""
+
     def derive_pending(self) -> tuple[int, int]:
         """(Re)derive the `requests` rows of every trace whose spans changed; return (rows, orphan stage spans).
 

@@ -62,7 +62,9 @@ class ArchiveReader(TableAccess):
         import duckdb
 
         self.path = Path(path)
-        if self.path.is_file() or self.path.suffix == ".duckdb":
+        from budgetscope.archive.archive import is_single_file
+
+        if is_single_file(self.path):
             raise ArchiveError(f"{self.path} is a single-file archive: open it with budgetscope.archive.open")
         try:
             self.manifest = mf.read(self.path)

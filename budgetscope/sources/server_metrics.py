@@ -39,4 +39,5 @@ def land(archive, body: str, *, instance: str, service_name: str, ts_ns: int, or
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    archive.publish()  # a folder archive's readers see each scrape as it lands
     return len(rows)
