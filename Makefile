@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 # The C decoder of the ingest fast path (setup.py) is compiled by the install above; this recompiles it when
 # its source changes in a checkout that is already set up.
-$(EXT): budgetscope/archive/_otlpjson.c setup.py | $(STAMP)
+$(EXT): budgetscope/ingest/_otlpjson.c setup.py | $(STAMP)
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(EXT)
 
@@ -36,4 +36,4 @@ bench: $(STAMP) $(EXT)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info budgetscope/archive/*.so
+	rm -rf $(VENV) build *.egg-info budgetscope/ingest/*.so

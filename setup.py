@@ -5,6 +5,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     # The OTLP/JSON decoder of the ingest fast path. Optional: without a compiler the package still installs
     # and ingests through the DuckDB path (slower); tests/test_otlp_fast.py fails loudly when it is missing.
-    Extension("budgetscope.archive._otlpjson", ["budgetscope/archive/_otlpjson.c"], optional=True,
+    Extension("budgetscope.ingest._otlpjson", ["budgetscope/ingest/_otlpjson.c"], optional=True,
               extra_compile_args=["-O2"]),
 ])

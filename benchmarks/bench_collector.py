@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, peak_rss_mb  # noqa: E402
 
-from budgetscope.archive.collector import Collector  # noqa: E402
-from budgetscope.archive.otlp_json import count_spans  # noqa: E402
+from budgetscope.collector import Collector  # noqa: E402
+from budgetscope.ingest.otlp_json import count_spans  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 

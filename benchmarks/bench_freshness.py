@@ -26,7 +26,7 @@ from otlp_wire import export, native_request  # noqa: E402
 import httpx  # noqa: E402
 
 from budgetscope.archive.archive import Archive, ArchiveError  # noqa: E402
-from budgetscope.archive.collector import Collector  # noqa: E402
+from budgetscope.collector import Collector  # noqa: E402
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, peak_rss_mb  # noqa: E402
 
 from budgetscope.archive.archive import Archive  # noqa: E402
-from budgetscope.archive.files import read_batches  # noqa: E402
+from budgetscope.ingest.files import read_batches  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 

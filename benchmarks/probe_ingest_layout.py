@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from budgetscope.archive import duckdb_archive as A, jsonsql, otlp_fast, staging
-from budgetscope.archive.files import read_batches
+from budgetscope.ingest import batches as A
+from budgetscope.ingest import jsonsql, otlp_fast, staging
+from budgetscope.ingest.files import read_batches
 otlp_fast.AVAILABLE = False  # every batch through the DuckDB path, whose SQL the layouts change
 variant = sys.argv[1]
 def chunks():
@@ -29,8 +30,8 @@ def chunks():
     for rb in read_batches("bench-out/ingest-150000.jsonl"):
         items.append((nid, str(nid), rb)); nid+=1; size+=len(rb.payload)
         if size > 128<<20:
-            yield A._chunk(items, len(items), []); items=[]; size=0
-    if items: yield A._chunk(items, len(items), [])
+            yield A.chunk(items, len(items), []); items=[]; size=0
+    if items: yield A.chunk(items, len(items), [])
 chs = list(chunks())
 p = "bench-out/probe-layout.duckdb"
 for f in (p, p + ".wal"):

@@ -29,7 +29,7 @@ def _fail(e: Exception) -> UsageError:
 # Commands whose modules pull in more (torch, servers, gRPC) load only when invoked.
 LAZY_COMMANDS = {
     "engine": "budgetscope.engine.command:engine",
-    "collect": "budgetscope.archive.collect_command:collect",
+    "collect": "budgetscope.collector.command:collect",
     "load": "budgetscope.loadgen.command:load",
     "dashboard": "budgetscope.dashboard_command:dashboard",
     "postmortem": "budgetscope.dashboard_command:postmortem",
@@ -112,7 +112,7 @@ def ingest(files: tuple[str, ...], archive: str) -> None:
     import os
 
     from budgetscope.archive.archive import Archive, ArchiveError
-    from budgetscope.archive.files import read_batches
+    from budgetscope.ingest.files import read_batches
 
     rejected = []
     try:

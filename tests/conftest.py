@@ -19,7 +19,7 @@ def archive_path(tmp_path) -> Path:
 def ingest_text(tmp_path):
     """Write `text` (or bytes) to a file and ingest it into `archive`; returns the IngestReport."""
     from budgetscope.archive.archive import Archive
-    from budgetscope.archive.files import read_batches
+    from budgetscope.ingest.files import read_batches
 
     counter = iter(range(10_000))
 

@@ -12,7 +12,8 @@ from otlp_wire import MS, T0, export, jsonl, native_request
 from budgetscope.archive import compaction, directory, duckdb_archive
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.archive import Archive, ArchiveError
-from budgetscope.archive.files import read_batches
+from budgetscope.ingest import batches
+from budgetscope.ingest.files import read_batches
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 ROWS = "SELECT * FROM requests ORDER BY trace_id, server_span_id"
@@ -41,7 +42,7 @@ def _ingest(path, *files) -> None:
 def small_parts(monkeypatch):
     """Many commits per file, and a working set emptied after each: traces straddle commits, are read back
     from the segments and re-derived (which writes requests_deletes)."""
-    monkeypatch.setattr(duckdb_archive, "CHUNK_BYTES", 32 << 10)
+    monkeypatch.setattr(batches, "CHUNK_BYTES", 32 << 10)
     monkeypatch.setattr(duckdb_archive, "DERIVE_EVERY_SPANS", 700)
     monkeypatch.setattr(directory, "MEMORY_SPANS", 1)
 

@@ -5,7 +5,7 @@ import math
 import duckdb
 import pytest
 
-from budgetscope.archive.rows import insert_rows
+from budgetscope.ingest.rows import insert_rows
 
 
 def test_rows_land_with_the_table_types_nulls_and_special_floats():

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from conftest import rows
 
-from budgetscope.archive.collector import Collector, CollectorError
+from budgetscope.collector import Collector, CollectorError
 from budgetscope.instrument import Instrumentation
 
 grpc = pytest.importorskip("grpc")
@@ -286,7 +286,7 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
 
 
 def test_status_and_retry_info_decode_with_the_googleapis_protos():
-    from budgetscope.archive import collector_status as st
+    from budgetscope.collector import status as st
 
     status = status_pb2.Status.FromString(st.status_proto(st.UNAVAILABLE, "shutting down ✓", retry_after_s=1.5))
     info = error_details_pb2.RetryInfo()

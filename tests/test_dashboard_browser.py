@@ -131,7 +131,7 @@ def test_live_dashboard_shows_a_request_posted_after_the_page_loaded(browser, tm
     import httpx
     from otlp_wire import export, native_request
 
-    from budgetscope.archive.collector import Collector
+    from budgetscope.collector import Collector
 
     archive = tmp_path / "live"
 

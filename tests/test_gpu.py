@@ -267,7 +267,7 @@ def test_ingest_cli_detects_metrics_files(tmp_path):
 def test_collector_metrics_endpoint(tmp_path):
     import httpx
 
-    from budgetscope.archive.collector import Collector
+    from budgetscope.collector import Collector
 
     doc = otlp_json(_points(**{gpu.HBM_USED: 1e9}), "node-1")
     with Collector(tmp_path / "a.duckdb", grpc_port=0, http_port=0, metrics=True) as c:
@@ -329,7 +329,7 @@ def decode_tail_archive(path, with_gpu: bool) -> Archive:
     """Synthetic traces whose E2E tail is decode (requests 5 s apart, so decode intervals never overlap), plus,
     `with_gpu`, one GPU sample mid-decode of each request: DRAM bandwidth 0.9 for the requests given +900 ms of decode (15%, more than the
     p99 tail), 0.3 for the rest."""
-    from budgetscope.archive.files import read_batches
+    from budgetscope.ingest.files import read_batches
     from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
     traces = path.with_suffix(".jsonl")

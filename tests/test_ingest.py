@@ -63,7 +63,7 @@ def test_every_anyvalue_kind_and_int_forms(archive_path, ingest_text):
 
 def test_fast_path_and_reference_decoder_agree(archive_path, tmp_path, ingest_text):
     """The DuckDB fast path and the Python reference decoder store identical rows for the same spans."""
-    from budgetscope.archive import otlp_json
+    from budgetscope.ingest import otlp_json
     from budgetscope.archive.archive import Archive
 
     _, a = native_request(client=(4, 2), itl=[10.0, 12.5, 9.75], tenant="t1")
@@ -76,7 +76,7 @@ def test_fast_path_and_reference_decoder_agree(archive_path, tmp_path, ingest_te
     with Archive(ref_path) as arch:
         tbl = otlp_json.decode(doc).to_arrow(1)
         arch.con.register("t", tbl)
-        from budgetscope.archive import staging
+        from budgetscope.ingest import staging
         arch.con.execute(f"INSERT INTO staged {staging.normalise('t')}")
         got = arch.con.execute("SELECT * EXCLUDE (batch_id, err) FROM staged ORDER BY span_id").fetchall()
     fast = rows(archive_path, "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, "
@@ -232,13 +232,13 @@ def test_a_file_that_is_not_an_archive(tmp_path):
 
 def test_large_file_streams_in_chunks(archive_path, ingest_text, monkeypatch):
     """Chunks commit as they fill; memory is bounded by the chunk, not the file."""
-    import budgetscope.archive.duckdb_archive as arch
+    import budgetscope.ingest.batches as batches
 
-    monkeypatch.setattr(arch, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(batches, "CHUNK_BYTES", 4096)
     docs = [export(native_request(arrival=T0 + i * MS)[1]) for i in range(40)]
     seen = []
     from budgetscope.archive.archive import Archive
-    from budgetscope.archive.files import read_batches
+    from budgetscope.ingest.files import read_batches
 
     p = archive_path.parent / "big.jsonl"
     p.write_text(jsonl(*docs))
@@ -266,7 +266,7 @@ def test_protobuf_of_unknown_fields_only_is_rejected(archive_path, ingest_text):
 
 def test_ingest_without_derive_leaves_requests_pending(archive_path, tmp_path):
     from budgetscope.archive.archive import Archive
-    from budgetscope.archive.files import read_batches
+    from budgetscope.ingest.files import read_batches
 
     p = tmp_path / "t.jsonl"
     p.write_text(jsonl(export(native_request()[1])))
@@ -293,7 +293,7 @@ def test_lines_read_in_blocks_are_the_lines_of_the_file(tmp_path, monkeypatch, b
     """Lines cut by a block's end, longer than a block, blank, CRLF-ended, or last without a newline: each
     batch's bytes are the line as iterating the file gives it (newline kept, so content hashes do not change).
     Blocks are the C module's buffers, or bytearrays where it was not built."""
-    from budgetscope.archive import files, otlp_fast
+    from budgetscope.ingest import files, otlp_fast
 
     monkeypatch.setattr(files, "READ_BLOCK", block)
     monkeypatch.setattr(otlp_fast, "AVAILABLE", c_blocks and otlp_fast.AVAILABLE)
@@ -313,6 +313,7 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
     reports the same derived rows and orphans, as one derivation at the end; traces that straddle batches
     are derived again when the rest of their spans arrive."""
     from budgetscope.archive import duckdb_archive as arch
+    from budgetscope.ingest import batches
 
     _, a = native_request(client=(2, 1))
     _, b = native_request(arrival=T0 + 10 * MS)
@@ -322,7 +323,7 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
     results = []
     for every in (10**9, 1):
         monkeypatch.setattr(arch, "DERIVE_EVERY_SPANS", every)
-        monkeypatch.setattr(arch, "CHUNK_BYTES", 1)
+        monkeypatch.setattr(batches, "CHUNK_BYTES", 1)
         path = tmp_path / f"every-{every}.duckdb"
         rep = ingest_text(path, text)
         results.append(((rep.requests_derived, rep.orphan_stage_spans, rep.spans_inserted),

@@ -10,7 +10,7 @@ import pytest
 from conftest import rows
 from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id, trace_id
 
-from budgetscope.archive import jsonsql, otlp_fast, otlp_json, staging
+from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, staging
 
 COLS = ("batch_id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "service_name",
         "scope_name", "status_code", "attributes", "resource")
@@ -18,7 +18,7 @@ COLS = ("batch_id", "trace_id", "span_id", "parent_span_id", "name", "kind", "st
 
 def test_the_extension_is_built():
     """Without a C compiler at install time the package still works, through the slower path; this says so."""
-    assert otlp_fast.AVAILABLE, "budgetscope/archive/_otlpjson.c was not compiled: `make setup` needs gcc"
+    assert otlp_fast.AVAILABLE, "budgetscope/ingest/_otlpjson.c was not compiled: `make setup` needs gcc"
 
 
 def c_rows(payloads: list[bytes]):
@@ -330,9 +330,9 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, in
 @pytest.fixture
 def one_batch_chunks(monkeypatch):
     """Every batch its own chunk (and its own transaction), as in a file larger than a chunk."""
-    from budgetscope.archive import duckdb_archive as archive
+    from budgetscope.ingest import batches
 
-    monkeypatch.setattr(archive, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(batches, "CHUNK_BYTES", 1)
 
 
 @pytest.mark.parametrize("limit", [None, 3])

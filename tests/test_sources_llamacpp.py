@@ -150,7 +150,7 @@ def _load(url: str, spans: Path, *extra: str) -> None:
 
 def _ingest(archive: Path, *files: Path) -> None:
     from budgetscope.archive.archive import Archive
-    from budgetscope.archive.files import read_batches
+    from budgetscope.ingest.files import read_batches
 
     with Archive(archive) as a:
         for f in files:

@@ -111,7 +111,7 @@ def test_load_generator_keeps_tgi_headers_and_they_feed_stages(tmp_path, archive
     from click.testing import CliRunner
 
     from budgetscope.archive.archive import Archive
-    from budgetscope.archive.files import read_batches
+    from budgetscope.ingest.files import read_batches
     from budgetscope.cli import main
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeTGI)

@@ -14,7 +14,7 @@ from budgetscope._lazy import lazy_exports
 
 _EXPORTS = {
     "Archive": "archive", "open": "archive", "ArchiveError": "errors", "IngestReport": "duckdb_archive",
-    "RawBatch": "duckdb_archive", "Rejected": "duckdb_archive", "read_batches": "files", "run_query": "query",
+    "RawBatch": "budgetscope.ingest.batches", "Rejected": "duckdb_archive", "read_batches": "budgetscope.ingest.files", "run_query": "query",
     "QueryError": "query", "QueryResult": "query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
     "DuckDBArchive": "duckdb_archive", "convert": "convert",
 }

@@ -100,7 +100,7 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
     """Run one scenario for `duration_s` of load; return its report (archive at out/<name>/)."""
     from budgetscope.analysis.report import build_report
     from budgetscope.archive.archive import Archive
-    from budgetscope.archive.collector import Collector
+    from budgetscope.collector import Collector
     from budgetscope.demo.netdelay import DelayProxy
 
     t0 = time.perf_counter()

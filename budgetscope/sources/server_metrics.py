@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 
-from budgetscope.archive.rows import insert_rows
+from budgetscope.ingest.rows import insert_rows
 from budgetscope.archive.schema import SERVER_METRICS
 from budgetscope.sources.prometheus import parse
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from budgetscope.archive.otlp_json import attributes as json_attributes
-from budgetscope.archive.spanbatch import BadBatch
+from budgetscope.ingest.otlp_json import attributes as json_attributes
+from budgetscope.ingest.spanbatch import BadBatch
 
 JSON = "otlp-metrics-json"
 PROTO = "otlp-metrics-proto"
@@ -146,7 +146,7 @@ def _parse_proto(payload: bytes):
 
 def decode_proto(payload: bytes) -> PointRows:
     """Decode one serialized `ExportMetricsServiceRequest`."""
-    from budgetscope.archive.otlp_proto import _attrs
+    from budgetscope.ingest.otlp_proto import _attrs
 
     msg = _parse_proto(payload)
     if payload and not msg.resource_metrics:

@@ -2,14 +2,14 @@
 
 Pure Python and complete: every AnyValue kind (string, bool, int, double, bytes, array, key/value list, nested
 to any depth), int64 fields as strings or numbers, `kind`/`status` as enum numbers or names, hex or base64 ids.
-The fast path (`budgetscope.archive.jsonsql`) hands it every batch it cannot vouch for.
+The fast path (`budgetscope.ingest.jsonsql`) hands it every batch it cannot vouch for.
 """
 
 from __future__ import annotations
 
 import orjson
 
-from budgetscope.archive.spanbatch import BadBatch, SpanBatch
+from budgetscope.ingest.spanbatch import BadBatch, SpanBatch
 
 _EMPTY: dict = {}
 

@@ -8,8 +8,8 @@ import struct
 import orjson
 from google.protobuf.message import DecodeError
 
-from budgetscope.archive.otlp_json import double
-from budgetscope.archive.spanbatch import BadBatch, SpanBatch
+from budgetscope.ingest.otlp_json import double
+from budgetscope.ingest.spanbatch import BadBatch, SpanBatch
 
 
 def _any(v):

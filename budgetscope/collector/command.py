@@ -56,7 +56,7 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
       budgetscope collect --archive prod/
       vllm serve MODEL --otlp-traces-endpoint grpc://127.0.0.1:4317   # in another shell
     """
-    from budgetscope.archive.collector import Collector, CollectorError
+    from budgetscope.collector import Collector, CollectorError
 
     _log_to_stderr(verbose)
     try:

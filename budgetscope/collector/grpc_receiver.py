@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from budgetscope.archive import collector_status as st
-from budgetscope.archive.collector_queue import Outcome, PendingQueue
+from budgetscope.collector import status as st
+from budgetscope.collector.pending import Outcome, PendingQueue
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"  # GPU samples → gpu_samples

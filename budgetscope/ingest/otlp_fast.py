@@ -13,7 +13,7 @@ takes the DuckDB path: slower, same rows.
 from __future__ import annotations
 
 try:
-    from budgetscope.archive import _otlpjson
+    from budgetscope.ingest import _otlpjson
 except ImportError:  # built without a compiler
     _otlpjson = None
 

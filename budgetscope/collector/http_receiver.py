@@ -16,8 +16,8 @@ import threading
 import zlib
 from urllib.parse import urlsplit
 
-from budgetscope.archive import collector_status as st
-from budgetscope.archive.collector_queue import Outcome, PendingQueue
+from budgetscope.collector import status as st
+from budgetscope.collector.pending import Outcome, PendingQueue
 
 log = logging.getLogger("budgetscope.collector")
 

@@ -1,6 +1,6 @@
 """Decoded-but-unvalidated spans held as columns, ready to be staged for validation in one insert.
 
-Decoders only extract; `budgetscope.archive.staging` validates every span the same way, whatever decoded it.
+Decoders only extract; `budgetscope.ingest.staging` validates every span the same way, whatever decoded it.
 """
 
 from __future__ import annotations

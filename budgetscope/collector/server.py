@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.archive.collector_queue import PendingQueue
-from budgetscope.archive.collector_writer import ArchiveWriter, CollectorStats
+from budgetscope.collector.pending import PendingQueue
+from budgetscope.collector.writer import ArchiveWriter, CollectorStats
 
 log = logging.getLogger("budgetscope.collector")
 
@@ -110,7 +110,7 @@ class Collector:
     def _bind(self) -> None:
         cfg = self.config
         if cfg.grpc_port is not None:
-            from budgetscope.archive.collector_grpc import GrpcUnavailable, OtlpGrpcReceiver
+            from budgetscope.collector.grpc_receiver import GrpcUnavailable, OtlpGrpcReceiver
 
             try:
                 grpc_receiver = OtlpGrpcReceiver(cfg.host, cfg.grpc_port, self._queue, cfg.max_message_bytes,
@@ -122,7 +122,7 @@ class Collector:
             self._receivers.append(grpc_receiver)
             self.grpc_port = grpc_receiver.port
         if cfg.http_port is not None:
-            from budgetscope.archive.collector_http import OtlpHttpReceiver
+            from budgetscope.collector.http_receiver import OtlpHttpReceiver
 
             try:
                 http_receiver = OtlpHttpReceiver(cfg.host, cfg.http_port, self._queue, cfg.max_message_bytes,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from budgetscope.archive.archive import Archive, ArchiveError, IngestReport, RawBatch
-from budgetscope.archive.collector_queue import Outcome, PendingQueue, Ticket
+from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 
 log = logging.getLogger("budgetscope.collector")
 

@@ -1062,7 +1062,7 @@ static PyGetSetDef spanset_getset[] = {
 };
 
 static PyTypeObject SpanSetType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "budgetscope.archive._otlpjson.SpanSet",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "budgetscope.ingest._otlpjson.SpanSet",
     .tp_basicsize = sizeof(SpanSet),
     .tp_dealloc = spanset_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1129,7 +1129,7 @@ static Py_ssize_t owned_len(PyObject *self) { return (Py_ssize_t)((Owned *)self)
 static PySequenceMethods owned_as_sequence = {.sq_length = owned_len};
 
 static PyTypeObject OwnedType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "budgetscope.archive._otlpjson.Buffer",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "budgetscope.ingest._otlpjson.Buffer",
     .tp_basicsize = sizeof(Owned),
     .tp_dealloc = owned_dealloc,
     .tp_as_buffer = &owned_as_buffer,
@@ -1311,7 +1311,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_otlpjson",
-    "OTLP/JSON trace exports decoded in C into typed span columns (see budgetscope.archive.otlp_fast).", -1,
+    "OTLP/JSON trace exports decoded in C into typed span columns (see budgetscope.ingest.otlp_fast).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import duckdb
 
-from budgetscope.archive import staging
+from budgetscope.ingest import staging
 from budgetscope.sources.classify import SOURCE_SQL
 
 _VALUE = ('{"stringValue":"VARCHAR","intValue":"VARCHAR","doubleValue":"DOUBLE","boolValue":"BOOLEAN",'
