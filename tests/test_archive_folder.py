@@ -143,13 +143,72 @@ def test_a_crash_between_segments_and_manifest_leaves_nothing_visible(tmp_path, 
         m.setattr(mf, "write", crash)
         with pytest.raises(OSError):
             a.commit()
-    a.hot.close()  # the process dies here
-    a._lock.release()
+    _die(a)
     left = sorted(p.name for p in (path / "spans").rglob("*.parquet"))
     assert left and rows(path, "SELECT count(*) FROM spans") == [(0,)]
     with Archive(path, durable=True):
         assert not any(p.name in left for p in (path / "spans").rglob("*.parquet"))
     assert rows(path, "SELECT count(*) FROM spans") == [(6,)] and rows(path, "SELECT count(*) FROM requests") == [(1,)]
+
+
+def _die(a) -> None:
+    """The writer's process ends here, without a commit: nothing of it runs again."""
+    if a.compactor is not None:
+        a.compactor.close()
+    a.hot.close()
+    a.spool.close()
+    a._lock.release()
+
+
+def test_what_was_acknowledged_survives_a_crash_before_its_commit(tmp_path):
+    """ingest(derive=False) returns (the collector acknowledges) with the batches' bytes in the spool; a
+    writer that dies before publishing them leaves them to the next, which lands them once."""
+    path, f = tmp_path / "a", tmp_path / "t.jsonl"
+    f.write_text(jsonl(export(native_request()[1]), export(native_request(arrival=T0 + 9 * MS, tier="batch")[1])))
+    a = directory.DirectoryArchive(path, durable=True, compact=False)
+    rep = a.ingest(read_batches(f), derive=False)
+    assert rep.batches_landed == 2 and rows(path, "SELECT count(*) FROM spans") == [(0,)]
+    assert len(list(a.spool.batches())) == 2
+    _die(a)
+    with Archive(path, durable=True) as b:
+        assert list(b.spool.batches()) == []  # published: the spool is emptied
+    assert rows(path, "SELECT count(*), count(DISTINCT span_id) FROM spans") == [(12, 12)]
+    assert rows(path, "SELECT count(*) FROM requests") == [(2,)]
+    assert rows(path, "SELECT count(*) FROM ingest_batches") == [(2,)]
+
+
+def test_a_crash_after_the_manifest_but_before_the_spool_was_emptied_lands_nothing_twice(tmp_path, monkeypatch):
+    path, f = tmp_path / "a", tmp_path / "t.jsonl"
+    f.write_text(jsonl(export(native_request()[1])))
+    a = directory.DirectoryArchive(path, durable=True, compact=False)
+    a.ingest(read_batches(f), derive=False)
+    monkeypatch.setattr(a.spool, "clear", lambda: None)  # the process dies right after the manifest
+    a.commit()
+    _die(a)
+    monkeypatch.undo()
+    with Archive(path, durable=True):
+        pass
+    assert rows(path, "SELECT count(*) FROM spans") == [(6,)]
+    assert rows(path, "SELECT count(*), sum(spans_inserted) FROM ingest_batches") == [(1, 6)]
+
+
+def test_a_torn_spool_record_was_never_acknowledged_and_is_ignored(tmp_path):
+    from budgetscope.archive.spool import Spool
+    from budgetscope.ingest.batches import RawBatch
+
+    sp = Spool(tmp_path / "spool")
+    sp.append([RawBatch(b"one", "otlp-json", "otlp-http", "request 1"), RawBatch(b"two", "otlp-proto", "g", "r 2")])
+    sp.append([RawBatch(b"three" * 100, "otlp-json", "otlp-http", "request 3")])
+    sp.close()
+    (f,) = (tmp_path / "spool").iterdir()
+    whole = f.read_bytes()
+    assert [(b.payload, b.format, b.origin, b.position) for b in Spool(f.parent).batches()] == [
+        (b"one", "otlp-json", "otlp-http", "request 1"), (b"two", "otlp-proto", "g", "r 2"),
+        (b"three" * 100, "otlp-json", "otlp-http", "request 3")]
+    f.write_bytes(whole[:-7])  # cut short
+    assert [b.payload for b in Spool(f.parent).batches()] == [b"one", b"two"]
+    f.write_bytes(whole[:-7] + b"x" * 7)  # the right length, the wrong bytes
+    assert [b.payload for b in Spool(f.parent).batches()] == [b"one", b"two"]
 
 
 def test_a_torn_manifest_is_one_line_and_nothing_is_written(tmp_path):

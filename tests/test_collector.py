@@ -164,7 +164,7 @@ def test_the_same_body_twice_lands_once(archive_path):
                        for _ in range(3)]
             [t.start() for t in threads]
             [t.join() for t in threads]
-        stats = c.stats
+    stats = c.stats  # once stopped: batches acknowledged on the spool are counted when they land
     assert _counts(archive_path) == (15, 3, 2)
     assert (stats.batches, stats.batches_landed, stats.batches_rejected) == (6, 2, 0)
 
@@ -222,7 +222,7 @@ def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_pa
 
 def test_stop_lands_what_was_accepted_then_refuses(archive_path):
     bodies = [_bodies()[0] for _ in range(4)]
-    c = Collector(archive_path, grpc_port=0, http_port=0, linger_s=30.0)
+    c = Collector(archive_path, grpc_port=0, http_port=0, linger_s=30.0, linger_gap_s=30.0)
     c.start()
     results: list = []
     threads = [_post_in_thread(c.http_port, b, results) for b in bodies]
@@ -271,7 +271,7 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
         return ingest(self, batches, progress, **kw)
 
     monkeypatch.setattr(Archive, "ingest", failing_ingest)
-    with Collector(archive_path, grpc_port=None, http_port=0, linger_s=1.0) as c:
+    with Collector(archive_path, grpc_port=None, http_port=0, linger_s=1.0, linger_gap_s=1.0) as c:
         results: list = []
         threads = [_post_in_thread(c.http_port, b, results) for b in (good, poison)]
         [t.join() for t in threads]

@@ -1,10 +1,9 @@
 """`DirectoryArchive`: the writer of a directory archive (Parquet segments committed by a manifest).
 
-The writer lands batches in a working set — a `DuckDBArchive` in memory (`ingest`, `import`) or in a private
-file under `_writer/` (`collect`, whose acknowledgements must survive a crash) — with all of that class's
-checks: idempotent batches, atomic batches, spans deduplicated, `requests` derived by the source adapters.
+The writer lands batches in a working set — a `DuckDBArchive` in memory, with all of that class's checks: idempotent batches, atomic batches, spans deduplicated, `requests` derived by the source adapters.
 Each `commit()` then derives what is pending and publishes what is new as immutable Parquet segments, one
-manifest commit for the lot, so readers see spans together with the requests they make:
+manifest commit for the lot, so readers see spans together with the requests they make (`collect`, whose
+acknowledgements must survive a crash before that, writes each landed batch's bytes to a spool first: spool.py):
 
     new spans, batches, GPU samples, scrapes (batch_id > published_batch)  → their tables' segments
     requests rows of the traces derived since the last commit              → `requests` (tagged `_seq`)
@@ -29,12 +28,13 @@ from budgetscope.archive.duckdb_archive import DuckDBArchive, IngestReport, RawB
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import requests_sql
 
-HOT_FILE = "hot.duckdb"
+SPOOL_DIR = "spool"
 HOLD_S = 3600.0
-"""How long the collector's working set keeps spans after they landed (deduplication against them is exact,
-and a late span of such a trace is derived without reading segments back)."""
+"""How long the collector's working set keeps spans after they landed, at most MEMORY_SPANS of them
+(deduplication against them is exact, and a late span of such a trace is derived without reading segments
+back)."""
 MEMORY_SPANS = 2_000_000
-"""An in-memory working set is emptied of published rows once it holds this many spans."""
+"""A working set is emptied of published rows once it holds this many spans."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
 
@@ -86,8 +86,9 @@ def create_archive(root: Path) -> None:
 
 
 class DirectoryArchive:
-    """The one writer of a directory archive. `durable=True` keeps the working set in `_writer/hot.duckdb`, so
-    that what `ingest` returned is safe before `commit()` publishes it (the collector acknowledges then)."""
+    """The one writer of a directory archive. `durable=True` spools the bytes of what `ingest(derive=False)`
+    landed to `_writer/spool/` before it returns, so that it is safe before `commit()` publishes it (the
+    collector acknowledges then); the next writer lands what a crashed one left in the spool."""
 
     def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
                  hold_s: float = HOLD_S, compact: bool = True):
@@ -102,13 +103,20 @@ class DirectoryArchive:
         self.republished = 0  # spans of the current ingest call dropped as copies of published ones
         self.durable = durable
         self.hold_s = hold_s
+        self.spool = None
+        self._deferred: list[RawBatch] = []  # accepted (spooled) but not yet landed
+        self.deferred_spans = 0
+        self._pruned_until_ns = time.time_ns()  # spans of batches that landed before may be in segments only
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
         try:
             self.manifest = mf.read(root)
             _remove_orphans(root, self.manifest)
-            self.hot = DuckDBArchive(root / mf.WRITER_DIR / HOT_FILE if durable else ":memory:",
-                                     finish_pending=False)
+            self.hot = DuckDBArchive(":memory:", finish_pending=False)
+            if durable:
+                from budgetscope.archive.spool import Spool
+
+                self.spool = Spool(root / mf.WRITER_DIR / SPOOL_DIR)
         except BaseException:
             self._lock.release()
             raise
@@ -118,7 +126,9 @@ class DirectoryArchive:
         from budgetscope.archive.compaction import Compactor
 
         self.compactor = Compactor(self) if compact else None
-        self.commit()  # finish what a crashed writer left
+        if self.spool is not None:  # land again what a crashed writer acknowledged but had not published
+            self.hot.ingest(self.spool.batches(), derive=False)
+        self.commit()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def __enter__(self) -> "DirectoryArchive":
@@ -139,6 +149,8 @@ class DirectoryArchive:
             if self.hot is not None:
                 self.hot.close()
                 self.hot = None
+            if self.spool is not None:
+                self.spool.close()
             self._lock.release()
 
     def _setup_state(self) -> None:
@@ -173,7 +185,7 @@ class DirectoryArchive:
                derive: bool = True) -> IngestReport:
         """Land the batches (as `DuckDBArchive.ingest`). With `derive`, commit them: derive their requests and
         publish, every DERIVE_EVERY_SPANS spans and at the end; without, they wait in the working set for the
-        next `commit()` (durable there when the archive is)."""
+        next `commit()` (and, when the archive is durable, their bytes are in the spool when this returns)."""
         self.republished = 0
         derived = [0, 0]  # rows derived, orphan stage spans: summed over the commits of the call
 
@@ -182,7 +194,13 @@ class DirectoryArchive:
             derived[0] += n
             derived[1] += orphans
 
+        spool = self.spool is not None and not derive
+        if spool:
+            batches = list(batches)
         rep = self.hot.ingest(batches, progress, derive=False, every_part=commit if derive else None)
+        if spool:
+            bad = {(r.origin, r.position) for r in rep.rejected}
+            self.spool.append(b for b in batches if (b.origin, b.position) not in bad)
         if derive:
             t0 = time.perf_counter()
             commit()
@@ -192,6 +210,33 @@ class DirectoryArchive:
         rep.duplicate_spans += self.republished
         return rep
 
+    def accept(self, batches: list[RawBatch]) -> list[bool]:
+        """The collector's fast acknowledgement (durable archives only): take now each batch that will land
+        whatever else the archive holds — OTLP/JSON the C decoder takes whole: nothing in it can be rejected,
+        and copies of stored spans are dropped when it lands — spool it (fsync), and keep it for
+        `land_deferred()`; a flag per batch. The batches not taken need `ingest` to know their outcome."""
+        from budgetscope.ingest import otlp_fast
+
+        if self.spool is None or not otlp_fast.AVAILABLE:
+            return [False] * len(batches)
+        js = [i for i, b in enumerate(batches) if b.format == "otlp-json"]
+        if not js:
+            return [False] * len(batches)
+        _, taken, _, _ = otlp_fast.decode([batches[i].payload for i in js], js, None)
+        took = [batches[i] for i in sorted(taken)]
+        self.spool.append(took)
+        self._deferred += took
+        self.deferred_spans += sum(taken.values())
+        return [i in taken for i in range(len(batches))]
+
+    def land_deferred(self) -> IngestReport | None:
+        """Land what `accept` took, in one `ingest` (the fast path of a file's); None if there was nothing.
+        Should it fail, the batches are still in the spool: the next writer (or a reopened one) lands them."""
+        if not self._deferred:
+            return None
+        batches, self._deferred, self.deferred_spans = self._deferred, [], 0
+        return self.hot.ingest(batches, derive=False)
+
     def derive_pending(self) -> tuple[int, int]:
         """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""
         return self.commit()
@@ -199,10 +244,13 @@ class DirectoryArchive:
     def commit(self) -> tuple[int, int]:
         """Derive the pending traces (their published spans read back first) and publish everything new in one
         manifest commit. Returns (requests rows derived, orphan stage spans)."""
+        self.land_deferred()
         if self.hot.pending_traces():
             self._rehydrate()
         n, orphans = self.hot.derive_pending()
         self._publish()
+        if self.spool is not None:
+            self.spool.clear()  # every batch it held is in the manifest now
         if self.compactor is not None:
             self.compactor.poke()
         self._prune()
@@ -216,12 +264,14 @@ class DirectoryArchive:
         """Bring back into the working set the published spans (and live requests rows) of pending traces
         that it may lack, so that derivation sees whole traces and supersedes the rows it replaces.
 
-        In memory every pending trace may have published spans; the durable working set holds everything of
-        the last `hold_s`, so only traces whose spans started before that are looked for."""
+        `ingest` empties the working set when it is full, and any pending trace may have published spans; the
+        collector's keeps what landed since `_pruned_until_ns` (at most `hold_s` ago), so only traces whose spans
+        started before that are looked for."""
         con, m = self.hot.con, self.manifest
         if not m.files("spans"):
             return
-        recent = "" if not self.durable else f"HAVING min(s.start_ns) < {time.time_ns() - int(self.hold_s * 1e9)}"
+        horizon = max(self._pruned_until_ns, time.time_ns() - int(self.hold_s * 1e9))
+        recent = "" if not self.durable else f"HAVING min(s.start_ns) < {horizon}"
         con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_look AS
             SELECT s.trace_id, min(s.start_ns) AS lo, max(s.end_ns) AS hi FROM spans s
             WHERE s.batch_id > ? AND s.trace_id IN (SELECT trace_id FROM pending_traces)
@@ -293,17 +343,16 @@ class DirectoryArchive:
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:
-        """Drop published rows from the working set: in the durable one, the traces, samples and scrapes whose
-        batches landed more than `hold_s` ago; in memory, everything once it holds MEMORY_SPANS spans (a
-        later part of a large file reads back what it needs)."""
+        """Drop published rows from the working set: everything once it holds MEMORY_SPANS spans (a later part
+        of a large file reads back what it needs); in the collector's, also the traces, samples and scrapes
+        whose batches landed more than `hold_s` ago."""
         con = self.hot.con
-        if self.durable:
-            cutoff = time.time_ns() - int(self.hold_s * 1e9)
+        (held,) = one(con, "SELECT count(*) FROM spans")
+        last = self.manifest.published_batch if held >= MEMORY_SPANS else 0
+        cutoff = time.time_ns() if last else time.time_ns() - int(self.hold_s * 1e9)
+        if self.durable and not last:
             (last,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches WHERE received_ns < ?",
                           [cutoff])
-        else:
-            (held,) = one(con, "SELECT count(*) FROM spans")
-            last = self.manifest.published_batch if held >= MEMORY_SPANS else 0
         last = min(last, self.manifest.published_batch)
         if not last:
             return
@@ -319,6 +368,7 @@ class DirectoryArchive:
         con.execute(f"DELETE FROM gpu_samples WHERE batch_id <= {last}")
         con.execute(f"DELETE FROM server_metrics WHERE batch_id <= {last}")
         con.execute("COMMIT")
+        self._pruned_until_ns = max(self._pruned_until_ns, cutoff)
 
     # -- reading the working set ---------------------------------------------------------------------------
     def pending_traces(self) -> int:

@@ -106,10 +106,14 @@ class PendingQueue:
             return True
 
     # -- writer side ---------------------------------------------------------------------------------------
-    def take(self, linger_s: float, max_group_bytes: int, wait_s: float | None = None) -> list[Ticket] | None:
-        """The next group for one ingest: blocks for a first ticket, then lets the group grow until the oldest
-        ticket has waited `linger_s` or the group holds `max_group_bytes`. [] once closed and drained;
-        None when `wait_s` passed with nothing queued."""
+    def take(self, linger_s: float, max_group_bytes: int, wait_s: float | None = None,
+             gap_s: float | None = None) -> list[Ticket] | None:
+        """The next group for one ingest: blocks for a first ticket, then lets the group grow while tickets
+        keep coming (none for `gap_s`: go), until the oldest has waited `linger_s` or the group holds
+        `max_group_bytes`. [] once closed and drained; None when `wait_s` passed with nothing queued.
+
+        Exporters that wait for their answers send again together, within a few ms of the last answer:
+        waiting the whole linger for company that was not coming left the writer idle a fifth of the time."""
         with self._cond:
             deadline_first = None if wait_s is None else time.monotonic() + wait_s
             while not self._items and not self.closed:
@@ -121,7 +125,8 @@ class PendingQueue:
                 return []
             deadline = self._items[0].queued_ns + int(linger_s * 1e9)
             while not self.closed and self._queued_bytes < max_group_bytes:
-                left = (deadline - time.monotonic_ns()) / 1e9
+                until = deadline if gap_s is None else min(deadline, self._items[-1].queued_ns + int(gap_s * 1e9))
+                left = (until - time.monotonic_ns()) / 1e9
                 if left <= 0:
                     break
                 self._cond.wait(left)

@@ -37,6 +37,7 @@ class CollectorConfig:
     max_pending_bytes: int = 64 * MiB  # bytes accepted but not yet answered; past it: 429 / RESOURCE_EXHAUSTED
     max_message_bytes: int = 16 * MiB  # one request (decompressed); past it: 413 / RESOURCE_EXHAUSTED
     linger_s: float = 0.05  # how long the first request of a group waits for company before the ingest
+    linger_gap_s: float = 0.005  # ...unless none came for this long: then the group goes at once
     max_group_bytes: int = 16 * MiB  # bytes per Archive.ingest call
     retry_after_s: float = 1.0  # asked of clients refused while busy or closing
     drain_timeout_s: float = 60.0  # at stop: how long requests already accepted may take to be answered
@@ -52,8 +53,8 @@ class CollectorConfig:
         if self.max_message_bytes > self.max_pending_bytes:
             raise CollectorError(f"max_message_bytes ({self.max_message_bytes:,}) exceeds max_pending_bytes "
                                  f"({self.max_pending_bytes:,}): such a request could never be accepted")
-        if self.linger_s < 0 or self.retry_after_s <= 0 or self.max_group_bytes <= 0:
-            raise CollectorError("linger_s must be >= 0, retry_after_s and max_group_bytes > 0")
+        if self.linger_s < 0 or self.linger_gap_s < 0 or self.retry_after_s <= 0 or self.max_group_bytes <= 0:
+            raise CollectorError("linger_s and linger_gap_s must be >= 0, retry_after_s and max_group_bytes > 0")
 
 
 class Collector:
@@ -74,7 +75,7 @@ class Collector:
         self.http_port: int | None = None
         self._queue = PendingQueue(self.config.max_pending_bytes)
         self._writer = ArchiveWriter(self.archive_path, self._queue, self.config.linger_s,
-                                     self.config.max_group_bytes)
+                                     self.config.max_group_bytes, self.config.linger_gap_s)
         self._receivers: list = []
         self._state = "new"
 

@@ -55,15 +55,19 @@ class CollectorStats:
 
 
 DERIVE_EVERY_S = 1.0
+LAND_EVERY_SPANS = 65_536
+"""Batches acknowledged on the spool alone (`Archive.accept`) are landed in one ingest once this many spans
+wait, and before every derivation: landing costs less a span in large groups."""
 
 
 class ArchiveWriter:
     """Owns the archive (DuckDB connections are not to be shared across threads) and drains the queue."""
 
-    def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int):
+    def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int, gap_s: float):
         self.path = path
         self.queue = queue
         self.linger_s = linger_s
+        self.gap_s = gap_s
         self.max_group_bytes = max_group_bytes
         self.stats = CollectorStats()
         self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
@@ -108,7 +112,7 @@ class ArchiveWriter:
         try:
             while True:
                 wait = max(0.0, DERIVE_EVERY_S - (time.monotonic() - last_derive))
-                group = self.queue.take(self.linger_s, self.max_group_bytes, wait_s=wait)
+                group = self.queue.take(self.linger_s, self.max_group_bytes, wait_s=wait, gap_s=self.gap_s)
                 if group:
                     self._ingest(group)
                 if group is None or time.monotonic() - last_derive >= DERIVE_EVERY_S:
@@ -124,6 +128,7 @@ class ArchiveWriter:
     def _derive(self) -> None:
         if self._archive is None:
             return
+        self._land_deferred()
         try:
             n, _ = self._archive.derive_pending()
         except Exception as e:  # noqa: BLE001 - the spans are safe; the next derive retries
@@ -133,6 +138,35 @@ class ArchiveWriter:
         with self._lock:
             self.stats.requests_derived += n
 
+    def _land_deferred(self) -> None:
+        if not getattr(self._archive, "deferred_spans", 0):
+            return
+        t0 = time.perf_counter_ns()
+        try:
+            rep = self._archive.land_deferred()
+        except Exception as e:  # noqa: BLE001 - acknowledged and spooled: a reopened archive lands them
+            log.error("landing acknowledged batches failed (the spool keeps them; reopening): %s",
+                      (str(e).splitlines() or [type(e).__name__])[0])
+            self._reopen()
+            return
+        finally:
+            self._count_ingest(t0)
+        if rep is None:
+            return
+        for r in rep.rejected:  # cannot happen unless the C decoder and the reference one disagree
+            log.error("an acknowledged batch was rejected when it landed: %s", r)
+        with self._lock:
+            self.stats.add(rep, 0, 0)
+
+    def _accept(self, batches: list[RawBatch]) -> list[bool]:
+        """Flags of the batches acknowledged on the spool alone; all False if the spool failed (they then go
+        through `ingest`, which answers them)."""
+        try:
+            return self._archive.accept(batches)
+        except Exception as e:  # noqa: BLE001
+            log.error("spooling %d batches failed: %s", len(batches), (str(e).splitlines() or [type(e).__name__])[0])
+            return [False] * len(batches)
+
     def _ingest(self, group: list[Ticket]) -> None:
         # Identical bodies in one group (a retry racing its original) share one batch and one outcome.
         same: dict[tuple[str, bytes], list[Ticket]] = {}
@@ -140,7 +174,21 @@ class ArchiveWriter:
             same.setdefault((t.format, t.payload), []).append(t)
         batches = [RawBatch(payload, fmt, ts[0].origin, ts[0].position) for (fmt, payload), ts in same.items()]
         firsts = {b.position: ts for b, ts in zip(batches, same.values())}
-        for rep, landed in self._land(batches):
+        if hasattr(self._archive, "accept"):  # a folder archive (a single .duckdb file lands everything now)
+            accepted = self._accept(batches)
+            rest = []
+            for b, ok in zip(batches, accepted):
+                if not ok:
+                    rest.append(b)
+                    continue
+                for t in firsts[b.position]:
+                    t.resolve(Outcome.LANDED)
+                with self._lock:
+                    self.stats.batches += len(firsts[b.position])
+            batches = rest
+            if self._archive.deferred_spans >= LAND_EVERY_SPANS:
+                self._land_deferred()
+        for rep, landed in self._land(batches) if batches else ():
             rejected = {r.position: r.error for r in rep.rejected}
             num_rejected = 0
             for b in landed:
