@@ -4,7 +4,6 @@ when a command runs."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -63,10 +62,10 @@ def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     click.echo(f"budgetscope dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
-    try:
-        sys.exit(subprocess.call(cmd, env=env))
-    except KeyboardInterrupt:
-        sys.exit(0)
+    sys.stderr.flush()
+    # Streamlit takes this process's place, so that a SIGTERM (a supervisor, a test) or Ctrl-C reaches the server
+    # itself: a child would outlive a parent killed by a signal, still holding the port.
+    os.execve(sys.executable, cmd, env)
 
 
 @click.command()

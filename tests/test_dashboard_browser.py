@@ -170,3 +170,6 @@ def test_live_dashboard_shows_a_request_posted_after_the_page_loaded(browser, tm
         finally:
             proc.terminate()
             proc.wait(10)
+        # SIGTERM reached the server itself (no child left holding the port)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).read()
