@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 # The C decoder of the ingest fast path (setup.py) is compiled by the install above; this recompiles it when
 # its source changes in a checkout that is already set up.
-$(EXT): budgetscope/ingest/_otlpjson.c setup.py | $(STAMP)
+$(EXT): budgetscope/ingest/_otlpjson.c budgetscope/ingest/_otlpproto.c setup.py | $(STAMP)
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(EXT)
 

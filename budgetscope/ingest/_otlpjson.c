@@ -14,6 +14,9 @@
  *
  * The GIL is released while decoding, so the ingest reader thread decodes the next chunk while DuckDB lands
  * this one.
+ *
+ * The same module decodes OTLP protobuf exports into the same columns (`decode_proto`, in _otlpproto.c,
+ * included below), to what the reference path stores for them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1073,6 +1076,11 @@ static PyTypeObject SpanSetType = {
 };
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* the OTLP protobuf decoder: same columns, buffers and span set */
+
+#include "_otlpproto.c"
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* Python */
 
 typedef struct {
@@ -1194,8 +1202,16 @@ PyDoc_STRVAR(decode_doc,
 "`seen`: a SpanSet the decoded pairs are added to; `repeated` is true when a pair may have come before\n"
 "(in this call or an earlier one with the same set), or when the set is full.");
 
-static PyObject *py_decode(PyObject *self, PyObject *args) {
-    (void)self;
+/* One batch, decoded into `o`: 0, or BAIL (`o` then holds part of it: the caller resets it). */
+typedef int (*BatchDecoder)(const unsigned char *p, size_t n, Out *o, int64_t batch_id, Resource *r);
+
+static int json_batch(const unsigned char *p, size_t n, Out *o, int64_t batch_id, Resource *r) {
+    P s = {p, p + n, 0};
+    return batch(&s, o, batch_id, r);
+}
+
+/* decode / decode_proto: `per_span_bytes`, a guess at the payload bytes a span takes, sizes the columns. */
+static PyObject *decode_batches(PyObject *args, BatchDecoder decode_one, size_t per_span_bytes) {
     PyObject *payloads, *ids, *seen = Py_None;
     if (!PyArg_ParseTuple(args, "O!O!|O", &PyList_Type, &payloads, &PyList_Type, &ids, &seen)) return NULL;
     if (seen != Py_None && !PyObject_TypeCheck(seen, &SpanSetType)) {
@@ -1224,7 +1240,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         }
         total += (size_t)items[k].view.len;
     }
-    size_t spans = total / 256 + 1; /* a guess for sizing: OTLP/JSON spans run 250-1,000 bytes */
+    size_t spans = total / per_span_bytes + 1;
     Out o;
     memset(&o, 0, sizeof o);
     Resource r;
@@ -1246,9 +1262,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     for (Py_ssize_t k = 0; k < n && !failed; k++) {
         Mark m;
         out_mark(&o, &m);
-        const unsigned char *p = items[k].view.buf;
-        P s = {p, p + items[k].view.len, 0};
-        if (batch(&s, &o, items[k].id, &r) < 0) {
+        if (decode_one(items[k].view.buf, (size_t)items[k].view.len, &o, items[k].id, &r) < 0) {
             out_reset(&o, &m);
             items[k].spans = -1;
         } else {
@@ -1303,20 +1317,38 @@ done:
     return result;
 }
 
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    (void)self;
+    return decode_batches(args, json_batch, 256); /* OTLP/JSON spans run 250-1,000 bytes */
+}
+
+PyDoc_STRVAR(decode_proto_doc,
+"decode_proto(payloads, batch_ids, seen=None) -> (rows, ints, strings, spans, repeated)\n\n"
+"As decode, for serialized OTLP protobuf ExportTraceServiceRequest messages.");
+
+static PyObject *py_decode_proto(PyObject *self, PyObject *args) {
+    (void)self;
+    return decode_batches(args, proto_batch, 128); /* protobuf spans run 100-500 bytes */
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, decode_doc},
+    {"decode_proto", py_decode_proto, METH_VARARGS, decode_proto_doc},
+    {"proto_schema", py_proto_schema, METH_NOARGS, "the protobuf schema the decoder checks messages against"},
     {"block", py_block, METH_VARARGS, block_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_otlpjson",
-    "OTLP/JSON trace exports decoded in C into typed span columns (see budgetscope.ingest.otlp_fast).", -1,
+    "OTLP/JSON and protobuf trace exports decoded in C into typed span columns (see budgetscope.ingest.otlp_fast).",
+    -1,
     methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__otlpjson(void) {
     init_tables();
+    init_proto_tables();
     if (PyType_Ready(&OwnedType) < 0 || PyType_Ready(&SpanSetType) < 0) return NULL;
     lock = PyThread_allocate_lock();
     if (!lock) return PyErr_NoMemory();

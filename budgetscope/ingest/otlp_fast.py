@@ -1,13 +1,16 @@
-"""The first path for OTLP/JSON trace exports: a decoder written in C for the form producers write
-(`_otlpjson.c`), straight into the typed columns of `spans`, off the GIL in the ingest reader thread.
+"""The first path for OTLP trace exports: decoders written in C, straight into the typed columns of `spans`,
+off the GIL in the ingest reader thread. `decode` reads OTLP/JSON in the form producers write (`_otlpjson.c`),
+`decode_proto` serialized protobuf `ExportTraceServiceRequest`s (`_otlpproto.c`).
 
-It takes a batch whole or not at all. What it does not take (see the C file's header: base64 ids, nested
-values, doubles it cannot print exactly as DuckDB does, anything odd) goes on to the DuckDB path
-(`jsonsql`), and from there to the reference decoder. Each path stores the same bytes for the same span;
-`tests/test_otlp_fast.py` holds them to it.
+Each takes a batch whole or not at all. What `decode` does not take (see the C file's header: base64 ids,
+nested values, doubles it cannot print exactly as DuckDB does, anything odd) goes on to the DuckDB path
+(`jsonsql`), and from there to the reference decoder; what `decode_proto` does not take (malformed wire
+data, nested values, repeated fields, anything the reference would word as an error) goes to the reference
+decoder `otlp_proto`. Each path stores the same bytes for the same span; `tests/test_otlp_fast.py` and
+`tests/test_otlp_proto_fast.py` hold them to it.
 
 When the extension was not compiled (no C compiler at install time), `AVAILABLE` is false and every batch
-takes the DuckDB path: slower, same rows.
+takes the slower paths: same rows.
 """
 
 from __future__ import annotations
@@ -43,9 +46,19 @@ def decode(payloads: list, batch_ids: list[int], seen=None):
     `payloads`: bytes-like OTLP/JSON documents. A batch left goes to the next path whole. `seen`: a `span_set`
     the decoded pairs join; `repeated` is false only when none of them was in it already (nor twice in this
     call) — then the archive need not look for copies among the spans decoded with the same set."""
+    return _table(_otlpjson.decode(payloads, batch_ids, seen), batch_ids)
+
+
+def decode_proto(payloads: list, batch_ids: list[int], seen=None):
+    """As `decode`, for serialized OTLP protobuf `ExportTraceServiceRequest`s: each span stored as the reference
+    decoder (`otlp_proto`) and the staging SQL store it. A batch left goes to the reference decoder."""
+    return _table(_otlpjson.decode_proto(payloads, batch_ids, seen), batch_ids)
+
+
+def _table(decoded, batch_ids: list[int]):
     import pyarrow as pa
 
-    rows, ints, strings, spans, repeated = _otlpjson.decode(payloads, batch_ids, seen)
+    rows, ints, strings, spans, repeated = decoded
     taken = {b: n for b, n in zip(batch_ids, spans) if n >= 0}
     left = [b for b, n in zip(batch_ids, spans) if n < 0]
     if not rows:
