@@ -1,8 +1,9 @@
 """Batches as they arrive (`RawBatch`), and their grouping into chunks that land in one transaction each.
 
 Every source of spans (trace files, the collector, scrapes) hands the archive `RawBatch`es; `chunks` skips
-those whose bytes were seen before, groups the rest into about CHUNK_BYTES, and decodes the OTLP/JSON ones
-with the C decoder where it is compiled; `prefetch` runs that one chunk ahead in a thread.
+those whose bytes were seen before, groups the rest into about CHUNK_BYTES, and decodes the OTLP/JSON and
+OTLP protobuf ones with the C decoders where they are compiled; `prefetch` runs that one chunk ahead in a
+thread.
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ class RawBatch:
 
 @dataclass(slots=True)
 class Chunk:
-    """Batches new to the archive, ready to land: the JSON ones already decoded, or as an Arrow table of
-    documents for the DuckDB path."""
+    """Batches new to the archive, ready to land: the JSON and protobuf ones the C decoders took already
+    decoded, the other JSON ones as an Arrow table of documents for the DuckDB path."""
 
     items: list[tuple[int, str, RawBatch]]  # (batch id, content hash, batch)
-    decoded: object  # pyarrow.Table of the spans the C decoder took (otlp_fast), or None
-    raw_json: object  # pyarrow.Table (batch_id, doc, expected) of the JSON batches it left, or None
-    expected: dict[int, int]  # JSON batch id → its spans (decoded, or counted on its bytes)
+    decoded: object  # pyarrow.Table of the spans the C decoders took (otlp_fast, JSON and protobuf), or None
+    raw_json: object  # pyarrow.Table (batch_id, doc, expected) of the JSON batches left, or None
+    # JSON batch id → its spans (decoded, or counted on its bytes); protobuf batch id → its spans, for those
+    # the C decoder took (the others go to the reference decoder)
+    expected: dict[int, int]
     seen: int
     copies: list[tuple[str, str, str]]  # (hash, origin, position) of batches seen before: skipped
     c_only: bool  # every span in it came through the C decoder
@@ -72,14 +75,29 @@ def chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, spans
     import pyarrow as pa
 
     js = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-json"]
-    decoded, expected, repeated = None, {}, True
-    if js and otlp_fast.AVAILABLE:
-        decoded, expected, left, repeated = otlp_fast.decode([p for _, p in js], [b for b, _ in js], spans_seen)
-        left = set(left)
-        js = [(b, p) for b, p in js if b in left]
+    pb = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-proto"]
+    tables, expected, repeated = [], {}, False
+    if otlp_fast.AVAILABLE:
+        # Both decoders add to the same span set: `repeated` covers the pairs of either.
+        for fmt, decode in ((js, otlp_fast.decode), (pb, otlp_fast.decode_proto)):
+            if not fmt:
+                continue
+            table, taken, left, rep = decode([p for _, p in fmt], [b for b, _ in fmt], spans_seen)
+            if table is not None:
+                tables.append(table)
+            expected.update(taken)
+            repeated |= rep
+            left = set(left)
+            fmt[:] = [(b, p) for b, p in fmt if b in left]
+    else:
+        repeated = True
+    if not tables and not expected:
+        repeated = True  # nothing went through the span set
+    decoded = None if not tables else tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     expected.update((bid, otlp_json.count_spans(p)) for bid, p in js)
-    # every span of the chunk came through the C decoder (metrics batches hold none)
-    c_only = not js and all(rb.format in ("otlp-json", *otlp_metrics.FORMATS) for _, _, rb in items)
+    # every span of the chunk came through the C decoders (metrics batches hold none)
+    c_only = not js and not pb and all(rb.format in ("otlp-json", "otlp-proto", *otlp_metrics.FORMATS)
+                                       for _, _, rb in items)
     if not js:
         return Chunk(items, decoded, None, expected, seen, copies, c_only, repeated)
     table = pa.Table.from_arrays(
