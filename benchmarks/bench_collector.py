@@ -102,18 +102,23 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--format", choices=["folder", "duckdb"], default="folder")
+    ap.add_argument("--only", choices=["http", "grpc"], help="run one of the two senders")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
-    traces = out / f"collector-{args.requests}.jsonl"
-    if not traces.exists():
-        write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch")))
+    # Spans of the last minutes, as a collector receives them (spans of months ago are a backfill: each of
+    # their traces is looked for among the published segments, in case it began before this run).
+    traces = out / f"collector-{args.requests}-now.jsonl"
+    write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch"),
+                                      start_ns=time.time_ns() - 120 * 10**9))
     lines = [line for line in traces.read_bytes().splitlines() if line.strip()]
     spans = sum(count_spans(line) for line in lines)
     print(f"machine: {machine()}")
     print(f"{len(lines)} export requests, {spans:,} spans, {args.clients} exporter processes")
     for name, kind, bodies in (("OTLP/HTTP JSON", "http", lines),
-                               ("OTLP/gRPC protobuf", "grpc", [protobuf(x) for x in lines])):
+                               ("OTLP/gRPC protobuf", "grpc", [protobuf(x) for x in lines] if args.only != "http" else [])):
+        if args.only not in (None, kind):
+            continue
         answered, stored = run(bodies, kind, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector"))
         print(f"{name}: {sum(map(len, bodies)) / 1e6:,.0f} MB; answered in {answered:.2f} s = "
               f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s")

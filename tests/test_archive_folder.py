@@ -79,7 +79,8 @@ def test_client_and_server_spans_ingested_apart_join(tmp_path):
     assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == rows(tmp_path / "a.duckdb", "SELECT count(*) FROM spans")
 
 
-def test_compaction_leaves_one_segment_an_ended_hour_and_the_same_rows(tmp_path, small_parts):
+def test_compaction_leaves_one_segment_an_ended_hour_and_the_same_rows(tmp_path, small_parts, monkeypatch):
+    monkeypatch.setattr(compaction, "COLD_AFTER_S", 0.0)
     f = tmp_path / "t.jsonl"
     write_jsonl(f, SyntheticSpec(num_requests=500, tiers=("interactive", "batch"), spans_per_line=64))
     _ingest(tmp_path / "a.duckdb", f)
@@ -92,6 +93,22 @@ def test_compaction_leaves_one_segment_an_ended_hour_and_the_same_rows(tmp_path,
     assert set(per_hour.values()) == {1} and not m.files("requests_deletes")
     assert any(s.level > 0 for s in m.segments)
     assert rows(tmp_path / "a", ROWS) == rows(tmp_path / "a.duckdb", ROWS)
+
+
+def test_an_ended_hour_still_receiving_segments_is_merged_by_level_not_whole():
+    """Merging a backfilled hour whole at each commit rewrote it again and again; it waits until quiet."""
+    import time
+
+    def seg(i, committed_ns):
+        return mf.Segment("spans", f"spans/x/{i}.parquet", 10, 1000, T0, T0 + MS, i, 0, committed_ns)
+
+    now = time.time_ns()
+    busy = mf.Manifest(segments=tuple(seg(i, now - i * 10**9) for i in range(3)))
+    assert compaction.plan(busy, now) == []  # T0's hour ended long ago, but it got a segment 0 s ago
+    quiet = mf.Manifest(segments=tuple(seg(i, now - 700 * 10**9) for i in range(3)))
+    assert [len(j) for j in compaction.plan(quiet, now)] == [3]
+    busy = mf.Manifest(segments=tuple(seg(i, now) for i in range(compaction.FANIN)))
+    assert [len(j) for j in compaction.plan(busy, now)] == [compaction.FANIN]  # by level
 
 
 def test_compaction_of_the_current_hour_is_tiered(tmp_path, monkeypatch):

@@ -3,9 +3,11 @@ few files per hour, not 86,400.
 
 Tiered, as log-structured stores do: segments of one table, one hour and one level (how often their rows were
 merged) are merged into one segment of the next level once FANIN of them are small. An hour that has ended
-(COLD_AFTER_S ago) is merged whole, levels aside, and its `requests` lose the rows re-derived since (the
-`requests_deletes` of that hour are applied and retired with them). A byte is rewritten about log_FANIN of the
-hour's size times.
+and has had no new segment for COLD_AFTER_S is merged whole, levels aside, and its `requests` lose the rows
+re-derived since (the `requests_deletes` of that hour are applied and retired with them). A byte is rewritten
+about log_FANIN of the hour's size times. (An ended hour still receiving segments — a backfill, an import of
+old traces, late spans — is merged by level: merged whole at each of its commits, it cost the collector half
+a core rewriting the same hours.)
 
 A merge reads committed segments and writes a new one; only its manifest commit takes the writer's lock, for the
 time of a JSON write. Replaced segments stay on disk RETIRE_GRACE_S for readers of older manifests.
@@ -28,25 +30,29 @@ FANIN = 8
 SMALL_BYTES = 64 << 20
 """Segments from this size up are left as they are."""
 COLD_AFTER_S = 600.0
-"""An hour partition is merged whole once its hour ended this long ago."""
+"""An hour partition is merged whole once its hour ended, and its newest segment was committed, this long ago."""
 
 _ORDER = {"spans": "trace_id, start_ns"}
 """Merged rows are sorted by the table's time column; spans by trace, so that a trace's spans share row groups
 (a lookup by trace id skips the rest by their statistics)."""
 
 
-def plan(m: mf.Manifest, now_ns: int, cold_after_s: float = COLD_AFTER_S) -> list[list[mf.Segment]]:
+def plan(m: mf.Manifest, now_ns: int, cold_after_s: float | None = None) -> list[list[mf.Segment]]:
     """Groups of segments to merge, each of one table and one hour."""
+    cold_after_s = COLD_AFTER_S if cold_after_s is None else cold_after_s
     by_hour: dict[tuple[str, int], list[mf.Segment]] = defaultdict(list)
+    newest: dict[tuple[str, int], int] = defaultdict(int)  # (table, hour) -> its last commit's time
     for s in m.segments:
         if s.bytes < SMALL_BYTES:
             by_hour[(s.table, s.hour)].append(s)
+        newest[(s.table, s.hour)] = max(newest[(s.table, s.hour)], s.committed_ns)
     jobs = []
     cold_before = now_ns - int(cold_after_s * 1e9)
     for (table, hour), segs in sorted(by_hour.items()):
         if table == "requests_deletes":
             continue  # merged with their hour's requests, or by level below
-        cold = (hour + 1) * mf.HOUR_NS <= cold_before
+        quiet = max(newest[(table, hour)], newest[("requests_deletes", hour)] if table == "requests" else 0)
+        cold = (hour + 1) * mf.HOUR_NS <= cold_before and quiet <= cold_before
         dels = by_hour.get(("requests_deletes", hour), []) if table == "requests" else []
         if cold and dels:  # every requests segment of the hour, large too: the deletes are retired with them
             jobs.append([x for x in m.segments if x.table == "requests" and x.hour == hour] + dels)
@@ -91,10 +97,10 @@ WHERE d._seq IS NULL OR r._seq >= d._seq ORDER BY {order}"""
 class Compactor:
     """The background thread of one writer (`DirectoryArchive`). `poke()` after each commit."""
 
-    def __init__(self, writer, cold_after_s: float = COLD_AFTER_S):
+    def __init__(self, writer, cold_after_s: float | None = None):
         self.writer = writer
         self.root: Path = writer.path
-        self.cold_after_s = cold_after_s
+        self.cold_after_s = COLD_AFTER_S if cold_after_s is None else cold_after_s
         self.merges = 0
         self._wake = threading.Event()
         self._busy = threading.Lock()

@@ -62,6 +62,7 @@ class Segment:
     max_ns: int
     seq: int  # the commit that wrote it (a compacted segment: the newest commit it holds)
     level: int = 0  # 0: written by a commit; n: merged n times by compaction
+    committed_ns: int = 0  # when the commit that listed it was made (0: by a budgetscope before this field)
 
     @property
     def hour(self) -> int:
@@ -102,6 +103,7 @@ class Manifest:
         `published_batch` is the writer's publish; one without, compaction's."""
         now = time.time_ns()
         gone = {s.path for s in removed}
+        added = [s if s.committed_ns else replace(s, committed_ns=now) for s in added]
         return replace(self, seq=self.seq + 1, committed_ns=now,
                        published_batch=self.published_batch if published_batch is None else published_batch,
                        publish_seq=self.publish_seq if published_batch is None else self.seq + 1,
