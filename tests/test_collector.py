@@ -183,7 +183,16 @@ def _wait_for(predicate, timeout_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_path):
+@pytest.fixture
+def through_ingest(monkeypatch):
+    """Every batch answered after `Archive.ingest` (the path these tests hold up or break), none from the spool
+    alone."""
+    from budgetscope.archive.directory import DirectoryArchive
+
+    monkeypatch.setattr(DirectoryArchive, "accept", lambda self, batches: [False] * len(batches))
+
+
+def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_path, through_ingest):
     proto, _ = _bodies()
     other, _ = _bodies()
     size = len(proto)
@@ -258,7 +267,7 @@ def test_a_bad_archive_is_a_one_line_error(tmp_path):
             Collector(path, grpc_port=0, http_port=0).start()
 
 
-def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive_path, monkeypatch):
+def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive_path, monkeypatch, through_ingest):
     from budgetscope.archive.directory import DirectoryArchive as Archive
 
     (good, _), (poison, _) = _bodies(), _bodies()
@@ -282,6 +291,28 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
         assert c.stats.batches_failed == 1 and c.error is None
         assert c.stats.ingests == 3  # the group of two failed, then each alone
         assert _post(c.http_port, _bodies()[0]).status_code == 200  # the writer carries on
+    assert _counts(archive_path) == (30, 6, 2)
+
+
+def test_a_spool_that_fails_falls_back_to_ingest_and_loses_nothing(archive_path, monkeypatch):
+    from budgetscope.archive.spool import Spool
+
+    real = Spool.append
+    calls = []
+
+    def flaky(self, batches):
+        batches = list(batches)
+        calls.append(len(batches))
+        if len(calls) == 1:
+            raise OSError("no space left on device")
+        return real(self, batches)
+
+    monkeypatch.setattr(Spool, "append", flaky)
+    (proto, _), (_, doc) = _bodies(), _bodies()
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        assert _post(c.http_port, doc, "application/json").status_code == 200
+        assert _post(c.http_port, proto).status_code == 200
+    assert calls[0] == 1 and len(calls) >= 2  # the first try failed; ingest spooled it, then the second
     assert _counts(archive_path) == (30, 6, 2)
 
 

@@ -212,17 +212,20 @@ class DirectoryArchive:
 
     def accept(self, batches: list[RawBatch]) -> list[bool]:
         """The collector's fast acknowledgement (durable archives only): take now each batch that will land
-        whatever else the archive holds — OTLP/JSON the C decoder takes whole: nothing in it can be rejected,
+        whatever else the archive holds — OTLP (JSON or protobuf) the C decoder takes whole: nothing in it can be rejected,
         and copies of stored spans are dropped when it lands — spool it (fsync), and keep it for
         `land_deferred()`; a flag per batch. The batches not taken need `ingest` to know their outcome."""
         from budgetscope.ingest import otlp_fast
 
         if self.spool is None or not otlp_fast.AVAILABLE:
             return [False] * len(batches)
-        js = [i for i, b in enumerate(batches) if b.format == "otlp-json"]
-        if not js:
+        taken: dict[int, int] = {}
+        for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
+            ids = [i for i, b in enumerate(batches) if b.format == fmt]
+            if ids:
+                taken.update(decode([batches[i].payload for i in ids], ids, None)[1])
+        if not taken:
             return [False] * len(batches)
-        _, taken, _, _ = otlp_fast.decode([batches[i].payload for i in js], js, None)
         took = [batches[i] for i in sorted(taken)]
         self.spool.append(took)
         self._deferred += took
