@@ -80,7 +80,9 @@ static inline int pb_len(W *w, W *out) {
 
 static inline int pb_fixed64(W *w, uint64_t *v) {
     if (w->end - w->p < 8) return BAIL;
-    memcpy(v, w->p, 8); /* little-endian on the wire; x86 and arm64 alike */
+    uint64_t x = 0;
+    for (int k = 7; k >= 0; k--) x = x << 8 | w->p[k]; /* little-endian on the wire: one load on x86/arm64 */
+    *v = x;
     w->p += 8;
     return 0;
 }
