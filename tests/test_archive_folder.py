@@ -199,7 +199,7 @@ def test_a_crash_after_the_manifest_but_before_the_spool_was_emptied_lands_nothi
     f.write_text(jsonl(export(native_request()[1])))
     a = directory.DirectoryArchive(path, durable=True, compact=False)
     a.ingest(read_batches(f), derive=False)
-    monkeypatch.setattr(a.spool, "clear", lambda: None)  # the process dies right after the manifest
+    monkeypatch.setattr(a.spool, "clear", lambda upto=None: None)  # the process dies right after the manifest
     a.commit()
     _die(a)
     monkeypatch.undo()

@@ -294,6 +294,31 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
     assert _counts(archive_path) == (30, 6, 2)
 
 
+def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_path, monkeypatch):
+    """Batches answered from the spool wait in memory until the lander lands them: past max_pending_bytes of
+    them, nothing more is taken from the queue, which fills, and receivers answer busy."""
+    from budgetscope.archive.directory import DirectoryArchive
+
+    gate = threading.Event()
+    land = DirectoryArchive.land_deferred
+    bodies = [_bodies()[0] for _ in range(4)]
+    size = max(map(len, bodies))
+    with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=size + 100,
+                   max_message_bytes=size + 100, linger_s=0) as c:
+        monkeypatch.setattr(DirectoryArchive, "land_deferred", lambda self: gate.wait(30) and land(self))
+        assert [_post(c.http_port, b).status_code for b in bodies[:2]] == [200, 200]  # answered from the spool
+        third: list = []
+        t = _post_in_thread(c.http_port, bodies[2], third)
+        _wait_for(lambda: c._queue.pending_bytes > 0)
+        time.sleep(0.3)
+        assert not third  # queued: the acceptor waits for the lander
+        assert _post(c.http_port, bodies[3]).status_code == 429
+        gate.set()
+        t.join()
+        assert third[0].status_code == 200
+    assert _counts(archive_path) == (45, 9, 3)
+
+
 def test_a_spool_that_fails_falls_back_to_ingest_and_loses_nothing(archive_path, monkeypatch):
     from budgetscope.archive.spool import Spool
 

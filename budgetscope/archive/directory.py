@@ -106,6 +106,9 @@ class DirectoryArchive:
         self.spool = None
         self._deferred: list[RawBatch] = []  # accepted (spooled) but not yet landed
         self.deferred_spans = 0
+        self.deferred_bytes = 0
+        self._spool_lock = threading.Lock()  # `accept` may run on another thread than the rest
+        self._spool_cut = 0  # spool files up to this number hold only batches landed in the working set
         self._pruned_until_ns = time.time_ns()  # spans of batches that landed before may be in segments only
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
@@ -200,7 +203,8 @@ class DirectoryArchive:
         rep = self.hot.ingest(batches, progress, derive=False, every_part=commit if derive else None)
         if spool:
             bad = {(r.origin, r.position) for r in rep.rejected}
-            self.spool.append(b for b in batches if (b.origin, b.position) not in bad)
+            with self._spool_lock:
+                self.spool.append(b for b in batches if (b.origin, b.position) not in bad)
         if derive:
             t0 = time.perf_counter()
             commit()
@@ -214,7 +218,10 @@ class DirectoryArchive:
         """The collector's fast acknowledgement (durable archives only): take now each batch that will land
         whatever else the archive holds — OTLP (JSON or protobuf) the C decoder takes whole: nothing in it can be rejected,
         and copies of stored spans are dropped when it lands — spool it (fsync), and keep it for
-        `land_deferred()`; a flag per batch. The batches not taken need `ingest` to know their outcome."""
+        `land_deferred()`; a flag per batch. The batches not taken need `ingest` to know their outcome.
+
+        Safe to call from one thread while another lands, commits and ingests (it touches only the spool and
+        the deferred list, under a lock)."""
         from budgetscope.ingest import otlp_fast
 
         if self.spool is None or not otlp_fast.AVAILABLE:
@@ -227,18 +234,22 @@ class DirectoryArchive:
         if not taken:
             return [False] * len(batches)
         took = [batches[i] for i in sorted(taken)]
-        self.spool.append(took)
-        self._deferred += took
-        self.deferred_spans += sum(taken.values())
+        with self._spool_lock:
+            self.spool.append(took)
+            self._deferred += took
+            self.deferred_spans += sum(taken.values())
+            self.deferred_bytes += sum(len(b.payload) for b in took)
         return [i in taken for i in range(len(batches))]
 
     def land_deferred(self) -> IngestReport | None:
         """Land what `accept` took, in one `ingest` (the fast path of a file's); None if there was nothing.
         Should it fail, the batches are still in the spool: the next writer (or a reopened one) lands them."""
-        if not self._deferred:
+        if self.spool is None:
             return None
-        batches, self._deferred, self.deferred_spans = self._deferred, [], 0
-        return self.hot.ingest(batches, derive=False)
+        with self._spool_lock:  # what is spooled so far is landed below (or was already)
+            batches, self._deferred, self.deferred_spans, self.deferred_bytes = self._deferred, [], 0, 0
+            self._spool_cut = self.spool.rotate()
+        return self.hot.ingest(batches, derive=False) if batches else None
 
     def derive_pending(self) -> tuple[int, int]:
         """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""
@@ -253,7 +264,7 @@ class DirectoryArchive:
         n, orphans = self.hot.derive_pending()
         self._publish()
         if self.spool is not None:
-            self.spool.clear()  # every batch it held is in the manifest now
+            self.spool.clear(upto=self._spool_cut)  # every batch those held is in the manifest now
         if self.compactor is not None:
             self.compactor.poke()
         self._prune()

@@ -87,11 +87,18 @@ class Spool:
             view = view[os.write(self._fd, view):]
         os.fsync(self._fd)
 
-    def clear(self) -> None:
-        """Everything spooled was published: delete the spool files."""
+    def rotate(self) -> int:
+        """Start a new file at the next append; the number of the last file before it (0: none)."""
         self.close()
+        return self._next - 1
+
+    def clear(self, upto: int | None = None) -> None:
+        """What the files up to number `upto` (all: None) hold was published: delete them."""
+        if upto is None:
+            self.close()
         for p in self._files():
-            p.unlink()
+            if upto is None or int(p.stem) <= upto:
+                p.unlink()
 
     def close(self) -> None:
         if self._fd >= 0:

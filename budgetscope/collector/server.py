@@ -75,7 +75,8 @@ class Collector:
         self.http_port: int | None = None
         self._queue = PendingQueue(self.config.max_pending_bytes)
         self._writer = ArchiveWriter(self.archive_path, self._queue, self.config.linger_s,
-                                     self.config.max_group_bytes, self.config.linger_gap_s)
+                                     self.config.max_group_bytes, self.config.linger_gap_s,
+                                     self.config.max_pending_bytes)
         self._receivers: list = []
         self._state = "new"
 

@@ -1,13 +1,16 @@
-"""`ArchiveWriter`: the one thread that owns the collector's `Archive` and lands queued requests in groups.
+"""`ArchiveWriter`: the two threads that drain the collector's queue into its `Archive`.
 
-Group commit: every request queued while an ingest runs (or within the linger after the first) goes into the
-next `Archive.ingest` call, one transaction for the lot; each request is then answered by its own outcome.
-A ticket is resolved LANDED only after `ingest` returned, i.e. after the transaction committed.
+The acceptor takes groups of queued requests (every request queued while it was busy, or within the linger)
+and answers at once each batch the archive accepts from its spool alone (`Archive.accept`: decoded by the C
+decoder, written and fsynced). The lander owns the archive's working set: it lands the accepted batches in large
+groups, derives and publishes about once a second, and ingests the batches `accept` did not take (which may be
+rejected), answering those after `ingest` returned. Landing and publishing no longer stop acknowledgements.
 """
 
 from __future__ import annotations
 
 import logging
+import queue as queues
 import threading
 import time
 from dataclasses import dataclass, field
@@ -60,21 +63,31 @@ LAND_EVERY_SPANS = 65_536
 wait, and before every derivation: landing costs less a span in large groups."""
 
 
-class ArchiveWriter:
-    """Owns the archive (DuckDB connections are not to be shared across threads) and drains the queue."""
+_STOP = object()  # the acceptor is done: the lander finishes and closes the archive
+_LAND = object()  # enough accepted spans wait: land them
 
-    def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int, gap_s: float):
+
+class ArchiveWriter:
+    """Owns the archive (its DuckDB connection is used by the lander thread alone) and drains the queue."""
+
+    def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int, gap_s: float,
+                 max_deferred_bytes: int = 64 << 20):
         self.path = path
         self.queue = queue
         self.linger_s = linger_s
         self.gap_s = gap_s
         self.max_group_bytes = max_group_bytes
+        self.max_deferred_bytes = max_deferred_bytes  # acknowledged, not yet landed: past it, accepting waits
+        self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
         self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
         self._archive: Archive | None = None
         self._opened = threading.Event()
         self._lock = threading.Lock()  # guards `stats` for readers on other threads
+        self._archive_lock = threading.Lock()  # `accept` is never called on an archive being reopened
+        self._slow: queues.Queue = queues.Queue()  # groups for `ingest`, _LAND, _STOP: acceptor -> lander
         self._thread = threading.Thread(target=self._run, name="budgetscope-archive-writer", daemon=True)
+        self._acceptor = threading.Thread(target=self._accept_loop, name="budgetscope-acceptor", daemon=True)
 
     def start(self) -> None:
         """Open the archive on the writer thread; raise ArchiveError (one line) if it cannot be opened."""
@@ -83,10 +96,13 @@ class ArchiveWriter:
         if self._archive is None:
             self._thread.join()
             raise ArchiveError(self.error or f"cannot open {self.path}")
+        self._acceptor.start()
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait for the writer to drain a closed queue and close the archive; True if it finished."""
-        self._thread.join(timeout_s)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._acceptor.join(timeout_s)
+        self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not self._thread.is_alive()
 
     def snapshot(self) -> CollectorStats:
@@ -95,7 +111,57 @@ class ArchiveWriter:
         snap.refused_busy, snap.refused_closed = self.queue.refused_busy, self.queue.refused_closed
         return snap
 
-    # -- the thread ----------------------------------------------------------------------------------------
+    # -- the acceptor thread ---------------------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        try:
+            while True:
+                group = self.queue.take(self.linger_s, self.max_group_bytes, gap_s=self.gap_s)
+                if not group:  # [] once the queue is closed and drained
+                    break
+                self._wait_for_lander()
+                rest = self._accept_group(group)
+                if rest:
+                    self._slow.put(rest)
+        finally:
+            self._slow.put(_STOP)
+
+    def _wait_for_lander(self) -> None:
+        """Back-pressure: while more than `max_deferred_bytes` of acknowledged batches wait to land, take no
+        more from the queue (which fills, and receivers answer busy)."""
+        while getattr(self._archive, "deferred_bytes", 0) >= self.max_deferred_bytes and self._thread.is_alive():
+            self._landed.clear()
+            self._slow.put(_LAND)
+            self._landed.wait(0.1)
+
+    def _accept_group(self, group: list[Ticket]) -> list[Ticket]:
+        """Answer the tickets whose batches the archive accepts from its spool; the others, for the lander."""
+        with self._archive_lock:
+            archive = self._archive
+            if not hasattr(archive, "accept"):  # a single .duckdb file (or broken): everything through ingest
+                return group
+            batches, firsts = _batches(group)
+            try:
+                accepted = archive.accept(batches)
+            except Exception as e:  # noqa: BLE001 - the lander's ingest answers them instead
+                log.error("spooling %d batches failed: %s", len(batches), (str(e).splitlines() or [type(e).__name__])[0])
+                return group
+            waiting = archive.deferred_spans
+        rest = []
+        for b, ok in zip(batches, accepted):
+            tickets = firsts[b.position]
+            if not ok:
+                rest += tickets
+                continue
+            with self._lock:
+                self.stats.batches += len(tickets)
+            for t in tickets:
+                t.resolve(Outcome.LANDED)
+                self.queue.release(t.reserved)
+        if waiting >= LAND_EVERY_SPANS:
+            self._slow.put(_LAND)
+        return rest
+
+    # -- the lander thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             self._archive = Archive(self.path, durable=True)
@@ -112,14 +178,19 @@ class ArchiveWriter:
         try:
             while True:
                 wait = max(0.0, DERIVE_EVERY_S - (time.monotonic() - last_derive))
-                group = self.queue.take(self.linger_s, self.max_group_bytes, wait_s=wait, gap_s=self.gap_s)
-                if group:
-                    self._ingest(group)
-                if group is None or time.monotonic() - last_derive >= DERIVE_EVERY_S:
+                try:
+                    item = self._slow.get(timeout=wait)
+                except queues.Empty:
+                    item = None
+                if item is _STOP:
+                    break
+                if item is _LAND:
+                    self._land_deferred()
+                elif item is not None:
+                    self._ingest(item)
+                if item is None or time.monotonic() - last_derive >= DERIVE_EVERY_S:
                     self._derive()
                     last_derive = time.monotonic()
-                if group == []:
-                    break
         finally:
             if self._archive is not None:
                 self._derive()
@@ -144,6 +215,7 @@ class ArchiveWriter:
         t0 = time.perf_counter_ns()
         try:
             rep = self._archive.land_deferred()
+            self._landed.set()
         except Exception as e:  # noqa: BLE001 - acknowledged and spooled: a reopened archive lands them
             log.error("landing acknowledged batches failed (the spool keeps them; reopening): %s",
                       (str(e).splitlines() or [type(e).__name__])[0])
@@ -158,37 +230,9 @@ class ArchiveWriter:
         with self._lock:
             self.stats.add(rep, 0, 0)
 
-    def _accept(self, batches: list[RawBatch]) -> list[bool]:
-        """Flags of the batches acknowledged on the spool alone; all False if the spool failed (they then go
-        through `ingest`, which answers them)."""
-        try:
-            return self._archive.accept(batches)
-        except Exception as e:  # noqa: BLE001
-            log.error("spooling %d batches failed: %s", len(batches), (str(e).splitlines() or [type(e).__name__])[0])
-            return [False] * len(batches)
-
     def _ingest(self, group: list[Ticket]) -> None:
-        # Identical bodies in one group (a retry racing its original) share one batch and one outcome.
-        same: dict[tuple[str, bytes], list[Ticket]] = {}
-        for t in group:
-            same.setdefault((t.format, t.payload), []).append(t)
-        batches = [RawBatch(payload, fmt, ts[0].origin, ts[0].position) for (fmt, payload), ts in same.items()]
-        firsts = {b.position: ts for b, ts in zip(batches, same.values())}
-        if hasattr(self._archive, "accept"):  # a folder archive (a single .duckdb file lands everything now)
-            accepted = self._accept(batches)
-            rest = []
-            for b, ok in zip(batches, accepted):
-                if not ok:
-                    rest.append(b)
-                    continue
-                for t in firsts[b.position]:
-                    t.resolve(Outcome.LANDED)
-                with self._lock:
-                    self.stats.batches += len(firsts[b.position])
-            batches = rest
-            if self._archive.deferred_spans >= LAND_EVERY_SPANS:
-                self._land_deferred()
-        for rep, landed in self._land(batches) if batches else ():
+        batches, firsts = _batches(group)
+        for rep, landed in self._land(batches):
             rejected = {r.position: r.error for r in rep.rejected}
             num_rejected = 0
             for b in landed:
@@ -241,15 +285,27 @@ class ArchiveWriter:
             self.stats.ingest_ns += time.perf_counter_ns() - t0
 
     def _reopen(self) -> None:
-        """A failed ingest may leave its connection's staging tables dirty: start from a new connection."""
-        try:
-            if self._archive is not None:
-                self._archive.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection may fail too
-            pass
-        self._archive = None
-        try:
-            self._archive = Archive(self.path, durable=True)
-        except ArchiveError as e:
-            self.error = f"the archive cannot be reopened: {e}"
-            log.error("%s", self.error)
+        """A failed ingest may leave its connection's staging tables dirty: start from a new connection (which
+        lands again what the spool holds)."""
+        with self._archive_lock:
+            try:
+                if self._archive is not None:
+                    self._archive.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
+                pass
+            self._archive = None
+            try:
+                self._archive = Archive(self.path, durable=True)
+            except ArchiveError as e:
+                self.error = f"the archive cannot be reopened: {e}"
+                log.error("%s", self.error)
+
+
+def _batches(group: list[Ticket]) -> tuple[list[RawBatch], dict[str, list[Ticket]]]:
+    """The group's batches, and the tickets of each (by the batch's position). Identical bodies in one group
+    (a retry racing its original) share one batch and one outcome."""
+    same: dict[tuple[str, bytes], list[Ticket]] = {}
+    for t in group:
+        same.setdefault((t.format, t.payload), []).append(t)
+    batches = [RawBatch(payload, fmt, ts[0].origin, ts[0].position) for (fmt, payload), ts in same.items()]
+    return batches, {b.position: ts for b, ts in zip(batches, same.values())}
