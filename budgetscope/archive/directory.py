@@ -30,11 +30,15 @@ from budgetscope.archive.reader import requests_sql
 
 SPOOL_DIR = "spool"
 HOLD_S = 3600.0
-"""How long the collector's working set keeps spans after they landed, at most MEMORY_SPANS of them
+"""How long the collector's working set keeps spans after they landed, at most HOT_SPANS of them
 (deduplication against them is exact, and a late span of such a trace is derived without reading segments
 back)."""
 MEMORY_SPANS = 2_000_000
-"""A working set is emptied of published rows once it holds this many spans."""
+"""`ingest`'s working set is emptied of published rows once it holds this many spans."""
+HOT_SPANS = 300_000
+"""The collector's, once it holds this many: each commit (about every second) derives and publishes from it, and
+that cost grows with what it holds (with 2M spans held, the collector stored 66,000-80,000 spans/s over gRPC; with
+300,000, 105,000, docs/benchmarks.md). Published traces of which a span arrives later are read back."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
 
@@ -357,12 +361,12 @@ class DirectoryArchive:
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:
-        """Drop published rows from the working set: everything once it holds MEMORY_SPANS spans (a later part
-        of a large file reads back what it needs); in the collector's, also the traces, samples and scrapes
-        whose batches landed more than `hold_s` ago."""
+        """Drop published rows from the working set: everything once it holds MEMORY_SPANS spans (HOT_SPANS in
+        the collector's; a later part of a large file reads back what it needs); in the collector's, also the
+        traces, samples and scrapes whose batches landed more than `hold_s` ago."""
         con = self.hot.con
         (held,) = one(con, "SELECT count(*) FROM spans")
-        last = self.manifest.published_batch if held >= MEMORY_SPANS else 0
+        last = self.manifest.published_batch if held >= (HOT_SPANS if self.durable else MEMORY_SPANS) else 0
         cutoff = time.time_ns() if last else time.time_ns() - int(self.hold_s * 1e9)
         if self.durable and not last:
             (last,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches WHERE received_ns < ?",
