@@ -53,6 +53,25 @@ LEFT JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({sql_list(root, 
 WHERE d._seq IS NULL OR r._seq >= d._seq"""
 
 
+def affected_segments(req, dels) -> list:
+    """The `requests` segments that a delete can reach. A delete lies in the time range of the row it drops (it
+    carries that row's `arrival_ns`; compaction relies on the same), and drops rows of a lower `_seq` only; the
+    rows of a level-0 segment all have the `_seq` of the commit that wrote it (`Segment.seq`)."""
+    out = []
+    for r in req:
+        over = [d for d in dels if d.min_ns <= r.max_ns and d.max_ns >= r.min_ns]
+        if over and (r.level > 0 or r.seq < max(d.seq for d in over)):
+            out.append(r)
+    return out
+
+
+DEAD_TABLE = "temp.main.bs_requests_dead"
+"""The reader's table of the `requests` rows that a later commit re-derived, as row keys (see ROW_KEY)."""
+
+ROW_KEY = "((r.file_index::BIGINT << 32) | r.file_row_number)"
+"""A row of a `read_parquet` list `r` as one integer: the file's position in the list, the row's in the file."""
+
+
 class ArchiveReader(TableAccess):
     """A consistent read of one commit of an archive: `.con` has the public tables and views of
     docs/archive.md. `since_ns`/`until_ns` keep only the segments that can hold rows of that window."""
@@ -76,6 +95,8 @@ class ArchiveReader(TableAccess):
         self.read_only = True
         self.con = duckdb.connect()
         self.con.execute("SET enable_progress_bar = false")
+        # segments are immutable (a path is never reused), so their footers may be cached for the reader's life
+        self.con.execute("SET parquet_metadata_cache = true")
         self._segments = self._choose(since_ns, until_ns)
         missing = [s.path for segs in self._segments.values() for s in segs if not (self.path / s.path).is_file()]
         if missing:
@@ -98,7 +119,7 @@ class ArchiveReader(TableAccess):
         r, s = self.path, self._segments
         views = {
             "spans": _scan(r, s["spans"], schema.SPANS),
-            "requests": requests_sql(r, s["requests"], s["requests_deletes"]),
+            "requests": self._requests_view(),
             "ingest_batches": _scan(r, s["ingest_batches"], schema.INGEST_BATCHES),
             "gpu_samples": _scan(r, s["gpu_samples"], schema.GPU_SAMPLES),
             "server_metrics": _scan(r, s["server_metrics"], schema.SERVER_METRICS),
@@ -106,6 +127,32 @@ class ArchiveReader(TableAccess):
         for name, sql in views.items():
             self.con.execute(f"CREATE VIEW {name} AS {sql}")
         self.con.execute(schema.ENGINE_STEPS_VIEW)
+
+    def _requests_view(self) -> str:
+        """`requests` as one scan of its segments, less the rows a later commit re-derived. Those are found once,
+        when the reader opens (from this manifest's segments, so every query sees the same commit), and kept as
+        (file, row) keys: a query then skips them with an integer anti-join, not a join on `trace_id` per query."""
+        req, dels = self._segments["requests"], self._segments["requests_deletes"]
+        if not req:
+            return _empty(schema.REQUESTS)
+        cols = ", ".join(f"r.{c.name}" for c in schema.REQUESTS.columns)
+        scan = f"read_parquet({sql_list(self.path, req)}, hive_partitioning = false) r"
+        hit = affected_segments(req, dels)
+        if not hit:
+            return f"SELECT {cols} FROM {scan}"
+        index = {s.path: i for i, s in enumerate(req)}
+        to_full = "[" + ", ".join(str(index[s.path]) for s in hit) + "]"
+        reach = [d for d in dels if any(d.min_ns <= r.max_ns and d.max_ns >= r.min_ns for r in hit)]
+        self.con.execute(f"""CREATE TEMP TABLE {DEAD_TABLE} AS
+            SELECT ({to_full}[r.file_index::BIGINT + 1]::BIGINT << 32) | r.file_row_number AS k
+            FROM read_parquet({sql_list(self.path, hit)}, hive_partitioning = false) r
+            JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({sql_list(self.path, reach)},
+                  hive_partitioning = false) GROUP BY trace_id) d ON d.trace_id = r.trace_id
+            WHERE r._seq < d._seq""")
+        (n,) = self.con.execute(f"SELECT count(*) FROM {DEAD_TABLE}").fetchone()
+        if not n:
+            return f"SELECT {cols} FROM {scan}"
+        return f"SELECT {cols} FROM {scan} ANTI JOIN {DEAD_TABLE} x ON {ROW_KEY} = x.k"
 
     def _lock_down(self) -> None:
         """Only the committed segments may be read; nothing may be written or loaded (`budgetscope query`)."""
