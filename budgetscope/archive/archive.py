@@ -30,8 +30,8 @@ def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = 
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
     `sandbox`: no file access but the archive's own, for `budgetscope query`) a reader.
 
-    `durable` (directory writer): keep the working set on disk, so that what `ingest(derive=False)` returned
-    survives a crash before `commit()`. `since_ns`/`until_ns` (directory reader): read only the segments
+    `durable` (directory writer): spool what `ingest(derive=False)` landed, so that it survives a crash before
+    `commit()` (the collector). `since_ns`/`until_ns` (directory reader): read only the segments
     that can hold that window."""
     if is_single_file(path):
         return DuckDBArchive(path, read_only=read_only, create=create, sandbox=sandbox)

@@ -100,6 +100,11 @@ class DirectoryArchive:
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
         if not mf.is_directory_archive(root):
+            from budgetscope.archive.shards import is_sharded
+
+            if is_sharded(root):
+                raise ArchiveError(f"{root} is a sharded archive: read it as a whole, write one shard of it "
+                                   "(`budgetscope collect --shard ID`)")
             if not create:
                 raise ArchiveError(f"no archive at {root} (create one with `budgetscope ingest FILE --archive {root}`)")
             create_archive(root)

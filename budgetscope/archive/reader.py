@@ -6,13 +6,14 @@
         a.lazy("requests").group_by("tier").len().collect()               # a polars LazyFrame
 
 The reader takes one manifest and keeps to it: every query of one reader sees the same commit. Open a new
-reader to see newer data (the dashboard's `--live` mode does so on each refresh). A legacy single-file
-`.duckdb` archive opens read-only through the same class.
+reader to see newer data (the dashboard's `--live` mode does so on each refresh). A sharded root
+(`shard=<id>/` archives, shards.py) reads as one archive: the last commit of each shard.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from budgetscope.archive import manifest as mf
@@ -85,13 +86,8 @@ class ArchiveReader(TableAccess):
 
         if is_single_file(self.path):
             raise ArchiveError(f"{self.path} is a single-file archive: open it with budgetscope.archive.open")
-        try:
-            self.manifest = mf.read(self.path)
-        except mf.ManifestError as e:
-            if not self.path.exists():
-                raise ArchiveError(f"no archive at {self.path} (create one with `budgetscope ingest FILE "
-                                   f"--archive {self.path}` or `budgetscope collect --archive {self.path}`)") from None
-            raise ArchiveError(str(e)) from None
+        self._groups = self._manifests()  # (path prefix, manifest): one, or one a shard
+        self.manifest = self._groups[0][1] if len(self._groups) == 1 else _union(self._groups)
         self.read_only = True
         self.con = duckdb.connect()
         self.con.execute("SET enable_progress_bar = false")
@@ -107,12 +103,40 @@ class ArchiveReader(TableAccess):
         if sandbox:
             self._lock_down()
 
+    def _manifests(self) -> list[tuple[str, mf.Manifest]]:
+        from budgetscope.archive.shards import is_sharded, shards
+
+        if is_sharded(self.path):
+            out = []
+            for d in shards(self.path):
+                try:
+                    out.append((f"{d.name}/", mf.read(d)))
+                except mf.ManifestError as e:
+                    raise ArchiveError(f"shard {d.name}: {e}") from None
+            return out
+        try:
+            return [("", mf.read(self.path))]
+        except mf.ManifestError as e:
+            if not self.path.exists():
+                raise ArchiveError(f"no archive at {self.path} (create one with `budgetscope ingest FILE "
+                                   f"--archive {self.path}` or `budgetscope collect --archive {self.path}`)") from None
+            raise ArchiveError(str(e)) from None
+
     def _choose(self, since_ns, until_ns) -> dict[str, list]:
-        m = self.manifest
+        """The segments to read, a table's in one list (paths relative to the root), and per shard in
+        `self._by_group` (a re-derivation only ever drops rows of its own shard)."""
         lo = None if since_ns is None else since_ns - WINDOW_MARGIN_NS
         hi = None if until_ns is None else until_ns + WINDOW_MARGIN_NS
-        out = {t: m.files(t, lo, hi) for t in mf.TABLES}
-        out["requests"] = m.files("requests", since_ns, until_ns)
+        out: dict[str, list] = {t: [] for t in mf.TABLES}
+        self._by_group = []
+        for prefix, m in self._groups:
+            mine = {t: m.files(t, lo, hi) for t in mf.TABLES}
+            mine["requests"] = m.files("requests", since_ns, until_ns)
+            if prefix:
+                mine = {t: [replace(x, path=prefix + x.path) for x in segs] for t, segs in mine.items()}
+            self._by_group.append(mine)
+            for t, segs in mine.items():
+                out[t] += segs
         return out
 
     def _create_views(self) -> None:
@@ -132,23 +156,27 @@ class ArchiveReader(TableAccess):
         """`requests` as one scan of its segments, less the rows a later commit re-derived. Those are found once,
         when the reader opens (from this manifest's segments, so every query sees the same commit), and kept as
         (file, row) keys: a query then skips them with an integer anti-join, not a join on `trace_id` per query."""
-        req, dels = self._segments["requests"], self._segments["requests_deletes"]
+        req = self._segments["requests"]
         if not req:
             return _empty(schema.REQUESTS)
         cols = ", ".join(f"r.{c.name}" for c in schema.REQUESTS.columns)
         scan = f"read_parquet({sql_list(self.path, req)}, hive_partitioning = false) r"
-        hit = affected_segments(req, dels)
-        if not hit:
-            return f"SELECT {cols} FROM {scan}"
         index = {s.path: i for i, s in enumerate(req)}
-        to_full = "[" + ", ".join(str(index[s.path]) for s in hit) + "]"
-        reach = [d for d in dels if any(d.min_ns <= r.max_ns and d.max_ns >= r.min_ns for r in hit)]
-        self.con.execute(f"""CREATE TEMP TABLE {DEAD_TABLE} AS
-            SELECT ({to_full}[r.file_index::BIGINT + 1]::BIGINT << 32) | r.file_row_number AS k
+        dead = []
+        for g in self._by_group:  # a shard's deletes drop its own rows only (`_seq` counts per shard)
+            hit = affected_segments(g["requests"], g["requests_deletes"])
+            if not hit:
+                continue
+            to_full = "[" + ", ".join(str(index[s.path]) for s in hit) + "]"
+            reach = [d for d in g["requests_deletes"] if any(d.min_ns <= r.max_ns and d.max_ns >= r.min_ns for r in hit)]
+            dead.append(f"""SELECT ({to_full}[r.file_index::BIGINT + 1]::BIGINT << 32) | r.file_row_number AS k
             FROM read_parquet({sql_list(self.path, hit)}, hive_partitioning = false) r
             JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({sql_list(self.path, reach)},
                   hive_partitioning = false) GROUP BY trace_id) d ON d.trace_id = r.trace_id
             WHERE r._seq < d._seq""")
+        if not dead:
+            return f"SELECT {cols} FROM {scan}"
+        self.con.execute(f"CREATE TEMP TABLE {DEAD_TABLE} AS {' UNION ALL '.join(dead)}")
         (n,) = self.con.execute(f"SELECT count(*) FROM {DEAD_TABLE}").fetchone()
         if not n:
             return f"SELECT {cols} FROM {scan}"
@@ -186,14 +214,29 @@ class ArchiveReader(TableAccess):
         if not segs:
             return self.con.sql(_empty(tables[table])).pl().lazy()
         cols = [c.name for c in tables[table].columns]
-        lf = pl.scan_parquet([str(p) for p in self.files(table)], hive_partitioning=False)
         if table != "requests" or not self._segments["requests_deletes"]:
-            return lf.select(cols)
-        dels = (pl.scan_parquet([str(p) for p in self.files("requests_deletes")], hive_partitioning=False)
-                .group_by("trace_id").agg(pl.col("_seq").max().alias("_del_seq")))
-        return (lf.join(dels, on="trace_id", how="left")
-                .filter(pl.col("_del_seq").is_null() | (pl.col("_seq") >= pl.col("_del_seq"))).select(cols))
+            return pl.scan_parquet([str(p) for p in self.files(table)], hive_partitioning=False).select(cols)
+        parts = []
+        for g in self._by_group:  # a shard's deletes drop its own rows only
+            if not g["requests"]:
+                continue
+            lf = pl.scan_parquet([str(self.path / s.path) for s in g["requests"]], hive_partitioning=False)
+            if g["requests_deletes"]:
+                dels = (pl.scan_parquet([str(self.path / s.path) for s in g["requests_deletes"]],
+                                        hive_partitioning=False)
+                        .group_by("trace_id").agg(pl.col("_seq").max().alias("_del_seq")))
+                lf = (lf.join(dels, on="trace_id", how="left")
+                      .filter(pl.col("_del_seq").is_null() | (pl.col("_seq") >= pl.col("_del_seq"))))
+            parts.append(lf.select(cols))
+        return pl.concat(parts)
 
     def pending_traces(self) -> int:
         """Always 0: a commit publishes spans only with their traces' `requests` rows."""
         return 0
+
+
+def _union(groups: list[tuple[str, mf.Manifest]]) -> mf.Manifest:
+    """One manifest standing for the shards' (paths from the root): its `seq` grows whenever a shard commits."""
+    return mf.Manifest(seq=sum(m.seq for _, m in groups), committed_ns=max(m.committed_ns for _, m in groups),
+                       segments=tuple(replace(s, path=p + s.path) for p, m in groups for s in m.segments),
+                       created_ns=min(m.created_ns for _, m in groups))

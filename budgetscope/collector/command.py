@@ -30,20 +30,25 @@ class _StartError(click.ClickException):
               help="OTLP/HTTP port; 0 picks a free one (printed).")
 @click.option("--no-grpc", is_flag=True, help="Do not serve OTLP/gRPC.")
 @click.option("--no-http", is_flag=True, help="Do not serve OTLP/HTTP.")
+@click.option("--shard", metavar="ID",
+              help="Write shard ID of a sharded archive, ARCHIVE/shard=ID/ (letters, digits, . _ -). Readers read "
+                   "ARCHIVE as one archive. For collectors behind a load balancer that routes by trace id.")
 @click.option("--max-pending-mb", type=click.FloatRange(min=1), default=64, show_default=True,
-              help="Request bytes held in memory before new requests are refused with 429 / RESOURCE_EXHAUSTED.")
+              help="Request bytes held in memory (and again as much acknowledged, not yet landed) before new "
+                   "requests are refused with 429 / RESOURCE_EXHAUSTED.")
 @click.option("--max-message-mb", type=click.FloatRange(min=0.001), default=16, show_default=True,
               help="Largest request accepted (after decompression).")
 @click.option("--linger-ms", type=click.FloatRange(0, 5000), default=50, show_default=True,
-              help="How long a request waits for others to share its archive transaction.")
+              help="How long a request waits for others to share its group (less once requests stop coming).")
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
-def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool,
+def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool, shard: str | None,
             max_pending_mb: float, max_message_mb: float, linger_ms: float, no_metrics: bool, verbose: bool) -> None:
     """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
-    Each export is answered success only once it is committed to the archive; the `requests` rows of the
-    traces it touched are derived within about a second (and always before the collector exits). Metrics
+    Each export is answered success only once it is safe on disk (and known to be good); the `requests` rows of
+    the traces it touched are derived and published within about a second (and always before the collector
+    exits). Metrics
     land as GPU samples in `gpu_samples`. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when too many bytes are pending
     the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
     lands everything already accepted, prints a summary and exits.
@@ -55,10 +60,17 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
     \b
       budgetscope collect --archive prod/
       vllm serve MODEL --otlp-traces-endpoint grpc://127.0.0.1:4317   # in another shell
+      budgetscope collect --archive /shared/prod/ --shard "$(hostname)"  # one of several shards
     """
+    from budgetscope.archive.shards import ShardError, shard_path
     from budgetscope.collector import Collector, CollectorError
 
     _log_to_stderr(verbose)
+    if shard is not None:
+        try:
+            archive = str(shard_path(archive, shard))
+        except ShardError as e:
+            raise _StartError(str(e)) from None
     try:
         collector = Collector(archive, host=host, grpc_port=None if no_grpc else grpc_port,
                               http_port=None if no_http else http_port,
