@@ -66,8 +66,9 @@ def affected_segments(req, dels) -> list:
     return out
 
 
-DEAD_TABLE = "temp.main.bs_requests_dead"
-"""The reader's table of the `requests` rows that a later commit re-derived, as row keys (see ROW_KEY)."""
+DEAD_TABLE = "bs_reader.requests_dead"
+"""The reader's table of the `requests` rows that a later commit re-derived, as row keys (see ROW_KEY). Not a
+TEMP table: the views must work from every cursor of the connection."""
 
 ROW_KEY = "((r.file_index::BIGINT << 32) | r.file_row_number)"
 """A row of a `read_parquet` list `r` as one integer: the file's position in the list, the row's in the file."""
@@ -176,7 +177,8 @@ class ArchiveReader(TableAccess):
             WHERE r._seq < d._seq""")
         if not dead:
             return f"SELECT {cols} FROM {scan}"
-        self.con.execute(f"CREATE TEMP TABLE {DEAD_TABLE} AS {' UNION ALL '.join(dead)}")
+        self.con.execute(f"CREATE SCHEMA {DEAD_TABLE.split('.')[0]}")
+        self.con.execute(f"CREATE TABLE {DEAD_TABLE} AS {' UNION ALL '.join(dead)}")
         (n,) = self.con.execute(f"SELECT count(*) FROM {DEAD_TABLE}").fetchone()
         if not n:
             return f"SELECT {cols} FROM {scan}"
