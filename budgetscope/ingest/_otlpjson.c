@@ -267,29 +267,33 @@ static int hex4(const unsigned char *p, const unsigned char *end, unsigned *v) {
     return 0;
 }
 
+/* Past the bytes that need no escaping, 16 at a time: stops at (or up to 15 bytes before) the first quote,
+ * backslash, control byte or byte >= 0x80 (a signed compare: those are negative, so below 0x20 too). Shared
+ * by the JSON reader and the protobuf decoder's JSON writer; each finishes byte by byte. */
+static inline const unsigned char *skip_plain16(const unsigned char *p, const unsigned char *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                   _mm_cmplt_epi8(x, space));
+        int mask = _mm_movemask_epi8(hit);
+        if (mask) return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#else
+    (void)end;
+#endif
+    return p;
+}
+
 static int string(P *s, Str *out) {
     TRY(expect(s, '"'));
     const unsigned char *p = s->p, *end = s->end;
     int escaped = 0;
     for (;;) {
         /* the common bytes first: printable ASCII that is neither quote nor backslash */
-#ifdef __SSE2__
-        {
-            const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-            while (end - p >= 16) {
-                __m128i x = _mm_loadu_si128((const __m128i *)p);
-                /* signed compare: bytes >= 0x80 are negative, so below 0x20 too */
-                __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
-                                           _mm_cmplt_epi8(x, space));
-                int mask = _mm_movemask_epi8(hit);
-                if (mask) {
-                    p += __builtin_ctz((unsigned)mask);
-                    break;
-                }
-                p += 16;
-            }
-        }
-#endif
+        p = skip_plain16(p, end);
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
         if (p >= end) return BAIL;
         unsigned c = *p;

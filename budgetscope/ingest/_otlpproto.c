@@ -226,23 +226,7 @@ static int pb_json_string(Buf *b, const unsigned char *p, const unsigned char *e
     if (b->len + (size_t)(end - p) + 2 > b->cap && buf_grow(b, (size_t)(end - p) + 2)) return BAIL;
     b->p[b->len++] = '"';
     while (p < end) {
-        const unsigned char *q = p;
-#ifdef __SSE2__
-        {
-            const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-            while (end - q >= 16) {
-                __m128i x = _mm_loadu_si128((const __m128i *)q);
-                __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
-                                           _mm_cmplt_epi8(x, space));
-                int mask = _mm_movemask_epi8(hit);
-                if (mask) {
-                    q += __builtin_ctz((unsigned)mask);
-                    break;
-                }
-                q += 16;
-            }
-        }
-#endif
+        const unsigned char *q = skip_plain16(p, end);
         while (q < end && !JSON_SPECIAL[*q]) q++;
         TRY(buf_put(b, p, (size_t)(q - p)));
         if (q >= end) break;
