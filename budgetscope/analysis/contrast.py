@@ -43,6 +43,48 @@ def mixes(con, dims: dict[str, str], source: str, where: str, params: list, metr
     return out
 
 
+def mixes_of_splits(con, dims: dict[str, str], source: str, where: str, params: list,
+                    splits: dict[str, tuple[str, float, float]]) -> dict[str, dict[str, list[tuple[str, int, int]]]]:
+    """`mixes` for several splits of the same rows, from one scan: split name → (metric, tail_min, median) →
+    what `mixes` gives for `where` narrowed to the rows whose metric is neither NULL nor NaN.
+
+    The rows are counted by every dimension and every split's class (report.split_class) at once, and those
+    counts (few: one per combination that occurs) are then summed up per dimension."""
+    from budgetscope.analysis.report import BODY, TAIL, split_class
+
+    names, keys = list(dims), list(splits)
+    ds = [f"d{i}" for i in range(len(names))]
+    cs = [f"c{j}" for j in range(len(keys))]
+    cols = ", ".join(f"{expr} AS d{i}" for i, expr in enumerate(dims.values()))
+    classes = ", ".join(f"{split_class(metric, '?', '?')} AS c{j}" for j, (metric, _, _) in enumerate(splits.values()))
+    args = [x for _, tail_min, median in splits.values() for x in (tail_min, median, tail_min, median)]
+    sets = ", ".join(f"({d}, {', '.join(cs)})" for d in ds)
+    picks = " ".join(f"WHEN NOT grouping(d{i})::BOOLEAN THEN {i}" for i in range(len(names)))
+    vals = "coalesce(" + ", ".join(f"d{i}::VARCHAR" for i in range(len(names))) + ")"
+    rows = con.execute(f"""
+        WITH g AS (SELECT {', '.join(ds + cs)}, count(*) AS n FROM (SELECT {cols}, {classes} FROM {source} {where})
+                   GROUP BY ALL)
+        SELECT CASE {picks} END AS dim, {vals} AS val, {', '.join(cs)}, sum(n)::BIGINT
+        FROM g GROUP BY GROUPING SETS ({sets})""", [*args, *params]).fetchall()
+    counts: list[dict[tuple[int, str], list[int]]] = [{} for _ in keys]  # (dim, value) → [present, tail, body]
+    for dim, val, *rest in rows:
+        n = rest[-1]
+        for j, c in enumerate(rest[:-1]):
+            if c is None:
+                continue
+            x = counts[j].setdefault((dim, val), [0, 0, 0])
+            x[0] += n
+            x[1] += n if c in TAIL else 0
+            x[2] += n if c in BODY else 0
+    out: dict[str, dict[str, list[tuple[str, int, int]]]] = {}
+    for j, k in enumerate(keys):
+        by_dim: dict[str, list[tuple[str, int, int]]] = {}
+        for (dim, val), (_, tail, body) in counts[j].items():
+            by_dim.setdefault(names[dim], []).append((val, tail, body))
+        out[k] = by_dim
+    return out
+
+
 def separation(vals: list[tuple[str, int, int]]) -> tuple[float, str, float, float]:
     """(total variation distance, the value most over-represented in the tail, its tail share, its body share)
     for one dimension's (value, tail, body) counts; both totals must be positive."""
@@ -55,8 +97,20 @@ def separation(vals: list[tuple[str, int, int]]) -> tuple[float, str, float, flo
 def separators(con, base_where: str, params: list, metric: str, tail_min: float, median: float,
                limit: int = 3) -> list[dict]:
     """The dimensions that most separate tail (metric ≥ tail_min) from body (metric ≤ median), best first."""
+    return _ranked(mixes(con, DIMENSIONS, "requests", base_where, params, metric, tail_min, median), limit)
+
+
+def separators_of_splits(con, where: str, params: list, splits: dict[str, tuple[str, float, float]],
+                         limit: int = 3) -> dict[str, list[dict]]:
+    """`separators` of several splits (name → (metric, tail_min, median)) of the requests of `where` whose
+    metric is neither NULL nor NaN, from one scan."""
+    found = mixes_of_splits(con, DIMENSIONS, "requests", where, params, splits)
+    return {k: _ranked(by_dim, limit) for k, by_dim in found.items()}
+
+
+def _ranked(by_dim: dict[str, list[tuple[str, int, int]]], limit: int) -> list[dict]:
     out = []
-    for dim, vals in mixes(con, DIMENSIONS, "requests", base_where, params, metric, tail_min, median).items():
+    for dim, vals in by_dim.items():
         if len(vals) < 2 or not sum(v[1] for v in vals) or not sum(v[2] for v in vals):
             continue
         distance, val, ts, bs = separation(vals)

@@ -69,30 +69,9 @@ def _nan_to_none(x):
     return None if x is None or x != x else x
 
 
-def _counts(con, sel: Selection) -> dict:
-    (n, n_ok, n_client), = _rows(con, f"""
-        SELECT count(*), count(*) FILTER (WHERE outcome = 'ok'),
-               count(*) FILTER (WHERE outcome = 'ok' AND has_client_span) FROM requests {sel.where()}""", sel.params)
-    outcomes = dict(_rows(con, f"SELECT outcome, count(*) FROM requests {sel.where()} GROUP BY 1 ORDER BY 1", sel.params))
-    return {"n": n, "ok": n_ok, "client": n_client, "outcomes": outcomes}
-
-
-def _quantiles(con, sel: Selection, columns: dict[str, str], pcts: list[float]) -> dict[str, dict[str, float | None]]:
-    """name → {pXX: value} for each column, over ok requests (NaN and NULL left out)."""
-    qs = [p / 100 for p in pcts]
-    exprs = ", ".join(f"quantile_cont({col}, {qs}) FILTER (WHERE NOT isnan({col}))" for col in columns.values())
-    ok = sel.where("outcome = 'ok'")
-    (row,) = _rows(con, f"SELECT {exprs} FROM requests {ok}", sel.params)
-    out = {}
-    for name, values in zip(columns, row):
-        out[name] = {pkey(p): (_nan_to_none(v) if values is not None else None)
-                     for p, v in zip(pcts, values or [None] * len(pcts))}
-    return out
-
-
-def _attainment(con, sel: Selection, tb: TierBudget | None) -> float | None:
-    """Share of the tier's requests that ended ok and met every request-level SLO (client figure when the
-    request has a client span, server figure otherwise)."""
+def _attainment_condition(tb: TierBudget | None) -> str:
+    """A request that ended ok and met every request-level SLO (client figure when the request has a client
+    span, server figure otherwise)."""
     conds = ["outcome = 'ok'"]
     if tb is not None:
         for m in METRICS:
@@ -102,49 +81,143 @@ def _attainment(con, sel: Selection, tb: TierBudget | None) -> float | None:
             fig = f"CASE WHEN has_client_span THEN {CLIENT_METRIC[m]} ELSE {m} END"
             ok = f"coalesce({fig} <= {b}, false)"
             conds.append(f"(isnan({fig}) OR {ok})" if m == "tpot_ms" else ok)
-    (row,) = _rows(con, f"SELECT avg(CASE WHEN {' AND '.join(conds)} THEN 1.0 ELSE 0.0 END) FROM requests {sel.where()}",
-                   sel.params)
-    return row[0]
+    return " AND ".join(conds)
 
 
-def _attribute(con, sel: Selection, kind: str, with_client: bool, q: float) -> dict | None:
-    comps = attribution.components(kind, with_client)
-    metric = attribution.FIGURES[kind][0 if with_client else 1]
-    base = sel.where("outcome = 'ok'", f"{metric} IS NOT NULL", f"NOT isnan({metric})")
-    (n, tq, med), = _rows(con, f"SELECT count(*), quantile_cont({metric}, {q}), quantile_cont({metric}, 0.5) "
-                               f"FROM requests {base}", sel.params)
-    if not n:
-        return None
-    means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
-    (n_tail,), = _rows(con, f"SELECT count(*) FROM requests {base} AND {metric} >= ?", [*sel.params, tq])
-    widened = n_tail < attribution.MIN_TAIL
-    if widened:
-        tail_sql = (f"SELECT {means}, count(*), min({metric}) FROM (SELECT * FROM requests {base} "
-                    f"ORDER BY {metric} DESC LIMIT {attribution.MIN_TAIL})")
-        tail_params = sel.params
-    else:
-        tail_sql = f"SELECT {means}, count(*), min({metric}) FROM requests {base} AND {metric} >= ?"
-        tail_params = [*sel.params, tq]
-    (*tail_vals, tail_size, tail_min), = _rows(con, tail_sql, tail_params)
-    (*body_vals, body_size), = _rows(con, f"SELECT {means}, count(*) FROM requests {base} AND {metric} <= ?",
-                                     [*sel.params, med])
-    tail_mean = dict(zip(comps, tail_vals))
-    body_mean = dict(zip(comps, body_vals))
-    sh = attribution.shares(tail_mean, body_mean)
-    return {
-        "metric": metric, "tail_size": tail_size, "tail_widened": widened, "body_size": body_size,
-        "threshold_ms": tq, "median_ms": med, "tail_min_ms": tail_min,
-        "shares": sh.shares, "dominant": sh.dominant, "verdict": sh.verdict, "top": sh.top,
-        "tail_mean_ms": tail_mean, "body_mean_ms": body_mean,
-        "_split": (base, sel.params, metric, tail_min, med),
-    }
+def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
+    """Requests by outcome, those with a client span, and attainment (None without requests): one scan."""
+    rows = _rows(con, f"""
+        SELECT outcome, count(*), count_if(has_client_span), count_if({_attainment_condition(tb)})
+        FROM requests {sel.where()} GROUP BY 1 ORDER BY 1""", sel.params)
+    n = sum(r[1] for r in rows)
+    # the share of the tier's requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
+    met = sum(r[3] for r in rows)
+    return {"n": n, "ok": sum(r[1] for r in rows if r[0] == "ok"),
+            "client": sum(r[2] for r in rows if r[0] == "ok"),
+            "outcomes": {r[0]: r[1] for r in rows}, "attainment": met / n if n else None}
+
+
+def _valid(col: str) -> str:
+    """The column with NaN as NULL, which aggregates leave out (cheaper than a FILTER clause)."""
+    return f"nullif({col}, 'NaN'::DOUBLE)"
+
+
+def _quantile_expr(col: str, pcts: list[float]) -> str:
+    return f"quantile_cont({_valid(col)}, {[p / 100 for p in pcts]})"
+
+
+def _quantiles(con, sel: Selection, groups: list[tuple[dict[str, str], list[float]]],
+               splits: dict[str, tuple[str, float]]) -> tuple[list[dict[str, dict[str, float | None]]], dict]:
+    """One scan of the selection's ok requests (NaN and NULL left out of every figure) for:
+
+    - each group (columns name → column, percentiles): name → {pXX: value};
+    - each split (kind → (metric column, percentile)): (requests with the metric, its quantile, its median),
+      the attribution's tail and body boundaries. A group that has the column at both percentiles gives them
+      (the same aggregate over the same rows)."""
+    exprs: list[str] = []
+    at: dict[str, int] = {}
+
+    def agg(sql: str) -> int:  # the position of an aggregate in the row, each computed once
+        if sql not in at:
+            at[sql] = len(exprs)
+            exprs.append(sql)
+        return at[sql]
+
+    group_at = [[(name, agg(_quantile_expr(col, pcts))) for name, col in columns.items()] for columns, pcts in groups]
+    split_at = {}
+    for kind, (col, pct) in splits.items():
+        pcts = next((pcts for columns, pcts in groups if col in columns.values() and pct in pcts and 50.0 in pcts),
+                    [pct, 50.0])
+        split_at[kind] = (agg(f"count({_valid(col)})"), agg(_quantile_expr(col, pcts)),
+                          pcts.index(pct), pcts.index(50.0))
+    ok = sel.where("outcome = 'ok'")
+    (row,) = _rows(con, f"SELECT {', '.join(exprs)} FROM requests {ok}", sel.params)
+    out = []
+    for (columns, pcts), positions in zip(groups, group_at):
+        figures = {}
+        for name, i in positions:
+            values = row[i]
+            figures[name] = {pkey(p): (_nan_to_none(v) if values is not None else None)
+                             for p, v in zip(pcts, values or [None] * len(pcts))}
+        out.append(figures)
+    bounds = {}
+    for kind, (n_at, i, qi, mi) in split_at.items():
+        values = row[i]
+        bounds[kind] = (row[n_at], values[qi], values[mi]) if values is not None else (row[n_at], None, None)
+    return out, bounds
+
+
+TAIL, BODY = (1, 3), (2, 3)
+"""Classes of `split_class`: 1 tail, 2 body, 3 both (a quantile at or under the median), 0 neither."""
+
+
+def split_class(metric: str, tail_from: str, body_to: str) -> str:
+    """SQL: the class (TAIL, BODY) of a request by its metric; NULL when the metric is NULL or NaN. Grouping by
+    classes is how the tail and body of several splits come out of one scan without FILTER clauses."""
+    return (f"CASE WHEN {metric} IS NULL OR isnan({metric}) THEN NULL "
+            f"WHEN {metric} >= {tail_from} AND {metric} <= {body_to} THEN 3 "
+            f"WHEN {metric} >= {tail_from} THEN 1 WHEN {metric} <= {body_to} THEN 2 ELSE 0 END")
+
+
+def _attributions(con, sel: Selection, with_client: bool, bounds: dict) -> dict:
+    """kind → the attribution of its tail (None without requests): tail T = metric ≥ its quantile (the MIN_TAIL
+    slowest when that is fewer), body B = metric ≤ its median. Every kind's T and B from one scan, grouped by
+    the kinds' classes; a mean is the sum of its groups' sums over the sum of their counts."""
+    plan = {}
+    for kind, (n, tq, med) in bounds.items():
+        if n:
+            plan[kind] = (attribution.components(kind, with_client), attribution.FIGURES[kind][0 if with_client else 1],
+                          tq, med)
+    out = {kind: None for kind in bounds}
+    if not plan:
+        return out
+    classes = [split_class(metric, "?", "?") for _, metric, _, _ in plan.values()]
+    params = [x for _, _, tq, med in plan.values() for x in (tq, med, tq, med)]
+    mins = [f"min({metric})" for _, metric, _, _ in plan.values()]
+    sums = [f"sum(coalesce({c}, 0))" for comps, _, _, _ in plan.values() for c in comps.values()]
+    ok = sel.where("outcome = 'ok'")
+    names = ", ".join(f"c{j}" for j in range(len(plan)))
+    rows = _rows(con, f"""SELECT {names}, count(*), {', '.join(mins + sums)}
+        FROM (SELECT *, {', '.join(f'{c} AS c{j}' for j, c in enumerate(classes))} FROM requests {ok})
+        GROUP BY {names}""", [*params, *sel.params])
+    k, at = len(plan), len(plan) + 1 + len(plan)
+    for j, (kind, (comps, metric, tq, med)) in enumerate(plan.items()):
+        tail = [r for r in rows if r[j] in TAIL]
+        body = [r for r in rows if r[j] in BODY]
+        cols = range(at, at + len(comps))
+        at += len(comps)
+        n_tail, n_body = sum(r[k] for r in tail), sum(r[k] for r in body)
+        widened = n_tail < attribution.MIN_TAIL
+        if widened:
+            means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
+            base = sel.where("outcome = 'ok'", f"{metric} IS NOT NULL", f"NOT isnan({metric})")
+            (*tail_vals, tail_size, tail_min), = _rows(
+                con, f"SELECT {means}, count(*), min({metric}) FROM (SELECT * FROM requests {base} "
+                     f"ORDER BY {metric} DESC LIMIT {attribution.MIN_TAIL})", sel.params)
+        else:
+            tail_vals = [sum(r[i] for r in tail) / n_tail for i in cols]
+            tail_size, tail_min = n_tail, min(r[k + 1 + j] for r in tail)
+        body_vals = [sum(r[i] for r in body) / n_body if n_body else None for i in cols]
+        tail_mean = dict(zip(comps, tail_vals))
+        body_mean = dict(zip(comps, body_vals))
+        sh = attribution.shares(tail_mean, body_mean)
+        out[kind] = {
+            "metric": metric, "tail_size": tail_size, "tail_widened": widened, "body_size": n_body,
+            "threshold_ms": tq, "median_ms": med, "tail_min_ms": tail_min,
+            "shares": sh.shares, "dominant": sh.dominant, "verdict": sh.verdict, "top": sh.top,
+            "tail_mean_ms": tail_mean, "body_mean_ms": body_mean,
+        }
+    return out
 
 
 def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int | None = None,
                 budgeted: bool = True, filters: dict | None = None) -> dict:
-    """The report entry of one tier; `filters` (see `Selection`) narrow its requests further."""
+    """The report entry of one tier; `filters` (see `Selection`) narrow its requests further.
+
+    Four scans of the tier's requests, whatever the budgets: counts (and attainment), quantiles, the tail and
+    body means of the attribution, and the contrast of tail and body."""
     sel = Selection(tb.filters, since_ns, until_ns, filters)
-    counts = _counts(con, sel)
+    counts = _counts(con, sel, tb if budgeted else None)
     pcts = sorted(set(PERCENTILES) | {tb.percentile})
     with_client = counts["ok"] > 0 and counts["client"] == counts["ok"]
     entry: dict = {
@@ -154,21 +227,25 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
         "requests_without_client_span": counts["ok"] - counts["client"],
     }
     fig_cols = {m: (CLIENT_METRIC[m] if with_client else m) for m in METRICS}
-    metric_q = _quantiles(con, sel, fig_cols, pcts) if counts["ok"] else {m: {pkey(p): None for p in pcts} for m in METRICS}
-    entry["metrics"] = {m: {**metric_q[m], "column": fig_cols[m], "budget": tb.metric_budget(m)} for m in METRICS}
     stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or with_client}
     stage_pcts = sorted({50.0, tb.percentile})
-    stage_q = _quantiles(con, sel, stage_cols, stage_pcts) if counts["ok"] else {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
+    if counts["ok"]:
+        splits = {kind: (attribution.FIGURES[kind][0 if with_client else 1], tb.percentile) for kind in ("ttft", "e2e")}
+        (metric_q, stage_q), bounds = _quantiles(con, sel, [(fig_cols, pcts), (stage_cols, stage_pcts)], splits)
+        attributed = _attributions(con, sel, with_client, bounds)
+    else:
+        metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
+        stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
+        attributed = {"ttft": None, "e2e": None}
+    entry["metrics"] = {m: {**metric_q[m], "column": fig_cols[m], "budget": tb.metric_budget(m)} for m in METRICS}
     entry["stages"] = {s: {**stage_q[s], "column": stage_cols[s], "budget": tb.stages.get(s)} for s in stage_cols}
-    entry["attainment"] = _attainment(con, sel, tb if budgeted else None) if counts["n"] else None
-    q = tb.percentile / 100
-    entry["attribution"] = {}
+    entry["attainment"] = counts["attainment"]
+    entry["attribution"] = attributed
     entry["contrast"] = {}
-    for kind in ("ttft", "e2e"):
-        a = _attribute(con, sel, kind, with_client, q) if counts["ok"] else None
-        if a is not None:
-            entry["contrast"][kind] = contrast.separators(con, *a.pop("_split"))
-        entry["attribution"][kind] = a
+    splits = {kind: (a["metric"], a["tail_min_ms"], a["median_ms"]) for kind, a in attributed.items() if a is not None}
+    if splits:
+        found = contrast.separators_of_splits(con, sel.where("outcome = 'ok'"), sel.params, splits)
+        entry["contrast"] = {kind: found[kind] for kind in ("ttft", "e2e") if kind in found}
     from budgetscope.analysis.gpu import tail_gpu
 
     entry["gpu"] = tail_gpu(con, sel, entry) if counts["ok"] else None
