@@ -21,6 +21,12 @@ PARTITIONED_FROM = 5
 """Rows of up to this many hours are written one COPY an hour (each runs on every core); more, by one COPY
 with PARTITION_BY (which writes its partitions one at a time)."""
 
+ORDER = {"requests": "tier, arrival_ns"}
+"""The order rows of these tables are written in (whoever writes them: a commit, compaction, convert). A report
+reads one tier at a time: sorted by tier, a tier's rows fill row groups of their own, which the others skip by
+their statistics (a report over 1M requests in two tiers: 0.85 -> 0.72 s), and within a tier by time, so that
+a window skips the rest of the hour. PARTITION_BY does not keep an order, so these tables never use it."""
+
 
 def write(con, root: Path, table: str, select_sql: str, seq: int, level: int = 0) -> list[tuple[Path, Segment]]:
     """Write the rows of `select_sql` (the table's stored columns) as segments of `table`, one file per UTC hour;
@@ -33,20 +39,32 @@ def write(con, root: Path, table: str, select_sql: str, seq: int, level: int = 0
     tmp = root / TMP_DIR / uuid.uuid4().hex
     tmp.mkdir(parents=True)
     files = {}
-    if len(hours) < PARTITIONED_FROM:
-        for hour, *_ in hours:
-            files[hour] = tmp / f"{hour}.parquet"
-            con.execute(f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}) "
-                        f"TO '{files[hour]}' ({PARQUET_OPTIONS})")
+    order = f" ORDER BY {ORDER[table]}" if table in ORDER else ""
+    staged = None
+    if order and len(hours) >= PARTITIONED_FROM:  # many hours, one by one: run the SELECT once, not once an hour
+        staged = f"bs_write_{uuid.uuid4().hex[:12]}"  # sorted by hour: each COPY skips the others' row groups
+        con.execute(f"CREATE TEMP TABLE {staged} AS SELECT * FROM {src} ORDER BY bs_hour")
+        src = staged
+    if len(hours) < PARTITIONED_FROM or order:
+        try:
+            for hour, *_ in hours:
+                files[hour] = [tmp / f"{hour}.parquet"]
+                con.execute(f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}{order}) "
+                            f"TO '{files[hour][0]}' ({PARQUET_OPTIONS})")
+        finally:
+            if staged:
+                con.execute(f"DROP TABLE {staged}")
     else:
-        con.execute(f"COPY {src} TO '{tmp}' ({PARQUET_OPTIONS}, PARTITION_BY (bs_hour), FILENAME_PATTERN 'f')")
-        files = {hour: tmp / f"bs_hour={hour}" / "f.parquet" for hour, *_ in hours}
+        con.execute(f"COPY {src} TO '{tmp}' ({PARQUET_OPTIONS}, PARTITION_BY (bs_hour), FILENAME_PATTERN 'f{{i}}')")
+        files = {hour: sorted((tmp / f"bs_hour={hour}").glob("*.parquet")) for hour, *_ in hours}
     out = []
     for hour, rows, lo, hi in hours:
-        f = files[hour]
-        name = f"{seq:012d}-{uuid.uuid4().hex[:8]}.parquet"
-        out.append((f, Segment(table, f"{partition_dir(table, hour)}/{name}", rows, f.stat().st_size, lo, hi, seq,
-                               level)))
+        for f in files[hour]:
+            if len(files[hour]) > 1:  # a partition written as several files: each its own segment
+                rows, lo, hi = con.execute(f"SELECT count(*), min({col}), max({col}) FROM read_parquet('{f}')").fetchone()
+            name = f"{seq:012d}-{uuid.uuid4().hex[:8]}.parquet"
+            out.append((f, Segment(table, f"{partition_dir(table, hour)}/{name}", rows, f.stat().st_size, lo, hi, seq,
+                                   level)))
     return out
 
 
