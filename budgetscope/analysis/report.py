@@ -278,6 +278,41 @@ def tier_selected(tb: TierBudget, filters: dict | None) -> bool:
     return tb.filters["tier"] in ([want] if want is None or isinstance(want, str) else list(want))
 
 
+def _tier_reports(con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, filters) -> list[dict]:
+    """`tier_report` of each (tier, budgeted), in order. Tiers are independent, and much of a tier's time is
+    spent where DuckDB runs on one thread (a quantile's selection over the tier's values): several tiers run
+    at once, each on its own cursor, as many as DuckDB has threads (1M requests in two tiers, two cores:
+    0.74 -> 0.61 s on a folder, 0.59 -> 0.38 s on a single file)."""
+    def one(c, tb: TierBudget, budgeted: bool) -> dict:
+        return tier_report(c, tb, since_ns, until_ns, budgeted=budgeted, filters=filters)
+
+    workers = min(len(jobs), _threads(con))
+    if workers < 2:
+        return [one(con, tb, b) for tb, b in jobs]
+
+    def on_cursor(job: tuple[TierBudget, bool]) -> dict:
+        cur = con.cursor()
+        try:
+            return one(cur, *job)
+        finally:
+            cur.close()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="budgetscope-report") as pool:
+        return list(pool.map(on_cursor, jobs))
+
+
+def _threads(con) -> int:
+    """DuckDB's threads, or 1 for a connection that has no cursors to share out."""
+    if not hasattr(con, "cursor"):
+        return 1
+    try:
+        return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+    except Exception:  # noqa: BLE001 - not a DuckDB connection: one tier at a time
+        return 1
+
+
 def build_report(con, budgets: Budgets | None = None, since_ns: int | None = None,
                  until_ns: int | None = None, filters: dict | None = None) -> dict:
     """The whole report. Without budgets, every tier found is reported at p99 with no budget.
@@ -286,13 +321,12 @@ def build_report(con, budgets: Budgets | None = None, since_ns: int | None = Non
     a `tier` filter also leaves out the tiers it excludes. The report then carries a `filters` key.
     """
     if budgets is None:
-        found = [TierBudget(name=t) for t in discovered_tiers(con)]
-        tiers = [tier_report(con, tb, since_ns, until_ns, budgeted=False, filters=filters)
-                 for tb in found if tier_selected(tb, filters)]
-        unbudgeted = {}
+        jobs = [(tb, False) for tb in (TierBudget(name=t) for t in discovered_tiers(con)) if tier_selected(tb, filters)]
     else:
-        tiers = [tier_report(con, tb, since_ns, until_ns, filters=filters) for tb in budgets.tiers
-                 if tier_selected(tb, filters)]
+        jobs = [(tb, True) for tb in budgets.tiers if tier_selected(tb, filters)]
+    tiers = _tier_reports(con, jobs, since_ns, until_ns, filters)
+    unbudgeted = {}
+    if budgets is not None:
         named = {tb.match.get("tier", tb.name) for tb in budgets.tiers}
         sel = Selection({}, since_ns, until_ns, filters)
         unbudgeted = {t: n for t, n in _rows(con, f"SELECT tier, count(*) FROM requests {sel.where()} "
