@@ -57,6 +57,20 @@ class _LazyGroup(click.Group):
         module, attr = target.split(":")
         return getattr(import_module(module), attr)
 
+    def invoke(self, ctx):
+        """A command whose optional extra is not installed says which one to install, in one line."""
+        from budgetscope.extras import MissingExtra, extra_for
+
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as e:
+            raise UsageError(str(e)) from None
+        except ModuleNotFoundError as e:
+            extra = extra_for(e)
+            if extra is None:
+                raise
+            raise UsageError(str(MissingExtra(extra, ctx.invoked_subcommand or "this command", e.name))) from None
+
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="budgetscope")
@@ -258,6 +272,31 @@ def query(sql: str, archive: str, fmt: str) -> None:
         click.echo(f"({len(res.rows)} row{'s' if len(res.rows) != 1 else ''})")
 
 
+# -- example ---------------------------------------------------------------------------------------------------
+@main.command()
+@click.argument("name", type=click.Choice(["otelcol", "otelcol-sharded", "budgets"]))
+@click.option("--path", "show_path", is_flag=True, help="Print where the installed file is instead of its text.")
+def example(name: str, show_path: bool) -> None:
+    """Print a file that ships with budgetscope, to start your own from.
+
+    \b
+      otelcol          an OpenTelemetry Collector config: traces and metrics from your servers to `collect`
+      otelcol-sharded  the same, load-balanced by trace id over several `collect --shard` processes
+      budgets          the demo's budgets file (also the one of sample_traces/)
+
+    \b
+      budgetscope example otelcol > otelcol.yaml && otelcol-contrib --config otelcol.yaml
+      budgetscope example budgets > budgets.toml
+    """
+    from budgetscope.shipped import MissingFile, demo_budgets, otelcol_config
+
+    try:
+        path = demo_budgets() if name == "budgets" else otelcol_config(name)
+    except MissingFile as e:
+        raise _fail(e) from None
+    click.echo(str(path) if show_path else path.read_text(encoding="utf-8"), nl=show_path)
+
+
 # -- demo ------------------------------------------------------------------------------------------------------
 _SCENARIOS = ("calm", "burst", "long-prompts", "long-outputs", "slow-network")
 
@@ -303,9 +342,12 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
     from budgetscope.demo.live import DemoError, run_scenario
     from budgetscope.demo.scenarios import SCENARIOS
 
+    from budgetscope.extras import MissingExtra, require
+
     try:
+        require("engine", "the live demo", hint="or run `budgetscope demo --offline`")
         b = load_budgets(budgets or demo_budgets_path())
-    except BudgetError as e:
+    except (BudgetError, MissingExtra) as e:
         raise _fail(e) from None
     names = list(SCENARIOS) if scenario == "all" else [scenario]
     rows = []

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
 ENV_ARCHIVE, ENV_BUDGETS = "BUDGETSCOPE_ARCHIVE", "BUDGETSCOPE_BUDGETS"
 
 
@@ -51,15 +50,17 @@ def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
     _check_inputs(archive, budgets)
     if live and not os.path.isdir(archive):
         raise _usage(f"--live follows a folder archive; {archive} is a single file, which its writer locks")
-    if not APP.is_file():
-        raise _usage(f"{APP}: the dashboard app is missing (install budgetscope from its source tree)")
+    from budgetscope.extras import MissingExtra, require
+    from budgetscope.shipped import MissingFile, dashboard_app
+
     try:
-        import streamlit  # noqa: F401
-    except ImportError:
-        raise _usage("the dashboard needs Streamlit: pip install 'budgetscope[dashboard]'") from None
+        require("dashboard", "the dashboard")
+        app = dashboard_app()
+    except (MissingExtra, MissingFile) as e:
+        raise _usage(str(e)) from None
     env = {**os.environ, ENV_ARCHIVE: os.path.abspath(archive),
            ENV_BUDGETS: os.path.abspath(budgets) if budgets else "", "BUDGETSCOPE_LIVE": "1" if live else ""}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1",
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1",
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     click.echo(f"budgetscope dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
     sys.stderr.flush()
@@ -89,10 +90,12 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     if until <= since:
         raise _usage(f"--to: {to!r} is not after --from {from_!r}")
     b = _check_inputs(archive, budgets)
+    from budgetscope.extras import MissingExtra, require
+
     try:
-        import plotly  # noqa: F401
-    except ImportError:
-        raise _usage("the postmortem needs plotly: pip install 'budgetscope[dashboard]'") from None
+        require("dashboard", "the postmortem", modules=("plotly",))
+    except MissingExtra as e:
+        raise _usage(str(e)) from None
     from budgetscope.analysis.postmortem import build_postmortem, render_html
     from budgetscope.archive.archive import Archive
 
