@@ -107,52 +107,107 @@ class _Progress:
             click.echo("\r" + " " * 60 + "\r", err=True, nl=False)
 
 
+class NewArchive:
+    """An archive a command is about to write. If the command created it and nothing landed (every file it was
+    given was rejected), `discard_if_empty` removes it again, so a rejected file leaves no empty archive behind."""
+
+    def __init__(self, path: str):
+        import os
+
+        self.path = path
+        self.was_empty_dir = os.path.isdir(path) and not any(os.scandir(path))
+        self.existed = os.path.exists(path) and not self.was_empty_dir
+
+    def discard_if_empty(self, counts: dict[str, int]) -> bool:
+        import os
+        import shutil
+
+        if self.existed or any(counts.values()) or not os.path.exists(self.path):
+            return False
+        if os.path.isdir(self.path):
+            for entry in os.scandir(self.path):  # only what this command wrote: the folder was empty or absent
+                shutil.rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else os.remove(entry.path)
+            if not self.was_empty_dir:
+                os.rmdir(self.path)
+        else:
+            for leftover in (self.path, self.path + ".wal"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
+        return True
+
+
+FORMAT_SUMMARY = click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+                              show_default=True, help="The summary on stdout: lines, or one JSON document.")
+
+
+def _ingest_entry(f: str, report) -> dict:
+    """One file's ingest summary, as `--format json` prints it (docs/cli.md)."""
+    return {"file": f, "batches": report.batches, "batches_landed": report.batches_landed,
+            "batches_already_ingested": report.batches_already_ingested, "spans": report.spans,
+            "spans_inserted": report.spans_inserted, "duplicate_spans": report.duplicate_spans,
+            "requests_derived": report.requests_derived, "orphan_stage_spans": report.orphan_stage_spans,
+            "gpu_points": report.gpu_points, "gpu_points_inserted": report.gpu_points_inserted,
+            "seconds": round(report.seconds, 6), "rejected": [str(r) for r in report.rejected]}
+
+
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
 @click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
-def ingest(files: tuple[str, ...], archive: str) -> None:
+@FORMAT_SUMMARY
+def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     """Load OTLP trace files into an archive and derive one `requests` row per request.
 
     FILES are OpenTelemetry Collector file-exporter JSON lines, single OTLP/JSON documents, or binary OTLP
     protobuf (`ExportTraceServiceRequest`, bare or length-prefixed). Ingest is idempotent and atomic per
     batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected.
+    An archive this command created stays only if something landed in it.
 
     The archive is a folder of Parquet segments (readable by any number of processes while one writes) or,
     for a path ending in .duckdb, a single DuckDB file.
 
     \b
       budgetscope ingest traces.jsonl --archive prod/
+      budgetscope ingest traces.jsonl --archive prod/ --format json
     """
     import os
 
     from budgetscope.archive.archive import Archive, ArchiveError
     from budgetscope.ingest.files import read_batches
 
-    rejected = []
+    rejected, entries = [], []
     try:
         for f in files:
             if not os.path.isfile(f):
                 raise ArchiveError(f"{f}: {'is a directory, not a trace file' if os.path.isdir(f) else 'no such file'}")
+        new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
                 progress = _Progress(os.path.getsize(f))
                 report = a.ingest(read_batches(f, tracker=progress.bytes), progress=progress.show)
                 progress.close()
-                click.echo(f"{f}: {report.batches:,} batches, {report.spans:,} spans "
-                           f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
-                           f"{report.batches_already_ingested:,} batches already ingested; "
-                           f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
-                           f"({report.spans_per_s:,.0f} spans/s)"
-                           + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
-                              if report.gpu_points else ""))
+                entries.append(_ingest_entry(f, report))
+                if fmt == "table":
+                    click.echo(f"{f}: {report.batches:,} batches, {report.spans:,} spans "
+                               f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
+                               f"{report.batches_already_ingested:,} batches already ingested; "
+                               f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
+                               f"({report.spans_per_s:,.0f} spans/s)"
+                               + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
+                                  if report.gpu_points else ""))
                 if report.orphan_stage_spans:
                     click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no llm.request root yet; "
                                "they join their request when it arrives", err=True)
                 rejected += report.rejected
             counts = a.counts()
-        click.echo(f"{archive}: {counts['spans']:,} spans, {counts['requests']:,} requests")
+        discarded = new.discard_if_empty(counts)
     except ArchiveError as e:
         raise _fail(e) from None
+    if fmt == "json":
+        click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts}))
+    elif discarded:
+        click.echo(f"{archive}: nothing landed; not created")
+    else:
+        click.echo(f"{archive}: {counts['spans']:,} spans, {counts['requests']:,} requests")
     if rejected:
         for r in rejected[:20]:
             click.echo(f"budgetscope: {r} (batch rejected; nothing from it landed)", err=True)

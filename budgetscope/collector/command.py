@@ -42,8 +42,11 @@ class _StartError(click.ClickException):
               help="How long a request waits for others to share its group (less once requests stop coming).")
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="The summary at exit: a line, or one JSON document on stdout (the banner then goes to stderr).")
 def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool, shard: str | None,
-            max_pending_mb: float, max_message_mb: float, linger_ms: float, no_metrics: bool, verbose: bool) -> None:
+            max_pending_mb: float, max_message_mb: float, linger_ms: float, no_metrics: bool, verbose: bool,
+            fmt: str) -> None:
     """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
     Each export is answered success only once it is safe on disk (and known to be good); the `requests` rows of
@@ -82,7 +85,8 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
         raise _StartError(str(e)) from None
     stop = threading.Event()
     previous = _on_signals(stop)  # before the banner: whoever reads it may signal at once
-    click.echo(f"budgetscope collect: {', '.join(collector.endpoints)}; writing {archive} (Ctrl-C to stop)")
+    click.echo(f"budgetscope collect: {', '.join(collector.endpoints)}; writing {archive} (Ctrl-C to stop)",
+               err=fmt == "json")
     sys.stdout.flush()
     try:
         while not stop.wait(0.5) and not collector.error:
@@ -92,7 +96,14 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    click.echo(f"budgetscope collect: {stats.summary()}")
+    if fmt == "json":
+        import dataclasses
+        import json
+
+        click.echo(json.dumps({"archive": archive, "endpoints": list(collector.endpoints),
+                               "stats": dataclasses.asdict(stats), "error": str(collector.error or "") or None}))
+    else:
+        click.echo(f"budgetscope collect: {stats.summary()}")
     if collector.error:
         click.echo(f"budgetscope: {collector.error}", err=True)
         sys.exit(1)

@@ -29,11 +29,15 @@ def _start_ns(value: str | None) -> int | None:
         raise _InputError(str(e)) from None
 
 
+KINDS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus")
+
+
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", required=True,
-              type=click.Choice(["vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus"]),
-              help="What the files are (see docs/sources.md).")
+@click.option("--from", "kind", type=click.Choice(KINDS), help="What the files are (see docs/sources.md).")
+@click.option("--format", "formats", multiple=True, type=click.Choice([*KINDS, "table", "json"]),
+              help="table|json: the summary on stdout (default table). Also takes what the files are, as --from "
+                   "does: `--format vllm-bench --format json`.")
 @click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
 @click.option("--start", help="vllm-bench: when the run started (ISO-8601 or ns; default its `date`, as UTC); "
                               "prometheus: the scrape time (default the file's modification time).")
@@ -41,35 +45,42 @@ def _start_ns(value: str | None) -> int | None:
               help="triton: Unix ns minus Triton's steady-clock ns (default: anchor the file's last timestamp at "
                    "its modification time).")
 @click.option("--service-name", help="prometheus: the server's name in server_metrics (default: the file name).")
-def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
+def import_(files, kind, formats, archive, start, clock_offset_ns, service_name) -> None:
     """Import benchmark exports, vLLM offline metrics, Triton trace files or saved `/metrics` text into an archive.
 
     Every file is one batch: it lands whole or not at all, and the same file lands once (recorded in
     ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf, guidellm), vLLM `llm_request`
     spans (vllm-metrics: offline `RequestOutput.metrics` as JSON lines) or Triton `InferRequest` spans, derived
-    into `requests` like any ingest; Prometheus text goes to `server_metrics`.
+    into `requests` like any ingest; Prometheus text goes to `server_metrics`. An archive this command created
+    stays only if something landed in it.
 
     \b
       budgetscope import --format vllm-bench result.json --archive runs.duckdb
+      budgetscope import --from vllm-bench result.json --archive runs/ --format json
       budgetscope import --format aiperf artifacts/*/profile_export.jsonl --archive runs.duckdb
       budgetscope import --format guidellm benchmarks.json --archive runs.duckdb
       budgetscope import --format vllm-metrics vllm-metrics.jsonl --archive runs.duckdb
       budgetscope import --format triton trace.json --archive runs.duckdb
       budgetscope import --format prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs.duckdb
     """
+    import json
     import os
     from pathlib import Path
 
     from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
+    from budgetscope.cli import NewArchive
     from budgetscope.sources import guidellm, importers, vllm_offline
     from budgetscope.sources.prometheus import PrometheusError
 
+    fmt, out_fmt = _import_kinds(kind, formats)
     anchor = _start_ns(start)
-    rejected = False
+    rejected, entries, samples = False, [], 0
+    say = click.echo if out_fmt == "table" else (lambda *a, **k: None)
     try:
         for f in files:
             if not os.path.isfile(f):
                 raise _InputError(f"{f}: no such file")
+        new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
                 path = Path(f)
@@ -82,7 +93,9 @@ def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
                                  service_name=service_name or path.stem,
                                  ts_ns=anchor if anchor is not None else path.stat().st_mtime_ns, origin=str(path),
                                  position="document")
-                        click.echo(f"{f}: {n:,} samples" + ("" if n else " (already imported, or empty)"))
+                        samples += n
+                        entries.append({"file": f, "samples": n, "rejected": None})
+                        say(f"{f}: {n:,} samples" + ("" if n else " (already imported, or empty)"))
                         continue
                     if fmt == "vllm-bench":
                         doc = importers.vllm_bench(path, data, anchor)
@@ -97,19 +110,43 @@ def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
                 except (importers.ImportFormatError, PrometheusError) as e:
                     msg = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
                     click.echo(f"budgetscope: {msg} (nothing from it landed)", err=True)
+                    entries.append({"file": f, "rejected": msg})
                     rejected = True
                     continue
                 report = a.ingest([RawBatch(doc, "otlp-json", str(path), f"{fmt} file")])
                 for r in report.rejected:
                     click.echo(f"budgetscope: {r} (nothing from it landed)", err=True)
                     rejected = True
-                click.echo(f"{f}: {report.spans:,} spans ({report.spans_inserted:,} new), "
-                           f"{report.batches_already_ingested:,} already imported; "
-                           f"{report.requests_derived:,} requests derived")
+                entries.append({"file": f, "spans": report.spans, "spans_inserted": report.spans_inserted,
+                                "already_imported": report.batches_already_ingested > 0,
+                                "requests_derived": report.requests_derived,
+                                "rejected": str(report.rejected[0]) if report.rejected else None})
+                say(f"{f}: {report.spans:,} spans ({report.spans_inserted:,} new), "
+                    f"{report.batches_already_ingested:,} already imported; "
+                    f"{report.requests_derived:,} requests derived")
+            counts = a.counts()
+        discarded = new.discard_if_empty({**counts, "server_metrics": samples})
     except ArchiveError as e:
         raise _InputError(str(e)) from None
+    if out_fmt == "json":
+        click.echo(json.dumps({"archive": archive, "kept": not discarded, "format": fmt, "files": entries,
+                               "counts": counts}))
+    elif discarded:
+        click.echo(f"{archive}: nothing landed; not created")
     if rejected:
         sys.exit(2)
+
+
+def _import_kinds(kind: str | None, formats: tuple[str, ...]) -> tuple[str, str]:
+    """(what the files are, the summary format) from --from and the --format values."""
+    kinds = {kind} - {None} | {f for f in formats if f in KINDS}
+    outputs = {f for f in formats if f not in KINDS}
+    if len(kinds) != 1:
+        raise _InputError("say what the files are: --from vllm-bench|aiperf|guidellm|vllm-metrics|triton|prometheus"
+                          if not kinds else f"the files are one kind, not {' and '.join(sorted(kinds))}")
+    if len(outputs) > 1:
+        raise _InputError("--format: table or json, not both")
+    return kinds.pop(), outputs.pop() if outputs else "table"
 
 
 @click.command("scrape")
@@ -120,7 +157,9 @@ def import_(files, fmt, archive, start, clock_offset_ns, service_name) -> None:
 @click.option("--count", type=int, help="Stop after this many scrapes of each URL.")
 @click.option("--service-name", help="Name of the server in server_metrics (default: the URL's host:port).")
 @click.option("--timeout", type=float, default=5.0, show_default=True, help="Per-request timeout, seconds.")
-def scrape(urls, archive, every, duration, count, service_name, timeout) -> None:
+@click.option("--format", "out_fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="The summary on stdout at the end: a line, or one JSON document.")
+def scrape(urls, archive, every, duration, count, service_name, timeout, out_fmt) -> None:
     """Scrape Prometheus `/metrics` (vLLM, SGLang, TGI, llama.cpp, Triton) into the archive's server_metrics.
 
     Each scrape is one batch (atomic, recorded in ingest_batches). A scrape that fails (refused, timeout, HTTP
@@ -166,7 +205,13 @@ def scrape(urls, archive, every, duration, count, service_name, timeout) -> None
         raise _InputError(str(e)) from None
     except KeyboardInterrupt:
         pass
-    click.echo(f"{archive}: {done} scrapes of {len(urls)} URL(s), {rows:,} samples, {failures} failed")
+    if out_fmt == "json":
+        import json
+
+        click.echo(json.dumps({"archive": archive, "scrapes": done, "urls": list(urls), "samples": rows,
+                               "failed": failures}))
+    else:
+        click.echo(f"{archive}: {done} scrapes of {len(urls)} URL(s), {rows:,} samples, {failures} failed")
     if failures and failures == done * len(urls):
         sys.exit(2)
 
