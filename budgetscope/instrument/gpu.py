@@ -21,6 +21,7 @@ nvmlGpmQueryDeviceSupport, nvmlGpmSampleAlloc / nvmlGpmSampleGet / nvmlGpmMetric
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -275,6 +276,15 @@ def _point_attrs(p: Point) -> dict:
     return {"gpu.uuid": p.gpu_uuid, "gpu.index": p.gpu_index, "hw.id": p.gpu_uuid, "hw.type": "gpu"}
 
 
+DEFAULT_SERVICE_NAME = "budgetscope-gpu"
+
+
+def service_name() -> str:
+    """The resource's `service.name`: OTEL_SERVICE_NAME when set (as every OpenTelemetry SDK does), else
+    budgetscope-gpu."""
+    return os.environ.get("OTEL_SERVICE_NAME", "").strip() or DEFAULT_SERVICE_NAME
+
+
 def otlp_json(points: list[Point], host_name: str) -> dict:
     """One OTLP/JSON `ExportMetricsServiceRequest`: a gauge per metric, a data point per reading."""
     def kv(k, v):
@@ -283,7 +293,7 @@ def otlp_json(points: list[Point], host_name: str) -> dict:
     metrics = [{"name": m, "unit": UNITS[m], "gauge": {"dataPoints": [
         {"timeUnixNano": str(p.ts_ns), "asDouble": p.value, "attributes": [kv(k, v) for k, v in _point_attrs(p).items()]}
         for p in ps]}} for m, ps in _group(points).items()]
-    return {"resourceMetrics": [{"resource": {"attributes": [kv("host.name", host_name), kv("service.name", "budgetscope-gpu")]},
+    return {"resourceMetrics": [{"resource": {"attributes": [kv("host.name", host_name), kv("service.name", service_name())]},
                                  "scopeMetrics": [{"scope": {"name": SCOPE}, "metrics": metrics}]}]}
 
 
@@ -322,7 +332,7 @@ class OtlpSink:
 
         metrics = [Metric(m, None, UNITS[m], Gauge([NumberDataPoint(_point_attrs(p), 0, p.ts_ns, p.value) for p in ps]))
                    for m, ps in _group(points).items()]
-        data = MetricsData([ResourceMetrics(Resource({"host.name": host_name, "service.name": "budgetscope-gpu"}),
+        data = MetricsData([ResourceMetrics(Resource({"host.name": host_name, "service.name": service_name()}),
                                             [ScopeMetrics(InstrumentationScope(SCOPE), metrics, "")], "")])
         self._exporter.export(data)
 
