@@ -27,6 +27,7 @@ from budgetscope.archive import schema, segments
 from budgetscope.archive.duckdb_archive import DuckDBArchive, IngestReport, RawBatch, one
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import requests_sql
+from budgetscope.ingest.batches import Decoded, content_hash
 
 SPOOL_DIR = "spool"
 HOLD_S = 3600.0
@@ -113,7 +114,11 @@ class DirectoryArchive:
         self.durable = durable
         self.hold_s = hold_s
         self.spool = None
-        self._deferred: list[RawBatch] = []  # accepted (spooled) but not yet landed
+        self._deferred: list[Decoded] = []  # accepted (spooled) but not yet landed, decoded
+        self._deferred_repeated = False  # a (trace_id, span_id) pair came twice among them (or may have)
+        self._deferred_seen = None  # the span set they were decoded with (otlp_fast.span_set), made on first use
+        self._deferred_gen = 0  # bumped when a landing takes the deferred batches (and their span set)
+        self._placeholder = 0  # batch ids of accepted batches until they land (renumbered then)
         self.deferred_spans = 0
         self.deferred_bytes = 0
         self._spool_lock = threading.Lock()  # `accept` may run on another thread than the rest
@@ -235,30 +240,49 @@ class DirectoryArchive:
 
         if self.spool is None or not otlp_fast.AVAILABLE:
             return [False] * len(batches)
+        with self._spool_lock:
+            if self._deferred_seen is None:
+                self._deferred_seen = otlp_fast.span_set()
+            seen, gen = self._deferred_seen, self._deferred_gen
+        base = self._placeholder
+        self._placeholder += len(batches)
         taken: dict[int, int] = {}
+        tables, repeated = [], False
         for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
-            ids = [i for i, b in enumerate(batches) if b.format == fmt]
+            ids = [base + i for i, b in enumerate(batches) if b.format == fmt]
             if ids:
-                taken.update(decode([batches[i].payload for i in ids], ids, None)[1])
+                table, took, _, rep = decode([batches[i - base].payload for i in ids], ids, seen)
+                if table is not None:
+                    tables.append(table)
+                taken.update(took)
+                repeated |= rep
         if not taken:
             return [False] * len(batches)
-        took = [batches[i] for i in sorted(taken)]
+        ids = sorted(taken)
+        took = [batches[i - base] for i in ids]
+        entry = Decoded(took, [content_hash(b) for b in took], ids, [taken[i] for i in ids], tables)
         with self._spool_lock:
             self.spool.append(took)
-            self._deferred += took
-            self.deferred_spans += sum(taken.values())
+            self._deferred.append(entry)
+            # decoded with a span set a landing has taken since: its pairs were not checked against the others'
+            self._deferred_repeated |= repeated or gen != self._deferred_gen
+            self.deferred_spans += sum(entry.spans)
             self.deferred_bytes += sum(len(b.payload) for b in took)
-        return [i in taken for i in range(len(batches))]
+        return [base + i in taken for i in range(len(batches))]
 
     def land_deferred(self) -> IngestReport | None:
-        """Land what `accept` took, in one `ingest` (the fast path of a file's); None if there was nothing.
-        Should it fail, the batches are still in the spool: the next writer (or a reopened one) lands them."""
+        """Land what `accept` took, as it decoded it, in one `ingest` (the fast path of a file's); None if there
+        was nothing. Should it fail, the batches are still in the spool: the next writer (or a reopened one)
+        lands them."""
         if self.spool is None:
             return None
         with self._spool_lock:  # what is spooled so far is landed below (or was already)
-            batches, self._deferred, self.deferred_spans, self.deferred_bytes = self._deferred, [], 0, 0
+            entries, repeated = self._deferred, self._deferred_repeated
+            self._deferred, self._deferred_repeated, self._deferred_seen = [], False, None
+            self._deferred_gen += 1
+            self.deferred_spans = self.deferred_bytes = 0
             self._spool_cut = self.spool.rotate()
-        return self.hot.ingest(batches, derive=False) if batches else None
+        return self.hot.ingest((), derive=False, decoded=(entries, repeated)) if entries else None
 
     def derive_pending(self) -> tuple[int, int]:
         """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""

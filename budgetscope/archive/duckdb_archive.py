@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 from budgetscope.archive import schema
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, otlp_metrics, otlp_proto, staging
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.ingest.batches import Chunk, RawBatch, chunks, prefetch
+from budgetscope.ingest.batches import Chunk, Decoded, RawBatch, chunks, decoded_chunk, prefetch
 from budgetscope.ingest.rows import insert_rows
 from budgetscope.archive.tables import TableAccess, polars
 from budgetscope.ingest.spanbatch import BadBatch
@@ -171,13 +171,16 @@ class DuckDBArchive(TableAccess):
 
     # -- ingest --------------------------------------------------------------------------------------------
     def ingest(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None,
-               derive: bool = True, every_part: Callable[[], None] | None = None) -> IngestReport:
+               derive: bool = True, every_part: Callable[[], None] | None = None,
+               decoded: tuple[list[Decoded], bool] | None = None) -> IngestReport:
         """Land every good batch; report the bad ones (which change nothing) and what was derived.
 
         `derive=False` leaves the `requests` rows of the touched traces to a later `derive_pending()` (a
         long-running writer does that on its own schedule); the spans are durable either way. With `derive`,
         they are derived every DERIVE_EVERY_SPANS spans landed and at the end. `every_part` (with
-        `derive=False`) is called instead at each of those points but the end.
+        `derive=False`) is called instead at each of those points but the end. `decoded`: land these instead of
+        `batches` (the collector's accepted batches, decoded when they were accepted), with whether the span set
+        they were decoded with saw a pair twice.
         """
         if self.read_only:
             raise ArchiveError(f"{self.path} is open read-only")
@@ -188,13 +191,16 @@ class DuckDBArchive(TableAccess):
         (next_id,) = one(self.con, "SELECT coalesce(max(batch_id), 0) + 1 FROM ingest_batches")
         # While every span of this call comes through the C decoder, its span set tells which chunks hold no
         # copy of a span landed earlier in the call; those are checked against older spans only, if any.
-        spans_seen = otlp_fast.span_set() if otlp_fast.AVAILABLE else None
+        spans_seen = otlp_fast.span_set() if otlp_fast.AVAILABLE and decoded is None else None
         (stored_before,) = one(self.con, "SELECT EXISTS (SELECT 1 FROM spans)")
-        c_only = spans_seen is not None
+        c_only = spans_seen is not None or decoded is not None
         parts = derived_upto = 0  # derivations made along the way, and the spans landed at the last one
         rejected_hashes: dict[str, str] = {}
         # Reading, hashing and building the next chunk overlap DuckDB's work on this one.
-        for chunk in prefetch(chunks(batches, self._known, next_id, spans_seen)):
+        # `decoded`: batches the C decoders took already (and whether their span set saw a pair twice), one chunk
+        source = (iter([decoded_chunk(decoded[0], self._known, next_id, decoded[1])]) if decoded is not None
+                  else prefetch(chunks(batches, self._known, next_id, spans_seen)))
+        for chunk in source:
             report.batches += chunk.seen
             report.batches_already_ingested += len(chunk.copies)
             c_only = c_only and chunk.c_only

@@ -108,6 +108,67 @@ def chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, spans
                   c_only, repeated)
 
 
+def content_hash(rb: RawBatch) -> str:
+    """The batch's identity for idempotency: the first 128 bits of the SHA-256 of its bytes, hex. Metrics
+    batches hash with their format, so the same bytes sent as a trace export stay a different batch."""
+    return (hashlib.sha256(rb.payload) if rb.format not in otlp_metrics.FORMATS
+            else hashlib.sha256(rb.format.encode() + b"\0" + rb.payload)).hexdigest()[:32]
+
+
+@dataclass(slots=True)
+class Decoded:
+    """Batches the C decoders took whole before they were to land (the collector's `accept`), kept decoded so
+    that landing them does not decode them again. `tables` hold their spans with the placeholder batch ids
+    `ids` (distinct within one landing); `spans[k]` is batch k's span count."""
+
+    batches: list[RawBatch]
+    hashes: list[str]
+    ids: list[int]
+    spans: list[int]
+    tables: list
+
+
+def decoded_chunk(entries: list[Decoded], known: set[str], next_id: int, repeated: bool) -> Chunk:
+    """One chunk of already decoded batches: each new to the archive gets the next batch id (its spans are
+    renumbered), those seen before are skipped with their spans. `repeated`: as `chunk`'s, for the span set
+    they were decoded with."""
+    from array import array
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    items: list[tuple[int, str, RawBatch]] = []
+    copies: list[tuple[str, str, str]] = []
+    expected: dict[int, int] = {}
+    new_id: dict[int, int] = {}
+    seen = 0
+    for e in entries:
+        for rb, h, placeholder, n in zip(e.batches, e.hashes, e.ids, e.spans):
+            seen += 1
+            if h in known:
+                copies.append((h, rb.origin, rb.position))
+                continue
+            known.add(h)
+            items.append((next_id, h, rb))
+            new_id[placeholder] = next_id
+            expected[next_id] = n
+            next_id += 1
+    tables = [t for e in entries for t in e.tables]
+    decoded = None
+    if tables and new_id:
+        decoded = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        lo = min(p for e in entries for p in e.ids)
+        lut = array("q", [-1]) * (max(p for e in entries for p in e.ids) - lo + 1)
+        for placeholder, bid in new_id.items():
+            lut[placeholder - lo] = bid
+        lut = pa.Array.from_buffers(pa.int64(), len(lut), [None, pa.py_buffer(lut)])
+        ids = pc.take(lut, pc.subtract(decoded.column("batch_id"), pa.scalar(lo, pa.int64())))
+        decoded = decoded.set_column(decoded.schema.get_field_index("batch_id"), "batch_id", ids)
+        if copies:
+            decoded = decoded.filter(pc.greater_equal(ids, 0))
+    return Chunk(items, decoded, None, expected, seen, copies, True, repeated or bool(copies))
+
+
 def chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_seen=None) -> Iterator[Chunk]:
     """Group batches new to the archive into chunks of about CHUNK_BYTES, skipping those seen before.
     `spans_seen`: the ingest call's `otlp_fast.span_set`, or None."""
@@ -116,9 +177,7 @@ def chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_see
     size = seen = 0
     for rb in batches:
         seen += 1
-        # Metrics batches hash with their format, so the same bytes sent as a trace export stay a different batch.
-        h = (hashlib.sha256(rb.payload) if rb.format not in otlp_metrics.FORMATS
-             else hashlib.sha256(rb.format.encode() + b"\0" + rb.payload)).hexdigest()[:32]
+        h = content_hash(rb)
         if h in known:
             copies.append((h, rb.origin, rb.position))  # not its bytes: a re-ingest holds no file in memory
             continue
