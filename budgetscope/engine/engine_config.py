@@ -33,6 +33,7 @@ class EngineConfig:
     request_timeout_s: float = 0.0  # per-request deadline from receive; 0: none unless the request sets one
     tier_priorities: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_TIER_PRIORITIES))
     num_threads: int = 0  # torch intra-op threads on cpu; 0: leave torch's default
+    enforce_eager: bool = False  # True: no CUDA graphs for decode steps (on cpu there are none anyway)
 
     def __post_init__(self):
         if self.block_size <= 0 or self.max_model_len <= 1:

@@ -10,6 +10,7 @@ import torch
 
 from budgetscope.engine.block_manager import BlockManager
 from budgetscope.engine.checkpoint import load_checkpoint
+from budgetscope.engine.cuda_graphs import DecodeGraphs
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.engine_metrics import EngineMetrics
 from budgetscope.engine.errors import RequestError
@@ -53,7 +54,11 @@ class LLMEngine:
         self.kv_cache = KVCache(self.model_config, config.num_kv_blocks, config.block_size, self.dtype, self.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
-        self.runner = ModelRunner(self.model, self.kv_cache, self.device)
+        graphs = None
+        if self.device.type == "cuda" and not config.enforce_eager:
+            graphs = DecodeGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs, self.max_model_len)
+            graphs.capture_all()
+        self.runner = ModelRunner(self.model, self.kv_cache, self.device, graphs)
         log.info("engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB)",
                  self.model_name, self.model_config.num_parameters / 1e6, self.device, self.dtype,
                  config.num_kv_blocks, config.block_size, self.kv_cache.num_bytes / 2**20)

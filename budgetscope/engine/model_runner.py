@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from budgetscope.engine.batch import Batch
+from budgetscope.engine.cuda_graphs import DecodeGraphs
 from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM
 from budgetscope.engine.sampler import Sampler
@@ -13,16 +14,21 @@ from budgetscope.engine.sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device):
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
+                 graphs: DecodeGraphs | None = None):
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.device = device
         self.sampler = Sampler()
+        self.graphs = graphs  # decode-only steps go through these when they fit a bucket
+        self.graph_steps = 0  # steps that ran padded/static (as graphs on CUDA)
 
     @torch.inference_mode()
     def run(self, scheduled: ScheduledBatch) -> list[int]:
         """Compute every scheduled token's KV; return one sampled id per sequence with is_sampled set."""
+        if self.graphs is not None and self._graphable(scheduled):
+            return self._run_graph(scheduled.seqs)
         batch = self.prepare(scheduled)
         hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
         sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
@@ -30,6 +36,23 @@ class ModelRunner:
             return []
         logits = self.model.compute_logits(hidden[batch.logits_rows])
         return self.sampler(logits, sampled)
+
+    def _graphable(self, scheduled: ScheduledBatch) -> bool:
+        """A decode-only step (one new token a sequence, every one sampled) that fits a graph bucket."""
+        if not scheduled.seqs or not all(n == 1 for n in scheduled.num_new_tokens) or not all(scheduled.is_sampled):
+            return False
+        longest = max(s.num_computed_tokens for s in scheduled.seqs) + 1
+        return self.graphs.bucket(len(scheduled.seqs), longest) is not None
+
+    def _run_graph(self, seqs: list[Sequence]) -> list[int]:
+        size = self.block_size
+        pos = [s.num_computed_tokens for s in seqs]
+        logits, greedy = self.graphs.run(
+            input_ids=[s.token_ids[p] for s, p in zip(seqs, pos)], positions=pos,
+            slot_mapping=[s.block_table[p // size] * size + p % size for s, p in zip(seqs, pos)],
+            block_tables=[s.block_table for s in seqs], context_lens=[p + 1 for p in pos])
+        self.graph_steps += 1
+        return self.sampler(logits, seqs, greedy=greedy)
 
     def prepare(self, scheduled: ScheduledBatch) -> Batch:
         size = self.block_size

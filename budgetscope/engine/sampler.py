@@ -10,10 +10,10 @@ from budgetscope.engine.sequence import Sequence
 class Sampler:
     """Vectorised over the batch; only seeded requests draw row by row (each owns a torch.Generator)."""
 
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-        """One token id per row of logits [S, vocab]; row i belongs to seqs[i]."""
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence], greedy: torch.Tensor | None = None) -> list[int]:
+        """One token id per row of logits [S, vocab]; row i belongs to seqs[i]. `greedy`: their argmax, if known."""
         params = [s.params for s in seqs]
-        greedy = logits.argmax(dim=-1)
+        greedy = logits.argmax(dim=-1) if greedy is None else greedy
         if all(p.is_greedy for p in params):
             return greedy.tolist()
         device, vocab = logits.device, logits.shape[-1]

@@ -1,0 +1,183 @@
+"""Decode steps replayed as CUDA graphs: one launch a step instead of ~35 kernel launches a layer.
+
+At batch 1 a `1b` decode step reads ~2 GB of weights, ~0.7 ms of HBM time on an H100, while launching its ~560
+kernels one by one from Python costs several ms: eager decode leaves the GPU idle most of the step. A CUDA graph
+records the launches once and replays them in one call. Graphs need fixed shapes and fixed addresses, so a step is
+padded to a *bucket* (batch size from `batch_buckets`, context length up to a multiple of `context_step`) and its
+inputs are copied into that bucket's static buffers:
+
+- the decode tokens, their positions and the slots where their K/V go (`slot_mapping`);
+- each sequence's block table (padded with the KV cache's *scratch block*) and its context length.
+
+The context's cache slots and the attention mask are computed from the block tables inside the graph. Padded rows
+write their K/V into the scratch block (never owned by a sequence: `KVCache.scratch_block`) and attend to one
+scratch slot, so they cannot disturb a real sequence; their logits are dropped. Prefill and mixed steps run eager.
+
+`capture=False` runs the same padded, static-buffer forward without a graph (CPU, tests): it checks the padding
+on any machine; `tests/test_engine_cuda_graphs.py` compares both with the eager path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from budgetscope.engine.batch import Batch
+from budgetscope.engine.kv_cache import KVCache
+from budgetscope.engine.model import LlamaForCausalLM
+
+log = logging.getLogger(__name__)
+
+CONTEXT_STEP = 256  # tokens: context lengths are padded up to a multiple of this
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """1, 2, 4, 8, then steps of 8 up to 32, of 16 beyond; the last is max_batch itself."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b = b * 2 if b < 8 else b + (8 if b < 32 else 16)
+    return out + [max_batch]
+
+
+@dataclass(slots=True)
+class _Static:
+    """One bucket's fixed-address inputs and outputs.
+
+    Every input is a view of one int64 device buffer, filled from one pinned host buffer by a single copy a step
+    (each CUDA call costs host time: a step makes three — this copy, the replay, the read-back of the ids)."""
+
+    batch: int
+    context: int
+    host: torch.Tensor  # [4b + b * width] int64, pinned on CUDA
+    dev: torch.Tensor  # the same on the device; the views below are slices of it
+    input_ids: torch.Tensor  # [b]
+    positions: torch.Tensor  # [b]
+    slot_mapping: torch.Tensor  # [b]
+    context_lens: torch.Tensor  # [b]
+    block_tables: torch.Tensor  # [b, context / block_size]
+    logits: torch.Tensor | None = None  # [b, vocab] float32, written by the forward
+    greedy: torch.Tensor | None = None  # [b] argmax of the logits, computed in the graph
+    graph: torch.cuda.CUDAGraph | None = None
+
+
+class DecodeGraphs:
+    """Padded decode steps, replayed from CUDA graphs when `capture` (the default on CUDA)."""
+
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device, max_batch: int,
+                 max_context: int, capture: bool | None = None, context_step: int = CONTEXT_STEP):
+        self.model = model
+        self.kv_cache = kv_cache
+        self.device = device
+        self.block_size = kv_cache.block_size
+        self.capture = device.type == "cuda" if capture is None else capture
+        step = -(-context_step // self.block_size) * self.block_size
+        self.context_step = step
+        self.max_context = -(-max_context // step) * step
+        self.batch_sizes = batch_buckets(max_batch)
+        self.max_batch = max_batch
+        self._static: dict[tuple[int, int], _Static] = {}
+        self._pool = None
+        self.capture_s = 0.0  # time spent capturing graphs (engine start)
+
+    # -- shapes ----------------------------------------------------------------------------------------------
+    def bucket(self, batch: int, context: int) -> tuple[int, int] | None:
+        """The (batch, context) bucket a decode step of `batch` rows and longest context `context` runs in."""
+        if batch > self.max_batch or context > self.max_context:
+            return None
+        b = next(x for x in self.batch_sizes if x >= batch)
+        return b, -(-context // self.context_step) * self.context_step
+
+    def _buffers(self, b: int, length: int) -> _Static:
+        width = length // self.block_size
+        host = torch.zeros(4 * b + b * width, dtype=torch.long, pin_memory=self.device.type == "cuda")
+        dev = torch.zeros_like(host, device=self.device)
+        st = _Static(b, length, host, dev, input_ids=dev[:b], positions=dev[b:2 * b], slot_mapping=dev[2 * b:3 * b],
+                     context_lens=dev[3 * b:4 * b], block_tables=dev[4 * b:].view(b, width))
+        self._fill(st, [], [], [], [], [])  # every row padding: safe to run during warm-up and capture
+        st.dev.copy_(st.host)
+        return st
+
+    def _fill(self, st: _Static, input_ids, positions, slot_mapping, block_tables, context_lens) -> None:
+        """Write one step's inputs, padded to the bucket, into the pinned host buffer."""
+        b, n, width = st.batch, len(input_ids), st.context // self.block_size
+        scratch = self.kv_cache.scratch_block
+        h = st.host.numpy()
+        for k, (values, pad) in enumerate(((input_ids, 0), (positions, 0), (slot_mapping, scratch * self.block_size),
+                                           (context_lens, 1))):
+            h[k * b:k * b + n] = values
+            h[k * b + n:(k + 1) * b] = pad
+        tables = h[4 * b:].reshape(b, width)
+        tables[:] = scratch
+        for i, t in enumerate(block_tables):
+            m = min(len(t), width)
+            tables[i, :m] = t[:m]
+
+    # -- the forward every bucket runs ---------------------------------------------------------------------
+    def _forward(self, st: _Static) -> torch.Tensor:
+        size = self.block_size
+        pos = torch.arange(st.context, device=self.device)
+        slots = st.block_tables[:, pos // size] * size + pos % size  # [b, L]
+        mask = pos[None, :] < st.context_lens[:, None]  # [b, L]; padded rows see one scratch slot
+        batch = Batch(input_ids=st.input_ids, positions=st.positions, slot_mapping=st.slot_mapping,
+                      logits_rows=None, decode_rows=pos[: st.batch], decode_context_slots=slots,
+                      decode_context_mask=mask, prefill_segments=[])
+        hidden = self.model(st.input_ids, st.positions, batch, self.kv_cache.layers)
+        return self.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def capture_all(self) -> int:
+        """Capture every bucket's graph now (engine start), so that no request pays for a capture."""
+        if not self.capture:
+            return 0
+        t0 = time.perf_counter()
+        for b in self.batch_sizes:
+            for length in range(self.context_step, self.max_context + 1, self.context_step):
+                self._get(b, length)
+        self.capture_s = time.perf_counter() - t0
+        log.info("decode CUDA graphs: %d captured (batch %s, context to %d by %d) in %.1f s", len(self._static),
+                 self.batch_sizes, self.max_context, self.context_step, self.capture_s)
+        return len(self._static)
+
+    def _get(self, b: int, length: int) -> _Static:
+        st = self._static.get((b, length))
+        if st is not None:
+            return st
+        st = self._buffers(b, length)
+        if self.capture:
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):  # warm-up on a side stream (cuBLAS workspaces, SDPA kernel choice)
+                for _ in range(2):
+                    self._forward(st)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            st.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(st.graph, pool=self._pool):
+                st.logits = self._forward(st)
+                st.greedy = st.logits.argmax(dim=-1)
+        self._static[(b, length)] = st
+        return st
+
+    # -- one step ----------------------------------------------------------------------------------------------
+    def run(self, input_ids: list[int], positions: list[int], slot_mapping: list[int],
+            block_tables: list[list[int]], context_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, vocab] float32, their argmax [B]) of one decode step of B sequences; its K/V land in the cache."""
+        n = len(input_ids)
+        b, length = self.bucket(n, max(context_lens))
+        st = self._get(b, length)
+        self._fill(st, input_ids, positions, slot_mapping, block_tables, context_lens)
+        st.dev.copy_(st.host, non_blocking=True)  # pinned: asynchronous; the next step's fill waits on the ids
+        if st.graph is not None:
+            st.graph.replay()
+            return st.logits[:n], st.greedy[:n]
+        logits = self._forward(st)
+        return logits[:n], logits[:n].argmax(dim=-1)
+
+    @property
+    def num_graphs(self) -> int:
+        return sum(1 for st in self._static.values() if st.graph is not None)
