@@ -14,10 +14,12 @@ tail is then called, from the data only (docs/gpu.md, "Classification"):
 from __future__ import annotations
 
 from budgetscope.analysis.report import Selection
-from budgetscope.instrument.gpu import DRAM_BANDWIDTH, HBM_LIMIT, HBM_USED, MEMORY_ACTIVITY, PEAK_BANDWIDTH
+from budgetscope.instrument.gpu import (DRAM_BANDWIDTH, GPU_UTILIZATION, HBM_LIMIT, HBM_USED, MEMORY_ACTIVITY,
+                                       PEAK_BANDWIDTH)
 
 BANDWIDTH_BOUND = 0.70  # mean DRAM bandwidth utilization (0–1) at or above which decode is called bandwidth-bound
 KV_FULL = 0.95  # KV blocks used / pool at or above which the pool is called full
+HOST_BOUND_BUSY = 0.5  # below this share of time with a kernel running, a "neither" decode is said to wait on the host
 HBM_FULL = 0.95  # HBM used / size, the fallback when no engine steps say how full the KV pool is
 
 NO_GPU_SAMPLES = ("no GPU samples in this archive (it was recorded without `budgetscope gpu sample`, which needs an "
@@ -40,7 +42,8 @@ def interval_figures(con, intervals_sql: str, params: list) -> dict:
     HBM used / size, preemptions and max KV-pool use from engine steps that overlap them. None = not measured."""
     rows = con.execute(f"""
         WITH iv AS ({intervals_sql}),
-        g AS (SELECT g.* FROM gpu_samples g SEMI JOIN iv ON g.ts_ns >= iv.s AND g.ts_ns <= iv.e),
+        g AS (SELECT g.* FROM gpu_samples g SEMI JOIN iv ON g.ts_ns >= iv.s AND g.ts_ns <= iv.e
+              WHERE isfinite(g.value)),
         lim AS (SELECT gpu_uuid, max(value) AS v FROM gpu_samples WHERE metric = '{HBM_LIMIT}' GROUP BY 1),
         peak AS (SELECT gpu_uuid, max(value) AS v FROM gpu_samples WHERE metric = '{PEAK_BANDWIDTH}' GROUP BY 1)
         SELECT count(*),
@@ -49,15 +52,16 @@ def interval_figures(con, intervals_sql: str, params: list) -> dict:
           avg(value) FILTER (WHERE metric = '{MEMORY_ACTIVITY}'),
           max(value / lim.v) FILTER (WHERE metric = '{HBM_USED}'),
           avg(value / lim.v) FILTER (WHERE metric = '{HBM_USED}'),
-          count(*) FILTER (WHERE metric = '{DRAM_BANDWIDTH}')
+          count(*) FILTER (WHERE metric = '{DRAM_BANDWIDTH}'),
+          avg(value) FILTER (WHERE metric = '{GPU_UTILIZATION}')
         FROM g LEFT JOIN lim USING (gpu_uuid) LEFT JOIN peak USING (gpu_uuid)""", params).fetchall()
-    n, bw, bw_bytes, activity, hbm_max, hbm_mean, n_bw = rows[0]
+    n, bw, bw_bytes, activity, hbm_max, hbm_mean, n_bw, busy = rows[0]
     (steps, preempted, kv_max), = con.execute(f"""
         WITH iv AS ({intervals_sql})
         SELECT count(*), sum(preempted), max(kv_blocks_used / nullif(kv_blocks_total, 0))
         FROM engine_steps st SEMI JOIN iv ON st.start_ns <= iv.e AND st.end_ns >= iv.s""", params).fetchall()
     return {"samples": n, "dram_bandwidth_samples": n_bw, "dram_bandwidth": bw, "dram_bandwidth_bytes_per_s": bw_bytes,
-            "memory_activity": activity, "hbm_used_max": hbm_max, "hbm_used_mean": hbm_mean,
+            "memory_activity": activity, "gpu_busy": busy, "hbm_used_max": hbm_max, "hbm_used_mean": hbm_mean,
             "engine_steps": steps, "preempted": int(preempted) if preempted is not None else None, "kv_used_max": kv_max}
 
 
@@ -94,10 +98,15 @@ def sentence(g: dict) -> str:
         figs.append(f"HBM up to {_pct(t['hbm_used_max'])} full")
     if t["preempted"] is not None:
         figs.append(f"{t['preempted']} preemptions")
+    if t.get("gpu_busy") is not None:
+        figs.append(f"kernels running {_pct(t['gpu_busy'])} of the time")
     call = {"bandwidth_bound": "bandwidth-bound", "kv_pressure": "under KV-cache pressure",
             "both": "bandwidth-bound and under KV-cache pressure", "neither": "neither bandwidth-bound nor under KV pressure",
             "unknown": f"not classifiable ({g['reason']})"}[g["classification"]]
-    return f"While the tail decoded, GPU: {', '.join(figs) or 'no usable figures'}; its decode is {call}."
+    end = ""
+    if g["classification"] == "neither" and t.get("gpu_busy") is not None and t["gpu_busy"] < HOST_BOUND_BUSY:
+        end = " (the GPU sat idle most of the time: the host side — scheduling, kernel launches, the server — held each step)"
+    return f"While the tail decoded, GPU: {', '.join(figs) or 'no usable figures'}; its decode is {call}{end}."
 
 
 def tail_gpu(con, sel: Selection, entry: dict) -> dict:

@@ -21,6 +21,7 @@ nvmlGpmQueryDeviceSupport, nvmlGpmSampleAlloc / nvmlGpmSampleGet / nvmlGpmMetric
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -259,7 +260,8 @@ class Nvml:
         g.gpm_prev = cur
         out = []
         for m, name in ((mg.metrics[0], DRAM_BANDWIDTH), (mg.metrics[1], SM_OCCUPANCY)):
-            if m.nvmlReturn == nv.NVML_SUCCESS:
+            # A real H100 (driver 580) answered NaN with NVML_SUCCESS for the first interval: unknown, not emitted.
+            if m.nvmlReturn == nv.NVML_SUCCESS and math.isfinite(m.value):
                 out.append(Point(ts, name, m.value / 100, g.uuid, g.index))
         return out
 
