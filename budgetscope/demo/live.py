@@ -96,8 +96,10 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
 
 
 def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
-                 say: Callable[[str], None] = print) -> ScenarioRun:
-    """Run one scenario for `duration_s` of load; return its report (archive at out/<name>/)."""
+                 say: Callable[[str], None] = print, model: str = "tiny") -> ScenarioRun:
+    """Run one scenario for `duration_s` of load; return its report (archive at out/<name>/).
+
+    `model`: the engine's named config (`tiny` everywhere; `1b` on a GPU)."""
     from budgetscope.analysis.report import build_report
     from budgetscope.archive.archive import Archive
     from budgetscope.collector import Collector
@@ -114,7 +116,7 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
     port = free_port()
     proxy = None
     with open(engine_log, "w") as logf:
-        engine = subprocess.Popen(_cli("engine", "serve", "--config", "tiny", "--port", str(port), *sc.engine_args),
+        engine = subprocess.Popen(_cli("engine", "serve", "--config", model, "--port", str(port), *sc.engine_args),
                                   env=env, stdout=logf, stderr=subprocess.STDOUT)
     # GPU samples beside the spans when a GPU is there; without one the sampler says why in one line and exits.
     sampler = subprocess.Popen(_cli("gpu", "sample", "--otlp", "--every", "100ms"), env=env,
