@@ -16,6 +16,8 @@ time of a JSON write. Replaced segments stay on disk RETIRE_GRACE_S for readers 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -31,6 +33,8 @@ SMALL_BYTES = 64 << 20
 """Segments from this size up are left as they are."""
 COLD_AFTER_S = 600.0
 """An hour partition is merged whole once its hour ended, and its newest segment was committed, this long ago."""
+NICE = 10
+"""The merging thread's nice value (Linux): merges use what CPU the writer leaves them."""
 
 _ORDER = {"spans": "trace_id, start_ns"}
 """Merged rows are sorted by the table's time column; spans by trace, so that a trace's spans share row groups
@@ -122,7 +126,12 @@ class Compactor:
 
         # One thread: merging is background work, and the writer keeps the other cores (on 2 cores the
         # collector's writer lost a third of its time to merges that took both).
-        con = duckdb.connect(config={"threads": 1})
+        con = duckdb.connect(config={"threads": 1})  # which runs each query on this thread
+        if sys.platform == "linux":  # a thread's own nice value (elsewhere it would be the whole process's)
+            try:  # merges take the CPU the writer leaves: under a sustained stream they wait, not the writer
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+            except OSError:
+                pass
         con.execute("SET enable_progress_bar = false")
         try:
             while True:

@@ -284,17 +284,17 @@ class DirectoryArchive:
             self._spool_cut = self.spool.rotate()
         return self.hot.ingest((), derive=False, decoded=(entries, repeated)) if entries else None
 
-    def derive_pending(self) -> tuple[int, int]:
+    def derive_pending(self, count_orphans: bool = True) -> tuple[int, int]:
         """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""
-        return self.commit()
+        return self.commit(count_orphans)
 
-    def commit(self) -> tuple[int, int]:
+    def commit(self, count_orphans: bool = True) -> tuple[int, int]:
         """Derive the pending traces (their published spans read back first) and publish everything new in one
-        manifest commit. Returns (requests rows derived, orphan stage spans)."""
+        manifest commit. Returns (requests rows derived, orphan stage spans; 0 without `count_orphans`)."""
         self.land_deferred()
         if self.hot.pending_traces():
             self._rehydrate()
-        n, orphans = self.hot.derive_pending()
+        n, orphans = self.hot.derive_pending(count_orphans)
         self._publish()
         if self.spool is not None:
             self.spool.clear(upto=self._spool_cut)  # every batch those held is in the manifest now

@@ -309,8 +309,9 @@ class DuckDBArchive(TableAccess):
     def publish(self) -> None:
         """Nothing to do: what a transaction committed here is what readers see (a folder archive publishes)."""
 
-    def derive_pending(self) -> tuple[int, int]:
-        """(Re)derive the `requests` rows of every trace whose spans changed; return (rows, orphan stage spans).
+    def derive_pending(self, count_orphans: bool = True) -> tuple[int, int]:
+        """(Re)derive the `requests` rows of every trace whose spans changed; return (rows, orphan stage spans;
+        0 without `count_orphans`: the collector does not report them, and counting scans the scope again).
 
         Runs in one transaction with the removal of those traces from `pending_traces`, so a crash between an
         ingest and its derivation loses nothing: the next writer derives them.
@@ -337,7 +338,7 @@ class DuckDBArchive(TableAccess):
             present = {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {scope}").fetchall()}
             con.execute(f"INSERT INTO requests {requests_sql(scope, present)}")
             (n,) = one(con, "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
-            (orphans,) = one(con, _orphans(scope))
+            (orphans,) = one(con, _orphans(scope)) if count_orphans else (0,)
             con.execute("DELETE FROM pending_traces")
             if existing:
                 con.execute("DROP TABLE bs_scope")

@@ -201,7 +201,7 @@ class ArchiveWriter:
             return
         self._land_deferred()
         try:
-            n, _ = self._archive.derive_pending()
+            n, _ = self._archive.derive_pending(count_orphans=False)
         except Exception as e:  # noqa: BLE001 - the spans are safe; the next derive retries
             log.error("deriving requests failed (will retry): %s", (str(e).splitlines() or [type(e).__name__])[0])
             self._reopen()
