@@ -124,6 +124,6 @@ def test_otlp_grpc_export_reaches_the_receiver(monkeypatch):
 
 
 def test_unsupported_otlp_protocol_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-    with pytest.raises(ValueError, match="'http/json'.*http/protobuf, grpc"):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/thrift")  # http/json is supported (test_otel_conventions)
+    with pytest.raises(ValueError, match="'http/thrift'.*http/protobuf, grpc, http/json"):
         Instrumentation(exporter="otlp")

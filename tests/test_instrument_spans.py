@@ -89,6 +89,7 @@ def test_root_span_has_the_contract_attributes(instr, exporter, clock):
     assert f"{root.context.span_id:016x}" == req.span_id
     first_token = UNIX0 + 1_000 + 2_000_000 + 5_000_000 + 30_000_000
     assert dict(root.attributes) == {
+        A.GEN_AI_PROVIDER_NAME: "budgetscope",
         A.GEN_AI_OPERATION_NAME: "text_completion",
         A.GEN_AI_REQUEST_MODEL: "tiny",
         A.GEN_AI_RESPONSE_ID: "cmpl-1",

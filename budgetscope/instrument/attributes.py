@@ -1,4 +1,4 @@
-"""The names of the span contract (DESIGN.md, "The span contract"): span names, attribute keys, values.
+"""The names of the span contract (docs/design.md, "The span contract"): span names, attribute keys, values.
 
 Code and tests import these constants; a name is spelled out once, here. Keys follow the OpenTelemetry
 GenAI semantic conventions where one exists, `budgetscope.*` otherwise.
@@ -13,6 +13,8 @@ SPAN_STAGE_PREFIX = "stage."
 SPAN_ENGINE_STEP = "engine.step"
 
 # Root span `llm.request` (kind SERVER).
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+"""The GenAI system that served the request (semantic conventions 1.37+, successor of `gen_ai.system`)."""
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
@@ -45,12 +47,19 @@ STEP_PREEMPTED = "budgetscope.step.preempted"
 # Values.
 DEFAULT_TIER = "default"
 DEFAULT_OPERATION = "text_completion"
+DEFAULT_PROVIDER = "budgetscope"
+"""`gen_ai.provider.name` of server spans unless `Instrumentation(provider_name=...)` says otherwise (set it to your
+serving system's name: `vllm`, `sglang`, …; there is no well-known value for a self-hosted server)."""
+CLIENT_PROVIDER = "openai"
+"""`gen_ai.provider.name` of client spans: the API the client speaks. The conventions ask for the instrumentation's
+best knowledge, which for an OpenAI-compatible client is `openai` whatever server answers."""
 MARKABLE_STAGES = ("frontend", "queue", "prefill", "decode", "postprocess")
 """Stages a service marks itself, in life order (`network` is derived from client spans, `unaccounted` is a remainder)."""
 OUTCOMES = ("ok", "rejected", "cancelled", "error", "timeout")
 """Values of `budgetscope.outcome`."""
 
 REQUEST_OWNED_KEYS = {
+    GEN_AI_PROVIDER_NAME: "Instrumentation(provider_name=...)",
     GEN_AI_OPERATION_NAME: "start_request(operation=...)",
     GEN_AI_REQUEST_MODEL: "start_request(model=...)",
     GEN_AI_RESPONSE_ID: "start_request(request_id=...) or req.request_id",

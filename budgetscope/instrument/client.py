@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from budgetscope.instrument.attributes import (
+    CLIENT_PROVIDER,
     DEFAULT_TIER,
     ERROR_TYPE,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_PROVIDER_NAME,
     GEN_AI_REQUEST_MODEL,
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
@@ -42,6 +45,9 @@ CLIENT_ITL_MS = "budgetscope.client.itl_ms"
 HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
 HTTP_REQUEST_METHOD = "http.request.method"
 URL_FULL = "url.full"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(slots=True)
@@ -65,6 +71,8 @@ class ClientRequest:
     model: str | None = None
     error_type: str | None = None
     url: str | None = None
+    operation: str | None = None
+    """`gen_ai.operation.name`: `text_completion` (/v1/completions) or `chat` (/v1/chat/completions)."""
     extra_attributes: dict[str, Any] = field(default_factory=dict)
     """More span attributes (e.g. what the server reported in its response headers); they win over none."""
 
@@ -149,8 +157,12 @@ class ClientSpanBuilder:
 
 
 def client_attributes(rec: ClientRequest) -> dict[str, Any]:
-    """The attributes of a client span (DESIGN.md, "The span contract")."""
-    attrs: dict[str, Any] = {HTTP_REQUEST_METHOD: "POST", CLIENT_SCHEDULED_UNIX_NANO: rec.scheduled_ns}
+    """The attributes of a client span (docs/design.md, "The span contract"), with the GenAI and HTTP client
+    conventions' `gen_ai.provider.name`, `gen_ai.operation.name`, `server.address` and `server.port`."""
+    attrs: dict[str, Any] = {GEN_AI_PROVIDER_NAME: CLIENT_PROVIDER, HTTP_REQUEST_METHOD: "POST",
+                             CLIENT_SCHEDULED_UNIX_NANO: rec.scheduled_ns}
+    if rec.operation is not None:
+        attrs[GEN_AI_OPERATION_NAME] = rec.operation
     if rec.first_token_ns is not None:
         attrs[CLIENT_FIRST_TOKEN_UNIX_NANO] = rec.first_token_ns
     attrs[CLIENT_ITL_MS] = tuple(rec.itl_ms)
@@ -169,8 +181,24 @@ def client_attributes(rec: ClientRequest) -> dict[str, Any]:
         attrs[ERROR_TYPE] = rec.error_type
     if rec.url is not None:
         attrs[URL_FULL] = rec.url
+        attrs.update(_server(rec.url))
     attrs.update(rec.extra_attributes)
     return attrs
+
+
+def _server(url: str) -> dict[str, Any]:
+    """`server.address` and `server.port` of a request URL (the port from the scheme when the URL has none)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return {}
+    out: dict[str, Any] = {SERVER_ADDRESS: parts.hostname} if parts.hostname else {}
+    if out and port is not None:
+        out[SERVER_PORT] = port
+    return out
 
 
 def _shutdown_at_exit(ref: "weakref.ref[ClientTracer]") -> None:

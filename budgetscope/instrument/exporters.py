@@ -1,10 +1,11 @@
 """Which span exporter an `Instrumentation` uses: from its `exporter` argument or the `OTEL_*` variables.
 
 Specs: None (read `OTEL_TRACES_EXPORTER`; unset means "none"), "none", "otlp" (OTLP over the protocol of
-`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`: http/protobuf by default, or grpc;
-endpoint, headers, timeout and compression come from the usual `OTEL_EXPORTER_OTLP_*` variables, read by
-the OpenTelemetry exporters themselves), "console", "jsonl:<path>" (local OTLP JSON lines), a
-comma-separated list of those, or a ready `SpanExporter` instance.
+`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`: http/protobuf by default, grpc, or
+http/json; endpoint, headers, timeout and compression come from the usual `OTEL_EXPORTER_OTLP_*` variables, read
+by the OpenTelemetry exporters themselves, or by `budgetscope.instrument.http_json` for http/json), "console",
+"jsonl:<path>" (local OTLP JSON lines), a comma-separated list of those, or a ready `SpanExporter` instance.
+`OTEL_SDK_DISABLED=true` turns every one of them off, as it does the OpenTelemetry SDK.
 """
 
 from __future__ import annotations
@@ -20,8 +21,16 @@ _INSTALL_HINT = "install the OpenTelemetry exporters: pip install 'budgetscope[i
 _KNOWN = "none, otlp, console, jsonl:<path>"
 
 
+def sdk_disabled() -> bool:
+    """`OTEL_SDK_DISABLED=true` (any case): every signal is a no-op, as in the OpenTelemetry SDK."""
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
 def resolve_exporter(spec: Any) -> Any | None:
-    """The SpanExporter for `spec`, or None when nothing is to be exported. ValueError on a bad spec."""
+    """The SpanExporter for `spec`, or None when nothing is to be exported (also when `OTEL_SDK_DISABLED` is
+    true). ValueError on a bad spec."""
+    if sdk_disabled():
+        return None
     if spec is None:
         spec = os.environ.get("OTEL_TRACES_EXPORTER", "none")
     if not isinstance(spec, str):
@@ -59,7 +68,12 @@ _OTLP_CLASSES = {  # signal → (module suffix, exporter class)
 def otlp_exporter(signal: str = "traces") -> Any:
     """The OpenTelemetry OTLP exporter of `signal` ("traces" or "metrics") for the configured protocol
     (`OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`, else http/protobuf), configured
-    by its env variables."""
+    by its env variables. http/json is budgetscope's own exporter (the SDK has none); with `OTEL_SDK_DISABLED`
+    true, an exporter that drops everything."""
+    if sdk_disabled():
+        from budgetscope.instrument.http_json import DisabledExporter
+
+        return DisabledExporter()
     protocol = (
         os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -67,8 +81,12 @@ def otlp_exporter(signal: str = "traces") -> Any:
     ).strip()
     module, cls = _OTLP_CLASSES[signal]
     transports = {"http/protobuf": "http", "grpc": "grpc"}
+    if protocol == "http/json":
+        from budgetscope.instrument.http_json import OtlpHttpJsonExporter
+
+        return OtlpHttpJsonExporter(signal)
     if protocol not in transports:
-        raise ValueError(f"unsupported OTLP protocol {protocol!r}; valid: http/protobuf, grpc")
+        raise ValueError(f"unsupported OTLP protocol {protocol!r}; valid: http/protobuf, grpc, http/json")
     try:
         mod = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transports[protocol]}.{module}")
     except ImportError as err:

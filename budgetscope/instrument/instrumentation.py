@@ -10,10 +10,10 @@ import os
 import weakref
 from typing import Any
 
-from budgetscope.instrument.attributes import DEFAULT_OPERATION, DEFAULT_TIER
+from budgetscope.instrument.attributes import DEFAULT_OPERATION, DEFAULT_PROVIDER, DEFAULT_TIER
 from budgetscope.instrument.clock import as_unix_span
 from budgetscope.instrument.context import _current
-from budgetscope.instrument.exporters import resolve_exporter
+from budgetscope.instrument.exporters import resolve_exporter, sdk_disabled
 from budgetscope.instrument.noop_request import NOOP_REQUEST, NoopRequestTrace
 from budgetscope.instrument.records import EngineStep
 from budgetscope.instrument.request_trace import RequestTrace
@@ -25,7 +25,9 @@ class Instrumentation:
 
     `exporter`: None (from `OTEL_TRACES_EXPORTER`; unset or "none" exports nothing), "otlp", "console",
     "jsonl:<path>", or a SpanExporter instance (e.g. InMemorySpanExporter). `enabled=False` makes every
-    call a near-free no-op. `OTEL_SERVICE_NAME`, when set, overrides `service_name`;
+    call a near-free no-op, and so does `OTEL_SDK_DISABLED=true`. `provider_name` is the root span's
+    `gen_ai.provider.name` (your serving system: `vllm`, `sglang`, …; None leaves it out).
+    `OTEL_SERVICE_NAME`, when set, overrides `service_name`;
     `OTEL_RESOURCE_ATTRIBUTES` adds resource attributes. `OTEL_BSP_SCHEDULE_DELAY` (ms) and
     `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (spans) tune the export batches.
     """
@@ -37,8 +39,9 @@ class Instrumentation:
         enabled: bool = True,
         *,
         max_queued_requests: int = 8192,
+        provider_name: str | None = DEFAULT_PROVIDER,
     ) -> None:
-        self.enabled = enabled
+        self.enabled = enabled and not sdk_disabled()
         self.service_name = os.environ.get("OTEL_SERVICE_NAME") or service_name
         self._worker = None
         self._submit = None
@@ -48,7 +51,7 @@ class Instrumentation:
             from budgetscope.instrument.export_worker import ExportWorker
             from budgetscope.instrument.span_builder import SpanBuilder
 
-            builder = SpanBuilder(_resource(self.service_name))
+            builder = SpanBuilder(_resource(self.service_name), provider_name)
             self._worker = ExportWorker(
                 builder.build, span_exporter,
                 schedule_delay_s=_env_int("OTEL_BSP_SCHEDULE_DELAY", 1000) / 1000,

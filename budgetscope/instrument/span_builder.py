@@ -28,9 +28,10 @@ _STAGE_ATTRS = {stage: {A.STAGE: stage} for stage in A.MARKABLE_STAGES}
 class SpanBuilder:
     """Builds the spans of finished requests and engine steps for one resource."""
 
-    def __init__(self, resource: Resource) -> None:
+    def __init__(self, resource: Resource, provider_name: str | None = A.DEFAULT_PROVIDER) -> None:
         self.resource = resource
         self.scope = InstrumentationScope(A.SCOPE_NAME, __version__)
+        self.provider = {A.GEN_AI_PROVIDER_NAME: provider_name} if provider_name else {}
 
     def build(self, record: FinishedRequest | EngineStep) -> list[ReadableSpan]:
         """The spans of one record: root and stage spans of a request, or one `engine.step` span."""
@@ -56,7 +57,7 @@ class SpanBuilder:
         spans = [
             ReadableSpan(
                 name=A.SPAN_REQUEST, context=root_ctx, parent=parent, resource=self.resource,
-                attributes=_root_attributes(rec, unix0), kind=SpanKind.SERVER, status=status,
+                attributes={**self.provider, **_root_attributes(rec, unix0)}, kind=SpanKind.SERVER, status=status,
                 start_time=unix0 + start, end_time=unix0 + end, instrumentation_scope=self.scope,
             )
         ]

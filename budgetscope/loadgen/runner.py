@@ -217,6 +217,7 @@ class LoadRunner:
             itl_ms=tuple(rec.itl_ms), status_code=rec.status, output_tokens=rec.output_tokens,
             input_tokens=rec.input_tokens, tier=rec.tier, tenant=rec.tenant, model=self.target.model,
             error_type=None if rec.error is None else rec.outcome, url=self.target.url,
+            operation="chat" if self.target.api == "chat" else "text_completion",
             extra_attributes={CLIENT_STREAM: self.target.stream, **(rec.server_attributes or {})},
         )
 
