@@ -96,7 +96,7 @@ def test_imported_metrics_file_is_atomic_and_lands_once(tmp_path, archive_path):
     assert r.exit_code == 2
     n = len(METRICS.splitlines()) + 1
     assert r.stderr == f"budgetscope: {bad}: line {n}: not a Prometheus sample: 'vllm:oops{{model_name=\"m\" 1'" \
-        " (nothing from it landed)\n"
+        " (expected , or } after a label) (nothing from it landed)\n"
     assert rows(archive_path, "SELECT count(*) FROM server_metrics") == [(12,)]
 
 
