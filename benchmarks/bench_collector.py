@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
+import resource
 import shutil
 import sys
 import time
@@ -78,8 +80,14 @@ def _send(args: tuple) -> list[str]:
     return errors
 
 
-def run(bodies: list[bytes], kind: str, clients: int, archive: Path) -> tuple[float, float]:
-    """(seconds until every request was answered, seconds until the collector had stored everything)."""
+def cpu_s(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def run(bodies: list[bytes], kind: str, clients: int, archive: Path) -> tuple[float, float, float, float]:
+    """(seconds until every request was answered, seconds until the collector had stored everything, CPU
+    seconds of the collector's process meanwhile, CPU seconds of the exporter processes)."""
     import multiprocessing as mp
 
     global _BODIES
@@ -92,14 +100,17 @@ def run(bodies: list[bytes], kind: str, clients: int, archive: Path) -> tuple[fl
         c = Collector(archive, grpc_port=0 if kind == "grpc" else None, http_port=0 if kind == "http" else None)
         c.start()
         port = c.grpc_port if kind == "grpc" else c.http_port
-        t0 = time.perf_counter()
+        t0, cpu0, exporters0 = time.perf_counter(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
         errors = sum(pool.map(_send, [(kind, port, i, clients) for i in range(clients)], chunksize=1), [])
         answered = time.perf_counter() - t0
         c.stop()
-    stored = time.perf_counter() - t0
+        stored = time.perf_counter() - t0
+        cpu = cpu_s(resource.RUSAGE_SELF) - cpu0
+    # the exporters' CPU counts once the pool has reaped them (a little of their start-up is in it)
+    exporters = cpu_s(resource.RUSAGE_CHILDREN) - exporters0
     if errors:
         sys.exit(f"{len(errors)} requests failed, first: {errors[0]}")
-    return answered, stored
+    return answered, stored, cpu, exporters
 
 
 def main() -> None:
@@ -125,9 +136,12 @@ def main() -> None:
                                ("OTLP/gRPC protobuf", "grpc", [protobuf(x) for x in lines] if args.only != "http" else [])):
         if args.only not in (None, kind):
             continue
-        answered, stored = run(bodies, kind, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector"))
+        load = os.getloadavg()[0]
+        answered, stored, cpu, exporters = run(bodies, kind, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector"))
         print(f"{name}: {sum(map(len, bodies)) / 1e6:,.0f} MB; answered in {answered:.2f} s = "
-              f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s")
+              f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s; "
+              f"collector CPU {cpu:.1f} s ({cpu / spans * 1e6:.1f} µs a span), exporters' CPU {exporters:.1f} s; "
+              f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
     print(f"peak RSS {peak_rss_mb():,.0f} MB")
 
 
