@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -52,7 +53,12 @@ class _Progress:
 @click.option("--tenants", help="Tenant mix, e.g. acme=3,globex=1.")
 @click.option("--shared-prefix", help="fraction=F,count=K,tokens=T: F of requests start with one of K prefixes.")
 @click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True,
-              help="Synthetic words (~1 BPE token each) or exact token ids (completions API only).")
+              help="Synthetic words (~1 BPE token each; exact with --tokenizer) or exact token ids (completions API "
+                   "only).")
+@click.option("--tokenizer", type=click.Path(), help="The target model's tokenizer.json (or a folder holding one): "
+                                                     "prompts of exactly --prompt-tokens tokens, real dataset lengths.")
+@click.option("--dataset", type=click.Path(), help="Send real prompts from a ShareGPT-style JSON or a JSON-lines file, "
+                                                   "with their own lengths (arrivals from --rate).")
 @click.option("--api", type=click.Choice(["auto", "completions", "chat"]), default="auto", show_default=True)
 @click.option("--model", help="Model name for the body (default: the first of GET /v1/models, if any).")
 @click.option("--concurrency", type=int, help="Cap on requests in flight; held-back requests show as schedule lag.")
@@ -66,7 +72,9 @@ class _Progress:
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Ask for SSE streams; --no-stream gets one JSON response (client TTFT unknown), which is when "
                    "TGI sends its x-*-time headers.")
-@click.option("--header", "-H", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
+@click.option("--header", "-H", "headers", multiple=True,
+              help="Extra request header 'Name: value' (repeatable). OPENAI_API_KEY, when set, is sent as "
+                   "'Authorization: Bearer …' unless a header gives Authorization.")
 @click.option("--spans", help="Client span exporter: otlp | jsonl:<path> | console | none "
                               "(default: OTEL_TRACES_EXPORTER, unset means none).")
 @click.option("--service-name", default="budgetscope-loadgen", show_default=True, help="service.name of client spans.")
@@ -75,8 +83,8 @@ class _Progress:
               help="Summary on stdout.")
 @click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
 def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
-         tenants, shared_prefix, prompt_format, api, model, concurrency, connections, seed, timeout, ignore_eos,
-         body_hints, stream, headers, spans, service_name, out_path, fmt, dry_run) -> None:
+         tenants, shared_prefix, prompt_format, tokenizer, dataset, api, model, concurrency, connections, seed, timeout,
+         ignore_eos, body_hints, stream, headers, spans, service_name, out_path, fmt, dry_run) -> None:
     """Send an open-loop load to an OpenAI-compatible endpoint and report client TTFT, ITL, E2E and schedule lag.
 
     Requests are sent when the plan says, whatever the server does; schedule lag (sent - scheduled) shows
@@ -89,14 +97,24 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
           --requests 500 --prompt-tokens lognormal:median=512,sigma=0.6 --tiers interactive=0.8,batch=0.2 \\
           --shared-prefix fraction=0.5,count=4,tokens=256 --spans jsonl:client.jsonl
       budgetscope load http://127.0.0.1:8000 --replay trace.jsonl --time-scale 2
+      budgetscope load http://127.0.0.1:8000 --rate 10 --requests 200 --dataset sharegpt.json --tokenizer MODEL_DIR
+      OPENAI_API_KEY=sk-… budgetscope load https://api.example.com/v1 --rate 1 --requests 20 --model m
     """
     import orjson
 
+    from budgetscope.extras import MissingExtra
     from budgetscope.instrument.client import ClientTracer
     from budgetscope.loadgen import (Arrivals, Distribution, Mix, Prompts, SharedPrefix, Target, Workload,
                                      build_plan, read_replay, run_load)
 
     try:
+        tok = None
+        if tokenizer:
+            from budgetscope.loadgen.tokenizer import TargetTokenizer
+
+            tok = TargetTokenizer(tokenizer)
+        if dataset and (replay or shared_prefix):
+            raise LoadgenError("--dataset gives the prompts; drop --replay/--shared-prefix")
         workload = Workload(Distribution.parse(prompt_tokens), Distribution.parse(output_tokens), Mix.parse(tiers),
                             Mix.parse(tenants), SharedPrefix.parse(shared_prefix))
         if replay:
@@ -110,7 +128,14 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
                 raise LoadgenError("give exactly one of --requests or --duration")
             plan = build_plan(Arrivals.parse(arrivals, rate), workload, seed=seed, num_requests=num_requests,
                               duration_s=duration)
+        if dataset:
+            from budgetscope.loadgen.dataset import apply_dataset, read_dataset
+
+            plan = apply_dataset(plan, read_dataset(dataset, tok))
         extra_headers = dict(_header(h) for h in headers)
+        api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+        if api_key and not any(k.lower() == "authorization" for k in extra_headers):
+            extra_headers["Authorization"] = f"Bearer {api_key}"
         target = Target(url, api=api, model=model, ignore_eos=ignore_eos, body_hints=body_hints,
                         headers=extra_headers, stream=stream)
         if prompt_format == "token-ids" and target.api == "chat":
@@ -125,13 +150,14 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
             tracer.shutdown()
             raise
         target.model = model or probed
-    except (LoadgenError, ValueError, TypeError, ImportError) as err:
+    except (LoadgenError, ValueError, TypeError, ImportError, MissingExtra) as err:
         raise _InputError(str(err)) from None
     click.echo(f"budgetscope load: {len(plan)} requests to {target.url} - {plan.description}", err=True)
     progress = _Progress(len(plan))
     try:
         result = run_load(plan, target, concurrency=concurrency, connections=connections, tracer=tracer,
-                          timeout_s=timeout, prompts=Prompts(seed, token_ids=prompt_format == "token-ids"),
+                          timeout_s=timeout, prompts=Prompts(seed, token_ids=prompt_format == "token-ids",
+                                                             tokenizer=tok),
                           on_progress=progress if progress.enabled else None)
     except LoadgenError as err:
         raise _InputError(str(err)) from None

@@ -54,8 +54,10 @@ class LoadResult:
     """What a run produced. `unix0`: add to a record's perf_counter reading to get Unix-epoch ns."""
 
     def __init__(self, plan: Plan, records: list[RequestRecord], *, unix0: int, started_unix_nano: int,
-                 concurrency: int | None, target_url: str) -> None:
+                 concurrency: int | None, target_url: str, prompt_lengths: dict | None = None) -> None:
         self.plan = plan
+        self.prompt_lengths = prompt_lengths or {"exact": False, "basis": "approximate"}
+        """{"exact": whether planned prompt lengths are in the target's tokens, "basis": what they count}."""
         self.records = records
         self.unix0 = unix0
         self.started_unix_nano = started_unix_nano
@@ -104,8 +106,18 @@ class LoadResult:
             "output_tokens_per_s": _r(out_tokens / run_span) if run_span > 0 else None,
             "duration_s": _r(run_span),
             "started_unix_nano": self.started_unix_nano,
+            "prompt_tokens": self.prompt_tokens(),
             "figures": figures,
         }
+
+    def prompt_tokens(self) -> dict:
+        """Prompt lengths as planned and as the server counted them (`usage.prompt_tokens`), over sent requests.
+        Without the target's tokenizer the planned lengths are approximate: the server's count is the truth."""
+        sent = [r for r in self.records if r.sent_ns is not None]
+        reported = [r.input_tokens for r in sent if r.input_tokens is not None]
+        return {"exact": bool(self.prompt_lengths.get("exact")), "basis": self.prompt_lengths.get("basis"),
+                "planned": describe([float(r.prompt_tokens) for r in sent]),
+                "server_counted": describe([float(n) for n in reported])}
 
     def to_json(self) -> dict:
         """The summary and every request (times in Unix-epoch ns, figures in ms)."""
@@ -126,6 +138,7 @@ class LoadResult:
             f"rate     planned {_f(s['planned_rate_rps'])}/s  achieved send {_f(s['achieved_send_rate_rps'])}/s  "
             f"ok throughput {_f(s['ok_throughput_rps'])}/s  output {_f(s['output_tokens_per_s'])} tok/s  "
             f"over {_f(s['duration_s'])} s",
+            _prompt_line(s["prompt_tokens"]),
             "",
             f"{'figure (ms)':<26}{'anchor':<19}{'count':>7}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
         ]
@@ -133,6 +146,18 @@ class LoadResult:
             lines.append(f"{name:<26}{fig['anchor']:<19}{fig['count']:>7}" + "".join(
                 f"{_f(fig[k]):>10}" for k in ("p50", "p90", "p99", "max")))
         return "\n".join(lines)
+
+
+def _prompt_line(p: dict) -> str:
+    planned, counted = p["planned"], p["server_counted"]
+    line = (f"prompts  {'exact' if p['exact'] else 'APPROXIMATE'} lengths ({p['basis']}): planned p50 "
+            f"{_f(planned['p50'])} max {_f(planned['max'])} tokens")
+    if counted["count"]:
+        line += (f"; the server counted p50 {_f(counted['p50'])} max {_f(counted['max'])} "
+                 f"(usage.prompt_tokens of {counted['count']} requests)")
+    else:
+        line += "; the server reported no usage.prompt_tokens"
+    return line
 
 
 def _r(x: float | None) -> float | None:

@@ -101,8 +101,10 @@ class LoadRunner:
                 progress.cancel()
             for conn in self._idle:
                 conn.close()
+        lengths = self.plan.meta.get("prompt_lengths") or {"exact": self.prompts.exact,
+                                                           "basis": self.prompts.length_basis}
         return LoadResult(self.plan, self.records, unix0=self._unix0, started_unix_nano=started_unix,
-                          concurrency=self.concurrency, target_url=self.target.url)
+                          concurrency=self.concurrency, target_url=self.target.url, prompt_lengths=lengths)
 
     # -- scheduling ------------------------------------------------------------------------------------------
     def _tick(self) -> None:

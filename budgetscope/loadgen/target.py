@@ -56,6 +56,7 @@ class Target:
         self.extra_body = dict(extra_body or {})
         self.stream = stream
         host_header = parts.netloc.rsplit("@", 1)[-1]
+        self.headers = dict(headers or {})
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._head = (f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\nContent-Type: application/json\r\n"
                       f"Accept: text/event-stream\r\nUser-Agent: budgetscope-loadgen\r\n{extra}").encode()
@@ -109,7 +110,7 @@ class Target:
         conn = cls(self.host, self.port, timeout=timeout_s)
         base = self.path[: self.path.rfind("/v1/") + 1] if "/v1/" in self.path else "/"
         try:
-            conn.request("GET", base + "v1/models", headers={"Accept": "application/json"})
+            conn.request("GET", base + "v1/models", headers={"Accept": "application/json", **self.headers})
             resp = conn.getresponse()
             data = resp.read()
         except (OSError, http.client.HTTPException) as err:
