@@ -118,7 +118,6 @@ class DirectoryArchive:
         self._deferred_repeated = False  # a (trace_id, span_id) pair came twice among them (or may have)
         self._deferred_seen = None  # the span set they were decoded with (otlp_fast.span_set), made on first use
         self._deferred_gen = 0  # bumped when a landing takes the deferred batches (and their span set)
-        self._placeholder = 0  # batch ids of accepted batches until they land (renumbered then)
         self.deferred_spans = 0
         self.deferred_bytes = 0
         self._spool_lock = threading.Lock()  # `accept` may run on another thread than the rest
@@ -244,23 +243,23 @@ class DirectoryArchive:
             if self._deferred_seen is None:
                 self._deferred_seen = otlp_fast.span_set()
             seen, gen = self._deferred_seen, self._deferred_gen
-        base = self._placeholder
-        self._placeholder += len(batches)
-        taken: dict[int, int] = {}
-        tables, repeated = [], False
+        taken: dict[int, int] = {}  # batch index -> spans
+        parts, repeated = [], False
         for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
-            ids = [base + i for i, b in enumerate(batches) if b.format == fmt]
+            ids = [i for i, b in enumerate(batches) if b.format == fmt]
             if ids:
-                table, took, _, rep = decode([batches[i - base].payload for i in ids], ids, seen)
+                table, took, _, rep = decode([batches[i].payload for i in ids], ids, seen)
                 if table is not None:
-                    tables.append(table)
+                    parts.append((table, [i for i in ids if i in took]))
                 taken.update(took)
                 repeated |= rep
         if not taken:
             return [False] * len(batches)
-        ids = sorted(taken)
-        took = [batches[i - base] for i in ids]
-        entry = Decoded(took, [content_hash(b) for b in took], ids, [taken[i] for i in ids], tables)
+        order = sorted(taken)
+        took = [batches[i] for i in order]
+        index = {i: k for k, i in enumerate(order)}
+        entry = Decoded(took, [content_hash(b) for b in took], [taken[i] for i in order],
+                        [(t, [index[i] for i in members]) for t, members in parts])
         with self._spool_lock:
             self.spool.append(took)
             self._deferred.append(entry)
@@ -268,7 +267,7 @@ class DirectoryArchive:
             self._deferred_repeated |= repeated or gen != self._deferred_gen
             self.deferred_spans += sum(entry.spans)
             self.deferred_bytes += sum(len(b.payload) for b in took)
-        return [base + i in taken for i in range(len(batches))]
+        return [i in taken for i in range(len(batches))]
 
     def land_deferred(self) -> IngestReport | None:
         """Land what `accept` took, as it decoded it, in one `ingest` (the fast path of a file's); None if there

@@ -118,55 +118,60 @@ def content_hash(rb: RawBatch) -> str:
 @dataclass(slots=True)
 class Decoded:
     """Batches the C decoders took whole before they were to land (the collector's `accept`), kept decoded so
-    that landing them does not decode them again. `tables` hold their spans with the placeholder batch ids
-    `ids` (distinct within one landing); `spans[k]` is batch k's span count."""
+    that landing them does not decode them again: `spans[k]` is batch k's span count; each of `parts` is a
+    decoder's table with the indexes of the batches whose rows it holds, in row order (its batch ids are
+    placeholders, replaced when they land)."""
 
     batches: list[RawBatch]
     hashes: list[str]
-    ids: list[int]
     spans: list[int]
-    tables: list
+    parts: list[tuple[object, list[int]]]
 
 
 def decoded_chunk(entries: list[Decoded], known: set[str], next_id: int, repeated: bool) -> Chunk:
-    """One chunk of already decoded batches: each new to the archive gets the next batch id (its spans are
-    renumbered), those seen before are skipped with their spans. `repeated`: as `chunk`'s, for the span set
-    they were decoded with."""
+    """One chunk of already decoded batches: each new to the archive gets the next batch id (its rows are
+    renumbered), those seen before are skipped with their rows. `repeated`: as `chunk`'s, for the span set they
+    were decoded with."""
     from array import array
 
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     items: list[tuple[int, str, RawBatch]] = []
     copies: list[tuple[str, str, str]] = []
     expected: dict[int, int] = {}
-    new_id: dict[int, int] = {}
-    seen = 0
+    pieces, ids = [], array("q")
     for e in entries:
-        for rb, h, placeholder, n in zip(e.batches, e.hashes, e.ids, e.spans):
-            seen += 1
+        bids: list[int | None] = []
+        for rb, h, n in zip(e.batches, e.hashes, e.spans):
             if h in known:
                 copies.append((h, rb.origin, rb.position))
+                bids.append(None)
                 continue
             known.add(h)
             items.append((next_id, h, rb))
-            new_id[placeholder] = next_id
             expected[next_id] = n
+            bids.append(next_id)
             next_id += 1
-    tables = [t for e in entries for t in e.tables]
+        for table, members in e.parts:  # a batch's rows are consecutive: runs of one batch id
+            if all(bids[k] is not None for k in members):
+                pieces.append(table)
+            else:
+                at = 0
+                for k in members:
+                    if bids[k] is not None:
+                        pieces.append(table.slice(at, e.spans[k]))
+                    at += e.spans[k]
+            for k in members:
+                if bids[k] is not None:
+                    ids += array("q", [bids[k]]) * e.spans[k]
     decoded = None
-    if tables and new_id:
-        decoded = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        lo = min(p for e in entries for p in e.ids)
-        lut = array("q", [-1]) * (max(p for e in entries for p in e.ids) - lo + 1)
-        for placeholder, bid in new_id.items():
-            lut[placeholder - lo] = bid
-        lut = pa.Array.from_buffers(pa.int64(), len(lut), [None, pa.py_buffer(lut)])
-        ids = pc.take(lut, pc.subtract(decoded.column("batch_id"), pa.scalar(lo, pa.int64())))
-        decoded = decoded.set_column(decoded.schema.get_field_index("batch_id"), "batch_id", ids)
-        if copies:
-            decoded = decoded.filter(pc.greater_equal(ids, 0))
-    return Chunk(items, decoded, None, expected, seen, copies, True, repeated or bool(copies))
+    if ids:
+        decoded = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        if decoded.num_rows != len(ids):
+            raise AssertionError(f"decoded rows {decoded.num_rows:,} != the batches' spans {len(ids):,}")
+        decoded = decoded.set_column(decoded.schema.get_field_index("batch_id"), "batch_id",
+                                     pa.Array.from_buffers(pa.int64(), len(ids), [None, pa.py_buffer(ids)]))
+    return Chunk(items, decoded, None, expected, len(copies) + len(items), copies, True, repeated or bool(copies))
 
 
 def chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_seen=None) -> Iterator[Chunk]:
