@@ -43,13 +43,15 @@ def engine():
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch's default).")
 @click.option("--enforce-eager", is_flag=True,
               help="No CUDA graphs: run decode steps kernel by kernel (graphs are used on CUDA only).")
+@click.option("--compile", "compile_", is_flag=True,
+              help="torch.compile the CUDA-graph decode step (fewer, fused kernels; a minute or more at start).")
 @click.option("--instrument/--no-instrument", default=True, show_default=True,
               help="Emit budgetscope stage spans (exporter from OTEL_* variables or --exporter).")
 @click.option("--exporter", default=None, help='Span exporter: "otlp", "console", "jsonl:PATH" (default: OTEL_*).')
 @click.option("--log-level", default="info", show_default=True)
 def serve(model, checkpoint, served_model_name, host, port, max_batched_tokens, max_seqs, kv_blocks, block_size,
           max_model_len, max_waiting, max_prompt_tokens, max_output_tokens, request_timeout, no_chunked_prefill,
-          no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, instrument, exporter, log_level):
+          no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, instrument, exporter, log_level):
     """Serve /v1/completions and /v1/chat/completions (OpenAI-compatible, SSE streaming), /v1/models,
     /health and /metrics, with the engine stepping on its own thread.
 
@@ -77,7 +79,7 @@ def serve(model, checkpoint, served_model_name, host, port, max_batched_tokens, 
             enable_chunked_prefill=not no_chunked_prefill, enable_prefix_caching=not no_prefix_caching,
             max_waiting=max_waiting, max_prompt_tokens=max_prompt_tokens, max_output_tokens=max_output_tokens,
             request_timeout_s=request_timeout, tier_priorities=priorities, num_threads=threads,
-            enforce_eager=enforce_eager,
+            enforce_eager=enforce_eager, compile=compile_,
         )
         telemetry = Telemetry.create(enabled=instrument, exporter=exporter)
         llm = LLMEngine(config, telemetry)

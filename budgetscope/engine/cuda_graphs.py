@@ -68,7 +68,8 @@ class DecodeGraphs:
     """Padded decode steps, replayed from CUDA graphs when `capture` (the default on CUDA)."""
 
     def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device, max_batch: int,
-                 max_context: int, capture: bool | None = None, context_step: int = CONTEXT_STEP):
+                 max_context: int, capture: bool | None = None, context_step: int = CONTEXT_STEP,
+                 compile: bool = False):
         self.model = model
         self.kv_cache = kv_cache
         self.device = device
@@ -82,6 +83,11 @@ class DecodeGraphs:
         self._static: dict[tuple[int, int], _Static] = {}
         self._pool = None
         self.capture_s = 0.0  # time spent capturing graphs (engine start)
+        # torch.compile (inductor) fuses the elementwise work of a layer (norms, rotary, SiLU, residuals) into a
+        # few kernels; shapes are symbolic (dynamic=True), so every bucket shares one compiled graph (two: batch 1
+        # is specialised). Off by default: it costs a minute or more at engine start.
+        self.compiled = compile
+        self._step = torch.compile(self._forward_tensors, dynamic=True) if compile else self._forward_tensors
 
     # -- shapes ----------------------------------------------------------------------------------------------
     def bucket(self, batch: int, context: int) -> tuple[int, int] | None:
@@ -118,14 +124,16 @@ class DecodeGraphs:
 
     # -- the forward every bucket runs ---------------------------------------------------------------------
     def _forward(self, st: _Static) -> torch.Tensor:
+        return self._step(st.input_ids, st.positions, st.slot_mapping, st.block_tables, st.context_lens)
+
+    def _forward_tensors(self, input_ids, positions, slot_mapping, block_tables, context_lens) -> torch.Tensor:
         size = self.block_size
-        pos = torch.arange(st.context, device=self.device)
-        slots = st.block_tables[:, pos // size] * size + pos % size  # [b, L]
-        mask = pos[None, :] < st.context_lens[:, None]  # [b, L]; padded rows see one scratch slot
-        batch = Batch(input_ids=st.input_ids, positions=st.positions, slot_mapping=st.slot_mapping,
-                      logits_rows=None, decode_rows=pos[: st.batch], decode_context_slots=slots,
-                      decode_context_mask=mask, prefill_segments=[])
-        hidden = self.model(st.input_ids, st.positions, batch, self.kv_cache.layers)
+        pos = torch.arange(block_tables.shape[1] * size, device=input_ids.device)
+        slots = block_tables[:, pos // size] * size + pos % size  # [b, L]
+        mask = pos[None, :] < context_lens[:, None]  # [b, L]; padded rows see one scratch slot
+        batch = Batch(input_ids=input_ids, positions=positions, slot_mapping=slot_mapping, logits_rows=None,
+                      decode_rows=positions, decode_context_slots=slots, decode_context_mask=mask, prefill_segments=[])
+        hidden = self.model(input_ids, positions, batch, self.kv_cache.layers)
         return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
@@ -134,13 +142,24 @@ class DecodeGraphs:
         if not self.capture:
             return 0
         t0 = time.perf_counter()
-        for b in self.batch_sizes:
-            for length in range(self.context_step, self.max_context + 1, self.context_step):
-                self._get(b, length)
+        try:
+            self._capture_buckets()
+        except Exception as e:  # noqa: BLE001 - a compiler failure must not stop the engine: plain graphs instead
+            if not self.compiled:
+                raise
+            log.warning("torch.compile failed (%s: %s); capturing uncompiled graphs", type(e).__name__, e)
+            self.compiled, self._step = False, self._forward_tensors
+            self._static.clear()
+            self._capture_buckets()
         self.capture_s = time.perf_counter() - t0
         log.info("decode CUDA graphs: %d captured (batch %s, context to %d by %d) in %.1f s", len(self._static),
                  self.batch_sizes, self.max_context, self.context_step, self.capture_s)
         return len(self._static)
+
+    def _capture_buckets(self) -> None:
+        for b in self.batch_sizes:
+            for length in range(self.context_step, self.max_context + 1, self.context_step):
+                self._get(b, length)
 
     def _get(self, b: int, length: int) -> _Static:
         st = self._static.get((b, length))

@@ -34,6 +34,7 @@ class EngineConfig:
     tier_priorities: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_TIER_PRIORITIES))
     num_threads: int = 0  # torch intra-op threads on cpu; 0: leave torch's default
     enforce_eager: bool = False  # True: no CUDA graphs for decode steps (on cpu there are none anyway)
+    compile: bool = False  # torch.compile the decode graphs' forward (fewer kernels; slower start)
 
     def __post_init__(self):
         if self.block_size <= 0 or self.max_model_len <= 1:

@@ -56,7 +56,8 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.block_manager)
         graphs = None
         if self.device.type == "cuda" and not config.enforce_eager:
-            graphs = DecodeGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs, self.max_model_len)
+            graphs = DecodeGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs, self.max_model_len,
+                                  compile=config.compile)
             graphs.capture_all()
         self.runner = ModelRunner(self.model, self.kv_cache, self.device, graphs)
         log.info("engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB)",
@@ -71,7 +72,7 @@ class LLMEngine:
             load_checkpoint(model, self.config.checkpoint)
         else:
             model.init_random(self.config.seed)
-        return model.to(device=self.device, dtype=self.dtype).eval()
+        return model.to(device=self.device, dtype=self.dtype).eval().fuse_projections()
 
     # -- requests ---------------------------------------------------------------------------------
     def make_sequence(

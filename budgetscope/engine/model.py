@@ -40,10 +40,17 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos().float(), persistent=False)
         self.register_buffer("sin", emb.sin().float(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of the positions, [n, 1, head_dim] in `dtype`: looked up once a forward, used by every layer."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+
+
+def _rope(q: torch.Tensor, k: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+    """Rotate q [n, H, D] and k [n, KVH, D] together (one set of kernels for both)."""
+    cos, sin = rope
+    qk = torch.cat((q, k), dim=1)
+    qk = qk * cos + _rotate_half(qk) * sin
+    return qk[:, : q.shape[1]], qk[:, q.shape[1]:]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -74,13 +81,21 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
+        self.qkv_weight: torch.Tensor | None = None  # set by fuse(): q, k, v weights as one matrix
 
-    def forward(self, x, positions, rotary, batch: Batch | None, kv_cache) -> torch.Tensor:
-        n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
-        q, k = rotary(positions, q, k)
+    def fuse(self) -> None:
+        """One [q; k; v] weight matrix, one GEMM; q/k/v_proj.weight become views of it (same memory, same names)."""
+        self.qkv_weight = _fuse(self.q_proj, self.k_proj, self.v_proj)
+
+    def forward(self, x, rope, batch: Batch | None, kv_cache) -> torch.Tensor:
+        n, d = x.shape[0], self.head_dim
+        if self.qkv_weight is not None:
+            q, k, v = F.linear(x, self.qkv_weight).split(
+                (self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d), dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k = _rope(q.view(n, self.num_heads, d), k.view(n, self.num_kv_heads, d), rope)
+        v = v.view(n, self.num_kv_heads, d)
         if batch is None:
             out = _sdpa(q, k, v, is_causal=True)
         else:
@@ -132,9 +147,27 @@ class LlamaMLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None  # set by fuse()
+
+    def fuse(self) -> None:
+        self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None:
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _fuse(*linears: nn.Linear) -> torch.Tensor:
+    """Concatenate the linears' weights (rows) into one tensor and make each weight a view of its rows."""
+    fused = torch.cat([lin.weight.data for lin in linears], dim=0)
+    row = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        lin.weight.data = fused[row:row + rows]
+        row += rows
+    return fused
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -145,8 +178,8 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config)
 
-    def forward(self, x, positions, rotary, batch, kv_cache) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, batch, kv_cache)
+    def forward(self, x, rope, batch, kv_cache) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, batch, kv_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -160,8 +193,9 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids, positions, batch=None, kv_caches=None) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
+        rope = self.rotary_emb(positions, x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, self.rotary_emb, batch, None if kv_caches is None else kv_caches[i])
+            x = layer(x, rope, batch, None if kv_caches is None else kv_caches[i])
         return self.norm(x)
 
 
@@ -179,6 +213,14 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, batch: Batch | None = None, kv_caches=None) -> torch.Tensor:
         """Hidden states [N, hidden]. Without a batch: one sequence, plain causal attention, no cache."""
         return self.model(input_ids, positions, batch, kv_caches)
+
+    def fuse_projections(self) -> "LlamaForCausalLM":
+        """Fuse q/k/v and gate/up weights (fewer, larger GEMMs: a decode step's kernel count is its cost on a GPU).
+        Parameter names and state dict are unchanged; call after loading weights and moving the model."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
+        return self
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
