@@ -83,11 +83,13 @@ def kv_bytes_per_token(engine: LLMEngine) -> int:
     return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * torch.finfo(engine.dtype).bits // 8
 
 
-def make_engine(batch: int, eager: bool, max_tokens: int, prompt_len: int) -> LLMEngine:
+def make_engine(batch: int, mode: str, max_tokens: int, prompt_len: int) -> LLMEngine:
+    """mode: `graphs` (the default engine on CUDA), `compiled` (graphs of the torch.compile'd step), `eager`."""
     need = batch * (prompt_len + max_tokens)
     return LLMEngine(EngineConfig(model="1b", max_model_len=2048, max_num_seqs=batch,
                                   max_num_batched_tokens=max(512, batch * prompt_len),
-                                  num_kv_blocks=-(-need // 16) + 16, enforce_eager=eager, enable_prefix_caching=False))
+                                  num_kv_blocks=-(-need // 16) + 16, enforce_eager=mode == "eager",
+                                  compile=mode == "compiled", enable_prefix_caching=False))
 
 
 def decode(engine: LLMEngine, batch: int, seconds: float, prompt_len: int, max_tokens: int, seed: int = 0) -> dict:
@@ -236,6 +238,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds of timed decode per configuration")
     ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--modes", default="graphs,eager", help="graphs, compiled, eager (eager at batch 1 only)")
+    ap.add_argument("--no-tape", action="store_true", help="do not record the NVML tape")
+    ap.add_argument("--no-sampler-cost", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -249,16 +254,20 @@ def main() -> None:
     prompt_len, max_tokens = 128, 512
     figures["decode"] = []
     for batch in [int(b) for b in args.batches.split(",")]:
-        for eager in ((False, True) if batch == 1 else (False,)):
+        for mode in args.modes.split(","):
+            if mode == "eager" and batch != 1:
+                continue
+            eager = mode == "eager"
             t0 = time.perf_counter()
-            engine = make_engine(batch, eager, max_tokens, prompt_len)
+            engine = make_engine(batch, mode, max_tokens, prompt_len)
             build_s = time.perf_counter() - t0
             decode(engine, batch, 0.3, prompt_len, 32)  # warm-up (cuBLAS, allocator)
             engine.runner.graph_steps = 0
             sink = ListSink()
             sampler = GpuSampler(every_s=0.1, sink=sink, flush_every_s=0.5)
             tape = None
-            if batch == 8:  # record the NVML tape fixture while the GPU decodes
+            if batch == 8 and not args.no_tape and "tape" not in figures:  # the NVML tape fixture, during decode
+                figures["tape"] = True
                 from budgetscope.instrument.nvml_tape import NvmlTape
 
                 holder = {}
@@ -277,7 +286,7 @@ def main() -> None:
                 tape.join()
                 holder["tape"].save(str(out / "nvml_tape.json"))
             sampler.stop()
-            r.update(eager=eager, build_s=build_s, fraction_of_copy=r["estimated_bytes_per_s"] / bw,
+            r.update(mode=mode, eager=eager, build_s=build_s, fraction_of_copy=r["estimated_bytes_per_s"] / bw,
                      graphs=engine.runner.graphs.num_graphs if engine.runner.graphs else 0,
                      capture_s=engine.runner.graphs.capture_s if engine.runner.graphs else 0.0)
             r["gpm"] = gpm_over(sink.points, r.pop("windows"))
@@ -285,7 +294,7 @@ def main() -> None:
             if g["gpm_bytes_per_s"]:
                 r["gpm_over_estimate"] = g["gpm_bytes_per_s"] / r["estimated_bytes_per_s"]
             figures["decode"].append(r)
-            print(f"1b batch {batch:>2} {'eager ' if eager else 'graphs'}: {r['tokens_per_s']:,.0f} tok/s, step "
+            print(f"1b batch {batch:>2} {mode:>8}: {r['tokens_per_s']:,.0f} tok/s, step "
                   f"{r['step_ms_median']:.3f} ms (p99 {r['step_ms_p99']:.3f}), {r['bytes_per_step_mean'] / 1e9:.3f} GB "
                   f"a step -> {r['estimated_bytes_per_s'] / 1e12:.3f} TB/s = {100 * r['fraction_of_copy']:.1f}% of copy; "
                   f"GPM DRAM {g['dram_util_mean']} of peak {g['peak_bytes_per_s']} over {g['samples']} samples "
@@ -295,15 +304,19 @@ def main() -> None:
 
     figures["cuda_call_costs_us"] = cuda_call_costs()
     print(f"CUDA call host costs (us): {figures['cuda_call_costs_us']}", flush=True)
-    engine = make_engine(1, False, 600, prompt_len)
+    first = args.modes.split(",")[0]
+    engine = make_engine(1, first, 600, prompt_len)
     figures["step_phases_ms"] = step_phases(engine, prompt_len)
     print("batch-1 step phases (ms a step): " + ", ".join(f"{k} {v:.3f}" for k, v in figures["step_phases_ms"].items()),
           flush=True)
     del engine
     torch.cuda.empty_cache()
 
+    if args.no_sampler_cost:
+        (out / "gpu_figures.json").write_text(json.dumps(figures, indent=2, default=str))
+        return
     # the sampler's effect on batch-1 decode, and its own CPU time (real NVML calls included)
-    engine = make_engine(1, False, 256, prompt_len)
+    engine = make_engine(1, first, 256, prompt_len)
     decode(engine, 1, 0.3, prompt_len, 32)
     arms = {}
     for arm in ("off", "on", "off", "on"):

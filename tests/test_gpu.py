@@ -85,7 +85,7 @@ class ListSink:
 
 def _run(nv, ticks=3) -> tuple[GpuSampler, ListSink]:
     sink = ListSink()
-    s = GpuSampler(every_s=0.02, sink=sink, nvml=nv, host_name="node-1", flush_every_s=0.0)
+    s = GpuSampler(every_s=0.02, sink=sink, nvml=nv, host_name="node-1", flush_every_s=0.0, power_every_s=0.0)
     s.run(max_ticks=ticks)
     return s, sink
 
@@ -359,3 +359,12 @@ def test_report_says_unknown_without_samples_and_classifies_with_them(tmp_path):
         assert g["tail"]["dram_bandwidth"] >= 0.7 > 0.4 > g["body"]["dram_bandwidth"]  # Poisson arrivals overlap a little
         assert g["tail"]["hbm_used_max"] == pytest.approx(0.5) and g["tail"]["engine_steps"] == 0
         assert "its decode is bandwidth-bound" in t["verdict"]
+
+
+def test_energy_counter_is_read_at_most_once_per_power_interval():
+    sink = ListSink()
+    s = GpuSampler(every_s=0.01, sink=sink, nvml=fake_pynvml(), host_name="n", flush_every_s=0.0, power_every_s=0.05)
+    s.run(max_ticks=12)
+    power = [p.ts_ns for p in sink.points if p.metric == gpu.POWER]
+    assert 1 <= len(power) <= 3  # ~0.12 s of ticks, one energy reading per 0.05 s
+    assert all(b - a >= 50_000_000 for a, b in zip(power, power[1:]))

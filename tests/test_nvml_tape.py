@@ -15,7 +15,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "nvml_tape_h100.json"
 
 
 def _replayed_points(tape: NvmlTape, ticks: int) -> list[dict]:
-    nvml = Nvml(tape.replay())
+    nvml = Nvml(tape.replay(), tape.about.get("power_every_s", 0.0))
     clock = tape.clock()
     out = []
     for _ in range(ticks):

@@ -59,13 +59,15 @@ class NvmlTape:
 
     # -- recording ---------------------------------------------------------------------------------------------
     @classmethod
-    def record(cls, nv, ticks: int = 20, every_s: float = 0.1, about: dict | None = None) -> "NvmlTape":
-        """Open NVML through a recorder, read every GPU `ticks` times, every `every_s`; keep calls and points."""
+    def record(cls, nv, ticks: int = 20, every_s: float = 0.1, about: dict | None = None,
+               power_every_s: float = 0.0) -> "NvmlTape":
+        """Open NVML through a recorder, read every GPU `ticks` times, every `every_s`; keep calls and points.
+        `power_every_s` 0: the energy counter too on every tick (the tape then holds every call)."""
         from budgetscope.instrument.gpu import Nvml
 
-        tape = cls(about=dict(about or {}))
+        tape = cls(about={**(about or {}), "power_every_s": power_every_s})
         proxy = _Recorder(nv, tape)
-        nvml = Nvml(proxy)
+        nvml = Nvml(proxy, power_every_s)
         try:
             for k in range(ticks):
                 for g in nvml.gpus:
