@@ -6,7 +6,7 @@ Importing the package stays light: no torch, duckdb or streamlit at import time.
 __version__ = "0.1.0"
 
 STAGES = ("network", "frontend", "queue", "prefill", "decode", "postprocess", "unaccounted")
-"""The stage vocabulary of DESIGN.md, in the order a request lives through them."""
+"""The stage vocabulary of docs/design.md, in the order a request lives through them."""
 
 SERVER_STAGES = ("frontend", "queue", "prefill", "decode", "postprocess")
 """The stages a server measures itself (network is derived, unaccounted is the remainder)."""

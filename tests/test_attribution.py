@@ -1,4 +1,4 @@
-"""Attribution math on small hand-computed cases (DESIGN.md, "Attribution")."""
+"""Attribution math on small hand-computed cases (docs/design.md, "Attribution")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The budgets file: the DESIGN format, and errors that name the file and the key."""
+"""The budgets file: the format of docs/design.md and docs/budgets.md, and errors that name the file and the key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The span contract of DESIGN.md, checked on spans captured by an in-memory exporter."""
+"""The span contract of docs/design.md, checked on spans captured by an in-memory exporter."""
 
 import itertools
 

@@ -1,4 +1,4 @@
-"""The report's few scans give what its definitions say, query by query (DESIGN.md's attribution, each stage's
+"""The report's few scans give what its definitions say, query by query (the attribution of docs/design.md, each stage's
 own quantile, attainment, the contrast): checked against the plain SQL of each definition on rows made to
 hit the edges (a tail widened to the 10 slowest, a quantile equal to the median, NaN and NULL figures, tiers
 with and without client spans, outcomes other than ok)."""
@@ -90,7 +90,7 @@ def _close(got, want):
 
 
 def _reference_attribution(con, tier: str, kind: str, with_client: bool, q: float):
-    """DESIGN.md's attribution, one plain query per figure."""
+    """The attribution of docs/design.md, one plain query per figure."""
     comps = attribution.components(kind, with_client)
     m = attribution.FIGURES[kind][0 if with_client else 1]
     base = f"WHERE tier = ? AND outcome = 'ok' AND {m} IS NOT NULL AND NOT isnan({m})"

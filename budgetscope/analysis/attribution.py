@@ -1,4 +1,4 @@
-"""Tail attribution, exactly as DESIGN.md defines it.
+"""Tail attribution, exactly as docs/design.md defines it.
 
 For a tier and a metric M whose stage components d_s add up to M per request:
   tail T = requests with M ≥ quantile_q(M) (the 10 slowest when that is fewer than 10),

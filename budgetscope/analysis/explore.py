@@ -1,6 +1,6 @@
 """The tail explorer: for every request dimension, the tail's mix beside the body's, ranked by how far apart.
 
-The tail and body are those of the attribution (DESIGN.md): tail = ok requests with M ≥ quantile_q(M) (the 10
+The tail and body are those of the attribution (docs/design.md): tail = ok requests with M ≥ quantile_q(M) (the 10
 slowest when fewer), body = ok requests with M ≤ median. The distance of a dimension is the total variation
 distance between the two mixes, exactly as in `contrast` — but here every dimension and every value is
 returned (the report keeps only the top few above `contrast.MIN_DISTANCE`), plus `tier` and the engine's

@@ -1,7 +1,7 @@
 """The budget report: per tier, percentiles against budgets, stage quantiles, attainment, tail attribution,
 what separates the tail from the body, and a verdict in plain English.
 
-`build_report(con, budgets)` returns the DESIGN report JSON as a dict (keys are stable: add, never rename).
+`build_report(con, budgets)` returns the report JSON of docs/design.md as a dict (keys are stable: add, never rename).
 Latency figures and attribution use the tier's requests whose outcome is `ok`; attainment counts every
 request of the tier, and a request that did not end `ok` misses its SLOs.
 """

@@ -1,7 +1,7 @@
 """The current request of a context (a contextvar) and `stage`, the context-manager/decorator form of a mark.
 
 `Instrumentation.start_request()` and `with req:` make a request current; `stage("prefill")` then marks it
-without passing the request around. A stage is bounded by marks, as DESIGN.md defines the stages
+without passing the request around. A stage is bounded by marks, as docs/design.md defines the stages
 (`frontend` = receive -> enqueued, ...): entering `stage(x)` marks x, and x lasts until the next mark or
 `finish()`. Leaving the block marks nothing, so the time between the block and the next mark still counts
 as x (the stage tiling of a request never has gaps).

@@ -21,7 +21,7 @@ from budgetscope.instrument.traceparent import parse_traceparent
 
 
 class Instrumentation:
-    """Request and engine-step tracing for one service, exported per the span contract of DESIGN.md.
+    """Request and engine-step tracing for one service, exported per the span contract of docs/design.md.
 
     `exporter`: None (from `OTEL_TRACES_EXPORTER`; unset or "none" exports nothing), "otlp", "console",
     "jsonl:<path>", or a SpanExporter instance (e.g. InMemorySpanExporter). `enabled=False` makes every

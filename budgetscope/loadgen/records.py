@@ -2,7 +2,7 @@
 
 Times are `perf_counter_ns()` readings taken in the client's event loop; `to_dict` converts them to
 Unix-epoch ns with the run's anchor. Each figure names its anchor:
-- `sent`: when the request's bytes were handed to the socket (DESIGN: `client_ttft_ms`, `client_e2e_ms`);
+- `sent`: when the request's bytes were handed to the socket (docs/design.md: `client_ttft_ms`, `client_e2e_ms`);
 - `scheduled`: when the open-loop plan meant to send it (includes schedule lag: coordinated omission shown).
 """
 

@@ -3,7 +3,7 @@
 Stage durations add up over repeated spans (preemption, chunked prefill). The first output token is the root's
 `budgetscope.first_token_unix_nano` when the producer records it (exact even after a preemption during
 decode); otherwise the start of the first `stage.decode` span, or, without one, the end of the last
-`stage.prefill` span (DESIGN's rule, which holds whenever no prefill follows the first token).
+`stage.prefill` span (the rule of docs/design.md, which holds whenever no prefill follows the first token).
 TTFT components are each stage's time clipped to [arrival, first token], so a re-queue after the first
 token counts in `queue_ms` but not in `ttft_queue_ms`.
 """
