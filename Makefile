@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXT := $(VENV)/.extension
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test wheel-check bench setup clean
 
 setup: $(STAMP) $(EXT)
 
@@ -29,8 +29,14 @@ $(EXT): budgetscope/ingest/_otlpjson.c budgetscope/ingest/_otlpproto.c setup.py 
 demo: $(STAMP) $(EXT)
 	$(VENV)/bin/budgetscope demo
 
+# The suite includes tests/test_wheel_install.py: the wheel built from this tree, installed non-editable into a
+# fresh venv (core and the dashboard extra, never torch), every command run from another directory. About a minute
+# and a half on 2 cores; `make wheel-check` runs it alone.
 test: $(STAMP) $(EXT)
 	$(PY) -m pytest -q
+
+wheel-check: $(STAMP) $(EXT)
+	$(PY) -m pytest -q tests/test_wheel_install.py
 
 bench: $(STAMP) $(EXT)
 	$(PY) benchmarks/run_all.py

@@ -1,0 +1,163 @@
+"""budgetscope installed the way a user installs it: the wheel built from this tree, installed non-editable into a
+fresh virtual environment (core dependencies and the `dashboard` extra only: no torch, no OpenTelemetry SDK),
+every command run from another directory. Pip reaches only the package registry (its cache, after the first run).
+
+This is the check `make test` runs for issue 15; it takes about a minute on 2 cores once pip's cache is warm.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+# What a source tree holds that a wheel is not built from (build outputs, environments, other runs' files).
+_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".whl", "build", "dist", "*.egg-info", "__pycache__", "*.so",
+                                     "bench-out", "demo-out", "test-artifacts", ".pytest_cache", "*.duckdb.wal")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the tree (a build in place would race other runs over ./build)."""
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"
+    shutil.copytree(ROOT, src, ignore=_NOT_SOURCE)
+    shutil.rmtree(src / "tests")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(root / "dist"), str(src)], check=True, capture_output=True, timeout=300)
+    return next((root / "dist").glob("budgetscope-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    """A fresh virtual environment with the wheel installed (not editable) and its `dashboard` extra."""
+    env = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=120)
+    r = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[dashboard]"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return env
+
+
+@pytest.fixture
+def elsewhere(tmp_path) -> Path:
+    """A working directory far from the source tree."""
+    d = tmp_path / "elsewhere"
+    d.mkdir()
+    return d
+
+
+def _env(venv: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _run(venv: Path, cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv / "bin" / "budgetscope"), *args], cwd=cwd, env=_env(venv), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_wheel_ships_the_app_the_collector_configs_the_budgets_and_the_license(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in ("budgetscope/dashboards/app.py", "budgetscope/dashboards/state.py",
+                    "budgetscope/dashboards/pages/budgets.py", "budgetscope/dashboards/pages/what_if.py",
+                    "budgetscope/otelcol/otelcol.yaml", "budgetscope/otelcol/otelcol-sharded.yaml",
+                    "budgetscope/data/demo_budgets.toml"):
+        assert shipped in names, shipped
+    assert not any(n.startswith(("tests/", "dashboards/", "instrumentation/")) for n in names)
+    info = next(n.rsplit("/", 2)[0] for n in names if n.endswith(".dist-info/METADATA"))
+    assert f"{info}/licenses/LICENSE" in names
+    metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Project-URL: Homepage, https://" in metadata and "Project-URL: Issues, https://" in metadata
+    assert "Apache License" in zipfile.ZipFile(wheel).read(f"{info}/licenses/LICENSE").decode()[:200]
+
+
+def test_installed_wheel_runs_every_command_from_another_directory(venv, elsewhere):
+    py = str(venv / "bin" / "python")
+    # not the source tree: the package is the installed copy
+    where = subprocess.run([py, "-c", "import budgetscope; print(budgetscope.__file__)"], cwd=elsewhere,
+                           env=_env(venv), capture_output=True, text=True, check=True).stdout
+    assert str(venv) in where and str(ROOT) not in where
+
+    r = _run(venv, elsewhere, "--help")
+    assert r.returncode == 0 and "report" in r.stdout and "dashboard" in r.stdout, r.stderr
+
+    r = _run(venv, elsewhere, "demo", "--offline", "--out", "demo-out")
+    assert r.returncode == 0, r.stderr
+    assert "dominant TTFT stage is queue" in r.stdout
+
+    shutil.copy(ROOT / "sample_traces" / "burst.duckdb", elsewhere / "burst.duckdb")
+    r = _run(venv, elsewhere, "example", "budgets")
+    assert r.returncode == 0 and "[tiers." in r.stdout
+    (elsewhere / "budgets.toml").write_text(r.stdout)
+    r = _run(venv, elsewhere, "report", "-a", "burst.duckdb", "-b", "budgets.toml", "--format", "json")
+    assert r.returncode == 1, r.stderr   # the burst scenario breaks its budget
+    assert '"tiers"' in r.stdout
+
+    r = _run(venv, elsewhere, "example", "otelcol")
+    assert r.returncode == 0 and "otlp_grpc/budgetscope" in r.stdout
+
+
+def test_installed_wheel_imports_the_instrumentation_without_torch(venv, elsewhere):
+    code = ("import importlib.util, sys; assert importlib.util.find_spec('torch') is None; "
+            "import budgetscope.instrument; assert 'torch' not in sys.modules; print('ok')")
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=elsewhere, env=_env(venv),
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_installed_wheel_names_the_missing_extra_in_one_line(venv, elsewhere):
+    for args, extra in ((["engine", "serve", "--port", "0"], "engine"), (["demo", "--out", "d"], "engine"),
+                        (["load", "http://127.0.0.1:9", "--requests", "1", "--tokenizer", "t.json"], "loadgen")):
+        r = _run(venv, elsewhere, *args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+        assert f"pip install 'budgetscope[{extra}]'" in r.stderr, r.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_installed_wheel_serves_the_dashboard(venv, elsewhere):
+    shutil.copy(ROOT / "sample_traces" / "burst.duckdb", elsewhere / "burst.duckdb")
+    port = _free_port()
+    proc = subprocess.Popen([str(venv / "bin" / "budgetscope"), "dashboard", "-a", "burst.duckdb", "--port",
+                             str(port)], cwd=elsewhere, env=_env(venv), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, body = time.monotonic() + 90, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as resp:
+                    body = resp.read().decode()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert body == "ok", proc.stdout.read() if proc.poll() is not None else "no answer from /_stcore/health"
+        # the app itself loads from the installed package (a missing page would fail here, not at the health check)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
