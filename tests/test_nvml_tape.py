@@ -45,3 +45,20 @@ def test_replay_raises_where_the_recording_failed_and_past_its_end():
     with pytest.raises(RuntimeError, match="called more often"):
         for _ in range(10):
             nv.nvmlDeviceGetCount()
+
+
+def test_a_real_h100_reading_replays_through_the_sampler():
+    """tests/fixtures/nvml_tape_h100.json: 30 ticks of an H100 (driver 580.159.04) decoding the `1b` engine at
+    batch 8, recorded by benchmarks/bench_gpu.py. Its first GPM interval answered NaN: not emitted."""
+    tape = NvmlTape.load(str(FIXTURE))
+    assert tape.about["gpu"] == "NVIDIA H100 80GB HBM3"
+    points = _replayed_points(tape, 30)
+    assert points == tape.points
+    by: dict[str, list[float]] = {}
+    for p in points:
+        by.setdefault(p["metric"], []).append(p["value"])
+    assert by[gpu.PEAK_BANDWIDTH][0] == pytest.approx(3.352e12, rel=1e-3)  # 2619 MHz x 5120 bit
+    assert by[gpu.HBM_LIMIT][0] > 80e9
+    assert len(by[gpu.DRAM_BANDWIDTH]) == 29  # 30 readings; the first interval's NaN is unknown, not a figure
+    assert all(0 < v < 1 for v in by[gpu.DRAM_BANDWIDTH])
+    assert any(c["fn"] == "nvmlGpmMetricsGet" and c["result"][0]["value"] != c["result"][0]["value"] for c in tape.calls)

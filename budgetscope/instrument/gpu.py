@@ -227,7 +227,8 @@ class Nvml:
                 out.append(Point(ts, MEMORY_ACTIVITY, u.memory / 100, g.uuid, g.index))
         put(SM_CLOCK, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM) * 1e6)
         put(MEMORY_CLOCK, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM) * 1e6)
-        if POWER not in g.broken and (g.energy_prev is None or now_ns() - g.energy_prev[0] >= self.power_every_ns):
+        if POWER not in g.broken and (not self.power_every_ns or g.energy_prev is None
+                                      or now_ns() - g.energy_prev[0] >= self.power_every_ns):
             try:
                 e1, t1 = nv.nvmlDeviceGetTotalEnergyConsumption(h), now_ns()
             except Exception as e:  # noqa: BLE001 - pre-Volta GPUs have no energy counter
