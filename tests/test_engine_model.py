@@ -31,7 +31,7 @@ def prompts(n, length, seed=0, vocab=256):
 
 @pytest.mark.parametrize("chunked,budget", [(True, 16), (True, 512), (False, 512)])
 def test_paged_decode_matches_full_forward(chunked, budget):
-    engine = LLMEngine(EngineConfig(model="tiny", max_num_batched_tokens=budget, max_num_seqs=8,
+    engine = LLMEngine(EngineConfig(model="tiny", device="cpu", max_num_batched_tokens=budget, max_num_seqs=8,
                                     enable_chunked_prefill=chunked, max_model_len=256, num_kv_blocks=64))
     batch = prompts(4, 21)
     seqs = engine.generate(batch, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
@@ -40,7 +40,8 @@ def test_paged_decode_matches_full_forward(chunked, budget):
 
 
 def test_paged_logits_match_full_forward_within_tolerance():
-    engine = LLMEngine(EngineConfig(model="tiny", max_num_batched_tokens=8, max_num_seqs=4, num_kv_blocks=32, max_model_len=256))
+    engine = LLMEngine(EngineConfig(model="tiny", device="cpu", max_num_batched_tokens=8, max_num_seqs=4, num_kv_blocks=32,
+                                    max_model_len=256))
     prompt = prompts(1, 40)[0]
     seq = engine.make_sequence(prompt, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
     engine.add(seq)
@@ -97,7 +98,7 @@ def test_checkpoint_roundtrip_loads_weights_config_and_tokenizer(tmp_path):
     original, tok = write_tiny_checkpoint(tmp_path)
     raw = json.loads((tmp_path / "config.json").read_text())
     assert raw["model_type"] == "llama" and raw["num_key_value_heads"] == 2
-    engine = LLMEngine(EngineConfig(checkpoint=str(tmp_path), max_model_len=128, num_kv_blocks=32))
+    engine = LLMEngine(EngineConfig(checkpoint=str(tmp_path), device="cpu", max_model_len=128, num_kv_blocks=32))
     assert engine.model_name == tmp_path.name
     assert engine.tokenizer.encode("hello world") == tok.encode("hello world").ids
     assert tok.token_to_id("</s>") in engine.eos_token_ids
