@@ -36,6 +36,7 @@ LAZY_COMMANDS = {
     "import": "budgetscope.sources.commands:import_",
     "scrape": "budgetscope.sources.commands:scrape",
     "gpu": "budgetscope.instrument.gpu_command:gpu",
+    "derive": "budgetscope.spark.derive:derive",
 }
 
 
@@ -217,6 +218,25 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
 
 
 # -- report ----------------------------------------------------------------------------------------------------
+_ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+                       help="Run the SQL on DuckDB in this process, or on Spark over the same Parquet files.")
+_SPARK_MASTER = click.option("--spark-master", metavar="URL",
+                             help="Spark master for --engine spark: local[N] (default local[2]), spark://HOST:PORT, yarn.")
+
+
+def _reader(archive: str, engine: str, spark_master: str | None, since_ns=None, until_ns=None):
+    """A reader of the archive (`.con` runs the analysis SQL) on the engine chosen."""
+    if spark_master and engine != "spark":
+        raise UsageError("--spark-master needs --engine spark")
+    if engine == "spark":
+        from budgetscope.spark.commands import spark_archive
+
+        return spark_archive(archive, spark_master, since_ns, until_ns)
+    from budgetscope.archive.archive import Archive
+
+    return Archive(archive, read_only=True, create=False, since_ns=since_ns, until_ns=until_ns)
+
+
 def _time_ns(value: str | None, name: str) -> int | None:
     from budgetscope.times import parse_time_ns
 
@@ -232,12 +252,16 @@ def _time_ns(value: str | None, name: str) -> int | None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--since", help="Only requests that arrived at or after this time (ISO-8601 or ns).")
 @click.option("--until", help="Only requests that arrived before this time (ISO-8601 or ns).")
-def report(archive: str, budgets: str | None, fmt: str, since: str | None, until: str | None) -> None:
+@_ENGINE
+@_SPARK_MASTER
+def report(archive: str, budgets: str | None, fmt: str, since: str | None, until: str | None, engine: str,
+           spark_master: str | None) -> None:
     """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks, 2 on bad input.
 
     \b
       budgetscope report --archive prod/ --budgets budgets.toml
       budgetscope report --archive prod/ --budgets budgets.toml --format json
+      budgetscope report --archive fleet/ --engine spark --spark-master spark://head:7077
     """
     from budgetscope.analysis.budgets import BudgetError, load_budgets
     from budgetscope.analysis.render import render_markdown, render_text
@@ -248,7 +272,7 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
         b = load_budgets(budgets) if budgets else None
         since_ns, until_ns = _time_ns(since, "since"), _time_ns(until, "until")
         # a folder archive reads only the segments of the window
-        with Archive(archive, read_only=True, create=False, since_ns=since_ns, until_ns=until_ns) as a:
+        with _reader(archive, engine, spark_master, since_ns, until_ns) as a:
             if a.pending_traces():
                 click.echo(f"note: {a.pending_traces():,} traces await derivation (an ingest was interrupted); "
                            "run `budgetscope ingest` again to finish them", err=True)
@@ -298,16 +322,25 @@ def _cell(v) -> str:
 @click.argument("sql")
 @click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder, or a .duckdb file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-def query(sql: str, archive: str, fmt: str) -> None:
+@_ENGINE
+@_SPARK_MASTER
+def query(sql: str, archive: str, fmt: str, engine: str, spark_master: str | None) -> None:
     """Run read-only SQL over an archive (no writes, no file or network access).
 
-    Tables: spans, requests, ingest_batches, gpu_samples, engine_steps (see docs/archive.md).
+    Tables: spans, requests, ingest_batches, gpu_samples, engine_steps (see docs/archive.md). The SQL is
+    DuckDB's dialect on either engine (Spark runs it transpiled).
 
     \b
       budgetscope query -a prod/ "SELECT tier, quantile_cont(queue_ms, 0.99) FROM requests GROUP BY 1"
     """
     from budgetscope.archive.query import ArchiveError, QueryError, run_query
 
+    if spark_master and engine != "spark":
+        raise UsageError("--spark-master needs --engine spark")
+    if engine == "spark":
+        from budgetscope.spark.commands import run_query as run_on_spark
+
+        run_query = lambda a, q: run_on_spark(a, q, spark_master)  # noqa: E731
     try:
         res = run_query(archive, sql)
     except (QueryError, ArchiveError) as e:

@@ -54,6 +54,30 @@ LEFT JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({sql_list(root, 
 WHERE d._seq IS NULL OR r._seq >= d._seq"""
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_segment(root: Path, rel: str) -> None:
+    """A listed segment must be there and be a whole Parquet file (its magic at both ends, a footer that fits):
+    a torn or foreign file is one clear error before any engine reads it."""
+    p = root / rel
+    try:
+        with p.open("rb") as f:
+            head = f.read(4)
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - 8, 0))
+            tail = f.read(8) if size >= 12 else b""
+    except FileNotFoundError:
+        raise ArchiveError(f"{root} lists a segment that is not there ({rel}); "
+                           "was it copied while compaction ran? copy it again") from None
+    except OSError as e:
+        raise ArchiveError(f"cannot read segment {rel}: {e.strerror or e}") from None
+    footer = int.from_bytes(tail[:4], "little") if tail else -1
+    if head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC or not 0 < footer <= size - 12:
+        raise ArchiveError(f"segment {rel} is not a whole Parquet file (torn, or not the archive's own); "
+                           "restore it from a copy of the archive")
+
+
 def affected_segments(req, dels) -> list:
     """The `requests` segments that a delete can reach. A delete lies in the time range of the row it drops (it
     carries that row's `arrival_ns`; compaction relies on the same), and drops rows of a lower `_seq` only; the
@@ -95,11 +119,13 @@ class ArchiveReader(TableAccess):
         # segments are immutable (a path is never reused), so their footers may be cached for the reader's life
         self.con.execute("SET parquet_metadata_cache = true")
         self._segments = self._choose(since_ns, until_ns)
-        missing = [s.path for segs in self._segments.values() for s in segs if not (self.path / s.path).is_file()]
-        if missing:
+        try:
+            for segs in self._segments.values():
+                for seg in segs:
+                    check_segment(self.path, seg.path)
+        except ArchiveError:
             self.con.close()
-            raise ArchiveError(f"{self.path} lists a segment that is not there ({missing[0]}); "
-                               "was it copied while compaction ran? copy it again")
+            raise
         self._create_views()
         if sandbox:
             self._lock_down()

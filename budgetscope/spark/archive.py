@@ -1,0 +1,173 @@
+"""An archive's committed segments as Spark temporary views, and a DB-API-like face over Spark SQL that
+budgetscope's analysis code (written in DuckDB SQL) runs on unchanged.
+
+    spark = session("local[2]")
+    with SparkArchive("fleet/", spark) as a:
+        build_report(a.con, budgets)          # the same SQL as the DuckDB reader's, transpiled (dialect.py)
+
+The segments are those `ArchiveReader` chooses (the manifest of the root, or of each shard; the window's
+partitions with `since_ns`/`until_ns`), checked before Spark reads them: a segment that is missing, or that is
+not a whole Parquet file (torn, or a foreign file), is one clear error. `requests` drops the rows a later
+commit re-derived the way the DuckDB reader does (reader.py): a row goes when a `requests_deletes` row of the
+same shard and trace has a higher `_seq`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from budgetscope.archive import schema
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.reader import ArchiveReader, affected_segments, check_segment
+from budgetscope.spark.dialect import DialectError, spark_type, to_spark
+from budgetscope.spark.session import SparkError, one_line
+
+STORED = {t.name: t for t in (schema.SPANS, schema.REQUESTS, schema.INGEST_BATCHES, schema.GPU_SAMPLES,
+                              schema.SERVER_METRICS)}
+VIEWS = (*STORED, "engine_steps")
+
+
+class Segments(ArchiveReader):
+    """The segments an `ArchiveReader` of `path` would read (no DuckDB connection, no views)."""
+
+    def __init__(self, path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: D107
+        from budgetscope.archive.archive import is_single_file
+
+        self.path = Path(path)
+        if is_single_file(self.path):
+            raise ArchiveError(f"{self.path}: spark reads folder archives; convert first with budgetscope convert")
+        self._groups = self._manifests()
+        self._segments = self._choose(since_ns, until_ns)
+        for segs in self._segments.values():
+            for s in segs:
+                check_segment(self.path, s.path)
+
+    def close(self) -> None:  # nothing open
+        pass
+
+
+class Cursor:
+    """The result of one statement: `fetchall()`, `fetchone()`, `description` (name, type)."""
+
+    def __init__(self, rows: list[tuple], description: list[tuple[str, str]]):
+        self._rows = rows
+        self.description = description
+        self._at = 0
+
+    def fetchall(self) -> list[tuple]:
+        rows, self._at = self._rows[self._at:], len(self._rows)
+        return rows
+
+    def fetchone(self):
+        if self._at >= len(self._rows):
+            return None
+        self._at += 1
+        return self._rows[self._at - 1]
+
+
+class SparkConnection:
+    """`execute(sql, params)` of budgetscope's DuckDB SQL on Spark: transpiled once per statement."""
+
+    def __init__(self, spark):
+        self.spark = spark
+        self.statements: list[str] = []  # the Spark SQL run, for tests and --explain-like debugging
+
+    def execute(self, sql: str, params=None) -> Cursor:
+        try:
+            text = to_spark(sql, params)
+        except DialectError as e:
+            raise SparkError(str(e)) from None
+        self.statements.append(text)
+        try:
+            df = self.spark.sql(text)
+            rows = [tuple(r) for r in df.collect()]
+        except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
+            raise SparkError(f"Spark: {one_line(e)}") from None
+        return Cursor(rows, [(f.name, f.dataType.simpleString()) for f in df.schema.fields])
+
+    def sql(self, text: str):
+        """A Spark DataFrame of Spark SQL (no transpiling)."""
+        return self.spark.sql(text)
+
+
+class SparkArchive:
+    """The committed segments of a folder archive (or a sharded root) as Spark temporary views named as
+    the DuckDB reader's (docs/archive.md): spans, requests, ingest_batches, gpu_samples, server_metrics,
+    engine_steps. `.con` runs budgetscope's SQL on them."""
+
+    def __init__(self, path: str | os.PathLike, spark, *, since_ns: int | None = None, until_ns: int | None = None):
+        self.path = Path(path)
+        self.spark = spark
+        self.segments = Segments(self.path, since_ns, until_ns)
+        self.manifest = self.segments.manifest if hasattr(self.segments, "manifest") else None
+        self.con = SparkConnection(spark)
+        try:
+            for name, table in STORED.items():
+                df = self._requests() if name == "requests" else self._scan(self.segments._segments[name], table)
+                df.createOrReplaceTempView(name)
+            self.spark.sql(to_spark(schema.ENGINE_STEPS_VIEW.replace("CREATE OR REPLACE VIEW",
+                                                                       "CREATE OR REPLACE TEMPORARY VIEW")))
+        except ArchiveError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise SparkError(f"Spark cannot read {self.path}: {one_line(e)}") from None
+
+    def files(self, table: str) -> list[Path]:
+        return [self.path / s.path for s in self.segments._segments[table]]
+
+    def _empty(self, table: schema.Table):
+        ddl = ", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns)
+        return self.spark.createDataFrame([], ddl)
+
+    def _read(self, segs, cols: list[str]):
+        paths = [str(self.path / s.path) for s in segs]
+        return self.spark.read.option("mergeSchema", "false").parquet(*paths).select(*cols)
+
+    def _scan(self, segs, table: schema.Table):
+        if not segs:
+            return self._empty(table)
+        return self._read(segs, [c.name for c in table.columns])
+
+    def _requests(self):
+        """Every shard's `requests` segments, less the rows a later commit of that shard re-derived. As the
+        DuckDB reader: only segments a delete can reach (reader.affected_segments) are joined."""
+        cols = [c.name for c in schema.REQUESTS.columns]
+        parts = []
+        for g in self.segments._by_group:
+            req, dels = g["requests"], g["requests_deletes"]
+            if not req:
+                continue
+            hit = affected_segments(req, dels)
+            plain = [s for s in req if s not in hit]
+            if plain:
+                parts.append(self._read(plain, cols))
+            if hit:
+                r = self._read(hit, [*cols, "_seq"]).alias("r")
+                d = (self._read(dels, ["trace_id", "_seq"]).groupBy("trace_id").max("_seq")
+                     .withColumnRenamed("max(_seq)", "_del_seq").withColumnRenamed("trace_id", "_del_trace"))
+                # keep a row unless a delete of its trace has a higher _seq (reader.requests_sql)
+                kept = r.join(d, (r["trace_id"] == d["_del_trace"]) & (r["_seq"] < d["_del_seq"]), "left_anti")
+                parts.append(kept.select(*cols))
+        if not parts:
+            return self._empty(schema.REQUESTS)
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p)
+        return out
+
+    def pending_traces(self) -> int:
+        return 0
+
+    def __enter__(self) -> "SparkArchive":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for v in VIEWS:
+            try:
+                self.spark.catalog.dropTempView(v)
+            except Exception:  # noqa: BLE001 - a session already stopped
+                pass

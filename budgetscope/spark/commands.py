@@ -1,0 +1,86 @@
+"""What `report --engine spark`, `query --engine spark` and `derive` run (the CLI stays a thin face)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.spark.session import SparkError
+
+READ_ONLY = "the archive is read-only to queries; budgetscope ingest is the way in"
+FORBIDDEN_FUNCTIONS = {"reflect", "java_method", "try_reflect", "read_parquet", "read_csv", "read_json",
+                       "read_csv_auto", "read_json_auto", "parquet_scan", "read_text", "read_blob", "glob"}
+
+
+@contextlib.contextmanager
+def spark_archive(path: str | os.PathLike, master: str | None = None, since_ns: int | None = None,
+                  until_ns: int | None = None):
+    """A SparkArchive of `path` on a fresh session of `master`, stopped on exit. Everything is checked that can
+    be before Spark starts: the archive's manifests and segments first, then Java and the master."""
+    from budgetscope.spark.archive import Segments, SparkArchive
+    from budgetscope.spark.session import session
+
+    Segments(path, since_ns, until_ns)  # a bad archive is told without waiting for a JVM
+    running = active_session()
+    spark = running or session(master)  # in-process callers (tests, notebooks) may have one running already
+    try:
+        with SparkArchive(path, spark, since_ns=since_ns, until_ns=until_ns) as a:
+            yield a
+    finally:
+        if running is None:
+            with contextlib.suppress(Exception):
+                spark.stop()
+
+
+def active_session():
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    return SparkSession.getActiveSession()
+
+
+def check_read_only(sql: str, views) -> None:
+    """`budgetscope query` on Spark takes one SELECT over the archive's views, and nothing that reaches files or
+    the JVM (`parquet.`/path`` tables, reflect): Spark has no sandbox setting as DuckDB has."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
+
+    try:
+        trees = [t for t in sqlglot.parse(sql, read="duckdb") if t is not None]
+    except ParseError as e:
+        raise SparkError(f"SQL not understood: {str(e).splitlines()[0]}") from None
+    if len(trees) != 1:
+        raise SparkError("one statement at a time")
+    tree = trees[0]
+    if not isinstance(tree, (exp.Select, exp.SetOperation, exp.Subquery)):
+        raise SparkError(READ_ONLY)
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for t in tree.find_all(exp.Table):
+        name = t.name.lower()
+        if t.args.get("db") or t.args.get("catalog") or (name not in views and name not in ctes):
+            if isinstance(t.this, exp.Func) or not name:
+                raise SparkError("queries may not touch files (only the archive's tables)")
+            raise SparkError(f"no table {t.sql()} (tables: {', '.join(views)})")
+    for f in tree.find_all(exp.Func):
+        name = (f.name if isinstance(f, exp.Anonymous) else f.sql_name()).lower()
+        if name in FORBIDDEN_FUNCTIONS:
+            raise SparkError(f"queries may not call {name}")
+
+
+def run_query(path: str | os.PathLike, sql: str, master: str | None = None):
+    """`budgetscope query --engine spark`: the statement (DuckDB's dialect, as for `--engine duckdb`) transpiled
+    and run on Spark over the archive's views. Returns archive.query.QueryResult."""
+    from budgetscope.archive.query import QueryResult
+    from budgetscope.spark.archive import VIEWS
+
+    check_read_only(sql, VIEWS)
+    with spark_archive(path, master) as a:
+        cur = a.con.execute(sql)
+        rows = cur.fetchall()
+    return QueryResult([d[0] for d in cur.description], [d[1] for d in cur.description], rows)
+
+
+__all__ = ["spark_archive", "run_query", "check_read_only", "SparkError", "ArchiveError"]

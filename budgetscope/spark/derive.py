@@ -1,0 +1,92 @@
+"""`budgetscope derive`: re-derive `requests` from an archive's `spans` segments, on DuckDB or on Spark, into a
+new folder of Parquet files (the archive itself is never written).
+
+    budgetscope derive --archive fleet/ --out requests-rederived/ --engine spark --spark-master spark://head:7077
+
+For archives filled in bulk (the OpenTelemetry Collector's file exporter, copied to object storage), where
+deriving every trace on one machine is the slow part. The derivation is `sources.requests.requests_sql`, the
+one the writer runs at each commit, transpiled for Spark (spark/dialect.py): both engines give the same rows.
+All spans of the root are read as one: a trace whose spans reached two shards gives one row here (the
+shards' own `requests` hold a partial row each, see docs/archive.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from budgetscope.archive.errors import ArchiveError
+
+
+def derivation_sql(con) -> str:
+    """The `requests` SELECT over the view `spans` of `con` (DuckDB or SparkConnection), with only the adapters
+    whose spans are present (as the writer does)."""
+    from budgetscope.sources.requests import requests_sql
+
+    present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
+    return requests_sql("spans", present)
+
+
+def _out_dir(out: str | os.PathLike, archive: str | os.PathLike) -> Path:
+    out, root = Path(out).absolute(), Path(archive).absolute()
+    if out == root or root in out.parents:
+        raise ArchiveError(f"--out {out} is inside the archive; budgetscope never writes into an archive from here")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ArchiveError(f"--out {out} exists and is not an empty folder; nothing is overwritten")
+    if not out.parent.is_dir():
+        raise ArchiveError(f"cannot create {out}: folder {out.parent} does not exist")
+    return out
+
+
+def derive_duckdb(archive: str | os.PathLike, out: str | os.PathLike) -> int:
+    """Derive into `out/requests.parquet` with DuckDB; returns the rows written."""
+    from budgetscope.archive.archive import Archive
+
+    dest = _out_dir(out, archive)
+    with Archive(archive, read_only=True, create=False) as a:
+        sql = derivation_sql(a.con)
+        dest.mkdir(exist_ok=True)
+        a.con.execute(f"COPY ({sql}) TO '{dest / 'requests.parquet'}' (FORMAT parquet)")
+        return a.con.execute(f"SELECT count(*) FROM read_parquet('{dest / 'requests.parquet'}')").fetchone()[0]
+
+
+def derive_spark(archive: str | os.PathLike, out: str | os.PathLike, master: str | None = None) -> int:
+    """Derive into `out/` (Spark's part files) on Spark; returns the rows written."""
+    from budgetscope.spark.commands import spark_archive
+    from budgetscope.spark.dialect import to_spark
+    from budgetscope.spark.session import SparkError, one_line
+
+    dest = _out_dir(out, archive)
+    with spark_archive(archive, master) as a:
+        df = a.spark.sql(to_spark(derivation_sql(a.con)))
+        try:
+            df.write.mode("errorifexists").parquet(str(dest))
+            return a.spark.read.parquet(str(dest)).count()
+        except Exception as e:  # noqa: BLE001
+            raise SparkError(f"Spark: {one_line(e)}") from None
+
+
+@click.command()
+@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder or sharded root.")
+@click.option("--out", "-o", required=True, type=click.Path(), help="New folder for the derived requests (Parquet).")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True)
+@click.option("--spark-master", metavar="URL", help="Spark master for --engine spark (default local[2]).")
+def derive(archive: str, out: str, engine: str, spark_master: str | None) -> None:
+    """Re-derive `requests` from the archive's spans into a new folder of Parquet (the archive is only read).
+
+    The same derivation as ingest and collect, on DuckDB here or on Spark (transpiled): the same rows.
+
+    \b
+      budgetscope derive -a fleet/ -o rederived/ --engine spark --spark-master spark://head:7077
+    """
+    from budgetscope.cli import UsageError
+
+    if spark_master and engine != "spark":
+        raise UsageError("--spark-master needs --engine spark")
+    try:
+        n = derive_spark(archive, out, spark_master) if engine == "spark" else derive_duckdb(archive, out)
+    except ArchiveError as e:
+        raise UsageError(str(e)) from None
+    click.echo(f"{out}: {n:,} requests derived from the spans of {archive} ({engine})")

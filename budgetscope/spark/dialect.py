@@ -1,0 +1,304 @@
+"""budgetscope's SQL, written once in DuckDB's dialect, run on Spark: SQLGlot transpiles it, and this module
+fixes what SQLGlot leaves to the engine.
+
+    to_spark("SELECT quantile_cont(x, [0.5, 0.99]) FROM requests WHERE tier = ?", ["interactive"])
+
+What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
+
+- `?` parameters are bound as literals (Spark SQL has no positional parameters in every version); a float as
+  `CAST('<repr>' AS DOUBLE)`, so it is the same double on both engines (Spark reads `1.5` as a DECIMAL).
+- `quantile_cont(x, p)` / `quantile_cont(x, [p, ...])` → `percentile(x, p)` / `percentile(x, array(...))`
+  with DOUBLE fractions: both interpolate linearly between the two closest ranks, (n − 1)·p.
+- `json->>'key'` / `json->'key'`: a DuckDB key without `$` is one key, dots included
+  (`'gen_ai.request.model'`), not a path; SQLGlot reads it as a path, so it is quoted first.
+- `json_exists(json, path)` → `get_json_object(json, path) IS NOT NULL` (a key whose value is null differs).
+- `json_transform(json, '{"k": "BIGINT", ...}')` → `from_json(json, 'STRUCT<`k`: BIGINT, ...>')`.
+- `list(x ORDER BY y)` → the values of `array_sort(collect_list(struct(y, x)))` (Spark's collect_list has no
+  order).
+- `A UNION ALL BY NAME B` → B's columns put in A's order, then a plain UNION ALL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+DUCKDB_TO_SPARK_TYPES = {
+    "VARCHAR": "STRING", "JSON": "STRING", "BIGINT": "BIGINT", "INTEGER": "INT", "DOUBLE": "DOUBLE",
+    "BOOLEAN": "BOOLEAN", "SMALLINT": "SMALLINT", "FLOAT": "FLOAT",
+}
+
+
+class DialectError(ValueError):
+    """SQL that cannot be carried over to Spark; one line."""
+
+
+def spark_type(duckdb_type: str) -> str:
+    """A DuckDB column type (as budgetscope's schema writes them) in Spark DDL."""
+    t = duckdb_type.strip().upper()
+    if t.endswith("[]"):
+        return f"ARRAY<{spark_type(t[:-2])}>"
+    if t not in DUCKDB_TO_SPARK_TYPES:
+        raise DialectError(f"no Spark type for {duckdb_type}")
+    return DUCKDB_TO_SPARK_TYPES[t]
+
+
+def literal(v) -> str:
+    """A Python value as a SQL literal that both engines read as the same value."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, int):
+        return str(v) if -2**63 <= v < 2**63 else f"CAST('{v}' AS DOUBLE)"
+    if isinstance(v, float):
+        return f"CAST('{v!r}' AS DOUBLE)" if v == v and abs(v) != float("inf") else \
+            f"CAST('{'NaN' if v != v else ('Infinity' if v > 0 else '-Infinity')}' AS DOUBLE)"
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise DialectError(f"cannot bind a parameter of type {type(v).__name__}")
+
+
+_TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|/\*.*?\*/|->>|->|\?""", re.S)
+
+
+def bind(sql: str, params=None) -> tuple[str, list[str]]:
+    """(`sql` with its `?` parameters replaced by placeholders `__bs_pN__`, the literals in Spark's syntax), and
+    DuckDB's plain JSON keys quoted as one-key paths. Strings, quoted names and comments are left alone."""
+    params = list(params or [])
+    out, bound, i, last, after_arrow = [], [], 0, 0, False
+    for m in _TOKENS.finditer(sql):
+        tok = m.group(0)
+        out.append(sql[last:m.start()])
+        last = m.end()
+        if tok == "?":
+            if i >= len(params):
+                raise DialectError("the query has more ? parameters than values")
+            out.append(f"__bs_p{i}__")
+            bound.append(literal(params[i]))
+            i += 1
+        elif tok.startswith("'") and after_arrow:
+            key = tok[1:-1].replace("''", "'")
+            out.append(tok if key.startswith(("$", "/")) else "'$." + json.dumps(key).replace("'", "''") + "'")
+        else:
+            out.append(tok)
+        after_arrow = tok in ("->", "->>")
+        if tok.startswith("'") or tok == "?":
+            after_arrow = False
+    out.append(sql[last:])
+    if i != len(params):
+        raise DialectError(f"the query has {i} ? parameters, {len(params)} values were given")
+    return "".join(out), bound
+
+
+def archive_columns() -> dict[str, list[str]]:
+    from budgetscope.archive import schema
+
+    return {t.name: [c.name for c in t.columns] for t in schema.PUBLIC}
+
+
+def _json_struct(structure: str) -> str:
+    try:
+        fields = json.loads(structure)
+    except ValueError as e:
+        raise DialectError(f"json_transform structure is not JSON: {e}") from None
+    return "STRUCT<" + ", ".join(f"`{k}`: {spark_type(t)}" for k, t in fields.items()) + ">"
+
+
+def _rewrite(tree, tables: dict[str, list[str]]):
+    import sqlglot
+    from sqlglot import exp
+
+    def fix(node):
+        if isinstance(node, exp.PercentileCont):
+            fr = node.expression
+            items = fr.expressions if isinstance(fr, exp.Array) else [fr]
+            dbl = [exp.cast(x, "DOUBLE") for x in items]
+            arg = exp.Array(expressions=dbl) if isinstance(fr, exp.Array) else dbl[0]
+            return exp.Anonymous(this="percentile", expressions=[node.this, arg])
+        if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+            inlined = _inline_struct_unnest(node.this)
+            if inlined is not None:
+                return exp.Paren(this=inlined)
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "json_exists":
+            # Spark has none: a key whose value is JSON null counts as absent
+            src, path = node.expressions
+            return exp.Not(this=exp.Is(this=exp.Anonymous(this="get_json_object", expressions=[src, path]),
+                                       expression=exp.Null()))
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "json_transform":
+            src, structure = node.expressions
+            if not isinstance(structure, exp.Literal) or not structure.is_string:
+                raise DialectError("json_transform needs a literal structure")
+            return exp.Anonymous(this="from_json", expressions=[src, exp.Literal.string(_json_struct(structure.this))])
+        if isinstance(node, exp.ArrayAgg) and isinstance(node.this, exp.Order):
+            order = node.this
+            (key,) = order.expressions
+            if key.args.get("desc"):
+                raise DialectError("list(... ORDER BY ... DESC) is not carried over")
+            val = order.this
+            pairs = exp.Anonymous(this="collect_list", expressions=[
+                exp.Anonymous(this="struct", expressions=[exp.alias_(key.this, "k"), exp.alias_(val, "v")])])
+            return exp.Anonymous(this="__bs_values", expressions=[exp.Anonymous(this="array_sort", expressions=[pairs])])
+        if isinstance(node, exp.Union) and node.args.get("by_name"):
+            names = _names(node, tables)
+            left, right = node.this, node.expression
+            have = set(_names(right, tables))
+
+            def pick(side, have_all):
+                cols = [exp.column(n, quoted=True) if n in have_all else exp.alias_(exp.Null(), n, quoted=True)
+                        for n in names]
+                return exp.select(*cols).from_(side.subquery(f"bs_u{next(counter)}"))
+
+            node.set("by_name", None)
+            node.set("this", pick(left, set(_names(left, tables))))
+            node.set("expression", pick(right, have))
+            return node
+        return node
+
+    counter = iter(range(1 << 30))
+    return _unique_ctes(tree.transform(fix))
+
+
+def _unique_ctes(tree):
+    """Spark allows no WITH inside a subquery, so SQLGlot lifts every CTE to the top, where two adapters'
+    `r` or `t` would clash: each CTE gets a name of its own first (innermost scopes first), and the tables of
+    its scope that named it follow."""
+    from sqlglot import exp
+
+    withs = [w for w in tree.find_all(exp.With)]
+    for k, w in enumerate(reversed(withs)):
+        scope = w.parent
+        for cte in w.expressions:
+            old = cte.alias_or_name
+            new = f"{old}__bs{k}"
+            for t in scope.find_all(exp.Table):
+                if t.name == old and not t.args.get("db"):
+                    t.set("this", exp.to_identifier(new))
+                    if not t.alias:
+                        t.set("alias", exp.TableAlias(this=exp.to_identifier(old)))
+            cte.set("alias", exp.TableAlias(this=exp.to_identifier(new)))
+    return tree
+
+
+def _inline_struct_unnest(sel):
+    """`(SELECT f(x.a, x.b) FROM (SELECT unnest(regexp_extract(s, re, ['a', 'b']))) x)`, DuckDB's way to name a
+    regex's groups, → `f(regexp_extract(s, re, 1), regexp_extract(s, re, 2))`: Spark's regexp_extract takes one
+    group, and a FROM subquery may not refer to the outer row. None when `sel` is not of that form."""
+    from sqlglot import exp
+
+    src = sel.args.get("from") or sel.args.get("from_")
+    if src is None or sel.args.get("joins") or sel.args.get("where") or len(sel.expressions) != 1:
+        return None
+    sub = src.this
+    if not isinstance(sub, exp.Subquery) or not isinstance(sub.this, exp.Select) or len(sub.this.expressions) != 1:
+        return None
+    un = sub.this.expressions[0]
+    if not isinstance(un, (exp.Explode, exp.Unnest)):
+        return None
+    rx = un.this if isinstance(un, exp.Explode) else (un.expressions[0] if len(un.expressions) == 1 else None)
+    if not isinstance(rx, exp.RegexpExtract) or not isinstance(rx.args.get("group"), exp.Array):
+        return None
+    names = [g.this for g in rx.args["group"].expressions]
+    alias = sub.alias_or_name
+    out = sel.expressions[0].copy()
+    for col in list(out.find_all(exp.Column)):
+        if col.table == alias and col.name in names:
+            col.replace(exp.RegexpExtract(this=rx.this.copy(), expression=rx.expression.copy(),
+                                          group=exp.Literal.number(names.index(col.name) + 1)))
+    return out
+
+
+def _with(node):
+    return node.args.get("with") or node.args.get("with_")
+
+
+def _names(node, tables: dict[str, list[str]]) -> list[str]:
+    """The output column names of a query node, stars expanded (through CTEs in scope, subqueries, and the base
+    tables in `tables`): what UNION BY NAME needs that SQLGlot does not resolve on its own."""
+    from sqlglot import exp
+
+    if isinstance(node, (exp.Subquery, exp.Paren)):
+        return _names(node.this, tables)
+    if isinstance(node, exp.Union):
+        left = _names(node.this, tables)
+        if not node.args.get("by_name"):
+            return left
+        return left + [n for n in _names(node.expression, tables) if n not in left]
+    if isinstance(node, exp.Table):
+        name = node.name
+        up = node
+        while up is not None:
+            w = _with(up) if isinstance(up, exp.Query) else None
+            if w is not None:
+                for cte in w.expressions:
+                    if cte.alias_or_name == name and not cte.this.find(exp.Table) is node:
+                        return _names(cte.this, tables)
+            up = up.parent
+        if name in tables:
+            return list(tables[name])
+        raise DialectError(f"cannot tell the columns of {name} for UNION BY NAME")
+    if isinstance(node, exp.Select):
+        out = []
+        for e in node.expressions:
+            if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
+                if node.args.get("joins"):
+                    raise DialectError("UNION BY NAME over SELECT * of a join is not carried over")
+                src = node.args.get("from") or node.args.get("from_")
+                out += _names(src.this, tables)
+            else:
+                out.append(e.alias_or_name)
+        return out
+    raise DialectError(f"cannot tell the columns of {type(node).__name__} for UNION BY NAME")
+
+
+def _fix_filters(tree):
+    """`__bs_values(array_sort(collect_list(...))) FILTER (WHERE c)`: the FILTER belongs to collect_list; then
+    each `__bs_values(pairs)` becomes `transform(pairs, e -> e.v)`."""
+    from sqlglot import exp
+
+    for f in list(tree.find_all(exp.Filter)):
+        inner = f.this
+        if isinstance(inner, exp.Anonymous) and inner.name == "__bs_values":
+            sort = inner.expressions[0]
+            coll = sort.expressions[0]
+            sort.set("expressions", [exp.Filter(this=coll.copy(), expression=f.expression.copy())])
+            f.replace(inner)
+    for v in list(tree.find_all(exp.Anonymous)):
+        if v.name == "__bs_values":
+            lam = exp.Lambda(this=exp.Dot(this=exp.to_identifier("bs_e"), expression=exp.to_identifier("v")),
+                             expressions=[exp.to_identifier("bs_e")])
+            pairs = v.expressions[0]
+            v.replace(_null_if_empty(pairs, exp.Anonymous(this="transform", expressions=[pairs.copy(), lam])))
+    for agg in list(tree.find_all(exp.ArrayAgg)):  # an unordered list(x): collect_list, NULL when empty
+        target = agg.parent if isinstance(agg.parent, exp.Filter) else agg
+        target.replace(_null_if_empty(target.copy(), target.copy()))
+    return tree
+
+
+def _null_if_empty(arr, value):
+    """DuckDB's list() of no rows is NULL, Spark's collect_list() is []: `IF(size(arr) = 0, NULL, value)`."""
+    from sqlglot import exp
+
+    return exp.If(this=exp.EQ(this=exp.Anonymous(this="size", expressions=[arr]), expression=exp.Literal.number(0)),
+                  true=exp.Null(), false=value)
+
+
+def to_spark(sql: str, params=None, tables: dict[str, list[str]] | None = None) -> str:
+    """One statement of budgetscope's DuckDB SQL (with `?` parameters bound from `params`) as Spark SQL.
+    `tables`: base table → its columns, for `SELECT *` under UNION BY NAME (default: the archive's tables)."""
+    import sqlglot
+    from sqlglot.errors import ParseError
+
+    text, bound = bind(sql, params)
+    try:
+        trees = [t for t in sqlglot.parse(text, read="duckdb") if t is not None]
+    except ParseError as e:
+        raise DialectError(f"SQL not understood: {str(e).splitlines()[0]}") from None
+    if len(trees) != 1:
+        raise DialectError("one statement at a time")
+    tree = _fix_filters(_rewrite(trees[0], tables if tables is not None else archive_columns()))
+    out = tree.sql(dialect="spark")
+    for j in range(len(bound) - 1, -1, -1):
+        out = out.replace(f"__bs_p{j}__", bound[j])
+    return out
+

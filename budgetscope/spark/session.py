@@ -1,0 +1,125 @@
+"""Starting Spark for budgetscope: a local session by default, or a cluster's master; one-line errors.
+
+`session(master)` checks what it can before the JVM starts (pyspark installed, a Java to run, a master URL
+Spark can parse, a standalone master that answers), so a Spark that cannot start says why in one line
+instead of hanging on a master that is not there or printing a Java stack.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from budgetscope.archive.errors import ArchiveError
+
+DEFAULT_MASTER = "local[2]"
+CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.adaptive.enabled": "true",
+    # Spark 4 turns ANSI mode on; budgetscope's SQL is DuckDB's, whose casts it matches either way
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.driver.memory": "4g",
+    "spark.sql.runSQLOnFiles": "false",  # no `parquet.`/path`` tables in `query`: the archive's views only
+}
+
+
+class SparkError(ArchiveError):
+    """Spark could not start or could not run a query; one line."""
+
+
+def java_problem() -> str | None:
+    """Why no Java can run Spark here, or None."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        if not (Path(home) / "bin" / "java").is_file():
+            return f"JAVA_HOME={home} has no bin/java; point it at a Java 17+ installation"
+        return None
+    if shutil.which("java") is None:
+        return "no Java found (Spark needs Java 17+: install it or set JAVA_HOME)"
+    return None
+
+
+def _check_master(master: str) -> None:
+    if master.startswith("local"):
+        return
+    if master.startswith("spark://"):
+        hosts = master[len("spark://"):].split(",")
+        for hp in hosts:
+            host, _, port = hp.rpartition(":")
+            try:
+                with socket.create_connection((host or hp, int(port or 7077)), timeout=3):
+                    return
+            except (OSError, ValueError):
+                continue
+        raise SparkError(f"Spark master {master} does not answer (no connection to {', '.join(hosts)})")
+    if master.startswith(("yarn", "k8s://", "mesos://")):
+        return
+    raise SparkError(f"--spark-master {master!r}: expected local[N], spark://HOST:PORT, yarn or k8s://URL")
+
+
+def session(master: str | None = None, app: str = "budgetscope"):
+    """A SparkSession on `master` (default local[2]). Raises SparkError (one line) when it cannot start."""
+    master = master or DEFAULT_MASTER
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkError("the spark engine needs pyspark: pip install 'budgetscope[spark]'") from None
+    problem = java_problem()
+    if problem:
+        raise SparkError(f"Spark cannot start: {problem}")
+    _check_master(master)
+    warehouse = tempfile.mkdtemp(prefix="budgetscope-spark-")  # never the working directory
+    b = SparkSession.builder.master(master).appName(app)
+    for k, v in {**CONF, "spark.sql.warehouse.dir": warehouse, "spark.local.dir": warehouse}.items():
+        b = b.config(k, v)
+    try:
+        with _quiet_stderr():
+            spark = b.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+    except Exception as e:  # noqa: BLE001 - py4j, pyspark and JVM errors alike: one line
+        raise SparkError(f"Spark cannot start on {master}: {one_line(e)}") from None
+    return spark
+
+
+class _quiet_stderr:
+    """The JVM inherits stderr when it starts: send its start-up chatter (log4j, native-library warnings) to
+    /dev/null, keeping this process's own stderr."""
+
+    def __enter__(self):
+        import sys
+
+        try:
+            sys.stderr.flush()
+            self.saved = os.dup(2)
+        except (OSError, ValueError):
+            self.saved = None
+            return self
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            os.dup2(self.saved, 2)
+            os.close(self.saved)
+
+
+def one_line(e: BaseException) -> str:
+    """The first meaningful line of a Spark, py4j or Java error."""
+    text = str(e).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("JVM stacktrace", "at ", "Traceback")):
+            continue
+        for prefix in ("py4j.protocol.Py4JJavaError: ", "An error occurred while calling"):
+            if line.startswith(prefix):
+                line = line[len(prefix):]
+        return line[:400]
+    return type(e).__name__

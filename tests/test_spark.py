@@ -1,0 +1,345 @@
+"""The report, `query` and the `requests` derivation on Spark over the archive's Parquet: the same answers as
+DuckDB's from the same SQL (transpiled), and bad input told in one line.
+
+Spark tests share one local[2] session (started once, ~10 s); they skip with one line where Java or pyspark
+is missing. The bad-input tests run the CLI, which must fail before any JVM starts, so they need neither.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from budgetscope.analysis.budgets import parse_budgets
+from budgetscope.analysis.report import build_report
+from budgetscope.archive import compaction, directory, duckdb_archive
+from budgetscope.archive import manifest as mf
+from budgetscope.archive.archive import Archive
+from budgetscope.archive.shards import shard_path
+from budgetscope.ingest import batches
+from budgetscope.ingest.files import read_batches
+from budgetscope.spark.dialect import DialectError, bind, to_spark
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
+
+
+def _spark_missing() -> str | None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed (pip install -e '.[dev]')"
+    from budgetscope.spark.session import java_problem
+
+    problem = java_problem()
+    return f"Spark needs Java: {problem}" if problem else None
+
+
+SPARK_MISSING = _spark_missing()
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+
+
+def needs_spark(f):
+    """Marked `spark`; skipped with one line where Java or pyspark is missing."""
+    return pytest.mark.spark(pytest.mark.skipif(SPARK_MISSING is not None, reason=SPARK_MISSING or "")(f))
+
+
+BUDGETS = """
+[tiers.interactive]
+percentile = 99
+ttft_ms = 800
+tpot_ms = 50
+e2e_ms = 12000
+[tiers.interactive.stages]
+network = 50
+queue = 250
+prefill = 470
+[tiers.batch]
+percentile = 95
+ttft_ms = 5000
+"""
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from budgetscope.spark.session import session
+
+    s = session("local[2]")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def big_archive(tmp_path_factory) -> Path:
+    """100,000 requests in two tiers with client spans, queueing injected into 3% of them."""
+    d = tmp_path_factory.mktemp("spark-big")
+    traces = d / "t.jsonl"
+    write_jsonl(traces, SyntheticSpec(num_requests=100_000, tiers=("interactive", "batch"), cause="queue",
+                                      rate_per_s=200))
+    with Archive(d / "a") as a:
+        a.ingest(read_batches(traces))
+    traces.unlink()
+    return d / "a"
+
+
+@pytest.fixture(scope="session")
+def sharded_archive(tmp_path_factory) -> Path:
+    """Two shards, each with re-derived requests rows left for the reader to drop (`requests_deletes`)."""
+    d = tmp_path_factory.mktemp("spark-shards")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batches, "CHUNK_BYTES", 32 << 10)
+        mp.setattr(duckdb_archive, "DERIVE_EVERY_SPANS", 700)
+        mp.setattr(directory, "MEMORY_SPANS", 1)
+        mp.setattr(compaction, "plan", lambda *a: [])  # keep every delete for the readers to apply
+        for i, shard in enumerate(("gpu-1", "gpu-2")):
+            f = d / f"{shard}.jsonl"
+            write_jsonl(f, SyntheticSpec(num_requests=400, tiers=("interactive", "batch"), spans_per_line=64,
+                                         seed=11 + i, cause="prefill"))
+            with Archive(shard_path(d / "fleet", shard)) as a:
+                a.ingest(read_batches(f))
+    for shard in ("gpu-1", "gpu-2"):
+        assert mf.read(d / "fleet" / f"shard={shard}").rows("requests_deletes") > 0
+    return d / "fleet"
+
+
+def assert_same(a, b, path="report"):
+    """Equal JSON, floats within 1e-9 relative (sums and interpolations may round differently)."""
+    if isinstance(a, float) and isinstance(b, float):
+        assert (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (path, a, b)
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (path, a.keys(), getattr(b, "keys", lambda: b)())
+        for k in a:
+            assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), (path, a, b)
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b and type(a) is type(b), (path, a, b)
+
+
+# -- the dialect (no Spark needed) ------------------------------------------------------------------------------
+def test_parameters_are_bound_as_the_same_values_on_both_engines():
+    text, bound = bind("SELECT x FROM t WHERE a = ? AND b >= ? AND c = '?' AND d IN (?, ?)", ["it's", 0.1, 7, None])
+    assert text.count("__bs_p") == 4 and "'?'" in text
+    assert bound == ["'it\\'s'", "CAST('0.1' AS DOUBLE)", "7", "NULL"]
+    with pytest.raises(DialectError):
+        bind("SELECT ?", [])
+    with pytest.raises(DialectError):
+        bind("SELECT 1", [1])
+
+
+def test_duckdb_idioms_are_carried_over():
+    q = to_spark("SELECT quantile_cont(x, [0.5, 0.99]), attributes->>'gen_ai.request.model' FROM requests")
+    assert "PERCENTILE(x, ARRAY(CAST(0.5 AS DOUBLE), CAST(0.99 AS DOUBLE)))" in q
+    assert "GET_JSON_OBJECT(attributes, '$[\\'gen_ai.request.model\\']')" in q  # one key, dots and all
+    q = to_spark("""SELECT json_transform(attributes, '{"a.b": "BIGINT", "c": "DOUBLE[]"}') AS a FROM spans""")
+    assert "FROM_JSON(attributes, 'STRUCT<`a.b`: BIGINT, `c`: ARRAY<DOUBLE>>')" in q
+    q = to_spark("SELECT 1 AS a, 2 AS b UNION ALL BY NAME SELECT 3 AS b, 4 AS a")
+    assert "BY NAME" not in q and q.index("`a`, `b` FROM (SELECT 3 AS b") > 0
+
+
+# -- Spark ------------------------------------------------------------------------------------------------------
+@needs_spark
+@pytest.mark.slow
+def test_report_on_spark_equals_duckdb_over_100k_requests(spark, big_archive):
+    from budgetscope.spark.archive import SparkArchive
+
+    budgets = parse_budgets(BUDGETS)
+    with Archive(big_archive, read_only=True) as a:
+        want = build_report(a.con, budgets)
+    with SparkArchive(big_archive, spark) as s:
+        got = build_report(s.con, budgets)
+        assert any("PERCENTILE(" in q for q in s.con.statements)  # exact quantiles, not approximations
+    assert sum(t["requests"] for t in want["tiers"]) >= 100_000
+    assert [t["name"] for t in got["tiers"]] == ["interactive", "batch"]
+    assert want["tiers"][0]["attribution"]["ttft"]["dominant"] == "queue"  # the injected cause
+    assert [t["verdict"] for t in got["tiers"]] == [t["verdict"] for t in want["tiers"]]
+    assert_same(want, got)
+
+
+@needs_spark
+@pytest.mark.parametrize("window", [False, True], ids=["whole", "one-hour-window"])
+def test_sharded_archive_with_deletes_on_spark_equals_duckdb(spark, sharded_archive, window):
+    from budgetscope.spark.archive import SparkArchive
+
+    since = until = None
+    if window:
+        since = SyntheticSpec().start_ns
+        until = since + 4 * 1_000_000_000
+    with Archive(sharded_archive, read_only=True, since_ns=since, until_ns=until) as a:
+        want_rows = a.con.execute("SELECT * FROM requests ORDER BY trace_id, server_span_id").fetchall()
+        want = build_report(a.con, None, since, until)
+    with SparkArchive(sharded_archive, spark, since_ns=since, until_ns=until) as s:
+        got_rows = s.con.execute("SELECT * FROM requests ORDER BY trace_id, server_span_id").fetchall()
+        got = build_report(s.con, None, since, until)
+    assert len(got_rows) == (800 if not window else len(want_rows)) and len(want_rows) > 0
+    assert_same(want_rows, got_rows, "requests")
+    assert_same(want, got)
+
+
+@needs_spark
+def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
+    from budgetscope.archive.query import run_query
+    from budgetscope.spark.commands import run_query as run_on_spark
+
+    sql = ("SELECT tier, count(*) AS n, quantile_cont(queue_ms, 0.99) AS q99, "
+           "max(CAST(attributes->>'gen_ai.usage.output_tokens' AS BIGINT)) AS most "
+           "FROM requests JOIN spans ON spans.trace_id = requests.trace_id AND spans.name = 'llm.request' "
+           "GROUP BY 1 ORDER BY 1")
+    want, got = run_query(sharded_archive, sql), run_on_spark(sharded_archive, sql)
+    assert got.columns == want.columns == ["tier", "n", "q99", "most"]
+    assert_same(want.rows, got.rows, "rows")
+
+
+@pytest.mark.parametrize("sql", [
+    "DELETE FROM requests",
+    "SELECT * FROM parquet.`/etc/hostname`",
+    "SELECT reflect('java.lang.System', 'exit', 1)",
+    "SELECT * FROM read_parquet('/etc/hostname')",
+    "SELECT * FROM some_table",
+])
+def test_query_on_spark_reads_only_the_archive(sql):
+    from budgetscope.spark.archive import VIEWS
+    from budgetscope.spark.commands import check_read_only
+    from budgetscope.spark.session import SparkError
+
+    with pytest.raises(SparkError) as e:
+        check_read_only(sql, VIEWS)
+    assert "\n" not in str(e.value)
+
+
+@needs_spark
+def test_derive_on_spark_gives_the_rows_of_duckdb(spark, sharded_archive, tmp_path):
+    import duckdb
+
+    from budgetscope.spark.derive import derive_duckdb, derive_spark
+
+    n_duck = derive_duckdb(sharded_archive, tmp_path / "duck")
+    n_spark = derive_spark(sharded_archive, tmp_path / "spark")
+    assert n_duck == n_spark == 800
+    con = duckdb.connect()
+    order = "ORDER BY trace_id, server_span_id"
+    want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {order}").fetchall()
+    got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {order}").fetchall()
+    assert_same(want, got, "derived")
+    # and what the writer derived at ingest (re-derived rows dropped): the same requests
+    with Archive(sharded_archive, read_only=True) as a:
+        stored = a.con.execute(f"SELECT * FROM requests {order}").fetchall()
+    assert_same(stored, got, "stored")
+
+
+
+# -- bad input: one line, exit 2, nothing written (no JVM needed) ----------------------------------------------------
+def _small(tmp_path: Path) -> Path:
+    f = tmp_path / "t.jsonl"
+    write_jsonl(f, SyntheticSpec(num_requests=200, tiers=("interactive", "batch")))
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(f))
+    f.unlink()
+    return tmp_path / "a"
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+def _cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "budgetscope.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120)
+
+
+def _segment(root: Path, table: str) -> Path:
+    return root / next(s.path for s in mf.read(root).segments if s.table == table)
+
+
+def _torn(root: Path) -> str:
+    p = _segment(root, "requests")
+    with open(p, "r+b") as f:
+        f.truncate(p.stat().st_size // 2)
+    return "not a whole Parquet file"
+
+
+def _foreign(root: Path) -> str:
+    _segment(root, "spans").write_text("trace_id,span_id\nabc,def\n")
+    return "not a whole Parquet file"
+
+
+def _missing_partition(root: Path) -> str:
+    shutil.rmtree(_segment(root, "requests").parent)
+    return "lists a segment that is not there"
+
+
+@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+@pytest.mark.parametrize("spoil", [_torn, _foreign, _missing_partition], ids=["torn", "foreign", "missing-partition"])
+def test_a_spoiled_archive_is_one_line_and_exit_2(tmp_path, spoil, engine):
+    root = _small(tmp_path)
+    said = spoil(root)
+    before, cwd = _tree(root), tmp_path / "cwd"
+    cwd.mkdir()
+    r = _cli(["report", "-a", str(root), "--engine", engine, "--format", "json"], cwd)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert said in r.stderr
+    assert _tree(root) == before and not any(cwd.iterdir())
+
+
+def _fake_java(tmp_path: Path) -> dict:
+    java = tmp_path / "fakejdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\necho 'Error: this is not a JVM' >&2\nexit 1\n")
+    java.chmod(0o755)
+    return {"JAVA_HOME": str(tmp_path / "fakejdk")}
+
+
+@pytest.mark.parametrize("case", ["no-master", "bad-master", "java-home-nowhere", "java-that-fails", "single-file"])
+def test_a_spark_that_cannot_start_is_one_line_and_exit_2(tmp_path, case):
+    if case == "java-that-fails" and SPARK_MISSING and "pyspark" in SPARK_MISSING:
+        pytest.skip(SPARK_MISSING)
+    root = _small(tmp_path)
+    args, env, said = ["report", "-a", str(root), "--engine", "spark"], {}, ""
+    if case == "no-master":
+        args += ["--spark-master", "spark://127.0.0.1:1"]
+        said = "does not answer"
+    elif case == "bad-master":
+        args += ["--spark-master", "nonsense"]
+        said = "--spark-master"
+    elif case == "java-home-nowhere":
+        env, said = {"JAVA_HOME": str(tmp_path / "nowhere")}, "JAVA_HOME"
+    elif case == "java-that-fails":
+        env, said = _fake_java(tmp_path), "Spark cannot start"
+    else:
+        with Archive(tmp_path / "old.duckdb"):
+            pass
+        args[2] = str(tmp_path / "old.duckdb")
+        said = "spark reads folder archives; convert first with budgetscope convert"
+    before, cwd = _tree(tmp_path), tmp_path / "cwd"
+    cwd.mkdir()
+    r = _cli(args, cwd, env)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert said in r.stderr
+    assert {k: v for k, v in _tree(tmp_path).items() if not k.startswith("cwd")} == before
+    assert not any(cwd.iterdir())
+
+
+@needs_spark
+@pytest.mark.slow
+def test_report_cli_on_spark_prints_the_duckdb_json(tmp_path):
+    """The whole command, its own JVM and all (one run: it costs a JVM start)."""
+    root = _small(tmp_path)
+    (tmp_path / "b.toml").write_text(BUDGETS)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    runs = {e: _cli(["report", "-a", str(root), "-b", str(tmp_path / "b.toml"), "--format", "json", "--engine", e], cwd)
+            for e in ("duckdb", "spark")}
+    assert runs["spark"].returncode == runs["duckdb"].returncode != 2, runs["spark"].stderr
+    assert runs["spark"].stderr == ""
+    assert_same(json.loads(runs["duckdb"].stdout), json.loads(runs["spark"].stdout))
+    assert not any(cwd.iterdir())
+
