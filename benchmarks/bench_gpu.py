@@ -241,8 +241,6 @@ def main() -> None:
     ap.add_argument("--modes", default="graphs,eager", help="graphs, compiled, eager (eager at batch 1 only)")
     ap.add_argument("--no-tape", action="store_true", help="do not record the NVML tape")
     ap.add_argument("--no-sampler-cost", action="store_true")
-    ap.add_argument("--no-phases", action="store_true", help="skip the CUDA call costs and the step breakdown")
-    ap.add_argument("--attention", default="sdpa", help="decode attention(s) to measure: sdpa, matmul")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -255,12 +253,8 @@ def main() -> None:
 
     prompt_len, max_tokens = 128, 512
     figures["decode"] = []
-    import budgetscope.engine.model as model_module
-
-    for batch, mode, attention in [(int(b), m, a) for a in args.attention.split(",") for b in args.batches.split(",")
-                                   for m in args.modes.split(",")]:
-        model_module.DECODE_ATTENTION = attention
-        if True:
+    for batch in [int(b) for b in args.batches.split(",")]:
+        for mode in args.modes.split(","):
             if mode == "eager" and batch != 1:
                 continue
             eager = mode == "eager"
@@ -292,7 +286,7 @@ def main() -> None:
                 tape.join()
                 holder["tape"].save(str(out / "nvml_tape.json"))
             sampler.stop()
-            r.update(mode=mode, attention=attention, eager=eager, build_s=build_s, fraction_of_copy=r["estimated_bytes_per_s"] / bw,
+            r.update(mode=mode, eager=eager, build_s=build_s, fraction_of_copy=r["estimated_bytes_per_s"] / bw,
                      graphs=engine.runner.graphs.num_graphs if engine.runner.graphs else 0,
                      capture_s=engine.runner.graphs.capture_s if engine.runner.graphs else 0.0)
             r["gpm"] = gpm_over(sink.points, r.pop("windows"))
@@ -300,7 +294,7 @@ def main() -> None:
             if g["gpm_bytes_per_s"]:
                 r["gpm_over_estimate"] = g["gpm_bytes_per_s"] / r["estimated_bytes_per_s"]
             figures["decode"].append(r)
-            print(f"1b batch {batch:>2} {mode:>8} {attention:>6}: {r['tokens_per_s']:,.0f} tok/s, step "
+            print(f"1b batch {batch:>2} {mode:>8}: {r['tokens_per_s']:,.0f} tok/s, step "
                   f"{r['step_ms_median']:.3f} ms (p99 {r['step_ms_p99']:.3f}), {r['bytes_per_step_mean'] / 1e9:.3f} GB "
                   f"a step -> {r['estimated_bytes_per_s'] / 1e12:.3f} TB/s = {100 * r['fraction_of_copy']:.1f}% of copy; "
                   f"GPM DRAM {g['dram_util_mean']} of peak {g['peak_bytes_per_s']} over {g['samples']} samples "
@@ -308,10 +302,6 @@ def main() -> None:
             del engine
             torch.cuda.empty_cache()
 
-    model_module.DECODE_ATTENTION = args.attention.split(",")[0]
-    if args.no_phases:
-        (out / "gpu_figures.json").write_text(json.dumps(figures, indent=2, default=str))
-        return
     figures["cuda_call_costs_us"] = cuda_call_costs()
     print(f"CUDA call host costs (us): {figures['cuda_call_costs_us']}", flush=True)
     first = args.modes.split(",")[0]

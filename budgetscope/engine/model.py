@@ -15,9 +15,6 @@ from budgetscope.engine.batch import Batch
 from budgetscope.engine.model_config import ModelConfig
 
 
-DECODE_ATTENTION = "sdpa"  # or "matmul": decode rows' attention (benchmarks/bench_gpu.py measures both)
-
-
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -128,26 +125,11 @@ class LlamaAttention(nn.Module):
 
     def _decode(self, q, k_cache, v_cache, batch: Batch) -> torch.Tensor:
         """One query row per sequence against its gathered, padded context: [B, H, D]."""
-        if DECODE_ATTENTION == "matmul":
-            return self._decode_matmul(q, k_cache, v_cache, batch)
         keys = k_cache[batch.decode_context_slots].transpose(1, 2)  # [B, KVH, L, D]
         values = v_cache[batch.decode_context_slots].transpose(1, 2)
         mask = None if batch.decode_context_mask is None else batch.decode_context_mask[:, None, None, :]
         out = F.scaled_dot_product_attention(q.unsqueeze(2), keys, values, attn_mask=mask, enable_gqa=True)
         return out.squeeze(2)
-
-    def _decode_matmul(self, q, k_cache, v_cache, batch: Batch) -> torch.Tensor:
-        """The same attention as two batched matmuls over grouped heads (query head h reads K/V head
-        h // group, as SDPA's enable_gqa): fewer kernels than SDPA's general path at decode's one query row."""
-        slots = batch.decode_context_slots
-        b, kvh, d = slots.shape[0], self.num_kv_heads, self.head_dim
-        keys = k_cache[slots].permute(0, 2, 3, 1)  # [B, KVH, D, L]
-        values = v_cache[slots].transpose(1, 2)  # [B, KVH, L, D]
-        scores = torch.matmul(q.view(b, kvh, -1, d), keys).float() * (d ** -0.5)  # [B, KVH, G, L]
-        if batch.decode_context_mask is not None:
-            scores = scores.masked_fill(~batch.decode_context_mask[:, None, None, :], float("-inf"))
-        out = torch.matmul(scores.softmax(dim=-1).to(q.dtype), values)  # [B, KVH, G, D]
-        return out.reshape(b, self.num_heads, d)
 
 
 def _sdpa(q, k, v, is_causal=False, mask=None) -> torch.Tensor:
