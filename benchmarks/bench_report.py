@@ -86,18 +86,19 @@ def timed(archive: Path, budgets, runs: int, since_ns: int | None = None, until_
     t = time.perf_counter()
     with Archive(archive, read_only=True, since_ns=since_ns, until_ns=until_ns) as a:
         opened = time.perf_counter() - t
-        times, rep, read = [], None, []
+        times, rep, read, cpu = [], None, [], []
         for _ in range(runs):
-            t, b = time.perf_counter(), read_bytes()
+            t, b, c = time.perf_counter(), read_bytes(), time.process_time()
             rep = build_report(a.con, budgets, since_ns, until_ns)
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
             read.append(read_bytes() - b)
         chosen = {}
         if hasattr(a, "files"):  # a folder: the segment files its reader chose (those of the window)
             for table in ("requests", "requests_deletes", "spans", "gpu_samples"):
                 files = a.files(table)
                 chosen[table] = (len(files), sum(f.stat().st_size for f in files))
-    return {"open": opened, "times": times, "requests": sum(t["requests"] for t in rep["tiers"]) +
+    return {"open": opened, "times": times, "cpu": cpu, "requests": sum(t["requests"] for t in rep["tiers"]) +
             sum(rep["unbudgeted_tiers"].values()), "files": chosen, "read": read}
 
 
@@ -105,7 +106,8 @@ def describe(label: str, r: dict) -> str:
     ts = r["times"]
     warm = ts[1:] or ts
     return (f"{label}: {r['requests']:,} requests; open {r['open']:.2f} s, first {ts[0]:.2f} s, "
-            f"warm median {statistics.median(warm):.2f} s (min {min(warm):.2f}, max {max(warm):.2f}, {len(warm)} runs); "
+            f"warm median {statistics.median(warm):.2f} s (min {min(warm):.2f}, max {max(warm):.2f}, {len(warm)} runs; "
+            f"CPU {statistics.median(r['cpu'][1:] or r['cpu']):.2f} s a warm run, every thread); "
             f"read {r['read'][0] / 1e6:,.0f} MB from files in the first, {statistics.median(r['read'][1:] or r['read']) / 1e6:,.0f} "
             "MB in a warm one")
 
