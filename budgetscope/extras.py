@@ -12,6 +12,7 @@ EXTRA_OF_MODULE = {
     "opentelemetry.sdk": "instrument", "opentelemetry.exporter": "instrument",
     # the rest
     "streamlit": "dashboard", "plotly": "dashboard", "pynvml": "gpu", "polars": "polars",
+    "pyspark": "spark", "sqlglot": "spark",
 }
 """Top-level module (or dotted prefix) → the extra that installs it."""
 
@@ -20,6 +21,7 @@ MODULES_OF_EXTRA = {
     "dashboard": ("streamlit", "plotly"),
     "gpu": ("pynvml",),
     "polars": ("polars",),
+    "spark": ("pyspark", "sqlglot"),
 }
 
 
