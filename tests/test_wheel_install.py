@@ -23,9 +23,17 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-# What a source tree holds that a wheel is not built from (build outputs, environments, other runs' files).
-_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".whl", "build", "dist", "*.egg-info", "__pycache__", "*.so",
-                                     "bench-out", "demo-out", "test-artifacts", ".pytest_cache", "*.duckdb.wal")
+
+
+def _copy_sources(dest: Path) -> None:
+    """The tree's source files (tracked, or new and not ignored), without tests, build outputs or environments."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in names:
+        src = ROOT / name
+        if name and not name.startswith("tests/") and src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +41,7 @@ def wheel(tmp_path_factory) -> Path:
     """The wheel, built from a copy of the tree (a build in place would race other runs over ./build)."""
     root = tmp_path_factory.mktemp("wheel")
     src = root / "src"
-    shutil.copytree(ROOT, src, ignore=_NOT_SOURCE)
-    shutil.rmtree(src / "tests")
+    _copy_sources(src)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(root / "dist"), str(src)], check=True, capture_output=True, timeout=300)
     return next((root / "dist").glob("budgetscope-*.whl"))
