@@ -175,6 +175,7 @@ class ArchiveWriter:
         # are recorded as pending in the same transaction), and `requests` rows are derived when the queue
         # is idle or every DERIVE_EVERY_S: deriving costs about as much as landing a group.
         last_derive = time.monotonic()
+        landed_before = 0  # spans landed by the last commit
         try:
             while True:
                 wait = max(0.0, DERIVE_EVERY_S - (time.monotonic() - last_derive))
@@ -189,8 +190,15 @@ class ArchiveWriter:
                 elif item is not None:
                     self._ingest(item)
                 if item is None or time.monotonic() - last_derive >= DERIVE_EVERY_S:
+                    started = time.monotonic()
                     self._derive()
-                    last_derive = time.monotonic()
+                    # A commit of a quiet stream is mostly fixed cost: the next is due a second after this one
+                    # began (an export waits about a second plus one commit to be read). One of a busy stream
+                    # waits a whole second after its end: fewer commits, less of their fixed cost.
+                    with self._lock:
+                        spans = self.stats.spans
+                    busy = spans - landed_before >= LAND_EVERY_SPANS
+                    last_derive, landed_before = time.monotonic() if busy else started, spans
         finally:
             if self._archive is not None:
                 self._derive()
