@@ -50,12 +50,28 @@ def runs(con, budgets, n: int) -> tuple[list[float], dict]:
     return times, rep
 
 
+def sizes(archive: str) -> None:
+    """Bytes on disk per table (the manifest's committed segments), per span and per request."""
+    with Archive(archive, read_only=True) as a:
+        by = {t: sum(f.stat().st_size for f in a.files(t))
+              for t in ("spans", "requests", "requests_deletes", "ingest_batches", "gpu_samples", "server_metrics")}
+        spans, requests = a.con.execute("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM requests)").fetchone()
+    total = sum(by.values())
+    print(f"on disk: {total / 1e6:,.0f} MB for {spans:,} spans and {requests:,} requests = {total / spans:.1f} B a span "
+          f"all-in; spans {by['spans'] / spans:.1f} B a span, requests {by['requests'] / requests:.1f} B a request "
+          f"({by['requests'] / spans:.1f} B a span); " + ", ".join(f"{t} {b / 1e6:,.1f} MB" for t, b in by.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--archive", required=True)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--runs", type=int, default=3, help="reports per engine (the first is the cold one)")
+    ap.add_argument("--sizes-only", action="store_true", help="print the archive's bytes per table and per span, and stop")
     args = ap.parse_args()
+    sizes(args.archive)
+    if args.sizes_only:
+        return
     budgets = parse_budgets(BUDGETS)
     load = os.getloadavg()[0]
 
@@ -72,7 +88,7 @@ def main() -> None:
           f"{statistics.median(d_times[1:] or d_times):.2f} s ({d_times})", flush=True)
 
     from budgetscope.spark.archive import SparkArchive
-    from budgetscope.spark.session import session
+    from budgetscope.spark.session import session, stop
 
     t = time.perf_counter()
     spark = session(args.master)
@@ -83,7 +99,7 @@ def main() -> None:
         opened = time.perf_counter() - t
         s_times, s_rep = runs(s.con, budgets, args.runs)
         scans = len(s.con.statements) // args.runs
-    spark.stop()
+    stop(spark)
     warm = statistics.median(s_times[1:] or s_times)
     print(f"spark {args.master} ({cores} cores): session start {started:.1f} s, views {opened:.1f} s; report first "
           f"{s_times[0]:.2f} s, warm median {warm:.2f} s ({[round(x, 2) for x in s_times]}); {scans} statements a report")

@@ -67,11 +67,11 @@ ttft_ms = 5000
 
 @pytest.fixture(scope="session")
 def spark():
-    from budgetscope.spark.session import session
+    from budgetscope.spark.session import session, stop
 
     s = session("local[2]")
     yield s
-    s.stop()
+    stop(s)
 
 
 @pytest.fixture(scope="session")

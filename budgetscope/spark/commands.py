@@ -19,7 +19,7 @@ def spark_archive(path: str | os.PathLike, master: str | None = None, since_ns: 
     """A SparkArchive of `path` on a fresh session of `master`, stopped on exit. Everything is checked that can
     be before Spark starts: the archive's manifests and segments first, then Java and the master."""
     from budgetscope.spark.archive import Segments, SparkArchive
-    from budgetscope.spark.session import session
+    from budgetscope.spark.session import session, stop
 
     Segments(path, since_ns, until_ns)  # a bad archive is told without waiting for a JVM
     running = active_session()
@@ -30,7 +30,7 @@ def spark_archive(path: str | os.PathLike, master: str | None = None, since_ns: 
     finally:
         if running is None:
             with contextlib.suppress(Exception):
-                spark.stop()
+                stop(spark)
 
 
 def active_session():

@@ -7,6 +7,7 @@ instead of hanging on a master that is not there or printing a Java stack.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -16,6 +17,7 @@ from pathlib import Path
 from budgetscope.archive.errors import ArchiveError
 
 DEFAULT_MASTER = "local[2]"
+LOCAL_DRIVER_MEMORY = "4g"
 CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -24,7 +26,6 @@ CONF = {
     "spark.sql.adaptive.enabled": "true",
     # Spark 4 turns ANSI mode on; budgetscope's SQL is DuckDB's, whose casts it matches either way
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-    "spark.driver.memory": "4g",
     "spark.sql.runSQLOnFiles": "false",  # no `parquet.`/path`` tables in `query`: the archive's views only
 }
 
@@ -75,16 +76,34 @@ def session(master: str | None = None, app: str = "budgetscope"):
         raise SparkError(f"Spark cannot start: {problem}")
     _check_master(master)
     warehouse = tempfile.mkdtemp(prefix="budgetscope-spark-")  # never the working directory
+    atexit.register(shutil.rmtree, warehouse, True)
     b = SparkSession.builder.master(master).appName(app)
-    for k, v in {**CONF, "spark.sql.warehouse.dir": warehouse, "spark.local.dir": warehouse}.items():
+    conf = {**CONF, "spark.sql.warehouse.dir": warehouse, "spark.local.dir": warehouse}
+    if master.startswith("local") and not os.environ.get("SPARK_DRIVER_MEMORY"):
+        # in local mode the driver is the executor: Spark's 1g default is too small for exact percentiles
+        # (every distinct value of a column is held, ~50 bytes each); SPARK_DRIVER_MEMORY overrides
+        conf["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+    for k, v in conf.items():
         b = b.config(k, v)
     try:
         with _quiet_stderr():
             spark = b.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
     except Exception as e:  # noqa: BLE001 - py4j, pyspark and JVM errors alike: one line
+        shutil.rmtree(warehouse, True)
         raise SparkError(f"Spark cannot start on {master}: {one_line(e)}") from None
+    spark._budgetscope_tmp = warehouse  # stop() removes it
     return spark
+
+
+def stop(spark) -> None:
+    """Stop a session that `session()` started, and remove its scratch folder."""
+    try:
+        spark.stop()
+    finally:
+        tmp = getattr(spark, "_budgetscope_tmp", None)
+        if tmp:
+            shutil.rmtree(tmp, True)
 
 
 class _quiet_stderr:
