@@ -24,7 +24,7 @@ CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.adaptive.enabled": "true",
-    # Spark 4 turns ANSI mode on; budgetscope's SQL is DuckDB's, whose casts it matches either way
+    # segments are read by their paths from the manifests: no partition columns are inferred from the folders
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     "spark.sql.runSQLOnFiles": "false",  # no `parquet.`/path`` tables in `query`: the archive's views only
 }
