@@ -33,6 +33,9 @@ def engine():
 @click.option("--max-prompt-tokens", type=int, default=0, help="Longer prompts get 400 (0: max-model-len - 1).")
 @click.option("--max-output-tokens", type=int, default=0, help="Larger max_tokens get 400 (0: max-model-len - 1).")
 @click.option("--request-timeout", type=float, default=0.0, help="Default per-request deadline, seconds (0: none).")
+@click.option("--deadline-admission/--no-deadline-admission", default=True, show_default=True,
+              help="429 at once (with Retry-After) for a request with a deadline that the measured service rate "
+                   "says cannot start in time.")
 @click.option("--no-chunked-prefill", is_flag=True, help="Schedule each prompt whole.")
 @click.option("--no-prefix-caching", is_flag=True, help="Never reuse KV blocks across requests.")
 @click.option("--tier-priority", multiple=True, metavar="TIER=N",
@@ -50,7 +53,8 @@ def engine():
 @click.option("--exporter", default=None, help='Span exporter: "otlp", "console", "jsonl:PATH" (default: OTEL_*).')
 @click.option("--log-level", default="info", show_default=True)
 def serve(model, checkpoint, served_model_name, host, port, max_batched_tokens, max_seqs, kv_blocks, block_size,
-          max_model_len, max_waiting, max_prompt_tokens, max_output_tokens, request_timeout, no_chunked_prefill,
+          max_model_len, max_waiting, max_prompt_tokens, max_output_tokens, request_timeout, deadline_admission,
+          no_chunked_prefill,
           no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, instrument, exporter, log_level):
     """Serve /v1/completions and /v1/chat/completions (OpenAI-compatible, SSE streaming), /v1/models,
     /health and /metrics, with the engine stepping on its own thread.
@@ -78,7 +82,7 @@ def serve(model, checkpoint, served_model_name, host, port, max_batched_tokens, 
             max_num_batched_tokens=max_batched_tokens, max_num_seqs=max_seqs,
             enable_chunked_prefill=not no_chunked_prefill, enable_prefix_caching=not no_prefix_caching,
             max_waiting=max_waiting, max_prompt_tokens=max_prompt_tokens, max_output_tokens=max_output_tokens,
-            request_timeout_s=request_timeout, tier_priorities=priorities, num_threads=threads,
+            request_timeout_s=request_timeout, deadline_admission=deadline_admission, tier_priorities=priorities, num_threads=threads,
             enforce_eager=enforce_eager, compile=compile_,
         )
         telemetry = Telemetry.create(enabled=instrument, exporter=exporter)

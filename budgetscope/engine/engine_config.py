@@ -31,6 +31,7 @@ class EngineConfig:
     default_max_tokens: int = 16  # /v1/completions default, as in the OpenAI API
     default_chat_max_tokens: int = 256
     request_timeout_s: float = 0.0  # per-request deadline from receive; 0: none unless the request sets one
+    deadline_admission: bool = True  # 429 at once for a request the measured service rate cannot start in time
     tier_priorities: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_TIER_PRIORITIES))
     num_threads: int = 0  # torch intra-op threads on cpu; 0: leave torch's default
     enforce_eager: bool = False  # True: no CUDA graphs for decode steps (on cpu there are none anyway)

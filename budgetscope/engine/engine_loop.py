@@ -6,7 +6,9 @@ import gc
 import logging
 import math
 import threading
+import time
 
+from budgetscope.engine.admission import ServiceRate, refusal
 from budgetscope.engine.errors import RequestError
 from budgetscope.gil import short_switch_interval
 from budgetscope.engine.llm_engine import LLMEngine
@@ -34,6 +36,8 @@ class EngineLoop:
         self._inbox: list[Sequence] = []
         self._aborts: list[tuple[Sequence, str, str]] = []
         self._num_waiting = 0  # scheduler's waiting count after the last step, read by submit()
+        self._waiting_by_priority: dict[int, int] = {}  # the same, per priority
+        self.service = ServiceRate()  # measured on this thread, read by submit() for deadline-aware admission
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="budgetscope-engine", daemon=True)
 
@@ -56,15 +60,31 @@ class EngineLoop:
         return self._num_waiting + len(self._inbox)
 
     def submit(self, seq: Sequence) -> None:
-        """Enqueue seq (marks its queue stage); RequestError(429) when the waiting queue is full."""
+        """Enqueue seq (marks its queue stage); RequestError(429) when the waiting queue is full, or when seq has
+        a deadline that the measured service rate says it cannot start in time (engine/admission.py)."""
         limit = self.engine.config.max_waiting
         with self._cond:
             if limit and self._num_waiting + len(self._inbox) >= limit:
                 raise RequestError(429, f"the engine is overloaded: {limit} requests already waiting",
                                    type="rate_limit_exceeded", retry_after_s=self.retry_after_s())
+            if self.engine.config.deadline_admission and seq.deadline_ns is not None:
+                self._admit_by_deadline(seq)
             seq.trace.mark("queue")
             self._inbox.append(seq)
             self._cond.notify()
+
+    def _admit_by_deadline(self, seq: Sequence) -> None:
+        """RequestError(429) when the requests ahead of seq, at the measured service rate, outlast its deadline."""
+        ahead = sum(n for p, n in self._waiting_by_priority.items() if p <= seq.priority)
+        ahead += sum(1 for s in self._inbox if s.priority <= seq.priority)
+        deadline_s = (seq.deadline_ns - time.time_ns()) / 1e9
+        retry = refusal(self.service, deadline_s, ahead)
+        if retry is not None:
+            self.engine.metrics.deadline_refusals += 1
+            rate = self.service.rate_per_s() or 0.0
+            raise RequestError(429, f"the engine cannot start this request within its deadline of {deadline_s:.2f} s: "
+                                    f"{ahead} requests ahead at {rate:.1f} requests/s",
+                               type="rate_limit_exceeded", retry_after_s=retry)
 
     def abort(self, seq: Sequence, outcome: str = "cancelled", reason: str = "abort") -> None:
         """Finish seq at the next step boundary and free its blocks."""
@@ -101,11 +121,20 @@ class EngineLoop:
                 engine.abort(seq, outcome, reason)
             try:
                 if engine.has_work:
-                    engine.step()
+                    self._observe(engine.step())
             except Exception:  # a failed step fails its requests, never the server
                 log.exception("engine step failed; failing every request in flight")
                 self._fail_all()
             self._num_waiting = engine.scheduler.num_waiting
+            self._waiting_by_priority = {p: len(q) for p, q in list(engine.scheduler.waiting.items())}
+            self.service.observe_busy(engine.has_work)
+
+    def _observe(self, touched: list[Sequence]) -> None:
+        """Feed the service rate with the requests that finished ok in this step."""
+        now = time.monotonic_ns()
+        for seq in touched:
+            if seq.is_finished and seq.outcome == "ok" and seq.admitted_mono_ns is not None:
+                self.service.observe_finish(now - seq.admitted_mono_ns, now)
 
     def _fail_all(self) -> None:
         sched = self.engine.scheduler

@@ -46,6 +46,7 @@ class EngineMetrics:
         self.generation_tokens = 0
         self.cached_tokens = 0
         self.steps = 0
+        self.deadline_refusals = 0  # 429s of deadline-aware admission (also counted in requests_total rejected)
 
     def observe_token(self, seq, now_ns: int) -> None:
         """A new token of seq at now_ns: TTFT for the first, ITL for the rest."""
@@ -81,6 +82,8 @@ class EngineMetrics:
         with self.lock:
             metric("preemptions_total", "counter", "Sequences preempted (recompute).", [f"{PREFIX}preemptions_total {sched.num_preemptions}"])
             metric("steps_total", "counter", "Engine steps run.", [f"{PREFIX}steps_total {self.steps}"])
+            metric("deadline_refusals_total", "counter", "Requests refused at once: not startable within their deadline.",
+                   [f"{PREFIX}deadline_refusals_total {self.deadline_refusals}"])
             metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [f"{PREFIX}prompt_tokens_total {self.prompt_tokens}"])
             metric("prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", [f"{PREFIX}prefix_cache_hit_tokens_total {self.cached_tokens}"])
             metric("generation_tokens_total", "counter", "Output tokens generated.", [f"{PREFIX}generation_tokens_total {self.generation_tokens}"])

@@ -173,6 +173,7 @@ class Scheduler:
             if not seq.is_admitted:
                 seq.is_admitted = True
                 seq.num_cached_tokens = num_cached
+                seq.admitted_mono_ns = time.monotonic_ns()
             self.running.append(seq)
             seq.trace.mark("prefill")
             batch.add(seq, num_new)

@@ -33,7 +33,7 @@ class Sequence:
         "arrival_ns", "deadline_ns", "status", "block_table", "block_hashes", "num_computed_tokens",
         "num_hashed_blocks",
         "num_cached_tokens", "is_admitted", "num_preemptions", "finish_reason", "outcome", "trace",
-        "on_output", "first_token_ns", "last_token_ns", "generator",
+        "on_output", "first_token_ns", "last_token_ns", "generator", "admitted_mono_ns",
     )
 
     def __init__(
@@ -77,6 +77,7 @@ class Sequence:
         self.first_token_ns: int | None = None
         self.last_token_ns: int | None = None
         self.generator = None  # a torch.Generator when params.seed is set (made by the sampler)
+        self.admitted_mono_ns: int | None = None  # monotonic ns of the first schedule (deadline-aware admission)
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -1,0 +1,96 @@
+"""Deadline-aware admission: the measured service rate, the decision, and the server's 429 over real HTTP."""
+
+import threading
+
+import pytest
+
+from budgetscope.engine.admission import ServiceRate, refusal
+
+S = 1_000_000_000
+
+
+def _rate_with(finishes_at_s: list[float], run_s: float = 0.1, busy_since_s: float | None = 0.0) -> ServiceRate:
+    rate = ServiceRate(window_s=10.0, min_finishes=4)
+    if busy_since_s is not None:
+        rate.observe_busy(True, int(busy_since_s * S))
+    for t in finishes_at_s:
+        rate.observe_finish(int(run_s * S), int(t * S))
+    return rate
+
+
+def test_rate_is_finishes_over_busy_time_in_the_window():
+    rate = _rate_with([1, 2, 3, 4, 5])  # 5 finishes in 5 s of busy time
+    assert rate.rate_per_s(5 * S) == pytest.approx(1.0)
+    assert rate.run_s() == pytest.approx(0.1)
+    # finishes older than the window leave it
+    assert rate.rate_per_s(14 * S) is None  # 1 and 2 and 3 gone: too few left
+
+
+def test_an_idle_gap_does_not_count_as_service_time():
+    rate = _rate_with([1.0, 1.5, 1.7, 2.0], busy_since_s=0.0)
+    rate.observe_busy(False, 2 * S)  # idle from 2 s to 9 s
+    rate.observe_busy(True, 9 * S)
+    assert rate.rate_per_s(10 * S) == pytest.approx(4 / 3.0)  # 4 finishes in 2 + 1 s of busy time
+
+
+def test_refusal_needs_evidence_someone_ahead_and_a_deadline():
+    rate = _rate_with([1, 2, 3, 4, 5], run_s=0.5)  # 1 request/s, runs of 0.5 s
+    now = 5 * S
+    assert refusal(rate, None, 10, now) is None  # no deadline: always admitted
+    assert refusal(rate, 1.0, 0, now) is None  # nobody ahead: starts now
+    assert refusal(ServiceRate(), 1.0, 10, now) is None  # no evidence yet
+    assert refusal(rate, 3.0, 2, now) is None  # 2 s of wait + 0.5 s run fits 3 s
+    retry = refusal(rate, 2.0, 2, now)  # 2 s wait, only 1.5 s of slack
+    assert retry == 1
+    assert refusal(rate, 2.0, 30, now) == 29  # 30 s of wait - 1.5 s slack, rounded up
+    assert refusal(rate, 2.0, 1000, now) == 60  # capped
+
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("torch")
+
+from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
+from engine_fixtures import running_server, wait_for  # noqa: E402
+
+
+def _busy_server(deadline_admission: bool):
+    return running_server(EngineConfig(model="tiny", max_model_len=2048, num_kv_blocks=256, max_num_seqs=1,
+                                       max_num_batched_tokens=64, deadline_admission=deadline_admission))
+
+
+@pytest.mark.parametrize("deadline_admission", [True, False])
+def test_a_request_that_cannot_start_in_time_gets_429_at_once(deadline_admission):
+    with _busy_server(deadline_admission) as (url, engine):
+        for _ in range(5):
+            assert httpx.post(f"{url}/v1/completions", json={"prompt": "short", "max_tokens": 2}).status_code == 200
+        hog = {"prompt": "hog", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+        waiters = []
+        with httpx.stream("POST", f"{url}/v1/completions", json=hog) as first:
+            lines = first.iter_lines()
+            next(lines)  # running: holds the only sequence slot
+            for i in range(3):
+                t = threading.Thread(target=httpx.post, args=(f"{url}/v1/completions",),
+                                     kwargs={"json": {"prompt": f"wait {i}", "max_tokens": 2}, "timeout": 60})
+                t.start()
+                waiters.append(t)
+            assert wait_for(lambda: engine.scheduler.num_waiting == 3)
+            late = httpx.post(f"{url}/v1/completions", json={"prompt": "in a hurry", "max_tokens": 2},
+                              headers={"x-budgetscope-deadline-ms": "50"}, timeout=30)
+            patient = threading.Thread(target=httpx.post, args=(f"{url}/v1/completions",),
+                                       kwargs={"json": {"prompt": "patient", "max_tokens": 2,
+                                                        "budgetscope_deadline_ms": 600_000}, "timeout": 60})
+            patient.start()
+            assert wait_for(lambda: engine.scheduler.num_waiting == 4)  # the patient one was admitted
+            waiters.append(patient)
+        for t in waiters:
+            t.join(60)
+        metrics = httpx.get(f"{url}/metrics").text
+    if deadline_admission:
+        assert late.status_code == 429
+        assert int(late.headers["retry-after"]) >= 1
+        assert late.json()["error"]["type"] == "rate_limit_exceeded"
+        assert "within its deadline" in late.json()["error"]["message"]
+        assert "budgetscope_engine_deadline_refusals_total 1" in metrics
+    else:  # admitted, then it waited past its deadline in the queue
+        assert late.status_code == 504
+        assert "budgetscope_engine_deadline_refusals_total 0" in metrics
