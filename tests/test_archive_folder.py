@@ -307,3 +307,46 @@ def test_the_collectors_working_set_drops_what_it_held_past_hold_and_reads_it_ba
         a.close()
     assert rows(tmp_path / "a", "SELECT count(*), bool_and(has_client_span), min(network_ms) FROM requests") == [
         (1, True, 8.0)]
+
+
+@pytest.mark.parametrize("ahead_s", [5, 3600 * 24])
+def test_a_late_span_of_a_dropped_trace_is_read_back_whatever_the_producers_clock(tmp_path, ahead_s):
+    """The working set dropped a trace's first spans; its later spans started after that (a long decode, or a
+    producer whose clock runs ahead of the collector's). They are derived with the dropped spans, and the row
+    they replace is superseded: one row per trace, every stage in it."""
+    import time
+
+    _, spans = native_request(arrival=time.time_ns() + ahead_s * 10**9, client=(5, 3))
+    first, late = tmp_path / "first.jsonl", tmp_path / "late.jsonl"
+    first.write_text(jsonl(export([s for s in spans if s["name"] != "llm.client.request"])))
+    late.write_text(jsonl(export([s for s in spans if s["name"] == "llm.client.request"], service="loadgen")))
+    a = directory.DirectoryArchive(tmp_path / "a", durable=True, hold_s=0, compact=False)
+    try:
+        a.ingest(read_batches(first), derive=False)
+        a.commit()
+        assert a.con.execute("SELECT count(*) FROM spans").fetchall() == [(0,)]
+        a.ingest(read_batches(late), derive=False)
+        a.commit()
+    finally:
+        a.close()
+    assert rows(tmp_path / "a", "SELECT count(*), bool_and(has_client_span), min(network_ms), min(queue_ms) "
+                "FROM requests") == [(1, True, 8.0, 10.0)]
+
+
+def test_a_restarted_collector_reads_back_a_trace_the_last_one_published(tmp_path):
+    """A new writer holds none of the published traces: the late spans of one the last writer published (their
+    producer's clock ahead of the collector's) are derived with its first spans, as one row."""
+    import time
+
+    _, spans = native_request(arrival=time.time_ns() + 60 * 10**9, client=(5, 3))
+    first, late = tmp_path / "first.jsonl", tmp_path / "late.jsonl"
+    first.write_text(jsonl(export([s for s in spans if s["name"] != "llm.client.request"])))
+    late.write_text(jsonl(export([s for s in spans if s["name"] == "llm.client.request"], service="loadgen")))
+    for f in (first, late):
+        a = directory.DirectoryArchive(tmp_path / "a", durable=True, compact=False)
+        try:
+            a.ingest(read_batches(f), derive=False)
+        finally:
+            a.close()
+    assert rows(tmp_path / "a", "SELECT count(*), bool_and(has_client_span), min(network_ms), min(queue_ms) "
+                "FROM requests") == [(1, True, 8.0, 10.0)]

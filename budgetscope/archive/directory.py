@@ -42,11 +42,19 @@ that cost grows with what it holds (with 2M spans held, the collector stored 66,
 300,000, 105,000, docs/benchmarks.md). Published traces of which a span arrives later are read back."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
+DROPPED_MAX = 2_000_000
+"""The collector's working set remembers (by a 64-bit hash, 16 bytes each) this many of the traces it dropped
+most recently: a new span of one of them brings the trace's published spans back whatever its timestamps say.
+A trace dropped before those is looked for only if its new spans started before it was forgotten."""
+SEED_SPANS = 2_000_000
+"""A collector opening an archive remembers the traces of its newest span segments, up to this many spans, as
+dropped (a restart must not derive the rest of a trace without its first spans)."""
 
 _STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS bs_derived (trace_id VARCHAR)",
     "CREATE TABLE IF NOT EXISTS bs_superseded (trace_id VARCHAR, arrival_ns BIGINT)",
     "CREATE TABLE IF NOT EXISTS bs_state (key VARCHAR PRIMARY KEY, value BIGINT)",
+    "CREATE TABLE IF NOT EXISTS bs_dropped (h UBIGINT, at_ns BIGINT)",  # traces the working set let go of
 )
 
 _PUBLISH = {  # table -> rows new since the last commit ({w}: the last published batch id)
@@ -122,7 +130,7 @@ class DirectoryArchive:
         self.deferred_bytes = 0
         self._spool_lock = threading.Lock()  # `accept` may run on another thread than the rest
         self._spool_cut = 0  # spool files up to this number hold only batches landed in the working set
-        self._pruned_until_ns = time.time_ns()  # spans of batches that landed before may be in segments only
+        self._forgot_until_ns = 0  # traces dropped before this may have left `bs_dropped` (see DROPPED_MAX)
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
         try:
@@ -139,6 +147,8 @@ class DirectoryArchive:
         self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
         self.hot.track_derivations = True
         self._setup_state()
+        if durable:
+            self._seed_dropped()
         from budgetscope.archive.compaction import Compactor
 
         self.compactor = Compactor(self) if compact else None
@@ -310,21 +320,27 @@ class DirectoryArchive:
         """Bring back into the working set the published spans (and live requests rows) of pending traces
         that it may lack, so that derivation sees whole traces and supersedes the rows it replaces.
 
-        `ingest` empties the working set when it is full, and any pending trace may have published spans; the
-        collector's keeps what landed since `_pruned_until_ns` (at most `hold_s` ago), so only traces whose spans
-        started before that are looked for."""
+        `ingest` empties the working set when it is full, and any pending trace may have published spans: all are
+        looked for. The collector's looks only for the traces it dropped (`bs_dropped`, by hash: a collision
+        costs a look, never a row), and, past what that remembers, for those whose new spans started before
+        it was forgotten."""
         con, m = self.hot.con, self.manifest
         if not m.files("spans"):
             return
-        horizon = max(self._pruned_until_ns, time.time_ns() - int(self.hold_s * 1e9))
-        recent = "" if not self.durable else f"HAVING min(s.start_ns) < {horizon}"
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_look AS
-            SELECT s.trace_id, min(s.start_ns) AS lo, max(s.end_ns) AS hi FROM spans s
-            WHERE s.batch_id > ? AND s.trace_id IN (SELECT trace_id FROM pending_traces)
-            GROUP BY s.trace_id {recent}""", [m.published_batch])
+        new = """SELECT s.trace_id, min(s.start_ns) AS lo, max(s.end_ns) AS hi FROM spans s
+            WHERE s.batch_id > ? AND s.trace_id IN (SELECT trace_id FROM pending_traces) GROUP BY s.trace_id"""
+        if not self.durable:  # `ingest` looks for every pending trace
+            con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS {new}", [m.published_batch])
+        else:  # the collector's, for the traces it let go of (a join: the pending side is the small one)
+            con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS ({new})
+                SELECT n.* FROM n WHERE n.lo < {self._forgot_until_ns}
+                   OR n.trace_id IN (SELECT n.trace_id FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id))""",
+                        [m.published_batch])
         (lo, hi, n) = one(con, "SELECT min(lo), max(hi), count(*) FROM bs_look")
         if not n:
             return
+        if self.durable:  # back in the working set: they are held again
+            con.execute("DELETE FROM bs_dropped WHERE h IN (SELECT hash(trace_id) FROM bs_look)")
         lo, hi = lo - REHYDRATE_MARGIN_NS, hi + REHYDRATE_MARGIN_NS
         span_segs = m.files("spans", lo, hi)
         cols = ", ".join(c.name for c in schema.SPANS.columns)
@@ -340,9 +356,10 @@ class DirectoryArchive:
             if req:
                 # a delete lies in the hour of the row it drops, so the rows' window holds their deletes
                 live = requests_sql(self.path, req, m.files("requests_deletes", lo, hi))
+                # every live row of the trace that the working set lacks: the derivation supersedes them all
                 con.execute(f"""INSERT INTO requests SELECT * FROM ({live}) r
-                    WHERE r.trace_id IN (SELECT trace_id FROM bs_look)
-                    AND r.trace_id NOT IN (SELECT trace_id FROM requests)""")
+                    WHERE r.trace_id IN (SELECT trace_id FROM bs_look) AND NOT EXISTS (SELECT 1 FROM requests w
+                        WHERE w.trace_id = r.trace_id AND w.arrival_ns = r.arrival_ns)""")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -409,12 +426,41 @@ class DirectoryArchive:
         con.execute("BEGIN TRANSACTION")
         con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_old AS SELECT trace_id FROM spans GROUP BY trace_id
                         HAVING max(batch_id) <= {last}""")
+        if self.durable:
+            con.execute(f"INSERT INTO bs_dropped SELECT hash(trace_id), {time.time_ns()} FROM bs_old")
         con.execute("DELETE FROM spans WHERE trace_id IN (SELECT trace_id FROM bs_old)")
         con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM bs_old)")
         con.execute(f"DELETE FROM gpu_samples WHERE batch_id <= {last}")
         con.execute(f"DELETE FROM server_metrics WHERE batch_id <= {last}")
         con.execute("COMMIT")
-        self._pruned_until_ns = max(self._pruned_until_ns, cutoff)
+        if self.durable:
+            self._forget_dropped()
+
+    def _forget_dropped(self) -> None:
+        """Keep the newest DROPPED_MAX of the dropped traces (trimmed once a tenth more are held)."""
+        con = self.hot.con
+        (n,) = one(con, "SELECT count(*) FROM bs_dropped")
+        if n <= DROPPED_MAX * 1.1:
+            return
+        (until,) = one(con, f"SELECT at_ns FROM bs_dropped ORDER BY at_ns DESC LIMIT 1 OFFSET {DROPPED_MAX}")
+        con.execute("DELETE FROM bs_dropped WHERE at_ns <= ?", [until])
+        self._forgot_until_ns = max(self._forgot_until_ns, until)
+
+    def _seed_dropped(self) -> None:
+        """A new working set holds none of the published traces: remember those of the newest span segments
+        as dropped (up to SEED_SPANS spans), and that any older one may have been forgotten."""
+        segs = sorted(self.manifest.files("spans"), key=lambda s: s.max_ns, reverse=True)
+        take, spans = [], 0
+        for s in segs:
+            if spans >= SEED_SPANS:
+                break
+            take.append(s)
+            spans += s.rows
+        now = time.time_ns()
+        self._forgot_until_ns = now if len(take) < len(segs) else 0
+        if take:
+            self.hot.con.execute(f"""INSERT INTO bs_dropped SELECT DISTINCT hash(trace_id), {now}
+                FROM read_parquet({segments.sql_list(self.path, take)}, hive_partitioning = false)""")
 
     # -- reading the working set ---------------------------------------------------------------------------
     def pending_traces(self) -> int:
