@@ -10,6 +10,8 @@ import threading
 
 import click
 
+TOKEN_ENV = "BUDGETSCOPE_COLLECT_TOKEN"
+
 
 class _StartError(click.ClickException):
     """Cannot start: one line on stderr, exit status 2, no traceback (as the rest of the CLI)."""
@@ -23,7 +25,8 @@ class _StartError(click.ClickException):
 @click.command()
 @click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address both receivers listen on (0.0.0.0 for every interface: no TLS, no auth).")
+              help="Address both receivers listen on (0.0.0.0 for every interface: set a token and TLS; without "
+                   "a token it warns).")
 @click.option("--grpc-port", type=click.IntRange(0, 65535), default=4317, show_default=True,
               help="OTLP/gRPC port; 0 picks a free one (printed).")
 @click.option("--http-port", type=click.IntRange(0, 65535), default=4318, show_default=True,
@@ -40,12 +43,21 @@ class _StartError(click.ClickException):
               help="Largest request accepted (after decompression).")
 @click.option("--linger-ms", type=click.FloatRange(0, 5000), default=50, show_default=True,
               help="How long a request waits for others to share its group (less once requests stop coming).")
+@click.option("--max-connections", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Open OTLP/HTTP connections at most; one more is answered 503 and closed.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="PEM certificate (chain): serve gRPC and HTTP "
+              "over TLS. With --tls-key.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM private key of --tls-cert.")
+@click.option("--auth-token-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help=f"Require 'authorization: Bearer TOKEN' on every export; TOKEN is the file's first line. "
+                   f"Default: ${TOKEN_ENV} when set.")
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="The summary at exit: a line, or one JSON document on stdout (the banner then goes to stderr).")
 def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool, shard: str | None,
-            max_pending_mb: float, max_message_mb: float, linger_ms: float, no_metrics: bool, verbose: bool,
+            max_pending_mb: float, max_message_mb: float, linger_ms: float, max_connections: int,
+            tls_cert: str | None, tls_key: str | None, auth_token_file: str | None, no_metrics: bool, verbose: bool,
             fmt: str) -> None:
     """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
@@ -56,6 +68,10 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
     the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
     lands everything already accepted, prints a summary and exits.
 
+    Beyond this machine (--host 0.0.0.0): --tls-cert/--tls-key and a bearer token (--auth-token-file, or
+    $BUDGETSCOPE_COLLECT_TOKEN), which OTLP exporters send with
+    OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer%20TOKEN".
+
     The archive is a folder: `report`, `query`, `postmortem` and the dashboard read it while this runs, and see
     each commit (about once a second) as a whole. A path ending in .duckdb is a single DuckDB file instead,
     which no other process can open while the collector holds it.
@@ -64,8 +80,10 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
       budgetscope collect --archive prod/
       vllm serve MODEL --otlp-traces-endpoint grpc://127.0.0.1:4317   # in another shell
       budgetscope collect --archive /shared/prod/ --shard "$(hostname)"  # one of several shards
+      budgetscope collect --archive prod/ --host 0.0.0.0 --tls-cert c.pem --tls-key k.pem --auth-token-file t
     """
     from budgetscope.archive.shards import ShardError, shard_path
+    from budgetscope.auth import exposure_warning, read_token
     from budgetscope.collector import Collector, CollectorError
 
     _log_to_stderr(verbose)
@@ -75,14 +93,22 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
         except ShardError as e:
             raise _StartError(str(e)) from None
     try:
+        token = read_token(auth_token_file, TOKEN_ENV)
+    except ValueError as e:
+        raise _StartError(str(e)) from None
+    try:
         collector = Collector(archive, host=host, grpc_port=None if no_grpc else grpc_port,
                               http_port=None if no_http else http_port,
                               max_pending_bytes=int(max_pending_mb * (1 << 20)),
                               max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000,
-                              metrics=not no_metrics)
+                              metrics=not no_metrics, max_connections=max_connections, tls_cert=tls_cert,
+                              tls_key=tls_key, auth_token=token)
         collector.start()
     except CollectorError as e:
         raise _StartError(str(e)) from None
+    if warning := exposure_warning(host, token is not None, tls_cert is not None,
+                                   f"set --auth-token-file or ${TOKEN_ENV}, and --tls-cert/--tls-key"):
+        click.echo(f"budgetscope collect: {warning}", err=True)
     stop = threading.Event()
     previous = _on_signals(stop)  # before the banner: whoever reads it may signal at once
     click.echo(f"budgetscope collect: {', '.join(collector.endpoints)}; writing {archive} (Ctrl-C to stop)",

@@ -2,7 +2,7 @@
 
 The request stays serialized bytes end to end (a generic handler without deserializer): the archive decodes it.
 Statuses follow the OTLP/gRPC spec: OK with an empty `ExportTraceServiceResponse` once the batch is in the
-archive; INVALID_ARGUMENT (not retried) for a bad batch; RESOURCE_EXHAUSTED with RetryInfo when the pending
+archive; INVALID_ARGUMENT (not retried) for a bad batch; UNAUTHENTICATED for a missing or wrong bearer token; RESOURCE_EXHAUSTED with RetryInfo when the pending
 bytes are at their limit; UNAVAILABLE with RetryInfo while shutting down or when the archive failed. The
 RetryInfo travels both in the standard `grpc-status-details-bin` Status and in `google.rpc.retryinfo-bin`,
 the trailer the OpenTelemetry Python exporter reads.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from budgetscope.auth import bearer_ok
 from budgetscope.collector import status as st
 from budgetscope.collector.pending import Outcome, PendingQueue
 
@@ -35,13 +36,16 @@ def _grpc():
 
 
 class OtlpGrpcReceiver:
-    """Serves OTLP/gRPC on (host, port); port 0 picks a free port (see `.port`). RuntimeError if taken."""
+    """Serves OTLP/gRPC on (host, port); port 0 picks a free port (see `.port`). OSError if taken.
+    `tls`: (certificate chain PEM, private key PEM) to serve over TLS. `token`: every call must carry the
+    `authorization: Bearer <token>` metadata."""
 
     def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
-                 metrics: bool = False):
+                 metrics: bool = False, *, tls: tuple[bytes, bytes] | None = None, token: str | None = None):
         grpc = _grpc()
         self.queue = queue
         self.retry_after_s = retry_after_s
+        self.token = token
         self._grpc = grpc
         self._codes = {Outcome.REJECTED: grpc.StatusCode.INVALID_ARGUMENT,
                        Outcome.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -57,7 +61,11 @@ class OtlpGrpcReceiver:
                                             ("grpc.max_receive_message_length", max_message_bytes)])
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            self.port: int = self._server.add_insecure_port(address)
+            if tls is None:
+                self.port: int = self._server.add_insecure_port(address)
+            else:
+                cert, key = tls
+                self.port = self._server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
         except RuntimeError:
             self.port = 0
         if not self.port:
@@ -79,6 +87,9 @@ class OtlpGrpcReceiver:
         self._pool.shutdown(wait=False)
 
     def _export(self, request: bytes, context, fmt: str = "otlp-proto") -> bytes:
+        if self.token is not None and not bearer_ok(_metadata(context, "authorization"), self.token):
+            context.abort(self._grpc.StatusCode.UNAUTHENTICATED,
+                          "missing or wrong bearer token (authorization: Bearer …)")
         reserved = max(len(request), 1)
         refused = self.queue.reserve(reserved)
         if refused:
@@ -98,3 +109,10 @@ class OtlpGrpcReceiver:
                 ("google.rpc.retryinfo-bin", st.retry_info(self.retry_after_s)),
             ))
         context.abort(code, message)
+
+
+def _metadata(context, key: str) -> str | None:
+    for k, v in context.invocation_metadata():
+        if k == key:
+            return v
+    return None

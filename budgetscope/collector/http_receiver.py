@@ -1,21 +1,31 @@
 """`OtlpHttpReceiver`: OTLP/HTTP `POST /v1/traces` and `POST /v1/metrics` (GPU samples; protobuf or JSON,
-gzip/deflate) on the standard library.
+gzip/deflate) on one asyncio event loop: a connection costs a few kilobytes, never a thread.
 
 Statuses follow the OTLP/HTTP spec: 200 with an `ExportTraceServiceResponse` in the request's encoding once the
-batch is in the archive; 400 (bad body), 413 (too large), 415 (media type / encoding), 404/405 — none of them
-retried by clients; 429 (pending bytes at their limit) and 503 (shutting down, archive failure) with
-`Retry-After`, which clients retry. Every error body is a `google.rpc.Status` in the request's encoding.
+batch is in the archive; 400 (bad body), 401 (missing or wrong bearer token), 413 (too large), 415 (media type /
+encoding), 404/405 — none of them retried by clients; 429 (pending bytes at their limit) and 503 (shutting down,
+archive failure, too many connections) with `Retry-After`, which clients retry. Every error body is a
+`google.rpc.Status` in the request's encoding.
+
+Abuse bounds: at most `max_connections` open connections (one more is answered 503 and closed at once); a
+request's line and headers must arrive whole within HEADER_TIMEOUT_S and within MAX_HEADER_BYTES; a connection
+that moves no byte for IDLE_TIMEOUT_S is closed; bodies are bounded before they are read (Content-Length and
+the pending-bytes budget) and while they are inflated (`max_message_bytes`).
 """
 
 from __future__ import annotations
 
-import http.server
+import asyncio
 import logging
 import socket
+import ssl
 import threading
+import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+from budgetscope.auth import bearer_ok
 from budgetscope.collector import status as st
 from budgetscope.collector.pending import Outcome, PendingQueue
 
@@ -29,8 +39,17 @@ SUCCESS_BODY = {"otlp-proto": b"", "otlp-json": b"{}"}  # an empty Export{Trace,
 CONTENT_TYPE = {"otlp-proto": "application/x-protobuf", "otlp-json": "application/json"}
 ERROR_STATUS = {Outcome.REJECTED: 400, Outcome.BUSY: 429, Outcome.CLOSED: 503, Outcome.FAILED: 503}
 RETRYABLE = (429, 503)  # the statuses that carry Retry-After
-RPC_CODE = {429: st.RESOURCE_EXHAUSTED, 503: st.UNAVAILABLE}  # the Status.code in the body; others: INVALID_ARGUMENT
-IDLE_TIMEOUT_S = 60.0  # a connection silent this long (between or within requests) is closed
+RPC_CODE = {401: st.UNAUTHENTICATED, 429: st.RESOURCE_EXHAUSTED, 503: st.UNAVAILABLE}  # others: INVALID_ARGUMENT
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+           408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
+           429: "Too Many Requests", 431: "Request Header Fields Too Large", 503: "Service Unavailable",
+           505: "HTTP Version Not Supported"}
+IDLE_TIMEOUT_S = 60.0  # a connection that moves no byte this long (between or within requests) is closed
+HEADER_TIMEOUT_S = 10.0  # a request line and its headers must arrive whole this soon after their first byte
+MAX_HEADER_BYTES = 64 << 10  # request line and headers; past it: 431 and the connection is closed
+MIN_BODY_RATE = 64 << 10  # bytes/s: a body must arrive within HEADER_TIMEOUT_S + its size at this rate
+READ_CHUNK = 1 << 20
+DECOMPRESS_WORKERS = 2  # inflating a body (up to max_message_bytes) runs off the event loop
 
 
 class _BadRequest(Exception):
@@ -67,193 +86,335 @@ def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
     raise AssertionError("unreachable")
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: exporters reuse their connection
-    server_version = "budgetscope-collector"
-    timeout = IDLE_TIMEOUT_S
-    # TCP_NODELAY: an answer must leave at once. With Nagle's algorithm a small write behind one not yet
-    # acknowledged waits for the peer's delayed ACK (40 ms on Linux), and every exporter waits for its answer.
-    disable_nagle_algorithm = True
-    receiver: "OtlpHttpReceiver"  # set on the subclass made per receiver
+class _Closed(Exception):
+    """The connection ended (peer gone, timed out, or closed by the receiver)."""
 
-    def setup(self) -> None:
-        super().setup()
-        self.receiver.track(self.connection, True)
 
-    def finish(self) -> None:
-        self.receiver.track(self.connection, False)
-        super().finish()
+class _Connection:
+    """One client connection: reads requests one after another and answers each (HTTP/1.1 keep-alive)."""
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
-        log.debug("http %s: " + format, self.address_string(), *args)
+    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "is_busy", "is_waiting")
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._error(405 if urlsplit(self.path).path in self.receiver.paths else 404, "otlp-proto",
-                    f"only POST {TRACES_PATH} is served here", close=True)
+    def __init__(self, receiver: "OtlpHttpReceiver", reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.receiver = receiver
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.peer = f"{peer[0]}:{peer[1]}"
+        self.deadline = time.monotonic() + IDLE_TIMEOUT_S  # the sweeper closes the connection past it
+        self.is_busy = False  # a request between its headers and its answer
+        self.is_waiting = False  # a request whose body is read, waiting for the writer's outcome
 
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
-
-    def do_POST(self) -> None:  # noqa: N802
-        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        fmt = FORMATS.get(ctype)
-        path = urlsplit(self.path).path
-        if path not in self.receiver.paths:
-            return self._error(404, fmt or "otlp-proto", f"no such endpoint; OTLP traces go to POST {TRACES_PATH}",
-                               close=True)
-        if fmt is None:
-            return self._error(415, "otlp-proto", f"unsupported Content-Type {ctype or 'none'!r} "
-                               "(use application/x-protobuf or application/json)", close=True)
-        self.receiver.busy_begin()
+    async def serve(self) -> None:
         try:
-            self._export(fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt)
+            while await self._one_request():
+                pass
+        except (_Closed, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
+            pass
         finally:
-            self.receiver.busy_end()
+            self.writer.close()
 
-    def _export(self, fmt: str, batch_format: str) -> None:
-        """`fmt`: the body's encoding (for the answer); `batch_format`: what the archive is told it holds."""
-        r = self.receiver
-        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
-        length = self.headers.get("Content-Length")
-        if not chunked and (length is None or not length.strip().isdigit()):
-            return self._error(411, fmt, "a Content-Length (or chunked body) is required", close=True)
-        declared = 0 if chunked else int(length)
-        if declared > r.max_message_bytes:
-            return self._error(413, fmt, f"body of {declared:,} bytes exceeds {r.max_message_bytes:,}", close=True)
-        reserved = max(declared, 1)
-        refused = r.queue.reserve(reserved)
-        if refused:  # answered before reading the body, so the connection cannot be reused
-            return self._outcome(refused, fmt, "", close=True)
+    # -- reading ---------------------------------------------------------------------------------------------
+    async def _head(self) -> bytes | None:
+        """The request line and headers; None when the peer closed between requests."""
+        self.deadline = time.monotonic() + IDLE_TIMEOUT_S
+        first = await self.reader.read(1)
+        if not first:
+            return None
+        self.deadline = time.monotonic() + HEADER_TIMEOUT_S  # from the first byte: whole headers, soon
         try:
-            try:
-                body = self._read_chunked(r.max_message_bytes) if chunked else self.rfile.read(declared)
-                if not chunked and len(body) < declared:
-                    raise _BadRequest(400, "body shorter than its Content-Length")
-                encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
-                payload = _decompress(body, encoding, r.max_message_bytes)
-            except _BadRequest as e:
-                return self._error(e.status, fmt, str(e), close=True)
-            except (OSError, ValueError) as e:
-                return self._error(400, fmt, f"cannot read the body ({e})", close=True)
-            if len(payload) > reserved:  # grow the reservation to what will sit in memory
-                if refused := r.queue.reserve(len(payload) - reserved):
-                    return self._outcome(refused, fmt, "")
-                reserved = len(payload)
-            ticket = r.queue.submit(payload, batch_format, "otlp-http", self.address_string() + f":{self.client_address[1]}",
-                                    reserved)
-            reserved = 0  # released by the writer (or by submit, when closed)
-            self._outcome(ticket.outcome, fmt, ticket.error)
-        finally:
-            if reserved:
-                r.queue.release(reserved)
+            return first + await self.reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise _BadRequest(431, f"request headers exceed {MAX_HEADER_BYTES:,} bytes") from None
+        except asyncio.IncompleteReadError:
+            raise _Closed from None
 
-    def _read_chunked(self, limit: int) -> bytes:
+    async def _read_exactly(self, n: int, keep: bool = True) -> bytes:
+        """`n` body bytes (none kept unless `keep`), before the body's deadline (`_export`)."""
+        parts, left = [], n
+        while left:
+            part = await self.reader.read(min(left, READ_CHUNK))
+            if not part:
+                raise _BadRequest(400, "body shorter than its Content-Length")
+            if keep:
+                parts.append(part)
+            left -= len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _read_chunked(self, limit: int) -> bytes:
         out = bytearray()
         while True:
-            line = self.rfile.readline(1024)
+            line = await self.reader.readuntil(b"\n")
             try:
                 size = int(line.split(b";")[0].strip(), 16)
             except ValueError:
                 raise _BadRequest(400, "malformed chunked body") from None
             if size == 0:
-                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                while (await self.reader.readuntil(b"\n")).strip():
                     pass  # trailers
                 return bytes(out)
             if len(out) + size > limit:
                 raise _BadRequest(413, f"body exceeds {limit:,} bytes")
-            out += self.rfile.read(size)
-            self.rfile.readline(1024)
+            out += await self._read_exactly(size)
+            await self.reader.readuntil(b"\n")
 
-    def _outcome(self, outcome: Outcome, fmt: str, error: str, close: bool = False) -> None:
+    # -- one request -------------------------------------------------------------------------------------------
+    async def _one_request(self) -> bool:
+        """Read and answer one request; False when the connection is to be closed."""
+        try:
+            head = await self._head()
+        except _BadRequest as e:
+            return self._error(e.status, "otlp-proto", str(e), close=True)
+        if head is None:
+            return False
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            return self._error(400 if len(parts) != 3 else 505, "otlp-proto", "not an HTTP/1.x request", close=True)
+        method, target, version = parts
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                name, sep, value = line.partition(":")
+                if not sep:
+                    return self._error(400, "otlp-proto", "malformed header line", close=True)
+                headers[name.strip().lower()] = value.strip()
+        keep_alive = (headers.get("connection", "").lower() != "close") if version == "HTTP/1.1" else (
+            headers.get("connection", "").lower() == "keep-alive")
+        self.is_busy = True
+        self.receiver.num_requests += 1
+        try:
+            return await self._dispatch(method, urlsplit(target).path, headers) and keep_alive
+        finally:
+            self.is_busy = False
+            self.deadline = time.monotonic() + IDLE_TIMEOUT_S
+            log.debug("http %s: %s %s", self.peer, method, target)
+
+    async def _dispatch(self, method: str, path: str, headers: dict[str, str]) -> bool:
+        r = self.receiver
+        fmt = FORMATS.get(headers.get("content-type", "").split(";")[0].strip().lower())
+        if method != "POST":
+            return self._error(405 if path in r.paths else 404, fmt or "otlp-proto",
+                               f"only POST {TRACES_PATH} is served here", close=True)
+        if path not in r.paths:
+            return self._error(404, fmt or "otlp-proto", f"no such endpoint; OTLP traces go to POST {TRACES_PATH}",
+                               close=True)
+        if not bearer_ok(headers.get("authorization"), r.token):
+            return self._error(401, fmt or "otlp-proto", "missing or wrong bearer token (Authorization: Bearer …)",
+                               close=True)
+        if fmt is None:
+            return self._error(415, "otlp-proto", f"unsupported Content-Type {headers.get('content-type') or 'none'!r} "
+                               "(use application/x-protobuf or application/json)", close=True)
+        return await self._export(fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt, headers)
+
+    async def _export(self, fmt: str, batch_format: str, headers: dict[str, str]) -> bool:
+        """`fmt`: the body's encoding (for the answer); `batch_format`: what the archive is told it holds."""
+        r = self.receiver
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = headers.get("content-length")
+        if not chunked and (length is None or not length.isdigit()):
+            return self._error(411, fmt, "a Content-Length (or chunked body) is required", close=True)
+        declared = 0 if chunked else int(length)
+        if declared > r.max_message_bytes:
+            return self._error(413, fmt, f"body of {declared:,} bytes exceeds {r.max_message_bytes:,}", close=True)
+        # the whole body must arrive by then: a sender dribbling it cannot hold its reservation for long
+        self.deadline = time.monotonic() + HEADER_TIMEOUT_S + (declared or r.max_message_bytes) / MIN_BODY_RATE
+        reserved = max(declared, 1)
+        refused = r.queue.reserve(reserved)
+        if refused is Outcome.BUSY and not chunked:  # read past the body (nothing held) to keep the connection
+            await self._read_exactly(declared, keep=False)
+            return self._outcome(refused, fmt, "")
+        if refused:  # answered before reading the body, so the connection cannot be reused
+            return self._outcome(refused, fmt, "", close=True)
+        try:
+            try:
+                body = await (self._read_chunked(r.max_message_bytes) if chunked else self._read_exactly(declared))
+                encoding = headers.get("content-encoding", "").lower()
+                payload = (body if encoding in ("", "identity") else await asyncio.get_running_loop().run_in_executor(
+                    r.inflaters, _decompress, body, encoding, r.max_message_bytes))
+                del body
+            except _BadRequest as e:
+                return self._error(e.status, fmt, str(e), close=True)
+            if len(payload) > reserved:  # grow the reservation to what will sit in memory
+                if refused := r.queue.reserve(len(payload) - reserved):
+                    return self._outcome(refused, fmt, "")
+                reserved = len(payload)
+            done = asyncio.get_running_loop().create_future()
+            ticket = r.queue.submit_nowait(payload, batch_format, "otlp-http", self.peer, reserved,
+                                           on_done=lambda: r.call_soon(_set_done, done))
+            reserved = 0  # released by the writer (or by submit_nowait, when closed)
+            del payload
+            self.is_waiting = True  # the sweeper leaves it alone: its answer is on its way
+            try:
+                if not ticket.wait(0):
+                    await done
+            finally:
+                self.is_waiting = False
+            return self._outcome(ticket.outcome, fmt, ticket.error)
+        finally:
+            if reserved:
+                r.queue.release(reserved)
+
+    # -- answering ---------------------------------------------------------------------------------------------
+    def _outcome(self, outcome: Outcome, fmt: str, error: str, close: bool = False) -> bool:
         if outcome is Outcome.LANDED:
             return self._send(200, fmt, SUCCESS_BODY[fmt])
         message = error or {Outcome.BUSY: "the collector is busy (pending bytes at their limit); retry later",
                             Outcome.CLOSED: "the collector is shutting down; retry later"}.get(outcome, "")
-        self._error(ERROR_STATUS[outcome], fmt, message, close=close or outcome is Outcome.CLOSED)
+        return self._error(ERROR_STATUS[outcome], fmt, message, close=close or outcome is Outcome.CLOSED)
 
-    def _error(self, status: int, fmt: str, message: str, close: bool = False) -> None:
-        encode = st.status_json if fmt == "otlp-json" else st.status_proto
-        retry_after_s = self.receiver.retry_after_s if status in RETRYABLE else None
-        self._send(status, fmt, encode(RPC_CODE.get(status, st.INVALID_ARGUMENT), message), retry_after_s, close)
+    def _error(self, status: int, fmt: str, message: str, close: bool = False) -> bool:
+        self.writer.write(error_response(status, fmt, message, self.receiver.retry_after_s, close))
+        return not close
 
-    def _send(self, status: int, fmt: str, body: bytes, retry_after_s: float | None = None,
-              close: bool = False) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", CONTENT_TYPE[fmt])
-        self.send_header("Content-Length", str(len(body)))
-        if retry_after_s is not None:
-            self.send_header("Retry-After", str(max(1, round(retry_after_s))))
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        if self.request_version == "HTTP/0.9":
-            self.end_headers()
-            self.wfile.write(body)
-            return
-        self._headers_buffer += (b"\r\n", body)  # end_headers(), and the body in the same write
-        self.flush_headers()
+    def _send(self, status: int, fmt: str, body: bytes) -> bool:
+        self.writer.write(response(status, fmt, body))
+        return True
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False  # idle keep-alive connections must not hold up shutdown; see close()
-    # SO_REUSEADDR: a restart after a crash binds past the old socket's TIME_WAIT at once. On Linux it does not
-    # let two listeners share a port (that is SO_REUSEPORT, left off): a port really in use still fails.
-    allow_reuse_address = True
+def _set_done(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
 
-    def handle_error(self, request, client_address) -> None:
-        log.debug("http connection from %s ended with an error", client_address, exc_info=True)
+
+def response(status: int, fmt: str, body: bytes, extra: str = "") -> bytes:
+    """A whole HTTP/1.1 response in one buffer (one write: nothing waits on Nagle or a delayed ACK)."""
+    return (f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nServer: budgetscope-collector\r\n"
+            f"Content-Type: {CONTENT_TYPE[fmt]}\r\nContent-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+def error_response(status: int, fmt: str, message: str, retry_after_s: float, close: bool) -> bytes:
+    encode = st.status_json if fmt == "otlp-json" else st.status_proto
+    extra = f"Retry-After: {max(1, round(retry_after_s))}\r\n" if status in RETRYABLE else ""
+    if status == 401:
+        extra += 'WWW-Authenticate: Bearer realm="budgetscope"\r\n'
+    if close:
+        extra += "Connection: close\r\n"
+    return response(status, fmt, encode(RPC_CODE.get(status, st.INVALID_ARGUMENT), message), extra)
 
 
 class OtlpHttpReceiver:
-    """Serves OTLP/HTTP on (host, port) on its own thread; port 0 picks a free port (see `.port`)."""
+    """Serves OTLP/HTTP on (host, port) on its own thread (one asyncio loop); port 0 picks a free port (see
+    `.port`). `ssl_context`: serve HTTPS. `token`: every request must carry `Authorization: Bearer <token>`."""
 
     def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
-                 metrics: bool = False):
+                 metrics: bool = False, *, max_connections: int = 512, ssl_context: ssl.SSLContext | None = None,
+                 token: str | None = None):
         self.queue = queue
         self.paths = (TRACES_PATH, METRICS_PATH) if metrics else (TRACES_PATH,)  # metrics: GPU samples, opt-in
         self.max_message_bytes = max_message_bytes
         self.retry_after_s = retry_after_s
-        self._connections: set[socket.socket] = set()
-        self._num_busy = 0
-        self._cond = threading.Condition()
-        handler = type("Handler", (_Handler,), {"receiver": self})
-        server = type("Server", (_Server,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
-        self._server = server((host, port), handler)  # OSError if the port is taken
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="budgetscope-otlp-http", daemon=True)
+        self.max_connections = max_connections
+        self.ssl_context = ssl_context
+        self.token = token
+        self.num_requests = 0
+        self.num_refused_connections = 0  # over max_connections: answered 503 and closed
+        self.num_timed_out = 0  # closed by the sweeper (idle, or headers too slow)
+        self.inflaters = ThreadPoolExecutor(DECOMPRESS_WORKERS, thread_name_prefix="budgetscope-otlp-http-inflate")
+        self._connections: set[_Connection] = set()
+        # SO_REUSEADDR: a restart after a crash binds past the old socket's TIME_WAIT at
+        # once. On Linux it does not let two listeners share a port (that is SO_REUSEPORT, left off).
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))  # OSError if the port is taken
+            self._sock.listen(1024)
+        except OSError:
+            self._sock.close()
+            raise
+        self.port: int = self._sock.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.base_events.Server | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="budgetscope-otlp-http", daemon=True)
+
+    @property
+    def num_connections(self) -> int:
+        return len(self._connections)
 
     def start(self) -> None:
         self._thread.start()
+        self._started.wait()
+
+    def call_soon(self, fn, *args) -> None:
+        """Run `fn(*args)` on the receiver's loop (from any thread); nothing once the loop has closed."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass
 
     def stop_accepting(self, grace_s: float) -> None:
         """Close the listening socket; connections already open are still answered (503 once the queue is
         closed). `grace_s` is unused: `close` bounds the wait."""
-        if self._thread.is_alive():  # shutdown() waits for serve_forever, which never ran otherwise
-            self._server.shutdown()
-        self._server.server_close()
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._close_listener(), self._loop).result(10)
+        else:
+            self._sock.close()
 
     def close(self, timeout_s: float) -> None:
-        """Wait up to `timeout_s` for requests in progress to be answered, then drop the idle connections."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._num_busy == 0, timeout_s)
-            conns = list(self._connections)
-        for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        """Wait up to `timeout_s` for requests in progress to be answered, then drop every connection."""
+        deadline = time.monotonic() + timeout_s
+        while self._thread.is_alive() and any(c.is_busy for c in list(self._connections)):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        if self._thread.is_alive():
+            self.call_soon(self._stop.set)
+            self._thread.join(10)
+        self.inflaters.shutdown(wait=False)
 
-    # -- bookkeeping called by handler threads -------------------------------------------------------------
-    def track(self, conn: socket.socket, is_open: bool) -> None:
-        with self._cond:
-            (self._connections.add if is_open else self._connections.discard)(conn)
+    # -- the loop thread ---------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve())
+        finally:
+            self._loop.close()
 
-    def busy_begin(self) -> None:
-        with self._cond:
-            self._num_busy += 1
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": HEADER_TIMEOUT_S} if self.ssl_context else {}
+        try:
+            self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=MAX_HEADER_BYTES, **tls)
+        finally:
+            self._started.set()
+        sweeper = asyncio.ensure_future(self._sweep())
+        await self._stop.wait()
+        sweeper.cancel()
+        await self._close_listener()
+        for c in list(self._connections):
+            c.writer.transport.abort()
+        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in handlers:
+            t.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
-    def busy_end(self) -> None:
-        with self._cond:
-            self._num_busy -= 1
-            self._cond.notify_all()
+    async def _close_listener(self) -> None:
+        if self._server is not None and self._server.is_serving():
+            self._server.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self.max_connections:
+            self.num_refused_connections += 1
+            writer.write(error_response(503, "otlp-proto", f"too many connections (the limit is "
+                                        f"{self.max_connections:,}); retry later", self.retry_after_s, True))
+            writer.close()
+            return
+        conn = _Connection(self, reader, writer)
+        self._connections.add(conn)
+        try:
+            await conn.serve()
+        finally:
+            self._connections.discard(conn)
+
+    async def _sweep(self) -> None:
+        """Once a second: close the connections past their deadline (idle, or headers arriving too slowly).
+        A request waiting for its answer is never closed."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for c in list(self._connections):
+                if not c.is_waiting and now > c.deadline:
+                    self.num_timed_out += 1
+                    c.writer.transport.abort()

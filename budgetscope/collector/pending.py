@@ -12,6 +12,7 @@ import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -38,11 +39,14 @@ class Ticket:
     queued_ns: int = 0
     outcome: Outcome | None = None
     error: str = ""
+    on_done: Callable[[], None] | None = None  # called once resolved, on the resolving thread (must not block)
     _done: threading.Event = field(default_factory=threading.Event)
 
     def resolve(self, outcome: Outcome, error: str = "") -> None:
         self.outcome, self.error = outcome, error
         self._done.set()
+        if self.on_done is not None:
+            self.on_done()
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until resolved; True if it was."""
@@ -84,10 +88,17 @@ class PendingQueue:
     def submit(self, payload: bytes, fmt: str, origin: str, peer: str, reserved: int) -> Ticket:
         """Hand a body whose bytes are reserved to the writer and wait until it is answered; the reservation
         is released by then. A ticket refused because the queue closed comes back CLOSED."""
-        ticket = Ticket(payload, fmt, origin, f"request {next(self._positions)} from {peer}", reserved)
-        if self.put(ticket):
-            ticket.wait()
-        else:
+        ticket = self.submit_nowait(payload, fmt, origin, peer, reserved)
+        ticket.wait()
+        return ticket
+
+    def submit_nowait(self, payload: bytes, fmt: str, origin: str, peer: str, reserved: int,
+                      on_done: Callable[[], None] | None = None) -> Ticket:
+        """`submit` without the wait: `on_done` is called once the ticket is resolved (at once, CLOSED, when
+        the queue is closed)."""
+        ticket = Ticket(payload, fmt, origin, f"request {next(self._positions)} from {peer}", reserved,
+                        on_done=on_done)
+        if not self.put(ticket):
             self.release(reserved)
             with self._cond:
                 self.refused_closed += 1

@@ -42,6 +42,10 @@ class CollectorConfig:
     retry_after_s: float = 1.0  # asked of clients refused while busy or closing
     drain_timeout_s: float = 60.0  # at stop: how long requests already accepted may take to be answered
     metrics: bool = True  # also serve OTLP metrics (POST /v1/metrics, gRPC MetricsService) into gpu_samples
+    max_connections: int = 512  # open OTLP/HTTP connections; one more is answered 503 and closed
+    tls_cert: str | None = None  # PEM certificate chain: serve both receivers over TLS (with tls_key)
+    tls_key: str | None = None  # PEM private key of tls_cert
+    auth_token: str | None = None  # every export must carry `authorization: Bearer <auth_token>`
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "http_port"):
@@ -55,6 +59,39 @@ class CollectorConfig:
                                  f"({self.max_pending_bytes:,}): such a request could never be accepted")
         if self.linger_s < 0 or self.linger_gap_s < 0 or self.retry_after_s <= 0 or self.max_group_bytes <= 0:
             raise CollectorError("linger_s and linger_gap_s must be >= 0, retry_after_s and max_group_bytes > 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise CollectorError("TLS needs both a certificate and its key (--tls-cert and --tls-key)")
+        if self.max_connections < 1:
+            raise CollectorError("max_connections must be at least 1")
+        if self.auth_token is not None and (not self.auth_token or any(c.isspace() for c in self.auth_token)):
+            raise CollectorError("the auth token must be one word (no spaces)")
+
+    def tls(self) -> tuple[bytes, bytes] | None:
+        """(certificate chain PEM, key PEM), or None without TLS; CollectorError (one line) if unreadable."""
+        if self.tls_cert is None:
+            return None
+        out = []
+        for what, path in (("certificate", self.tls_cert), ("key", self.tls_key)):
+            try:
+                out.append(Path(path).read_bytes())
+            except OSError as e:
+                raise CollectorError(f"cannot read the TLS {what} {path} ({e.strerror or e})") from None
+        return out[0], out[1]
+
+    def ssl_context(self):
+        """The server-side `ssl.SSLContext` of the HTTP receiver, or None without TLS."""
+        if self.tls_cert is None:
+            return None
+        import ssl
+
+        self.tls()  # unreadable files: the one-line error above
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        except (ssl.SSLError, ValueError) as e:
+            raise CollectorError(f"the TLS certificate {self.tls_cert} and key {self.tls_key} do not load "
+                                 f"({e.args[-1] if e.args else e})") from None
+        return ctx
 
 
 class Collector:
@@ -111,12 +148,14 @@ class Collector:
 
     def _bind(self) -> None:
         cfg = self.config
+        ssl_context = cfg.ssl_context()  # before either receiver: a certificate that does not load stops both
         if cfg.grpc_port is not None:
             from budgetscope.collector.grpc_receiver import GrpcUnavailable, OtlpGrpcReceiver
 
             try:
                 grpc_receiver = OtlpGrpcReceiver(cfg.host, cfg.grpc_port, self._queue, cfg.max_message_bytes,
-                                                 cfg.retry_after_s, metrics=cfg.metrics)
+                                                 cfg.retry_after_s, metrics=cfg.metrics, tls=cfg.tls(),
+                                                 token=cfg.auth_token)
             except GrpcUnavailable as e:
                 raise CollectorError(str(e)) from None
             except OSError as e:
@@ -128,7 +167,9 @@ class Collector:
 
             try:
                 http_receiver = OtlpHttpReceiver(cfg.host, cfg.http_port, self._queue, cfg.max_message_bytes,
-                                                 cfg.retry_after_s, metrics=cfg.metrics)
+                                                 cfg.retry_after_s, metrics=cfg.metrics,
+                                                 max_connections=cfg.max_connections,
+                                                 ssl_context=ssl_context, token=cfg.auth_token)
             except OSError as e:
                 raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
                                      f"({e.strerror or e})") from None
@@ -167,7 +208,8 @@ class Collector:
         host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
         out = []
         if self.grpc_port is not None:
-            out.append(f"OTLP/gRPC {host}:{self.grpc_port}")
+            out.append(f"OTLP/gRPC {host}:{self.grpc_port}" + (" (TLS)" if self.config.tls_cert else ""))
         if self.http_port is not None:
-            out.append(f"OTLP/HTTP http://{host}:{self.http_port}/v1/traces")
+            scheme = "https" if self.config.tls_cert else "http"
+            out.append(f"OTLP/HTTP {scheme}://{host}:{self.http_port}/v1/traces")
         return out
