@@ -15,8 +15,8 @@ from budgetscope.engine.telemetry import Telemetry
 
 
 @contextmanager
-def running_server(config: EngineConfig | None = None, telemetry: Telemetry | None = None):
-    """Yield (base_url, engine); the server and the engine thread stop on exit."""
+def running_server(config: EngineConfig | None = None, telemetry: Telemetry | None = None, api_key: str | None = None):
+    """Yield (base_url, engine); the server and the engine thread stop on exit. `api_key`: as `--api-key`."""
     import uvicorn
 
     engine = LLMEngine(config or EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=256), telemetry)
@@ -24,7 +24,7 @@ def running_server(config: EngineConfig | None = None, telemetry: Telemetry | No
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(Server(loop).app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(Server(loop, api_key).app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -23,6 +23,9 @@ def engine():
 @click.option("--served-model-name", default=None, help="Model name the API answers to.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--api-key", envvar="BUDGETSCOPE_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' on /v1/* (as vllm serve --api-key); default "
+                   "$BUDGETSCOPE_API_KEY. /health and /metrics stay open.")
 @click.option("--max-batched-tokens", type=int, default=512, show_default=True, help="Token budget of one step.")
 @click.option("--max-seqs", type=int, default=32, show_default=True, help="Running sequences at once.")
 @click.option("--kv-blocks", type=int, default=0, help="KV blocks in the cache (0: sized from --max-seqs).")
@@ -52,17 +55,21 @@ def engine():
               help="Emit budgetscope stage spans (exporter from OTEL_* variables or --exporter).")
 @click.option("--exporter", default=None, help='Span exporter: "otlp", "console", "jsonl:PATH" (default: OTEL_*).')
 @click.option("--log-level", default="info", show_default=True)
-def serve(model, checkpoint, served_model_name, host, port, max_batched_tokens, max_seqs, kv_blocks, block_size,
+def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched_tokens, max_seqs, kv_blocks, block_size,
           max_model_len, max_waiting, max_prompt_tokens, max_output_tokens, request_timeout, deadline_admission,
           no_chunked_prefill,
           no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, instrument, exporter, log_level):
     """Serve /v1/completions and /v1/chat/completions (OpenAI-compatible, SSE streaming), /v1/models,
     /health and /metrics, with the engine stepping on its own thread.
 
-    Example: budgetscope engine serve --config tiny --port 8000 --exporter jsonl:spans.jsonl
+    \b
+    Example:
+      budgetscope engine serve --config tiny --port 8000 --exporter jsonl:spans.jsonl
+      BUDGETSCOPE_API_KEY=sk-... budgetscope engine serve --host 0.0.0.0   # beyond this machine
     """
     import logging
 
+    from budgetscope.auth import exposure_warning
     from budgetscope.engine.engine_config import DEFAULT_TIER_PRIORITIES, EngineConfig
     from budgetscope.engine.llm_engine import LLMEngine
     from budgetscope.engine.server import serve as run_server
@@ -90,4 +97,6 @@ def serve(model, checkpoint, served_model_name, host, port, max_batched_tokens, 
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"budgetscope engine: {llm.model_name} on http://{host}:{port}", err=True)
-    run_server(llm, host=host, port=port, log_level=log_level.lower())
+    if warning := exposure_warning(host, bool(api_key), False, "set --api-key or $BUDGETSCOPE_API_KEY"):
+        click.echo(f"budgetscope engine: {warning}", err=True)
+    run_server(llm, host=host, port=port, log_level=log_level.lower(), api_key=api_key or None)

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from budgetscope.auth import bearer_ok
 from budgetscope.engine import protocol
 from budgetscope.engine.detokenizer import Detokenizer
 from budgetscope.engine.engine_loop import EngineLoop
@@ -59,10 +60,29 @@ class SSEResponse(StreamingResponse):
             self.on_close()
 
 
-class Server:
-    """Routes bound to one EngineLoop. `app` is the Starlette ASGI application."""
+class ApiKeyGate:
+    """ASGI: answers 401 to /v1/* requests without `Authorization: Bearer <api_key>`, as `vllm serve --api-key`
+    does; /health and /metrics stay open (probes and scrapers)."""
 
-    def __init__(self, loop: EngineLoop):
+    def __init__(self, app, api_key: str):
+        self.app = app
+        self.api_key = api_key
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1") and scope["method"] != "OPTIONS":
+            header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            if not bearer_ok(header, self.api_key):
+                err = RequestError(401, "missing or wrong API key (Authorization: Bearer …)", type="authentication_error")
+                response = JSONResponse(err.body(), status_code=401, headers={"www-authenticate": "Bearer"})
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class Server:
+    """Routes bound to one EngineLoop. `app` is the ASGI application (Starlette; behind `ApiKeyGate` when an
+    `api_key` is set)."""
+
+    def __init__(self, loop: EngineLoop, api_key: str | None = None):
         self.loop = loop
         self.engine = loop.engine
         self.telemetry = loop.engine.telemetry
@@ -73,6 +93,8 @@ class Server:
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
         ])
+        if api_key is not None:
+            self.app = ApiKeyGate(self.app, api_key)
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -271,13 +293,15 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def serve(engine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Run the engine's loop thread and the HTTP server until interrupted; then stop and flush telemetry."""
+def serve(engine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+          api_key: str | None = None) -> None:
+    """Run the engine's loop thread and the HTTP server until interrupted; then stop and flush telemetry.
+    `api_key`: /v1/* requests must carry `Authorization: Bearer <api_key>`."""
     import uvicorn
 
     loop = EngineLoop(engine).start()
     try:
-        uvicorn.run(Server(loop).app, host=host, port=port, log_level=log_level)
+        uvicorn.run(Server(loop, api_key).app, host=host, port=port, log_level=log_level)
     finally:
         loop.stop()
         engine.telemetry.shutdown()
