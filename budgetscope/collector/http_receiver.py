@@ -405,6 +405,8 @@ class OtlpHttpReceiver:
         self._connections.add(conn)
         try:
             await conn.serve()
+        except asyncio.CancelledError:  # the receiver is closing: the connection was already dropped
+            pass
         finally:
             self._connections.discard(conn)
 

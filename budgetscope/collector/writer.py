@@ -154,9 +154,9 @@ class ArchiveWriter:
                 continue
             with self._lock:
                 self.stats.batches += len(tickets)
-            for t in tickets:
-                t.resolve(Outcome.LANDED)
+            for t in tickets:  # the bytes are free before the answer goes: whoever sees it sees them free
                 self.queue.release(t.reserved)
+                t.resolve(Outcome.LANDED)
         if waiting >= LAND_EVERY_SPANS:
             self._slow.put(_LAND)
         return rest
@@ -249,6 +249,7 @@ class ArchiveWriter:
                     num_rejected += len(tickets)
                     log.warning("rejected %s %s: %s", b.origin, b.position, rejected[b.position])
                 for t in tickets:
+                    self.queue.release(t.reserved)
                     if b.position in rejected:
                         t.resolve(Outcome.REJECTED, rejected[b.position])
                     else:
@@ -257,11 +258,11 @@ class ArchiveWriter:
                 self.stats.add(rep, sum(len(firsts[b.position]) for b in landed), num_rejected)
         for t in group:
             if t.outcome is None:  # the archive failed on it
-                t.resolve(Outcome.FAILED, self.error or "the archive failed to store this batch")
+                self.queue.release(t.reserved)
                 with self._lock:
                     self.stats.batches += 1
                     self.stats.batches_failed += 1
-            self.queue.release(t.reserved)
+                t.resolve(Outcome.FAILED, self.error or "the archive failed to store this batch")
 
     def _land(self, batches: list[RawBatch]) -> list[tuple[IngestReport, list[RawBatch]]]:
         """(report, the batches it covers) for what the archive took. If the group fails, each batch is tried
