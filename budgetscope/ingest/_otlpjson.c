@@ -110,6 +110,7 @@ static void buf_free(Buf *b) {
 }
 
 static inline int buf_put(Buf *b, const void *s, size_t n) {
+    if (!n) return 0; /* memcpy to a buffer not yet allocated (NULL), even of 0 bytes, is undefined */
     if (b->len + n > b->cap && buf_grow(b, n)) return -1;
     memcpy(b->p + b->len, s, n);
     b->len += n;
@@ -746,6 +747,8 @@ static int attributes(P *s, Buf *b, Buf *service, int *has_service) {
         EACH_MEMBER(s, f,
             if (IS(&f, "key") && !have_key) {
                 TRY(string(s, &key));
+                /* escaped, a resource key could spell service.name ("\u0073ervice.name"): the others decide */
+                if (service && key.escaped) return BAIL;
                 TRY(json_string(&key, b));
                 TRY(buf_putc(b, ':'));
                 have_key = 1;
