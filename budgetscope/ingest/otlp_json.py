@@ -44,9 +44,15 @@ _CONVERT = {
 
 
 def any_value(v: dict):
-    """One OTLP AnyValue as a plain Python value (an empty AnyValue is None)."""
+    """One OTLP AnyValue as a plain Python value (an empty AnyValue is None). A field of a kind it does not
+    know is skipped, as OTLP/JSON receivers must ("ignore message fields with unknown names"), and as the
+    DuckDB path does: rejecting it here had made a batch land or not depending on which path took it."""
     for k, x in v.items():
-        return x if k == "stringValue" else _CONVERT[k](x)
+        if k == "stringValue":
+            return x
+        convert = _CONVERT.get(k)
+        if convert is not None:
+            return convert(x)
     return None
 
 
