@@ -1,0 +1,212 @@
+"""Write the seed corpus, fuzz/corpus/<target>/, from the tests' own wire-format helpers (tests/otlp_wire.py)
+and the repository's sample files. Run again after changing it; the files are committed, so a fuzz run needs
+nothing but the repository.
+
+    python fuzz/seeds.py
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import struct
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, trace_id  # noqa: E402
+
+
+def dumps(doc) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def to_proto(doc: dict) -> bytes:
+    """An OTLP/JSON trace export as the same protobuf ExportTraceServiceRequest."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    import base64
+
+    doc = copy.deepcopy(doc)
+    for rs in doc.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for s in ss.get("spans", ()):
+                for k in ("traceId", "spanId", "parentSpanId"):
+                    if s.get(k):
+                        s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
+    return json_format.ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
+
+
+def trace_docs() -> list[dict]:
+    one = lambda **f: export([dict(span(trace_id(), span_id(), "op", T0, T0 + MS, parent=span_id()), **f)])  # noqa: E731
+    scalars = attrs({"s": "x", "b": True, "i": -12, "d": 1.5, "arr": [1, 2.5, "z", True], "raw": b"\x00\xff"})
+    scalars += [{"key": "empty", "value": {}}, {"key": "big", "value": {"intValue": "-9223372036854775808"}},
+                {"key": "dexp", "value": {"doubleValue": 1.25e-3}}, {"key": "dup", "value": {"stringValue": "a"}},
+                {"key": "dup", "value": {"stringValue": "b"}}]
+    escapes = [{"key": f"k{i}", "value": {"stringValue": t}}
+               for i, t in enumerate(["tab\there", 'q"uote', "back\\slash", "\x01\x1f", "é 漢字 😀", "\u2028"])]
+    no_resource = {"resourceSpans": [{"scopeSpans": [{"spans": [span(trace_id(), span_id(), "a", T0, T0)]}]}]}
+    return [
+        export(native_request(client=(4, 2), tenant="t", itl=[1.0, 2.5])[1]),
+        export(native_request()[1], service="engine-2", scope="other"),
+        one(attributes=scalars),
+        one(attributes=escapes, name="naïve \"name\"\n"),
+        one(kind="SPAN_KIND_SERVER", status={"code": "STATUS_CODE_ERROR", "message": "boom"}),
+        one(kind=3, status={"code": 1}, traceState="k=v", flags=257,
+            events=[{"timeUnixNano": str(T0), "name": "e"}], links=[]),
+        one(attributes=[{"key": "m", "value": {"kvlistValue": {"values": attrs({"x": 1})}}}]),
+        one(attributes=[{"key": "d", "value": {"doubleValue": v}} for v in (0.1, 1e20, 1e-6, 123456789012345.0)]),
+        no_resource,
+        {"resourceSpans": []},
+    ]
+
+
+def trace_json_seeds() -> list[bytes]:
+    docs = trace_docs()
+    out = [dumps(d) for d in docs]
+    out.append(json.dumps(docs[0], indent=1).encode())  # pretty, \u escapes
+    bad = copy.deepcopy(docs[4])
+    bad["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "AAAAAAAAAAE="  # base64: left to the others
+    out.append(dumps(bad))
+    late = copy.deepcopy(docs[4])
+    late["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["endTimeUnixNano"] = str(T0 - 1)  # rejected
+    out.append(dumps(late))
+    return out
+
+
+def trace_proto_seeds() -> list[bytes]:
+    return [to_proto(d) for d in trace_docs()]
+
+
+def metrics_docs() -> list[dict]:
+    point = lambda v, **a: {"timeUnixNano": str(T0), **v, "attributes": attrs(a)}  # noqa: E731
+    return [
+        {"resourceMetrics": [{"resource": {"attributes": attrs({"host.name": "h", "service.name": "gpu"})},
+                              "scopeMetrics": [{"scope": {"name": "budgetscope"}, "metrics": [
+                                  {"name": "hw.gpu.utilization", "unit": "1", "gauge": {"dataPoints": [
+                                      point({"asDouble": 0.5}, **{"gpu.uuid": "GPU-1", "gpu.index": 0}),
+                                      point({"asInt": "7"}, **{"hw.id": "GPU-2", "gpu.index": "1"})]}},
+                                  {"name": "hw.gpu.memory.usage", "unit": "By", "sum": {"dataPoints": [
+                                      point({"asInt": "1024"}, **{"gpu.uuid": "GPU-1"})]}},
+                                  {"name": "sdk.own", "gauge": {"dataPoints": [point({"asDouble": 1.0})]}},
+                                  {"name": "h", "histogram": {"dataPoints": []}}]}]}]},
+        {"resourceMetrics": [{"resource": {"attributes": attrs({"gpu.uuid": "GPU-9", "gpu.index": 3})},
+                              "scopeMetrics": [{"metrics": [{"name": "budgetscope.gpu.memory.activity",
+                                                             "gauge": {"dataPoints": [
+                                                                 point({"asDouble": "NaN"})]}}]}]}]},
+    ]
+
+
+def metrics_seeds() -> list[bytes]:
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    out = []
+    for d in metrics_docs():
+        out.append(b"\x00" + dumps(d))
+        out.append(b"\x01" + json_format.ParseDict(d, ExportMetricsServiceRequest()).SerializeToString())
+    return out
+
+
+BUDGETS = [
+    """[tiers.interactive]
+match = { model = "llama-3-8b" }
+percentile = 99
+ttft_ms = 800
+tpot_ms = 50
+e2e_ms = 12000
+
+[tiers.interactive.stages]
+network = 50
+frontend = 30
+queue = 250
+prefill = 470
+""",
+    "[tiers.default]\nttft_ms = 1000.5\n",
+    '[tiers.batch]\npercentile = 90.5\ne2e_ms = 60000\nmatch = { tenant = "t", service_name = "s", tier = "x" }\n'
+    "stages = { decode = 50000, postprocess = 10 }\n",
+    "[tiers.a]\nttft_ms = 10\n[tiers.a.stages]\nqueue = 20\n",
+    "[tiers.a]\nttft_ms = inf\n",
+    "[tiers]\n",
+    "title = 'x'\n[tiers.a]\nttft_ms = 1\n",
+]
+
+PROMETHEUS = [
+    "# TYPE a counter\n# HELP a help\na_total 1\n",
+    '{"vllm.requests.waiting", model_name="m"} 3\n',
+    '{"a.b", "model.name"="m", x="y"} 3\n',
+    '{__name__="a", x="y"} 3\n',
+    'a_bucket{le="1"} 0\na_bucket{le="+Inf"} 3\na_count 3\na_sum 2\n',
+    'a{foo="bar", bar="b{a}z"} 1\na{foo="baz"} -Inf\nb NaN\n',
+    'a{ foo = "bar" } 1\na\t\t{\t\tfoo\t\t=\t\t"baz"\t\t}\t\t2\na{foo="bez"}6\n',
+    'a{foo="bar",} 1\nb{,} 2\nc{} 3\n',
+    'a{foo="b\\"a\\nr"} 1\na{foo="b\\\\a\\z"} 2\n',
+    'a{foo="bar"} 1\t000\nb 2  1234567890\nc 1 1700000000123.5\nd 2 1.7e12\ne 1 -1000\n',
+    'vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-0.6B"} 0.0\n',
+    'a{x="1",x="2"} 1\n',
+]
+
+QUERIES = [
+    "SELECT count(*), avg(ttft_ms) FROM requests",
+    "SELECT tier, quantile_cont(e2e_ms, 0.99) FROM requests GROUP BY 1 ORDER BY 1",
+    "SELECT name, attributes FROM spans LIMIT 3",
+    "EXPLAIN SELECT * FROM spans",
+    "WITH t AS (SELECT * FROM requests) SELECT * FROM t WHERE queue_ms > 1",
+    "SELECT * FROM read_csv('@SECRET@.csv')",
+    "SELECT * FROM read_text('@SECRET@.txt')",
+    "SELECT * FROM read_json_auto('@SECRET@.json')",
+    "SELECT * FROM '@SECRET@.csv'",
+    "SELECT * FROM glob('/etc/*')",
+    "SELECT * FROM read_blob('/etc/passwd')",
+    "SELECT * FROM parquet_scan('@SECRET@.csv')",
+    "COPY spans TO '@SECRET@.out'",
+    "COPY (SELECT 1) TO '@SECRET@.csv'",
+    "ATTACH '@SECRET@.db' AS x",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "RESET enable_external_access",
+    "PRAGMA enable_profiling",
+    "CREATE TABLE t AS SELECT 1",
+    "INSERT INTO spans SELECT * FROM spans",
+    "DELETE FROM requests",
+    "SELECT getenv('HOME')",
+    "SELECT current_setting('enable_external_access')",
+    "SELECT * FROM duckdb_settings()",
+    "SELECT 1; SELECT * FROM read_csv('@SECRET@.csv')",
+    "EXPLAIN ANALYZE SELECT * FROM read_csv('@SECRET@.csv')",
+    "SELECT * FROM (FROM read_text('@SECRET@.txt'))",
+    "CALL pragma_table_info('spans')",
+    "EXPORT DATABASE '@SECRET@.dir'",
+    "SELECT * FROM sniff_csv('@SECRET@.csv')",
+]
+
+
+def write(target: str, seeds: list[bytes]) -> None:
+    d = ROOT / "fuzz/corpus" / target
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.iterdir():
+        old.unlink()
+    for s in seeds:
+        (d / hashlib.sha1(s).hexdigest()[:16]).write_bytes(s)
+    print(f"{target}: {len(seeds)} seeds")
+
+
+def main() -> None:
+    js, pb = trace_json_seeds(), trace_proto_seeds()
+    for t in ("otlpjson", "otlpjson_diff"):
+        write(t, js)
+    for t in ("otlpproto", "otlpproto_diff"):
+        write(t, pb)
+    write("otlp_metrics", metrics_seeds())
+    write("budgets", [b.encode() for b in BUDGETS] + [(ROOT / "budgetscope/data/demo_budgets.toml").read_bytes()])
+    write("prometheus", [p.encode() for p in PROMETHEUS])
+    write("query", [q.encode() for q in QUERIES])
+
+
+if __name__ == "__main__":
+    main()

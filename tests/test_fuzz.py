@@ -1,0 +1,67 @@
+"""Short coverage-guided fuzz runs of every target of fuzz/targets.py (docs/fuzzing.md), 48 s of fuzzing in all:
+the C decoders under ASan + UBSan, alone and against the other decoding paths, the OTLP metrics decoder, the
+budgets loader, the Prometheus parser and the SQL sandbox of `query`. A run fails on any finding (its input is
+saved under build/fuzz/crashes/TARGET/) and when it ran too few inputs or saw no coverage (a broken harness).
+`make fuzz` runs the same targets for longer."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "fuzz"))
+
+# seconds of fuzzing a target; each process adds about a second of start-up
+SECONDS = {"otlpjson": 9, "otlpproto": 8, "otlpjson_diff": 6, "otlpproto_diff": 6, "otlp_metrics": 5, "budgets": 4,
+           "prometheus": 4, "query": 6}
+MIN_RUNS = {"query": 20, "otlpjson_diff": 100}  # a query opens the archive, a JSON batch meets DuckDB: tens or hundreds a second
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_short_runs_fit_the_budget():
+    import targets
+
+    assert set(SECONDS) == set(targets.TARGETS)
+    assert sum(SECONDS.values()) <= 50
+
+
+@pytest.fixture(scope="module")
+def atheris_installed():
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        pytest.skip("atheris is not installed (the dev extra installs it: `make setup`)")
+
+
+@pytest.fixture(scope="module")
+def sanitizer_build():
+    import build
+
+    try:
+        build.build()
+    except build.BuildError as e:
+        pytest.skip(f"no sanitizer build of the C decoders: {e}")
+    if build.asan_runtime() is None:
+        pytest.skip("no sanitizer build of the C decoders: the compiler has no ASan runtime")
+
+
+@pytest.mark.parametrize("target", list(SECONDS))
+def test_short_fuzz_run(target, tmp_path, atheris_installed, request):
+    import targets
+
+    if target in targets.SANITIZED:
+        request.getfixturevalue("sanitizer_build")
+    r = subprocess.run([sys.executable, str(ROOT / "fuzz/run.py"), target, "--seconds", str(SECONDS[target]),
+                        "--corpus", str(tmp_path)], capture_output=True, text=True, timeout=SECONDS[target] + 60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f"{target}: a finding (the input is under build/fuzz/crashes/{target}/):\n{out[-6000:]}"
+    runs = int(re.search(r"stat::number_of_executed_units: (\d+)", out).group(1))
+    cov = [int(c) for c in re.findall(r"\bcov: (\d+)", out)]
+    assert runs >= MIN_RUNS.get(target, 500), out[-3000:]
+    assert cov and max(cov) > 50, f"{target}: no coverage reached libFuzzer\n{out[-3000:]}"
