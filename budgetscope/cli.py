@@ -37,6 +37,7 @@ LAZY_COMMANDS = {
     "scrape": "budgetscope.sources.commands:scrape",
     "gpu": "budgetscope.instrument.gpu_command:gpu",
     "derive": "budgetscope.spark.derive:derive",
+    "expire": "budgetscope.archive.expire_command:expire",
 }
 
 

@@ -26,14 +26,19 @@ def is_single_file(path: str | os.PathLike) -> bool:
 
 
 def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = True, sandbox: bool = False,
-            durable: bool = False, since_ns: int | None = None, until_ns: int | None = None):  # noqa: N802
+            durable: bool = False, since_ns: int | None = None, until_ns: int | None = None,
+            retention_ns: int | None = None):  # noqa: N802
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
     `sandbox`: no file access but the archive's own, for `budgetscope query`) a reader.
 
     `durable` (directory writer): spool what `ingest(derive=False)` landed, so that it survives a crash before
     `commit()` (the collector). `since_ns`/`until_ns` (directory reader): read only the segments
-    that can hold that window."""
+    that can hold that window. `retention_ns` (directory writer): drop the hour partitions older than this as
+    it goes (`retention.py`)."""
     if is_single_file(path):
+        if retention_ns and not (read_only or sandbox):
+            raise ArchiveError(f"{path}: retention applies to folder archives (convert this one with "
+                               "`budgetscope convert`)")
         return DuckDBArchive(path, read_only=read_only, create=create, sandbox=sandbox)
     if read_only or sandbox:
         from budgetscope.archive.reader import ArchiveReader
@@ -41,7 +46,7 @@ def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = 
         return ArchiveReader(path, since_ns=since_ns, until_ns=until_ns, sandbox=sandbox)
     from budgetscope.archive.directory import DirectoryArchive
 
-    return DirectoryArchive(path, create=create, durable=durable)
+    return DirectoryArchive(path, create=create, durable=durable, retention_ns=retention_ns)
 
 
 def open(path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: A001

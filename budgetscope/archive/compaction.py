@@ -106,6 +106,7 @@ class Compactor:
         self.root: Path = writer.path
         self.cold_after_s = COLD_AFTER_S if cold_after_s is None else cold_after_s
         self.merges = 0
+        self.expired: list = []  # retention.Expired of each expiry that dropped something
         self._wake = threading.Event()
         self._busy = threading.Lock()
         self._stop = False
@@ -153,6 +154,13 @@ class Compactor:
 
     def _run_jobs(self, con) -> int:
         done = 0
+        if getattr(self.writer, "retention_ns", None):  # first: no merge is spent on hours about to go
+            from budgetscope.archive.retention import expire
+
+            gone = expire(self.writer, self.writer.retention_ns, time.time_ns())
+            if gone.segments:
+                log.info("%s", gone.summary())
+                self.expired.append(gone)
         while True:
             jobs = plan(self.writer.manifest, time.time_ns(), self.cold_after_s)
             if not jobs:

@@ -104,7 +104,7 @@ class DirectoryArchive:
     collector acknowledges then); the next writer lands what a crashed one left in the spool."""
 
     def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
-                 hold_s: float = HOLD_S, compact: bool = True):
+                 hold_s: float = HOLD_S, compact: bool = True, retention_ns: int | None = None):
         self.path = root = Path(root)
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
@@ -118,6 +118,7 @@ class DirectoryArchive:
                 raise ArchiveError(f"no archive at {root} (create one with `budgetscope ingest FILE --archive {root}`)")
             create_archive(root)
         self.read_only = False
+        self.retention_ns = retention_ns  # the compactor drops hours older than this (retention.py)
         self.republished = 0  # spans of the current ingest call dropped as copies of published ones
         self.durable = durable
         self.hold_s = hold_s

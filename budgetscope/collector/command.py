@@ -51,14 +51,16 @@ class _StartError(click.ClickException):
 @click.option("--auth-token-file", type=click.Path(dir_okay=False), metavar="FILE",
               help=f"Require 'authorization: Bearer TOKEN' on every export; TOKEN is the file's first line. "
                    f"Default: ${TOKEN_ENV} when set.")
+@click.option("--retention", metavar="AGE", help="Drop the hour partitions older than AGE (30d, 36h) as it goes, "
+              "by each table's own time (folder archives; `budgetscope expire` does it once).")
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="The summary at exit: a line, or one JSON document on stdout (the banner then goes to stderr).")
 def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool, shard: str | None,
             max_pending_mb: float, max_message_mb: float, linger_ms: float, max_connections: int,
-            tls_cert: str | None, tls_key: str | None, auth_token_file: str | None, no_metrics: bool, verbose: bool,
-            fmt: str) -> None:
+            tls_cert: str | None, tls_key: str | None, auth_token_file: str | None, retention: str | None,
+            no_metrics: bool, verbose: bool, fmt: str) -> None:
     """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
     Each export is answered success only once it is safe on disk (and known to be good); the `requests` rows of
@@ -94,6 +96,15 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
             raise _StartError(str(e)) from None
     try:
         token = read_token(auth_token_file, TOKEN_ENV)
+        retention_ns = None
+        if retention is not None:
+            from budgetscope.archive.archive import is_single_file
+            from budgetscope.archive.retention import parse_retention
+
+            retention_ns = parse_retention(retention)
+            if is_single_file(archive):
+                raise ValueError(f"{archive}: --retention applies to folder archives (convert this one with "
+                                 "`budgetscope convert`)")
     except ValueError as e:
         raise _StartError(str(e)) from None
     try:
@@ -102,7 +113,7 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
                               max_pending_bytes=int(max_pending_mb * (1 << 20)),
                               max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000,
                               metrics=not no_metrics, max_connections=max_connections, tls_cert=tls_cert,
-                              tls_key=tls_key, auth_token=token)
+                              tls_key=tls_key, auth_token=token, retention_ns=retention_ns)
         collector.start()
     except CollectorError as e:
         raise _StartError(str(e)) from None

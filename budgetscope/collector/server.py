@@ -46,6 +46,7 @@ class CollectorConfig:
     tls_cert: str | None = None  # PEM certificate chain: serve both receivers over TLS (with tls_key)
     tls_key: str | None = None  # PEM private key of tls_cert
     auth_token: str | None = None  # every export must carry `authorization: Bearer <auth_token>`
+    retention_ns: int | None = None  # hour partitions older than this are dropped as it goes (folder archives)
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "http_port"):
@@ -113,7 +114,7 @@ class Collector:
         self._queue = PendingQueue(self.config.max_pending_bytes)
         self._writer = ArchiveWriter(self.archive_path, self._queue, self.config.linger_s,
                                      self.config.max_group_bytes, self.config.linger_gap_s,
-                                     self.config.max_pending_bytes)
+                                     self.config.max_pending_bytes, retention_ns=self.config.retention_ns)
         self._receivers: list = []
         self._state = "new"
 

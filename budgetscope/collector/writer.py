@@ -71,12 +71,13 @@ class ArchiveWriter:
     """Owns the archive (its DuckDB connection is used by the lander thread alone) and drains the queue."""
 
     def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int, gap_s: float,
-                 max_deferred_bytes: int = 64 << 20):
+                 max_deferred_bytes: int = 64 << 20, retention_ns: int | None = None):
         self.path = path
         self.queue = queue
         self.linger_s = linger_s
         self.gap_s = gap_s
         self.max_group_bytes = max_group_bytes
+        self.retention_ns = retention_ns  # passed to the archive: its compactor expires older hours
         self.max_deferred_bytes = max_deferred_bytes  # acknowledged, not yet landed: past it, accepting waits
         self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
@@ -164,7 +165,7 @@ class ArchiveWriter:
     # -- the lander thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self._archive = Archive(self.path, durable=True)
+            self._archive = Archive(self.path, durable=True, retention_ns=self.retention_ns)
         except ArchiveError as e:
             self.error = str(e)
         finally:
@@ -304,7 +305,7 @@ class ArchiveWriter:
                 pass
             self._archive = None
             try:
-                self._archive = Archive(self.path, durable=True)
+                self._archive = Archive(self.path, durable=True, retention_ns=self.retention_ns)
             except ArchiveError as e:
                 self.error = f"the archive cannot be reopened: {e}"
                 log.error("%s", self.error)
