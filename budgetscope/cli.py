@@ -38,6 +38,7 @@ LAZY_COMMANDS = {
     "gpu": "budgetscope.instrument.gpu_command:gpu",
     "derive": "budgetscope.spark.derive:derive",
     "expire": "budgetscope.archive.expire_command:expire",
+    "sweep": "budgetscope.sweep.command:sweep",
 }
 
 

@@ -1,0 +1,341 @@
+"""Capacity: what a load sweep found, rate by rate, read back from the archive alone.
+
+`budgetscope sweep` runs one open-loop step per offered rate and tags every client span of a step with
+`budgetscope.sweep.run`, `.step`, `.repeat`, `.rate_rps` and `.duration_s`. From those tags `analyze` finds the
+steps, and for each it builds the budget report of the step's time window (`build_report`: the same tiers,
+quantiles, attainment and tail attribution as `budgetscope report`), plus the server's saturation signals of
+that window (`engine_steps`, else scraped `/metrics` in `server_metrics`). Then, per tier:
+
+- **keeps** at a step: the report keeps the tier's budgets (every quantile and stage quantile within budget) and
+  its attainment (goodput share) is at least the target (default: the tier's percentile / 100);
+- **capacity**: the highest rate below the first rate that breaks (every run of every rate up to it keeps);
+- **served** and **goodput** rates: requests that ended ok (that met every SLO) over the step's first send → last
+  response, so that past capacity the time the queue takes to drain after the arrivals stop counts;
+- **knee**: the last rate before the tail TTFT turns up: the first step up in rate where the tier's pXX TTFT
+  grows faster than the rate itself (elasticity d ln TTFT / d ln rate > 1) and has at least doubled from the
+  lightest rate, or where the server serves less than 90 % of the offered rate;
+- **takeover**: the stage that dominates the TTFT tail past the knee (or past capacity), its share there and at
+  the lightest rate: "above 6 req/s queue is 80 % of the TTFT tail".
+
+Everything is recomputed from the archive, so the dashboard's Capacity page and `sweep --format json` agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from budgetscope.analysis.budgets import Budgets
+from budgetscope.analysis.report import build_report, pkey
+
+RUN, STEP, REPEAT, RATE, DURATION = ("budgetscope.sweep.run", "budgetscope.sweep.step", "budgetscope.sweep.repeat",
+                                     "budgetscope.sweep.rate_rps", "budgetscope.sweep.duration_s")
+"""Client span attributes of a sweep step (strings, ints, doubles)."""
+SERVED_FRACTION = 0.9
+"""Below this share of the offered rate served ok, the server no longer keeps up."""
+KNEE_ELASTICITY = 1.0
+KNEE_GROWTH = 2.0
+Z_95 = 1.96
+
+ENGINE_METRICS = {  # signal → names under which servers expose it on /metrics
+    "running": ("budgetscope_engine_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs",
+                "tgi_batch_current_size"),
+    "waiting": ("budgetscope_engine_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs",
+                "tgi_queue_size"),
+    "kv_usage": ("budgetscope_engine_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                 "sglang:token_usage"),
+    "preemptions": ("budgetscope_engine_preemptions_total", "vllm:num_preemptions_total", "vllm:num_preemptions"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a sweep: its offered rate and the time window of its client spans (ns since the epoch)."""
+
+    run: str
+    index: int
+    repeat: int
+    rate_rps: float
+    duration_s: float
+    start_ns: int
+    end_ns: int
+    sent: int
+    target: str | None
+
+
+def sweep_runs(con) -> list[str]:
+    """The sweep runs in the archive, oldest first."""
+    rows = con.execute(f"""SELECT attributes->>'{RUN}' AS run, min(start_ns) FROM spans
+        WHERE name = 'llm.client.request' AND attributes->>'{RUN}' IS NOT NULL GROUP BY 1 ORDER BY 2""").fetchall()
+    return [r[0] for r in rows]
+
+
+def sweep_steps(con, run: str) -> list[Step]:
+    """The steps of one run, in the order they ran."""
+    rows = con.execute(f"""SELECT CAST(attributes->>'{STEP}' AS INTEGER) AS step,
+          CAST(attributes->>'{REPEAT}' AS INTEGER), CAST(attributes->>'{RATE}' AS DOUBLE),
+          CAST(attributes->>'{DURATION}' AS DOUBLE), min(start_ns), max(end_ns), count(*),
+          min(attributes->>'url.full')
+        FROM spans WHERE name = 'llm.client.request' AND attributes->>'{RUN}' = ?
+        GROUP BY 1, 2, 3, 4 ORDER BY 1""", [run]).fetchall()
+    return [Step(run, r[0], r[1] or 0, r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows]
+
+
+def wilson(k: int, n: int, z: float = Z_95) -> tuple[float, float] | None:
+    """The Wilson score interval of k successes in n (95 % by default); None without trials."""
+    if n <= 0:
+        return None
+    p = k / n
+    d = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def signals(con, start_ns: int, end_ns: int) -> dict:
+    """The server's saturation signals in [start_ns, end_ns]: from `engine_steps` when the engine emitted its step
+    spans, else from scraped `/metrics` samples (`server_metrics`); `source` None when neither has any."""
+    row = con.execute("""SELECT count(*), avg(batch_size), max(batch_size), quantile_cont(queue_depth, 0.99),
+          max(queue_depth), max(kv_blocks_used::DOUBLE / nullif(kv_blocks_total, 0)), sum(preempted)
+        FROM engine_steps WHERE start_ns >= ? AND start_ns <= ?""", [start_ns, end_ns]).fetchone()
+    if row[0]:
+        return {"source": "engine_steps", "steps": row[0], "batch_mean": row[1], "batch_max": row[2],
+                "queue_p99": row[3], "queue_max": row[4], "kv_max": row[5], "preemptions": int(row[6] or 0)}
+    names = [n for ns in ENGINE_METRICS.values() for n in ns]
+    try:
+        rows = con.execute(f"""SELECT metric, count(*), avg(value), max(value), min(value) FROM server_metrics
+            WHERE ts_ns >= ? AND ts_ns <= ? AND metric IN ({', '.join('?' * len(names))}) GROUP BY 1""",
+                           [start_ns, end_ns, *names]).fetchall()
+    except Exception:  # an archive from before server_metrics existed
+        rows = []
+    if not rows:
+        return {"source": None}
+    by = {r[0]: r for r in rows}
+
+    def pick(signal):
+        return next((by[n] for n in ENGINE_METRICS[signal] if n in by), None)
+
+    out: dict = {"source": "metrics", "scrapes": max(r[1] for r in rows)}
+    if (r := pick("running")) is not None:
+        out.update(batch_mean=r[2], batch_max=r[3])
+    if (r := pick("waiting")) is not None:
+        out.update(queue_mean=r[2], queue_max=r[3])
+    if (r := pick("kv_usage")) is not None:
+        out["kv_max"] = r[3]
+    if (r := pick("preemptions")) is not None:
+        out["preemptions"] = int(r[3] - r[4])
+    return out
+
+
+def _tier_at_step(t: dict, wall_s: float, target: float | None) -> dict:
+    """The figures of one tier in one step (a report tier entry, condensed), and whether it keeps."""
+    key = pkey(t["percentile"])
+    want = target if target is not None else t["percentile"] / 100
+    n, att = t["requests"], t["attainment"]
+    met = round(att * n) if att is not None else 0
+    attribution = {}
+    for kind in ("ttft", "e2e"):
+        a = t["attribution"].get(kind)
+        attribution[kind] = None if a is None else {
+            "metric": a["metric"], "tail_size": a["tail_size"], "shares": a["shares"],
+            "dominant": a["dominant"] if a["shares"] is not None else None, "verdict": a["verdict"]}
+    keeps = None if not n else bool(t["kept"] and att is not None and att >= want)
+    return {
+        "name": t["name"], "percentile": t["percentile"], "requests": n, "ok_requests": t["ok_requests"],
+        "outcomes": t["outcomes"], "attainment": att, "attainment_interval": wilson(met, n),
+        "target_attainment": want, "goodput_rps": met / wall_s if wall_s > 0 else None,
+        "metrics": {m: {"p50": v.get("p50"), key: v.get(key), "budget": v.get("budget"), "column": v.get("column")}
+                    for m, v in t["metrics"].items()},
+        "stages": {s: {key: v.get(key), "budget": v.get("budget")} for s, v in t["stages"].items()},
+        "attribution": attribution, "breaches": t["breaches"], "kept": t["kept"], "keeps": keeps,
+    }
+
+
+def step_figures(con, step: Step, budgets: Budgets, target_attainment: float | None = None) -> dict:
+    """One step: its rate, counts, the server's signals and each budgeted tier's figures (the report of its window)."""
+    rep = build_report(con, budgets, step.start_ns, step.end_ns + 1)
+    # first send → last response: past capacity the queue drains after the arrivals stop, and that time counts
+    wall_s = (step.end_ns - step.start_ns) / 1e9
+    tiers = [_tier_at_step(t, wall_s, target_attainment) for t in rep["tiers"] if t.get("budgeted", True)]
+    ok = sum(t["ok_requests"] for t in rep["tiers"])
+    requests = sum(t["requests"] for t in rep["tiers"]) + sum(rep.get("unbudgeted_tiers", {}).values())
+    return {"step": step.index, "repeat": step.repeat, "rate_rps": step.rate_rps, "duration_s": step.duration_s,
+            "start_ns": step.start_ns, "end_ns": step.end_ns, "sent": step.sent, "requests": requests, "ok": ok,
+            "served_rps": ok / wall_s if wall_s > 0 else None,
+            "signals": signals(con, step.start_ns, step.end_ns), "tiers": tiers}
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def points(steps: list[dict]) -> list[dict]:
+    """Steps grouped by rate (runs of one rate together), ascending: per tier, whether every run kept, the median
+    and spread (min, max) of attainment and of the tail TTFT over the runs, and the pooled attainment interval."""
+    by_rate: dict[float, list[dict]] = {}
+    for s in steps:
+        by_rate.setdefault(s["rate_rps"], []).append(s)
+    out = []
+    for rate in sorted(by_rate):
+        runs = by_rate[rate]
+        tiers = {}
+        for name in dict.fromkeys(t["name"] for s in runs for t in s["tiers"]):
+            ts = [t for s in runs for t in s["tiers"] if t["name"] == name and t["requests"]]
+            if not ts:
+                continue
+            key = pkey(ts[0]["percentile"])
+            att = [t["attainment"] for t in ts]
+            ttft = [t["metrics"]["ttft_ms"][key] for t in ts]
+            n = sum(t["requests"] for t in ts)
+            met = sum(round(t["attainment"] * t["requests"]) for t in ts)
+            shares = [t["attribution"]["ttft"]["shares"] for t in ts
+                      if t["attribution"]["ttft"] and t["attribution"]["ttft"]["shares"]]
+            mean_shares = ({k: sum(sh[k] for sh in shares) / len(shares) for k in shares[0]} if shares else None)
+            tiers[name] = {
+                "keeps": all(t["keeps"] for t in ts), "runs": len(ts),
+                "attainment": _median(att), "attainment_spread": [min(att), max(att)],
+                "attainment_interval": wilson(met, n), "requests": n,
+                "ttft": _median(ttft), "ttft_spread": _spread(ttft), "ttft_key": key,
+                "ttft_shares": mean_shares,
+                "ttft_dominant": max(mean_shares, key=mean_shares.get) if mean_shares else None,
+                "breaches": [b for t in ts for b in t["breaches"]],
+            }
+        out.append({"rate_rps": rate, "runs": len(runs), "served_rps": _median([s["served_rps"] for s in runs]),
+                    "tiers": tiers})
+    return out
+
+
+def _spread(xs: list) -> list | None:
+    known = [x for x in xs if x is not None]
+    return [min(known), max(known)] if known else None
+
+
+def tier_capacity(pts: list[dict], name: str, target: float) -> dict:
+    """Capacity, knee and takeover stage of one tier over the sweep's points (ascending rates)."""
+    mine = [(p["rate_rps"], p["served_rps"], p["tiers"][name]) for p in pts if name in p["tiers"]]
+    capacity = first_break = None
+    for rate, _, t in mine:
+        if not t["keeps"]:
+            first_break = rate
+            break
+        capacity = rate
+    knee, knee_reason = _knee(mine)
+    past = knee if knee is not None else capacity
+    takeover = _takeover(mine, past)
+    at_cap = next((t for r, _, t in mine if r == capacity), None)
+    at_break = next((t for r, _, t in mine if r == first_break), None)
+    out = {"name": name, "target_attainment": target, "capacity_rps": capacity,
+           "capacity_is_lower_bound": first_break is None and capacity is not None,
+           "first_break_rps": first_break, "break_reasons": _reasons(at_break, target),
+           "knee_rps": knee, "knee_reason": knee_reason, "takeover": takeover,
+           "confidence": {"runs_per_rate": sorted({t["runs"] for _, _, t in mine}),
+                          "at_capacity": _sure(at_cap, target), "at_first_break": _sure(at_break, target)}}
+    out["verdict"] = _verdict(out, mine)
+    return out
+
+
+def _sure(t: dict | None, target: float) -> dict | None:
+    """How sure a point's decision is: the pooled attainment's 95 % interval against the target, and the spread."""
+    if t is None:
+        return None
+    lo, hi = t["attainment_interval"] or (None, None)
+    resolved = lo is not None and (lo >= target or hi < target)
+    return {"runs": t["runs"], "requests": t["requests"], "attainment": t["attainment"],
+            "attainment_interval": t["attainment_interval"], "attainment_spread": t["attainment_spread"],
+            "ttft_spread": t["ttft_spread"], "resolved": resolved}
+
+
+def _reasons(t: dict | None, target: float) -> list[str]:
+    if t is None:
+        return []
+    out = [f"{b['quantile']} {b['name']} {b['value']:.1f} ms > {b['budget']:g} ms" for b in t["breaches"]]
+    if t["attainment"] is not None and t["attainment"] < target:
+        out.append(f"attainment {100 * t['attainment']:.1f}% < {100 * target:g}%")
+    return list(dict.fromkeys(out))
+
+
+def _knee(mine: list[tuple]) -> tuple[float | None, str]:
+    """The last rate before the tail TTFT turns up (see the module docstring), and why."""
+    if len(mine) < 2:
+        return None, "fewer than two rates: no knee can be told"
+    base = mine[0][2]["ttft"]
+    for (r0, _, t0), (r1, served1, t1) in zip(mine, mine[1:]):
+        l0, l1 = t0["ttft"], t1["ttft"]
+        if served1 is not None and served1 < SERVED_FRACTION * r1:
+            return r0, (f"at {r1:g} req/s the server served {served1:.2f} req/s ok, under "
+                        f"{100 * SERVED_FRACTION:.0f}% of the offered rate")
+        if l1 is None:
+            return r0, f"at {r1:g} req/s no request of the tier ended ok"
+        if l0 and base and l0 > 0:
+            e = math.log(l1 / l0) / math.log(r1 / r0)
+            if e > KNEE_ELASTICITY and l1 >= KNEE_GROWTH * base:
+                return r0, (f"{t1['ttft_key']} TTFT went {l0:.0f} → {l1:.0f} ms from {r0:g} to {r1:g} req/s "
+                            f"(elasticity {e:.1f} > {KNEE_ELASTICITY:g}; {l1 / base:.1f}× the lightest rate's)")
+    return None, f"the tail TTFT did not turn up within the rates swept (up to {mine[-1][0]:g} req/s)"
+
+
+def _takeover(mine: list[tuple], past: float | None) -> dict | None:
+    """The dominant stage of the TTFT tail at the first rate past `past` (else the highest rate), with its share
+    there and the same stage's share at the lightest rate."""
+    if not mine:
+        return None
+    above = [(r, t) for r, _, t in mine if past is not None and r > past]
+    rate, t = above[0] if above else (mine[-1][0], mine[-1][2])
+    if not t["ttft_shares"]:
+        return None
+    stage = t["ttft_dominant"]
+    low_rate, low = mine[0][0], mine[0][2]
+    return {"metric": "ttft", "stage": stage, "share": t["ttft_shares"][stage], "at_rps": rate,
+            "above_rps": past if past is not None and rate > past else None,
+            "shares": t["ttft_shares"], "low_rps": low_rate,
+            "low_share": (low["ttft_shares"] or {}).get(stage) if low["ttft_shares"] else None}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _verdict(c: dict, mine: list[tuple]) -> str:
+    name = c["name"]
+    if not mine:
+        return f"Tier {name}: no request of this tier in the sweep."
+    if c["capacity_rps"] is None:
+        head = (f"Tier {name} breaks its budgets already at the lightest rate, {mine[0][0]:g} req/s "
+                f"({'; '.join(c['break_reasons']) or 'see the steps'}).")
+    elif c["capacity_is_lower_bound"]:
+        head = f"Tier {name} keeps its budgets at every rate swept, up to {c['capacity_rps']:g} req/s (capacity is higher)."
+    else:
+        head = (f"Tier {name} keeps its budgets up to {c['capacity_rps']:g} req/s and breaks them at "
+                f"{c['first_break_rps']:g} req/s ({'; '.join(c['break_reasons'])}).")
+    knee = (f" Knee at {c['knee_rps']:g} req/s: {c['knee_reason']}." if c["knee_rps"] is not None
+            else f" No knee: {c['knee_reason']}.")
+    t = c["takeover"]
+    take = ""
+    if t is not None:
+        where = f"Above {t['above_rps']:g} req/s" if t["above_rps"] is not None else f"At {t['at_rps']:g} req/s"
+        take = (f" {where} {t['stage']} is {_pct(t['share'])} of the TTFT tail "
+                f"(at {t['at_rps']:g} req/s; {_pct(t['low_share'])} at {t['low_rps']:g} req/s).")
+    return head + knee + take
+
+
+def analyze(con, budgets: Budgets, run: str | None = None, target_attainment: float | None = None) -> dict:
+    """The capacity result of one sweep run (the last one when `run` is None): steps, points and per-tier
+    capacity, knee and takeover. `{"run": None, ...}` with no steps when the archive holds no sweep."""
+    runs = sweep_runs(con)
+    if run is None:
+        run = runs[-1] if runs else None
+    found = sweep_steps(con, run) if run else []
+    steps = [step_figures(con, s, budgets, target_attainment) for s in found]
+    pts = points(steps)
+    names = [tb.name for tb in budgets.tiers]
+    tiers = []
+    for tb in budgets.tiers:
+        target = target_attainment if target_attainment is not None else tb.percentile / 100
+        tiers.append(tier_capacity(pts, tb.name, target))
+    return {"run": run, "runs": runs, "target": found[0].target if found else None,
+            "budgets_file": budgets.path, "tier_names": names, "rates": [p["rate_rps"] for p in pts],
+            "steps": steps, "points": pts, "tiers": tiers}

@@ -1,0 +1,76 @@
+"""The capacity result (`capacity.analyze`) as terminal text: one table of rates, one of saturation signals,
+and each tier's capacity, knee and takeover stage in a sentence."""
+
+from __future__ import annotations
+
+from budgetscope.analysis.render import _table
+
+SIGNAL_NOTE = {"engine_steps": "engine_steps", "metrics": "/metrics", None: "none"}
+
+
+def _ms(x) -> str:
+    return "n/a" if x is None else f"{x:,.0f}"
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _num(x, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def render_text(res: dict) -> str:
+    """The whole result as lines of text."""
+    if not res["steps"]:
+        return "no sweep steps in this archive\n"
+    out = [f"sweep {res['run']} of {res.get('target') or 'the target'}: {len(res['points'])} rates, "
+           f"{len(res['steps'])} steps" + (f" of {res['duration_s']:g} s" if res.get("duration_s") else "")
+           + (f"; archive {res['archive']}" if res.get("archive") else ""), ""]
+    for tier in res["tiers"]:
+        name = tier["name"]
+        rows = []
+        for p in res["points"]:
+            t = p["tiers"].get(name)
+            if t is None:
+                continue
+            sh = t["ttft_shares"] or {}
+            lo, hi = t["attainment_spread"]
+            spread = "" if p["runs"] == 1 else f" ({100 * lo:.0f}-{100 * hi:.0f})"
+            rows.append([f"{p['rate_rps']:g}", f"{p['served_rps']:.2f}" if p["served_rps"] is not None else "n/a",
+                         str(t["requests"]), _pct(t["attainment"]) + spread, _ms(t["ttft"]),
+                         _pct(sh.get("queue")), _pct(sh.get("prefill")),
+                         f"{t['ttft_dominant']} {_pct(sh.get(t['ttft_dominant']))}" if t["ttft_dominant"] else "-",
+                         "keeps" if t["keeps"] else "BREAKS"])
+        key = next((p["tiers"][name]["ttft_key"] for p in res["points"] if name in p["tiers"]), "p99")
+        out.append(f"tier {name} (target attainment {100 * tier['target_attainment']:g}%)")
+        out += _table(["rate/s", "served ok/s", "requests", "attainment", f"{key} TTFT ms", "queue share",
+                       "prefill share", "TTFT tail dominant", "budgets"], rows)
+        out += ["", tier["verdict"], ""]
+    rows = []
+    for s in res["steps"]:
+        g = s["signals"]
+        rows.append([f"{s['rate_rps']:g}", SIGNAL_NOTE.get(g.get("source"), "?"),
+                     f"{_num(g.get('batch_mean'))} / {_num(g.get('batch_max'), '{:.0f}')}",
+                     f"{_num(g.get('queue_p99', g.get('queue_mean')))} / {_num(g.get('queue_max'), '{:.0f}')}",
+                     _pct(g.get("kv_max")), _num(g.get("preemptions"), "{:.0f}")])
+    out.append("saturation signals of the server, per step")
+    out += _table(["rate/s", "from", "batch mean / max", "queue p99 (mean) / max", "KV max", "preemptions"], rows)
+    if res.get("search"):
+        out += ["", "search: " + "; ".join(f"{e['rate_rps']:g} ({e['why']})" for e in res["search"]["log"])]
+        for tier in res["tiers"]:
+            out.append(f"  {tier['name']}: {_sure_line(tier)}")
+    return "\n".join(out) + "\n"
+
+
+def _sure_line(tier: dict) -> str:
+    c = tier["confidence"]
+    parts = [f"runs per rate {', '.join(map(str, c['runs_per_rate'])) or '-'}"]
+    for label, key in (("at capacity", "at_capacity"), ("at first break", "at_first_break")):
+        s = c[key]
+        if s is None:
+            continue
+        lo, hi = s["attainment_interval"] or (0, 0)
+        parts.append(f"{label}: attainment {_pct(s['attainment'])} (95% interval {100 * lo:.0f}-{100 * hi:.0f}% over "
+                     f"{s['requests']} requests, {'decided' if s['resolved'] else 'NOT decided: run longer'})")
+    return "; ".join(parts)

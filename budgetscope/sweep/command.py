@@ -1,0 +1,128 @@
+"""`budgetscope sweep`: the CLI face of the capacity sweep (registered in budgetscope/cli.py)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+class _InputError(click.ClickException):
+    """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"budgetscope: {self.format_message()}", err=True)
+
+
+@click.command("sweep")
+@click.argument("url")
+@click.option("--budgets", "-b", required=True, type=click.Path(), help="Budgets TOML with at least one tier.")
+@click.option("--archive", "-a", required=True, type=click.Path(),
+              help="Folder archive the sweep's collector writes (created if missing; an existing one is added to).")
+@click.option("--rates", help="Offered rates, requests/s, increasing: 1,2,4,6,8,12.")
+@click.option("--search", is_flag=True, help="Find each tier's capacity: double from --start-rate until a rate "
+                                             "breaks every budget, then bisect.")
+@click.option("--duration", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds of open-loop arrivals per step.")
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per rate.")
+@click.option("--start-rate", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="--search: the first rate.")
+@click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=256.0, show_default=True,
+              help="--search: never above this rate.")
+@click.option("--tolerance", type=click.FloatRange(0, 1, min_open=True), default=0.1, show_default=True,
+              help="--search: stop when each capacity is bracketed within this share of the rate.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=12, show_default=True,
+              help="--search: at most this many rates.")
+@click.option("--attainment", "target_attainment", type=click.FloatRange(0, 1), default=None,
+              help="A tier keeps its budgets at a rate when its report keeps them and at least this share of its "
+                   "requests meet every SLO (default: the tier's percentile / 100).")
+@click.option("--arrivals", default="poisson", show_default=True, help="poisson | gamma:cv=C | constant.")
+@click.option("--prompt-tokens", default="128", show_default=True, help="Prompt length, as `budgetscope load`.")
+@click.option("--output-tokens", default="64", show_default=True, help="max_tokens, as `budgetscope load`.")
+@click.option("--tiers", help="Tier mix, e.g. interactive=0.8,batch=0.2 (default: the budgets' tiers, equally).")
+@click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True)
+@click.option("--api", type=click.Choice(["auto", "completions", "chat"]), default="auto", show_default=True)
+@click.option("--model", help="Model name for the body (default: the first of GET /v1/models).")
+@click.option("--header", "-H", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the plans (step i uses seed + i).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Per-request client timeout, seconds; also sent as the request's deadline.")
+@click.option("--deadline/--no-deadline", default=True, show_default=True,
+              help="Send --timeout as x-budgetscope-deadline-ms (the reference engine's deadline header).")
+@click.option("--otlp-port", type=click.IntRange(0, 65535), default=4318, show_default=True,
+              help="OTLP/HTTP port of the sweep's collector on 127.0.0.1 (0: a free one); servers exporting here "
+                   "join their stages.")
+@click.option("--otlp-grpc-port", type=click.IntRange(0, 65535), default=None,
+              help="Also receive OTLP/gRPC on this port (vLLM's exporter default is gRPC :4317).")
+@click.option("--settle", type=click.FloatRange(min=1), default=20.0, show_default=True,
+              help="At most this many seconds after a step for its spans to land.")
+@click.option("--scrape/--no-scrape", default=True, show_default=True,
+              help="Scrape the target's /metrics once a second during each step (saturation signals).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def sweep(url, budgets, archive, rates, search, duration, runs, start_rate, max_rate, tolerance, max_steps,
+          target_attainment, arrivals, prompt_tokens, output_tokens, tiers, prompt_format, api, model, headers, seed,
+          timeout, deadline, otlp_port, otlp_grpc_port, settle, scrape, fmt) -> None:
+    """Find the rate at which each tier's budgets break, and which stage makes the cliff.
+
+    Each step is an open-loop run of the load generator at one offered rate; its client spans go into the
+    archive through the sweep's own collector, tagged with the run, step and rate, and a server exporting to
+    that collector joins its stages. Per rate: attainment, pXX TTFT/TPOT/E2E, each stage's share of the tail
+    (the attribution of `report`) and the server's saturation signals. Then each tier's capacity, the knee,
+    and the stage that takes over past it. Exit 0 when the sweep ran, 2 on bad input (archive unchanged).
+
+    \b
+      budgetscope sweep http://127.0.0.1:8000 --budgets budgets.toml --rates 1,2,4,6,8,12 --duration 60 --archive cap/
+      budgetscope sweep http://127.0.0.1:8000 --budgets budgets.toml --search --archive cap/
+    """
+    from budgetscope.analysis.budgets import BudgetError, load_budgets
+    from budgetscope.analysis.capacity_render import render_text
+    from budgetscope.loadgen import Distribution, LoadgenError, Mix, Workload
+    from budgetscope.sweep.runner import Sweep, SweepConfig, SweepError, parse_rates
+
+    try:
+        if bool(rates) == search:
+            raise SweepError("give --rates R1,R2,… or --search (one of them)")
+        rate_list = parse_rates(rates) if rates else None
+        b = load_budgets(budgets)
+        mix = tiers or ",".join(f"{tb.name}=1" for tb in b.tiers)
+        workload = Workload(Distribution.parse(prompt_tokens), Distribution.parse(output_tokens), Mix.parse(mix))
+        extra = dict(_header(h) for h in headers)
+        config = SweepConfig(
+            url=url, archive=archive, budgets=b, rates=rate_list, search=search, start_rate=start_rate,
+            max_rate=max_rate, tolerance=tolerance, max_steps=max_steps, runs=runs, duration_s=duration,
+            arrivals=arrivals, workload=workload, seed=seed, timeout_s=timeout, send_deadline=deadline, api=api,
+            model=model, headers=extra, token_ids=prompt_format == "token-ids", otlp_port=otlp_port,
+            otlp_grpc_port=otlp_grpc_port, settle_s=settle, scrape_metrics=scrape,
+            target_attainment=target_attainment)
+        from budgetscope.loadgen import Arrivals
+
+        Arrivals.parse(arrivals, 1.0)  # a bad spec fails here, before anything is sent
+        res = Sweep(config, say=lambda line: click.echo(line, err=True)).run()
+    except (SweepError, BudgetError, LoadgenError, ValueError) as e:
+        raise _InputError(str(e)) from None
+    if fmt == "json":
+        click.echo(json.dumps(_clean(res), indent=2, allow_nan=False, default=str))
+    else:
+        click.echo(render_text(res), nl=False)
+
+
+def _header(text: str) -> tuple[str, str]:
+    from budgetscope.sweep.runner import SweepError
+
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise SweepError(f"bad header {text!r}; use 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def _clean(x):
+    """NaN and infinities as null (the JSON has no such numbers), tuples as lists."""
+    if isinstance(x, float):
+        return x if x == x and abs(x) != float("inf") else None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x

@@ -1,0 +1,205 @@
+"""`budgetscope sweep`: bad input ends in one line and exit 2 with the archive untouched; on the CPU `tiny` engine a
+short sweep shows the cliff for real (queueing small at a low rate, dominant past capacity, attainment falling)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUDGETS = """[tiers.interactive]
+percentile = 99
+ttft_ms = 250
+e2e_ms = 3000
+
+[tiers.interactive.stages]
+queue = 100
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sweep(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "budgetscope.cli", "sweep", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _snapshot(path: Path) -> dict:
+    """Every file under path with its bytes (a missing path is {})."""
+    if not path.exists():
+        return {}
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture()
+def budgets(tmp_path) -> Path:
+    p = tmp_path / "budgets.toml"
+    p.write_text(BUDGETS)
+    return p
+
+
+@pytest.fixture()
+def archive(tmp_path) -> Path:
+    """An existing folder archive with something in it, which a refused sweep must leave as it was."""
+    dest = tmp_path / "cap"
+    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "convert", str(ROOT / "sample_traces" / "calm.duckdb"),
+                        str(dest)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return dest
+
+
+class _FakeRefusingServer(BaseHTTPRequestHandler):
+    """A fake OpenAI endpoint for this test only: lists a model, answers 429 to every completion."""
+
+    def do_GET(self):  # noqa: N802
+        body = b'{"object": "list", "data": [{"id": "m"}]}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = b'{"error": {"message": "no capacity", "type": "rate_limit_exceeded"}}'
+        self.send_response(429)
+        self.send_header("retry-after", "1")
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def refusing_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRefusingServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rates", "1,4,2"], "rates must be increasing (2 comes after 4)"),
+    (["--rates", "2,2"], "rates must be increasing"),
+    (["--rates", "0,1"], "every rate must be a positive number"),
+    (["--rates", "1,x"], "expected numbers separated by commas"),
+    ([], "give --rates R1,R2,… or --search (one of them)"),
+    (["--rates", "1,2", "--search"], "give --rates R1,R2,… or --search (one of them)"),
+])
+def test_bad_rates_are_one_line_and_leave_the_archive_unchanged(budgets, archive, args, message):
+    before = _snapshot(archive)
+    r = _sweep("http://127.0.0.1:9", "--budgets", str(budgets), "--archive", str(archive), *args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("budgetscope: ") and message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert _snapshot(archive) == before
+
+
+def test_budgets_without_tiers_is_one_line(tmp_path, archive):
+    empty = tmp_path / "empty.toml"
+    empty.write_text("# no tiers\n")
+    before = _snapshot(archive)
+    r = _sweep("http://127.0.0.1:9", "--budgets", str(empty), "--archive", str(archive), "--rates", "1,2")
+    assert r.returncode == 2
+    assert r.stderr == f"budgetscope: {empty}: no tiers (add a [tiers.<name>] table)\n"
+    assert _snapshot(archive) == before
+
+
+def test_a_target_that_refuses_every_request_is_one_line(budgets, archive, refusing_url, tmp_path):
+    before = _snapshot(archive)
+    r = _sweep(refusing_url, "--budgets", str(budgets), "--archive", str(archive), "--rates", "1,2",
+               "--otlp-port", "0")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"budgetscope: {refusing_url}/v1/completions refused every request of the pre-flight "
+                               "(3 of 3): http_429")
+    assert r.stderr.count("\n") == 1
+    assert _snapshot(archive) == before
+    new = tmp_path / "never-made"  # nor is a new archive made
+    r = _sweep(refusing_url, "--budgets", str(budgets), "--archive", str(new), "--search", "--otlp-port", "0")
+    assert r.returncode == 2 and not new.exists()
+
+
+def test_an_unreachable_target_is_one_line(budgets, tmp_path):
+    new = tmp_path / "cap"
+    r = _sweep(f"http://127.0.0.1:{_free_port()}", "--budgets", str(budgets), "--archive", str(new), "--rates", "1")
+    assert r.returncode == 2
+    assert r.stderr.startswith("budgetscope: cannot reach") and r.stderr.count("\n") == 1
+    assert not new.exists()
+
+
+@pytest.mark.slow
+def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
+    """Four slots, 64-token outputs (capacity ~18 req/s on 2 cores): at 2 req/s every budget holds and queueing is a
+    small share of the little tail there is; 24 req/s is past capacity, queueing takes the TTFT tail and
+    attainment falls."""
+    pytest.importorskip("torch")
+    otlp_port, engine_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+               OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"http://127.0.0.1:{otlp_port}/v1/traces")
+    engine = subprocess.Popen([sys.executable, "-m", "budgetscope.cli", "engine", "serve", "--config", "tiny",
+                               "--port", str(engine_port), "--threads", "1", "--max-seqs", "4",
+                               "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{engine_port}/health", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and engine.poll() is None, "the engine did not start"
+                time.sleep(0.2)
+        cap = tmp_path / "cap"
+        r = _sweep(f"http://127.0.0.1:{engine_port}", "--budgets", str(budgets), "--archive", str(cap),
+                   "--rates", "2,24", "--duration", "5", "--otlp-port", str(otlp_port), "--prompt-format",
+                   "token-ids", "--prompt-tokens", "64", "--output-tokens", "64", "--timeout", "20",
+                   "--format", "json", timeout=180)
+    finally:
+        engine.terminate()
+        engine.wait(30)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    low, high = res["points"]
+    assert (low["rate_rps"], high["rate_rps"]) == (2.0, 24.0)
+    lo, hi = low["tiers"]["interactive"], high["tiers"]["interactive"]
+    # the server's stages joined the client spans: the shares hold queue and prefill, not only "unaccounted"
+    assert set(lo["ttft_shares"]) == {"network", "frontend", "queue", "prefill", "unaccounted"}
+    assert lo["ttft_shares"]["queue"] < 0.25, lo
+    assert lo["keeps"] and lo["attainment"] == 1.0
+    assert hi["ttft_dominant"] == "queue" and hi["ttft_shares"]["queue"] > 0.5, hi
+    assert hi["attainment"] < 0.5 and not hi["keeps"]
+    tier = res["tiers"][0]
+    assert (tier["capacity_rps"], tier["first_break_rps"], tier["knee_rps"]) == (2.0, 24.0, 2.0)
+    assert tier["takeover"]["stage"] == "queue" and tier["takeover"]["above_rps"] == 2.0
+    assert "Above 2 req/s queue is" in tier["verdict"]
+    steps = res["steps"]
+    assert steps[0]["signals"]["source"] == "engine_steps"
+    assert steps[1]["signals"]["queue_max"] > steps[0]["signals"]["queue_max"]
+    # the table form of the same archive, as the dashboard reads it
+    from budgetscope.analysis import capacity
+    from budgetscope.analysis.budgets import load_budgets
+    from budgetscope.archive.archive import Archive
+
+    with Archive(cap, read_only=True, create=False) as a:
+        again = capacity.analyze(a.con, load_budgets(budgets))
+    assert again["tiers"][0]["capacity_rps"] == 2.0 and again["run"] == res["run"]
