@@ -27,7 +27,10 @@ def run_query(archive: str | os.PathLike, sql: str) -> QueryResult:
         try:
             # only statements that read: a segment file is in the allowed paths, so COPY TO could overwrite it
             reading = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
-            if {st.type for st in a.con.extract_statements(sql)} - reading:
+            statements = a.con.extract_statements(sql)
+            if not statements:  # blank or only comments: DuckDB returns no cursor at all
+                raise QueryError("no SQL statement to run")
+            if {st.type for st in statements} - reading:
                 raise QueryError("the archive is read-only to queries; budgetscope ingest is the way in")
             cur = a.con.execute(sql)
             rows = cur.fetchall() if cur.description else []
