@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXT := $(VENV)/.extension
 
-.PHONY: demo test wheel-check bench setup clean
+.PHONY: demo test wheel-check bench fuzz setup clean
 
 setup: $(STAMP) $(EXT)
 
@@ -40,6 +40,16 @@ wheel-check: $(STAMP) $(EXT)
 
 bench: $(STAMP) $(EXT)
 	$(PY) benchmarks/run_all.py
+
+# Long fuzz runs (docs/fuzzing.md): every target for FUZZ_SECONDS each, or FUZZ_TARGETS="otlpjson query".
+# `make test` runs each for a few seconds. A finding stops its target and leaves the input in build/fuzz/crashes/.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= $(shell $(PY) fuzz/run.py --list 2>/dev/null)
+fuzz: $(STAMP) $(EXT)
+	@mkdir -p build/fuzz; for t in $(FUZZ_TARGETS); do echo "== $$t ($(FUZZ_SECONDS) s, log build/fuzz/$$t.log)"; \
+	  $(PY) fuzz/run.py $$t --seconds $(FUZZ_SECONDS) > build/fuzz/$$t.log 2>&1; rc=$$?; \
+	  grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)|SUMMARY|Test unit' build/fuzz/$$t.log; \
+	  [ $$rc = 0 ] || exit $$rc; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info budgetscope/ingest/*.so

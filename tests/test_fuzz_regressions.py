@@ -95,3 +95,43 @@ def test_an_escaped_resource_key_is_left_to_the_paths_that_decode_it():
     raw = (ROOT / "fuzz/regressions/otlpjson/ubsan-buf-put-null-scratch.json").read_bytes()
     targets.otlpjson_diff(raw)
     assert targets._duckdb_rows(raw)[0][8] == "engine"
+
+
+def test_prometheus_lines_end_at_newline_only():
+    """str.splitlines() also broke lines at \\v, \\f, \\x85 and U+2028: a label value holding one made a valid
+    body an error, and `d 2 1\\v T1 -1000` two samples where prometheus_client reads one."""
+    from budgetscope.sources.prometheus import parse
+
+    (s,) = parse('a{x="foo\u2028bar\x85\x0bbaz"} 1\r\n')
+    assert (s.metric, s.labels, s.value) == ("a", {"x": "foo\u2028bar\x85\x0bbaz"}, 1.0)
+    targets.prometheus((ROOT / "fuzz/regressions/prometheus/vertical-tab-is-not-a-line-break.txt").read_bytes())
+
+
+@pytest.mark.parametrize("point, error", [
+    ({"timeUnixNano": str(1 << 63)}, "invalid timeUnixNano"),
+    ({"attributes": attrs({"gpu.uuid": "GPU-1", "gpu.index": 1 << 40})}, "gpu.index 1099511627776 is out of range"),
+])
+def test_metrics_points_past_the_tables_types_are_a_bad_batch(point, error):
+    """A time past int64 or a GPU index past int32 raised pyarrow's OverflowError while landing, failing the
+    whole ingest (or collector group) instead of rejecting the one batch."""
+    from budgetscope.ingest import otlp_metrics
+    from budgetscope.ingest.spanbatch import BadBatch
+
+    dp = {"timeUnixNano": str(T0), "asDouble": 0.5, "attributes": attrs({"gpu.uuid": "GPU-1"})} | point
+    doc = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "hw.gpu.utilization",
+                                                                "gauge": {"dataPoints": [dp]}}]}]}]}
+    import json
+
+    with pytest.raises(BadBatch, match=error):
+        otlp_metrics.decode_json(json.dumps(doc).encode())
+
+
+def test_a_query_of_no_statement_is_a_query_error(tmp_path):
+    """Blank SQL (or only a comment) made DuckDB return no cursor: an AttributeError traceback."""
+    from budgetscope.archive.archive import Archive
+    from budgetscope.archive.query import QueryError, run_query
+
+    Archive(tmp_path / "a").close()
+    for sql in ("", "  ", "-- nothing\n"):
+        with pytest.raises(QueryError, match="no SQL statement"):
+            run_query(tmp_path / "a", sql)
