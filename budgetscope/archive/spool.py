@@ -82,10 +82,21 @@ class Spool:
             self._next += 1
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             fsync_dir(self.folder)
+        start = os.lseek(self._fd, 0, os.SEEK_END)
         view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
-        os.fsync(self._fd)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError:
+            # A record cut short ends its file when it is read back: it must stay the file's last, or the
+            # acknowledged records appended after it (once the disk has room again) would be lost with it.
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            self.close()  # the next append starts a new file
+            raise
 
     def rotate(self) -> int:
         """Start a new file at the next append; the number of the last file before it (0: none)."""

@@ -58,6 +58,7 @@ class CollectorStats:
 
 
 DERIVE_EVERY_S = 1.0
+REOPEN_EVERY_S = 1.0  # while the archive cannot be written (a full disk): how often reopening is tried
 LAND_EVERY_SPANS = 65_536
 """Batches acknowledged on the spool alone (`Archive.accept`) are landed in one ingest once this many spans
 wait, and before every derivation: landing costs less a span in large groups."""
@@ -82,6 +83,8 @@ class ArchiveWriter:
         self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
         self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
+        self.unavailable: str | None = None  # set while an I/O failure (a full disk) keeps it closed: 503s
+        self._retry_at = 0.0
         self._archive: Archive | None = None
         self._opened = threading.Event()
         self._lock = threading.Lock()  # guards `stats` for readers on other threads
@@ -168,6 +171,8 @@ class ArchiveWriter:
             self._archive = Archive(self.path, durable=True, retention_ns=self.retention_ns)
         except ArchiveError as e:
             self.error = str(e)
+        except Exception as e:  # noqa: BLE001 - I/O at start (a full disk): one line, not a dead thread
+            self.error = f"cannot open {self.path}: {(str(e).splitlines() or [type(e).__name__])[0]}"
         finally:
             self._opened.set()
         if self._archive is None:
@@ -207,6 +212,7 @@ class ArchiveWriter:
 
     def _derive(self) -> None:
         if self._archive is None:
+            self._retry_open()  # a quiet stream still gets its spool landed once the disk has room again
             return
         self._land_deferred()
         try:
@@ -263,7 +269,7 @@ class ArchiveWriter:
                 with self._lock:
                     self.stats.batches += 1
                     self.stats.batches_failed += 1
-                t.resolve(Outcome.FAILED, self.error or "the archive failed to store this batch")
+                t.resolve(Outcome.FAILED, self.error or self.unavailable or "the archive failed to store this batch")
 
     def _land(self, batches: list[RawBatch]) -> list[tuple[IngestReport, list[RawBatch]]]:
         """(report, the batches it covers) for what the archive took. If the group fails, each batch is tried
@@ -276,6 +282,8 @@ class ArchiveWriter:
         return [(rep, [b]) for b in batches if (rep := self._try_ingest([b])) is not None]
 
     def _try_ingest(self, batches: list[RawBatch]) -> IngestReport | None:
+        if self._archive is None:
+            self._retry_open()
         if self._archive is None:
             return None
         t0 = time.perf_counter_ns()
@@ -304,11 +312,22 @@ class ArchiveWriter:
             except Exception:  # noqa: BLE001 - closing a broken connection may fail too
                 pass
             self._archive = None
+            self._retry_at = time.monotonic() + REOPEN_EVERY_S
             try:
                 self._archive = Archive(self.path, durable=True, retention_ns=self.retention_ns)
+                self.unavailable = None
             except ArchiveError as e:
                 self.error = f"the archive cannot be reopened: {e}"
                 log.error("%s", self.error)
+            except Exception as e:  # noqa: BLE001 - I/O (a full disk): answer 503 meanwhile, try again later
+                self.unavailable = f"the archive cannot be written ({(str(e).splitlines() or [type(e).__name__])[0]})"
+                log.error("%s; trying again every %.0f s, answering 503 meanwhile", self.unavailable, REOPEN_EVERY_S)
+
+    def _retry_open(self) -> None:
+        """After an I/O failure left no archive open (not a broken one: `error`), reopen it at most every
+        REOPEN_EVERY_S; reopening lands and publishes what the spool holds."""
+        if self.error is None and time.monotonic() >= self._retry_at:
+            self._reopen()
 
 
 def _batches(group: list[Ticket]) -> tuple[list[RawBatch], dict[str, list[Ticket]]]:
