@@ -1,6 +1,7 @@
 """Short coverage-guided fuzz runs of every target of fuzz/targets.py (docs/fuzzing.md), 42 s of fuzzing in all
-(about 55 s with the processes' start-up): the C decoders under ASan + UBSan, alone and against the other decoding paths, the OTLP metrics decoder, the
-budgets loader, the Prometheus parser and the SQL sandbox of `query`. A run fails on any finding (its input is
+(about 55 s with the processes' start-up): the C decoders under ASan + UBSan, alone and against the other
+decoding paths, the OTLP metrics decoder, the budgets loader, the Prometheus parser and the SQL sandbox of
+`query`. A run fails on any finding (its input is
 saved under build/fuzz/crashes/TARGET/) and when it ran too few inputs or saw no coverage (a broken harness).
 `make fuzz` runs the same targets for longer."""
 
