@@ -135,3 +135,25 @@ def test_a_query_of_no_statement_is_a_query_error(tmp_path):
     for sql in ("", "  ", "-- nothing\n"):
         with pytest.raises(QueryError, match="no SQL statement"):
             run_query(tmp_path / "a", sql)
+
+
+def test_the_first_string_service_name_is_the_service_on_every_path(archive_path, ingest_text, monkeypatch):
+    """The reference decoder took service.name from the attributes dict: the last of two (the C decoder and the
+    DuckDB path take the first), and a number as it was, which failed the whole ingest in pyarrow
+    (ArrowTypeError) for a batch that reached the reference path (here: through a nested value)."""
+    from conftest import rows
+
+    from budgetscope.ingest import otlp_fast
+
+    twice = (ROOT / "fuzz/regressions/otlpjson_diff/service-name-twice.json").read_bytes()
+    number = (ROOT / "fuzz/regressions/otlpjson_diff/service-name-not-a-string-nested.json").read_bytes()
+    for raw in (twice, number):
+        targets.otlpjson_diff(raw)
+    monkeypatch.setattr(otlp_fast, "AVAILABLE", False)
+    nested = export([span(trace_id(), span_id(), "n", T0, T0 + MS, attributes={"m": {"k": 1}})])
+    nested["resourceSpans"][0]["resource"]["attributes"] += attrs({"service.name": "second"})
+    import json
+
+    rep = ingest_text(archive_path, number + b"\n" + json.dumps(nested).encode() + b"\n")
+    assert rep.rejected == []
+    assert rows(archive_path, "SELECT name, service_name FROM spans ORDER BY name") == [("n", "engine"), ("op", None)]

@@ -61,6 +61,17 @@ def attributes(kvs) -> dict:
     return {kv["key"]: any_value(kv.get("value") or _EMPTY) for kv in kvs}
 
 
+def _service(kvs) -> str | None:
+    """The string value of the first `service.name` attribute (None when it is not a string), as the DuckDB
+    path and the C decoder take it. The attributes dict keeps the last value of a key written twice: taking
+    service.name from it stored another service for the same span (found by fuzz/targets.py otlpjson_diff)."""
+    for kv in kvs:
+        if kv["key"] == "service.name":
+            v = (kv.get("value") or _EMPTY).get("stringValue")
+            return v if isinstance(v, str) else None
+    return None
+
+
 def parse(raw: bytes):
     """orjson.loads with a one-line error."""
     try:
@@ -78,8 +89,9 @@ def decode(doc) -> SpanBatch:
     dumps = orjson.dumps
     try:
         for rs in doc["resourceSpans"]:
-            res = attributes((rs.get("resource") or _EMPTY).get("attributes", ()))
-            service = res.get("service.name")
+            res_kvs = (rs.get("resource") or _EMPTY).get("attributes", ())
+            res = attributes(res_kvs)
+            service = _service(res_kvs)
             res_json = dumps(res)
             for ss in rs.get("scopeSpans", ()):
                 scope = (ss.get("scope") or _EMPTY).get("name")
