@@ -157,3 +157,27 @@ def test_the_first_string_service_name_is_the_service_on_every_path(archive_path
     rep = ingest_text(archive_path, number + b"\n" + json.dumps(nested).encode() + b"\n")
     assert rep.rejected == []
     assert rows(archive_path, "SELECT name, service_name FROM spans ORDER BY name") == [("n", "engine"), ("op", None)]
+
+
+def test_a_protobuf_export_takes_the_first_string_service_name_as_json_does():
+    """The protobuf reference decoder took the last of two service.name attributes, and a number as the service:
+    the same export sent as protobuf and as JSON stored different services."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from budgetscope.ingest import otlp_proto
+
+    def export_with(*values):
+        msg = ExportTraceServiceRequest()
+        rs = msg.resource_spans.add()
+        rs.resource.attributes.extend(KeyValue(key="service.name", value=v) for v in values)
+        s = rs.scope_spans.add().spans.add()
+        s.trace_id, s.span_id, s.name = bytes(range(1, 17)), bytes(range(1, 9)), "op"
+        s.start_time_unix_nano, s.end_time_unix_nano = T0, T0 + MS
+        return msg.SerializeToString()
+
+    def service(payload):
+        return otlp_proto.decode(payload).to_arrow(1).column("service_name")[0].as_py()
+
+    assert service(export_with(AnyValue(string_value="first"), AnyValue(string_value="second"))) == "first"
+    assert service(export_with(AnyValue(int_value=3), AnyValue(string_value="second"))) is None

@@ -31,6 +31,15 @@ def _attrs(kvs) -> dict:
     return {kv.key: _any(kv.value) for kv in kvs}
 
 
+def _service(kvs) -> str | None:
+    """The first `service.name` attribute's string value (None when it is not a string), as every OTLP/JSON path
+    takes it: an export sent as JSON and as protobuf stores the same service."""
+    for kv in kvs:
+        if kv.key == "service.name":
+            return kv.value.string_value if kv.value.WhichOneof("value") == "string_value" else None
+    return None
+
+
 def decode(payload: bytes) -> SpanBatch:
     """Decode one serialized `ExportTraceServiceRequest`."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -46,7 +55,7 @@ def decode(payload: bytes) -> SpanBatch:
     batch = SpanBatch()
     for rs in msg.resource_spans:
         res = _attrs(rs.resource.attributes)
-        service = res.get("service.name")
+        service = _service(rs.resource.attributes)
         res_json = orjson.dumps(res)
         for ss in rs.scope_spans:
             scope = ss.scope.name or None
