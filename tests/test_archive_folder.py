@@ -289,13 +289,27 @@ def test_a_scrape_is_readable_while_its_writer_is_open(archive_path):
             ("vllm:num_requests_waiting", 3.0)]
 
 
-def test_the_collectors_working_set_drops_what_it_held_past_hold_and_reads_it_back(tmp_path):
-    """hold 0: every commit empties the durable working set; a late client span still joins its request, read
-    back from the segments, and superseding the server-only row."""
-    _, spans = native_request(client=(5, 3))
-    server, client = tmp_path / "s.jsonl", tmp_path / "c.jsonl"
+def _server_then_client(tmp_path, arrival: int):
+    """One request's server spans and its client span, as two files (the client's exporter sends later)."""
+    _, spans = native_request(arrival=arrival, client=(5, 3))
+    server, client = tmp_path / "server.jsonl", tmp_path / "client.jsonl"
     server.write_text(jsonl(export([s for s in spans if s["name"] != "llm.client.request"])))
     client.write_text(jsonl(export([s for s in spans if s["name"] == "llm.client.request"], service="loadgen")))
+    return server, client
+
+
+ONE_WHOLE_ROW = "SELECT count(*), bool_and(has_client_span), min(network_ms), min(queue_ms) FROM requests"
+
+
+@pytest.mark.parametrize("ahead_s", [None, 5, 3600 * 24])
+def test_a_late_span_of_a_trace_the_working_set_dropped_is_read_back_whatever_its_clock(tmp_path, ahead_s):
+    """hold 0: every commit empties the durable working set. A late client span still joins its request: the
+    dropped spans are read back from the segments and the server-only row is superseded, whatever the span's
+    timestamps (in the past; or after the drop: a long decode, a producer whose clock runs ahead)."""
+    import time
+
+    arrival = T0 if ahead_s is None else time.time_ns() + ahead_s * 10**9
+    server, client = _server_then_client(tmp_path, arrival)
     a = directory.DirectoryArchive(tmp_path / "a", durable=True, hold_s=0, compact=False)
     try:
         a.ingest(read_batches(server), derive=False)
@@ -305,32 +319,7 @@ def test_the_collectors_working_set_drops_what_it_held_past_hold_and_reads_it_ba
         a.commit()
     finally:
         a.close()
-    assert rows(tmp_path / "a", "SELECT count(*), bool_and(has_client_span), min(network_ms) FROM requests") == [
-        (1, True, 8.0)]
-
-
-@pytest.mark.parametrize("ahead_s", [5, 3600 * 24])
-def test_a_late_span_of_a_dropped_trace_is_read_back_whatever_the_producers_clock(tmp_path, ahead_s):
-    """The working set dropped a trace's first spans; its later spans started after that (a long decode, or a
-    producer whose clock runs ahead of the collector's). They are derived with the dropped spans, and the row
-    they replace is superseded: one row per trace, every stage in it."""
-    import time
-
-    _, spans = native_request(arrival=time.time_ns() + ahead_s * 10**9, client=(5, 3))
-    first, late = tmp_path / "first.jsonl", tmp_path / "late.jsonl"
-    first.write_text(jsonl(export([s for s in spans if s["name"] != "llm.client.request"])))
-    late.write_text(jsonl(export([s for s in spans if s["name"] == "llm.client.request"], service="loadgen")))
-    a = directory.DirectoryArchive(tmp_path / "a", durable=True, hold_s=0, compact=False)
-    try:
-        a.ingest(read_batches(first), derive=False)
-        a.commit()
-        assert a.con.execute("SELECT count(*) FROM spans").fetchall() == [(0,)]
-        a.ingest(read_batches(late), derive=False)
-        a.commit()
-    finally:
-        a.close()
-    assert rows(tmp_path / "a", "SELECT count(*), bool_and(has_client_span), min(network_ms), min(queue_ms) "
-                "FROM requests") == [(1, True, 8.0, 10.0)]
+    assert rows(tmp_path / "a", ONE_WHOLE_ROW) == [(1, True, 8.0, 10.0)]
 
 
 def test_a_restarted_collector_reads_back_a_trace_the_last_one_published(tmp_path):
@@ -338,15 +327,10 @@ def test_a_restarted_collector_reads_back_a_trace_the_last_one_published(tmp_pat
     producer's clock ahead of the collector's) are derived with its first spans, as one row."""
     import time
 
-    _, spans = native_request(arrival=time.time_ns() + 60 * 10**9, client=(5, 3))
-    first, late = tmp_path / "first.jsonl", tmp_path / "late.jsonl"
-    first.write_text(jsonl(export([s for s in spans if s["name"] != "llm.client.request"])))
-    late.write_text(jsonl(export([s for s in spans if s["name"] == "llm.client.request"], service="loadgen")))
-    for f in (first, late):
+    for f in _server_then_client(tmp_path, time.time_ns() + 60 * 10**9):
         a = directory.DirectoryArchive(tmp_path / "a", durable=True, compact=False)
         try:
             a.ingest(read_batches(f), derive=False)
         finally:
             a.close()
-    assert rows(tmp_path / "a", "SELECT count(*), bool_and(has_client_span), min(network_ms), min(queue_ms) "
-                "FROM requests") == [(1, True, 8.0, 10.0)]
+    assert rows(tmp_path / "a", ONE_WHOLE_ROW) == [(1, True, 8.0, 10.0)]
