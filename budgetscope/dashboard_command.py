@@ -41,7 +41,7 @@ def _check_inputs(archive: str, budgets: str | None):
               help="Follow a folder archive that a collector is writing: each page reruns when a commit lands.")
 def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
     """Open the budget dashboard (Streamlit) on 127.0.0.1: budgets, breakdown, tail explorer, timeline,
-    request, SQL and what-if pages over one archive.
+    request, SQL, what-if and capacity pages over one archive.
 
     \b
       budgetscope dashboard --archive prod/ --budgets budgets.toml

@@ -19,5 +19,6 @@ nav = st.navigation([
     st.Page(PAGES / "request.py", title="Request"),
     st.Page(PAGES / "sql.py", title="SQL"),
     st.Page(PAGES / "what_if.py", title="What if"),
+    st.Page(PAGES / "capacity.py", title="Capacity"),
 ])
 nav.run()

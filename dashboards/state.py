@@ -157,6 +157,20 @@ def tail_mixes(path: str, text: str, tier: str | None, metric: str, q: float, f:
     return sp, (explore.distributions(c, sel, sp) if sp else [])
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def sweep_runs(path: str) -> list[str]:
+    from budgetscope.analysis.capacity import sweep_runs as runs
+
+    return runs(_archive(path).con.cursor())
+
+
+@st.cache_data(show_spinner="Reading the sweep…", max_entries=8)
+def capacity(path: str, text: str, run: str | None = None) -> dict:
+    from budgetscope.analysis.capacity import analyze
+
+    return analyze(_archive(path).con.cursor(), budgets_from(text), run)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def slowest(path: str, f: Filters, column: str) -> list:
     sel = Selection({}, f.since_ns, f.until_ns, f.as_dict())

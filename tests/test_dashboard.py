@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
 APP = str(ROOT / "dashboards" / "app.py")
 PAGES = ["pages/budgets.py", "pages/breakdown.py", "pages/tail_explorer.py", "pages/timeline.py", "pages/request.py",
-         "pages/sql.py", "pages/what_if.py"]
+         "pages/sql.py", "pages/what_if.py", "pages/capacity.py"]
 
 
 @pytest.fixture(autouse=True)
@@ -180,3 +180,24 @@ def test_postmortem_writes_one_self_contained_file(tmp_path):
     assert h.escape(headline(_report("burst")["tiers"][0])) in page
     assert "<script src=" not in page and "<link " not in page and "@import" not in page
     assert page.count("Plotly.newPlot") == 1 and "missing:" in page
+
+
+def test_capacity_page_shows_the_sweep_as_the_analysis_computes_it(monkeypatch):
+    from budgetscope.analysis import capacity
+
+    sweep = SAMPLES / "sweep-tiny"
+    budgets = SAMPLES / "sweep-tiny.toml"
+    with Archive(sweep, sandbox=True, create=False) as a:
+        res = capacity.analyze(a.con, load_budgets(budgets))
+    at = _app(monkeypatch, sweep, budgets)
+    at.switch_page("pages/capacity.py").run()
+    _clean(at, "capacity")
+    c = res["tiers"][0]
+    assert c["verdict"] in [m.value for m in (*at.success, *at.warning)]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Capacity"] == f"{c['capacity_rps']:g} req/s"
+    assert metrics["Knee"] == f"{c['knee_rps']:g} req/s"
+    table = at.table[0].value
+    assert list(table["rate/s"]) == [f"{r:g}" for r in res["rates"]]
+    assert list(table["budgets"]) == ["keeps" if p["tiers"]["interactive"]["keeps"] else "BREAKS"
+                                      for p in res["points"]]

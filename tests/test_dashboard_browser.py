@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ SAMPLES = ROOT / "sample_traces"
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGES = {"budgets": "", "breakdown": "breakdown", "tail_explorer": "tail_explorer", "timeline": "timeline",
-         "request": "request", "sql": "sql", "what_if": "what_if"}
+         "request": "request", "sql": "sql", "what_if": "what_if", "capacity": "capacity"}
+SWEEP = SAMPLES / "sweep-tiny"  # a `budgetscope sweep` of the tiny engine (sample_traces/README.md)
+SWEEP_BUDGETS = SAMPLES / "sweep-tiny.toml"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 
@@ -39,12 +42,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def app_url():
-    _need_browser()
+@contextmanager
+def _app(archive: Path, budgets: Path):
+    """The dashboard over one archive in a streamlit process on a free port; yields its URL."""
     port = _free_port()
-    env = {**os.environ, "BUDGETSCOPE_ARCHIVE": str(SAMPLES / "burst.duckdb"),
-           "BUDGETSCOPE_BUDGETS": str(SAMPLES / "budgets.toml")}
+    env = {**os.environ, "BUDGETSCOPE_ARCHIVE": str(archive), "BUDGETSCOPE_BUDGETS": str(budgets)}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboards" / "app.py"),
                              "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
                              "--browser.gatherUsageStats", "false"], env=env, stdout=subprocess.DEVNULL,
@@ -64,6 +66,13 @@ def app_url():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    _need_browser()
+    with _app(SAMPLES / "burst.duckdb", SAMPLES / "budgets.toml") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +109,34 @@ def test_every_page_renders_without_errors(app_url, browser):
         for bad in ("Traceback", "Error:", "Exception"):
             assert bad not in text, f"{name}: {bad!r} on the page"
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    assert not errors, errors
+
+
+def test_capacity_page_draws_a_recorded_sweep(browser):
+    """The Capacity page over a real sweep archive: the verdict of `capacity.analyze`, the three panels drawn
+    against the rate, the per-rate and signal tables; no error."""
+    from budgetscope.analysis import capacity
+    from budgetscope.analysis.budgets import load_budgets
+    from budgetscope.archive.archive import Archive
+
+    with Archive(SWEEP, read_only=True, create=False) as a:
+        res = capacity.analyze(a.con, load_budgets(SWEEP_BUDGETS))
+    verdict = res["tiers"][0]["verdict"]
+    with _app(SWEEP, SWEEP_BUDGETS) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{url}/capacity")
+        _settle(page)
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        text = page.locator("[data-testid='stMain']").inner_text()
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert verdict.split(" (")[0] in text  # "Tier interactive keeps its budgets up to …"
+        assert "Capacity" in text and "Knee" in text and "Takes over past it" in text
+        assert "saturation signals" in text and "engine_steps" in text
+        assert page.locator(".js-plotly-plot .bars").count() >= 1  # the stacked stage shares
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "capacity-sweep.png"), full_page=True)
     assert not errors, errors
 
 

@@ -184,7 +184,13 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     lo, hi = low["tiers"]["interactive"], high["tiers"]["interactive"]
     # the server's stages joined the client spans: the shares hold queue and prefill, not only "unaccounted"
     assert set(lo["ttft_shares"]) == {"network", "frontend", "queue", "prefill", "unaccounted"}
-    assert lo["ttft_shares"]["queue"] < 0.25, lo
+    # at 2 req/s the tail is a few ms over the body, so the shares of that excess are noisy: queueing must not
+    # dominate it, and it is a small part of the tail requests' own TTFT
+    assert lo["ttft_dominant"] != "queue" or lo["ttft_shares"]["queue"] < 0.5, lo
+    tail = res["steps"][0]["tiers"][0]["attribution"]["ttft"]["tail_mean_ms"]
+    assert tail["queue"] / sum(tail.values()) < 0.25, tail
+    tail_high = res["steps"][1]["tiers"][0]["attribution"]["ttft"]["tail_mean_ms"]
+    assert tail_high["queue"] / sum(tail_high.values()) > 0.5, tail_high
     assert lo["keeps"] and lo["attainment"] == 1.0
     assert hi["ttft_dominant"] == "queue" and hi["ttft_shares"]["queue"] > 0.5, hi
     assert hi["attainment"] < 0.5 and not hi["keeps"]

@@ -13,7 +13,8 @@ that window (`engine_steps`, else scraped `/metrics` in `server_metrics`). Then,
   response, so that past capacity the time the queue takes to drain after the arrivals stop counts;
 - **knee**: the last rate before the tail TTFT turns up: the first step up in rate where the tier's pXX TTFT
   grows faster than the rate itself (elasticity d ln TTFT / d ln rate > 1) and has at least doubled from the
-  lightest rate, or where the server serves less than 90 % of the offered rate;
+  lightest rate, and stays at least doubled at every higher rate; or where the server serves less than 90 % of
+  the offered rate;
 - **takeover**: the stage that dominates the TTFT tail past the knee (or past capacity), its share there and at
   the lightest rate: "above 6 req/s queue is 80 % of the TTFT tail".
 
@@ -138,7 +139,8 @@ def _tier_at_step(t: dict, wall_s: float, target: float | None) -> dict:
         a = t["attribution"].get(kind)
         attribution[kind] = None if a is None else {
             "metric": a["metric"], "tail_size": a["tail_size"], "shares": a["shares"],
-            "dominant": a["dominant"] if a["shares"] is not None else None, "verdict": a["verdict"]}
+            "dominant": a["dominant"] if a["shares"] is not None else None, "verdict": a["verdict"],
+            "tail_mean_ms": a["tail_mean_ms"], "body_mean_ms": a["body_mean_ms"]}
     keeps = None if not n else bool(t["kept"] and att is not None and att >= want)
     return {
         "name": t["name"], "percentile": t["percentile"], "requests": n, "ok_requests": t["ok_requests"],
@@ -263,7 +265,8 @@ def _knee(mine: list[tuple]) -> tuple[float | None, str]:
     if len(mine) < 2:
         return None, "fewer than two rates: no knee can be told"
     base = mine[0][2]["ttft"]
-    for (r0, _, t0), (r1, served1, t1) in zip(mine, mine[1:]):
+    later = [t["ttft"] for _, _, t in mine]
+    for i, ((r0, _, t0), (r1, served1, t1)) in enumerate(zip(mine, mine[1:])):
         l0, l1 = t0["ttft"], t1["ttft"]
         if served1 is not None and served1 < SERVED_FRACTION * r1:
             return r0, (f"at {r1:g} req/s the server served {served1:.2f} req/s ok, under "
@@ -272,9 +275,11 @@ def _knee(mine: list[tuple]) -> tuple[float | None, str]:
             return r0, f"at {r1:g} req/s no request of the tier ended ok"
         if l0 and base and l0 > 0:
             e = math.log(l1 / l0) / math.log(r1 / r0)
-            if e > KNEE_ELASTICITY and l1 >= KNEE_GROWTH * base:
+            # a turn that the higher rates undo was a hiccup (one slow request is the p99 of a short step)
+            stays = all(x is None or x >= KNEE_GROWTH * base for x in later[i + 1:])
+            if e > KNEE_ELASTICITY and l1 >= KNEE_GROWTH * base and stays:
                 return r0, (f"{t1['ttft_key']} TTFT went {l0:.0f} → {l1:.0f} ms from {r0:g} to {r1:g} req/s "
-                            f"(elasticity {e:.1f} > {KNEE_ELASTICITY:g}; {l1 / base:.1f}× the lightest rate's)")
+                            f"(elasticity {e:.2f} > {KNEE_ELASTICITY:g}; {l1 / base:.1f}× the lightest rate's)")
     return None, f"the tail TTFT did not turn up within the rates swept (up to {mine[-1][0]:g} req/s)"
 
 
@@ -322,9 +327,15 @@ def _verdict(c: dict, mine: list[tuple]) -> str:
     return head + knee + take
 
 
-def analyze(con, budgets: Budgets, run: str | None = None, target_attainment: float | None = None) -> dict:
+def analyze(con, budgets: Budgets | None, run: str | None = None, target_attainment: float | None = None) -> dict:
     """The capacity result of one sweep run (the last one when `run` is None): steps, points and per-tier
-    capacity, knee and takeover. `{"run": None, ...}` with no steps when the archive holds no sweep."""
+    capacity, knee and takeover. `{"run": None, ...}` with no steps when the archive holds no sweep. Without
+    budgets, every tier found is analysed with none (it keeps them; attainment is then the share that ended ok)."""
+    if budgets is None:
+        from budgetscope.analysis.budgets import TierBudget
+        from budgetscope.analysis.report import discovered_tiers
+
+        budgets = Budgets(tuple(TierBudget(name=t) for t in discovered_tiers(con)))
     runs = sweep_runs(con)
     if run is None:
         run = runs[-1] if runs else None

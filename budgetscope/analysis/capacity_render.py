@@ -48,7 +48,7 @@ def render_text(res: dict) -> str:
                        "prefill share", "TTFT tail dominant", "budgets"], rows)
         out += ["", tier["verdict"], ""]
     rows = []
-    for s in res["steps"]:
+    for s in sorted(res["steps"], key=lambda s: (s["rate_rps"], s["repeat"])):
         g = s["signals"]
         rows.append([f"{s['rate_rps']:g}", SIGNAL_NOTE.get(g.get("source"), "?"),
                      f"{_num(g.get('batch_mean'))} / {_num(g.get('batch_max'), '{:.0f}')}",

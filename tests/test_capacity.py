@@ -1,0 +1,76 @@
+"""The capacity analysis on hand-made points: capacity, knee, takeover stage, how sure; Wilson intervals."""
+
+import pytest
+
+from budgetscope.analysis.capacity import tier_capacity, wilson
+
+
+def _point(rate, served, keeps, ttft, shares, attainment=1.0, n=100):
+    k = round(attainment * n)
+    return {"rate_rps": rate, "runs": 1, "served_rps": served, "tiers": {"chat": {
+        "keeps": keeps, "runs": 1, "attainment": attainment, "attainment_spread": [attainment, attainment],
+        "attainment_interval": wilson(k, n), "requests": n, "ttft": ttft, "ttft_spread": [ttft, ttft],
+        "ttft_key": "p99", "ttft_shares": shares, "ttft_dominant": max(shares, key=shares.get),
+        "breaches": [] if keeps else [{"kind": "metric", "name": "ttft_ms", "value": ttft, "budget": 800.0,
+                                       "quantile": "p99"}]}}}
+
+
+QUIET = {"queue": 0.05, "prefill": 0.9, "network": 0.05}
+BUSY = {"queue": 0.8, "prefill": 0.15, "network": 0.05}
+
+
+def test_capacity_knee_and_the_stage_that_takes_over():
+    pts = [_point(1, 1.0, True, 100, QUIET), _point(2, 2.0, True, 110, QUIET), _point(4, 4.0, True, 150, QUIET),
+           _point(6, 5.9, True, 400, {"queue": 0.6, "prefill": 0.35, "network": 0.05}),
+           _point(8, 6.1, False, 2400, BUSY, attainment=0.4)]
+    c = tier_capacity(pts, "chat", 0.99)
+    assert (c["capacity_rps"], c["first_break_rps"]) == (6, 8)
+    assert not c["capacity_is_lower_bound"]
+    # 150 → 400 ms from 4 to 6 req/s: elasticity ln(2.67)/ln(1.5) = 2.4 > 1 and 4× the lightest: the knee is 4
+    assert c["knee_rps"] == 4
+    assert "elasticity 2.42" in c["knee_reason"]
+    t = c["takeover"]
+    assert (t["stage"], t["at_rps"], t["above_rps"], t["low_rps"]) == ("queue", 6, 4, 1)
+    assert t["share"] == pytest.approx(0.6) and t["low_share"] == pytest.approx(0.05)
+    assert c["break_reasons"] == ["p99 ttft_ms 2400.0 ms > 800 ms", "attainment 40.0% < 99%"]
+    assert c["verdict"].startswith("Tier chat keeps its budgets up to 6 req/s and breaks them at 8 req/s")
+    assert "Above 4 req/s queue is 60% of the TTFT tail (at 6 req/s; 5% at 1 req/s)." in c["verdict"]
+    assert c["confidence"]["at_first_break"]["resolved"]  # 40 of 100: surely under 99 %
+    assert not c["confidence"]["at_capacity"]["resolved"]  # 100 of 100 cannot prove >= 99 %
+
+
+def test_a_server_falling_behind_the_offered_rate_is_a_knee_even_with_flat_latency():
+    pts = [_point(1, 1.0, True, 100, QUIET), _point(2, 2.0, True, 100, QUIET), _point(4, 3.0, True, 110, QUIET)]
+    c = tier_capacity(pts, "chat", 0.99)
+    assert c["knee_rps"] == 2 and "served 3.00 req/s ok" in c["knee_reason"]
+    assert c["capacity_rps"] == 4 and c["capacity_is_lower_bound"]
+
+
+def test_no_knee_and_noise_under_twice_the_lightest_rate_is_not_one():
+    # 100 → 150 ms from 1 to 1.25 req/s: elasticity 1.8 but not twice the lightest rate's TTFT
+    pts = [_point(1, 1.0, True, 100, QUIET), _point(1.25, 1.25, True, 150, QUIET), _point(2, 2.0, True, 160, QUIET)]
+    c = tier_capacity(pts, "chat", 0.99)
+    assert c["knee_rps"] is None and "did not turn up" in c["knee_reason"]
+    assert c["takeover"]["above_rps"] is None and c["takeover"]["stage"] == "prefill"
+    assert "At 2 req/s prefill is 90% of the TTFT tail" in c["verdict"]
+
+
+def test_breaking_at_the_lightest_rate():
+    c = tier_capacity([_point(1, 1.0, False, 900, BUSY, attainment=0.5)], "chat", 0.99)
+    assert c["capacity_rps"] is None and c["first_break_rps"] == 1
+    assert c["verdict"].startswith("Tier chat breaks its budgets already at the lightest rate, 1 req/s")
+
+
+def test_wilson_interval():
+    assert wilson(0, 0) is None
+    lo, hi = wilson(50, 100)
+    assert (round(lo, 4), round(hi, 4)) == (0.4038, 0.5962)  # the textbook figures for 50/100
+    lo, hi = wilson(10, 10)
+    assert hi == 1.0 and round(lo, 4) == 0.7225
+
+
+def test_a_spike_that_the_next_rates_undo_is_not_the_knee():
+    pts = [_point(2, 2.0, True, 33, QUIET), _point(4, 4.0, True, 139, QUIET), _point(8, 8.0, True, 38, QUIET),
+           _point(12, 12.0, False, 505, BUSY, attainment=0.79)]
+    c = tier_capacity(pts, "chat", 0.99)
+    assert c["knee_rps"] == 8 and "38 → 505 ms from 8 to 12 req/s" in c["knee_reason"]
