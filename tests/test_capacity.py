@@ -74,3 +74,33 @@ def test_a_spike_that_the_next_rates_undo_is_not_the_knee():
            _point(12, 12.0, False, 505, BUSY, attainment=0.79)]
     c = tier_capacity(pts, "chat", 0.99)
     assert c["knee_rps"] == 8 and "38 → 505 ms from 8 to 12 req/s" in c["knee_reason"]
+
+
+def _step(rate, attainment, ttft, keeps, queue_share, n=200):
+    shares = {"queue": queue_share, "prefill": 1 - queue_share}
+    return {"rate_rps": rate, "served_rps": rate * 0.98, "tiers": [{
+        "name": "chat", "requests": n, "percentile": 99.0, "attainment": attainment, "keeps": keeps,
+        "metrics": {"ttft_ms": {"p99": ttft}}, "attribution": {"ttft": {"shares": shares}},
+        "breaches": [] if keeps else [{"kind": "metric", "name": "ttft_ms", "value": ttft, "budget": 800.0,
+                                       "quantile": "p99"}]}]}
+
+
+def test_runs_of_one_rate_pool_into_one_point_with_their_spread():
+    """`--runs 2`: the two steps of a rate become one point: it keeps only if both kept, attainment and TTFT are
+    medians with their (min, max), the interval pools every request, and the capacity says how many runs."""
+    from budgetscope.analysis.capacity import points
+
+    steps = [_step(4, 1.0, 100, True, 0.1), _step(4, 0.995, 140, True, 0.3),
+             _step(8, 1.0, 300, True, 0.5), _step(8, 0.90, 1900, False, 0.9)]
+    p4, p8 = points(steps)
+    t4, t8 = p4["tiers"]["chat"], p8["tiers"]["chat"]
+    assert (p4["runs"], t4["runs"], t4["requests"]) == (2, 2, 400)
+    assert t4["keeps"] and not t8["keeps"]  # one run of 8 broke: 8 breaks
+    assert t4["attainment"] == pytest.approx(0.9975) and t4["attainment_spread"] == [0.995, 1.0]
+    assert (t4["ttft"], t4["ttft_spread"]) == (120, [100, 140])
+    assert t4["attainment_interval"] == wilson(399, 400)
+    assert t8["ttft_shares"]["queue"] == pytest.approx(0.7) and t8["ttft_dominant"] == "queue"
+    c = tier_capacity([p4, p8], "chat", 0.99)
+    assert (c["capacity_rps"], c["first_break_rps"]) == (4, 8)
+    assert c["confidence"]["runs_per_rate"] == [2]
+    assert c["confidence"]["at_first_break"]["attainment_spread"] == [0.90, 1.0]
