@@ -110,10 +110,13 @@ def test_prometheus_lines_end_at_newline_only():
 @pytest.mark.parametrize("point, error", [
     ({"timeUnixNano": str(1 << 63)}, "invalid timeUnixNano"),
     ({"attributes": attrs({"gpu.uuid": "GPU-1", "gpu.index": 1 << 40})}, "gpu.index 1099511627776 is out of range"),
+    ({"attributes": attrs({"gpu.uuid": 3})}, "gpu.uuid .or hw.id. 3 is not a string"),
+    ({"attributes": attrs({"gpu.uuid": "GPU-1", "host.name": 7})}, "host.name 7 is not a string"),
 ])
 def test_metrics_points_past_the_tables_types_are_a_bad_batch(point, error):
-    """A time past int64 or a GPU index past int32 raised pyarrow's OverflowError while landing, failing the
-    whole ingest (or collector group) instead of rejecting the one batch."""
+    """A time past int64 or a GPU index past int32 raised pyarrow's OverflowError while landing, and a GPU id or
+    host given as an intValue its ArrowTypeError, failing the whole ingest (or collector group) instead of
+    rejecting the one batch."""
     from budgetscope.ingest import otlp_metrics
     from budgetscope.ingest.spanbatch import BadBatch
 

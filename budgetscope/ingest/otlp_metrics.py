@@ -3,7 +3,8 @@
 What lands: every number data point (gauge or sum) that names a GPU (`gpu.uuid`, else `hw.id`, on the point or
 its resource), with its own `timeUnixNano`. Metrics that name no GPU are skipped and counted, not an error (an
 SDK pointed at the collector sends its own). A batch lands whole or not at all: a point without a valid time or
-value, or a `gpu.index` that is not an integer, rejects the batch with a one-line `BadBatch`.
+value, a `gpu.index` that is not an integer, or a GPU id or `host.name` that is not a string, rejects the batch
+with a one-line `BadBatch`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class PointRows:
             raise BadBatch(f"{where}: invalid timeUnixNano {ts!r} (past 2262)")
         if value is None:
             raise BadBatch(f"{where}: no value (asDouble or asInt)")
+        # pyarrow's ArrowTypeError on an intValue id had failed the whole ingest (fuzz/targets.py otlp_metrics)
+        for name, v in (("gpu.uuid (or hw.id)", uuid), ("host.name", host)):
+            if v is not None and not isinstance(v, str):
+                raise BadBatch(f"{where}: {name} {v!r} is not a string")
         if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
             try:
                 index = int(index)
