@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXT := $(VENV)/.extension
 
-.PHONY: demo test wheel-check bench fuzz setup clean
+.PHONY: demo test wheel-check bench fuzz faults setup clean
 
 setup: $(STAMP) $(EXT)
 
@@ -50,6 +50,14 @@ fuzz: $(STAMP) $(EXT)
 	  $(PY) fuzz/run.py $$t --seconds $(FUZZ_SECONDS) > build/fuzz/$$t.log 2>&1; rc=$$?; \
 	  grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)|SUMMARY|Test unit' build/fuzz/$$t.log; \
 	  [ $$rc = 0 ] || exit $$rc; done
+
+# The slow fault and abuse scripts (docs/reliability.md): each prints its figures and exits 1 if a promise broke.
+# The fast faults run in `make test` (tests/test_fault*.py, test_collector_abuse.py, test_archive_live.py).
+# fault_overload.py caps the collector's CPU with a cgroup v1 quota (root; `--collector-cpu 0` for none) so that 2 cores can offer it 5x.
+FAULTS ?= fault_kill9_collect fault_collector_abuse fault_overload fault_engine_overload
+faults: $(STAMP) $(EXT)
+	BUDGETSCOPE_FAULTS_STRICT=1 $(PY) -m pytest -q tests/test_fault_disk_full.py
+	@for f in $(FAULTS); do echo "== $$f"; $(PY) benchmarks/$$f.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info budgetscope/ingest/*.so

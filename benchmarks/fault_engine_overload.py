@@ -1,0 +1,116 @@
+"""The reference engine offered 5x its capacity, measured from outside it (the load generator and /metrics).
+
+    python benchmarks/fault_engine_overload.py [--factor 5] [--seconds 20]
+
+1. `budgetscope engine serve --config tiny` (4 slots) on a free port.
+2. Capacity: `budgetscope load` of --capacity-requests with as many in flight as the engine has slots: its ok/s.
+3. Overload: `budgetscope load` open loop at --factor x capacity for --seconds, each request carrying
+   `x-budgetscope-deadline-ms` (the engine's deadline-aware admission) and the clients giving up after it.
+4. After the run: /metrics says no sequence running or waiting and no KV block held.
+
+Checks (exit 1 if one breaks): the engine still serves at least 0.8 x its capacity; it refuses with 429 and
+Retry-After, each refusal answered in under --max-refusal-ms (p99); no KV block is left held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import httpx  # noqa: E402
+from common import machine  # noqa: E402
+
+BS = [sys.executable, "-m", "budgetscope.cli"]
+SHAPE = ["--prompt-tokens", "128", "--output-tokens", "32"]
+
+
+def load(url: str, out: Path, *args: str) -> dict:
+    r = subprocess.run([*BS, "load", url, *SHAPE, "--format", "json", "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"budgetscope load failed: {r.stderr.strip()[-500:]}")
+    return json.loads(r.stdout)
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    m = re.search(rf"^budgetscope_engine_{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--factor", type=float, default=5.0)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--deadline-ms", type=int, default=3000)
+    ap.add_argument("--max-refusal-ms", type=float, default=100.0)
+    ap.add_argument("--capacity-requests", type=int, default=150, help="requests of the closed-loop capacity run")
+    args = ap.parse_args()
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    engine = subprocess.Popen([*BS, "engine", "serve", "--config", "tiny", "--port", str(port), "--max-seqs", "4",
+                               "--threads", "1", "--no-instrument", "--log-level", "warning"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if engine.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"the engine did not start: {engine.stderr.read()[-500:]}")
+            time.sleep(0.2)
+        with tempfile.TemporaryDirectory() as tmp:
+            warm = load(url, Path(tmp) / "warm.json", "--rate", "50", "--requests", "8", "--concurrency", "4")
+            # closed loop: a fixed number of requests, 4 in flight (a rate x duration plan at 1,000 req/s would
+            # queue 1,000 requests a second behind the cap and run for many minutes)
+            cap = load(url, Path(tmp) / "cap.json", "--rate", "1000", "--requests", str(args.capacity_requests),
+                       "--concurrency", "4")
+            capacity = cap["ok_throughput_rps"]
+            rate = args.factor * capacity
+            over = load(url, Path(tmp) / "over.json", "--rate", f"{rate:.2f}", "--duration", str(args.seconds),
+                        "--timeout", str(args.deadline_ms / 1000), "-H", f"x-budgetscope-deadline-ms: {args.deadline_ms}")
+            records = json.loads((Path(tmp) / "over.json").read_text())["requests"]
+        del warm
+        refusals = sorted(r["client_e2e_ms"] for r in records if r["status"] == 429 and r["client_e2e_ms"] is not None)
+        p99 = refusals[min(len(refusals) - 1, int(0.99 * len(refusals)))] if refusals else float("nan")
+        time.sleep(args.deadline_ms / 1000 + 1)  # what was admitted finishes or times out
+        kv, running, waiting = (metric(url, n) for n in ("kv_cache_usage_ratio", "requests_running", "requests_waiting"))
+    finally:
+        engine.terminate()
+        engine.wait(30)
+    served = over["ok_throughput_rps"]
+    print(f"capacity (4 in flight, {args.capacity_requests} requests): {capacity:.2f} req/s ok")
+    print(f"offered {over['achieved_send_rate_rps']:.1f} req/s ({over['achieved_send_rate_rps'] / capacity:.1f}x) for "
+          f"{args.seconds:g} s with a {args.deadline_ms} ms deadline: served {served:.2f} req/s ok "
+          f"({served / capacity:.2f} of capacity); statuses {over['status_codes']}; outcomes {over['outcomes']}; "
+          f"429 answered in p99 {p99:.1f} ms ({len(refusals)} of them)")
+    print(f"after: KV usage {kv:g}, running {running:g}, waiting {waiting:g}; load average {os.getloadavg()[0]:.1f}")
+    broken = []
+    if served < 0.8 * capacity:
+        broken.append("capacity not held")
+    if not refusals or not p99 < args.max_refusal_ms:
+        broken.append("no fast 429s")
+    if kv != 0 or running != 0 or waiting != 0:
+        broken.append("KV blocks or sequences left held")
+    if broken:
+        sys.exit("BROKEN: " + "; ".join(broken))
+    print("all held")
+
+
+if __name__ == "__main__":
+    main()
