@@ -334,3 +334,19 @@ def test_a_restarted_collector_reads_back_a_trace_the_last_one_published(tmp_pat
         finally:
             a.close()
     assert rows(tmp_path / "a", ONE_WHOLE_ROW) == [(1, True, 8.0, 10.0)]
+
+
+def test_a_writer_that_fails_to_open_holds_no_lock(tmp_path, monkeypatch):
+    """A writer whose opening commit fails (a full disk) let go of nothing it opened: the writer lock stayed
+    held, so the collector's next reopen found the archive locked by itself."""
+    root = tmp_path / "a"
+    directory.DirectoryArchive(root).close()
+
+    def full(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(directory.DirectoryArchive, "commit", full)
+        with pytest.raises(OSError, match="No space"):
+            directory.DirectoryArchive(root, durable=True)
+    directory.DirectoryArchive(root, durable=True).close()  # the lock is free

@@ -134,6 +134,7 @@ class DirectoryArchive:
         self._forgot_until_ns = 0  # traces dropped before this may have left `bs_dropped` (see DROPPED_MAX)
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
+        self.hot = self.compactor = None
         try:
             self.manifest = mf.read(root)
             _remove_orphans(root, self.manifest)
@@ -142,20 +143,30 @@ class DirectoryArchive:
                 from budgetscope.archive.spool import Spool
 
                 self.spool = Spool(root / mf.WRITER_DIR / SPOOL_DIR)
-        except BaseException:
-            self._lock.release()
-            raise
-        self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
-        self.hot.track_derivations = True
-        self._setup_state()
-        if durable:
-            self._seed_dropped()
-        from budgetscope.archive.compaction import Compactor
+            self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
+            self.hot.track_derivations = True
+            self._setup_state()
+            if durable:
+                self._seed_dropped()
+            from budgetscope.archive.compaction import Compactor
 
-        self.compactor = Compactor(self) if compact else None
-        if self.spool is not None:  # land again what a crashed writer acknowledged but had not published
-            self.hot.ingest(self.spool.batches(), derive=False)
-        self.commit()
+            self.compactor = Compactor(self) if compact else None
+            if self.spool is not None:  # land again what a crashed writer acknowledged but had not published
+                self.hot.ingest(self.spool.batches(), derive=False)
+            self.commit()
+        except BaseException:  # nothing opened stays open: a writer that failed to open (a full disk) holds no lock
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        for part in (self.compactor, self.hot, self.spool):
+            try:
+                if part is not None:
+                    part.close()
+            except Exception:  # noqa: BLE001 - closing what failed may fail too; the lock goes regardless
+                pass
+        self.compactor = self.hot = None
+        self._lock.release()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def __enter__(self) -> "DirectoryArchive":
