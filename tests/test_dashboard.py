@@ -124,6 +124,10 @@ def test_sql_page_runs_read_only_queries(monkeypatch):
     at.text_area(key="sql_text").set_value("DELETE FROM requests").run()
     at.button(key="sql_run").click().run()
     assert any("read-only" in w.value for w in at.warning)
+    at.text_area(key="sql_text").set_value("SELECT * FROM read_csv('/etc/passwd')").run()
+    at.button(key="sql_run").click().run()
+    assert any("may not touch files" in w.value for w in at.warning)
+    assert not any("root" in str(df.value) for df in at.dataframe)
 
 
 def test_request_page_opens_a_request_by_id(monkeypatch):
