@@ -14,21 +14,18 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from budgetscope.instrument.client import ClientTracer
-from budgetscope.loadgen import Arrivals, Distribution, Target, Workload, build_plan, run_load
+sys.path.insert(0, str(Path(__file__).parent))
+from common import free_port  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from budgetscope.instrument.client import ClientTracer  # noqa: E402
+from budgetscope.loadgen import Arrivals, Distribution, Target, Workload, build_plan, run_load  # noqa: E402
 
 
 def start_server(port: int, tokens: int) -> subprocess.Popen:

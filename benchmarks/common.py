@@ -1,10 +1,11 @@
-"""Helpers shared by the benchmarks: machine description and peak memory."""
+"""Helpers shared by the benchmarks: machine description, peak memory, a free port."""
 
 from __future__ import annotations
 
 import os
 import platform
 import resource
+import socket
 
 
 def machine() -> str:
@@ -22,3 +23,10 @@ def machine() -> str:
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

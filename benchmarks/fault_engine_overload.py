@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import httpx  # noqa: E402
-from common import machine  # noqa: E402
+from common import free_port, machine  # noqa: E402
 
 BS = [sys.executable, "-m", "budgetscope.cli"]
 SHAPE = ["--prompt-tokens", "128", "--output-tokens", "32"]
@@ -56,9 +55,7 @@ def main() -> None:
     ap.add_argument("--capacity-requests", type=int, default=150, help="requests of the closed-loop capacity run")
     args = ap.parse_args()
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     engine = subprocess.Popen([*BS, "engine", "serve", "--config", "tiny", "--port", str(port), "--max-seqs", "4",
                                "--threads", "1", "--no-instrument", "--log-level", "warning"],

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 import httpx  # noqa: E402
-from common import machine  # noqa: E402
+from common import free_port, machine  # noqa: E402
 from otlp_wire import export, native_request  # noqa: E402
 
 from budgetscope.archive.archive import Archive, ArchiveError  # noqa: E402
@@ -51,9 +50,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0, help="load before each kill")
     args = ap.parse_args()
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     acked: list[list[dict]] = []
     unanswered = [0]
     reader_errors: list[str] = []
