@@ -129,6 +129,9 @@ def test_capacity_page_draws_a_recorded_sweep(browser):
         page.goto(f"{url}/capacity")
         _settle(page)
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        # the signals table is the page's last element: under load it can draw after the status widget settles
+        page.wait_for_function("(document.querySelector(\"[data-testid='stMain']\") || {innerText: ''})"
+                               ".innerText.includes('engine_steps')", timeout=30_000)
         text = page.locator("[data-testid='stMain']").inner_text()
         assert page.locator("[data-testid='stException']").count() == 0
         assert verdict.split(" (")[0] in text  # "Tier interactive keeps its budgets up to …"
