@@ -67,6 +67,17 @@ def _fingerprint(cc: str) -> str:
     return h.hexdigest()[:16]
 
 
+def unavailable() -> str | None:
+    """Why the sanitizer build of the C decoders cannot be had here (None: it is built and ready)."""
+    try:
+        build()
+    except BuildError as e:
+        return f"no sanitizer build of the C decoders: {e}"
+    if asan_runtime() is None:
+        return "no sanitizer build of the C decoders: the compiler has no ASan runtime"
+    return None
+
+
 def build(force: bool = False) -> Path:
     """Compile (when a source changed since the last build) and return the module's path."""
     cc = compiler()

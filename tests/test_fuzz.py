@@ -45,12 +45,8 @@ def atheris_installed():
 def sanitizer_build():
     import build
 
-    try:
-        build.build()
-    except build.BuildError as e:
-        pytest.skip(f"no sanitizer build of the C decoders: {e}")
-    if build.asan_runtime() is None:
-        pytest.skip("no sanitizer build of the C decoders: the compiler has no ASan runtime")
+    if reason := build.unavailable():
+        pytest.skip(reason)
 
 
 @pytest.mark.parametrize("target", list(SECONDS))
