@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_report import BUDGETS  # noqa: E402
 from common import machine  # noqa: E402
+
+from budgetscope.synthetic import BUDGETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

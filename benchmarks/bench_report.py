@@ -27,22 +27,8 @@ from budgetscope.analysis.budgets import parse_budgets  # noqa: E402
 from budgetscope.analysis.report import build_report  # noqa: E402
 from budgetscope.archive.archive import Archive  # noqa: E402
 from budgetscope.ingest.files import read_batches  # noqa: E402
-from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl  # noqa: E402
 
-BUDGETS = """
-[tiers.interactive]
-percentile = 99
-ttft_ms = 800
-tpot_ms = 50
-e2e_ms = 12000
-[tiers.interactive.stages]
-network = 50
-queue = 250
-prefill = 470
-[tiers.batch]
-percentile = 95
-ttft_ms = 5000
-"""
 HOUR_NS = 3_600_000_000_000
 START_NS = SyntheticSpec().start_ns
 

@@ -14,6 +14,23 @@ from pathlib import Path
 
 CAUSES = ("queue", "prefill", "decode", "network", "frontend")
 
+# Budgets for the tiers `interactive` and `batch` (SyntheticSpec(tiers=("interactive", "batch"))) that the
+# synthetic data's body keeps and its tail breaks: the benchmarks' and the Spark tests' budgets.
+BUDGETS = """
+[tiers.interactive]
+percentile = 99
+ttft_ms = 800
+tpot_ms = 50
+e2e_ms = 12000
+[tiers.interactive.stages]
+network = 50
+queue = 250
+prefill = 470
+[tiers.batch]
+percentile = 95
+ttft_ms = 5000
+"""
+
 
 @dataclass(slots=True)
 class SyntheticSpec:

@@ -17,28 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, trace_id  # noqa: E402
+from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id  # noqa: E402
 
 
 def dumps(doc) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def to_proto(doc: dict) -> bytes:
-    """An OTLP/JSON trace export as the same protobuf ExportTraceServiceRequest."""
-    from google.protobuf import json_format
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    import base64
-
-    doc = copy.deepcopy(doc)
-    for rs in doc.get("resourceSpans", ()):
-        for ss in rs.get("scopeSpans", ()):
-            for s in ss.get("spans", ()):
-                for k in ("traceId", "spanId", "parentSpanId"):
-                    if s.get(k):
-                        s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
-    return json_format.ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
 
 
 def trace_docs() -> list[dict]:

@@ -5,6 +5,8 @@ Not a fake: these are the real encodings; the helpers only save typing.
 
 from __future__ import annotations
 
+import base64
+import copy
 import itertools
 import json
 
@@ -57,6 +59,21 @@ def export(spans: list[dict], service: str = "engine", scope: str = "budgetscope
     """One ExportTraceServiceRequest in OTLP/JSON."""
     return {"resourceSpans": [{"resource": {"attributes": attrs({"service.name": service})},
                                "scopeSpans": [{"scope": {"name": scope}, "spans": spans}]}]}
+
+
+def to_proto(doc: dict) -> bytes:
+    """An OTLP/JSON trace export (hex ids, as `export` builds) as the same protobuf ExportTraceServiceRequest."""
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    doc = copy.deepcopy(doc)
+    for rs in doc.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for s in ss.get("spans", ()):
+                for k in ("traceId", "spanId", "parentSpanId"):
+                    if s.get(k):
+                        s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
+    return json_format.ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
 
 
 def jsonl(*docs: dict) -> str:

@@ -11,7 +11,7 @@ import struct
 
 import pytest
 from conftest import rows
-from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, trace_id
+from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id
 
 from budgetscope.ingest import otlp_fast, otlp_proto, staging
 from budgetscope.ingest.spanbatch import BadBatch
@@ -26,22 +26,6 @@ def test_the_extension_decodes_protobuf():
 
 
 # -- messages --------------------------------------------------------------------------------------------------
-
-def to_proto(doc: dict) -> bytes:
-    """An OTLP/JSON document (tests/otlp_wire.py) as the same ExportTraceServiceRequest in protobuf."""
-    import copy
-
-    from google.protobuf import json_format
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    doc = copy.deepcopy(doc)
-    for rs in doc.get("resourceSpans", ()):
-        for ss in rs.get("scopeSpans", ()):
-            for s in ss.get("spans", ()):
-                for k in ("traceId", "spanId", "parentSpanId"):
-                    if s.get(k):
-                        s[k] = base64.b64encode(bytes.fromhex(s[k])).decode()
-    return json_format.ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
 
 
 def one_span(**fields) -> dict:

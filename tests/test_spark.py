@@ -26,7 +26,7 @@ from budgetscope.archive.shards import shard_path
 from budgetscope.ingest import batches
 from budgetscope.ingest.files import read_batches
 from budgetscope.spark.dialect import DialectError, bind, to_spark
-from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl
 
 
 def _spark_missing() -> str | None:
@@ -48,21 +48,6 @@ def needs_spark(f):
     """Marked `spark`; skipped with one line where Java or pyspark is missing."""
     return pytest.mark.spark(pytest.mark.skipif(SPARK_MISSING is not None, reason=SPARK_MISSING or "")(f))
 
-
-BUDGETS = """
-[tiers.interactive]
-percentile = 99
-ttft_ms = 800
-tpot_ms = 50
-e2e_ms = 12000
-[tiers.interactive.stages]
-network = 50
-queue = 250
-prefill = 470
-[tiers.batch]
-percentile = 95
-ttft_ms = 5000
-"""
 
 
 @pytest.fixture(scope="session")
