@@ -9,8 +9,9 @@ and an input that breaks the target to build/fuzz/crashes/TARGET/ (copy it into 
 fixed: tests/test_fuzz_regressions.py replays it for good). A dictionary fuzz/dicts/TARGET.dict is used when
 there is one. The last lines printed are libFuzzer's final statistics (runs, execs/s).
 
-The C decoder targets run in a process of their own with the ASan runtime preloaded (`LD_PRELOAD`, set here
-for the re-executed child) and the sanitizer build of the decoders (fuzz/build.py). docs/fuzzing.md says why.
+Every target runs in a child process, with a scratch folder that this parent removes once the child ends. The
+C decoder targets' child has the ASan runtime preloaded (`LD_PRELOAD`, set here) and the sanitizer build of the
+decoders (fuzz/build.py). docs/fuzzing.md says why.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -32,6 +35,7 @@ import targets  # noqa: E402
 ASAN_OPTIONS = ("detect_leaks=0:handle_abort=1:handle_segv=1:allocator_may_return_null=1:"
                 "malloc_context_size=20:symbolize=1")
 UBSAN_OPTIONS = "print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+SCRATCH = targets.SCRATCH
 
 
 def sanitized_env() -> dict[str, str]:
@@ -103,13 +107,19 @@ def main() -> int:
     if opts.list or not opts.target:
         print("\n".join(sorted(targets.TARGETS)))
         return 0
-    if opts.target in targets.SANITIZED and os.environ.get("BUDGETSCOPE_FUZZ_SANITIZED") != "1":
-        try:
-            env = sanitized_env()
-        except build.BuildError as e:
-            print(f"fuzz/run.py: no sanitizer build: {e}", file=sys.stderr)
-            return 3
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    if SCRATCH not in os.environ:
+        # the target runs in a child: libFuzzer ends its process with exit(), past Python's atexit, so this
+        # parent is what removes the child's scratch files (the query target's archive) when it ends
+        env = dict(os.environ)
+        if opts.target in targets.SANITIZED:
+            try:
+                env = sanitized_env()
+            except build.BuildError as e:
+                print(f"fuzz/run.py: no sanitizer build: {e}", file=sys.stderr)
+                return 3
+        with tempfile.TemporaryDirectory(prefix=f"budgetscope-fuzz-{opts.target}-") as scratch:
+            env[SCRATCH] = scratch
+            return subprocess.run([sys.executable, *sys.argv], env=env).returncode
     check = targets.TARGETS[opts.target]
     if opts.replay:
         return replay(check, opts.replay)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 COLS = ("batch_id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "service_name",
         "scope_name", "status_code", "attributes", "resource")
+SCRATCH = "BUDGETSCOPE_FUZZ_SCRATCH"  # names the scratch folder fuzz/run.py makes for a target's process
 
 
 class Finding(AssertionError):
@@ -341,7 +342,9 @@ class _Sandbox:
     """An archive to query, and a file beside it that no query may read."""
 
     def __init__(self):
-        self.root = Path(tempfile.mkdtemp(prefix="budgetscope-fuzz-query-"))
+        # under fuzz/run.py, in the scratch folder its parent process removes (a libFuzzer run ends with exit(),
+        # which skips atexit); replayed in a pytest process, removed at its exit
+        self.root = Path(tempfile.mkdtemp(prefix="budgetscope-fuzz-query-", dir=os.environ.get(SCRATCH)))
         atexit.register(shutil.rmtree, self.root, True)
         self.archive = self.root / "archive"
         from budgetscope.archive.archive import Archive

@@ -7,6 +7,7 @@ saved under build/fuzz/crashes/TARGET/) and when it ran too few inputs or saw no
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -60,12 +61,15 @@ def test_short_fuzz_run(target, tmp_path, atheris_installed, request):
         request.getfixturevalue("sanitizer_build")
     # a fixed seed: `make test` walks the same mutations each time (a run on a slower machine, fewer of them), so
     # that CI fails on a regression, not on the day's luck; `make fuzz` draws new seeds and finds the new bugs
+    scratch = tmp_path / "tmp"  # the run's TMPDIR: its scratch files must be gone when it ends
+    scratch.mkdir()
     r = subprocess.run([sys.executable, str(ROOT / "fuzz/run.py"), target, "--seconds", str(SECONDS[target]),
-                        "--corpus", str(tmp_path), f"-seed={SEED}"], capture_output=True, text=True,
-                       timeout=SECONDS[target] + 60)
+                        "--corpus", str(tmp_path / "corpus"), f"-seed={SEED}"], capture_output=True, text=True,
+                       timeout=SECONDS[target] + 60, env={**os.environ, "TMPDIR": str(scratch)})
     out = r.stdout + r.stderr
     assert r.returncode == 0, f"{target}: a finding (the input is under build/fuzz/crashes/{target}/):\n{out[-6000:]}"
     runs = int(re.search(r"stat::number_of_executed_units: (\d+)", out).group(1))
     cov = [int(c) for c in re.findall(r"\bcov: (\d+)", out)]
     assert runs >= MIN_RUNS.get(target, 500), out[-3000:]
     assert cov and max(cov) > 50, f"{target}: no coverage reached libFuzzer\n{out[-3000:]}"
+    assert not list(scratch.iterdir()), f"{target} left scratch files: {list(scratch.iterdir())}"
