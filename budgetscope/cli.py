@@ -265,10 +265,13 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
       budgetscope report --archive prod/ --budgets budgets.toml --format json
       budgetscope report --archive fleet/ --engine spark --spark-master spark://head:7077
     """
+    import duckdb
+
     from budgetscope.analysis.budgets import BudgetError, load_budgets
     from budgetscope.analysis.render import render_markdown, render_text
     from budgetscope.analysis.report import build_report
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.archive import ArchiveError
+    from budgetscope.archive.reader import STALE
 
     try:
         b = load_budgets(budgets) if budgets else None
@@ -278,7 +281,12 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
             if a.pending_traces():
                 click.echo(f"note: {a.pending_traces():,} traces await derivation (an ingest was interrupted); "
                            "run `budgetscope ingest` again to finish them", err=True)
-            rep = build_report(a.con, b, since_ns, until_ns)
+            try:
+                rep = build_report(a.con, b, since_ns, until_ns)
+            except (duckdb.IOException, duckdb.PermissionException):  # a segment gone (sandboxed: its glob)
+                if not a.stale():
+                    raise
+                raise ArchiveError(f"{archive}: {STALE}") from None
     except (BudgetError, ArchiveError) as e:
         raise _fail(e) from None
     if fmt == "json":

@@ -42,22 +42,35 @@ def is_live() -> bool:
 
 
 def commit_of(path: str) -> int:
-    """The archive's last commit (0 where there is none to read yet)."""
-    from pathlib import Path
+    """The archive's last commit (0 where there is none to read yet); a sharded root's grows with every shard's."""
+    from budgetscope.archive.reader import last_commit
 
-    from budgetscope.archive import manifest
-
-    try:
-        return manifest.read(Path(path)).seq
-    except manifest.ManifestError:
-        return 0
+    return last_commit(path)
 
 
 def archive_path() -> str:
-    """The key every cached call reads the archive by: its path, and with --live the commit it was read at
-    (`PATH@commit=N`), so that a new commit is read afresh and an old one's results are not shown as new."""
+    """The key every cached call reads the archive by: its path and the commit read (`PATH@commit=N`), so that a
+    new commit is read afresh and an old one's results are not shown as new. With --live, the last commit. Without,
+    the commit found first, kept for every session until a writer's compaction or expiry deletes its files (a
+    reader has 60 s after they are replaced): then the last commit, and the sidebar says so."""
     path = plain_path()
-    return f"{path}{_AT}{commit_of(path)}" if path and is_live() else path
+    if not path:
+        return path
+    if is_live():
+        return f"{path}{_AT}{commit_of(path)}"
+    pin = _pinned(path)
+    key = pin.get("key")
+    if key is None or _stale(key):
+        if key is not None:
+            pin["was"] = key.split(_AT)[1]
+        pin["key"] = key = f"{path}{_AT}{commit_of(path)}"
+    return key
+
+
+@st.cache_resource(show_spinner=False)
+def _pinned(path: str) -> dict:
+    """Without --live, the key every session reads the archive by (`key`), and the commit it replaced (`was`)."""
+    return {}
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -66,16 +79,28 @@ def _archive(key: str) -> Archive:
     return Archive(key.split(_AT)[0], sandbox=True, create=False)
 
 
+def _stale(key: str) -> bool:
+    try:
+        return _archive(key).stale()
+    except ArchiveError:  # not there (yet): the page says so when it reads it
+        return False
+
+
 def con():
     """A cursor of the cached read-only archive connection (one per script run: DuckDB cursors are per thread)."""
     return _archive(archive_path()).con.cursor()
 
 
 def watch_for_commits(key: str) -> None:
-    """With --live: look for a new commit every LIVE_EVERY_S and rerun the page when one lands."""
-    if _AT not in key:
-        return
+    """With --live: look for a new commit every LIVE_EVERY_S and rerun the page when one lands. Without: say when
+    the commit first read was deleted and a later one is read instead."""
     path, seq = key.split(_AT)
+    if not is_live():
+        was = _pinned(path).get("was")
+        if was is not None:
+            st.sidebar.caption(f"Reading commit {seq}: the files of commit {was}, read until then, were replaced by "
+                               "the writer's compaction or expiry (`--live` follows every commit)")
+        return
 
     @st.fragment(run_every=LIVE_EVERY_S)
     def _watch() -> None:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.reader import STALE
 
 
 class QueryError(ValueError):
@@ -38,7 +39,10 @@ def run_query(archive: str | os.PathLike, sql: str) -> QueryResult:
             types = [str(d[1]) for d in cur.description or []]
         except duckdb.Error as e:
             msg = str(e).splitlines()[0]
-            if "read-only mode" in msg:
+            # a missing segment: its sandbox refuses the directory glob DuckDB then tries
+            if isinstance(e, (duckdb.IOException, duckdb.PermissionException)) and a.stale():
+                msg = f"{archive}: {STALE}"
+            elif "read-only mode" in msg:
                 msg = "the archive is read-only to queries; budgetscope ingest is the way in"
             elif "disabled by configuration" in msg or "configuration has been locked" in msg:
                 msg = f"queries may not touch files or settings ({msg})"

@@ -6,7 +6,9 @@
         a.lazy("requests").group_by("tier").len().collect()               # a polars LazyFrame
 
 The reader takes one manifest and keeps to it: every query of one reader sees the same commit. Open a new
-reader to see newer data (the dashboard's `--live` mode does so on each refresh). A sharded root
+reader to see newer data (the dashboard's `--live` mode does so on each refresh). While a writer runs, a reader
+can keep to its commit for `manifest.RETIRE_GRACE_S` (60 s) after a newer commit replaced its segments; then
+they are deleted, its queries fail on a missing file, and `stale()` says so: open a new reader. A sharded root
 (`shard=<id>/` archives, shards.py) reads as one archive: the last commit of each shard.
 """
 
@@ -96,6 +98,11 @@ TEMP table: the views must work from every cursor of the connection."""
 
 ROW_KEY = "((r.file_index::BIGINT << 32) | r.file_row_number)"
 """A row of a `read_parquet` list `r` as one integer: the file's position in the list, the row's in the file."""
+
+
+STALE = (f"a newer commit replaced the segments this read began with, and they were deleted after the "
+         f"{mf.RETIRE_GRACE_S:.0f} s a reader has (the writer compacted or expired them meanwhile); run it again")
+"""What a read that outlived its commit's files says (see `ArchiveReader.stale`)."""
 
 
 class ArchiveReader(TableAccess):
@@ -227,6 +234,10 @@ class ArchiveReader(TableAccess):
     def close(self) -> None:
         self.con.close()
 
+    def stale(self) -> bool:
+        """True once a segment this reader reads is gone (a newer commit replaced it, and its grace passed)."""
+        return any(not (self.path / seg.path).exists() for segs in self._segments.values() for seg in segs)
+
     def files(self, table: str) -> list[Path]:
         """Absolute paths of the committed segments of `table` (for any Parquet reader)."""
         return [self.path / s.path for s in self._segments[table]]
@@ -261,6 +272,21 @@ class ArchiveReader(TableAccess):
     def pending_traces(self) -> int:
         """Always 0: a commit publishes spans only with their traces' `requests` rows."""
         return 0
+
+
+def last_commit(path: str | os.PathLike) -> int:
+    """The commit a reader opened now would read (`ArchiveReader(path).manifest.seq`, without opening one): a
+    folder's manifest `seq`, the sum of its shards' for a sharded root; 0 where there is none yet, or for a
+    single-file archive."""
+    from budgetscope.archive.shards import is_sharded, shards
+
+    total = 0
+    for root in shards(path) if is_sharded(path) else [Path(path)]:
+        try:
+            total += mf.read(root).seq
+        except mf.ManifestError:
+            pass
+    return total
 
 
 def _union(groups: list[tuple[str, mf.Manifest]]) -> mf.Manifest:

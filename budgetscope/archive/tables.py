@@ -22,6 +22,12 @@ class TableAccess:
     def spans(self):
         return self.relation("spans")
 
+    def stale(self) -> bool:
+        """True once this read can no longer be answered: a file it reads was deleted. A single-file archive
+        never is; a folder reader is when a newer commit's compaction or expiry replaced its segments more than
+        `manifest.RETIRE_GRACE_S` ago. Open the archive again to read its last commit."""
+        return False
+
     def counts(self) -> dict[str, int]:
         """Row counts of the public tables."""
         return {t: self.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]

@@ -1,0 +1,139 @@
+"""A reader that outlives its commit: once a newer commit's expiry or compaction has deleted the files it reads
+(60 s after they were replaced), it knows (`stale()`), `report` and `query` say so in one line, and the dashboard
+opened without --live moves to the last commit and says that it did, instead of failing on a missing file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from conftest import rows
+from otlp_wire import T0, export, jsonl, native_request
+
+from budgetscope.archive import manifest as mf
+from budgetscope.archive import query as query_module
+from budgetscope.archive.archive import Archive
+from budgetscope.archive.reader import STALE, last_commit
+from budgetscope.cli import main
+from budgetscope.ingest.files import read_batches
+
+NOW = time.time_ns()
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_traces" / "calm.duckdb"
+
+
+def _fill(root, tmp_path, arrivals) -> None:
+    f = tmp_path / f"t{len(list(tmp_path.iterdir()))}.jsonl"
+    f.write_text(jsonl(*(export(native_request(arrival=a)[1]) for a in arrivals)))
+    with Archive(root) as a:
+        a.ingest(read_batches(f))
+
+
+def _drop_old_hours(root, monkeypatch) -> None:
+    """What a writer's expiry does to a reader's commit, past the readers' grace: its old hours leave the manifest,
+    then their files are deleted (the grace set to 0 s so that the second run deletes them)."""
+    monkeypatch.setattr(mf, "RETIRE_GRACE_S", 0.0)
+    for _ in range(2):
+        res = CliRunner().invoke(main, ["expire", "-a", str(root), "--retention", "30d", "--no-wait"])
+        assert res.exit_code == 0, res.output
+    assert not {p for p, _ in mf.read(root).retired}
+
+
+def test_a_reader_knows_when_its_commit_is_gone(tmp_path, monkeypatch):
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [T0, NOW])
+    with Archive(root, read_only=True) as reader:
+        assert not reader.stale() and last_commit(root) == reader.manifest.seq
+        _drop_old_hours(root, monkeypatch)
+        assert reader.stale() and last_commit(root) > reader.manifest.seq
+        with pytest.raises(duckdb.IOException):
+            reader.con.execute("SELECT count(*) FROM requests").fetchall()
+    assert rows(root, "SELECT count(*) FROM requests") == [(1,)]  # a new reader reads the last commit
+    with Archive(SAMPLE, read_only=True) as single:
+        assert not single.stale()  # a single file is never replaced under its reader
+    assert last_commit(SAMPLE) == 0 and last_commit(tmp_path / "none") == 0
+
+
+def test_a_sharded_roots_last_commit_grows_with_any_shard(tmp_path):
+    base = tmp_path / "fleet"
+    base.mkdir()
+    for sid in ("s1", "s2"):
+        _fill(base / f"shard={sid}", tmp_path, [NOW])
+    with Archive(base, read_only=True) as reader:
+        assert last_commit(base) == reader.manifest.seq == sum(mf.read(p).seq for p in base.iterdir())
+    _fill(base / "shard=s2", tmp_path, [NOW + 10**9])
+    with Archive(base, read_only=True) as reader:
+        assert last_commit(base) == reader.manifest.seq > 2
+
+
+def test_report_that_outlives_its_commit_says_so_in_one_line(tmp_path, monkeypatch):
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [T0, NOW])
+    import budgetscope.analysis.report as report_module
+
+    real = report_module.build_report
+
+    def slow_report(con, *args):  # the expiry lands while the report runs, and the grace passes
+        _drop_old_hours(root, monkeypatch)
+        return real(con, *args)
+
+    monkeypatch.setattr(report_module, "build_report", slow_report)
+    res = CliRunner().invoke(main, ["report", "-a", str(root)])
+    assert res.exit_code == 2 and res.output == f"budgetscope: {root}: {STALE}\n", res.output
+    monkeypatch.setattr(report_module, "build_report", real)
+    again = CliRunner().invoke(main, ["report", "-a", str(root), "--format", "json"])
+    assert again.exit_code == 0 and '"requests": 1,' in again.output, again.output
+
+
+def test_query_that_outlives_its_commit_says_so_in_one_line(tmp_path, monkeypatch):
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [T0, NOW])
+    real = query_module.Archive
+
+    def opened_then_expired(*args, **kw):  # the reader opens, then the expiry lands and its grace passes
+        a = real(*args, **kw)
+        _drop_old_hours(root, monkeypatch)
+        return a
+
+    monkeypatch.setattr(query_module, "Archive", opened_then_expired)
+    res = CliRunner().invoke(main, ["query", "-a", str(root), "SELECT count(*) FROM requests"])
+    assert res.exit_code == 2 and res.output == f"budgetscope: {root}: {STALE}\n", res.output
+    monkeypatch.setattr(query_module, "Archive", real)
+    assert rows(root, "SELECT count(*) FROM requests") == [(1,)]
+
+
+def test_dashboard_without_live_moves_to_the_last_commit_when_its_own_is_gone(tmp_path, monkeypatch):
+    pytest.importorskip("streamlit", reason="streamlit is not installed (the dashboard extra has it)")
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [T0, NOW])
+    first = mf.read(root).seq
+    monkeypatch.setenv("BUDGETSCOPE_ARCHIVE", str(root))
+    monkeypatch.setenv("BUDGETSCOPE_BUDGETS", "")
+    monkeypatch.delenv("BUDGETSCOPE_LIVE", raising=False)
+    try:
+        at = AppTest.from_file(str(ROOT / "dashboards" / "app.py"), default_timeout=60)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert {m.label: m.value for m in at.metric}["Requests"] == "2"
+        _fill(root, tmp_path, [NOW + 10**9])  # a new commit alone: the page keeps to the one it read
+        at.run()
+        assert {m.label: m.value for m in at.metric}["Requests"] == "2"
+        _drop_old_hours(root, monkeypatch)  # the commit it read is gone: a page that queries reads the last one
+        at.switch_page("pages/tail_explorer.py")
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        note = [c.value for c in at.caption if "were replaced by the writer's compaction or expiry" in c.value]
+        assert note == [f"Reading commit {mf.read(root).seq}: the files of commit {first}, read until then, were "
+                        "replaced by the writer's compaction or expiry (`--live` follows every commit)"], note
+        at.switch_page("pages/budgets.py")
+        at.run()
+        assert {m.label: m.value for m in at.metric}["Requests"] == "2"  # one expired, one new
+    finally:
+        st.cache_resource.clear()
+        st.cache_data.clear()
