@@ -137,3 +137,81 @@ def test_dashboard_without_live_moves_to_the_last_commit_when_its_own_is_gone(tm
     finally:
         st.cache_resource.clear()
         st.cache_data.clear()
+
+
+# -- the readers' grace: how long replaced segments stay, kept in the archive ----------------------------------
+def test_parse_grace():
+    from budgetscope.archive.retention import parse_grace
+
+    assert [parse_grace(t) for t in ("90s", "10m", "2h", "1d", "0.5s")] == [90, 600, 7200, 86_400, 0.5]
+    for bad in ("", "10", "0s", "5x", "-1m", "8d"):
+        with pytest.raises(ValueError, match="reader grace"):
+            parse_grace(bad)
+
+
+def test_a_readers_grace_is_kept_in_the_archive_and_compaction_honours_it(tmp_path, monkeypatch):
+    from budgetscope.archive.directory import DirectoryArchive
+
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [T0, NOW])
+    assert mf.read(root).grace_s == mf.RETIRE_GRACE_S and "reader_grace_s" not in (root / mf.MANIFEST).read_text()
+    seq = mf.read(root).seq
+    DirectoryArchive(root, create=False, reader_grace_s=600).close()
+    assert mf.read(root).reader_grace_s == 600 and mf.read(root).seq == seq  # a setting, not a commit
+    DirectoryArchive(root, create=False).close()  # a later writer keeps it
+    assert mf.read(root).grace_s == 600
+    with Archive(root, read_only=True) as reader:
+        _expire = ["expire", "-a", str(root), "--retention", "30d", "--no-wait"]
+        monkeypatch.setattr(mf, "RETIRE_GRACE_S", 0.0)  # the default no longer counts: the archive's own does
+        for _ in range(2):
+            assert CliRunner().invoke(main, _expire).exit_code == 0
+        assert mf.read(root).retired and not reader.stale()
+        assert reader.con.execute("SELECT count(*) FROM requests").fetchall() == [(2,)]
+
+
+def test_expire_waits_the_archives_own_grace(tmp_path):
+    from budgetscope.archive.directory import DirectoryArchive
+
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [T0, NOW])
+    DirectoryArchive(root, create=False, reader_grace_s=0.3).close()
+    res = CliRunner().invoke(main, ["expire", "-a", str(root), "--retention", "30d"])
+    assert res.exit_code == 0 and "readers have had 0.3 s" in res.output, res.output
+    assert not mf.read(root).retired and {p.relative_to(root).as_posix() for p in root.rglob("*.parquet")} == {
+        s.path for s in mf.read(root).segments}
+
+
+@pytest.mark.parametrize("case", ["zero", "too long", "single file", "stored bad"])
+def test_a_bad_readers_grace_is_one_line_and_changes_nothing(tmp_path, case):
+    from budgetscope.archive.directory import DirectoryArchive
+    from budgetscope.archive.errors import ArchiveError
+
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [NOW])
+    before = (root / mf.MANIFEST).read_bytes()
+    if case == "stored bad":  # a manifest edited by hand
+        (root / mf.MANIFEST).write_bytes(before.replace(b'"format"', b'"reader_grace_s":"10m","format"'))
+        with pytest.raises(mf.ManifestError, match="reader_grace_s '10m'"):
+            mf.read(root)
+        return
+    if case == "single file":
+        res = CliRunner().invoke(main, ["collect", "-a", str(tmp_path / "a.duckdb"), "--reader-grace", "10m"])
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and "folder archives" in res.output, res.output
+        assert not (tmp_path / "a.duckdb").exists()
+        with pytest.raises(ArchiveError, match="folder archives"):
+            Archive(tmp_path / "b.duckdb", reader_grace_s=600)
+        return
+    res = CliRunner().invoke(main, ["collect", "-a", str(root), "--reader-grace", {"zero": "0s", "too long": "8d"}[case]])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "reader grace" in res.output, res.output
+    with pytest.raises(ArchiveError, match="readers' grace"):
+        DirectoryArchive(root, create=False, reader_grace_s={"zero": 0.0, "too long": 8 * 86_400.0}[case])
+    assert (root / mf.MANIFEST).read_bytes() == before
+
+
+def test_collect_records_its_readers_grace(tmp_path):
+    from budgetscope.collector import Collector
+
+    root = tmp_path / "a"
+    with Collector(root, grpc_port=None, http_port=0, reader_grace_s=900.0):
+        pass
+    assert mf.read(root).grace_s == 900

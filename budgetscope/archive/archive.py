@@ -27,18 +27,20 @@ def is_single_file(path: str | os.PathLike) -> bool:
 
 def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = True, sandbox: bool = False,
             durable: bool = False, since_ns: int | None = None, until_ns: int | None = None,
-            retention_ns: int | None = None):  # noqa: N802
+            retention_ns: int | None = None, reader_grace_s: float | None = None):  # noqa: N802
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
     `sandbox`: no file access but the archive's own, for `budgetscope query`) a reader.
 
     `durable` (directory writer): spool what `ingest(derive=False)` landed, so that it survives a crash before
     `commit()` (the collector). `since_ns`/`until_ns` (directory reader): read only the segments
     that can hold that window. `retention_ns` (directory writer): drop the hour partitions older than this as
-    it goes (`retention.py`)."""
+    it goes (`retention.py`). `reader_grace_s` (directory writer): keep replaced segments this long for readers
+    of older commits from now on, recorded in the archive (`manifest.Manifest.grace_s`)."""
     if is_single_file(path):
-        if retention_ns and not (read_only or sandbox):
-            raise ArchiveError(f"{path}: retention applies to folder archives (convert this one with "
-                               "`budgetscope convert`)")
+        for given, what in ((retention_ns, "retention"), (reader_grace_s, "a readers' grace")):
+            if given and not (read_only or sandbox):
+                raise ArchiveError(f"{path}: {what} applies to folder archives (convert this one with "
+                                   "`budgetscope convert`)")
         return DuckDBArchive(path, read_only=read_only, create=create, sandbox=sandbox)
     if read_only or sandbox:
         from budgetscope.archive.reader import ArchiveReader
@@ -46,7 +48,8 @@ def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = 
         return ArchiveReader(path, since_ns=since_ns, until_ns=until_ns, sandbox=sandbox)
     from budgetscope.archive.directory import DirectoryArchive
 
-    return DirectoryArchive(path, create=create, durable=durable, retention_ns=retention_ns)
+    return DirectoryArchive(path, create=create, durable=durable, retention_ns=retention_ns,
+                            reader_grace_s=reader_grace_s)
 
 
 def open(path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: A001

@@ -10,7 +10,7 @@ old traces, late spans — is merged by level: merged whole at each of its commi
 a core rewriting the same hours.)
 
 A merge reads committed segments and writes a new one; only its manifest commit takes the writer's lock, for the
-time of a JSON write. Replaced segments stay on disk RETIRE_GRACE_S for readers of older manifests.
+time of a JSON write. Replaced segments stay on disk for readers of older manifests for the archive's grace (`Manifest.grace_s`).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class Compactor:
 
     def _sweep(self) -> None:
         """Delete retired segments whose grace has passed."""
-        cutoff = time.time_ns() - int(mf.RETIRE_GRACE_S * 1e9)
+        cutoff = time.time_ns() - int(self.writer.manifest.grace_s * 1e9)
         old = [p for p, at in self.writer.manifest.retired if at < cutoff]
         if not old:
             return

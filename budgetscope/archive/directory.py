@@ -19,6 +19,7 @@ import fcntl
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -104,7 +105,8 @@ class DirectoryArchive:
     collector acknowledges then); the next writer lands what a crashed one left in the spool."""
 
     def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
-                 hold_s: float = HOLD_S, compact: bool = True, retention_ns: int | None = None):
+                 hold_s: float = HOLD_S, compact: bool = True, retention_ns: int | None = None,
+                 reader_grace_s: float | None = None):
         self.path = root = Path(root)
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
@@ -137,6 +139,13 @@ class DirectoryArchive:
         self.hot = self.compactor = None
         try:
             self.manifest = mf.read(root)
+            if reader_grace_s is not None and reader_grace_s != self.manifest.grace_s:
+                if not 0 < reader_grace_s <= mf.MAX_GRACE_S:
+                    raise ArchiveError(f"a readers' grace of {reader_grace_s:g} s: give more than 0 and at most "
+                                       f"{mf.MAX_GRACE_S / 86_400:.0f} days")
+                # a setting of the archive, not a commit: the same segments under the same seq
+                self.manifest = replace(self.manifest, reader_grace_s=float(reader_grace_s))
+                mf.write(root, self.manifest)
             _remove_orphans(root, self.manifest)
             self.hot = DuckDBArchive(":memory:", finish_pending=False)
             if durable:

@@ -73,14 +73,15 @@ def _expire_once(root: Path, keep_ns: int) -> "Expired":
 @click.option("--retention", required=True, metavar="AGE",
               help="Keep this much: 30d, 36h (whole UTC hours older than it are dropped, by each table's own time).")
 @click.option("--dry-run", is_flag=True, help="Say what would be dropped; change nothing.")
-@click.option("--no-wait", is_flag=True, help="Do not wait the readers' minute of grace to delete the files (the "
-              "archive's next writer, or `expire` run, deletes them).")
+@click.option("--no-wait", is_flag=True, help="Do not wait the readers' grace to delete the files (the archive's "
+              "next writer, or `expire` run, deletes them).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str) -> None:
     """Drop the hour partitions of ARCHIVE older than --retention, in one commit per archive (or shard).
 
-    Readers that opened the archive before go on reading: the files are deleted once they have had a minute
-    (the grace compaction gives), which this waits for unless --no-wait. Spans, requests, GPU samples, scrapes
+    Readers that opened the archive before go on reading: the files are deleted once they have had the
+    archive's grace (the one compaction gives: 60 s unless `collect --reader-grace` set another), which this
+    waits for unless --no-wait. Spans, requests, GPU samples, scrapes
     and batch records each go by their own time column, against this machine's clock. A collector writing the
     archive holds it: give that one `--retention` instead.
 
@@ -107,9 +108,9 @@ def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str)
             _free(roots)
             results = {str(r): _expire_once(r, keep_ns) for r in roots}
             if not no_wait and any(e.segments for e in results.values()):
-                click.echo(f"budgetscope expire: deleting the files once readers have had "
-                           f"{mf.RETIRE_GRACE_S:.0f} s…", err=True)
-                time.sleep(mf.RETIRE_GRACE_S + 1)
+                grace = max(mf.read(r).grace_s for r in roots)
+                click.echo(f"budgetscope expire: deleting the files once readers have had {grace:g} s…", err=True)
+                time.sleep(grace + 1)
                 for r in roots:  # a writer's compactor deletes the retired files whose grace has passed
                     _expire_once(r, keep_ns)
     except (ArchiveError, ValueError) as e:

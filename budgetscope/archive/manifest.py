@@ -10,7 +10,8 @@ A directory archive is
 A commit writes its segments, moves them into place, then replaces `manifest.json` (write to a temporary file,
 fsync, rename, fsync the folder). A reader reads the manifest once and sees exactly the segments it lists: never a
 file being written, never one commit's spans without its requests. Segments replaced by compaction are listed
-as `retired` and deleted only after `RETIRE_GRACE_S`, so a reader that opened an older manifest can finish.
+as `retired` and deleted only after the readers' grace (`Manifest.grace_s`: `RETIRE_GRACE_S` unless the archive
+was given another, `collect --reader-grace`), so a reader that opened an older manifest can finish.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ TMP_DIR = "_tmp"
 
 HOUR_NS = 3_600_000_000_000
 RETIRE_GRACE_S = 60.0
-"""How long a segment replaced by compaction stays on disk for readers that opened an older manifest."""
+"""How long a segment replaced by compaction stays on disk for readers that opened an older manifest, unless the
+archive's manifest says otherwise (`reader_grace_s`)."""
+
+MAX_GRACE_S = 7 * 86_400.0
+"""The longest readers' grace an archive may be given (a week: replaced segments then cost a week of disk)."""
 
 TIME_COLUMN = {
     "spans": "start_ns",
@@ -78,6 +83,12 @@ class Manifest:
     segments: tuple[Segment, ...] = ()
     retired: tuple[tuple[str, int], ...] = ()  # (path, retired at ns) awaiting deletion
     created_ns: int = field(default_factory=time.time_ns)
+    reader_grace_s: float | None = None  # the archive's own readers' grace; None: RETIRE_GRACE_S
+
+    @property
+    def grace_s(self) -> float:
+        """How long a retired segment stays on disk for readers of an older manifest."""
+        return RETIRE_GRACE_S if self.reader_grace_s is None else self.reader_grace_s
 
     def files(self, table: str, since_ns: int | None = None, until_ns: int | None = None) -> list[Segment]:
         """The segments of `table`, those whose time range meets [since_ns, until_ns) when given."""
@@ -96,6 +107,8 @@ class Manifest:
                "created_ns": self.created_ns, "published_batch": self.published_batch,
                "publish_seq": self.publish_seq,
                "segments": [asdict(s) for s in self.segments], "retired": [list(r) for r in self.retired]}
+        if self.reader_grace_s is not None:
+            doc["reader_grace_s"] = self.reader_grace_s
         return json.dumps(doc, separators=(",", ":")).encode()
 
     def commit(self, added=(), removed=(), published_batch: int | None = None) -> "Manifest":
@@ -135,10 +148,15 @@ def read(root: Path) -> Manifest:
     if doc.get("version") != VERSION:
         raise ManifestError(f"{root} has archive format {doc.get('version')}; this budgetscope reads {VERSION}")
     try:
+        grace = doc.get("reader_grace_s")
+        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, (int, float))
+                                  or not 0 < grace <= MAX_GRACE_S):
+            raise ValueError(f"reader_grace_s {grace!r} is not a number of seconds in (0, {MAX_GRACE_S:.0f}]")
         return Manifest(seq=doc["seq"], committed_ns=doc["committed_ns"], created_ns=doc["created_ns"],
                         published_batch=doc["published_batch"], publish_seq=doc["publish_seq"],
                         segments=tuple(Segment(**s) for s in doc["segments"]),
-                        retired=tuple((p, t) for p, t in doc["retired"]))
+                        retired=tuple((p, t) for p, t in doc["retired"]),
+                        reader_grace_s=None if grace is None else float(grace))
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"{p} is malformed ({e})") from None
 

@@ -7,8 +7,9 @@
 
 The reader takes one manifest and keeps to it: every query of one reader sees the same commit. Open a new
 reader to see newer data (the dashboard's `--live` mode does so on each refresh). While a writer runs, a reader
-can keep to its commit for `manifest.RETIRE_GRACE_S` (60 s) after a newer commit replaced its segments; then
-they are deleted, its queries fail on a missing file, and `stale()` says so: open a new reader. A sharded root
+can keep to its commit for the archive's grace (60 s unless `collect --reader-grace` set another) after a newer
+commit replaced its segments; then they are deleted, its queries fail on a missing file, and `stale()` says so:
+open a new reader. A sharded root
 (`shard=<id>/` archives, shards.py) reads as one archive: the last commit of each shard.
 """
 
@@ -100,8 +101,9 @@ ROW_KEY = "((r.file_index::BIGINT << 32) | r.file_row_number)"
 """A row of a `read_parquet` list `r` as one integer: the file's position in the list, the row's in the file."""
 
 
-STALE = (f"a newer commit replaced the segments this read began with, and they were deleted after the "
-         f"{mf.RETIRE_GRACE_S:.0f} s a reader has (the writer compacted or expired them meanwhile); run it again")
+STALE = ("a newer commit replaced the segments this read began with, and they were deleted once readers' grace "
+         "had passed (the writer compacted or expired them meanwhile; `collect --reader-grace` gives readers "
+         "longer); run it again")
 """What a read that outlived its commit's files says (see `ArchiveReader.stale`)."""
 
 

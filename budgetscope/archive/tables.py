@@ -24,8 +24,8 @@ class TableAccess:
 
     def stale(self) -> bool:
         """True once this read can no longer be answered: a file it reads was deleted. A single-file archive
-        never is; a folder reader is when a newer commit's compaction or expiry replaced its segments more than
-        `manifest.RETIRE_GRACE_S` ago. Open the archive again to read its last commit."""
+        never is; a folder reader is when a newer commit's compaction or expiry replaced its segments longer ago than
+        the archive's readers' grace (`Manifest.grace_s`). Open the archive again to read its last commit."""
         return False
 
     def counts(self) -> dict[str, int]:

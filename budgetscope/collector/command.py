@@ -53,6 +53,9 @@ class _StartError(click.ClickException):
                    f"Default: ${TOKEN_ENV} when set.")
 @click.option("--retention", metavar="AGE", help="Drop the hour partitions older than AGE (30d, 36h) as it goes, "
               "by each table's own time (folder archives; `budgetscope expire` does it once).")
+@click.option("--reader-grace", metavar="AGE", help="Keep segments that compaction or expiry replaced this long "
+              "(90s, 10m, 2h) for readers of older commits, such as a Spark job or a notebook; recorded in the "
+              "archive for every later writer. Default: as the archive has it (60 s when never set).")
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -60,7 +63,7 @@ class _StartError(click.ClickException):
 def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool, shard: str | None,
             max_pending_mb: float, max_message_mb: float, linger_ms: float, max_connections: int,
             tls_cert: str | None, tls_key: str | None, auth_token_file: str | None, retention: str | None,
-            no_metrics: bool, verbose: bool, fmt: str) -> None:
+            reader_grace: str | None, no_metrics: bool, verbose: bool, fmt: str) -> None:
     """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
     Each export is answered success only once it is safe on disk (and known to be good); the `requests` rows of
@@ -96,14 +99,14 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
             raise _StartError(str(e)) from None
     try:
         token = read_token(auth_token_file, TOKEN_ENV)
-        retention_ns = None
-        if retention is not None:
-            from budgetscope.archive.archive import is_single_file
-            from budgetscope.archive.retention import parse_retention
+        from budgetscope.archive.archive import is_single_file
+        from budgetscope.archive.retention import parse_grace, parse_retention
 
-            retention_ns = parse_retention(retention)
-            if is_single_file(archive):
-                raise ValueError(f"{archive}: --retention applies to folder archives (convert this one with "
+        retention_ns = None if retention is None else parse_retention(retention)
+        reader_grace_s = None if reader_grace is None else parse_grace(reader_grace)
+        for given, flag in ((retention, "--retention"), (reader_grace, "--reader-grace")):
+            if given is not None and is_single_file(archive):
+                raise ValueError(f"{archive}: {flag} applies to folder archives (convert this one with "
                                  "`budgetscope convert`)")
     except ValueError as e:
         raise _StartError(str(e)) from None
@@ -113,7 +116,8 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
                               max_pending_bytes=int(max_pending_mb * (1 << 20)),
                               max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000,
                               metrics=not no_metrics, max_connections=max_connections, tls_cert=tls_cert,
-                              tls_key=tls_key, auth_token=token, retention_ns=retention_ns)
+                              tls_key=tls_key, auth_token=token, retention_ns=retention_ns,
+                              reader_grace_s=reader_grace_s)
         collector.start()
     except CollectorError as e:
         raise _StartError(str(e)) from None

@@ -47,6 +47,7 @@ class CollectorConfig:
     tls_key: str | None = None  # PEM private key of tls_cert
     auth_token: str | None = None  # every export must carry `authorization: Bearer <auth_token>`
     retention_ns: int | None = None  # hour partitions older than this are dropped as it goes (folder archives)
+    reader_grace_s: float | None = None  # the folder archive's readers' grace, kept in it (None: leave it as it is)
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "http_port"):
@@ -114,7 +115,8 @@ class Collector:
         self._queue = PendingQueue(self.config.max_pending_bytes)
         self._writer = ArchiveWriter(self.archive_path, self._queue, self.config.linger_s,
                                      self.config.max_group_bytes, self.config.linger_gap_s,
-                                     self.config.max_pending_bytes, retention_ns=self.config.retention_ns)
+                                     self.config.max_pending_bytes, retention_ns=self.config.retention_ns,
+                                     reader_grace_s=self.config.reader_grace_s)
         self._receivers: list = []
         self._state = "new"
 

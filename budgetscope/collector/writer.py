@@ -72,13 +72,15 @@ class ArchiveWriter:
     """Owns the archive (its DuckDB connection is used by the lander thread alone) and drains the queue."""
 
     def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int, gap_s: float,
-                 max_deferred_bytes: int = 64 << 20, retention_ns: int | None = None):
+                 max_deferred_bytes: int = 64 << 20, retention_ns: int | None = None,
+                 reader_grace_s: float | None = None):
         self.path = path
         self.queue = queue
         self.linger_s = linger_s
         self.gap_s = gap_s
         self.max_group_bytes = max_group_bytes
-        self.retention_ns = retention_ns  # passed to the archive: its compactor expires older hours
+        # passed to the archive: its compactor expires older hours; the readers' grace it keeps (None: as it is)
+        self.archive_options = {"retention_ns": retention_ns, "reader_grace_s": reader_grace_s}
         self.max_deferred_bytes = max_deferred_bytes  # acknowledged, not yet landed: past it, accepting waits
         self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
@@ -168,7 +170,7 @@ class ArchiveWriter:
     # -- the lander thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self._archive = Archive(self.path, durable=True, retention_ns=self.retention_ns)
+            self._archive = Archive(self.path, durable=True, **self.archive_options)
         except ArchiveError as e:
             self.error = str(e)
         except Exception as e:  # noqa: BLE001 - I/O at start (a full disk): one line, not a dead thread
@@ -314,7 +316,7 @@ class ArchiveWriter:
             self._archive = None
             self._retry_at = time.monotonic() + REOPEN_EVERY_S
             try:
-                self._archive = Archive(self.path, durable=True, retention_ns=self.retention_ns)
+                self._archive = Archive(self.path, durable=True, **self.archive_options)
                 self.unavailable = None
             except ArchiveError as e:
                 self.error = f"the archive cannot be reopened: {e}"
