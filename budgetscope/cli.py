@@ -283,7 +283,8 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
                            "run `budgetscope ingest` again to finish them", err=True)
             try:
                 rep = build_report(a.con, b, since_ns, until_ns)
-            except (duckdb.IOException, duckdb.PermissionException):  # a segment gone (sandboxed: its glob)
+            # a segment gone: DuckDB's IO error (a sandbox's refused glob), Spark's file not found
+            except (duckdb.IOException, duckdb.PermissionException, ArchiveError):
                 if not a.stale():
                     raise
                 raise ArchiveError(f"{archive}: {STALE}") from None

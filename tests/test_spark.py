@@ -182,6 +182,34 @@ def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
     assert_same(want.rows, got.rows, "rows")
 
 
+@needs_spark
+def test_a_spark_read_that_outlives_its_commit_says_so(spark, tmp_path, monkeypatch):
+    """A query whose segments a writer's expiry deleted once readers' grace had passed: one line, as on DuckDB."""
+    import contextlib
+
+    from test_reader_stale import NOW, T0, _drop_old_hours, _fill
+
+    from budgetscope.archive.reader import STALE
+    from budgetscope.spark import commands
+
+    root = tmp_path / "a"
+    _fill(root, tmp_path, [T0, NOW])
+    real = commands.spark_archive
+
+    @contextlib.contextmanager
+    def opened_then_expired(*args, **kw):
+        with real(*args, **kw) as a:
+            _drop_old_hours(root, monkeypatch)
+            yield a
+
+    monkeypatch.setattr(commands, "spark_archive", opened_then_expired)
+    with pytest.raises(commands.SparkError) as e:
+        commands.run_query(root, "SELECT count(*) FROM requests")
+    assert str(e.value) == f"{root}: {STALE}"
+    monkeypatch.setattr(commands, "spark_archive", real)
+    assert commands.run_query(root, "SELECT count(*) FROM requests").rows == [(1,)]
+
+
 @pytest.mark.parametrize("sql", [
     "DELETE FROM requests",
     "SELECT * FROM parquet.`/etc/hostname`",

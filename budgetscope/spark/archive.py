@@ -116,6 +116,10 @@ class SparkArchive:
     def files(self, table: str) -> list[Path]:
         return [self.path / s.path for s in self.segments._segments[table]]
 
+    def stale(self) -> bool:
+        """True once a segment this read lists is gone (as `ArchiveReader.stale`)."""
+        return self.segments.stale()
+
     def _empty(self, table: schema.Table):
         ddl = ", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns)
         return self.spark.createDataFrame([], ddl)

@@ -76,9 +76,16 @@ def run_query(path: str | os.PathLike, sql: str, master: str | None = None):
     from budgetscope.archive.query import QueryResult
     from budgetscope.spark.archive import VIEWS
 
+    from budgetscope.archive.reader import STALE
+
     check_read_only(sql, VIEWS)
     with spark_archive(path, master) as a:
-        cur = a.con.execute(sql)
+        try:
+            cur = a.con.execute(sql)
+        except SparkError:
+            if not a.stale():
+                raise
+            raise SparkError(f"{path}: {STALE}") from None
         rows = cur.fetchall()
     return QueryResult([d[0] for d in cur.description], [d[1] for d in cur.description], rows)
 
