@@ -10,7 +10,8 @@ old traces, late spans — is merged by level: merged whole at each of its commi
 a core rewriting the same hours.)
 
 A merge reads committed segments and writes a new one; only its manifest commit takes the writer's lock, for the
-time of a JSON write. Replaced segments stay on disk for readers of older manifests for the archive's grace (`Manifest.grace_s`).
+time of a JSON write. Replaced segments stay on disk for readers of older manifests for the archive's grace
+(`Manifest.grace_s`).
 """
 
 from __future__ import annotations

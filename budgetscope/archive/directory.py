@@ -140,11 +140,12 @@ class DirectoryArchive:
         try:
             self.manifest = mf.read(root)
             if reader_grace_s is not None and reader_grace_s != self.manifest.grace_s:
-                if not 0 < reader_grace_s <= mf.MAX_GRACE_S:
-                    raise ArchiveError(f"a readers' grace of {reader_grace_s:g} s: give more than 0 and at most "
-                                       f"{mf.MAX_GRACE_S / 86_400:.0f} days")
+                try:
+                    grace = mf.check_grace(reader_grace_s)
+                except ValueError as e:
+                    raise ArchiveError(str(e)) from None
                 # a setting of the archive, not a commit: the same segments under the same seq
-                self.manifest = replace(self.manifest, reader_grace_s=float(reader_grace_s))
+                self.manifest = replace(self.manifest, reader_grace_s=grace)
                 mf.write(root, self.manifest)
             _remove_orphans(root, self.manifest)
             self.hot = DuckDBArchive(":memory:", finish_pending=False)

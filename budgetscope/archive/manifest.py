@@ -38,6 +38,14 @@ archive's manifest says otherwise (`reader_grace_s`)."""
 MAX_GRACE_S = 7 * 86_400.0
 """The longest readers' grace an archive may be given (a week: replaced segments then cost a week of disk)."""
 
+
+def check_grace(seconds) -> float:
+    """`seconds` as an archive's readers' grace, or ValueError (one line)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_GRACE_S:
+        raise ValueError(f"a readers' grace of {seconds!r} s: give more than 0 and at most "
+                         f"{MAX_GRACE_S / 86_400:.0f} days")
+    return float(seconds)
+
 TIME_COLUMN = {
     "spans": "start_ns",
     "requests": "arrival_ns",
@@ -149,14 +157,11 @@ def read(root: Path) -> Manifest:
         raise ManifestError(f"{root} has archive format {doc.get('version')}; this budgetscope reads {VERSION}")
     try:
         grace = doc.get("reader_grace_s")
-        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, (int, float))
-                                  or not 0 < grace <= MAX_GRACE_S):
-            raise ValueError(f"reader_grace_s {grace!r} is not a number of seconds in (0, {MAX_GRACE_S:.0f}]")
         return Manifest(seq=doc["seq"], committed_ns=doc["committed_ns"], created_ns=doc["created_ns"],
                         published_batch=doc["published_batch"], publish_seq=doc["publish_seq"],
                         segments=tuple(Segment(**s) for s in doc["segments"]),
                         retired=tuple((p, t) for p, t in doc["retired"]),
-                        reader_grace_s=None if grace is None else float(grace))
+                        reader_grace_s=None if grace is None else check_grace(grace))
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"{p} is malformed ({e})") from None
 

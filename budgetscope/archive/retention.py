@@ -4,8 +4,9 @@ Segments are never deleted behind the manifest's back (a reader of a manifest wh
 an object-store lifecycle rule on `date=` prefixes is not the way. Instead the writer's compactor thread — which
 already commits merges and deletes retired files after their grace — drops every segment whose whole hour
 partition ended more than the retention period ago, by each table's own time column (`manifest.TIME_COLUMN`),
-against this machine's clock; the files follow after the archive's readers' grace (`Manifest.grace_s`, 60 s unless
-`collect --reader-grace` set another), so readers that opened the older manifest finish. Run as a merge is, expiry never races one.
+against this machine's clock; the files follow after the archive's readers' grace (`Manifest.grace_s`, 60 s
+unless `collect --reader-grace` set another), so readers that opened the older manifest finish. Run as a merge
+is, expiry never races one.
 
     budgetscope collect --archive prod/ --retention 30d     # the running writer expires as it goes
     budgetscope expire  --archive prod/ --retention 30d     # once, on an archive no one is writing
@@ -40,11 +41,13 @@ def parse_grace(text: str) -> float:
     """'90s', '10m', '2h' or '1d' → seconds, for how long replaced segments stay on disk for readers of older
     commits; ValueError (one line) for anything else, 0, or more than manifest.MAX_GRACE_S."""
     m = _GRACE.fullmatch(text or "")
-    s = float(m.group(1)) * {"s": 1, "m": 60, **_UNITS}[m.group(2)] if m else 0.0
-    if not 0 < s <= mf.MAX_GRACE_S:
-        raise ValueError(f"reader grace {text!r}: write a duration like 90s, 10m or 2h, more than 0 and at most "
-                         f"{mf.MAX_GRACE_S / 86_400:.0f}d")
-    return s
+    try:
+        if m:
+            return mf.check_grace(float(m.group(1)) * {"s": 1, "m": 60, **_UNITS}[m.group(2)])
+    except ValueError:
+        pass
+    raise ValueError(f"reader grace {text!r}: write a duration like 90s, 10m or 2h, more than 0 and at most "
+                     f"{mf.MAX_GRACE_S / 86_400:.0f}d")
 
 
 @dataclass(frozen=True, slots=True)
