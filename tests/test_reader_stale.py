@@ -216,3 +216,29 @@ def test_collect_records_its_readers_grace(tmp_path):
     with Collector(root, grpc_port=None, http_port=0, reader_grace_s=900.0):
         pass
     assert mf.read(root).grace_s == 900
+
+
+def test_live_dashboard_on_a_sharded_root_follows_any_shards_commit(tmp_path, monkeypatch):
+    pytest.importorskip("streamlit", reason="streamlit is not installed (the dashboard extra has it)")
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    base = tmp_path / "fleet"
+    base.mkdir()
+    for sid in ("s1", "s2"):
+        _fill(base / f"shard={sid}", tmp_path, [NOW])
+    monkeypatch.setenv("BUDGETSCOPE_ARCHIVE", str(base))
+    monkeypatch.setenv("BUDGETSCOPE_BUDGETS", "")
+    monkeypatch.setenv("BUDGETSCOPE_LIVE", "1")
+    try:
+        at = AppTest.from_file(str(ROOT / "dashboards" / "app.py"), default_timeout=60)
+        at.run()
+        assert {m.label: m.value for m in at.metric}["Requests"] == "2"
+        _fill(base / "shard=s2", tmp_path, [NOW + 10**9])  # one shard commits: the page reads the new whole
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert {m.label: m.value for m in at.metric}["Requests"] == "3"
+        assert any(c.value.startswith(f"Live: commit {last_commit(base)},") for c in at.caption)
+    finally:
+        st.cache_resource.clear()
+        st.cache_data.clear()
