@@ -74,9 +74,8 @@ def run_query(path: str | os.PathLike, sql: str, master: str | None = None):
     """`budgetscope query --engine spark`: the statement (DuckDB's dialect, as for `--engine duckdb`) transpiled
     and run on Spark over the archive's views. Returns archive.query.QueryResult."""
     from budgetscope.archive.query import QueryResult
-    from budgetscope.spark.archive import VIEWS
-
     from budgetscope.archive.reader import STALE
+    from budgetscope.spark.archive import VIEWS
 
     check_read_only(sql, VIEWS)
     with spark_archive(path, master) as a:
