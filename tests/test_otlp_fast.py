@@ -392,6 +392,17 @@ def test_span_set_finds_every_repeat():
     assert over and tiny.full
 
 
+def test_span_set_keeps_sequential_ids_apart():
+    """Ids from a counter differ only in their last hex digits (the high bytes of the words the set hashes): no
+    two of 20,000 such pairs may look like a repeat, or every ingest call of such a tracer looks for copies."""
+    base_trace, base_span = 0x4bf92f3577b34da6a3ce929d0e0e4736, 0x00f067aa0ba902b7
+    docs = [dumps(export([span(f"{base_trace + t:032x}", f"{base_span + 100 * t + s:016x}", "s", T0, T0 + 1)
+                          for s in range(100)])) for t in range(200)]
+    seen = otlp_fast.span_set()
+    _, taken, _, repeated = otlp_fast.decode(docs, list(range(200)), seen)
+    assert sum(taken.values()) == 20_000 and seen.count == 20_000 and not repeated
+
+
 def test_columns_that_outgrow_their_first_size_keep_every_byte():
     """A large resource repeated on thousands of spans outgrows the decoder's first guess many times over
     (from malloc'd to mapped memory, then remapped): the rows still equal the DuckDB path's."""
