@@ -6,7 +6,8 @@
 2. Capacity: `budgetscope load` of --capacity-requests with as many in flight as the engine has slots: its ok/s.
 3. Overload: `budgetscope load` open loop at --factor x capacity for --seconds, each request carrying
    `x-budgetscope-deadline-ms` (the engine's deadline-aware admission) and the clients giving up after it.
-4. After the run: /metrics says no sequence running or waiting and no KV block held.
+4. After the run: /metrics says no sequence running or waiting and no KV block held. Admitted requests whose
+   clients timed out are listed with their client TTFT and when in the run they were sent.
 
 Checks (exit 1 if one breaks): the engine still serves at least 0.8 x its capacity; it refuses with 429 and
 Retry-After, each refusal answered in under --max-refusal-ms (p99); no KV block is left held.
@@ -85,8 +86,14 @@ def main() -> None:
         del warm
         refusals = sorted(r["client_e2e_ms"] for r in records if r["status"] == 429 and r["client_e2e_ms"] is not None)
         p99 = refusals[min(len(refusals) - 1, int(0.99 * len(refusals)))] if refusals else float("nan")
+        late = [r for r in records if r["outcome"] == "timeout"]
+        late_started = sorted(r["client_ttft_ms"] for r in late if r["client_ttft_ms"] is not None)
+        t0 = min(r["sent_unix_nano"] for r in records if r["sent_unix_nano"] is not None)
+        late_at = sorted((r["sent_unix_nano"] - t0) / 1e9 for r in late if r["sent_unix_nano"] is not None)
         time.sleep(args.deadline_ms / 1000 + 1)  # what was admitted finishes or times out
         kv, running, waiting = (metric(url, n) for n in ("kv_cache_usage_ratio", "requests_running", "requests_waiting"))
+        ends = dict(re.findall(r'^budgetscope_engine_requests_total\{outcome="(\w+)"\} (\S+)$',
+                               httpx.get(f"{url}/metrics", timeout=10).text, re.M))
     finally:
         engine.terminate()
         engine.wait(30)
@@ -96,6 +103,12 @@ def main() -> None:
           f"{args.seconds:g} s with a {args.deadline_ms} ms deadline: served {served:.2f} req/s ok "
           f"({served / capacity:.2f} of capacity); statuses {over['status_codes']}; outcomes {over['outcomes']}; "
           f"429 answered in p99 {p99:.1f} ms ({len(refusals)} of them)")
+    if late:  # when in the run admission misjudged, and how long those requests waited
+        ttfts = ", ".join(f"{t:.0f}" for t in late_started[:12])
+        sent = ", ".join(f"{t:.1f}" for t in late_at[:12])
+        print(f"the clients gave up on {len(late)} admitted requests ({len(late_started)} had their first token: "
+              f"client TTFT {ttfts} ms); sent at {sent} s into the run, {sum(t >= 3 for t in late_at)} of them 3 s "
+              f"or more in; the engine's ends (warm-up and capacity runs included): {ends}")
     print(f"after: KV usage {kv:g}, running {running:g}, waiting {waiting:g}; load average {os.getloadavg()[0]:.1f}")
     broken = []
     if served < 0.8 * capacity:
