@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from budgetscope.engine.admission import ServiceRate, refusal
+from budgetscope.engine.admission import ServiceRate, expected_wait_s, finishes_to_wait, refusal
 
 S = 1_000_000_000
 
@@ -33,17 +33,62 @@ def test_an_idle_gap_does_not_count_as_service_time():
     assert rate.rate_per_s(10 * S) == pytest.approx(4 / 3.0)  # 4 finishes in 2 + 1 s of busy time
 
 
-def test_refusal_needs_evidence_someone_ahead_and_a_deadline():
+def test_refusal_needs_evidence_a_wait_and_a_deadline():
     rate = _rate_with([1, 2, 3, 4, 5], run_s=0.5)  # 1 request/s, runs of 0.5 s
     now = 5 * S
-    assert refusal(rate, None, 10, now) is None  # no deadline: always admitted
-    assert refusal(rate, 1.0, 0, now) is None  # nobody ahead: starts now
-    assert refusal(ServiceRate(), 1.0, 10, now) is None  # no evidence yet
-    assert refusal(rate, 3.0, 2, now) is None  # 2 s of wait + 0.5 s run fits 3 s
-    retry = refusal(rate, 2.0, 2, now)  # 2 s wait, only 1.5 s of slack
+    assert expected_wait_s(rate, 2, now) == pytest.approx(2.0)
+    assert expected_wait_s(rate, 0, now) == 0.0 and expected_wait_s(ServiceRate(), 3, now) is None
+    assert refusal(rate, None, 10.0) is None  # no deadline: always admitted
+    assert refusal(rate, 1.0, 0.0) is None  # waits for no finish: starts now
+    assert refusal(rate, 1.0, None) is None  # no evidence yet
+    assert refusal(rate, 3.0, 2.0) is None  # 2 s of wait + 0.5 s run fits 3 s
+    retry = refusal(rate, 2.0, 2.0)  # 2 s wait, only 1.5 s of slack
     assert retry == 1
-    assert refusal(rate, 2.0, 30, now) == 29  # 30 s of wait - 1.5 s slack, rounded up
-    assert refusal(rate, 2.0, 1000, now) == 60  # capped
+    assert refusal(rate, 2.0, 30.0) == 29  # 30 s of wait - 1.5 s slack, rounded up
+    assert refusal(rate, 2.0, 1000.0) == 60  # capped
+
+
+def test_a_full_batch_makes_a_request_wait_for_one_more_finish():
+    """With every slot taken the request waits for those ahead of it and for its own slot; free slots start that
+    many of them at once."""
+    assert finishes_to_wait(0, 1) == 0 and finishes_to_wait(3, 4) == 0  # a free slot for it
+    assert finishes_to_wait(0, 0) == 1 and finishes_to_wait(2, 0) == 3
+    assert finishes_to_wait(5, 2) == 4
+    rate = _rate_with([1, 2, 3, 4, 5], run_s=0.5)  # 1 request/s, runs of 0.5 s
+    assert refusal(rate, 2.5, expected_wait_s(rate, finishes_to_wait(2, 1), 5 * S)) is None  # 2 s + 0.5 s fits
+    assert refusal(rate, 2.5, expected_wait_s(rate, finishes_to_wait(2, 0), 5 * S)) == 1  # 3 s of wait does not
+
+
+def test_waits_longer_than_forecast_shrink_what_is_admitted():
+    """Past capacity every admitted request sits at the edge: when they wait 1.25x their forecasts, admission
+    forecasts 1.25x and refuses what the raw forecast would have let in to time out."""
+    rate = _rate_with([1, 2, 3, 4, 5], run_s=0.5)
+    assert rate.wait_factor() == 1.0
+    for _ in range(7):
+        rate.observe_wait(2.0, 2.5)
+    rate.observe_wait(0.1, 5.0)  # too short a forecast to calibrate
+    assert rate.wait_factor() == 1.0  # 7 waits: too few yet
+    rate.observe_wait(2.0, 2.5)
+    assert rate.wait_factor() == pytest.approx(1.25)
+    assert refusal(rate, 2.5, 1.6) is None  # 2 s calibrated + 0.5 s run fits 2.5 s
+    assert refusal(rate, 2.5, 1.8) == 1  # 2.25 s does not
+    for _ in range(64):  # shorter waits than forecast never admit more than the raw forecast
+        rate.observe_wait(2.0, 1.0)
+    assert rate.wait_factor() == 1.0
+    for _ in range(64):
+        rate.observe_wait(1.0, 100.0)
+    assert rate.wait_factor() == 4.0  # capped
+
+
+def test_run_time_is_the_90th_percentile_of_recent_runs():
+    rate = ServiceRate(num_runs=10)
+    for run_s in (0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.9, 2.0):
+        rate.observe_finish(int(run_s * S), 0)
+    assert rate.run_s() == pytest.approx(0.9)  # the mean, 0.35, admitted what the long runs could not finish
+    for _ in range(10):  # the window keeps the last 10
+        rate.observe_finish(int(0.2 * S), 0)
+    assert rate.run_s() == pytest.approx(0.2)
+    assert ServiceRate().run_s() == 0.0
 
 
 httpx = pytest.importorskip("httpx")
@@ -94,3 +139,23 @@ def test_a_request_that_cannot_start_in_time_gets_429_at_once(deadline_admission
     else:  # admitted, then it waited past its deadline in the queue
         assert late.status_code == 504
         assert "budgetscope_engine_deadline_refusals_total 0" in metrics
+
+
+def test_the_loop_observes_each_forecast_wait_once():
+    """A forecast is observed at the first schedule (or when the request left the queue unscheduled), once."""
+    from budgetscope.engine.engine_loop import EngineLoop
+    from budgetscope.engine.llm_engine import LLMEngine
+    from budgetscope.engine.sequence import Sequence, SequenceStatus
+
+    loop = EngineLoop(LLMEngine(EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=64)))
+    loop.service.min_waits = 1
+    waiting, started, gone = Sequence([1, 2]), Sequence([1, 2]), Sequence([1, 2])
+    for seq in (waiting, started, gone):
+        seq.wait_forecast = (0, 1.0)
+    started.admitted_mono_ns = int(1.5 * S)
+    gone.status = SequenceStatus.FINISHED
+    for seq in (waiting, started, started):
+        loop._observe_wait(seq, 3 * S)
+    assert loop.service.wait_factor() == pytest.approx(1.5) and waiting.wait_forecast is not None
+    loop._observe_wait(gone, 3 * S)  # left unscheduled at 3 s: waited at least that
+    assert loop.service.wait_factor(q=1.0) == pytest.approx(3.0) and gone.wait_forecast is None

@@ -3,16 +3,23 @@
 A request that carries a deadline (`budgetscope_deadline_ms` in the body, `x-budgetscope-deadline-ms` as a header,
 or the server's `--request-timeout`) is refused with 429 and `Retry-After` when
 
-    requests ahead of it / measured service rate  >  its deadline - the measured run time of a request
+    finishes it waits for / measured service rate  >  its deadline - the measured run time of a request
 
-- *ahead of it*: requests waiting for their first schedule at its tier's priority or a more important one (the
-  scheduler takes those first);
+- *finishes it waits for*: the requests waiting for their first schedule at its tier's priority or a more
+  important one (the scheduler takes those first), plus itself, less the free sequence slots: with every slot
+  taken, a request with nobody ahead still waits for one finish;
 - *measured service rate*: requests that finished `ok` in the last `window_s` seconds, over the time the engine
   was busy (had work) within that window: an idle engine's rate is its arrival rate, not its capacity;
-- *run time*: the mean first-schedule → finish time of the last `num_runs` ok requests.
+- *run time*: the 90th percentile of the first-schedule → finish times of the last `num_runs` ok requests (the
+  mean admitted the requests at the edge whose runs were longer than average, and they timed out);
+- *calibrated*: the wait is multiplied by the 90th percentile of actual / forecast wait over the last `num_waits`
+  admitted requests whose forecast was at least `MIN_FORECAST_S` (1 to 4; 1 until `min_waits` of them). Past
+  capacity the queue settles where admission stops it, so every request admitted sits at the edge, and a forecast
+  that is right on average times out the ones it underestimated.
 
-Without evidence (fewer than `min_finishes` finishes in the window) every request is admitted, and a request with
-nobody ahead of it is always admitted. Updated on the engine thread (`observe_*`), read on the server's (`check`).
+Without evidence (fewer than `min_finishes` finishes in the window) every request is admitted, and so is one that
+waits for no finish (a slot is free for it). Updated on the engine thread (`observe_*`), read on the server's
+(`refusal`).
 """
 
 from __future__ import annotations
@@ -22,16 +29,22 @@ import threading
 import time
 from collections import deque
 
+MIN_FORECAST_S = 0.2
+"""Shorter forecast waits do not calibrate: a step or two of scheduling granularity would swamp their ratio."""
+
 
 class ServiceRate:
     """Finishes and run times of recent ok requests, and the engine's busy periods. Times are monotonic ns."""
 
-    def __init__(self, window_s: float = 10.0, num_runs: int = 64, min_finishes: int = 4):
+    def __init__(self, window_s: float = 10.0, num_runs: int = 64, min_finishes: int = 4, num_waits: int = 64,
+                 min_waits: int = 8):
         self.window_ns = int(window_s * 1e9)
         self.min_finishes = min_finishes
+        self.min_waits = min_waits
         self._lock = threading.Lock()
         self._finishes: deque[int] = deque()
         self._runs: deque[int] = deque(maxlen=num_runs)
+        self._wait_ratios: deque[float] = deque(maxlen=num_waits)  # actual / forecast wait of admitted requests
         self._busy: deque[list[int | None]] = deque()  # [start, end] of busy periods; end None while busy
 
     def observe_busy(self, is_busy: bool, now_ns: int | None = None) -> None:
@@ -52,6 +65,19 @@ class ServiceRate:
             self._finishes.append(now_ns)
             self._runs.append(max(run_ns, 0))
             self._trim(now_ns)
+
+    def observe_wait(self, forecast_s: float, actual_s: float) -> None:
+        """An admitted request forecast to wait `forecast_s` (uncalibrated) was first scheduled `actual_s` after
+        it was submitted (or left the queue unscheduled then: a lower bound)."""
+        if forecast_s >= MIN_FORECAST_S:
+            with self._lock:
+                self._wait_ratios.append(max(actual_s, 0.0) / forecast_s)
+
+    def wait_factor(self, q: float = 0.9) -> float:
+        """The `q` quantile (nearest rank) of actual / forecast wait, within [1, 4]; 1 with too few waits."""
+        with self._lock:
+            ratios = list(self._wait_ratios)
+        return min(max(_nearest_rank(ratios, q), 1.0), 4.0) if len(ratios) >= self.min_waits else 1.0
 
     def _trim(self, now_ns: int) -> None:
         since = now_ns - self.window_ns
@@ -74,21 +100,41 @@ class ServiceRate:
             busy_ns = self._busy_ns(now_ns - self.window_ns, now_ns)
             return len(self._finishes) / (busy_ns / 1e9) if busy_ns > 0 else None
 
-    def run_s(self) -> float:
-        """Mean first-schedule → finish time of recent ok requests, seconds (0 when none yet)."""
+    def run_s(self, q: float = 0.9) -> float:
+        """The `q` quantile (nearest rank) of the first-schedule → finish times of recent ok requests, seconds (0
+        when none yet)."""
         with self._lock:
-            return sum(self._runs) / len(self._runs) / 1e9 if self._runs else 0.0
+            runs = list(self._runs)
+        return _nearest_rank(runs, q) / 1e9 if runs else 0.0
 
 
-def refusal(rate: ServiceRate, deadline_s: float | None, num_ahead: int, now_ns: int | None = None) -> int | None:
-    """Retry-After seconds (1-60) if a request with `deadline_s` and `num_ahead` requests ahead of it cannot start
-    in time by the measured rate; None to admit it."""
-    if deadline_s is None or deadline_s <= 0 or num_ahead <= 0:
-        return None
+def _nearest_rank(values: list, q: float):
+    return sorted(values)[max(math.ceil(q * len(values)) - 1, 0)]
+
+
+def finishes_to_wait(num_ahead: int, free_slots: int) -> int:
+    """Finishes a new request waits for before its first schedule: those ahead of it and itself, less the free
+    slots (a free slot takes the first of them at once)."""
+    return max(num_ahead + 1 - max(free_slots, 0), 0)
+
+
+def expected_wait_s(rate: ServiceRate, num_finishes: int, now_ns: int | None = None) -> float | None:
+    """Seconds until the first schedule of a request that waits for `num_finishes` finishes (`finishes_to_wait`)
+    at the measured service rate, uncalibrated: 0 when it waits for none, None without evidence."""
+    if num_finishes <= 0:
+        return 0.0
     per_s = rate.rate_per_s(now_ns)
     if per_s is None:
         return None
-    wait_s = num_ahead / per_s if per_s > 0 else math.inf
+    return num_finishes / per_s if per_s > 0 else math.inf
+
+
+def refusal(rate: ServiceRate, deadline_s: float | None, wait_s: float | None) -> int | None:
+    """Retry-After seconds (1-60) if a request with `deadline_s`, forecast to wait `wait_s` (`expected_wait_s`)
+    for its first schedule, cannot start in time once the forecast is calibrated; None to admit it."""
+    if deadline_s is None or deadline_s <= 0 or not wait_s:
+        return None
+    wait_s *= rate.wait_factor()
     slack_s = deadline_s - rate.run_s()
     if wait_s <= slack_s:
         return None

@@ -8,11 +8,11 @@ import math
 import threading
 import time
 
-from budgetscope.engine.admission import ServiceRate, refusal
+from budgetscope.engine.admission import ServiceRate, expected_wait_s, finishes_to_wait, refusal
 from budgetscope.engine.errors import RequestError
-from budgetscope.gil import short_switch_interval
 from budgetscope.engine.llm_engine import LLMEngine
 from budgetscope.engine.sequence import Sequence
+from budgetscope.gil import short_switch_interval
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class EngineLoop:
         self._aborts: list[tuple[Sequence, str, str]] = []
         self._num_waiting = 0  # scheduler's waiting count after the last step, read by submit()
         self._waiting_by_priority: dict[int, int] = {}  # the same, per priority
+        self._free_slots = engine.config.max_num_seqs  # sequence slots the running batch left free, the same
         self.service = ServiceRate()  # measured on this thread, read by submit() for deadline-aware admission
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="budgetscope-engine", daemon=True)
@@ -74,17 +75,20 @@ class EngineLoop:
             self._cond.notify()
 
     def _admit_by_deadline(self, seq: Sequence) -> None:
-        """RequestError(429) when the requests ahead of seq, at the measured service rate, outlast its deadline."""
+        """RequestError(429) when the finishes seq waits for, at the measured service rate, outlast its deadline."""
         ahead = sum(n for p, n in self._waiting_by_priority.items() if p <= seq.priority)
         ahead += sum(1 for s in self._inbox if s.priority <= seq.priority)
         deadline_s = (seq.deadline_ns - time.time_ns()) / 1e9
-        retry = refusal(self.service, deadline_s, ahead)
+        wait_s = expected_wait_s(self.service, finishes_to_wait(ahead, self._free_slots))
+        retry = refusal(self.service, deadline_s, wait_s)
         if retry is not None:
             self.engine.metrics.deadline_refusals += 1
             rate = self.service.rate_per_s() or 0.0
             raise RequestError(429, f"the engine cannot start this request within its deadline of {deadline_s:.2f} s: "
                                     f"{ahead} requests ahead at {rate:.1f} requests/s",
                                type="rate_limit_exceeded", retry_after_s=retry)
+        if wait_s:  # how long it really waits calibrates the next forecasts
+            seq.wait_forecast = (time.monotonic_ns(), wait_s)
 
     def abort(self, seq: Sequence, outcome: str = "cancelled", reason: str = "abort") -> None:
         """Finish seq at the next step boundary and free its blocks."""
@@ -119,6 +123,7 @@ class EngineLoop:
                 engine.scheduler.add(seq)
             for seq, outcome, reason in aborts:
                 engine.abort(seq, outcome, reason)
+                self._observe_wait(seq)
             try:
                 if engine.has_work:
                     self._observe(engine.step())
@@ -127,14 +132,27 @@ class EngineLoop:
                 self._fail_all()
             self._num_waiting = engine.scheduler.num_waiting
             self._waiting_by_priority = {p: len(q) for p, q in list(engine.scheduler.waiting.items())}
+            self._free_slots = engine.config.max_num_seqs - engine.scheduler.num_running
             self.service.observe_busy(engine.has_work)
 
     def _observe(self, touched: list[Sequence]) -> None:
-        """Feed the service rate with the requests that finished ok in this step."""
+        """Feed the service rate with the requests that finished ok in this step, and the calibration with the
+        waits of those first scheduled (or timed out unscheduled)."""
         now = time.monotonic_ns()
         for seq in touched:
+            self._observe_wait(seq, now)
             if seq.is_finished and seq.outcome == "ok" and seq.admitted_mono_ns is not None:
                 self.service.observe_finish(now - seq.admitted_mono_ns, now)
+
+    def _observe_wait(self, seq: Sequence, now: int | None = None) -> None:
+        """Once: how long seq waited for its first schedule against its forecast; one that left the queue
+        unscheduled (aborted, timed out) waited at least until now."""
+        if seq.wait_forecast is None or not (seq.admitted_mono_ns is not None or seq.is_finished):
+            return
+        submitted, forecast_s = seq.wait_forecast
+        seq.wait_forecast = None
+        end = seq.admitted_mono_ns if seq.admitted_mono_ns is not None else (now or time.monotonic_ns())
+        self.service.observe_wait(forecast_s, (end - submitted) / 1e9)
 
     def _fail_all(self) -> None:
         sched = self.engine.scheduler

@@ -33,7 +33,7 @@ class Sequence:
         "arrival_ns", "deadline_ns", "status", "block_table", "block_hashes", "num_computed_tokens",
         "num_hashed_blocks",
         "num_cached_tokens", "is_admitted", "num_preemptions", "finish_reason", "outcome", "trace",
-        "on_output", "first_token_ns", "last_token_ns", "generator", "admitted_mono_ns",
+        "on_output", "first_token_ns", "last_token_ns", "generator", "admitted_mono_ns", "wait_forecast",
     )
 
     def __init__(
@@ -78,6 +78,7 @@ class Sequence:
         self.last_token_ns: int | None = None
         self.generator = None  # a torch.Generator when params.seed is set (made by the sampler)
         self.admitted_mono_ns: int | None = None  # monotonic ns of the first schedule (deadline-aware admission)
+        self.wait_forecast: tuple[int, float] | None = None  # (monotonic ns submitted, forecast wait s) till observed
 
     def __len__(self) -> int:
         return len(self.token_ids)
