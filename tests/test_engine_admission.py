@@ -106,8 +106,12 @@ def _busy_server(deadline_admission: bool):
 @pytest.mark.parametrize("deadline_admission", [True, False])
 def test_a_request_that_cannot_start_in_time_gets_429_at_once(deadline_admission):
     with _busy_server(deadline_admission) as (url, engine):
+        # runs of 40 tokens (70 ms here, more than the late request's 50 ms deadline) teach the service rate: its
+        # forecast wait for 4 finishes is ~0.35 s, still 4x its slack on a 3x faster machine (with 2-token runs
+        # the margin here was under 2x)
+        warm = {"prompt": "warm", "max_tokens": 40, "ignore_eos": True}
         for _ in range(5):
-            assert httpx.post(f"{url}/v1/completions", json={"prompt": "short", "max_tokens": 2}).status_code == 200
+            assert httpx.post(f"{url}/v1/completions", json=warm).status_code == 200
         hog = {"prompt": "hog", "max_tokens": 1500, "ignore_eos": True, "stream": True}
         waiters = []
         with httpx.stream("POST", f"{url}/v1/completions", json=hog) as first:
