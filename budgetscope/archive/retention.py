@@ -19,31 +19,34 @@ from dataclasses import dataclass
 
 from budgetscope.archive import manifest as mf
 
-_UNITS = {"d": 86_400, "h": 3_600}
-_SPEC = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dh])\s*")
+_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
+
+
+def _seconds(text: str, units: str) -> float | None:
+    """'36h' → seconds, when its unit is one of `units`; None for anything else."""
+    m = _DURATION.fullmatch(text or "")
+    return float(m.group(1)) * _UNITS[m.group(2)] if m and m.group(2) in units else None
 
 
 def parse_retention(text: str) -> int:
     """'30d' or '12h' → nanoseconds; ValueError (one line) for anything else, or less than an hour."""
-    m = _SPEC.fullmatch(text or "")
-    if not m:
+    seconds = _seconds(text, "dh")
+    if seconds is None:
         raise ValueError(f"retention {text!r}: write a number of days or hours, like 30d or 36h")
-    ns = int(float(m.group(1)) * _UNITS[m.group(2)] * 1_000_000_000)
+    ns = int(seconds * 1_000_000_000)
     if ns < mf.HOUR_NS:
         raise ValueError(f"retention {text!r}: at least 1h (partitions are hours)")
     return ns
 
 
-_GRACE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*")
-
-
 def parse_grace(text: str) -> float:
     """'90s', '10m', '2h' or '1d' → seconds, for how long replaced segments stay on disk for readers of older
     commits; ValueError (one line) for anything else, 0, or more than manifest.MAX_GRACE_S."""
-    m = _GRACE.fullmatch(text or "")
+    seconds = _seconds(text, "smhd")
     try:
-        if m:
-            return mf.check_grace(float(m.group(1)) * {"s": 1, "m": 60, **_UNITS}[m.group(2)])
+        if seconds is not None:
+            return mf.check_grace(seconds)
     except ValueError:
         pass
     raise ValueError(f"reader grace {text!r}: write a duration like 90s, 10m or 2h, more than 0 and at most "
