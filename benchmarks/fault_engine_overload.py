@@ -41,8 +41,8 @@ def load(url: str, out: Path, *args: str) -> dict:
     return json.loads(r.stdout)
 
 
-def metric(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+def metric(text: str, name: str) -> float:
+    """A sample of the engine's /metrics `text`, NaN when absent."""
     m = re.search(rf"^budgetscope_engine_{name} (\S+)$", text, re.M)
     return float(m.group(1)) if m else float("nan")
 
@@ -91,9 +91,9 @@ def main() -> None:
         t0 = min(r["sent_unix_nano"] for r in records if r["sent_unix_nano"] is not None)
         late_at = sorted((r["sent_unix_nano"] - t0) / 1e9 for r in late if r["sent_unix_nano"] is not None)
         time.sleep(args.deadline_ms / 1000 + 1)  # what was admitted finishes or times out
-        kv, running, waiting = (metric(url, n) for n in ("kv_cache_usage_ratio", "requests_running", "requests_waiting"))
-        ends = dict(re.findall(r'^budgetscope_engine_requests_total\{outcome="(\w+)"\} (\S+)$',
-                               httpx.get(f"{url}/metrics", timeout=10).text, re.M))
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        kv, running, waiting = (metric(text, n) for n in ("kv_cache_usage_ratio", "requests_running", "requests_waiting"))
+        ends = dict(re.findall(r'^budgetscope_engine_requests_total\{outcome="(\w+)"\} (\S+)$', text, re.M))
     finally:
         engine.terminate()
         engine.wait(30)
