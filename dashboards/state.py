@@ -50,9 +50,9 @@ def commit_of(path: str) -> int:
 
 def archive_path() -> str:
     """The key every cached call reads the archive by: its path and the commit read (`PATH@commit=N`), so that a
-    new commit is read afresh and an old one's results are not shown as new. With --live, the last commit. Without,
-    the commit found first, kept for every session until a writer's compaction or expiry deletes its files (once the archive's readers'
-    grace has passed): then the last commit, and the sidebar says so."""
+    new commit is read afresh and an old one's results are not shown as new. With --live, the last commit.
+    Without, the commit found first, kept for every session until a writer's compaction or expiry deletes its files
+    (once the archive's readers' grace has passed): then the last commit, and the sidebar says so."""
     path = plain_path()
     if not path:
         return path
