@@ -1,0 +1,54 @@
+"""Conformance: traces shaped as upstream servers emit them today → exactly the hand-computed request rows.
+
+Each case is a folder under tests/conformance/<server>/<case>/ (format in tests/conformance/README.md): the spans
+as the server's source writes them, and the rows the adapters must derive, to the microsecond.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import rows
+
+ROOT = Path(__file__).parent / "conformance"
+CASES = sorted(p.parent for p in ROOT.glob("*/*/expected.json"))
+MS_TOLERANCE = 1e-3  # 1 µs
+
+
+def _ids(case: Path) -> str:
+    return f"{case.parent.name}/{case.name}"
+
+
+def _same(want, got) -> bool:
+    if want is None:
+        return got is None or (isinstance(got, float) and math.isnan(got))
+    if isinstance(want, float) and got is not None:
+        return abs(want - got) <= MS_TOLERANCE
+    return want == got
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_upstream_trace_derives_the_expected_rows(case: Path, archive_path, ingest_text):
+    expected = json.loads((case / "expected.json").read_text())
+    assert expected["upstream"]["commit"] and len(expected["upstream"]["commit"]) == 40, "cite the upstream commit"
+    ingest_text(archive_path, (case / "spans.jsonl").read_bytes())
+    want = expected["requests"]
+    keys = sorted({k for r in want for k in r})
+    got = rows(archive_path, f"SELECT {', '.join(keys)} FROM requests")
+    assert len(got) == len(want), f"{len(got)} request rows, expected {len(want)} (each request once)"
+    by_id = {dict(zip(keys, r))["request_id"]: dict(zip(keys, r)) for r in got}
+    assert len(by_id) == len(got), "a request id appears on more than one row"
+    for w in want:
+        g = by_id.get(w["request_id"])
+        assert g is not None, f"no row for request {w['request_id']} (rows: {sorted(by_id)})"
+        wrong = {k: (v, g[k]) for k, v in w.items() if not _same(v, g[k])}
+        assert not wrong, f"request {w['request_id']}: (expected, derived) {wrong}"
+
+
+def test_every_server_has_cases_and_a_readme():
+    servers = {c.parent.name for c in CASES}
+    for s in servers:
+        assert (ROOT / s / "README.md").exists(), f"tests/conformance/{s}/README.md cites the upstream source"
