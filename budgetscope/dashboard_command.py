@@ -86,9 +86,13 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     """
     from budgetscope.cli import _time_ns
 
+    from budgetscope.archive.archive import holds
+
     since, until = _time_ns(from_, "from"), _time_ns(to, "to")
     if until <= since:
         raise _usage(f"--to: {to!r} is not after --from {from_!r}")
+    if holds(archive, out):
+        raise _usage(f"--out: {out} is inside the archive {archive}; write the postmortem elsewhere")
     b = _check_inputs(archive, budgets)
     from budgetscope.extras import MissingExtra, require
 

@@ -358,6 +358,7 @@ class _Sandbox:
         traces.unlink()
         for name in ("secret.txt", "secret.csv", "secret.json"):
             (self.root / name).write_text(f'{{"k": "{SECRET}"}}\n' if name.endswith("json") else f"k\n{SECRET}\n")
+        self.segment = next(self.archive.glob("spans/**/*.parquet"))
         self.files = self.snapshot()
 
     def snapshot(self) -> dict:
@@ -374,7 +375,9 @@ def query(data: bytes) -> None:
     global _sandbox
     if _sandbox is None:
         _sandbox = _Sandbox()
-    sql = data.decode("utf-8", "replace").replace("@SECRET@", str(_sandbox.root / "secret"))
+    # the paths a reader may read, which DuckDB would let a statement write too: the first hole wrote a segment
+    sql = (data.decode("utf-8", "replace").replace("@SECRET@", str(_sandbox.root / "secret"))
+           .replace("@SEGMENT@", str(_sandbox.segment)).replace("@ARCHIVE@", str(_sandbox.archive)))
     try:
         result = run_query(_sandbox.archive, sql)
     except QueryError as e:

@@ -25,6 +25,15 @@ def is_single_file(path: str | os.PathLike) -> bool:
     return p.is_file() or (not p.is_dir() and p.suffix.lower() in FILE_SUFFIXES)
 
 
+def holds(archive: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """True when writing `path` would write inside the archive at `archive` (its folder, or its single file and
+    that file's WAL), links and `..` resolved: a command's output must never land there."""
+    a, p = Path(archive).resolve(), Path(path).resolve()
+    if is_single_file(archive):
+        return p in (a, a.with_name(a.name + ".wal"))
+    return p == a or a in p.parents
+
+
 def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = True, sandbox: bool = False,
             durable: bool = False, since_ns: int | None = None, until_ns: int | None = None,
             retention_ns: int | None = None, reader_grace_s: float | None = None):  # noqa: N802

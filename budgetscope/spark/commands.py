@@ -70,9 +70,9 @@ def check_read_only(sql: str, views) -> None:
             raise SparkError(f"queries may not call {name}")
 
 
-def run_query(path: str | os.PathLike, sql: str, master: str | None = None):
+def run_query(path: str | os.PathLike, sql: str, master: str | None = None, *, max_rows: int | None = None):
     """`budgetscope query --engine spark`: the statement (DuckDB's dialect, as for `--engine duckdb`) transpiled
-    and run on Spark over the archive's views. Returns archive.query.QueryResult."""
+    and run on Spark over the archive's views. Returns archive.query.QueryResult, at most `max_rows` rows."""
     from budgetscope.archive.query import QueryResult
     from budgetscope.archive.reader import STALE
     from budgetscope.spark.archive import VIEWS
@@ -85,8 +85,10 @@ def run_query(path: str | os.PathLike, sql: str, master: str | None = None):
             if not a.stale():
                 raise
             raise SparkError(f"{path}: {STALE}") from None
-        rows = cur.fetchall()
-    return QueryResult([d[0] for d in cur.description], [d[1] for d in cur.description], rows)
+        rows = cur.fetchall()  # Spark collects the whole result; the cap bounds what is printed
+    truncated = max_rows is not None and len(rows) > max_rows
+    return QueryResult([d[0] for d in cur.description], [d[1] for d in cur.description],
+                       rows[:max_rows] if truncated else rows, truncated)
 
 
 __all__ = ["spark_archive", "run_query", "check_read_only", "SparkError", "ArchiveError"]
