@@ -118,3 +118,14 @@ def test_engine_runs_without_instrumentation():
     for tel in (off, Telemetry(None), Telemetry.create(enabled=False)):
         engine = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=16, max_model_len=128), tel)
         assert engine.generate(["hi"], SamplingParams(max_tokens=3, ignore_eos=True))[0].num_output_tokens == 3
+
+
+def test_steps_carry_the_engine_limits():
+    tel, exporter = telemetry()
+    engine = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=16, max_model_len=256, max_num_batched_tokens=96,
+                                    max_num_seqs=3), tel)
+    engine.generate([list(range(1, 20))], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
+    tel.flush()
+    steps = [s for s in exporter.get_finished_spans() if s.name == "engine.step"]
+    assert steps and {(s.attributes["budgetscope.step.max_seqs"], s.attributes["budgetscope.step.token_budget"])
+                      for s in steps} == {(3, 96)}

@@ -219,6 +219,13 @@ def test_engine_step_span(instr, exporter):
     }
 
 
+def test_engine_step_span_carries_the_limits_when_given(instr, exporter):
+    instr.step(start_ns=UNIX0, end_ns=UNIX0 + 1, batch_size=8, prefill_tokens=0, decode_seqs=8, kv_blocks_used=1,
+               kv_blocks_total=10, queue_depth=0, preempted=0, max_seqs=64, token_budget=512)
+    (span,) = spans_of(instr, exporter)
+    assert (span.attributes[A.STEP_MAX_SEQS], span.attributes[A.STEP_TOKEN_BUDGET]) == (64, 512)
+
+
 def test_engine_step_accepts_perf_counter_readings(instr, exporter):
     import time
 

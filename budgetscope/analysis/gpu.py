@@ -1,14 +1,20 @@
-"""What the GPU was doing while the tail decoded: DRAM bandwidth, HBM use and KV pressure, and a call.
+"""What the GPU was doing while the tail decoded: kernels running, DRAM bandwidth, HBM use and KV pressure, and a
+call.
 
 The tail (the E2E attribution's tail requests) and the body (requests at or under the median) are joined by
 their decode intervals, [first token, first token + decode_ms], with `gpu_samples` (all GPUs of the archive: a
 request does not say which GPU served it) and with `engine_steps` (preemptions, KV blocks). A decode-dominated
 tail is then called, from the data only (docs/gpu.md, "Classification"):
 
-- `kv_pressure`: sequences were preempted during the tail's decode, or the KV pool was ≥ KV_FULL full; without
-  engine steps, HBM ≥ HBM_FULL of its size (weaker: engines reserve most of HBM up front).
+- `host_bound`: kernels ran under HOST_BOUND_BUSY of the tail's decode time, so the GPU waited on the host. It
+  takes precedence over a KV-pool fill that the tail and the body share (a fill both had does not set the tail
+  apart).
+- `kv_pressure`: only with evidence that separates the tail from the body: more preemptions a step during the
+  tail's decode than the body's, or a pool ≥ KV_FULL full that the body's decode did not see; without engine
+  steps, HBM ≥ HBM_FULL of its size that the body did not reach (weaker: engines reserve most of HBM up front).
 - `bandwidth_bound`: mean GPM DRAM bandwidth utilization during the tail's decode ≥ BANDWIDTH_BOUND.
-- `both`, `neither`, or `unknown` (with the reason: no samples, none in the tail's decode, no GPM).
+- `both` (bandwidth and KV), `neither`, or `unknown` (with the reason: no samples, none in the tail's decode, no
+  GPM and no other evidence).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from budgetscope.instrument.gpu import (DRAM_BANDWIDTH, GPU_UTILIZATION, HBM_LIM
 
 BANDWIDTH_BOUND = 0.70  # mean DRAM bandwidth utilization (0–1) at or above which decode is called bandwidth-bound
 KV_FULL = 0.95  # KV blocks used / pool at or above which the pool is called full
-HOST_BOUND_BUSY = 0.5  # below this share of time with a kernel running, a "neither" decode is said to wait on the host
+HOST_BOUND_BUSY = 0.5  # below this share of the decode time with a kernel running, the decode waits on the host
 HBM_FULL = 0.95  # HBM used / size, the fallback when no engine steps say how full the KV pool is
 
 NO_GPU_SAMPLES = ("no GPU samples in this archive (it was recorded without `budgetscope gpu sample`, which needs an "
@@ -70,18 +76,37 @@ def window_figures(con, start_ns: int, end_ns: int) -> dict:
     return interval_figures(con, "SELECT ?::BIGINT AS s, ?::BIGINT AS e", [start_ns, end_ns])
 
 
-def classify(tail: dict) -> tuple[str, str | None]:
-    """(`bandwidth_bound` | `kv_pressure` | `both` | `neither` | `unknown`, the reason when unknown)."""
+def classify(tail: dict, body: dict | None = None) -> tuple[str, str | None]:
+    """(`host_bound` | `bandwidth_bound` | `kv_pressure` | `both` | `neither` | `unknown`, the reason when unknown)
+    of the tail's decode figures, against the body's when given (`interval_figures` dicts)."""
     if not tail["samples"]:
         return "unknown", NO_SAMPLES_IN_DECODE
-    if tail["engine_steps"]:
-        kv = bool(tail["preempted"]) or (tail["kv_used_max"] is not None and tail["kv_used_max"] >= KV_FULL)
-    else:
-        kv = tail["hbm_used_max"] is not None and tail["hbm_used_max"] >= HBM_FULL
+    kv = kv_sets_apart(tail, body)
+    if tail.get("gpu_busy") is not None and tail["gpu_busy"] < HOST_BOUND_BUSY and not kv:
+        return "host_bound", None
     if tail["dram_bandwidth"] is None:
         return ("kv_pressure", None) if kv else ("unknown", NO_DRAM_BANDWIDTH)
     bw = tail["dram_bandwidth"] >= BANDWIDTH_BOUND
     return ("both" if kv else "bandwidth_bound", None) if bw else ("kv_pressure" if kv else "neither", None)
+
+
+def kv_full(f: dict | None) -> bool:
+    """The KV pool (engine steps) or, without steps, HBM was full during these intervals."""
+    if not f:
+        return False
+    if f["engine_steps"]:
+        return f["kv_used_max"] is not None and f["kv_used_max"] >= KV_FULL
+    return f["hbm_used_max"] is not None and f["hbm_used_max"] >= HBM_FULL
+
+
+def kv_sets_apart(tail: dict, body: dict | None) -> bool:
+    """Evidence of KV pressure in the tail's decode that the body's did not have: more preemptions a step, or a full
+    pool the body did not see. Without a body, any preemption or a full pool."""
+    def rate(f):
+        return (f["preempted"] or 0) / f["engine_steps"] if f and f["engine_steps"] else 0.0
+
+    preempted = bool(tail["engine_steps"] and tail["preempted"]) and (body is None or rate(tail) > rate(body))
+    return preempted or (kv_full(tail) and not kv_full(body))
 
 
 def _pct(x: float | None) -> str:
@@ -92,20 +117,25 @@ def sentence(g: dict) -> str:
     """One sentence for the verdict (only called when the tail's decode has samples)."""
     t, b = g["tail"], g["body"]
     figs = []
+    if t.get("gpu_busy") is not None:
+        figs.append(f"kernels running {_pct(t['gpu_busy'])} of the time (body {_pct(b.get('gpu_busy'))})")
     if t["dram_bandwidth"] is not None:
         figs.append(f"DRAM bandwidth {_pct(t['dram_bandwidth'])} of peak (body {_pct(b['dram_bandwidth'])})")
-    if t["hbm_used_max"] is not None:
+    if t["engine_steps"] and t["kv_used_max"] is not None:
+        figs.append(f"KV pool up to {_pct(t['kv_used_max'])} full (body {_pct(b['kv_used_max'])})")
+    elif t["hbm_used_max"] is not None:
         figs.append(f"HBM up to {_pct(t['hbm_used_max'])} full")
     if t["preempted"] is not None:
-        figs.append(f"{t['preempted']} preemptions")
-    if t.get("gpu_busy") is not None:
-        figs.append(f"kernels running {_pct(t['gpu_busy'])} of the time")
-    call = {"bandwidth_bound": "bandwidth-bound", "kv_pressure": "under KV-cache pressure",
-            "both": "bandwidth-bound and under KV-cache pressure", "neither": "neither bandwidth-bound nor under KV pressure",
+        figs.append(f"{t['preempted']} preemptions (body {b['preempted'] or 0})")
+    call = {"host_bound": "host-bound: the GPU sat idle most of the time, so the host side (scheduling, kernel "
+                          "launches, the server) held each step",
+            "bandwidth_bound": "bandwidth-bound", "kv_pressure": "under KV-cache pressure",
+            "both": "bandwidth-bound and under KV-cache pressure",
+            "neither": "neither host-, bandwidth- nor KV-bound",
             "unknown": f"not classifiable ({g['reason']})"}[g["classification"]]
     end = ""
-    if g["classification"] == "neither" and t.get("gpu_busy") is not None and t["gpu_busy"] < HOST_BOUND_BUSY:
-        end = " (the GPU sat idle most of the time: the host side — scheduling, kernel launches, the server — held each step)"
+    if kv_full(t) and kv_full(b) and not kv_sets_apart(t, b):
+        end = " (the KV pool was as full for the body: it does not set the tail apart)"
     return f"While the tail decoded, GPU: {', '.join(figs) or 'no usable figures'}; its decode is {call}{end}."
 
 
@@ -125,7 +155,7 @@ def tail_gpu(con, sel: Selection, entry: dict) -> dict:
     dominated = a["top"][0] == "decode"
     out = {"decode_dominated": dominated, "tail": tail, "body": body,
            "thresholds": {"bandwidth_bound": BANDWIDTH_BOUND, "kv_full": KV_FULL, "hbm_full": HBM_FULL}}
-    call, reason = classify(tail)
+    call, reason = classify(tail, body)
     if not dominated:
         out.update(classification=None, reason=f"the E2E tail is not decode-dominated (its largest share is {a['top'][0]})")
     else:

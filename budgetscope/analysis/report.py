@@ -247,8 +247,10 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
         found = contrast.separators_of_splits(con, sel.where("outcome = 'ok'"), sel.params, splits)
         entry["contrast"] = {kind: found[kind] for kind in ("ttft", "e2e") if kind in found}
     from budgetscope.analysis.gpu import tail_gpu
+    from budgetscope.analysis.queue_wait import tail_queue_wait
 
     entry["gpu"] = tail_gpu(con, sel, entry) if counts["ok"] else None
+    entry["queue_wait"] = tail_queue_wait(con, sel, entry) if counts["ok"] else None
     entry["breaches"] = breaches(entry)
     entry["kept"] = not entry["breaches"]
     entry["verdict"] = verdict(entry)

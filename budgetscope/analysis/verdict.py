@@ -73,6 +73,8 @@ def verdict(t: dict) -> str:
             f"{b['name']} {key} {ms(b['value'])} vs {ms(b['budget'])}" for b in stage_broken) + ".")
     if t["attainment"] is not None and any(v["budget"] is not None for v in t["metrics"].values()):
         parts.append(f"{100 * t['attainment']:.1f}% of requests met every SLO (goodput).")
+    if (t.get("queue_wait") or {}).get("sentence"):  # only for a queue-dominated TTFT tail
+        parts.append(t["queue_wait"]["sentence"])
     if (t.get("gpu") or {}).get("sentence"):  # only when GPU samples fall in the tail's decode
         parts.append(t["gpu"]["sentence"])
     if t["figures"] == "server" and t["requests_without_client_span"]:

@@ -186,6 +186,8 @@ ENGINE_STEPS = Table(
         C("kv_blocks_total", "BIGINT", "KV blocks in the pool"),
         C("queue_depth", "BIGINT", "requests waiting after the step"),
         C("preempted", "BIGINT", "sequences preempted in the step"),
+        C("max_seqs", "BIGINT", "the engine's running-sequence limit (batch slots); NULL in recordings before it was kept"),
+        C("token_budget", "BIGINT", "the engine's token budget of one step; NULL in recordings before it was kept"),
     ),
     kind="view",
 )
@@ -199,7 +201,9 @@ SELECT start_ns, end_ns, service_name,
   CAST(attributes->>'budgetscope.step.kv_blocks_used' AS BIGINT) AS kv_blocks_used,
   CAST(attributes->>'budgetscope.step.kv_blocks_total' AS BIGINT) AS kv_blocks_total,
   CAST(attributes->>'budgetscope.step.queue_depth' AS BIGINT) AS queue_depth,
-  CAST(attributes->>'budgetscope.step.preempted' AS BIGINT) AS preempted
+  CAST(attributes->>'budgetscope.step.preempted' AS BIGINT) AS preempted,
+  CAST(attributes->>'budgetscope.step.max_seqs' AS BIGINT) AS max_seqs,
+  CAST(attributes->>'budgetscope.step.token_budget' AS BIGINT) AS token_budget
 FROM spans WHERE name = 'engine.step'
 """
 

@@ -159,6 +159,7 @@ class LLMEngine:
                 prefill_tokens=batch.num_prefill_tokens, decode_seqs=batch.num_decode_seqs,
                 kv_blocks_used=self.block_manager.num_used_blocks, kv_blocks_total=self.block_manager.num_blocks,
                 queue_depth=self.scheduler.num_waiting, preempted=len(batch.preempted),
+                max_seqs=self.config.max_num_seqs, token_budget=self.config.max_num_batched_tokens,
             )
         for seq in touched:
             if seq.on_output is not None:

@@ -43,6 +43,8 @@ STEP_KV_BLOCKS_USED = "budgetscope.step.kv_blocks_used"
 STEP_KV_BLOCKS_TOTAL = "budgetscope.step.kv_blocks_total"
 STEP_QUEUE_DEPTH = "budgetscope.step.queue_depth"
 STEP_PREEMPTED = "budgetscope.step.preempted"
+STEP_MAX_SEQS = "budgetscope.step.max_seqs"
+STEP_TOKEN_BUDGET = "budgetscope.step.token_budget"
 
 # Values.
 DEFAULT_TIER = "default"

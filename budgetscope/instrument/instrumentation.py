@@ -108,12 +108,15 @@ class Instrumentation:
         kv_blocks_total: int,
         queue_depth: int,
         preempted: int,
+        max_seqs: int | None = None,
+        token_budget: int | None = None,
     ) -> None:
         """Record one engine step as an `engine.step` span (its own trace).
 
         `start_ns`/`end_ns`: Unix-epoch ns (`time.time_ns()`); `time.perf_counter_ns()` readings are
         recognised (they are below 1990) and converted. Counts: sequences in the batch, prompt tokens
-        prefilled, sequences decoded, KV blocks in use / in the pool, requests waiting, sequences preempted.
+        prefilled, sequences decoded, KV blocks in use / in the pool, requests waiting, sequences preempted; the
+        engine's limits (running sequences, tokens a step), optional, let a report tell which one a queue waited on.
         """
         if self._submit is None:
             return
@@ -121,7 +124,7 @@ class Instrumentation:
         self._submit(
             EngineStep(
                 start_ns, end_ns, batch_size, prefill_tokens, decode_seqs,
-                kv_blocks_used, kv_blocks_total, queue_depth, preempted,
+                kv_blocks_used, kv_blocks_total, queue_depth, preempted, max_seqs, token_budget,
             )
         )
 

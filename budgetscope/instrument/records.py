@@ -52,3 +52,5 @@ class EngineStep:
     kv_blocks_total: int
     queue_depth: int
     preempted: int
+    max_seqs: int | None = None  # the engine's limits, so that a report can tell which one a queue waited on
+    token_budget: int | None = None

@@ -85,17 +85,21 @@ class SpanBuilder:
 
     def step_span(self, step: EngineStep) -> ReadableSpan:
         """One `engine.step` span (INTERNAL), alone in its own trace."""
+        attributes = {
+            A.STEP_BATCH_SIZE: step.batch_size, A.STEP_PREFILL_TOKENS: step.prefill_tokens,
+            A.STEP_DECODE_SEQS: step.decode_seqs, A.STEP_KV_BLOCKS_USED: step.kv_blocks_used,
+            A.STEP_KV_BLOCKS_TOTAL: step.kv_blocks_total, A.STEP_QUEUE_DEPTH: step.queue_depth,
+            A.STEP_PREEMPTED: step.preempted,
+        }
+        if step.max_seqs is not None:
+            attributes[A.STEP_MAX_SEQS] = step.max_seqs
+        if step.token_budget is not None:
+            attributes[A.STEP_TOKEN_BUDGET] = step.token_budget
         return ReadableSpan(
             name=A.SPAN_ENGINE_STEP,
             context=SpanContext(new_trace_id(), new_span_id(), is_remote=False, trace_flags=_SAMPLED),
             resource=self.resource, kind=SpanKind.INTERNAL, start_time=step.start_ns, end_time=step.end_ns,
-            instrumentation_scope=self.scope,
-            attributes={
-                A.STEP_BATCH_SIZE: step.batch_size, A.STEP_PREFILL_TOKENS: step.prefill_tokens,
-                A.STEP_DECODE_SEQS: step.decode_seqs, A.STEP_KV_BLOCKS_USED: step.kv_blocks_used,
-                A.STEP_KV_BLOCKS_TOTAL: step.kv_blocks_total, A.STEP_QUEUE_DEPTH: step.queue_depth,
-                A.STEP_PREEMPTED: step.preempted,
-            },
+            instrumentation_scope=self.scope, attributes=attributes,
         )
 
 
