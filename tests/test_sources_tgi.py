@@ -32,18 +32,23 @@ def test_rust_duration_debug_text(text, ms):
     assert got == (None if ms is None else pytest.approx(ms))
 
 
-def _tgi_trace(tid: str, client_sid: str | None, *, tokens: int = 5, fields: bool = True) -> list[dict]:
-    h, i = "00000000000000a1", "00000000000000a2"  # handler span, Infer::generate_stream span
+def _tgi_trace(tid: str, client_sid: str | None, *, tokens: int = 5, fields: bool = True,
+               k: int = 0) -> list[dict]:
+    # handler span → async_stream → Infer::generate_stream (same name) → schedule → queued, infer (INTERNAL kind:
+    # tracing-opentelemetry sets no other kind without an `otel.kind` field)
+    h, w, i, s = (f"{k:08x}000000{x}" for x in ("a1", "a5", "a2", "a6"))
     attrs = {"validation_time": "2.5ms", "queue_time": "20ms", "inference_time": "77.5ms", "total_time": "100ms",
              "time_per_token": "15.5ms", "seed": "None"} if fields else {}
-    out = [span(tid, h, "generate_stream", KIND_SERVER, T0, T0 + 100 * MS, attrs, parent_span_id=client_sid),
-           span(tid, i, "generate_stream", 1, T0 + 1 * MS, T0 + 99 * MS, {}, parent_span_id=h),
-           span(tid, "00000000000000a3", "queued", 1, T0 + int(2.5 * MS), T0 + int(22.5 * MS), {}, parent_span_id=i),
-           span(tid, "00000000000000a4", "infer", 1, T0 + int(22.5 * MS), T0 + 98 * MS, {}, parent_span_id=i)]
-    for k in range(tokens):  # first token at 52.5 ms, then one every 10 ms
-        t = T0 + int((52.5 + 10 * k) * MS)
-        out.append(span(tid, f"{0xb0 + k:016x}", "send_generation", 1, t, t + 100_000,
-                        {"generation": "Generation { .. }"}, parent_span_id="00000000000000a4"))
+    out = [span(tid, h, "generate_stream", 1, T0, T0 + 100 * MS, attrs, parent_span_id=client_sid),
+           span(tid, w, "async_stream", 1, T0 + MS // 2, T0 + 99 * MS, {}, parent_span_id=h),
+           span(tid, i, "generate_stream", 1, T0 + 1 * MS, T0 + 99 * MS, {}, parent_span_id=w),
+           span(tid, s, "schedule", 1, T0 + 2 * MS, T0 + 99 * MS, {}, parent_span_id=i),
+           span(tid, f"{k:08x}000000a3", "queued", 1, T0 + int(2.5 * MS), T0 + int(22.5 * MS), {}, parent_span_id=s),
+           span(tid, f"{k:08x}000000a4", "infer", 1, T0 + int(22.5 * MS), T0 + 98 * MS, {}, parent_span_id=s)]
+    for n in range(tokens):  # first token at 52.5 ms, then one every 10 ms
+        t = T0 + int((52.5 + 10 * n) * MS)
+        out.append(span(tid, f"{k:08x}{0xb0 + n:08x}", "send_generation", 1, t, t + 100_000,
+                        {"generation": "Generation { .. }"}, parent_span_id=f"{k:08x}000000a4"))
     return out
 
 
@@ -76,6 +81,21 @@ def test_tgi_spans_join_the_client_span_and_win_over_headers(archive_path, inges
     ingest_text(archive_path, document(SERVICE, _tgi_trace(tid, csid)).decode())
     assert rows(archive_path, "SELECT source, network_ms, ttft_network_ms FROM requests") == [
         ("tgi", pytest.approx(11.0), pytest.approx(7.5))]
+
+
+def test_tgi_requests_sharing_a_trace_are_told_apart(archive_path, ingest_text):
+    """An application span calling TGI twice (one trace, one traceparent parent): two rows, each with its own
+    stages, and neither paired with the other's SERVER span."""
+    tid, app = f"{4:032x}", f"{4:016x}"
+    root = span(tid, app, "agent.step", KIND_SERVER, T0 - MS, T0 + 200 * MS, {})
+    two = _tgi_trace(tid, app, tokens=5, k=1) + _tgi_trace(tid, app, tokens=3, k=2)
+    http = [span(tid, f"{k:08x}000000ff", "POST /generate_stream", KIND_SERVER, T0 - MS // 10, T0 + 101 * MS,
+                 {"http.route": "/generate_stream"}, parent_span_id=app) for k in (1, 2)]
+    ingest_text(archive_path, document("app", [root]).decode())
+    ingest_text(archive_path, document(SERVICE, two + http).decode())
+    got = rows(archive_path, "SELECT request_id, output_tokens, decode_ms, e2e_ms FROM requests ORDER BY 1")
+    assert got == [("00000001000000a1", 5, pytest.approx(40.0), pytest.approx(100.0)),
+                   ("00000002000000a1", 3, pytest.approx(20.0), pytest.approx(100.0))]
 
 
 class _FakeTGI(BaseHTTPRequestHandler):
