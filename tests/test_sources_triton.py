@@ -1,8 +1,8 @@
 """Triton: trace files (`--trace-config triton,file=…`, level TIMESTAMPS) and OpenTelemetry mode → server rows.
 
-Wire format of docs/user_guide/trace.md (triton-inference-server/server at
-024377abb79dac99ac071867b134b236b3f01c4b): a JSON array of objects keyed by `id`, timestamps `{name, ns}` on a
-steady clock; in OpenTelemetry mode a top-level span, a model span and a `compute` span.
+Wire format of docs/user_guide/trace.md and src/tracer.cc (triton-inference-server/server at
+e1db8a603d863b1317ee859bdeea2be19959462e): a JSON array of objects keyed by `id`, timestamps `{name, ns}` on a
+steady clock; in OpenTelemetry mode a top-level span, a model span and a `compute` span, all SERVER kind.
 """
 
 from __future__ import annotations
@@ -72,11 +72,15 @@ def test_bad_trace_file_names_the_record(tmp_path, archive_path):
 def test_opentelemetry_mode_spans(archive_path, ingest_text):
     t0, ms = 1_800_000_000_000_000_000, 1_000_000
     tid, csid, top, model = f"{9:032x}", f"{9:016x}", "00000000000000e1", "00000000000000e2"
+    # src/tracer.cc: every span SERVER kind; the model span named after the model, with `triton.*` attributes
+    model_attrs = {"triton.model_name": "llama", "triton.model_version": 1, "triton.trace_id": 1,
+                   "triton.trace_parent_id": 0}
     triton = [span(tid, top, "InferRequest", KIND_SERVER, t0, t0 + 50 * ms, {}, parent_span_id=csid),
-              span(tid, model, "llama", 1, t0 + 1 * ms, t0 + 48 * ms, {"model_name": "llama"}, parent_span_id=top),
-              span(tid, "00000000000000e3", "compute", 1, t0 + 9 * ms, t0 + 45 * ms, {}, parent_span_id=model)]
+              span(tid, model, "llama", KIND_SERVER, t0 + 1 * ms, t0 + 48 * ms, model_attrs, parent_span_id=top),
+              span(tid, "00000000000000e3", "compute", KIND_SERVER, t0 + 9 * ms, t0 + 45 * ms, {},
+                   parent_span_id=model)]
     c = span(tid, csid, "llm.client.request", KIND_CLIENT, t0 - 2 * ms, t0 + 53 * ms, {})
     ingest_text(archive_path, document("triton-inference-server", triton).decode() + "\n" +
                 document("loadgen", [c]).decode())
     assert rows(archive_path, """SELECT source, model, frontend_ms, queue_ms, postprocess_ms, e2e_ms, unaccounted_ms,
-        network_ms FROM requests""") == [("triton", "llama", 1.0, 8.0, 5.0, 50.0, 36.0, 5.0)]
+        network_ms FROM requests""") == [("triton", "llama", 1.0, 8.0, 2.0, 50.0, 39.0, 5.0)]  # done = REQUEST_END
