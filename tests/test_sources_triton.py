@@ -84,3 +84,16 @@ def test_opentelemetry_mode_spans(archive_path, ingest_text):
                 document("loadgen", [c]).decode())
     assert rows(archive_path, """SELECT source, model, frontend_ms, queue_ms, postprocess_ms, e2e_ms, unaccounted_ms,
         network_ms FROM requests""") == [("triton", "llama", 1.0, 8.0, 2.0, 50.0, 39.0, 5.0)]  # done = REQUEST_END
+
+
+def test_trace_file_of_unset_timestamps_lands_nothing(tmp_path, archive_path):
+    """Triton logs a send time it did not capture as 0 (chunked HTTP replies): such a timestamp is dropped, and a
+    file with nothing else is refused whole."""
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps([{"id": 1, "model_name": "m", "model_version": 1},
+                             {"id": 1, "timestamps": [{"name": "HTTP_SEND_START", "ns": 0}]},
+                             {"id": 1, "timestamps": [{"name": "HTTP_SEND_END", "ns": 0}]}]))
+    r = CliRunner().invoke(main, ["import", "--format", "triton", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 2
+    assert r.stderr == f"budgetscope: {f}: no timestamps (nothing from it landed)\n"
+    assert not archive_path.exists() or rows(archive_path, "SELECT count(*) FROM spans") == [(0,)]
