@@ -98,6 +98,81 @@ def test_tgi_requests_sharing_a_trace_are_told_apart(archive_path, ingest_text):
                    ("00000002000000a1", 3, pytest.approx(20.0), pytest.approx(100.0))]
 
 
+def _rust_duration(ns: int) -> str:
+    """`format!("{:?}", Duration::from_nanos(ns))`: the largest unit that keeps the value ≥ 1, trailing zeros cut."""
+    for unit, size in (("s", 10**9), ("ms", 10**6), ("µs", 10**3)):
+        if ns >= size:
+            whole, frac = divmod(ns, size)
+            digits = f"{frac:0{len(str(size)) - 1}d}".rstrip("0")
+            return f"{whole}.{digits}{unit}" if digits else f"{whole}{unit}"
+    return f"{ns}ns"
+
+
+@pytest.mark.parametrize("ns, text", [(2_500_000, "2.5ms"), (898_000, "898µs"), (20_057_001, "20.057001ms"),
+                                      (1_200_000_000, "1.2s"), (120, "120ns"), (3_000_000, "3ms")])
+def test_rust_duration_text_of_the_generator(ns, text):
+    assert _rust_duration(ns) == text
+
+
+def _tgi_request(rng, k: int, tid: str, parent: str | None, t0: int) -> tuple[list[dict], dict]:
+    """One TGI request of a random shape (streamed or not, 1-12 tokens), as db931fc's router nests its spans, and
+    the stages it must give (ms)."""
+    us = 1_000
+    stream = rng.random() < 0.6
+    n = rng.randint(1, 12)
+    v, q, pre, itl, post = (rng.randint(200, 3_000), rng.randint(0, 50_000), rng.randint(5_000, 60_000),
+                            rng.randint(5_000, 30_000), rng.randint(100, 2_000))
+    sid = iter(f"{k:06x}{j:010x}" for j in range(1, 100))
+    first = v + q + pre
+    last = first + (n - 1) * itl
+    end = last + 30 + post
+    h = next(sid)
+    name = rng.choice(("generate_stream", "chat_completions")) if stream else rng.choice(("generate", "completions"))
+    fields = {"validation_time": _rust_duration(v * us), "queue_time": _rust_duration(q * us), "seed": "None"}
+    out = [span(tid, h, name, 1, t0, t0 + end * us, fields, parent_span_id=parent)]
+    wrapper, inner = next(sid), next(sid)
+    out.append(span(tid, wrapper, "async_stream" if stream else "generate", 1, t0 + 10 * us, t0 + (last + 50) * us,
+                    {}, parent_span_id=h))
+    out.append(span(tid, inner, "generate_stream", 1, t0 + 15 * us, t0 + (last + 45) * us, {},
+                    parent_span_id=wrapper))
+    sched = next(sid)
+    out.append(span(tid, sched, "schedule", 1, t0 + v * us, t0 + (last + 40) * us, {}, parent_span_id=inner))
+    out.append(span(tid, next(sid), "queued", 1, t0 + (v + 20) * us, t0 + (v + q) * us, {}, parent_span_id=sched))
+    for j in range(n):
+        inf = next(sid)
+        s0 = t0 + (v + q if j == 0 else first + (j - 1) * itl + 200) * us
+        out.append(span(tid, inf, "infer", 1, s0, t0 + (first + j * itl + 100) * us, {}, parent_span_id=sched))
+        g0 = t0 + (first + j * itl) * us
+        out.append(span(tid, next(sid), "send_generation", 1, g0, g0 + 30 * us, {}, parent_span_id=inf))
+    return out, {"request_id": h, "frontend_ms": v / 1e3, "queue_ms": q / 1e3, "prefill_ms": pre / 1e3,
+                 "decode_ms": (last - first) / 1e3, "postprocess_ms": post / 1e3, "e2e_ms": end / 1e3,
+                 "ttft_ms": first / 1e3, "output_tokens": n}
+
+
+@pytest.mark.parametrize("seed", [23, 24])
+def test_tgi_concurrent_mixed_requests_each_get_their_own_stages(seed, archive_path, ingest_text):
+    """Forty overlapping requests of random shapes, half of them sharing one application trace (traceparent from
+    one parent span): one row each, every stage its own to the microsecond."""
+    import random
+
+    rng = random.Random(seed)
+    app_tid, app = f"{0xa99:032x}", f"{0xa99:016x}"
+    spans, want = [span(app_tid, app, "agent.run", KIND_SERVER, T0 - MS, T0 + 10_000 * MS, {})], []
+    for k in range(40):
+        shared = rng.random() < 0.5
+        tid = app_tid if shared else f"{0x7000 + k:032x}"
+        got, w = _tgi_request(rng, k, tid, app if shared else None, T0 + rng.randint(0, 200) * MS)
+        spans += got
+        want.append(w)
+    ingest_text(archive_path, document("app", spans[:1]).decode())
+    ingest_text(archive_path, document(SERVICE, spans[1:]).decode())
+    keys = list(want[0])
+    got = {r[0]: dict(zip(keys, r)) for r in rows(archive_path, f"SELECT {', '.join(keys)} FROM requests")}
+    assert len(got) == len(want)
+    for w in want:
+        assert got[w["request_id"]] == pytest.approx(w, abs=1e-3)
+
+
 class _FakeTGI(BaseHTTPRequestHandler):
     """Answers /v1/completions like TGI does without streaming: JSON body and its timing headers."""
 
