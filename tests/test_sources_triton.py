@@ -97,3 +97,22 @@ def test_trace_file_of_unset_timestamps_lands_nothing(tmp_path, archive_path):
     assert r.exit_code == 2
     assert r.stderr == f"budgetscope: {f}: no timestamps (nothing from it landed)\n"
     assert not archive_path.exists() or rows(archive_path, "SELECT count(*) FROM spans") == [(0,)]
+
+
+def test_opentelemetry_requests_sharing_a_trace_keep_their_own_compute(archive_path, ingest_text):
+    """An application span calling Triton twice (one traceparent): each request's stages come from its own
+    model and `compute` spans, not from the trace's."""
+    t0, ms, tid, app = 1_800_000_000_000_000_000, 1_000_000, f"{10:032x}", f"{10:016x}"
+    spans = []
+    for k, (start, compute) in enumerate(((0, (9, 45)), (20, (40, 80)))):
+        top, model, c = (f"{k:012x}00e{x}" for x in (1, 2, 3))
+        spans += [span(tid, top, "InferRequest", KIND_SERVER, t0 + start * ms, t0 + (start + 100) * ms, {},
+                       parent_span_id=app),
+                  span(tid, model, "llama", KIND_SERVER, t0 + (start + 1) * ms, t0 + (start + 98) * ms,
+                       {"triton.model_name": "llama", "triton.request_id": f"r{k}"}, parent_span_id=top),
+                  span(tid, c, "compute", KIND_SERVER, t0 + (start + compute[0]) * ms,
+                       t0 + (start + compute[1]) * ms, {}, parent_span_id=model)]
+    ingest_text(archive_path, document("app", [span(tid, app, "agent.run", KIND_SERVER, t0, t0 + 200 * ms, {})])
+                .decode() + "\n" + document("triton-inference-server", spans).decode())
+    assert rows(archive_path, "SELECT request_id, frontend_ms, queue_ms, postprocess_ms FROM requests ORDER BY 1") == [
+        ("r0", 1.0, 8.0, 2.0), ("r1", 1.0, 39.0, 2.0)]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from budgetscope.sources import client
 from budgetscope.sources.classify import TGI_ROOTS, TGI_SERVICE_PREFIX, TGI_STREAM_WRAPPER
 from budgetscope.sources.server_row import select_list
+from budgetscope.sources.span_tree import descendants
 
 H = "http.response.header."
 HEADER_ATTRS = client.ATTRS[:-1] + "".join(
@@ -97,11 +98,7 @@ r0 AS (
   SELECT t.*, json_transform(t.attributes, '{ROOT_ATTRS}') AS a FROM t
   WHERE t.name IN ({names}) AND NOT EXISTS (
     SELECT 1 FROM t p WHERE p.trace_id = t.trace_id AND p.span_id = t.parent_span_id AND p.name IN ({parents}))),
-d(request_id, trace_id, span_id) AS (
-  SELECT span_id, trace_id, span_id FROM r0
-  UNION ALL
-  SELECT d.request_id, c.trace_id, c.span_id
-  FROM d JOIN t c ON c.trace_id = d.trace_id AND c.parent_span_id = d.span_id),
+d(request_id, trace_id, span_id) AS ({descendants("r0", "t")}),
 k AS (SELECT d.request_id, c.name, c.start_ns, c.end_ns, c.status_code
       FROM d JOIN t c ON c.trace_id = d.trace_id AND c.span_id = d.span_id),
 -- an ERROR event sets its span's status (tracing-opentelemetry): TGI logs a failure in the span where it happens

@@ -26,6 +26,7 @@ from __future__ import annotations
 from budgetscope.sources.classify import TRITON_SERVICE_PREFIX
 from budgetscope.sources.importers import TRITON_RESPONSE, TRITON_ROOT, TRITON_TS_PREFIX
 from budgetscope.sources.server_row import select_list
+from budgetscope.sources.span_tree import descendants
 
 _TS = ("HTTP_RECV_START", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END",
        TRITON_RESPONSE, "REQUEST_END", "HTTP_SEND_END", "GRPC_SEND_END")
@@ -61,19 +62,21 @@ def server_rows(spans: str) -> str:
     )
     triton = f"(SELECT * FROM {spans} WHERE starts_with(lower(coalesce(service_name, '')), '{TRITON_SERVICE_PREFIX}'))"
     return f"""
-WITH t AS (SELECT *, json_transform(attributes, '{ATTRS}') AS a FROM {triton}),
+WITH RECURSIVE t AS (SELECT *, json_transform(attributes, '{ATTRS}') AS a FROM {triton}),
 r AS (SELECT * FROM t WHERE NOT EXISTS (
         SELECT 1 FROM t p WHERE p.trace_id = t.trace_id AND p.span_id = t.parent_span_id)),
+d(request_id, trace_id, span_id) AS ({descendants("r", "t")}),
 m AS (SELECT c.trace_id, c.parent_span_id, min(c.start_ns) AS start_ns, max(c.end_ns) AS end_ns,
              any_value(coalesce(c.a."triton.model_name", c.name)) AS model, any_value(c.a."triton.request_id") AS rid
       FROM t c WHERE c.name NOT IN ('compute', '{TRITON_ROOT}') GROUP BY 1, 2),
-k AS (SELECT trace_id, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM t WHERE name = 'compute' GROUP BY 1),
+k AS (SELECT d.request_id, min(x.start_ns) AS start_ns, max(x.end_ns) AS end_ns
+      FROM d JOIN t x ON x.trace_id = d.trace_id AND x.span_id = d.span_id WHERE x.name = 'compute' GROUP BY 1),
 -- an ensemble's models: trace-file child spans under the request's span
 c AS (SELECT trace_id, parent_span_id,
              sum(c.a."{TRITON_TS_PREFIX}COMPUTE_START" - c.a."{TRITON_TS_PREFIX}QUEUE_START") / 1e6 AS queue_ms
       FROM t c WHERE c.name = '{TRITON_ROOT}' AND c.parent_span_id IS NOT NULL GROUP BY 1, 2)
 SELECT {rows}
 FROM r LEFT JOIN m ON m.trace_id = r.trace_id AND m.parent_span_id = r.span_id
-LEFT JOIN k ON k.trace_id = r.trace_id
+LEFT JOIN k ON k.request_id = r.span_id
 LEFT JOIN c ON c.trace_id = r.trace_id AND c.parent_span_id = r.span_id
 """
