@@ -30,11 +30,27 @@ def _same(want, got) -> bool:
     return want == got
 
 
+def _land(case: Path, archive_path: Path, ingest_text) -> None:
+    """The case's input into the archive: `spans.jsonl` through ingest, or what `import.json` names through
+    `budgetscope import` (a server's own file format, e.g. a Triton trace file)."""
+    spec = case / "import.json"
+    if not spec.exists():
+        ingest_text(archive_path, (case / "spans.jsonl").read_bytes())
+        return
+    from click.testing import CliRunner
+
+    from budgetscope.cli import main
+
+    imp = json.loads(spec.read_text())
+    r = CliRunner().invoke(main, ["import", str(case / imp["file"]), "--archive", str(archive_path), *imp["args"]])
+    assert r.exit_code == 0, r.output
+
+
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_upstream_trace_derives_the_expected_rows(case: Path, archive_path, ingest_text):
     expected = json.loads((case / "expected.json").read_text())
     assert expected["upstream"]["commit"] and len(expected["upstream"]["commit"]) == 40, "cite the upstream commit"
-    ingest_text(archive_path, (case / "spans.jsonl").read_bytes())
+    _land(case, archive_path, ingest_text)
     want = expected["requests"]
     keys = sorted({k for r in want for k in r})
     got = rows(archive_path, f"SELECT {', '.join(keys)} FROM requests")

@@ -25,7 +25,7 @@ from budgetscope.sources.importers import KIND_CLIENT, document, span
 
 T0 = 1_800_000_000_000_000_000
 MS = 1_000_000
-# the last event of a llama.cpp stream, as tools/server/server-task.cpp writes it (server-common.cpp: timings)
+# the last event of a llama.cpp stream, as tools/server/server-task.cpp writes it (result_timings::to_json)
 LAST_EVENT = (b'{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"object":"text_completion",'
               b'"usage":{"completion_tokens":4,"prompt_tokens":10,"total_tokens":14,'
               b'"prompt_tokens_details":{"cached_tokens":2}},"id":"chatcmpl-x","timings":{"cache_n":2,"prompt_n":8,'

@@ -1,8 +1,8 @@
 """Triton: trace files (`--trace-config triton,file=…`, level TIMESTAMPS) and OpenTelemetry mode → server rows.
 
-Wire format of docs/user_guide/trace.md (triton-inference-server/server at
-024377abb79dac99ac071867b134b236b3f01c4b): a JSON array of objects keyed by `id`, timestamps `{name, ns}` on a
-steady clock; in OpenTelemetry mode a top-level span, a model span and a `compute` span.
+Wire format of docs/user_guide/trace.md and src/tracer.cc (triton-inference-server/server at
+e1db8a603d863b1317ee859bdeea2be19959462e): a JSON array of objects keyed by `id`, timestamps `{name, ns}` on a
+steady clock; in OpenTelemetry mode a top-level span, a model span and a `compute` span, all SERVER kind.
 """
 
 from __future__ import annotations
@@ -72,11 +72,47 @@ def test_bad_trace_file_names_the_record(tmp_path, archive_path):
 def test_opentelemetry_mode_spans(archive_path, ingest_text):
     t0, ms = 1_800_000_000_000_000_000, 1_000_000
     tid, csid, top, model = f"{9:032x}", f"{9:016x}", "00000000000000e1", "00000000000000e2"
+    # src/tracer.cc: every span SERVER kind; the model span named after the model, with `triton.*` attributes
+    model_attrs = {"triton.model_name": "llama", "triton.model_version": 1, "triton.trace_id": 1,
+                   "triton.trace_parent_id": 0}
     triton = [span(tid, top, "InferRequest", KIND_SERVER, t0, t0 + 50 * ms, {}, parent_span_id=csid),
-              span(tid, model, "llama", 1, t0 + 1 * ms, t0 + 48 * ms, {"model_name": "llama"}, parent_span_id=top),
-              span(tid, "00000000000000e3", "compute", 1, t0 + 9 * ms, t0 + 45 * ms, {}, parent_span_id=model)]
+              span(tid, model, "llama", KIND_SERVER, t0 + 1 * ms, t0 + 48 * ms, model_attrs, parent_span_id=top),
+              span(tid, "00000000000000e3", "compute", KIND_SERVER, t0 + 9 * ms, t0 + 45 * ms, {},
+                   parent_span_id=model)]
     c = span(tid, csid, "llm.client.request", KIND_CLIENT, t0 - 2 * ms, t0 + 53 * ms, {})
     ingest_text(archive_path, document("triton-inference-server", triton).decode() + "\n" +
                 document("loadgen", [c]).decode())
     assert rows(archive_path, """SELECT source, model, frontend_ms, queue_ms, postprocess_ms, e2e_ms, unaccounted_ms,
-        network_ms FROM requests""") == [("triton", "llama", 1.0, 8.0, 5.0, 50.0, 36.0, 5.0)]
+        network_ms FROM requests""") == [("triton", "llama", 1.0, 8.0, 2.0, 50.0, 39.0, 5.0)]  # done = REQUEST_END
+
+
+def test_trace_file_of_unset_timestamps_lands_nothing(tmp_path, archive_path):
+    """Triton logs a send time it did not capture as 0 (chunked HTTP replies): such a timestamp is dropped, and a
+    file with nothing else is refused whole."""
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps([{"id": 1, "model_name": "m", "model_version": 1},
+                             {"id": 1, "timestamps": [{"name": "HTTP_SEND_START", "ns": 0}]},
+                             {"id": 1, "timestamps": [{"name": "HTTP_SEND_END", "ns": 0}]}]))
+    r = CliRunner().invoke(main, ["import", "--format", "triton", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 2
+    assert r.stderr == f"budgetscope: {f}: no timestamps (nothing from it landed)\n"
+    assert not archive_path.exists() or rows(archive_path, "SELECT count(*) FROM spans") == [(0,)]
+
+
+def test_opentelemetry_requests_sharing_a_trace_keep_their_own_compute(archive_path, ingest_text):
+    """An application span calling Triton twice (one traceparent): each request's stages come from its own
+    model and `compute` spans, not from the trace's."""
+    t0, ms, tid, app = 1_800_000_000_000_000_000, 1_000_000, f"{10:032x}", f"{10:016x}"
+    spans = []
+    for k, (start, compute) in enumerate(((0, (9, 45)), (20, (40, 80)))):
+        top, model, c = (f"{k:012x}00e{x}" for x in (1, 2, 3))
+        spans += [span(tid, top, "InferRequest", KIND_SERVER, t0 + start * ms, t0 + (start + 100) * ms, {},
+                       parent_span_id=app),
+                  span(tid, model, "llama", KIND_SERVER, t0 + (start + 1) * ms, t0 + (start + 98) * ms,
+                       {"triton.model_name": "llama", "triton.request_id": f"r{k}"}, parent_span_id=top),
+                  span(tid, c, "compute", KIND_SERVER, t0 + (start + compute[0]) * ms,
+                       t0 + (start + compute[1]) * ms, {}, parent_span_id=model)]
+    ingest_text(archive_path, document("app", [span(tid, app, "agent.run", KIND_SERVER, t0, t0 + 200 * ms, {})])
+                .decode() + "\n" + document("triton-inference-server", spans).decode())
+    assert rows(archive_path, "SELECT request_id, frontend_ms, queue_ms, postprocess_ms FROM requests ORDER BY 1") == [
+        ("r0", 1.0, 8.0, 2.0), ("r1", 1.0, 39.0, 2.0)]

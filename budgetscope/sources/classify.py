@@ -15,7 +15,12 @@ VLLM_ROOT = "llm_request"
 TGI_SERVICE_PREFIX = "text-generation-inference"
 """TGI's default `--otlp-service-name` is `text-generation-inference.router` (launcher/src/main.rs)."""
 TGI_ROOTS = ("generate", "generate_stream", "completions", "chat_completions")
-TGI_SPANS = (*TGI_ROOTS, "queued", "infer", "waiting", "send_generation", "batch", "prefill", "decode")
+TGI_STREAM_WRAPPER = "async_stream"
+"""The span router/src/server.rs puts between a streamed handler and `Infer::generate_stream` (same name)."""
+TGI_SPANS = (*TGI_ROOTS, TGI_STREAM_WRAPPER, "validate", "validate_input", "tokenize", "schedule", "append",
+             "queued", "infer", "waiting", "send_generation", "send_error", "batch", "prefill", "decode",
+             "filter_batch", "filter_send_generations", "next_batch", "clear_cache")
+"""The spans TGI's router (text-generation-inference db931fc) creates for a request and its batches."""
 SGLANG_ROOT_PREFIX = "Req "
 SGLANG_SLICES = (
     "tokenize", "dispatch", "api_server_dispatch", "dc_dispatch", "dpc_dispatch", "request_process",
@@ -27,7 +32,8 @@ SOURCE_SQL = f"""CASE
   WHEN name IN ('{NATIVE_ROOT}', '{NATIVE_STEP}') OR starts_with(name, '{STAGE_PREFIX}') THEN 'native'
   WHEN name = '{CLIENT_ROOT}' THEN 'client'
   WHEN name = '{VLLM_ROOT}' THEN 'vllm'
-  WHEN name IN {TGI_SPANS!r} AND starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}') THEN 'tgi'
+  WHEN starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}')
+    AND (name IN {TGI_SPANS!r} OR json_exists(attributes, '$."http.route"')) THEN 'tgi'
   WHEN (starts_with(name, '{SGLANG_ROOT_PREFIX}') AND json_exists(attributes, '$.rid'))
     OR (name IN {SGLANG_SLICES!r} AND (starts_with(coalesce(service_name, ''), 'sglang') OR starts_with(coalesce(scope_name, ''), 'sglang')))
     THEN 'sglang'

@@ -254,19 +254,11 @@ def aiperf(path: Path, data: bytes) -> bytes:
 # -- Triton trace file ----------------------------------------------------------------------------------------
 TRITON_ROOT = "InferRequest"
 TRITON_TS_PREFIX = "triton.timestamp."
+TRITON_RESPONSE = "INFER_RESPONSE_COMPLETE"
 
 
-def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes:
-    """Triton trace file (a JSON array of objects keyed by trace `id`) → one `InferRequest` span per trace.
-
-    Objects with the same `id` are merged: `model_name`, `model_version`, `request_id`, `parent_id` and the
-    `timestamps` list of `{"name": ..., "ns": ...}`. Triton's `ns` come from a steady (monotonic) clock: give
-    `clock_offset_ns` (Unix ns − steady ns) to place them in time; without it, times that are not already
-    Unix-epoch ns are anchored so the last timestamp falls at the file's modification time.
-    """
-    obj = load_json(path, data)
-    if not isinstance(obj, list):
-        raise ImportFormatError(f"{path}: not a Triton trace file (want a JSON array)")
+def _triton_records(path: Path, obj: Any) -> dict[Any, dict]:
+    """The trace file's objects merged by `id`: model fields and `timestamps` (name → list of ns, file order)."""
     traces: dict[Any, dict] = {}
     for i, rec in enumerate(obj):
         if not isinstance(rec, dict) or "id" not in rec:
@@ -278,24 +270,50 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
         for j, ts in enumerate(rec.get("timestamps") or []):
             if not isinstance(ts, dict) or "name" not in ts or "ns" not in ts:
                 raise ImportFormatError(f"{path}: record {i} timestamp {j}: want {{name, ns}}")
-            t["timestamps"][str(ts["name"])] = integer(ts["ns"], f"{path}: record {i} timestamp {j}")
-    all_ns = [ns for t in traces.values() for ns in t["timestamps"].values()]
+            ns = integer(ts["ns"], f"{path}: record {i} timestamp {j}")
+            # chunked HTTP replies log HTTP_SEND_* as 0: evhtp does not time chunks (src/http_server.cc FIXME)
+            if ns:
+                t["timestamps"].setdefault(str(ts["name"]), []).append(ns)
+    return traces
+
+
+def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes:
+    """Triton trace file (a JSON array of objects keyed by trace `id`) → one `InferRequest` span per trace.
+
+    Objects with the same `id` are merged: `model_name`, `model_version`, `request_id`, `parent_id` and the
+    `timestamps` list of `{"name": ..., "ns": ...}`; a name logged more than once keeps its last time, and
+    INFER_RESPONSE_COMPLETE (one per response of a decoupled model) also gives `triton.responses` (how many) and
+    `triton.first_response_ns`. A trace with a `parent_id` (a model run inside an ensemble) becomes a child span
+    of its parent's, in the parent's trace. Triton's `ns` come from a steady (monotonic) clock: give
+    `clock_offset_ns` (Unix ns − steady ns) to place them in time; without it, times that are not already
+    Unix-epoch ns are anchored so the last timestamp falls at the file's modification time.
+    """
+    obj = load_json(path, data)
+    if not isinstance(obj, list):
+        raise ImportFormatError(f"{path}: not a Triton trace file (want a JSON array)")
+    traces = {tid: t for tid, t in _triton_records(path, obj).items() if t["timestamps"]}
+    all_ns = [ns for t in traces.values() for times in t["timestamps"].values() for ns in times]
     if not all_ns:
         raise ImportFormatError(f"{path}: no timestamps")
     if clock_offset_ns is None:
         clock_offset_ns = 0 if min(all_ns) > 10**18 else path.stat().st_mtime_ns - max(all_ns)
     seed = hashlib.blake2b(data, digest_size=16).digest()
+    ids = {tid: span_ids(seed, k) for k, tid in enumerate(traces)}
     spans = []
-    for k, (tid, t) in enumerate(traces.items()):
-        ts = {name: ns + clock_offset_ns for name, ns in t["timestamps"].items()}
-        if not ts:
-            continue
-        start = ts.get("HTTP_RECV_START", ts.get("GRPC_WAITREAD_START", ts.get("REQUEST_START", min(ts.values()))))
+    for tid, t in traces.items():
+        times = {name: [ns + clock_offset_ns for ns in v] for name, v in t["timestamps"].items()}
+        ts = {name: v[-1] for name, v in times.items()}
+        start = ts.get("HTTP_RECV_START", ts.get("GRPC_WAITREAD_END", ts.get("REQUEST_START", min(ts.values()))))
         end = ts.get("HTTP_SEND_END", ts.get("GRPC_SEND_END", ts.get("REQUEST_END", max(ts.values()))))
-        trace_id, span_id = span_ids(seed, k)
+        parent = ids.get(t.get("parent_id"))
+        trace_id, span_id = (parent[0], ids[tid][1]) if parent else ids[tid]
+        responses = times.get(TRITON_RESPONSE, [])
         attrs = {"triton.trace_id": str(tid), "triton.model_name": t.get("model_name"),
                  "triton.model_version": None if t.get("model_version") is None else str(t["model_version"]),
                  "triton.request_id": t.get("request_id"),
+                 "triton.parent_id": None if t.get("parent_id") is None else str(t["parent_id"]),
+                 "triton.responses": len(responses), "triton.first_response_ns": min(responses, default=None),
                  **{TRITON_TS_PREFIX + name: ns for name, ns in ts.items()}}
-        spans.append(span(trace_id, span_id, TRITON_ROOT, KIND_SERVER, start, end, attrs))
+        spans.append(span(trace_id, span_id, TRITON_ROOT, KIND_SERVER, start, end, attrs,
+                          parent_span_id=parent[1] if parent else None))
     return document("triton-inference-server", spans, scope="triton-trace-file")

@@ -1,8 +1,9 @@
 """llama.cpp server adapter: its `timings` object, captured by the load generator on the client span.
 
 llama.cpp's server (tools/server) exports no spans. It returns `timings` in a non-streaming response and in
-the last event of a stream (`server_slot_stats::to_json`, tools/server/server-common.cpp); `budgetscope load`
-keeps each numeric field as `llama_cpp.timings.<field>` on the `llm.client.request` span:
+the last event of a stream (`result_timings::to_json`, tools/server/server-task.cpp at ggml-org/llama.cpp 17f5f8a;
+`server_slot_stats::to_json` in server-common.cpp before); `budgetscope load` keeps each numeric field as
+`llama_cpp.timings.<field>` on the `llm.client.request` span:
   prefill = prompt_ms (prompt processing, up to the first token)
   decode  = predicted_ms (first token → last token: generation of predicted_n tokens)
   input_tokens = prompt_n + cache_n, cached_tokens = cache_n, output_tokens = predicted_n.

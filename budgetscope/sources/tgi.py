@@ -1,14 +1,20 @@
 """Text Generation Inference adapter: its spans (OTLP, `--otlp-endpoint`) and its `x-*-time` response headers.
 
-Spans, as TGI's router creates them (router/src/server.rs, backends/v3/src/queue.rs and backend.rs): the
-handler span (`generate`, `generate_stream`, `completions`, `chat_completions`) whose fields `validation_time`,
-`queue_time`, `inference_time`, `total_time` are Rust `Duration` Debug text (`12.3ms`, `1.2s`, `850µs`); under
-it a `queued` span per wait in the queue, an `infer` span per batch the request rode in, and (at info level) a
-`send_generation` span per token sent. Mapping:
-  frontend = validation_time (handler start → queued), queue = queue_time (else the `queued` spans),
-  first token = start of the first `send_generation`; prefill = first token − start of the first `infer`;
-  decode = last `send_generation` − first; postprocess = handler end − end of the last `send_generation`.
+Spans, as TGI's router creates them (huggingface/text-generation-inference db931fc: router/src/server.rs,
+router/src/infer/mod.rs, backends/v3/src/queue.rs and backend.rs; tests/conformance/tgi/README.md): the handler span
+(`generate`, `generate_stream`, `completions`, `chat_completions`, all INTERNAL kind) whose fields `validation_time`,
+`queue_time`, `inference_time`, `total_time` are Rust `Duration` Debug text (`12.3ms`, `1.2s`, `850µs`). Below it,
+`Infer::generate_stream` / `Infer::generate` carry the same names (streamed: under an `async_stream` span), so a
+request is a handler-named span whose parent is none of those; under them a `queued` span per wait in the queue, an
+`infer` span per forward pass the request rode in, and a `send_generation` span per generation sent. At the `trace`
+log filter OtelAxumLayer adds the only SERVER span (`POST /generate_stream`), which then bounds the request.
+Mapping (stage spans are the handler's descendants, not its whole trace):
+  arrival / end = the SERVER span's start / end when there is one, else the handler span's;
+  frontend = validation_time (handler start → queued) + (handler start − arrival); queue = queue_time (else the
+  `queued` spans); first token = start of the first `send_generation`; prefill = first token − start of the first
+  `infer`; decode = last `send_generation` − first; postprocess = end − end of the last `send_generation`.
 Without `send_generation` spans, prefill, decode and TTFT are NULL (the inference time is then unaccounted).
+`output_tokens` counts `send_generation` spans: one a token, except under speculative decoding.
 
 Headers (non-streaming responses only; `budgetscope load --no-stream` keeps them on the client span):
 `x-validation-time` → frontend, `x-queue-time` → queue, `x-total-time` → server E2E (integer ms each);
@@ -19,8 +25,9 @@ Headers (non-streaming responses only; `budgetscope load --no-stream` keeps them
 from __future__ import annotations
 
 from budgetscope.sources import client
-from budgetscope.sources.classify import TGI_ROOTS, TGI_SERVICE_PREFIX
+from budgetscope.sources.classify import TGI_ROOTS, TGI_SERVICE_PREFIX, TGI_STREAM_WRAPPER
 from budgetscope.sources.server_row import select_list
+from budgetscope.sources.span_tree import descendants
 
 H = "http.response.header."
 HEADER_ATTRS = client.ATTRS[:-1] + "".join(
@@ -53,38 +60,67 @@ def header_rows(spans: str) -> str:
     return f"SELECT {rows} FROM ({client.client_spans(f'(SELECT * FROM {spans} WHERE {CLAIMS})', HEADER_ATTRS)})"
 
 
+HANDLER_PARENTS = (*TGI_ROOTS, TGI_STREAM_WRAPPER)
+"""A span of these names above a `TGI_ROOTS` span makes it TGI's inner `Infer` span, not a request."""
+
+
 def span_rows(spans: str) -> str:
-    """SELECT: one row per TGI handler span (the topmost TGI request span of its trace) in `spans`."""
+    """SELECT: one row per TGI request (its HTTP handler span) in `spans`.
+
+    A handler is a `TGI_ROOTS` span whose parent is none of `HANDLER_PARENTS`: `Infer::generate_stream` and
+    `Infer::generate` carry the same names one or two levels below it. Its stage spans are its descendants (not its
+    trace: one client trace may hold many requests). `h` is OtelAxumLayer's SERVER span (trace filter only): the
+    handler's parent, or, where a traceparent re-parented the handler, its sibling under the client span."""
     tgi = f"(SELECT * FROM {spans} WHERE starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}'))"
-    roots = ", ".join(f"'{r}'" for r in TGI_ROOTS)
+    names = ", ".join(f"'{r}'" for r in TGI_ROOTS)
+    parents = ", ".join(f"'{r}'" for r in HANDLER_PARENTS)
+    arrival = "coalesce(h.start_ns, r.start_ns)"
+    end = "coalesce(h.end_ns, r.end_ns)"
+    # the SERVER span opens before the handler (body read, JSON parsed): that lead is frontend time too
+    frontend = f"r.fe + (r.start_ns - {arrival}) / 1e6"
     rows = select_list(
-        trace_id="r.trace_id", server_span_id="r.span_id", parent_span_id="r.parent_span_id", source="'tgi'",
-        request_id="r.span_id", service_name="r.service_name", model="NULL",
+        trace_id="r.trace_id", server_span_id="coalesce(h.span_id, r.span_id)",
+        parent_span_id="CASE WHEN h.span_id IS NULL THEN r.parent_span_id ELSE h.parent_span_id END",
+        source="'tgi'", request_id="r.span_id", service_name="r.service_name", model="NULL",
         tier="""coalesce(r.a."budgetscope.tier", 'default')""", tenant='r.a."budgetscope.tenant"',
-        outcome="CASE WHEN r.status_code = 'ERROR' THEN 'error' ELSE 'ok' END",
-        arrival_ns="r.start_ns", first_token_ns="g.first_ns", end_ns="r.end_ns",
+        outcome="CASE WHEN e.failed OR h.status_code = 'ERROR' THEN 'error' ELSE 'ok' END",
+        arrival_ns=arrival, first_token_ns="g.first_ns", end_ns=end,
         output_tokens="g.n",
-        frontend_ms="fe", queue_ms="qu", ttft_frontend_ms="fe", ttft_queue_ms="qu",
+        frontend_ms=frontend, queue_ms="qu", ttft_frontend_ms=frontend, ttft_queue_ms="qu",
         prefill_ms="(g.first_ns - i.first_infer_ns) / 1e6", ttft_prefill_ms="(g.first_ns - i.first_infer_ns) / 1e6",
-        decode_ms="(g.last_ns - g.first_ns) / 1e6", postprocess_ms="(r.end_ns - g.last_end_ns) / 1e6",
-        ttft_ms="(g.first_ns - r.start_ns) / 1e6", e2e_ms="(r.end_ns - r.start_ns) / 1e6",
+        decode_ms="(g.last_ns - g.first_ns) / 1e6", postprocess_ms=f"({end} - g.last_end_ns) / 1e6",
+        ttft_ms=f"(g.first_ns - {arrival}) / 1e6", e2e_ms=f"({end} - {arrival}) / 1e6",
         queue_entries="q.n",
     )
     return f"""
-WITH t AS {tgi},
+WITH RECURSIVE t AS {tgi},
 r0 AS (
   SELECT t.*, json_transform(t.attributes, '{ROOT_ATTRS}') AS a FROM t
-  WHERE t.name IN ({roots}) AND NOT EXISTS (
-    SELECT 1 FROM t p WHERE p.trace_id = t.trace_id AND p.span_id = t.parent_span_id AND p.name IN ({roots}))),
-q AS (SELECT trace_id, count(*) AS n, sum(end_ns - start_ns) / 1e6 AS ms, min(start_ns) AS first_ns
-      FROM t WHERE name = 'queued' GROUP BY 1),
-i AS (SELECT trace_id, min(start_ns) AS first_infer_ns FROM t WHERE name = 'infer' GROUP BY 1),
-g AS (SELECT trace_id, count(*) AS n, min(start_ns) AS first_ns, max(start_ns) AS last_ns, max(end_ns) AS last_end_ns
-      FROM t WHERE name = 'send_generation' GROUP BY 1),
+  WHERE t.name IN ({names}) AND NOT EXISTS (
+    SELECT 1 FROM t p WHERE p.trace_id = t.trace_id AND p.span_id = t.parent_span_id AND p.name IN ({parents}))),
+d(request_id, trace_id, span_id) AS ({descendants("r0", "t")}),
+k AS (SELECT d.request_id, c.name, c.start_ns, c.end_ns, c.status_code
+      FROM d JOIN t c ON c.trace_id = d.trace_id AND c.span_id = d.span_id),
+-- an ERROR event sets its span's status (tracing-opentelemetry): TGI logs a failure in the span where it happens
+e AS (SELECT request_id, bool_or(status_code = 'ERROR') AS failed FROM k GROUP BY 1),
+q AS (SELECT request_id, count(*) AS n, sum(end_ns - start_ns) / 1e6 AS ms, min(start_ns) AS first_ns
+      FROM k WHERE name = 'queued' GROUP BY 1),
+i AS (SELECT request_id, min(start_ns) AS first_infer_ns FROM k WHERE name = 'infer' GROUP BY 1),
+g AS (SELECT request_id, count(*) AS n, min(start_ns) AS first_ns, max(start_ns) AS last_ns, max(end_ns) AS last_end_ns
+      FROM k WHERE name = 'send_generation' GROUP BY 1),
+hs AS (SELECT * FROM t WHERE kind = 'SERVER' AND json_exists(attributes, '$."http.route"')),
+h AS (
+  SELECT hs.*, r0.span_id AS request_id FROM r0 JOIN hs ON hs.trace_id = r0.trace_id AND hs.span_id = r0.parent_span_id
+  UNION ALL
+  -- re-parented onto the client span: paired only where that parent holds one handler and one SERVER span
+  SELECT hs.*, r0.span_id FROM r0 JOIN hs ON hs.trace_id = r0.trace_id AND hs.parent_span_id = r0.parent_span_id
+  WHERE (SELECT count(*) FROM hs x WHERE x.trace_id = r0.trace_id AND x.parent_span_id = r0.parent_span_id) = 1
+    AND (SELECT count(*) FROM r0 x WHERE x.trace_id = r0.trace_id AND x.parent_span_id = r0.parent_span_id) = 1),
 r AS (SELECT r0.*, coalesce({duration_ms('r0.a."validation_time"')}, (q.first_ns - r0.start_ns) / 1e6) AS fe,
              coalesce({duration_ms('r0.a."queue_time"')}, q.ms) AS qu
-      FROM r0 LEFT JOIN q ON q.trace_id = r0.trace_id)
+      FROM r0 LEFT JOIN q ON q.request_id = r0.span_id)
 SELECT {rows}
-FROM r LEFT JOIN q ON q.trace_id = r.trace_id LEFT JOIN i ON i.trace_id = r.trace_id
-LEFT JOIN g ON g.trace_id = r.trace_id
+FROM r LEFT JOIN h ON h.request_id = r.span_id
+LEFT JOIN q ON q.request_id = r.span_id LEFT JOIN i ON i.request_id = r.span_id
+LEFT JOIN g ON g.request_id = r.span_id LEFT JOIN e ON e.request_id = r.span_id
 """
