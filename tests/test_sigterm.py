@@ -295,41 +295,41 @@ FINISHED_CLIENT_SPANS = ("SELECT trace_id FROM spans WHERE name = 'llm.client.re
                          "AND attributes->>'gen_ai.usage.output_tokens' = '3'")
 
 
-def test_load_keeps_the_client_span_of_every_finished_request_on_sigterm(sink, tmp_path):
+def _against_a_stub(tmp_path: Path, command: list[str], env: dict[str, str], skip: int = 0) -> tuple[int, str, set]:
+    """Run `budgetscope <command> STUB_URL` against a stub server that answers 10 requests (after `skip`) and
+    holds the rest, then SIGTERM it: (exit code, stderr, trace ids of the answered requests)."""
     from budgetscope.loadgen.stub_server import StubServer
 
     stub = StubServer(tokens=3, record=True).start_in_thread()
     try:
-        proc = _spawn(["-m", "budgetscope.cli", "load", stub.url, "--rate", "40", "--requests", "400",
-                       "--spans", "otlp" if sink.kind == "otlp" else f"jsonl:{sink.path}"], dict(sink.env), tmp_path)
-        finished = _answer_some_then_hold(stub, 10)
+        proc = _spawn(["-m", "budgetscope.cli", command[0], stub.url, *command[1:]], env, tmp_path)
+        finished = _answer_some_then_hold(stub, 10 + skip, skip)
         code, err = _terminate(proc)
     finally:
         stub.stop_thread()
+    assert len(finished) >= 10
+    return code, err, finished
+
+
+def test_load_keeps_the_client_span_of_every_finished_request_on_sigterm(sink, tmp_path):
+    spans = "otlp" if sink.kind == "otlp" else f"jsonl:{sink.path}"
+    code, err, finished = _against_a_stub(tmp_path, ["load", "--rate", "40", "--requests", "400", "--spans", spans],
+                                          dict(sink.env))
     assert code == 0, err
     assert "budgetscope load: stopped by SIGTERM" in err
-    assert len(finished) >= 10
     assert {t for (t,) in sink.rows(FINISHED_CLIENT_SPANS)} == finished
 
 
 def test_sweep_lands_the_client_span_of_every_finished_request_on_sigterm(tmp_path):
-    from budgetscope.loadgen.stub_server import StubServer
-
     budgets = tmp_path / "budgets.toml"
     budgets.write_text("[tiers.default]\npercentile = 99\nttft_ms = 250\n")
     archive = tmp_path / "cap"
-    stub = StubServer(tokens=3, record=True).start_in_thread()
-    try:
-        proc = _spawn(["-m", "budgetscope.cli", "sweep", stub.url, "--budgets", str(budgets), "--archive",
-                       str(archive), "--rates", "40", "--duration", "30", "--output-tokens", "3",
-                       "--otlp-port", str(_free_port())], {}, tmp_path)
-        finished = _answer_some_then_hold(stub, 13, skip=3)  # the pre-flight's 3 have no client span
-        code, err = _terminate(proc)
-    finally:
-        stub.stop_thread()
+    code, err, finished = _against_a_stub(
+        tmp_path, ["sweep", "--budgets", str(budgets), "--archive", str(archive), "--rates", "40", "--duration", "30",
+                   "--output-tokens", "3", "--otlp-port", str(_free_port())], {},
+        skip=3)  # the pre-flight's 3 requests have no client span
     assert code == 0, err
     assert "budgetscope sweep: stopped by SIGTERM" in err
-    assert len(finished) >= 10
     assert {t for (t,) in rows(archive, FINISHED_CLIENT_SPANS)} == finished
 
 
