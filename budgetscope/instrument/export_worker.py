@@ -96,9 +96,8 @@ class ExportWorker:
         exporter's own shutdown could wait for it."""
         if self._stopping:
             return ""
-        with self._lock:
-            failed_before = self.failed_spans
-        self._stopping = True
+        self._stopping = True  # first: a SIGTERM flush that interrupts this call returns at once
+        failed_before = self.failed_spans
         self._wake.set()
         self._thread.join(timeout_s)
         if not self._thread.is_alive():
