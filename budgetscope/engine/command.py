@@ -60,7 +60,8 @@ def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched
           no_chunked_prefill,
           no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, instrument, exporter, log_level):
     """Serve /v1/completions and /v1/chat/completions (OpenAI-compatible, SSE streaming), /v1/models,
-    /health and /metrics, with the engine stepping on its own thread.
+    /health and /metrics, with the engine stepping on its own thread. SIGTERM or Ctrl-C: the open requests
+    finish, their spans are exported (within $BUDGETSCOPE_FLUSH_TIMEOUT_MS), and the process exits 0.
 
     \b
     Example:

@@ -13,12 +13,11 @@ worker thread builds the OpenTelemetry span and exports it. Importing this modul
 
 from __future__ import annotations
 
-import atexit
 import os
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from budgetscope.instrument import process_exit
 from budgetscope.instrument.attributes import (
     CLIENT_PROVIDER,
     DEFAULT_TIER,
@@ -102,7 +101,7 @@ class ClientTracer:
             builder = ClientSpanBuilder(_resource(self.service_name))
             self._worker = ExportWorker(builder.build, span_exporter, schedule_delay_s=schedule_delay_s,
                                         max_batch_spans=512, max_queued_records=max_queued_requests)
-            atexit.register(_shutdown_at_exit, weakref.ref(self))
+            process_exit.register(self)  # flushed at exit and on SIGTERM
 
     @property
     def is_exporting(self) -> bool:
@@ -123,10 +122,10 @@ class ClientTracer:
         """Build and export everything recorded so far; True when done within `timeout_s`."""
         return self._worker.flush(timeout_s) if self._worker is not None else True
 
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Flush, stop the export thread, shut the exporter down."""
-        if self._worker is not None:
-            self._worker.shutdown(timeout_s)
+    def shutdown(self, timeout_s: float = 30.0) -> str:
+        """Flush, stop the export thread, shut the exporter down. Returns what could not be exported within
+        `timeout_s` ("" when everything went out)."""
+        return self._worker.shutdown(timeout_s) if self._worker is not None else ""
 
 
 class ClientSpanBuilder:
@@ -199,9 +198,3 @@ def _server(url: str) -> dict[str, Any]:
     if out and port is not None:
         out[SERVER_PORT] = port
     return out
-
-
-def _shutdown_at_exit(ref: "weakref.ref[ClientTracer]") -> None:
-    tracer = ref()
-    if tracer is not None:
-        tracer.shutdown(timeout_s=5.0)

@@ -58,6 +58,7 @@ class ExportWorker:
         """Records dropped because the queue was full or the worker was shut down."""
         self.exported_spans = 0
         self.failed_spans = 0
+        self._in_flight = 0  # spans of the batch the exporter holds now
         self._thread = threading.Thread(target=self._run, name="budgetscope-export", daemon=True)
         self._thread.start()
 
@@ -76,24 +77,37 @@ class ExportWorker:
         if not self._thread.is_alive():
             return not self._pending
         done = threading.Event()
-        with self._lock:
-            self._flush_waiters.append(done)
+        # Bounded: a SIGTERM handler may flush while the main thread it interrupted holds this lock.
+        if not self._lock.acquire(timeout=timeout_s):
+            return False
+        self._flush_waiters.append(done)
+        self._lock.release()
         self._wake.set()
         if not done.wait(timeout_s):
             return False
         return bool(self._exporter.force_flush(int(timeout_s * 1000)))
 
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Export what is queued, stop the thread, shut the exporter down. Idempotent."""
+    def shutdown(self, timeout_s: float = 30.0) -> str:
+        """Export what is queued, stop the thread, shut the exporter down. Idempotent.
+
+        Returns what could not be exported within `timeout_s` ("" when everything went out): spans whose
+        export failed meanwhile or was still running at the deadline, and records never built. An export
+        still running at the deadline (a collector gone, retried) is left to end with the process: the
+        exporter's own shutdown could wait for it."""
         if self._stopping:
-            return
-        self._stopping = True
+            return ""
+        self._stopping = True  # first: a SIGTERM flush that interrupts this call returns at once
+        failed_before = self.failed_spans
         self._wake.set()
         self._thread.join(timeout_s)
-        try:
-            self._exporter.shutdown()
-        except Exception:  # noqa: BLE001 - shutdown must not raise into atexit
-            _log.exception("budgetscope: exporter shutdown failed")
+        if not self._thread.is_alive():
+            try:
+                self._exporter.shutdown()
+            except Exception:  # noqa: BLE001 - shutdown must not raise into atexit
+                _log.exception("budgetscope: exporter shutdown failed")
+        with self._lock:
+            lost = self.failed_spans - failed_before + self._in_flight
+        return _shortfall(lost, len(self._pending))
 
     def _run(self) -> None:
         while True:
@@ -136,18 +150,29 @@ class ExportWorker:
         return not (self._stopping or self._flush_waiters or len(self._pending) > CATCH_UP_RECORDS)
 
     def _export(self, batch: list[Any]) -> None:
+        self._in_flight = len(batch)
         try:
             result = self._exporter.export(batch)
             ok = getattr(result, "name", "SUCCESS") == "SUCCESS"
         except Exception:  # noqa: BLE001 - a failing collector must not stop the export thread
             _log.exception("budgetscope: span export failed")
             ok = False
-        if ok:
-            self.exported_spans += len(batch)
-        else:
-            self.failed_spans += len(batch)
+        with self._lock:  # one step, so that shutdown() never counts a batch twice or not at all
+            self._in_flight = 0
+            if ok:
+                self.exported_spans += len(batch)
+            else:
+                self.failed_spans += len(batch)
 
     def _count_drop(self) -> None:
         if self.dropped == 0:
             _log.warning("budgetscope: export queue full or shut down; dropping requests (see .dropped)")
         self.dropped += 1
+
+
+def _shortfall(spans: int, records: int) -> str:
+    """What was not exported, in words ("" when nothing)."""
+    parts = [f"{spans:,} spans not exported"] if spans else []
+    if records:
+        parts.append(f"{records:,} finished requests/steps not built into spans")
+    return ", ".join(parts)

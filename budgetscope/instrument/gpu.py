@@ -331,7 +331,8 @@ class OtlpSink:
 
         self._exporter = otlp_exporter("metrics")
 
-    def export(self, points: list[Point], host_name: str) -> None:
+    def export(self, points: list[Point], host_name: str) -> Any:
+        """Send the points; returns the exporter's result (FAILURE when the collector did not take them)."""
         from opentelemetry.sdk.metrics.export import (Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics,
                                                       ScopeMetrics)
         from opentelemetry.sdk.resources import Resource
@@ -341,7 +342,7 @@ class OtlpSink:
                    for m, ps in _group(points).items()]
         data = MetricsData([ResourceMetrics(Resource({"host.name": host_name, "service.name": service_name()}),
                                             [ScopeMetrics(InstrumentationScope(SCOPE), metrics, "")], "")])
-        self._exporter.export(data)
+        return self._exporter.export(data)
 
     def close(self) -> None:
         self._exporter.shutdown()
@@ -381,6 +382,8 @@ class GpuSampler:
         self.num_points = 0
         self.cpu_ns = 0  # CPU time of the sampling thread (thread mode): its own cost
         self.wall_ns = 0
+        self.lost_points = 0  # points whose export failed
+        self._in_flight = 0  # points of the export running now
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process = None
@@ -408,6 +411,9 @@ class GpuSampler:
         self._sink = make_sink(self.sink_spec) if isinstance(self.sink_spec, str) else self.sink_spec
         self._thread = threading.Thread(target=self.run, name="budgetscope-gpu-sampler", daemon=True)
         self._thread.start()
+        from budgetscope.instrument import process_exit
+
+        process_exit.register(self)  # the buffered points go out at exit and on SIGTERM
         return True
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -418,6 +424,15 @@ class GpuSampler:
         if self._process is not None:
             self._process_stop.set()
             self._process.join(timeout_s)
+
+    def shutdown(self, timeout_s: float = 10.0) -> str:
+        """`stop()` within `timeout_s`; returns what could not be exported ("" when every point went out)."""
+        lost_before = self.lost_points
+        self.stop(timeout_s)
+        lost = self.lost_points - lost_before
+        if self._thread is not None and self._thread.is_alive():
+            lost += self._in_flight
+        return f"{lost:,} GPU points not exported" if lost else ""
 
     def run(self, max_ticks: int | None = None) -> None:
         """The loop (blocking): tick on a fixed schedule (no drift), flush every `flush_every_s`."""
@@ -455,10 +470,15 @@ class GpuSampler:
 
     def _flush(self, buf: list[Point]) -> None:
         self.num_points += len(buf)
+        self._in_flight = len(buf)
         try:
-            self._sink.export(buf, self.host_name)
+            result = self._sink.export(buf, self.host_name)
+            if getattr(result, "name", "SUCCESS") != "SUCCESS":  # the OTLP exporter reports, never raises
+                raise OSError(f"the exporter answered {result.name}")
         except Exception as e:  # noqa: BLE001 - a failed export loses those points, never the sampler
             log.warning("GPU sample export failed (%d points lost): %s", len(buf), e)
+            self.lost_points += len(buf)
+        self._in_flight = 0
 
     # -- process mode ----------------------------------------------------------------------------------------
     def _start_process(self) -> bool:

@@ -29,7 +29,8 @@ def gpu() -> None:
 @click.option("--otlp", is_flag=True, help="Export with the OTLP metric exporter (OTEL_EXPORTER_OTLP_* env).")
 @click.option("--duration", default=None, help="Stop after this long (e.g. 60s); default: until Ctrl-C.")
 def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> None:
-    """Sample every GPU until stopped; each point keeps its own timestamp.
+    """Sample every GPU until stopped (Ctrl-C, SIGTERM or --duration); each point keeps its own timestamp.
+    On SIGTERM the buffered points are exported first (within $BUDGETSCOPE_FLUSH_TIMEOUT_MS), then exit 0.
 
     Figures NVML cannot give (MIG, no GPM before Hopper) are named on one line on stderr and not emitted:
     unknown, never zero. Without any GPU (no driver, no nvidia-ml-py, none found) that one line is printed
@@ -42,6 +43,7 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
     import time
 
     from budgetscope.instrument.gpu import GpuSampler
+    from budgetscope.instrument.process_exit import Terminated
 
     if bool(out) == otlp:
         raise click.UsageError("give exactly one of --out jsonl:PATH or --otlp")
@@ -63,7 +65,7 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
     try:
         while stop_after is None or time.monotonic() - t0 < stop_after:
             time.sleep(0.2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):  # SIGTERM: the handler already exported the buffered points
         pass
     sampler.stop()
     share = sampler.cpu_ns / max(1, time.monotonic_ns() - int(t0 * 1e9))

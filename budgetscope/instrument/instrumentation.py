@@ -5,11 +5,10 @@ Look-ups happen once, here (exporter, resource, batching knobs); the per-request
 
 from __future__ import annotations
 
-import atexit
 import os
-import weakref
 from typing import Any
 
+from budgetscope.instrument import process_exit
 from budgetscope.instrument.attributes import DEFAULT_OPERATION, DEFAULT_PROVIDER, DEFAULT_TIER
 from budgetscope.instrument.clock import as_unix_span
 from budgetscope.instrument.context import _current
@@ -59,7 +58,7 @@ class Instrumentation:
                 max_queued_records=max_queued_requests,
             )
             self._submit = self._worker.submit
-            atexit.register(_shutdown_at_exit, weakref.ref(self))
+            process_exit.register(self)  # flushed at exit and on SIGTERM
 
     @property
     def is_exporting(self) -> bool:
@@ -132,10 +131,10 @@ class Instrumentation:
         """Build and export every finished request and step so far; True when done within `timeout_s`."""
         return self._worker.flush(timeout_s) if self._worker is not None else True
 
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Flush, stop the export thread and shut the exporter down. Later requests are not exported."""
-        if self._worker is not None:
-            self._worker.shutdown(timeout_s)
+    def shutdown(self, timeout_s: float = 30.0) -> str:
+        """Flush, stop the export thread and shut the exporter down. Later requests are not exported.
+        Returns what could not be exported within `timeout_s` ("" when everything went out)."""
+        return self._worker.shutdown(timeout_s) if self._worker is not None else ""
 
 
 def _resource(service_name: str) -> Any:
@@ -156,9 +155,3 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-
-
-def _shutdown_at_exit(ref: "weakref.ref[Instrumentation]") -> None:
-    instr = ref()
-    if instr is not None:
-        instr.shutdown(timeout_s=5.0)

@@ -90,6 +90,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     Requests are sent when the plan says, whatever the server does; schedule lag (sent - scheduled) shows
     any delay on the client side, including the --concurrency cap. Each request carries a W3C traceparent
     whose parent is its `llm.client.request` span, so server spans join the client's trace.
+    SIGTERM stops the run: the client spans of the finished requests are exported first, then exit 0.
 
     \b
       budgetscope load http://127.0.0.1:8000 --rate 20 --duration 60 --out results.json
@@ -104,6 +105,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
 
     from budgetscope.extras import MissingExtra
     from budgetscope.instrument.client import ClientTracer
+    from budgetscope.instrument.process_exit import Terminated
     from budgetscope.loadgen import (Arrivals, Distribution, Mix, Prompts, SharedPrefix, Target, Workload,
                                      build_plan, read_replay, run_load)
 
@@ -161,6 +163,9 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
                           on_progress=progress if progress.enabled else None)
     except LoadgenError as err:
         raise _InputError(str(err)) from None
+    except Terminated:  # SIGTERM: the handler exported the spans of every finished request
+        click.echo("budgetscope load: stopped by SIGTERM", err=True)
+        return
     finally:
         progress.close()
         tracer.shutdown()

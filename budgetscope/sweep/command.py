@@ -71,6 +71,7 @@ def sweep(url, budgets, archive, rates, search, duration, runs, start_rate, max_
     that collector joins its stages. Per rate: attainment, pXX TTFT/TPOT/E2E, each stage's share of the tail
     (the attribution of `report`) and the server's saturation signals. Then each tier's capacity, the knee,
     and the stage that takes over past it. Exit 0 when the sweep ran, 2 on bad input (archive unchanged).
+    SIGTERM stops it: the client spans of the finished requests are landed first, then exit 0.
 
     \b
       budgetscope sweep http://127.0.0.1:8000 --budgets budgets.toml --rates 1,2,4,6,8,12 --duration 60 --archive cap/
@@ -78,6 +79,7 @@ def sweep(url, budgets, archive, rates, search, duration, runs, start_rate, max_
     """
     from budgetscope.analysis.budgets import BudgetError, load_budgets
     from budgetscope.analysis.capacity_render import render_text
+    from budgetscope.instrument.process_exit import Terminated
     from budgetscope.loadgen import Distribution, LoadgenError, Mix, Workload
     from budgetscope.sweep.runner import Sweep, SweepConfig, SweepError, parse_rates
 
@@ -102,6 +104,9 @@ def sweep(url, budgets, archive, rates, search, duration, runs, start_rate, max_
         res = Sweep(config, say=lambda line: click.echo(line, err=True)).run()
     except (SweepError, BudgetError, LoadgenError, ValueError) as e:
         raise _InputError(str(e)) from None
+    except Terminated:  # SIGTERM: the client spans were flushed, the collector landed them on the way out
+        click.echo(f"budgetscope sweep: stopped by SIGTERM; the steps run so far are in {archive}", err=True)
+        return
     if fmt == "json":
         click.echo(json.dumps(_clean(res), indent=2, allow_nan=False, default=str))
     else:
