@@ -211,3 +211,11 @@ def test_every_command_has_help_and_docs(runner):
         r = runner.invoke(main, [name, "--help"])
         assert r.exit_code == 0 and cmd.help, name
         assert f"budgetscope {name}" in docs, f"docs/cli.md does not document `budgetscope {name}`"
+
+
+def test_python_dash_m_runs_the_command():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "budgetscope", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("budgetscope, version ")
