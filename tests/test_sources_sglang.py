@@ -1,10 +1,15 @@
-"""SGLang: the request trace (`Req <rid>` root, thread spans, stage slices) → server rows.
+"""SGLang: the request trace (`{role} Req <rid>` root, thread spans, stage slices) → server rows.
 
-Names as SGLang writes them: python/sglang/srt/tracing/trace.py (root `Req {rid[:8]}` with attribute `rid`) and
-the `RequestStage` slice names of python/sglang/srt/tracing/req_time_stats.py (sgl-project/sglang).
+Today's shapes, level by level and role by role, are the conformance cases (tests/conformance/sglang/). Here: the
+first tracing version (python/sglang/srt/tracing/trace.py: root `Req {rid[:8]}`, `e2e` set on it), which is still
+read, and what the cases do not show: which spans are claimed, several requests in one trace, a PD pair that
+arrives in two batches.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from conftest import rows
@@ -61,3 +66,62 @@ def test_sglang_joins_its_client_span(archive_path, ingest_text):
                 document("loadgen", [c]).decode())
     assert rows(archive_path, "SELECT source, network_ms, ttft_network_ms FROM requests") == [
         ("sglang", pytest.approx(6.0), pytest.approx(5.0))]
+
+
+CASES = Path(__file__).parent / "conformance" / "sglang"
+
+
+def test_sglang_claims_its_roots_threads_and_slices_only(archive_path, ingest_text):
+    tid = f"{4:032x}"
+    ours = [span(tid, f"{i + 1:016x}", name, 1, T0, T0 + MS, attrs) for i, (name, attrs) in enumerate([
+        (" Req 0123abcd", {"rid": "0123abcd-1"}), ("prefill Req 0123abcd", {"rid": "0123abcd-2"}),
+        ("decode Req 0123abcd", {"rid": "0123abcd-3"}), ("Req 0123abcd", {"rid": "0123abcd-4"}),
+        ("Scheduler [TP 0] (host:3f9a1c2e | pid:7)", {"thread_label": "Scheduler", "pid": 7}),
+        ("decode_waiting", {}), ("prefill_bootstrap", {}), ("fake_output", {})])]
+    theirs = [span(tid, f"{i + 20:016x}", name, 1, T0, T0 + MS, attrs) for i, (name, attrs) in enumerate([
+        ("tokenize", {}), ("Req 0123abcd", {}), ("worker", {"thread_label": "w"})])]
+    ingest_text(archive_path, document("sglang", ours, scope="sglang server").decode() + "\n"
+                + document("my-app", theirs, scope="my.app").decode())
+    got = dict(rows(archive_path, "SELECT span_id, source FROM spans"))
+    assert [got[s["spanId"]] for s in ours] == ["sglang"] * len(ours)
+    assert [got[s["spanId"]] for s in theirs] == ["other"] * len(theirs)  # generic names, another service
+
+
+def test_two_requests_in_one_trace_each_read_their_own_slices(archive_path, ingest_text):
+    """One client trace may hold several requests: slices belong to the root they hang under, not the trace."""
+    tid = f"{5:032x}"
+
+    def request(n: int, queue_ms: float) -> list[dict]:
+        root, thread = f"{n:08x}00000001", f"{n:08x}00000002"
+        attrs = {"rid": f"req-{n}", "gen_ai.latency.time_to_first_token": (10 + queue_ms) / 1e3}
+        return [span(tid, root, f" Req req-{n}", 1, T0, T0 + 100 * MS, attrs),
+                span(tid, thread, "Scheduler [TP 0] (host:3f9a1c2e | pid:7)", 1, T0 + MS, T0 + 99 * MS,
+                     {"thread_label": "Scheduler"}, parent_span_id=root),
+                span(tid, f"{n:08x}00000003", "prefill_waiting", 1, T0 + 2 * MS, T0 + int((2 + queue_ms) * MS), {},
+                     parent_span_id=thread),
+                span(tid, f"{n:08x}00000004", "prefill_forward", 1, T0 + int((2 + queue_ms) * MS),
+                     T0 + int((9 + queue_ms) * MS), {}, parent_span_id=thread),
+                span(tid, f"{n:08x}00000005", "decode_forward", 1, T0 + int((9 + queue_ms) * MS), T0 + 99 * MS, {},
+                     parent_span_id=thread)]
+
+    ingest_text(archive_path, document("sglang", request(1, 5.0) + request(2, 30.0), scope="sglang server").decode())
+    assert rows(archive_path, "SELECT request_id, frontend_ms, queue_ms, prefill_ms, postprocess_ms, "
+                              "unaccounted_ms FROM requests ORDER BY 1") == [
+        ("req-1", pytest.approx(2.0), pytest.approx(5.0), pytest.approx(8.0), pytest.approx(1.0), pytest.approx(0.0)),
+        ("req-2", pytest.approx(2.0), pytest.approx(30.0), pytest.approx(8.0), pytest.approx(1.0),
+         pytest.approx(0.0))]
+
+
+def test_a_pd_pair_split_over_two_batches_is_one_request(archive_path, ingest_text):
+    """The decode instance exports after the prefill instance: the trace is derived again, and the pair is one
+    row with the figures of the whole case."""
+    case = CASES / "pd_pair_one_trace"
+    lines = (case / "spans.jsonl").read_text().splitlines(keepends=True)
+    prefill = [ln for ln in lines if '"prefill' in ln or "Prefill" in ln or "llm.client.request" in ln]
+    ingest_text(archive_path, "".join(prefill))
+    assert rows(archive_path, "SELECT count(*) FROM requests WHERE source = 'sglang'") == [(0,)]
+    ingest_text(archive_path, "".join(ln for ln in lines if ln not in prefill))
+    (want,) = json.loads((case / "expected.json").read_text())["requests"]
+    got = rows(archive_path, "SELECT request_id, queue_ms, prefill_ms, e2e_ms, network_ms FROM requests")
+    assert got == [(want["request_id"], pytest.approx(want["queue_ms"]), pytest.approx(want["prefill_ms"]),
+                    pytest.approx(want["e2e_ms"]), pytest.approx(want["network_ms"]))]
