@@ -125,3 +125,22 @@ def test_a_pd_pair_split_over_two_batches_is_one_request(archive_path, ingest_te
     got = rows(archive_path, "SELECT request_id, queue_ms, prefill_ms, e2e_ms, network_ms FROM requests")
     assert got == [(want["request_id"], pytest.approx(want["queue_ms"]), pytest.approx(want["prefill_ms"]),
                     pytest.approx(want["e2e_ms"]), pytest.approx(want["network_ms"]))]
+
+
+def test_looping_parent_links_end_the_walk():
+    """Ingest keeps one copy of a span id, but the adapter reads any relation: a span id present twice, once as
+    its own parent, would walk forever. The walk stops at a bounded depth and the row stays right."""
+    import duckdb
+
+    from budgetscope.sources import sglang
+
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE s (trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
+        start_ns BIGINT, end_ns BIGINT, status_code VARCHAR, source VARCHAR, service_name VARCHAR, attributes JSON)""")
+    con.executemany("INSERT INTO s VALUES ('t', ?, ?, ?, ?, ?, 'UNSET', 'sglang', 'sglang', ?)", [
+        ("r", None, " Req 0123abcd", T0, T0 + 10 * MS, '{"rid": "0123abcd-loop"}'),
+        ("th", "r", "Scheduler", T0, T0 + 9 * MS, '{"thread_label": "Scheduler"}'),
+        ("w", "th", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
+        ("w", "w", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}")])
+    got = con.execute(f"SELECT request_id, frontend_ms, queue_ms FROM ({sglang.server_rows('s')})").fetchall()
+    assert got == [("0123abcd-loop", pytest.approx(1.0), pytest.approx(1.0))]

@@ -20,13 +20,13 @@ Mapping (ns times; a stage whose slices are missing is NULL):
              `request_process` / `prefill_prepare`) − arrival,
   queue    = Σ `prefill_bootstrap` + `prefill_waiting` of the prefill side, + Σ `decode_waiting` of a decode root
              (under PD the decode instance's wait comes before the first token),
-  first token = decode/unified root start + time_to_first_token (unified: else the end of the last prefill
-             slice),
+  first token = decode/unified root start + time_to_first_token (unified: else the end of prefill, i.e. of the
+             first `prefill_forward`: after a retract the request is prefilled again inside decode),
   prefill  = first token − end of the prefill side's last wait − the decode root's `decode_waiting`,
   decode   = end of the last `decode_forward` / `decode_loop` − first token (a unified `decode_waiting`, after
              the first token, is inside it),
   postprocess = root end (or start + e2e where a version set it) − end of the last decode slice,
-  itl      = (level 3) gaps between the end of the last prefill slice and each `decode_loop` end.
+  itl      = (level 3) gaps between the end of prefill and each `decode_loop` end (scheduler clock).
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ FRONTEND_END = ("request_process", "prefill_prepare")
 """Slices that end where the frontend ends (the scheduler's receive → enqueue), read when no wait slice was
 exported (a request aborted while it waited)."""
 WAIT = ("prefill_bootstrap", "prefill_waiting")
-PREFILL = ("prefill_forward", "chunked_prefill")
 DECODE = ("decode_loop", "decode_forward")
+MAX_DEPTH = 8
+"""Spans below a root the walk follows: SGLang nests at most thread → decode_forward → decode_forward →
+decode_loop; the bound also ends the walk on a trace whose parent links loop."""
 
 
 def _in(names: tuple[str, ...]) -> str:
@@ -55,21 +57,25 @@ def _in(names: tuple[str, ...]) -> str:
 def _slices(spans: str) -> str:
     """SELECT: per SGLang root, the bounds of its slices (ns) and their sums (ms).
 
-    A slice hangs off a thread span, or off an enclosing slice (chunked_prefill, decode_loop, fake_output), so
-    its root is one to three parents up; a trace may hold several roots (a PD pair, or one client trace). The
-    walk crosses every span of the trace: the first tracing version's thread spans carry no `thread_label`."""
+    A slice hangs off a thread span or off an enclosing slice (chunked_prefill, decode_loop, fake_output; after
+    a retract a second decode_forward opens inside the first), so the walk descends from each root as deep as
+    the spans go, stopping at another root; a trace may hold several roots (a PD pair, or one client trace). It
+    crosses every span of the trace: the first tracing version's thread spans carry no `thread_label`."""
     return f"""
-WITH sg AS (SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, status_code FROM {spans}),
-rt AS (SELECT trace_id, span_id FROM {spans} WHERE source = 'sglang' AND {SGLANG_ROOT_SQL}),
-up AS (
-  SELECT s.name, s.start_ns, s.end_ns, s.status_code, coalesce(r1.span_id, r2.span_id, r3.span_id) AS root_id,
-         s.trace_id
-  FROM sg s
-  LEFT JOIN sg p1 ON p1.trace_id = s.trace_id AND p1.span_id = s.parent_span_id
-  LEFT JOIN sg p2 ON p2.trace_id = p1.trace_id AND p2.span_id = p1.parent_span_id
-  LEFT JOIN rt r1 ON r1.trace_id = s.trace_id AND r1.span_id = s.parent_span_id
-  LEFT JOIN rt r2 ON r2.trace_id = p1.trace_id AND r2.span_id = p1.parent_span_id
-  LEFT JOIN rt r3 ON r3.trace_id = p2.trace_id AND r3.span_id = p2.parent_span_id)
+WITH RECURSIVE sg AS (
+  SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, status_code,
+         source = 'sglang' AND {SGLANG_ROOT_SQL} AS is_root
+  FROM {spans}),
+tree(trace_id, span_id, root_id, depth) AS (
+  SELECT trace_id, span_id, span_id, 0 FROM sg WHERE is_root
+  UNION ALL
+  SELECT s.trace_id, s.span_id, t.root_id, t.depth + 1
+  FROM sg s JOIN tree t ON s.trace_id = t.trace_id AND s.parent_span_id = t.span_id
+  WHERE NOT s.is_root AND t.depth < {MAX_DEPTH}),
+-- each span once, however many paths reach it (a span id sent twice)
+up AS (SELECT s.*, t.root_id FROM (SELECT DISTINCT trace_id, span_id, root_id FROM tree) t
+       JOIN sg s ON s.trace_id = t.trace_id AND s.span_id = t.span_id
+       WHERE NOT s.is_root QUALIFY row_number() OVER (PARTITION BY s.trace_id, s.span_id, t.root_id) = 1)
 SELECT trace_id, root_id,
   bool_or(status_code = 'ERROR') AS failed,
   max(end_ns) FILTER (WHERE name IN {_in(FRONTEND_END)}) AS frontend_end,
@@ -79,10 +85,11 @@ SELECT trace_id, root_id,
   CAST(count(*) FILTER (WHERE name = 'prefill_waiting') AS INTEGER) AS wait_n,
   sum(end_ns - start_ns) FILTER (WHERE name = 'decode_waiting') / 1e6 AS dwait_ms,
   CAST(count(*) FILTER (WHERE name = 'decode_waiting') AS INTEGER) AS dwait_n,
-  max(end_ns) FILTER (WHERE name IN {_in(PREFILL)}) AS prefill_end,
+  coalesce(min(end_ns) FILTER (WHERE name = 'prefill_forward'),
+           max(end_ns) FILTER (WHERE name = 'chunked_prefill')) AS prefill_end,
   max(end_ns) FILTER (WHERE name IN {_in(DECODE)}) AS decode_end,
   list(end_ns ORDER BY end_ns) FILTER (WHERE name = 'decode_loop') AS loop_ends
-FROM up WHERE root_id IS NOT NULL GROUP BY trace_id, root_id"""
+FROM up GROUP BY trace_id, root_id"""
 
 
 def _requests(spans: str) -> str:
