@@ -9,6 +9,7 @@ arrives in two batches.
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,92 @@ def test_looping_parent_links_end_the_walk():
         ("w", "w", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}")])
     got = con.execute(f"SELECT request_id, frontend_ms, queue_ms FROM ({sglang.server_rows('s')})").fetchall()
     assert got == [("0123abcd-loop", pytest.approx(1.0), pytest.approx(1.0))]
+
+
+class _Req:
+    """One request's trace: its id, and its spans as SGLang writes them (trace.py, req_time_stats.py)."""
+
+    def __init__(self, n: int):
+        self.tid, self.n, self.k, self.spans = f"{n:032x}", n, 0, []
+        self.rid = f"rid{n:05d}" + "0" * 24
+
+    def sid(self) -> str:
+        self.k += 1
+        return f"{self.n:08x}{self.k:08x}"
+
+    def add(self, name, a_us, b_us, parent, attrs=None) -> str:
+        s = span(self.tid, self.sid(), name, 1, T0 + a_us * 1000, T0 + b_us * 1000, attrs or {}, parent_span_id=parent)
+        self.spans.append(s)
+        return s["spanId"]
+
+
+def _unified(rng, n: int, level: int) -> tuple[_Req, dict]:
+    """A single-server request at trace `level` on a random timeline (µs), and the stages (ms) that timeline
+    implies: the truth its derived row is checked against."""
+    r, u = _Req(n), rng.randint
+    created = u(0, 2_000_000)
+    tok_end = created + u(200, 3000)
+    disp, recv = tok_end + u(0, 500), tok_end + u(600, 3000)
+    enq = recv + u(100, 2000)
+    sched = enq + u(0, 500_000)
+    chunk_ends = list(accumulate((u(5000, 50_000) for _ in range(u(1, 4))), initial=sched))[1:]
+    prefilled = chunk_ends[-1]
+    dsched = prefilled + u(100, 5000)
+    loops = list(accumulate((u(5000, 40_000) for _ in range(u(1, 30))), initial=dsched))[1:]
+    completed, first = loops[-1] + u(0, 1000), prefilled + u(300, 3000)
+    finished = completed + u(200, 5000)
+    root, tok, sch = r.sid(), r.sid(), r.sid()
+    r.add("tokenize", created, tok_end, tok)
+    if level >= 2:
+        r.add("api_server_dispatch", disp, disp + 100, tok)
+        r.add("request_process", recv, enq, sch)
+    r.add("prefill_waiting", enq, sched, sch)
+    pf, df = r.sid(), r.sid()
+    r.spans.append(span(r.tid, pf, "prefill_forward", 1, T0 + sched * 1000, T0 + prefilled * 1000, {},
+                        parent_span_id=sch))
+    r.add("decode_waiting", prefilled, dsched, sch)
+    r.spans.append(span(r.tid, df, "decode_forward", 1, T0 + dsched * 1000, T0 + completed * 1000, {},
+                        parent_span_id=sch))
+    if level >= 3:
+        for a, b in zip([sched] + chunk_ends[:-1], chunk_ends):
+            r.add("chunked_prefill", a, b, pf)
+        for i, (a, b) in enumerate(zip([dsched] + loops[:-1], loops)):
+            r.add("decode_loop", a, b, df, {"decode_ct": i})
+    r.spans += [span(r.tid, tok, "Tokenizer(host:3f9a1c2e | pid:7)", 1, T0 + created * 1000,
+                     T0 + (disp + 100 if level >= 2 else finished) * 1000, {"thread_label": "Tokenizer"},
+                     parent_span_id=root),
+                span(r.tid, sch, "Scheduler [TP 0] (host:3f9a1c2e | pid:8)", 1, T0 + recv * 1000,
+                     T0 + completed * 1000, {"thread_label": "Scheduler", "tp_rank": 0}, parent_span_id=root),
+                span(r.tid, root, f" Req {r.rid[:8]}", 1, T0 + created * 1000, T0 + finished * 1000,
+                     {"rid": r.rid, "gen_ai.usage.completion_tokens": len(loops) + 1,
+                      "gen_ai.latency.time_to_first_token": (first - created) / 1e6})]
+    ms = lambda us: us / 1000  # noqa: E731
+    itl = [ms(b - a) for a, b in zip([prefilled] + loops[:-1], loops)] if level >= 3 else None
+    return r, {"frontend_ms": ms(enq - created), "queue_ms": ms(sched - enq), "prefill_ms": ms(first - sched),
+               "decode_ms": ms(completed - first), "postprocess_ms": ms(finished - completed),
+               "ttft_ms": ms(first - created), "e2e_ms": ms(finished - created), "itl_ms": itl}
+
+
+def test_a_random_mix_of_levels_in_interleaved_batches_derives_each_timeline(archive_path, ingest_text):
+    """Timelines nobody tuned to, each request at its own trace level, their spans shuffled into batches of 64
+    (SGLang's exporter batch) over two ingests: every row equals its timeline to the microsecond, once."""
+    import random
+
+    rng = random.Random(23)
+    reqs = [_unified(rng, 100 + i, rng.choice((1, 2, 3))) for i in range(60)]
+    spans = [s for r, _ in reqs for s in r.spans]
+    rng.shuffle(spans)
+    docs = [document("sglang", spans[i:i + 64], scope="sglang server").decode() for i in range(0, len(spans), 64)]
+    half = len(docs) // 2
+    ingest_text(archive_path, "\n".join(docs[:half]) + "\n")
+    ingest_text(archive_path, "\n".join(docs[half:]) + "\n")
+    keys = ["frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "postprocess_ms", "ttft_ms", "e2e_ms", "itl_ms"]
+    got = {r[0]: dict(zip(keys, r[1:])) for r in rows(archive_path, f"SELECT request_id, {', '.join(keys)} FROM requests")}
+    assert len(got) == len(reqs)
+    for r, want in reqs:
+        g = got[r.rid]
+        for k in keys[:-1]:
+            assert g[k] == pytest.approx(want[k], abs=1e-3), (r.rid, k)
+        assert (g["itl_ms"] is None) == (want["itl_ms"] is None), r.rid
+        if want["itl_ms"] is not None:
+            assert g["itl_ms"] == pytest.approx(want["itl_ms"], abs=1e-3), r.rid
