@@ -225,7 +225,8 @@ def test_a_random_mix_of_levels_in_interleaved_batches_derives_each_timeline(arc
     ingest_text(archive_path, "\n".join(docs[:half]) + "\n")
     ingest_text(archive_path, "\n".join(docs[half:]) + "\n")
     keys = ["frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "postprocess_ms", "ttft_ms", "e2e_ms", "itl_ms"]
-    got = {r[0]: dict(zip(keys, r[1:])) for r in rows(archive_path, f"SELECT request_id, {', '.join(keys)} FROM requests")}
+    derived = rows(archive_path, f"SELECT request_id, {', '.join(keys)} FROM requests")
+    got = {r[0]: dict(zip(keys, r[1:])) for r in derived}
     assert len(got) == len(reqs)
     for r, want in reqs:
         g = got[r.rid]
