@@ -70,6 +70,7 @@ def test_sglang_joins_its_client_span(archive_path, ingest_text):
 
 
 CASES = Path(__file__).parent / "conformance" / "sglang"
+T0_CASE = 1_795_000_000_000_000_000  # the conformance cases' time zero (ns)
 
 
 def test_sglang_claims_its_roots_threads_and_slices_only(archive_path, ingest_text):
@@ -235,3 +236,19 @@ def test_a_random_mix_of_levels_in_interleaved_batches_derives_each_timeline(arc
         assert (g["itl_ms"] is None) == (want["itl_ms"] is None), r.rid
         if want["itl_ms"] is not None:
             assert g["itl_ms"] == pytest.approx(want["itl_ms"], abs=1e-3), r.rid
+
+
+def test_a_prefill_sent_twice_for_one_room_still_makes_one_request(archive_path, ingest_text):
+    """Two prefill roots of one bootstrap room (a prefill sent again) and one decode root: one row, and it
+    pairs with the later prefill."""
+    case = CASES / "pd_pair_one_trace"
+    lines = (case / "spans.jsonl").read_text().splitlines(keepends=True)
+    again = [ln.replace('"spanId":"0c0f', '"spanId":"1c0f').replace('"parentSpanId":"0c0f', '"parentSpanId":"1c0f')
+             for ln in lines if '"prefill' in ln or "Prefill" in ln]
+    early = T0_CASE - 5 * MS  # the first try started 5 ms before the one the decode used
+    again = [ln.replace(f'"startTimeUnixNano":"{T0_CASE + 400_000}"', f'"startTimeUnixNano":"{early}"')
+             for ln in again]
+    ingest_text(archive_path, "".join(again + lines))
+    (want,) = json.loads((case / "expected.json").read_text())["requests"]
+    assert rows(archive_path, "SELECT request_id, frontend_ms, e2e_ms FROM requests") == [
+        (want["request_id"], pytest.approx(want["frontend_ms"]), pytest.approx(want["e2e_ms"]))]

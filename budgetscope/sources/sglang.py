@@ -93,8 +93,8 @@ FROM up GROUP BY trace_id, root_id"""
 
 
 def _requests(spans: str) -> str:
-    """SELECT: one row per request: its root `d` (unified, old-style or decode), the PD partner `p` (prefill
-    root of the same trace and bootstrap room, else NULL), and the slice figures of both (`sd`, and `sp` for
+    """SELECT: one row per request: its root `d` (unified, old-style or decode), the PD partner `p` (the latest
+    prefill root of the same trace and bootstrap room, else NULL), and the slice figures of both (`sd`, and `sp` for
     the prefill side: the partner's, or the unified root's own)."""
     roots = f"""(SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
          CASE WHEN starts_with(name, 'prefill ') THEN 'prefill' WHEN starts_with(name, 'decode ') THEN 'decode'
@@ -118,7 +118,9 @@ LEFT JOIN roots p ON d.role = 'decode' AND p.role = 'prefill' AND p.trace_id = d
 LEFT JOIN sl sd ON sd.trace_id = d.trace_id AND sd.root_id = d.span_id
 LEFT JOIN sl sp ON sp.trace_id = d.trace_id
   AND sp.root_id = CASE WHEN d.role = 'decode' THEN p.span_id ELSE d.span_id END
-WHERE d.role IN ('unified', 'decode')"""
+WHERE d.role IN ('unified', 'decode')
+-- a prefill sent twice for one room: the later one served the decode (one row a request, still)
+QUALIFY row_number() OVER (PARTITION BY d.trace_id, d.span_id ORDER BY p.start_ns DESC NULLS LAST) = 1"""
 
 
 def server_rows(spans: str) -> str:
