@@ -21,11 +21,20 @@ TGI_SPANS = (*TGI_ROOTS, TGI_STREAM_WRAPPER, "validate", "validate_input", "toke
              "queued", "infer", "waiting", "send_generation", "send_error", "batch", "prefill", "decode",
              "filter_batch", "filter_send_generations", "next_batch", "clear_cache")
 """The spans TGI's router (text-generation-inference db931fc) creates for a request and its batches."""
-SGLANG_ROOT_PREFIX = "Req "
+SGLANG_ROOT_SQL = "regexp_matches(name, '^(| |prefill |decode |router )Req ') AND json_exists(attributes, '$.rid')"
+"""SQL over a span: an SGLang request root, named `f"{role} Req {rid[:8]}"` with attribute `rid`
+(python/sglang/srt/observability/trace.py): role `""` on a single server (the name begins with a space),
+`prefill` / `decode` under PD disaggregation; the first tracing version wrote `Req <rid>`."""
 SGLANG_SLICES = (
     "tokenize", "dispatch", "api_server_dispatch", "dc_dispatch", "dpc_dispatch", "request_process",
-    "prefill_waiting", "prefill_forward", "chunked_prefill", "decode_loop", "decode_forward",
+    "prefill_waiting", "prefill_forward", "chunked_prefill", "decode_waiting", "decode_loop", "decode_forward",
+    "prefill_prepare", "prefill_bootstrap", "prefill_transfer_kv_cache",
+    "decode_prepare", "decode_bootstrap", "decode_transferred", "fake_output", "quick_finish",
 )
+"""SGLang's `RequestStage` slice names, old and new (python/sglang/srt/observability/req_time_stats.py)."""
+SGLANG_SCOPED = ("(starts_with(coalesce(service_name, ''), 'sglang') "
+                 "OR starts_with(coalesce(scope_name, ''), 'sglang'))")
+"""SQL: the span was exported under SGLang's service (`sglang`) or tracer (`sglang server`)."""
 TRITON_SERVICE_PREFIX = "triton"
 
 SOURCE_SQL = f"""CASE
@@ -34,8 +43,8 @@ SOURCE_SQL = f"""CASE
   WHEN name = '{VLLM_ROOT}' THEN 'vllm'
   WHEN starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}')
     AND (name IN {TGI_SPANS!r} OR json_exists(attributes, '$."http.route"')) THEN 'tgi'
-  WHEN (starts_with(name, '{SGLANG_ROOT_PREFIX}') AND json_exists(attributes, '$.rid'))
-    OR (name IN {SGLANG_SLICES!r} AND (starts_with(coalesce(service_name, ''), 'sglang') OR starts_with(coalesce(scope_name, ''), 'sglang')))
+  WHEN ({SGLANG_ROOT_SQL})
+    OR ((name IN {SGLANG_SLICES!r} OR json_exists(attributes, '$.thread_label')) AND {SGLANG_SCOPED})
     THEN 'sglang'
   WHEN starts_with(lower(coalesce(service_name, '')), '{TRITON_SERVICE_PREFIX}') THEN 'triton'
   ELSE 'other' END"""
