@@ -142,7 +142,8 @@ def test_report_table_exact(runner, archive, traces):
         "interactive breaks its budget: p75 TTFT 195 ms vs 100 ms. 100% of the TTFT tail's excess over the median "
         "request is queueing (tail mean 510 ms vs 10 ms). 100% of the E2E tail's excess over the median request is "
         "queueing (tail mean 510 ms vs 10 ms). Stage budgets broken: queue p75 135 ms vs 50 ms. 75.0% of requests "
-        "met every SLO (goodput).")
+        "met every SLO (goodput). What the TTFT tail queued behind is unknown: no engine steps and no KV-use gauge in "
+        "the archive while the tail queued.")
 
 
 def test_report_markdown(runner, archive, traces):
