@@ -1,50 +1,184 @@
-"""vLLM adapter: its `llm_request` SERVER span (scope `vllm.llm_engine`) → server rows.
+"""vLLM adapter: its `llm_request` SERVER span, in each of the modes vLLM traces in, → server rows.
 
-Attribute names as defined in vLLM's `vllm/tracing.py` (`SpanAttributes`) and set in
-`vllm/v1/engine/output_processor.py` (`do_tracing`); all latencies are in seconds, measured from the
-request's arrival (the span's start), which is after tokenization began, so network is never inside them:
+Classic (`--otlp-traces-endpoint`; vllm/v1/engine/output_processor.py `do_tracing`, attribute names in
+vllm/tracing `SpanAttributes`): one `llm_request` span per request, made when it finishes, starting at its
+arrival, with `gen_ai.latency.*` attributes in seconds (stats in vllm/v1/metrics/stats.py):
   queue = time_in_queue, prefill = time_in_model_prefill, decode = time_in_model_decode,
   frontend = time_to_first_token − queue − prefill, postprocess = e2e − time_to_first_token − decode.
-A stage whose attribute is missing (older vLLM) is NULL, never guessed. vLLM's spans carry no prefix-cache
-count; `gen_ai.usage.cache_read.input_tokens`, set on the spans imported from offline `RequestOutput.metrics`
-(sources/vllm_offline.py, `num_cached_tokens`), is read as `cached_tokens`.
+`time_in_queue` runs from the first QUEUED to the first SCHEDULED only: a wait after a preemption lands in
+prefill (preempted before the first token) or decode (after it). The span carries no preemption count, so the
+re-queue time cannot be taken back out.
+
+Journey tracing (`--enable-journey-tracing`; JOURNEY_TRACING.md, vllm/v1/core/sched/scheduler.py): the
+`llm_request` span (scope `vllm.api`) has no latency attributes; a child span `llm_core` (scope
+`vllm.scheduler`) carries `journey.<TYPE>` span events with wall-clock times (ns), kept by ingest under
+`budgetscope.events`:
+  frontend = QUEUED − API span start,
+  queue = QUEUED → first SCHEDULED, plus each PREEMPTED → the next SCHEDULED,
+  prefill = first SCHEDULED → FIRST_TOKEN, less the re-queues before it,
+  decode = FIRST_TOKEN → FINISHED, less the re-queues after it,
+  postprocess = FINISHED → API span end;
+  TTFT = api.FIRST_RESPONSE_FROM_CORE (else FIRST_TOKEN) − API span start.
+Event times past the API span's end (the API gave up first: a client disconnect) are taken at its end. A request
+that never got a first token has prefill up to FINISHED and decode NULL.
+
+PD disaggregation (a proxy sends the request to a prefill instance with `max_tokens` 1, then to a decode
+instance with the returned `kv_transfer_params`, the same `X-Request-Id` to both): two `llm_request` spans with
+the same `gen_ai.request.id`, each a request of its own instance. When both are derived together, the prefill
+leg (one output token, ended before the decode leg began) folds into the decode leg's row: one row, arrival at
+the prefill leg, stages summed per stage; the decode leg's queue holds its wait for the KV transfer; the hand-off
+(prefill leg's first token → decode leg's arrival, via the proxy) is unaccounted.
+
+A stage whose figures are missing is NULL, never guessed. `gen_ai.usage.cache_read.input_tokens`, set on the
+spans imported from offline `RequestOutput.metrics` (sources/vllm_offline.py, `num_cached_tokens`), is read as
+`cached_tokens`.
 """
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import VLLM_ROOT
+from budgetscope.ingest.otlp_json import EVENTS_KEY
+from budgetscope.sources.classify import VLLM_CORE, VLLM_ROOT
+from budgetscope.sources.server_row import SERVER_COLUMNS, select_list
 
+_EVENTS = (f'"{EVENTS_KEY}":[{{"name":"VARCHAR","time_unix_nano":"BIGINT",'
+           '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]')
 ATTRS = (
     '{"gen_ai.request.id":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
     '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.usage.cache_read.input_tokens":"BIGINT",'
     '"gen_ai.latency.time_in_queue":"DOUBLE",'
     '"gen_ai.latency.time_to_first_token":"DOUBLE","gen_ai.latency.e2e":"DOUBLE",'
     '"gen_ai.latency.time_in_model_prefill":"DOUBLE","gen_ai.latency.time_in_model_decode":"DOUBLE",'
-    '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}'
+    '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR",' + _EVENTS + '}'
 )
+CORE_ATTRS = "{" + _EVENTS + "}"
+
+_STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_ms", "ttft_queue_ms",
+           "ttft_prefill_ms")
+"""Summed over the two legs of a PD-disaggregated request."""
 
 
-def server_rows(spans: str) -> str:
-    """SELECT producing one server row per vLLM `llm_request` span in the relation `spans`."""
+def _event_ns(events: str, name: str, pick: str = "list_min") -> str:
+    """SQL: the time (ns) of the first (`list_min`) or last (`list_max`) event `name` in the list `events`."""
+    return f"{pick}([e.time_unix_nano FOR e IN {events} IF e.name = '{name}'])"
+
+
+def _journey(spans: str) -> str:
+    """SELECT: per `llm_core` span's parent (the API span), the times of its journey, event times in ns."""
+    return f"""
+WITH ce AS (
+  SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
+  FROM (SELECT trace_id, parent_span_id AS api_id, unnest(json_transform(attributes, '{CORE_ATTRS}')."{EVENTS_KEY}") AS e
+        FROM {spans} WHERE name = '{VLLM_CORE}')),
+j AS (
+  SELECT trace_id, api_id, min(t) FILTER (WHERE n = 'journey.QUEUED') AS queued,
+    min(t) FILTER (WHERE n = 'journey.SCHEDULED') AS scheduled,
+    min(t) FILTER (WHERE n = 'journey.FIRST_TOKEN') AS first_token,
+    max(t) FILTER (WHERE n = 'journey.FINISHED') AS finished,
+    CAST(count(*) FILTER (WHERE n = 'journey.PREEMPTED') AS INTEGER) AS preemptions,
+    max(ea."prefill.total_tokens") AS prompt_tokens
+  FROM ce GROUP BY trace_id, api_id),
+-- each preemption's wait: PREEMPTED → the next SCHEDULED (or FINISHED, when it never resumed)
+w AS (
+  SELECT p.trace_id, p.api_id, p.t AS preempted,
+    (SELECT min(s.t) FROM ce s WHERE s.trace_id = p.trace_id AND s.api_id = p.api_id AND s.t >= p.t
+       AND s.n IN ('journey.SCHEDULED', 'journey.FINISHED')) AS resumed
+  FROM ce p WHERE p.n = 'journey.PREEMPTED')
+SELECT j.*,
+  coalesce(sum(w.resumed - w.preempted) FILTER (WHERE w.preempted < coalesce(j.first_token, j.finished)), 0)
+    AS requeue_before,
+  coalesce(sum(w.resumed - w.preempted) FILTER (WHERE w.preempted >= coalesce(j.first_token, j.finished)), 0)
+    AS requeue_after
+FROM j LEFT JOIN w ON w.trace_id = j.trace_id AND w.api_id = j.api_id
+GROUP BY ALL"""
+
+
+def _per_span(spans: str) -> str:
+    """SELECT: one server row per `llm_request` span (classic or journey), plus `leg_prompt` for PD pairing."""
+    ev = f'v.a."{EVENTS_KEY}"'
+    # journey mode: a core span and no latency attribute (a classic span may lack e2e: offline imports do)
+    journey_mode = ('j.api_id IS NOT NULL AND v.a."gen_ai.latency.e2e" IS NULL'
+                    ' AND v.a."gen_ai.latency.time_to_first_token" IS NULL')
+
+    def clip(t: str) -> str:  # an engine time past the API span's end is taken at its end (NULL stays NULL)
+        return f"CASE WHEN j.{t} > v.end_ns THEN v.end_ns ELSE j.{t} END"
+
+    q, sch, ft, fin = clip("queued"), clip("scheduled"), clip("first_token"), clip("finished")
+    lat = {k: f'v.a."gen_ai.latency.{k}" * 1e3' for k in
+           ("time_in_queue", "time_in_model_prefill", "time_in_model_decode", "time_to_first_token", "e2e")}
+    first_response = f"coalesce({_event_ns(ev, 'api.FIRST_RESPONSE_FROM_CORE')}, {ft})"
+    reached = f"coalesce({ft}, {fin})"  # the end of prefill: the first token, or the end of a request that had none
+    journey = {
+        "frontend": f"({q} - v.start_ns) / 1e6",
+        "queue": f"(coalesce({sch}, {fin}) - {q} + j.requeue_before + j.requeue_after) / 1e6",
+        "prefill": f"({reached} - {sch} - j.requeue_before) / 1e6",
+        "decode": f"({fin} - {ft} - j.requeue_after) / 1e6",
+        "ttft_queue": f"CASE WHEN {ft} IS NOT NULL THEN ({sch} - {q} + j.requeue_before) / 1e6 END",
+        "ttft_prefill": f"CASE WHEN {ft} IS NOT NULL THEN ({ft} - {sch} - j.requeue_before) / 1e6 END",
+    }
+
+    def mode(classic_sql: str, journey_sql: str) -> str:
+        return f"CASE WHEN {journey_mode} THEN {journey_sql} ELSE {classic_sql} END"
+
+    frontend = f"{lat['time_to_first_token']} - {lat['time_in_queue']} - {lat['time_in_model_prefill']}"
+    aborted_reason = f"[e.attributes.reason FOR e IN {ev} IF e.name = 'api.ABORTED'][1]"
+    rows = select_list(
+        trace_id="v.trace_id", server_span_id="v.span_id", parent_span_id="v.parent_span_id", source="'vllm'",
+        request_id='coalesce(v.a."gen_ai.request.id", v.span_id)', service_name="v.service_name",
+        model='v.a."gen_ai.response.model"', tier="""coalesce(v.a."budgetscope.tier", 'default')""",
+        tenant='v.a."budgetscope.tenant"',
+        outcome=f"""CASE WHEN {aborted_reason} = 'client_disconnect' THEN 'cancelled'
+          WHEN v.status_code = 'ERROR' OR {aborted_reason} IS NOT NULL THEN 'error' ELSE 'ok' END""",
+        arrival_ns="v.start_ns",
+        first_token_ns=mode(f"v.start_ns + CAST({lat['time_to_first_token']} * 1e6 AS BIGINT)", first_response),
+        end_ns="v.end_ns",
+        input_tokens='coalesce(v.a."gen_ai.usage.prompt_tokens", j.prompt_tokens)',
+        cached_tokens='v.a."gen_ai.usage.cache_read.input_tokens"',
+        output_tokens='v.a."gen_ai.usage.completion_tokens"',
+        frontend_ms=mode(frontend, journey["frontend"]),
+        queue_ms=mode(lat["time_in_queue"], journey["queue"]),
+        prefill_ms=mode(lat["time_in_model_prefill"], journey["prefill"]),
+        decode_ms=mode(lat["time_in_model_decode"], journey["decode"]),
+        postprocess_ms=mode(f"{lat['e2e']} - {lat['time_to_first_token']} - {lat['time_in_model_decode']}",
+                            f"(v.end_ns - {fin}) / 1e6"),
+        ttft_frontend_ms=mode(frontend, f"CASE WHEN {ft} IS NOT NULL THEN {journey['frontend']} END"),
+        ttft_queue_ms=mode(lat["time_in_queue"], journey["ttft_queue"]),
+        ttft_prefill_ms=mode(lat["time_in_model_prefill"], journey["ttft_prefill"]),
+        ttft_ms=mode(lat["time_to_first_token"], f"({first_response} - v.start_ns) / 1e6"),
+        e2e_ms=mode(lat["e2e"], "CASE WHEN j.api_id IS NOT NULL THEN (v.end_ns - v.start_ns) / 1e6 END"),
+        queue_entries=mode("NULL", f"CASE WHEN {q} IS NOT NULL THEN 1 + j.preemptions END"),
+    )
     return f"""
 WITH v AS (
   SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
          json_transform(attributes, '{ATTRS}') AS a
   FROM {spans} WHERE name = '{VLLM_ROOT}'),
-s AS (
-  SELECT *, a."gen_ai.latency.time_in_queue" * 1e3 AS q, a."gen_ai.latency.time_in_model_prefill" * 1e3 AS p,
-         a."gen_ai.latency.time_in_model_decode" * 1e3 AS d, a."gen_ai.latency.time_to_first_token" * 1e3 AS ttft,
-         a."gen_ai.latency.e2e" * 1e3 AS e2e
-  FROM v)
-SELECT trace_id, span_id AS server_span_id, parent_span_id, 'vllm' AS source,
-  coalesce(a."gen_ai.request.id", span_id) AS request_id, service_name, a."gen_ai.response.model" AS model,
-  coalesce(a."budgetscope.tier", 'default') AS tier, a."budgetscope.tenant" AS tenant,
-  CASE WHEN status_code = 'ERROR' THEN 'error' ELSE 'ok' END AS outcome,
-  start_ns AS arrival_ns, start_ns + CAST(ttft * 1e6 AS BIGINT) AS first_token_ns, end_ns,
-  a."gen_ai.usage.prompt_tokens" AS input_tokens, a."gen_ai.usage.cache_read.input_tokens" AS cached_tokens,
-  a."gen_ai.usage.completion_tokens" AS output_tokens,
-  ttft - q - p AS frontend_ms, q AS queue_ms, p AS prefill_ms, d AS decode_ms, e2e - ttft - d AS postprocess_ms,
-  ttft - q - p AS ttft_frontend_ms, q AS ttft_queue_ms, p AS ttft_prefill_ms,
-  ttft AS ttft_ms, e2e AS e2e_ms, CAST(NULL AS DOUBLE[]) AS itl_ms, CAST(NULL AS INTEGER) AS queue_entries
-FROM s
+j AS ({_journey(spans)})
+SELECT {rows}
+FROM v LEFT JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id"""
+
+
+def _pd_row() -> str:
+    """Select list of a PD-disaggregated request: decode leg `d`, prefill leg `p` (both server rows)."""
+    summed = {c: f"p.{c} + d.{c}" for c in _STAGES}
+    # the decode leg's E2E is counted from its own arrival: add the time since the prefill leg's arrival
+    since = "(d.arrival_ns - p.arrival_ns) / 1e6"
+    out = {c: f"d.{c}" for c in SERVER_COLUMNS}
+    out.update(summed, arrival_ns="p.arrival_ns", ttft_ms=f"d.ttft_ms + {since}", e2e_ms=f"d.e2e_ms + {since}")
+    return ",\n  ".join(f"{expr} AS {c}" for c, expr in out.items())
+
+
+def server_rows(spans: str) -> str:
+    """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one)."""
+    return f"""
+WITH r AS ({_per_span(spans)}),
+-- a PD pair: the prefill leg (one output token) ended before the decode leg with its request id began
+pd AS (
+  SELECT d.server_span_id AS d_id, p.server_span_id AS p_id FROM r d JOIN r p
+    ON p.request_id = d.request_id AND p.server_span_id <> d.server_span_id AND p.output_tokens = 1
+   AND p.end_ns <= d.arrival_ns
+  QUALIFY row_number() OVER (PARTITION BY d.server_span_id ORDER BY p.arrival_ns DESC) = 1)
+SELECT * FROM r WHERE server_span_id NOT IN (SELECT p_id FROM pd) AND server_span_id NOT IN (SELECT d_id FROM pd)
+UNION ALL BY NAME
+SELECT {_pd_row()}
+FROM pd JOIN r d ON d.server_span_id = pd.d_id JOIN r p ON p.server_span_id = pd.p_id
 """
