@@ -1,0 +1,55 @@
+"""vLLM journey tracing and PD disaggregation beyond the conformance cases (tests/conformance/vllm/): the same
+trace over OTLP protobuf, a journey whose timings did not arrive, and PD legs that are not a pair."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from conftest import rows
+from otlp_wire import to_proto
+
+CASES = Path(__file__).parent / "conformance" / "vllm"
+COLS = "request_id, outcome, frontend_ms, queue_ms, prefill_ms, decode_ms, postprocess_ms, ttft_ms, e2e_ms, queue_entries"
+
+
+def _docs(case: str) -> list[dict]:
+    return [json.loads(line) for line in (CASES / case / "spans.jsonl").read_text().splitlines()]
+
+
+def _jsonl(docs: list[dict]) -> str:
+    return "".join(json.dumps(d) + "\n" for d in docs)
+
+
+def test_journey_events_sent_as_protobuf_give_the_same_row(archive_path, ingest_text, tmp_path):
+    """vLLM's exporter sends protobuf (gRPC or http/protobuf): the events must survive that path too."""
+    docs = _docs("journey-preempted-chunked")
+    ingest_text(archive_path, _jsonl(docs))
+    as_json = rows(archive_path, f"SELECT {COLS} FROM requests")
+    other = tmp_path / "proto-archive"
+    for i, d in enumerate(docs):
+        ingest_text(other, to_proto(d), name=f"export-{i}.pb")
+    assert rows(other, f"SELECT {COLS} FROM requests") == as_json
+    assert abs(as_json[0][3] - 599.98) < 1e-3  # the re-queues are in queue
+
+
+def test_a_journey_whose_core_span_is_missing_is_unknown_not_zero(archive_path, ingest_text):
+    """The API span alone (the `llm_core` span lost or sampled away) has no timings: every stage NULL."""
+    docs = [d for d in _docs("journey-preempted-chunked")
+            if d["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "llm_request"]
+    ingest_text(archive_path, _jsonl(docs))
+    ((rid, outcome, *stages, entries),) = rows(archive_path, f"SELECT {COLS} FROM requests")
+    assert rid == "chatcmpl-journey-0001" and outcome == "ok"
+    assert stages == [None] * 7 and entries is None
+
+
+def test_pd_legs_fold_only_when_the_prefill_leg_ended_first(archive_path, ingest_text):
+    """Two spans with one request id that overlap in time (a client reusing an id, not a PD hand-off) stay two
+    rows: only a one-token leg that ended before the other began is a prefill leg."""
+    docs = copy.deepcopy(_docs("pd-disaggregated"))
+    prefill = docs[0]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    prefill["endTimeUnixNano"] = str(int(prefill["endTimeUnixNano"]) + 10_000_000)  # ends after the decode leg began
+    ingest_text(archive_path, _jsonl(docs))
+    got = rows(archive_path, "SELECT service_name, e2e_ms FROM requests ORDER BY arrival_ns")
+    assert [(s, round(e, 3)) for s, e in got] == [("vllm-prefill", 315.0), ("vllm-decode", 1270.0)]
