@@ -173,9 +173,8 @@ def server_rows(spans: str) -> str:
 WITH r AS ({_per_span(spans)}),
 -- a PD pair: the prefill leg (one output token) ended before the decode leg with its request id began
 pd AS (
-  SELECT d.server_span_id AS d_id, p.server_span_id AS p_id FROM r d JOIN r p
-    ON p.request_id = d.request_id AND p.server_span_id <> d.server_span_id AND p.output_tokens = 1
-   AND p.end_ns <= d.arrival_ns
+  SELECT d.server_span_id AS d_id, p.server_span_id AS p_id FROM r d JOIN (SELECT * FROM r WHERE output_tokens = 1) p
+    ON p.request_id = d.request_id AND p.server_span_id <> d.server_span_id AND p.end_ns <= d.arrival_ns
   QUALIFY row_number() OVER (PARTITION BY d.server_span_id ORDER BY p.arrival_ns DESC) = 1)
 SELECT * FROM r WHERE server_span_id NOT IN (SELECT p_id FROM pd) AND server_span_id NOT IN (SELECT d_id FROM pd)
 UNION ALL BY NAME
