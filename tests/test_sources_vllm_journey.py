@@ -7,6 +7,7 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 from conftest import rows
 from otlp_wire import to_proto
 
@@ -53,3 +54,38 @@ def test_pd_legs_fold_only_when_the_prefill_leg_ended_first(archive_path, ingest
     ingest_text(archive_path, _jsonl(docs))
     got = rows(archive_path, "SELECT service_name, e2e_ms FROM requests ORDER BY arrival_ns")
     assert [(s, round(e, 3)) for s, e in got] == [("vllm-prefill", 315.0), ("vllm-decode", 1270.0)]
+
+
+def _spark_missing() -> str | None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed (pip install -e '.[dev]')"
+    from budgetscope.spark.session import java_problem
+
+    problem = java_problem()
+    return f"Spark needs Java: {problem}" if problem else None
+
+
+@pytest.mark.spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+def test_spark_derives_the_vllm_rows_of_duckdb(archive_path, ingest_text, tmp_path):
+    """`budgetscope derive --engine spark` runs the same SQL, transpiled: every vLLM mode gives the same rows."""
+    missing = _spark_missing()
+    if missing:
+        pytest.skip(missing)
+    import duckdb
+
+    from budgetscope.spark.derive import derive_duckdb, derive_spark
+
+    ingest_text(archive_path, "".join((c / "spans.jsonl").read_text() for c in sorted(CASES.iterdir()) if c.is_dir()))
+    assert derive_duckdb(archive_path, tmp_path / "duck") == derive_spark(archive_path, tmp_path / "spark") == 6
+    con = duckdb.connect()
+
+    def read(d: str) -> list[tuple]:
+        return con.execute(f"SELECT {COLS} FROM read_parquet('{tmp_path / d}/*.parquet') ORDER BY request_id").fetchall()
+
+    want, got = read("duck"), read("spark")
+    assert [r[:2] for r in got] == [r[:2] for r in want]
+    for w, g in zip(want, got):
+        assert all(a == b or (a is not None and b is not None and abs(a - b) < 1e-6) for a, b in zip(w[2:], g[2:])), (w, g)

@@ -40,63 +40,68 @@ from budgetscope.ingest.otlp_json import EVENTS_KEY
 from budgetscope.sources.classify import VLLM_CORE, VLLM_ROOT
 from budgetscope.sources.server_row import SERVER_COLUMNS, select_list
 
-_EVENTS = (f'"{EVENTS_KEY}":[{{"name":"VARCHAR","time_unix_nano":"BIGINT",'
-           '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]')
+EVENT_ATTRS = ('{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT",'
+               '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]}')
+"""The events kept on a span (ingest's `budgetscope.events`), with the event attributes read here."""
 ATTRS = (
     '{"gen_ai.request.id":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
     '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.usage.cache_read.input_tokens":"BIGINT",'
     '"gen_ai.latency.time_in_queue":"DOUBLE",'
     '"gen_ai.latency.time_to_first_token":"DOUBLE","gen_ai.latency.e2e":"DOUBLE",'
     '"gen_ai.latency.time_in_model_prefill":"DOUBLE","gen_ai.latency.time_in_model_decode":"DOUBLE",'
-    '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR",' + _EVENTS + '}'
+    '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}'
 )
-CORE_ATTRS = "{" + _EVENTS + "}"
 
 _STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_ms", "ttft_queue_ms",
            "ttft_prefill_ms")
 """Summed over the two legs of a PD-disaggregated request."""
 
-
-def _event_ns(events: str, name: str, pick: str = "list_min") -> str:
-    """SQL: the time (ns) of the first (`list_min`) or last (`list_max`) event `name` in the list `events`."""
-    return f"{pick}([e.time_unix_nano FOR e IN {events} IF e.name = '{name}'])"
+# Written in SQL that budgetscope's Spark dialect carries over (spark/dialect.py): no list comprehensions,
+# QUALIFY, GROUP BY ALL or correlated subqueries.
 
 
 def _journey(spans: str) -> str:
-    """SELECT: per `llm_core` span's parent (the API span), the times of its journey, event times in ns."""
+    """SELECT: per API span (`api_id`), the times (ns) of its own `api.*` events and of its `llm_core` child's
+    `journey.*` events, and the re-queue time around the first token."""
     return f"""
-WITH ce AS (
+WITH ev AS (
   SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
-  FROM (SELECT trace_id, parent_span_id AS api_id, unnest(json_transform(attributes, '{CORE_ATTRS}')."{EVENTS_KEY}") AS e
-        FROM {spans} WHERE name = '{VLLM_CORE}')),
+  FROM (SELECT trace_id, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
+               unnest(json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}") AS e
+        FROM {spans} WHERE name IN ('{VLLM_ROOT}', '{VLLM_CORE}')) x),
 j AS (
-  SELECT trace_id, api_id, min(t) FILTER (WHERE n = 'journey.QUEUED') AS queued,
+  SELECT trace_id, api_id,
+    CAST(count(*) FILTER (WHERE n LIKE 'journey.%') AS INTEGER) AS journey_events,
+    min(t) FILTER (WHERE n = 'journey.QUEUED') AS queued,
     min(t) FILTER (WHERE n = 'journey.SCHEDULED') AS scheduled,
     min(t) FILTER (WHERE n = 'journey.FIRST_TOKEN') AS first_token,
     max(t) FILTER (WHERE n = 'journey.FINISHED') AS finished,
     CAST(count(*) FILTER (WHERE n = 'journey.PREEMPTED') AS INTEGER) AS preemptions,
-    max(ea."prefill.total_tokens") AS prompt_tokens
-  FROM ce GROUP BY trace_id, api_id),
+    max(ea."prefill.total_tokens") FILTER (WHERE n LIKE 'journey.%') AS prompt_tokens,
+    min(t) FILTER (WHERE n = 'api.FIRST_RESPONSE_FROM_CORE') AS first_response,
+    CAST(count(*) FILTER (WHERE n = 'api.ABORTED') AS INTEGER) AS aborts,
+    max(ea.reason) FILTER (WHERE n = 'api.ABORTED') AS abort_reason
+  FROM ev GROUP BY trace_id, api_id),
 -- each preemption's wait: PREEMPTED → the next SCHEDULED (or FINISHED, when it never resumed)
 w AS (
-  SELECT p.trace_id, p.api_id, p.t AS preempted,
-    (SELECT min(s.t) FROM ce s WHERE s.trace_id = p.trace_id AND s.api_id = p.api_id AND s.t >= p.t
-       AND s.n IN ('journey.SCHEDULED', 'journey.FINISHED')) AS resumed
-  FROM ce p WHERE p.n = 'journey.PREEMPTED')
-SELECT j.*,
-  coalesce(sum(w.resumed - w.preempted) FILTER (WHERE w.preempted < coalesce(j.first_token, j.finished)), 0)
-    AS requeue_before,
-  coalesce(sum(w.resumed - w.preempted) FILTER (WHERE w.preempted >= coalesce(j.first_token, j.finished)), 0)
-    AS requeue_after
-FROM j LEFT JOIN w ON w.trace_id = j.trace_id AND w.api_id = j.api_id
-GROUP BY ALL"""
+  SELECT trace_id, api_id, n, t,
+    min(CASE WHEN n IN ('journey.SCHEDULED', 'journey.FINISHED') THEN t END) OVER (
+      PARTITION BY trace_id, api_id ORDER BY t ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS resumed
+  FROM ev WHERE n LIKE 'journey.%'),
+rq AS (
+  SELECT w.trace_id, w.api_id,
+    sum(CASE WHEN w.t < coalesce(j.first_token, j.finished) THEN w.resumed - w.t ELSE 0 END) AS before_first,
+    sum(CASE WHEN w.t >= coalesce(j.first_token, j.finished) THEN w.resumed - w.t ELSE 0 END) AS after_first
+  FROM w JOIN j ON j.trace_id = w.trace_id AND j.api_id = w.api_id
+  WHERE w.n = 'journey.PREEMPTED' GROUP BY w.trace_id, w.api_id)
+SELECT j.*, coalesce(rq.before_first, 0) AS requeue_before, coalesce(rq.after_first, 0) AS requeue_after
+FROM j LEFT JOIN rq ON rq.trace_id = j.trace_id AND rq.api_id = j.api_id"""
 
 
 def _per_span(spans: str) -> str:
-    """SELECT: one server row per `llm_request` span (classic or journey), plus `leg_prompt` for PD pairing."""
-    ev = f'v.a."{EVENTS_KEY}"'
-    # journey mode: a core span and no latency attribute (a classic span may lack e2e: offline imports do)
-    journey_mode = ('j.api_id IS NOT NULL AND v.a."gen_ai.latency.e2e" IS NULL'
+    """SELECT: one server row per `llm_request` span, classic or journey."""
+    # journey mode: core events and no latency attribute (a classic span may lack e2e: offline imports do)
+    journey_mode = ('j.journey_events > 0 AND v.a."gen_ai.latency.e2e" IS NULL'
                     ' AND v.a."gen_ai.latency.time_to_first_token" IS NULL')
 
     def clip(t: str) -> str:  # an engine time past the API span's end is taken at its end (NULL stays NULL)
@@ -105,7 +110,7 @@ def _per_span(spans: str) -> str:
     q, sch, ft, fin = clip("queued"), clip("scheduled"), clip("first_token"), clip("finished")
     lat = {k: f'v.a."gen_ai.latency.{k}" * 1e3' for k in
            ("time_in_queue", "time_in_model_prefill", "time_in_model_decode", "time_to_first_token", "e2e")}
-    first_response = f"coalesce({_event_ns(ev, 'api.FIRST_RESPONSE_FROM_CORE')}, {ft})"
+    first_response = f"coalesce(j.first_response, {ft})"
     reached = f"coalesce({ft}, {fin})"  # the end of prefill: the first token, or the end of a request that had none
     journey = {
         "frontend": f"({q} - v.start_ns) / 1e6",
@@ -120,14 +125,13 @@ def _per_span(spans: str) -> str:
         return f"CASE WHEN {journey_mode} THEN {journey_sql} ELSE {classic_sql} END"
 
     frontend = f"{lat['time_to_first_token']} - {lat['time_in_queue']} - {lat['time_in_model_prefill']}"
-    aborted_reason = f"[e.attributes.reason FOR e IN {ev} IF e.name = 'api.ABORTED'][1]"
     rows = select_list(
         trace_id="v.trace_id", server_span_id="v.span_id", parent_span_id="v.parent_span_id", source="'vllm'",
         request_id='coalesce(v.a."gen_ai.request.id", v.span_id)', service_name="v.service_name",
         model='v.a."gen_ai.response.model"', tier="""coalesce(v.a."budgetscope.tier", 'default')""",
         tenant='v.a."budgetscope.tenant"',
-        outcome=f"""CASE WHEN {aborted_reason} = 'client_disconnect' THEN 'cancelled'
-          WHEN v.status_code = 'ERROR' OR {aborted_reason} IS NOT NULL THEN 'error' ELSE 'ok' END""",
+        outcome="""CASE WHEN j.abort_reason = 'client_disconnect' THEN 'cancelled'
+          WHEN v.status_code = 'ERROR' OR j.aborts > 0 THEN 'error' ELSE 'ok' END""",
         arrival_ns="v.start_ns",
         first_token_ns=mode(f"v.start_ns + CAST({lat['time_to_first_token']} * 1e6 AS BIGINT)", first_response),
         end_ns="v.end_ns",
@@ -144,7 +148,7 @@ def _per_span(spans: str) -> str:
         ttft_queue_ms=mode(lat["time_in_queue"], journey["ttft_queue"]),
         ttft_prefill_ms=mode(lat["time_in_model_prefill"], journey["ttft_prefill"]),
         ttft_ms=mode(lat["time_to_first_token"], f"({first_response} - v.start_ns) / 1e6"),
-        e2e_ms=mode(lat["e2e"], "CASE WHEN j.api_id IS NOT NULL THEN (v.end_ns - v.start_ns) / 1e6 END"),
+        e2e_ms=mode(lat["e2e"], "(v.end_ns - v.start_ns) / 1e6"),
         queue_entries=mode("NULL", f"CASE WHEN {q} IS NOT NULL THEN 1 + j.preemptions END"),
     )
     return f"""
@@ -159,25 +163,30 @@ FROM v LEFT JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id"""
 
 def _pd_row() -> str:
     """Select list of a PD-disaggregated request: decode leg `d`, prefill leg `p` (both server rows)."""
-    summed = {c: f"p.{c} + d.{c}" for c in _STAGES}
     # the decode leg's E2E is counted from its own arrival: add the time since the prefill leg's arrival
     since = "(d.arrival_ns - p.arrival_ns) / 1e6"
     out = {c: f"d.{c}" for c in SERVER_COLUMNS}
-    out.update(summed, arrival_ns="p.arrival_ns", ttft_ms=f"d.ttft_ms + {since}", e2e_ms=f"d.e2e_ms + {since}")
+    out.update({c: f"p.{c} + d.{c}" for c in _STAGES}, arrival_ns="p.arrival_ns", ttft_ms=f"d.ttft_ms + {since}",
+               e2e_ms=f"d.e2e_ms + {since}")
     return ",\n  ".join(f"{expr} AS {c}" for c, expr in out.items())
 
 
 def server_rows(spans: str) -> str:
     """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one)."""
+    cols = ", ".join(SERVER_COLUMNS)
     return f"""
 WITH r AS ({_per_span(spans)}),
 -- a PD pair: the prefill leg (one output token) ended before the decode leg with its request id began
 pd AS (
-  SELECT d.server_span_id AS d_id, p.server_span_id AS p_id FROM r d JOIN (SELECT * FROM r WHERE output_tokens = 1) p
-    ON p.request_id = d.request_id AND p.server_span_id <> d.server_span_id AND p.end_ns <= d.arrival_ns
-  QUALIFY row_number() OVER (PARTITION BY d.server_span_id ORDER BY p.arrival_ns DESC) = 1)
-SELECT * FROM r WHERE server_span_id NOT IN (SELECT p_id FROM pd) AND server_span_id NOT IN (SELECT d_id FROM pd)
-UNION ALL BY NAME
+  SELECT d_id, p_id FROM (
+    SELECT d.server_span_id AS d_id, p.server_span_id AS p_id,
+      row_number() OVER (PARTITION BY d.server_span_id ORDER BY p.arrival_ns DESC) AS k
+    FROM r d JOIN (SELECT * FROM r WHERE output_tokens = 1) p
+      ON p.request_id = d.request_id AND p.server_span_id <> d.server_span_id AND p.end_ns <= d.arrival_ns) x
+  WHERE k = 1)
+SELECT {cols} FROM r
+WHERE server_span_id NOT IN (SELECT p_id FROM pd) AND server_span_id NOT IN (SELECT d_id FROM pd)
+UNION ALL
 SELECT {_pd_row()}
 FROM pd JOIN r d ON d.server_span_id = pd.d_id JOIN r p ON p.server_span_id = pd.p_id
 """
