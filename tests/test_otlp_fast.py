@@ -171,6 +171,11 @@ def test_spans_with_events_go_to_the_reference_decoder_which_keeps_them():
     kept = json.loads(otlp_json.decode(json.loads(with_events)).attributes[0])
     assert kept[otlp_json.EVENTS_KEY] == [{"name": "journey.QUEUED", "time_unix_nano": T0 + 5,
                                           "attributes": {"event.type": "QUEUED", "x": [1, {"deep": 1}]}}]
+    # events were ignored before they were kept: a malformed one is left out, it does not fail the batch
+    odd = one_span_doc(events=[1, {"name": 5, "timeUnixNano": "soon", "attributes": {"k": 1}}, event])
+    kept = json.loads(otlp_json.decode(odd).attributes[0])[otlp_json.EVENTS_KEY]
+    assert kept == [{"name": None, "time_unix_nano": None, "attributes": {}}, kept[1]] and kept[1]["name"] == "journey.QUEUED"
+    assert otlp_json.EVENTS_KEY not in json.loads(otlp_json.decode(one_span_doc(events="none")).attributes[0])
 
 
 # -- what it leaves, whole -------------------------------------------------------------------------------------

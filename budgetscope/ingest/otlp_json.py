@@ -71,15 +71,30 @@ def _event_ns(x) -> int | None:
     """An event's timeUnixNano (decimal text or a number) as int ns, None when it is not one."""
     try:
         return int(x)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _event(e) -> dict | None:
+    """One OTLP/JSON span event as kept, None when it is not an object. Events were ignored before they were
+    kept, so a malformed one still does not fail its batch: what cannot be read of it is left out."""
+    if not isinstance(e, dict):
+        return None
+    kvs = e.get("attributes")
+    try:
+        attrs = attributes(kvs) if isinstance(kvs, list) else {}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        attrs = {}
+    name = e.get("name")
+    return {"name": name if isinstance(name, str) else None, "time_unix_nano": _event_ns(e.get("timeUnixNano")),
+            "attributes": attrs}
 
 
 def _with_events(attrs: dict, events) -> dict:
     """The span's attributes, with its OTLP/JSON events (if any) under `EVENTS_KEY`."""
-    if events:
-        attrs[EVENTS_KEY] = [{"name": e.get("name"), "time_unix_nano": _event_ns(e.get("timeUnixNano")),
-                              "attributes": attributes(e.get("attributes", ()))} for e in events]
+    kept = [x for x in map(_event, events) if x is not None] if isinstance(events, list) else []
+    if kept:
+        attrs[EVENTS_KEY] = kept
     return attrs
 
 
