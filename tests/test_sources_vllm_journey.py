@@ -89,3 +89,23 @@ def test_spark_derives_the_vllm_rows_of_duckdb(archive_path, ingest_text, tmp_pa
     assert [r[:2] for r in got] == [r[:2] for r in want]
     for w, g in zip(want, got):
         assert all(a == b or (a is not None and b is not None and abs(a - b) < 1e-6) for a, b in zip(w[2:], g[2:])), (w, g)
+
+
+def test_a_classic_span_under_the_journey_api_span_is_the_same_request(archive_path, ingest_text):
+    """Journey builds whose `do_tracing` still ran sent a classic `llm_request` (scope `vllm.llm_engine`) as a
+    child of the API span: one request, one row (the journey row, which sees the re-queues)."""
+    docs = _docs("journey-preempted-chunked")
+    api = docs[0]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    classic = _docs("classic")[0]
+    inner = classic["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    inner.update(traceId=api["traceId"], parentSpanId=api["spanId"])
+    for kv in inner["attributes"]:
+        if kv["key"] == "gen_ai.request.id":
+            kv["value"] = {"stringValue": "chatcmpl-journey-0001"}
+    ingest_text(archive_path, _jsonl([*docs, classic]))
+    (got,) = rows(archive_path, f"SELECT {COLS} FROM requests")
+    assert got[0] == "chatcmpl-journey-0001" and abs(got[3] - 599.98) < 1e-3 and got[-1] == 3
+    # without its core span the API span has no timings: the classic child's row is kept instead
+    ingest_text(archive_path.parent / "b", _jsonl([docs[0], classic]))
+    (got,) = rows(archive_path.parent / "b", f"SELECT {COLS} FROM requests")
+    assert got[0] == "chatcmpl-journey-0001" and abs(got[3] - 100.0) < 1e-3

@@ -20,7 +20,9 @@ Journey tracing (`--enable-journey-tracing`; JOURNEY_TRACING.md, vllm/v1/core/sc
   postprocess = FINISHED → API span end;
   TTFT = api.FIRST_RESPONSE_FROM_CORE (else FIRST_TOKEN) − API span start.
 Event times past the API span's end (the API gave up first: a client disconnect) are taken at its end. A request
-that never got a first token has prefill up to FINISHED and decode NULL.
+that never got a first token has prefill up to FINISHED and decode NULL. Builds whose `do_tracing` still ran
+also send a classic `llm_request` under the API span: one row, the journey one (the classic one when the API
+span has no core events).
 
 PD disaggregation (a proxy sends the request to a prefill instance with `max_tokens` 1, then to a decode
 instance with the returned `kv_transfer_params`, the same `X-Request-Id` to both): two `llm_request` spans with
@@ -99,7 +101,7 @@ FROM j LEFT JOIN rq ON rq.trace_id = j.trace_id AND rq.api_id = j.api_id"""
 
 
 def _per_span(spans: str) -> str:
-    """SELECT: one server row per `llm_request` span, classic or journey."""
+    """SELECT: one server row per `llm_request` span, classic or journey, and `journey` (it has core events)."""
     # journey mode: core events and no latency attribute (a classic span may lack e2e: offline imports do)
     journey_mode = ('j.journey_events > 0 AND v.a."gen_ai.latency.e2e" IS NULL'
                     ' AND v.a."gen_ai.latency.time_to_first_token" IS NULL')
@@ -157,7 +159,7 @@ WITH v AS (
          json_transform(attributes, '{ATTRS}') AS a
   FROM {spans} WHERE name = '{VLLM_ROOT}'),
 j AS ({_journey(spans)})
-SELECT {rows}
+SELECT {rows}, coalesce(j.journey_events, 0) > 0 AS journey
 FROM v LEFT JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id"""
 
 
@@ -175,7 +177,18 @@ def server_rows(spans: str) -> str:
     """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one)."""
     cols = ", ".join(SERVER_COLUMNS)
     return f"""
-WITH r AS ({_per_span(spans)}),
+WITH r0 AS ({_per_span(spans)}),
+-- one request, two spans: journey builds whose do_tracing still ran made a classic `llm_request` under the API
+-- span's; the journey row is kept where the API span has its core events, else the classic one
+dup AS (
+  SELECT c.trace_id, c.server_span_id FROM r0 c JOIN r0 o
+    ON o.trace_id = c.trace_id AND o.server_span_id = c.parent_span_id WHERE o.journey
+  UNION ALL
+  SELECT c.trace_id, c.server_span_id FROM r0 c JOIN r0 o
+    ON o.trace_id = c.trace_id AND o.parent_span_id = c.server_span_id WHERE NOT c.journey),
+r AS (
+  SELECT r0.* FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.server_span_id
+  WHERE dup.server_span_id IS NULL),
 -- a PD pair: the prefill leg (one output token) ended before the decode leg with its request id began
 pd AS (
   SELECT d_id, p_id FROM (
