@@ -109,3 +109,22 @@ def test_a_classic_span_under_the_journey_api_span_is_the_same_request(archive_p
     ingest_text(archive_path.parent / "b", _jsonl([docs[0], classic]))
     (got,) = rows(archive_path.parent / "b", f"SELECT {COLS} FROM requests")
     assert got[0] == "chatcmpl-journey-0001" and abs(got[3] - 100.0) < 1e-3
+
+
+def test_pd_legs_under_one_client_span_give_one_row_with_network(archive_path, ingest_text):
+    """A proxy that forwards `traceparent` puts both legs in the client's trace: one row, joined to the client
+    span. Client: sent 4 ms before the prefill leg arrived, done 6 ms after the decode leg ended (T0 + 1593):
+    client E2E = 1603 ms, network = 1603 − 1592 (server E2E from the prefill leg's arrival) = 11 ms."""
+    docs = _docs("pd-disaggregated")
+    t0 = 1_790_000_000_000_000_000
+    client = _docs("journey-client-traceparent")[0]
+    cspan = client["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    cspan.update(startTimeUnixNano=str(t0 - 4_000_000), endTimeUnixNano=str(t0 + 1_599_000_000))
+    for d in docs:
+        leg = d["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+        leg.update(traceId=cspan["traceId"], parentSpanId=cspan["spanId"])
+    ingest_text(archive_path, _jsonl([client, *docs]))
+    ((rid, e2e, client_e2e, network, has_client),) = rows(
+        archive_path, "SELECT request_id, e2e_ms, client_e2e_ms, network_ms, has_client_span FROM requests")
+    assert rid.startswith("cmpl-6f1d2c3b") and has_client
+    assert abs(e2e - 1592.0) < 1e-3 and abs(client_e2e - 1603.0) < 1e-3 and abs(network - 11.0) < 1e-3
