@@ -1,5 +1,6 @@
 """vLLM journey tracing and PD disaggregation beyond the conformance cases (tests/conformance/vllm/): the same
-trace over OTLP protobuf, a journey whose timings did not arrive, and PD legs that are not a pair."""
+trace over OTLP protobuf, a journey whose timings did not arrive, a classic span under the journey API span, PD
+legs that are not a pair and PD legs under one client span, and the same rows derived on Spark."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import rows
 from otlp_wire import to_proto
+from test_spark import SPARK_MISSING
 
 CASES = Path(__file__).parent / "conformance" / "vllm"
 COLS = "request_id, outcome, frontend_ms, queue_ms, prefill_ms, decode_ms, postprocess_ms, ttft_ms, e2e_ms, queue_entries"
@@ -56,24 +58,12 @@ def test_pd_legs_fold_only_when_the_prefill_leg_ended_first(archive_path, ingest
     assert [(s, round(e, 3)) for s, e in got] == [("vllm-prefill", 315.0), ("vllm-decode", 1270.0)]
 
 
-def _spark_missing() -> str | None:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        return "pyspark is not installed (pip install -e '.[dev]')"
-    from budgetscope.spark.session import java_problem
-
-    problem = java_problem()
-    return f"Spark needs Java: {problem}" if problem else None
-
-
 @pytest.mark.spark
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 def test_spark_derives_the_vllm_rows_of_duckdb(archive_path, ingest_text, tmp_path):
     """`budgetscope derive --engine spark` runs the same SQL, transpiled: every vLLM mode gives the same rows."""
-    missing = _spark_missing()
-    if missing:
-        pytest.skip(missing)
+    if SPARK_MISSING:
+        pytest.skip(SPARK_MISSING)
     import duckdb
 
     from budgetscope.spark.derive import derive_duckdb, derive_spark
