@@ -139,8 +139,7 @@ def test_kinds_and_statuses_by_number_and_name_match():
 
 
 def test_optional_parts_and_unknown_fields_match():
-    s = span(trace_id(), span_id(), "op", T0, T0 + MS, parent="", traceState="k=v", flags=257,
-             events=[{"timeUnixNano": str(T0), "name": "e", "attributes": attrs({"x": [1, {"deep": 1}]})}],
+    s = span(trace_id(), span_id(), "op", T0, T0 + MS, parent="", traceState="k=v", flags=257, events=[],
              links=[], droppedAttributesCount=0)
     del s["name"]
     s["startTimeUnixNano"] = T0  # a number, not a string
@@ -159,6 +158,24 @@ def test_optional_parts_and_unknown_fields_match():
     empty = {"resourceSpans": []}
     assert assert_same([dumps(export([s])), dumps(no_resource), dumps(no_service), dumps(bytes_service),
                         dumps(two_services), dumps(many), pretty, dumps(empty)]) == []
+
+
+def test_spans_with_events_go_to_the_reference_decoder_which_keeps_them():
+    """Span events (vLLM journey tracing puts its timings there) are kept only by the reference decoder, under
+    `budgetscope.events` in the attributes: the C decoder and the DuckDB path leave such a batch whole."""
+    event = {"timeUnixNano": str(T0 + 5), "name": "journey.QUEUED",
+             "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": 1}]})}
+    with_events = dumps(one_span_doc(events=[event]))
+    assert assert_same([dumps(one_span_doc(events=[])), with_events]) == [2]
+    assert 2 in duckdb_rows([dumps(one_span_doc()), with_events])[1]
+    kept = json.loads(otlp_json.decode(json.loads(with_events)).attributes[0])
+    assert kept[otlp_json.EVENTS_KEY] == [{"name": "journey.QUEUED", "time_unix_nano": T0 + 5,
+                                          "attributes": {"event.type": "QUEUED", "x": [1, {"deep": 1}]}}]
+    # events were ignored before they were kept: a malformed one is left out, it does not fail the batch
+    odd = one_span_doc(events=[1, {"name": 5, "timeUnixNano": "soon", "attributes": {"k": 1}}, event])
+    kept = json.loads(otlp_json.decode(odd).attributes[0])[otlp_json.EVENTS_KEY]
+    assert kept == [{"name": None, "time_unix_nano": None, "attributes": {}}, kept[1]] and kept[1]["name"] == "journey.QUEUED"
+    assert otlp_json.EVENTS_KEY not in json.loads(otlp_json.decode(one_span_doc(events="none")).attributes[0])
 
 
 # -- what it leaves, whole -------------------------------------------------------------------------------------

@@ -216,8 +216,6 @@ def test_kinds_and_statuses_match():
 
 def test_optional_parts_and_fields_it_skips_match():
     s = span(trace_id(), span_id(), "op", T0, T0 + MS, traceState="k=v", flags=257, droppedAttributesCount=3,
-             events=[{"timeUnixNano": str(T0), "name": "e", "attributes": attrs({"x": [1, {"deep": {"er": [2]}}]}),
-                      "droppedAttributesCount": 1}],
              links=[{"traceId": base64.b64encode(b"\x01" * 16).decode(), "spanId": base64.b64encode(b"\x02" * 8).decode(),
                      "traceState": "a=b", "attributes": attrs({"l": "x"}), "flags": 1}],
              droppedEventsCount=2, droppedLinksCount=4)
@@ -246,6 +244,20 @@ def test_optional_parts_and_fields_it_skips_match():
     payloads = [to_proto(d) for d in (export([s]), no_resource, no_service, empty_service, null_service, no_scope,
                                       many, only_empty)]
     assert assert_same(payloads) == []
+
+
+def test_spans_with_events_go_to_the_reference_decoder_which_keeps_them():
+    """The C decoder leaves a span with events whole; the reference decoder keeps them under `budgetscope.events`
+    in the attributes, as the OTLP/JSON reference decoder does."""
+    import json
+
+    event = {"timeUnixNano": str(T0 + 5), "name": "journey.QUEUED",
+             "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]}), "droppedAttributesCount": 1}
+    with_events = to_proto(export([span(trace_id(), span_id(), "op", T0, T0 + MS, events=[event])]))
+    assert assert_same([to_proto(one_span()), with_events]) == [2]
+    kept = json.loads(otlp_proto.decode(with_events).attributes[0])
+    assert kept["budgetscope.events"] == [{"name": "journey.QUEUED", "time_unix_nano": T0 + 5,
+                                           "attributes": {"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]}}]
 
 
 def test_fields_in_any_order_match():

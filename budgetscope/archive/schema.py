@@ -47,7 +47,8 @@ SPANS = Table(
         C("service_name", "VARCHAR", "resource attribute `service.name`"),
         C("scope_name", "VARCHAR", "instrumentation scope name, e.g. `budgetscope`, `vllm.llm_engine`"),
         C("status_code", "VARCHAR", "UNSET, OK or ERROR"),
-        C("attributes", "JSON", "span attributes as one JSON object; ints, doubles, bools, arrays and maps keep their types"),
+        C("attributes", "JSON", "span attributes as one JSON object; ints, doubles, bools, arrays and maps keep their types;"
+                                 " the span's events, if any, under `budgetscope.events` (name, time_unix_nano, attributes)"),
         C("resource", "JSON", "resource attributes as one JSON object"),
         C("source", "VARCHAR", "adapter that claims the span: native, vllm, client, or other"),
         C("batch_id", "BIGINT", "the `ingest_batches` row that brought it"),

@@ -5,8 +5,9 @@
  * batch is bad). What bails: anything that is not valid JSON, a span whose ids, times, kind or status are not
  * in the plain form producers write (hex ids, integer times, enum numbers or names), a nested array or
  * key/value-list attribute, a double it cannot print exactly as DuckDB's `to_json` does, a null where a value
- * should be, an escaped NUL, fields in an unexpected order, and a `"spanId"` key anywhere but in a span of
- * `resourceSpans[].scopeSpans[].spans[]` (a link, or spans under a key it does not know).
+ * should be, an escaped NUL, fields in an unexpected order, a span with events (the reference decoder keeps
+ * them, in the attributes), and a `"spanId"` key anywhere but in a span of `resourceSpans[].scopeSpans[].spans[]`
+ * (a link, or spans under a key it does not know).
  *
  * The columns are those of the `spans` table less `source`, and each value is byte for byte what the DuckDB
  * path (jsonsql.py) stores for the same span: attributes and resource as one JSON object, strings escaped as
@@ -857,6 +858,17 @@ static int span(P *s, Out *o, int64_t batch_id, const Resource *r, const Str *sc
         } else if (IS(&f, "status")) {
             bit = F_STATUS;
             TRY(status(s, &code));
+        } else if (IS(&f, "events")) {
+            /* span events are kept (in the attributes, by the reference decoder): a span with any is its */
+            ws(s);
+            if (s->p < s->end && *s->p == '[') {
+                const unsigned char *open = s->p;
+                TRY(skip(s));
+                P inside = {open + 1, s->end, s->depth};
+                ws(&inside);
+                if (*inside.p != ']') return BAIL;
+            } else
+                TRY(skip(s));
         } else
             TRY(skip(s));
         if (bit) {

@@ -20,8 +20,9 @@
  * range, a nested array or key/value-list attribute, a string-table reference (`*_strindex`), a bool that is
  * not 0 or 1, a subnormal double or an exact power of two it cannot print with certainty, an attribute key
  * twice in one list (a dict keeps the first place and the last value), and a `service.name` that is not a
- * string. Fields the reference ignores (events, links, trace state, flags, scope version and attributes,
- * schema urls, unknown fields) are checked as the protobuf runtime checks them, and otherwise skipped.
+ * string, and a span with events (the reference decoder keeps them). Fields the reference ignores (links,
+ * trace state, flags, scope version and attributes, schema urls, unknown fields) are checked as the protobuf
+ * runtime checks them, and otherwise skipped.
  */
 
 #include <float.h>
@@ -694,6 +695,7 @@ static int pb_span(W w, Out *o, int64_t batch_id, const Resource *r, W scope, in
             TRY(pb_len(&w, &s));
             TRY(pb_status(s, &code, depth + 1));
             break;
+        case 11: return BAIL; /* a span event: the reference decoder keeps events (in the attributes) */
         default: TRY(pb_field(&w, M_SPAN, field, wt, depth));
         }
     }

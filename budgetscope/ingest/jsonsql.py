@@ -3,9 +3,10 @@ chunk of batches into `spans` in one statement, spread over every core.
 
 It vouches only for what it can check. A batch goes to the reference decoder (`otlp_json`) when fewer of its
 spans landed than the `"spanId"` keys in its bytes — a bad span, a field of an unexpected type (dropped by the
-non-strict transform), a nested array or key/value list attribute, a span already stored — or when it is not a
-JSON object with a `resourceSpans` list. Its rows are removed in the same transaction, and the reference
-decoder decides, with an exact message if the batch is bad.
+non-strict transform), a nested array or key/value list attribute, a span with events (only the reference
+decoder keeps them), a span already stored — or when it is not a JSON object with a `resourceSpans` list. Its
+rows are removed in the same transaction, and the reference decoder decides, with an exact message if the batch
+is bad.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ STRUCTURE = (
     '{"resourceSpans":[{"resource":{"attributes":' + _ATTRS + '},"scopeSpans":[{"scope":{"name":"VARCHAR"},'
     '"spans":[{"traceId":"VARCHAR","spanId":"VARCHAR","parentSpanId":"VARCHAR","name":"VARCHAR","kind":"VARCHAR",'
     '"startTimeUnixNano":"VARCHAR","endTimeUnixNano":"VARCHAR","attributes":' + _ATTRS + ','
-    '"status":{"code":"VARCHAR"}}]}]}]}'
+    '"status":{"code":"VARCHAR"},"events":"JSON"}]}]}]}'
 )
 
-# NESTED marks a value this path does not convert (a nested array or key/value list, an int it cannot read):
-# the batch goes to the reference decoder. It is valid JSON (a string holding an escaped NUL), so the insert
+# NESTED marks a value this path does not convert (a nested array or key/value list, an int it cannot read), and
+# stands for the attributes of a span with events (the reference decoder keeps them): the batch goes to the
+# reference decoder. It is valid JSON (a string holding an escaped NUL), so the insert
 # needs no filter on it: a filter would be pushed below the projection and build every attribute string twice.
 MACROS = f"""
 CREATE OR REPLACE TEMP MACRO bs_scalar(v) AS CASE
@@ -57,7 +59,10 @@ ss AS (SELECT batch_id, bs_attrs(r.resource.attributes) AS res,
 sp AS (SELECT batch_id, res, service, s.scope.name AS scope_name, unnest(s.spans) AS x FROM ss)
 SELECT batch_id, x.traceId AS trace_id, x.spanId AS span_id, x.parentSpanId AS parent_span_id, x.name AS name,
   x.kind AS kind, x.startTimeUnixNano AS start_raw, x.endTimeUnixNano AS end_raw, service AS service_name,
-  scope_name, x.status.code AS status_raw, bs_attrs(x.attributes) AS attributes, res AS resource
+  scope_name, x.status.code AS status_raw,
+  CASE WHEN coalesce(json_array_length(x.events), 0) > 0 THEN '"\\u0000"' ELSE bs_attrs(x.attributes) END
+    AS attributes,
+  res AS resource
 FROM sp"""
 
 _COLS = ("trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, status_code, "

@@ -62,6 +62,42 @@ def attributes(kvs) -> dict:
     return {kv["key"]: any_value(kv.get("value") or _EMPTY) for kv in kvs if kv.get("key") is not None}
 
 
+EVENTS_KEY = "budgetscope.events"
+"""The attribute under which a span's events are kept: a list of {"name", "time_unix_nano", "attributes"}, in
+the order sent. The `spans` table has no column for them; the vLLM journey-tracing adapter reads them."""
+
+
+def _event_ns(x) -> int | None:
+    """An event's timeUnixNano (decimal text or a number) as int ns, None when it is not one."""
+    try:
+        return int(x)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _event(e) -> dict | None:
+    """One OTLP/JSON span event as kept, None when it is not an object. Events were ignored before they were
+    kept, so a malformed one still does not fail its batch: what cannot be read of it is left out."""
+    if not isinstance(e, dict):
+        return None
+    kvs = e.get("attributes")
+    try:
+        attrs = attributes(kvs) if isinstance(kvs, list) else {}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        attrs = {}
+    name = e.get("name")
+    return {"name": name if isinstance(name, str) else None, "time_unix_nano": _event_ns(e.get("timeUnixNano")),
+            "attributes": attrs}
+
+
+def _with_events(attrs: dict, events) -> dict:
+    """The span's attributes, with its OTLP/JSON events (if any) under `EVENTS_KEY`."""
+    kept = [x for x in map(_event, events) if x is not None] if isinstance(events, list) else []
+    if kept:
+        attrs[EVENTS_KEY] = kept
+    return attrs
+
+
 def _service(kvs) -> str | None:
     """The string value of the first `service.name` attribute (None when it is not a string), as the DuckDB
     path and the C decoder take it. The attributes dict keeps the last value of a key written twice: taking
@@ -100,7 +136,8 @@ def decode(doc) -> SpanBatch:
                     status = (s.get("status") or _EMPTY).get("code")
                     batch.append(s.get("traceId"), s.get("spanId"), s.get("parentSpanId"), s.get("name"),
                                  s.get("kind"), s.get("startTimeUnixNano"), s.get("endTimeUnixNano"), service,
-                                 scope, status, dumps(attributes(s.get("attributes", ()))), res_json)
+                                 scope, status, dumps(_with_events(attributes(s.get("attributes", ())),
+                                                                   s.get("events"))), res_json)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise BadBatch(f"malformed OTLP JSON ({type(e).__name__}: {e})") from None
     return batch

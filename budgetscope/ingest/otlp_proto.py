@@ -8,7 +8,7 @@ import struct
 import orjson
 from google.protobuf.message import DecodeError
 
-from budgetscope.ingest.otlp_json import double
+from budgetscope.ingest.otlp_json import EVENTS_KEY, double
 from budgetscope.ingest.spanbatch import BadBatch, SpanBatch
 
 
@@ -29,6 +29,15 @@ def _any(v):
 
 def _attrs(kvs) -> dict:
     return {kv.key: _any(kv.value) for kv in kvs}
+
+
+def _span_attrs(s) -> dict:
+    """A span's attributes, with its events (if any) under `EVENTS_KEY`, as the OTLP/JSON decoder keeps them."""
+    attrs = _attrs(s.attributes)
+    if s.events:
+        attrs[EVENTS_KEY] = [{"name": e.name or None, "time_unix_nano": e.time_unix_nano,
+                              "attributes": _attrs(e.attributes)} for e in s.events]
+    return attrs
 
 
 def _service(kvs) -> str | None:
@@ -62,7 +71,7 @@ def decode(payload: bytes) -> SpanBatch:
             for s in ss.spans:
                 batch.append(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex() or None, s.name, s.kind,
                              s.start_time_unix_nano, s.end_time_unix_nano, service, scope, s.status.code,
-                             orjson.dumps(_attrs(s.attributes)), res_json)
+                             orjson.dumps(_span_attrs(s)), res_json)
     return batch
 
 

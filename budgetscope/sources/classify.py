@@ -11,6 +11,8 @@ NATIVE_STEP = "engine.step"
 STAGE_PREFIX = "stage."
 CLIENT_ROOT = "llm.client.request"
 VLLM_ROOT = "llm_request"
+VLLM_CORE = "llm_core"
+"""vLLM journey tracing's engine-core span, child of `llm_request`: its span events hold the request's timings."""
 
 TGI_SERVICE_PREFIX = "text-generation-inference"
 """TGI's default `--otlp-service-name` is `text-generation-inference.router` (launcher/src/main.rs)."""
@@ -40,7 +42,7 @@ TRITON_SERVICE_PREFIX = "triton"
 SOURCE_SQL = f"""CASE
   WHEN name IN ('{NATIVE_ROOT}', '{NATIVE_STEP}') OR starts_with(name, '{STAGE_PREFIX}') THEN 'native'
   WHEN name = '{CLIENT_ROOT}' THEN 'client'
-  WHEN name = '{VLLM_ROOT}' THEN 'vllm'
+  WHEN name IN ('{VLLM_ROOT}', '{VLLM_CORE}') THEN 'vllm'
   WHEN starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}')
     AND (name IN {TGI_SPANS!r} OR json_exists(attributes, '$."http.route"')) THEN 'tgi'
   WHEN ({SGLANG_ROOT_SQL})

@@ -1,19 +1,50 @@
-"""vLLM adapter: its `llm_request` SERVER span (scope `vllm.llm_engine`) → server rows.
+"""vLLM adapter: its `llm_request` SERVER span, in each of the modes vLLM traces in, → server rows.
 
-Attribute names as defined in vLLM's `vllm/tracing.py` (`SpanAttributes`) and set in
-`vllm/v1/engine/output_processor.py` (`do_tracing`); all latencies are in seconds, measured from the
-request's arrival (the span's start), which is after tokenization began, so network is never inside them:
+Classic (`--otlp-traces-endpoint`; vllm/v1/engine/output_processor.py `do_tracing`, attribute names in
+vllm/tracing `SpanAttributes`): one `llm_request` span per request, made when it finishes, starting at its
+arrival, with `gen_ai.latency.*` attributes in seconds (stats in vllm/v1/metrics/stats.py):
   queue = time_in_queue, prefill = time_in_model_prefill, decode = time_in_model_decode,
   frontend = time_to_first_token − queue − prefill, postprocess = e2e − time_to_first_token − decode.
-A stage whose attribute is missing (older vLLM) is NULL, never guessed. vLLM's spans carry no prefix-cache
-count; `gen_ai.usage.cache_read.input_tokens`, set on the spans imported from offline `RequestOutput.metrics`
-(sources/vllm_offline.py, `num_cached_tokens`), is read as `cached_tokens`.
+`time_in_queue` runs from the first QUEUED to the first SCHEDULED only: a wait after a preemption lands in
+prefill (preempted before the first token) or decode (after it). The span carries no preemption count, so the
+re-queue time cannot be taken back out.
+
+Journey tracing (`--enable-journey-tracing`; JOURNEY_TRACING.md, vllm/v1/core/sched/scheduler.py): the
+`llm_request` span (scope `vllm.api`) has no latency attributes; a child span `llm_core` (scope
+`vllm.scheduler`) carries `journey.<TYPE>` span events with wall-clock times (ns), kept by ingest under
+`budgetscope.events`:
+  frontend = QUEUED − API span start,
+  queue = QUEUED → first SCHEDULED, plus each PREEMPTED → the next SCHEDULED,
+  prefill = first SCHEDULED → FIRST_TOKEN, less the re-queues before it,
+  decode = FIRST_TOKEN → FINISHED, less the re-queues after it,
+  postprocess = FINISHED → API span end;
+  TTFT = api.FIRST_RESPONSE_FROM_CORE (else FIRST_TOKEN) − API span start.
+Event times past the API span's end (the API gave up first: a client disconnect) are taken at its end. A request
+that never got a first token has prefill up to FINISHED and decode NULL. Builds whose `do_tracing` still ran
+also send a classic `llm_request` under the API span: one row, the journey one (the classic one when the API
+span has no core events).
+
+PD disaggregation (a proxy sends the request to a prefill instance with `max_tokens` 1, then to a decode
+instance with the returned `kv_transfer_params`, the same `X-Request-Id` to both): two `llm_request` spans with
+the same `gen_ai.request.id`, each a request of its own instance. When both are derived together, the prefill
+leg (one output token, ended before the decode leg began) folds into the decode leg's row: one row, arrival at
+the prefill leg, stages summed per stage; the decode leg's queue holds its wait for the KV transfer; the hand-off
+(prefill leg's first token → decode leg's arrival, via the proxy) is unaccounted.
+
+A stage whose figures are missing is NULL, never guessed. `gen_ai.usage.cache_read.input_tokens`, set on the
+spans imported from offline `RequestOutput.metrics` (sources/vllm_offline.py, `num_cached_tokens`), is read as
+`cached_tokens`.
 """
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import VLLM_ROOT
+from budgetscope.ingest.otlp_json import EVENTS_KEY
+from budgetscope.sources.classify import VLLM_CORE, VLLM_ROOT
+from budgetscope.sources.server_row import SERVER_COLUMNS, select_list
 
+EVENT_ATTRS = ('{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT",'
+               '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]}')
+"""The events kept on a span (ingest's `budgetscope.events`), with the event attributes read here."""
 ATTRS = (
     '{"gen_ai.request.id":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
     '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.usage.cache_read.input_tokens":"BIGINT",'
@@ -23,28 +54,152 @@ ATTRS = (
     '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}'
 )
 
+_STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_ms", "ttft_queue_ms",
+           "ttft_prefill_ms")
+"""Summed over the two legs of a PD-disaggregated request."""
 
-def server_rows(spans: str) -> str:
-    """SELECT producing one server row per vLLM `llm_request` span in the relation `spans`."""
+# Written in SQL that budgetscope's Spark dialect carries over (spark/dialect.py): no list comprehensions,
+# QUALIFY, GROUP BY ALL or correlated subqueries.
+
+
+def _journey(spans: str) -> str:
+    """SELECT: per API span (`api_id`), the times (ns) of its own `api.*` events and of its `llm_core` child's
+    `journey.*` events, and the re-queue time around the first token."""
+    return f"""
+WITH ev AS (
+  SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
+  FROM (SELECT trace_id, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
+               unnest(json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}") AS e
+        FROM {spans} WHERE name IN ('{VLLM_ROOT}', '{VLLM_CORE}')) x),
+j AS (
+  SELECT trace_id, api_id,
+    CAST(count(*) FILTER (WHERE n LIKE 'journey.%') AS INTEGER) AS journey_events,
+    min(t) FILTER (WHERE n = 'journey.QUEUED') AS queued,
+    min(t) FILTER (WHERE n = 'journey.SCHEDULED') AS scheduled,
+    min(t) FILTER (WHERE n = 'journey.FIRST_TOKEN') AS first_token,
+    max(t) FILTER (WHERE n = 'journey.FINISHED') AS finished,
+    CAST(count(*) FILTER (WHERE n = 'journey.PREEMPTED') AS INTEGER) AS preemptions,
+    max(ea."prefill.total_tokens") FILTER (WHERE n LIKE 'journey.%') AS prompt_tokens,
+    min(t) FILTER (WHERE n = 'api.FIRST_RESPONSE_FROM_CORE') AS first_response,
+    CAST(count(*) FILTER (WHERE n = 'api.ABORTED') AS INTEGER) AS aborts,
+    max(ea.reason) FILTER (WHERE n = 'api.ABORTED') AS abort_reason
+  FROM ev GROUP BY trace_id, api_id),
+-- each preemption's wait: PREEMPTED → the next SCHEDULED (or FINISHED, when it never resumed)
+w AS (
+  SELECT trace_id, api_id, n, t,
+    min(CASE WHEN n IN ('journey.SCHEDULED', 'journey.FINISHED') THEN t END) OVER (
+      PARTITION BY trace_id, api_id ORDER BY t ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS resumed
+  FROM ev WHERE n LIKE 'journey.%'),
+rq AS (
+  SELECT w.trace_id, w.api_id,
+    sum(CASE WHEN w.t < coalesce(j.first_token, j.finished) THEN w.resumed - w.t ELSE 0 END) AS before_first,
+    sum(CASE WHEN w.t >= coalesce(j.first_token, j.finished) THEN w.resumed - w.t ELSE 0 END) AS after_first
+  FROM w JOIN j ON j.trace_id = w.trace_id AND j.api_id = w.api_id
+  WHERE w.n = 'journey.PREEMPTED' GROUP BY w.trace_id, w.api_id)
+SELECT j.*, coalesce(rq.before_first, 0) AS requeue_before, coalesce(rq.after_first, 0) AS requeue_after
+FROM j LEFT JOIN rq ON rq.trace_id = j.trace_id AND rq.api_id = j.api_id"""
+
+
+def _per_span(spans: str) -> str:
+    """SELECT: one server row per `llm_request` span, classic or journey, and `journey` (it has core events)."""
+    # journey mode: core events and no latency attribute (a classic span may lack e2e: offline imports do)
+    journey_mode = ('j.journey_events > 0 AND v.a."gen_ai.latency.e2e" IS NULL'
+                    ' AND v.a."gen_ai.latency.time_to_first_token" IS NULL')
+
+    def clip(t: str) -> str:  # an engine time past the API span's end is taken at its end (NULL stays NULL)
+        return f"CASE WHEN j.{t} > v.end_ns THEN v.end_ns ELSE j.{t} END"
+
+    q, sch, ft, fin = clip("queued"), clip("scheduled"), clip("first_token"), clip("finished")
+    lat = {k: f'v.a."gen_ai.latency.{k}" * 1e3' for k in
+           ("time_in_queue", "time_in_model_prefill", "time_in_model_decode", "time_to_first_token", "e2e")}
+    first_response = f"coalesce(j.first_response, {ft})"
+    reached = f"coalesce({ft}, {fin})"  # the end of prefill: the first token, or the end of a request that had none
+    journey = {
+        "frontend": f"({q} - v.start_ns) / 1e6",
+        "queue": f"(coalesce({sch}, {fin}) - {q} + j.requeue_before + j.requeue_after) / 1e6",
+        "prefill": f"({reached} - {sch} - j.requeue_before) / 1e6",
+        "decode": f"({fin} - {ft} - j.requeue_after) / 1e6",
+        "ttft_queue": f"CASE WHEN {ft} IS NOT NULL THEN ({sch} - {q} + j.requeue_before) / 1e6 END",
+        "ttft_prefill": f"CASE WHEN {ft} IS NOT NULL THEN ({ft} - {sch} - j.requeue_before) / 1e6 END",
+    }
+
+    def mode(classic_sql: str, journey_sql: str) -> str:
+        return f"CASE WHEN {journey_mode} THEN {journey_sql} ELSE {classic_sql} END"
+
+    frontend = f"{lat['time_to_first_token']} - {lat['time_in_queue']} - {lat['time_in_model_prefill']}"
+    rows = select_list(
+        trace_id="v.trace_id", server_span_id="v.span_id", parent_span_id="v.parent_span_id", source="'vllm'",
+        request_id='coalesce(v.a."gen_ai.request.id", v.span_id)', service_name="v.service_name",
+        model='v.a."gen_ai.response.model"', tier="""coalesce(v.a."budgetscope.tier", 'default')""",
+        tenant='v.a."budgetscope.tenant"',
+        outcome="""CASE WHEN j.abort_reason = 'client_disconnect' THEN 'cancelled'
+          WHEN v.status_code = 'ERROR' OR j.aborts > 0 THEN 'error' ELSE 'ok' END""",
+        arrival_ns="v.start_ns",
+        first_token_ns=mode(f"v.start_ns + CAST({lat['time_to_first_token']} * 1e6 AS BIGINT)", first_response),
+        end_ns="v.end_ns",
+        input_tokens='coalesce(v.a."gen_ai.usage.prompt_tokens", j.prompt_tokens)',
+        cached_tokens='v.a."gen_ai.usage.cache_read.input_tokens"',
+        output_tokens='v.a."gen_ai.usage.completion_tokens"',
+        frontend_ms=mode(frontend, journey["frontend"]),
+        queue_ms=mode(lat["time_in_queue"], journey["queue"]),
+        prefill_ms=mode(lat["time_in_model_prefill"], journey["prefill"]),
+        decode_ms=mode(lat["time_in_model_decode"], journey["decode"]),
+        postprocess_ms=mode(f"{lat['e2e']} - {lat['time_to_first_token']} - {lat['time_in_model_decode']}",
+                            f"(v.end_ns - {fin}) / 1e6"),
+        ttft_frontend_ms=mode(frontend, f"CASE WHEN {ft} IS NOT NULL THEN {journey['frontend']} END"),
+        ttft_queue_ms=mode(lat["time_in_queue"], journey["ttft_queue"]),
+        ttft_prefill_ms=mode(lat["time_in_model_prefill"], journey["ttft_prefill"]),
+        ttft_ms=mode(lat["time_to_first_token"], f"({first_response} - v.start_ns) / 1e6"),
+        e2e_ms=mode(lat["e2e"], "(v.end_ns - v.start_ns) / 1e6"),
+        queue_entries=mode("NULL", f"CASE WHEN {q} IS NOT NULL THEN 1 + j.preemptions END"),
+    )
     return f"""
 WITH v AS (
   SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
          json_transform(attributes, '{ATTRS}') AS a
   FROM {spans} WHERE name = '{VLLM_ROOT}'),
-s AS (
-  SELECT *, a."gen_ai.latency.time_in_queue" * 1e3 AS q, a."gen_ai.latency.time_in_model_prefill" * 1e3 AS p,
-         a."gen_ai.latency.time_in_model_decode" * 1e3 AS d, a."gen_ai.latency.time_to_first_token" * 1e3 AS ttft,
-         a."gen_ai.latency.e2e" * 1e3 AS e2e
-  FROM v)
-SELECT trace_id, span_id AS server_span_id, parent_span_id, 'vllm' AS source,
-  coalesce(a."gen_ai.request.id", span_id) AS request_id, service_name, a."gen_ai.response.model" AS model,
-  coalesce(a."budgetscope.tier", 'default') AS tier, a."budgetscope.tenant" AS tenant,
-  CASE WHEN status_code = 'ERROR' THEN 'error' ELSE 'ok' END AS outcome,
-  start_ns AS arrival_ns, start_ns + CAST(ttft * 1e6 AS BIGINT) AS first_token_ns, end_ns,
-  a."gen_ai.usage.prompt_tokens" AS input_tokens, a."gen_ai.usage.cache_read.input_tokens" AS cached_tokens,
-  a."gen_ai.usage.completion_tokens" AS output_tokens,
-  ttft - q - p AS frontend_ms, q AS queue_ms, p AS prefill_ms, d AS decode_ms, e2e - ttft - d AS postprocess_ms,
-  ttft - q - p AS ttft_frontend_ms, q AS ttft_queue_ms, p AS ttft_prefill_ms,
-  ttft AS ttft_ms, e2e AS e2e_ms, CAST(NULL AS DOUBLE[]) AS itl_ms, CAST(NULL AS INTEGER) AS queue_entries
-FROM s
+j AS ({_journey(spans)})
+SELECT {rows}, coalesce(j.journey_events, 0) > 0 AS journey
+FROM v LEFT JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id"""
+
+
+def _pd_row() -> str:
+    """Select list of a PD-disaggregated request: decode leg `d`, prefill leg `p` (both server rows)."""
+    # the decode leg's E2E is counted from its own arrival: add the time since the prefill leg's arrival
+    since = "(d.arrival_ns - p.arrival_ns) / 1e6"
+    out = {c: f"d.{c}" for c in SERVER_COLUMNS}
+    out.update({c: f"p.{c} + d.{c}" for c in _STAGES}, arrival_ns="p.arrival_ns", ttft_ms=f"d.ttft_ms + {since}",
+               e2e_ms=f"d.e2e_ms + {since}")
+    return ",\n  ".join(f"{expr} AS {c}" for c, expr in out.items())
+
+
+def server_rows(spans: str) -> str:
+    """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one)."""
+    cols = ", ".join(SERVER_COLUMNS)
+    return f"""
+WITH r0 AS ({_per_span(spans)}),
+-- one request, two spans: journey builds whose do_tracing still ran made a classic `llm_request` under the API
+-- span's; the journey row is kept where the API span has its core events, else the classic one
+dup AS (
+  SELECT c.trace_id, c.server_span_id FROM r0 c JOIN r0 o
+    ON o.trace_id = c.trace_id AND o.server_span_id = c.parent_span_id WHERE o.journey
+  UNION ALL
+  SELECT c.trace_id, c.server_span_id FROM r0 c JOIN r0 o
+    ON o.trace_id = c.trace_id AND o.parent_span_id = c.server_span_id WHERE NOT c.journey),
+r AS (
+  SELECT r0.* FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.server_span_id
+  WHERE dup.server_span_id IS NULL),
+-- a PD pair: the prefill leg (one output token) ended before the decode leg with its request id began
+pd AS (
+  SELECT d_id, p_id FROM (
+    SELECT d.server_span_id AS d_id, p.server_span_id AS p_id,
+      row_number() OVER (PARTITION BY d.server_span_id ORDER BY p.arrival_ns DESC) AS k
+    FROM r d JOIN (SELECT * FROM r WHERE output_tokens = 1) p
+      ON p.request_id = d.request_id AND p.server_span_id <> d.server_span_id AND p.end_ns <= d.arrival_ns) x
+  WHERE k = 1)
+SELECT {cols} FROM r
+WHERE server_span_id NOT IN (SELECT p_id FROM pd) AND server_span_id NOT IN (SELECT d_id FROM pd)
+UNION ALL
+SELECT {_pd_row()}
+FROM pd JOIN r d ON d.server_span_id = pd.d_id JOIN r p ON p.server_span_id = pd.p_id
 """

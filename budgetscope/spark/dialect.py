@@ -12,7 +12,8 @@ What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
 - `json->>'key'` / `json->'key'`: a DuckDB key without `$` is one key, dots included
   (`'gen_ai.request.model'`), not a path; SQLGlot reads it as a path, so it is quoted first.
 - `json_exists(json, path)` → `get_json_object(json, path) IS NOT NULL` (a key whose value is null differs).
-- `json_transform(json, '{"k": "BIGINT", ...}')` → `from_json(json, 'STRUCT<`k`: BIGINT, ...>')`.
+- `json_transform(json, '{"k": "BIGINT", ...}')` → `from_json(json, 'STRUCT<`k`: BIGINT, ...>')` (lists of
+  structures → `ARRAY<...>`, nested objects → nested `STRUCT<...>`).
 - `list(x ORDER BY y)` → the values of `array_sort(collect_list(struct(y, x)))` (Spark's collect_list has no
   order).
 - `A UNION ALL BY NAME B` → B's columns put in A's order, then a plain UNION ALL.
@@ -108,7 +109,18 @@ def _json_struct(structure: str) -> str:
         fields = json.loads(structure)
     except ValueError as e:
         raise DialectError(f"json_transform structure is not JSON: {e}") from None
-    return "STRUCT<" + ", ".join(f"`{k}`: {spark_type(t)}" for k, t in fields.items()) + ">"
+    return _struct_type(fields)
+
+
+def _struct_type(t) -> str:
+    """A json_transform structure (a type name, `[element]`, or `{key: structure}`) as a Spark type."""
+    if isinstance(t, dict):
+        return "STRUCT<" + ", ".join(f"`{k}`: {_struct_type(v)}" for k, v in t.items()) + ">"
+    if isinstance(t, list) and len(t) == 1:
+        return f"ARRAY<{_struct_type(t[0])}>"
+    if isinstance(t, str):
+        return spark_type(t)
+    raise DialectError(f"json_transform structure part {json.dumps(t)} is not carried over")
 
 
 def _rewrite(tree, tables: dict[str, list[str]]):
