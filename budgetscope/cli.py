@@ -226,6 +226,10 @@ _SPARK_MASTER = click.option("--spark-master", metavar="URL",
                              help="Spark master for --engine spark: local[N] (default local[2]), spark://HOST:PORT, yarn.")
 
 
+REPORT_EXIT = {"KEPT": 0, "BROKEN": 1, "UNKNOWN": 3}
+"""`report`'s exit status by the report's status (2 stays for bad input)."""
+
+
 def _reader(archive: str, engine: str, spark_master: str | None, since_ns=None, until_ns=None):
     """A reader of the archive (`.con` runs the analysis SQL) on the engine chosen."""
     if spark_master and engine != "spark":
@@ -258,7 +262,8 @@ def _time_ns(value: str | None, name: str) -> int | None:
 @_SPARK_MASTER
 def report(archive: str, budgets: str | None, fmt: str, since: str | None, until: str | None, engine: str,
            spark_master: str | None) -> None:
-    """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks, 2 on bad input.
+    """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks them, 3 if
+    one cannot be judged (its figures are unknown: no request, or no latency read), 2 on bad input.
 
     \b
       budgetscope report --archive prod/ --budgets budgets.toml
@@ -294,7 +299,9 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
         click.echo(json.dumps(rep, indent=2, allow_nan=False, default=str))
     else:
         click.echo(render_markdown(rep) if fmt == "markdown" else render_text(rep), nl=False)
-    sys.exit(0 if rep["kept"] else 1)
+    for warning in rep["warnings"]:
+        click.echo(f"budgetscope: {warning}", err=True)
+    sys.exit(REPORT_EXIT[rep["status"]])
 
 
 # -- convert ---------------------------------------------------------------------------------------------------

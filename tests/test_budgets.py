@@ -32,7 +32,7 @@ def test_design_example_parses():
 
 @pytest.mark.parametrize("text, message", [
     ("[tiers.a]\nttft = 5\n",
-     "b.toml: tiers.a.ttft: unknown key (expected one of: match, percentile, ttft_ms, tpot_ms, e2e_ms, stages)"),
+     "b.toml: tiers.a.ttft: unknown key (expected one of: match, percentile, ttft_ms, tpot_ms, e2e_ms, max_error_rate, stages)"),
     ("[tiers.a.stages]\nprefil = 5\n",
      "b.toml: tiers.a.stages.prefil: unknown stage (expected one of: network, frontend, queue, prefill, decode, postprocess)"),
     ("[tiers.a.stages]\nunaccounted = 5\n",
