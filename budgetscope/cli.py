@@ -174,6 +174,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     """
     import os
 
+    from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_line
     from budgetscope.archive.archive import Archive, ArchiveError
     from budgetscope.ingest.files import read_batches
 
@@ -205,18 +206,33 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         discarded = new.discard_if_empty(counts)
     except ArchiveError as e:
         raise _fail(e) from None
+    unclaimed = None if discarded else _unclaimed(archive)
     if fmt == "json":
-        click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts}))
+        click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts,
+                               "unclaimed_spans": unclaimed}))
     elif discarded:
         click.echo(f"{archive}: nothing landed; not created")
     else:
         click.echo(f"{archive}: {counts['spans']:,} spans, {counts['requests']:,} requests")
+        if line := unclaimed_line(unclaimed):
+            click.echo(f"{archive}: {line}")
+    if not discarded and (warning := nothing_derived_warning(counts["spans"], counts["requests"], unclaimed)):
+        click.echo(f"budgetscope: {archive}: {warning}", err=True)
     if rejected:
         for r in rejected[:20]:
             click.echo(f"budgetscope: {r} (batch rejected; nothing from it landed)", err=True)
         if len(rejected) > 20:
             click.echo(f"budgetscope: … and {len(rejected) - 20} more rejected batches", err=True)
         sys.exit(2)
+
+
+def _unclaimed(archive: str) -> dict:
+    """The spans of the archive, as committed, that no adapter claimed (`budgetscope.analysis.coverage`)."""
+    from budgetscope.analysis.coverage import unclaimed_spans
+    from budgetscope.archive.archive import Archive
+
+    with Archive(archive, read_only=True, create=False) as a:
+        return unclaimed_spans(a.con)
 
 
 # -- report ----------------------------------------------------------------------------------------------------

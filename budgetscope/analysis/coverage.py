@@ -27,10 +27,12 @@ def _window(since_ns: int | None, until_ns: int | None) -> tuple[list[str], list
     return clauses, params
 
 
-def unclaimed_spans(con, since_ns: int | None = None, until_ns: int | None = None, top: int = TOP_UNCLAIMED) -> dict:
+def unclaimed_spans(con, since_ns: int | None = None, until_ns: int | None = None, top: int = TOP_UNCLAIMED,
+                    exact: bool = False) -> dict:
     """The spans no adapter claimed (those starting in [since_ns, until_ns) when given), by span name and
     service, most first: {"total": spans, "groups": (name, service) pairs, "top": [{"name", "service_name",
-    "spans"}] (at most `top`; ids in names replaced by `<id>`), "by_name": {name: spans} (every exact name)}."""
+    "spans"}] (at most `top`; ids in names replaced by `<id>`)}; with `exact`, also "by_name": {exact span
+    name: spans} (one key a distinct name: for tests and small archives)."""
     clauses, params = _window(since_ns, until_ns)
     where = " AND ".join([f"s.source = '{UNCLAIMED_SOURCE}'", *clauses,
                           "NOT EXISTS (SELECT 1 FROM requests r WHERE r.trace_id = s.trace_id)"])
@@ -42,9 +44,9 @@ def unclaimed_spans(con, since_ns: int | None = None, until_ns: int | None = Non
         groups[(id_free(name), svc)] = groups.get((id_free(name), svc), 0) + n
         by_name[name] = by_name.get(name, 0) + n
     rows = sorted(groups.items(), key=lambda kv: (-kv[1], str(kv[0][0]), str(kv[0][1])))
-    return {"total": sum(by_name.values()), "groups": len(rows),
-            "top": [{"name": name, "service_name": svc, "spans": n} for (name, svc), n in rows[:top]],
-            "by_name": by_name}
+    out = {"total": sum(by_name.values()), "groups": len(rows),
+           "top": [{"name": name, "service_name": svc, "spans": n} for (name, svc), n in rows[:top]]}
+    return {**out, "by_name": by_name} if exact else out
 
 
 _ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
