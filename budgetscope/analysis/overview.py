@@ -46,14 +46,20 @@ def _share_phrase(entry: dict, kind: str) -> str | None:
 def headline(entry: dict) -> str:
     """One sentence for the top of a tier: the worst broken budget and where the tail's excess went, or that
     the budgets hold."""
-    if not entry["requests"] or not entry["ok_requests"]:
+    if not entry["requests"] or not entry["ok_requests"] or entry["status"] == "UNKNOWN":
         return entry["verdict"]
     key = f"p{entry['percentile']:g}"
     broken = [b for b in entry["breaches"] if b["kind"] == "metric"]
+    failed = [b for b in entry["breaches"] if b["kind"] == "error_rate"]
+    if failed:
+        return (f"error rate {100 * failed[0]['value']:.1f}% vs {100 * failed[0]['budget']:g}% allowed: "
+                "failed requests miss every SLO")
     if broken:
         b = max(broken, key=lambda b: b["value"] / b["budget"])
         why = _share_phrase(entry, "ttft" if b["name"] == "ttft_ms" else "e2e")
         return f"{key} {LABEL[b['name']]} {ms(b['value'])} vs {ms(b['budget'])}" + (f": {why}" if why else "")
+    if any(b["kind"] == "attainment" for b in entry["breaches"]):
+        return "No request met every SLO (attainment 0%), though each percentile is within its budget"
     m = entry["metrics"]
     budgeted = [k for k, v in m.items() if v["budget"] is not None]
     figures = ", ".join(f"{key} {LABEL[k]} {ms(m[k][key])} ≤ {ms(m[k]['budget'])}" for k in budgeted)
