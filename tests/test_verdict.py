@@ -4,6 +4,7 @@ what the report, ingest and collect say about spans no adapter claimed and about
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -213,3 +214,58 @@ def test_a_bad_max_error_rate_names_the_file_and_the_key(runner, tmp_path, value
         f"budgetscope: {b}: tiers.interactive.max_error_rate: must be a fraction from 0 to 1 (0.01 = 1 % of "
         f"requests), got {shown}\n"))
     assert sorted(p.name for p in a.rglob("*")) == before and rows(a, "SELECT count(*) FROM requests") == [(3,)]
+
+
+def _post(port: int, docs: list[dict], token: str | None = None) -> None:
+    import httpx
+
+    for doc in docs:
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(doc), timeout=30,
+                       headers={"Content-Type": "application/json",
+                                **({"Authorization": f"Bearer {token}"} if token else {})})
+        assert r.status_code == 200, r.content
+
+
+def test_collect_status_endpoint_names_unclaimed_spans_and_warns(tmp_path):
+    import httpx
+
+    from budgetscope.collector import Collector
+
+    with Collector(tmp_path / "live", grpc_port=None, http_port=0, auth_token="s3cret") as c:
+        url = f"http://127.0.0.1:{c.http_port}/status"
+        assert httpx.get(url, timeout=30).status_code == 401  # the same bearer token as the exports
+        _post(c.http_port, _sglang_roots(4), "s3cret")
+        deadline = time.monotonic() + 60
+        while True:  # acknowledged from the spool: landed and derived within about a second, re-read every 5 s
+            doc = httpx.get(url, headers={"Authorization": "Bearer s3cret"}, timeout=30).json()
+            if (doc["unclaimed_spans"] or {}).get("total") == 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert doc["state"] == "running" and doc["stats"]["spans"] == 4 and doc["stats"]["requests_derived"] == 0
+        assert doc["unclaimed_spans"] == {"total": 4, "groups": 1,
+                                          "top": [{"name": " Req <id>", "service_name": "sglang", "spans": 4}]}
+        assert doc["warnings"] == ["warning: 4 spans arrived but no request was derived: no adapter reads their "
+                                   "format (docs/sources.md lists the formats read); 4 spans no adapter claimed: "
+                                   "' Req <id>' of sglang (4)"]
+
+
+def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    run = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+    proc = subprocess.Popen([sys.executable, "-c", run, "--archive", str(tmp_path / "live"), "--grpc-port", "0",
+                             "--http-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+        _post(port, _sglang_roots(3) + _requests(["ok"]))
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.splitlines()[-1] == "budgetscope collect: 3 spans no adapter claimed: ' Req <id>' of sglang (3)"
+    assert "no request was derived" not in err  # one request was

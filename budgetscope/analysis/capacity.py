@@ -254,10 +254,19 @@ def _sure(t: dict | None, target: float) -> dict | None:
             "ttft_spread": t["ttft_spread"], "resolved": resolved}
 
 
+def _breach_words(b: dict) -> str:
+    """A report breach in a few words: a quantile over its budget, or the error rate over its maximum."""
+    if b["kind"] == "error_rate":
+        return f"error rate {100 * b['value']:.1f}% > {100 * b['budget']:g}%"
+    if b["kind"] == "attainment":
+        return "no request met every SLO"
+    return f"{b['quantile']} {b['name']} {b['value']:.1f} ms > {b['budget']:g} ms"
+
+
 def _reasons(t: dict | None, target: float) -> list[str]:
     if t is None:
         return []
-    out = [f"{b['quantile']} {b['name']} {b['value']:.1f} ms > {b['budget']:g} ms" for b in t["breaches"]]
+    out = [_breach_words(b) for b in t["breaches"]]
     if t["attainment"] is not None and t["attainment"] < target:
         out.append(f"attainment {100 * t['attainment']:.1f}% < {100 * target:g}%")
     return list(dict.fromkeys(out))
