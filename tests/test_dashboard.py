@@ -181,6 +181,21 @@ def test_request_page_opens_a_request_by_id(monkeypatch):
     assert any("No request" in w.value for w in at.warning)
 
 
+def test_spans_no_adapter_reads_are_named_on_the_page(monkeypatch, tmp_path):
+    from otlp_wire import MS, T0, export, jsonl, span, span_id, trace_id
+
+    src, a = tmp_path / "t.jsonl", tmp_path / "a.duckdb"
+    src.write_text(jsonl(*[export([span(trace_id(), span_id(), f" Req {i:08x}", T0, T0 + MS, kind=2)],
+                                  service="sglang") for i in range(3)]))
+    assert CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)]).exit_code == 0
+    at = _app(monkeypatch, a)
+    at.run()
+    _clean(at, "budgets")
+    assert [i.value for i in at.info] == [
+        "warning: 3 spans arrived but no request was derived: no adapter reads their format (docs/sources.md lists "
+        "the formats read); 3 spans no adapter claimed: ' Req <id>' of sglang (3)"]
+
+
 def test_empty_archive_and_no_budgets_say_what_is_missing(monkeypatch, tmp_path):
     empty = tmp_path / "empty.duckdb"
     Archive(empty).close()

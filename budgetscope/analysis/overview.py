@@ -3,6 +3,7 @@ headline of a tier ("p99 TTFT 2.41 s vs 800 ms: 71% of the tail's excess is queu
 
 from __future__ import annotations
 
+from budgetscope.analysis import coverage
 from budgetscope.analysis.verdict import LABEL, STAGE_WORD, ms
 
 NO_REQUESTS = ("the archive holds no requests yet: ingest traces (`budgetscope ingest`) or point a collector "
@@ -26,7 +27,9 @@ def overview(con) -> dict:
     has_gpu = bool(con.execute("SELECT count(*) FROM (SELECT 1 FROM gpu_samples LIMIT 1)").fetchone()[0])
     notes = []
     if not n:
-        notes.append(NO_REQUESTS)
+        spans = coverage.span_count(con)  # spans but no request: say which spans no adapter read
+        notes.append(coverage.nothing_derived_warning(spans, n, coverage.unclaimed_spans(con)) if spans
+                     else NO_REQUESTS)
     elif not n_client:
         notes.append(NO_CLIENT_SPANS)
     elif n_client < n:
