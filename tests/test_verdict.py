@@ -238,7 +238,8 @@ def test_collect_status_endpoint_names_unclaimed_spans_and_warns(tmp_path):
         deadline = time.monotonic() + 60
         while True:  # acknowledged from the spool: landed and derived within about a second, re-read every 5 s
             doc = httpx.get(url, headers={"Authorization": "Bearer s3cret"}, timeout=30).json()
-            if (doc["unclaimed_spans"] or {}).get("total") == 4 or time.monotonic() > deadline:
+            landed = doc["stats"]["spans"] == 4 and (doc["unclaimed_spans"] or {}).get("total") == 4
+            if landed or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         assert doc["state"] == "running" and doc["stats"]["spans"] == 4 and doc["stats"]["requests_derived"] == 0
