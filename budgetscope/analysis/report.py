@@ -311,9 +311,9 @@ def unknown_reason(entry: dict) -> str | None:
     key = pkey(entry["percentile"])
     budgeted = [m for m, v in entry["metrics"].items() if v["budget"] is not None]
     unknown = [m for m in budgeted if entry["metrics"][m][key] is None]
-    if not budgeted and entry["ok_requests"] and entry["metrics"]["ttft_ms"][key] is None \
-            and entry["metrics"]["e2e_ms"][key] is None:
-        unknown = ["ttft_ms", "e2e_ms"]  # without budgets, a tier still needs some latency to be read
+    latency = ("ttft_ms", "e2e_ms")
+    if not budgeted and all(entry["metrics"][m][key] is None for m in latency):
+        unknown = list(latency)  # without budgets, a tier still needs some latency to be read
     if not unknown:
         return None
     names = ", ".join(m.removesuffix("_ms").upper() for m in unknown)
@@ -381,12 +381,11 @@ def build_report(con, budgets: Budgets | None = None, since_ns: int | None = Non
         jobs = [(tb, True) for tb in budgets.tiers if tier_selected(tb, filters)]
     tiers = _tier_reports(con, jobs, since_ns, until_ns, filters)
     unbudgeted = {}
+    sel = Selection({}, since_ns, until_ns, filters)
     if budgets is not None:
         named = {tb.match.get("tier", tb.name) for tb in budgets.tiers}
-        sel = Selection({}, since_ns, until_ns, filters)
         unbudgeted = {t: n for t, n in _rows(con, f"SELECT tier, count(*) FROM requests {sel.where()} "
                                                   "GROUP BY 1 ORDER BY 1", sel.params) if t not in named}
-    sel = Selection({}, since_ns, until_ns, filters)
     covered = coverage.coverage(con, sel.where(), sel.params)
     spans = coverage.span_count(con, since_ns, until_ns)
     unclaimed = coverage.unclaimed_spans(con, since_ns, until_ns)
