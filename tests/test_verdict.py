@@ -270,3 +270,18 @@ def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
     assert proc.returncode == 0, err
     assert out.splitlines()[-1] == "budgetscope collect: 3 spans no adapter claimed: ' Req <id>' of sglang (3)"
     assert "no request was derived" not in err  # one request was
+
+
+@pytest.mark.parametrize("outcomes, status, css, words", [
+    (["error"] * 12, "BROKEN", "headline broke", "a budget broke"),
+    (["ok"] * 12, "KEPT", "headline kept", "every tier kept its budgets")])
+def test_the_postmortem_colours_each_tier_by_its_status(runner, tmp_path, outcomes, status, css, words):
+    pytest.importorskip("plotly")
+    from budgetscope.analysis.budgets import parse_budgets
+    from budgetscope.analysis.postmortem import build_postmortem, render_html
+
+    a, _, _ = _archive(runner, tmp_path, _requests(outcomes))
+    with Archive(a, read_only=True, create=False) as r:
+        pm = build_postmortem(r.con, parse_budgets(BUDGETS), T0 - MS, T0 + 60_000 * MS)
+    page = render_html(pm)
+    assert pm["report"]["status"] == status and f"class='{css}'" in page and words in page
