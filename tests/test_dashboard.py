@@ -92,11 +92,9 @@ def test_every_page_runs_and_budgets_match_the_report(monkeypatch, name):
 
 def _ingested(tmp_path, outcomes: list[str]) -> Path:
     """An archive of one native `interactive` request an outcome, fast enough for budgets.toml when ok."""
-    from otlp_wire import MS, T0, export, jsonl, native_request
+    from otlp_wire import jsonl, outcome_requests
 
-    docs = [export(native_request(arrival=T0 + i * 100 * MS, client=(1, 1), extra_root={"budgetscope.outcome": o},
-                                  stages=(("frontend", 1), ("queue", 5), ("prefill", 20), ("decode", 50),
-                                          ("postprocess", 1)))[1]) for i, o in enumerate(outcomes)]
+    docs = outcome_requests(outcomes)
     src, a = tmp_path / "t.jsonl", tmp_path / "a.duckdb"
     src.write_text(jsonl(*docs))
     assert CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)]).exit_code == 0

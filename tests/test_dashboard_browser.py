@@ -110,11 +110,9 @@ def _box_rgb(page, status: str, tier: str) -> tuple[int, int, int]:
 
 def _ingested(tmp_path: Path, outcomes: list[str]) -> Path:
     """An archive of one fast native `interactive` request an outcome."""
-    from otlp_wire import MS, T0, export, jsonl, native_request
+    from otlp_wire import jsonl, outcome_requests
 
-    docs = [export(native_request(arrival=T0 + i * 100 * MS, client=(1, 1), extra_root={"budgetscope.outcome": o},
-                                  stages=(("frontend", 1), ("queue", 5), ("prefill", 20), ("decode", 50),
-                                          ("postprocess", 1)))[1]) for i, o in enumerate(outcomes)]
+    docs = outcome_requests(outcomes)
     src, a = tmp_path / "t.jsonl", tmp_path / "a.duckdb"
     src.write_text(jsonl(*docs))
     r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "ingest", str(src), "-a", str(a)], capture_output=True)

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
+from otlp_wire import outcome_requests as _requests
 
 from budgetscope.analysis.coverage import id_free, unclaimed_spans
 from budgetscope.archive.archive import Archive
@@ -21,19 +22,6 @@ BUDGETS = "[tiers.interactive]\nttft_ms = 500\ne2e_ms = 2000\n"
 @pytest.fixture
 def runner():
     return CliRunner()
-
-
-FAST = (("frontend", 1), ("queue", 5), ("prefill", 20), ("decode", 50), ("postprocess", 1))
-
-
-def _requests(outcomes: list[str], client: bool = True, stages=FAST) -> list[dict]:
-    """One native request a outcome; with the FAST stages, within BUDGETS when ok."""
-    docs = []
-    for i, outcome in enumerate(outcomes):
-        _, s = native_request(arrival=T0 + i * 100 * MS, client=(1, 1) if client else None,
-                              extra_root={"budgetscope.outcome": outcome}, stages=stages)
-        docs.append(export(s))
-    return docs
 
 
 def _sglang_roots(n: int) -> list[dict]:
