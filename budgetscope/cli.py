@@ -174,6 +174,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     """
     import os
 
+    from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_line
     from budgetscope.archive.archive import Archive, ArchiveError
     from budgetscope.ingest.files import read_batches
 
@@ -205,12 +206,18 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         discarded = new.discard_if_empty(counts)
     except ArchiveError as e:
         raise _fail(e) from None
+    unclaimed = None if discarded else _unclaimed(archive)
     if fmt == "json":
-        click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts}))
+        click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts,
+                               "unclaimed_spans": unclaimed}))
     elif discarded:
         click.echo(f"{archive}: nothing landed; not created")
     else:
         click.echo(f"{archive}: {counts['spans']:,} spans, {counts['requests']:,} requests")
+        if line := unclaimed_line(unclaimed):
+            click.echo(f"{archive}: {line}")
+    if not discarded and (warning := nothing_derived_warning(counts["spans"], counts["requests"], unclaimed)):
+        click.echo(f"budgetscope: {archive}: {warning}", err=True)
     if rejected:
         for r in rejected[:20]:
             click.echo(f"budgetscope: {r} (batch rejected; nothing from it landed)", err=True)
@@ -219,11 +226,24 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         sys.exit(2)
 
 
+def _unclaimed(archive: str) -> dict:
+    """The spans of the archive, as committed, that no adapter claimed (`budgetscope.analysis.coverage`)."""
+    from budgetscope.analysis.coverage import unclaimed_spans
+    from budgetscope.archive.archive import Archive
+
+    with Archive(archive, read_only=True, create=False) as a:
+        return unclaimed_spans(a.con)
+
+
 # -- report ----------------------------------------------------------------------------------------------------
 _ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
                        help="Run the SQL on DuckDB in this process, or on Spark over the same Parquet files.")
 _SPARK_MASTER = click.option("--spark-master", metavar="URL",
                              help="Spark master for --engine spark: local[N] (default local[2]), spark://HOST:PORT, yarn.")
+
+
+REPORT_EXIT = {"KEPT": 0, "BROKEN": 1, "UNKNOWN": 3}
+"""`report`'s exit status by the report's status (2 stays for bad input)."""
 
 
 def _reader(archive: str, engine: str, spark_master: str | None, since_ns=None, until_ns=None):
@@ -258,7 +278,8 @@ def _time_ns(value: str | None, name: str) -> int | None:
 @_SPARK_MASTER
 def report(archive: str, budgets: str | None, fmt: str, since: str | None, until: str | None, engine: str,
            spark_master: str | None) -> None:
-    """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks, 2 on bad input.
+    """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks them, 3 if
+    one cannot be judged (its figures are unknown: no request, or no latency read), 2 on bad input.
 
     \b
       budgetscope report --archive prod/ --budgets budgets.toml
@@ -294,7 +315,9 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
         click.echo(json.dumps(rep, indent=2, allow_nan=False, default=str))
     else:
         click.echo(render_markdown(rep) if fmt == "markdown" else render_text(rep), nl=False)
-    sys.exit(0 if rep["kept"] else 1)
+    for warning in rep["warnings"]:
+        click.echo(f"budgetscope: {warning}", err=True)
+    sys.exit(REPORT_EXIT[rep["status"]])
 
 
 # -- convert ---------------------------------------------------------------------------------------------------
@@ -471,7 +494,7 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
         click.echo(render_text(run.report), nl=False)
         t = run.report["tiers"][0]
         expect = run.scenario.expect or "nothing (budgets hold)"
-        found = run.dominant if run.scenario.expect else ("budgets held" if t["kept"] else "a budget broke")
+        found = run.dominant if run.scenario.expect else {"KEPT": "budgets held", "BROKEN": "a budget broke", "UNKNOWN": "unknown"}[t["status"]]
         rows.append([name, expect, f"{run.scenario.metric.upper()}: {found}",
                      "-" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%", str(run.archive)])
     from budgetscope.analysis.render import _table

@@ -109,5 +109,6 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
         Path(out).write_text(render_html(pm, title), encoding="utf-8")
     except OSError as e:
         raise _usage(f"{out}: cannot write ({e.strerror})") from None
-    kept = pm["report"]["kept"]
-    click.echo(f"{out}: {len(pm['report']['tiers'])} tiers, {'budgets kept' if kept else 'a budget broke'}")
+    from budgetscope.analysis.postmortem import REPORT_WORDS
+
+    click.echo(f"{out}: {len(pm['report']['tiers'])} tiers, {REPORT_WORDS[pm['report']['status']]}")

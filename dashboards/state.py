@@ -265,6 +265,19 @@ def start_page(title: str):
     return ov, f, text, bpath
 
 
+VERDICT_BOX = {"KEPT": st.success, "BROKEN": st.error, "UNKNOWN": st.warning}
+"""The colour of a tier's verdict box by its status: green, red, yellow."""
+
+
+def verdict_box(entry: dict) -> None:
+    """A tier's headline in a box of its status's colour, inside a container keyed `verdict-<status>` (the
+    browser test finds the box by it)."""
+    from budgetscope.analysis.overview import headline
+
+    with st.container(key=f"verdict-{entry['status'].lower()}-{entry['name']}"):
+        VERDICT_BOX[entry["status"]](f"**{entry['status']}** — {headline(entry)}")
+
+
 def ms(v) -> str:
     from budgetscope.analysis.verdict import ms as fmt
 

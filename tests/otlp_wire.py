@@ -119,3 +119,14 @@ def native_request(*, arrival: int = T0, stages=(("frontend", 2), ("queue", 10),
             "http.response.status_code": 200, "gen_ai.usage.output_tokens": output_tokens,
             "budgetscope.tier": tier}))
     return tid, spans
+
+
+FAST_STAGES = (("frontend", 1), ("queue", 5), ("prefill", 20), ("decode", 50), ("postprocess", 1))
+"""Stages (ms) of a request well within the sample budgets (TTFT 27 ms, E2E 77 ms)."""
+
+
+def outcome_requests(outcomes: list[str], client: bool = True, stages=FAST_STAGES) -> list[dict]:
+    """One export a native `interactive` request, 100 ms apart, each ending with its outcome (ok, error, ...)."""
+    return [export(native_request(arrival=T0 + i * 100 * MS, client=(1, 1) if client else None, stages=stages,
+                                  extra_root={"budgetscope.outcome": outcome})[1])
+            for i, outcome in enumerate(outcomes)]

@@ -32,7 +32,7 @@ def test_design_example_parses():
 
 @pytest.mark.parametrize("text, message", [
     ("[tiers.a]\nttft = 5\n",
-     "b.toml: tiers.a.ttft: unknown key (expected one of: match, percentile, ttft_ms, tpot_ms, e2e_ms, stages)"),
+     "b.toml: tiers.a.ttft: unknown key (expected one of: match, percentile, ttft_ms, tpot_ms, e2e_ms, max_error_rate, stages)"),
     ("[tiers.a.stages]\nprefil = 5\n",
      "b.toml: tiers.a.stages.prefil: unknown stage (expected one of: network, frontend, queue, prefill, decode, postprocess)"),
     ("[tiers.a.stages]\nunaccounted = 5\n",
@@ -66,3 +66,18 @@ def test_load_errors(tmp_path):
         load_budgets(tmp_path / "missing.toml")
     with pytest.raises(BudgetError, match="is a directory, not a budgets file$"):
         load_budgets(tmp_path)
+
+
+def test_max_error_rate_is_a_fraction_with_a_default_from_the_percentile():
+    b = parse_budgets("[tiers.a]\nmax_error_rate = 0.05\n[tiers.b]\npercentile = 95\n[tiers.c]\nmax_error_rate = 0\n")
+    assert [(t.max_error_rate, t.error_budget()) for t in b.tiers] == [(0.05, 0.05), (None, 0.05), (0.0, 0.0)]
+    assert parse_budgets("[tiers.a]\n").tiers[0].error_budget() == 0.01
+
+
+def test_what_if_keeps_a_declared_max_error_rate():
+    from budgetscope.analysis.whatif import edit_tier, to_toml
+
+    b = parse_budgets("[tiers.a]\nttft_ms = 100\nmax_error_rate = 0.02\n")
+    assert parse_budgets(to_toml(b)).tiers == b.tiers
+    edited = edit_tier(b, "a", 95.0, {"ttft_ms": 200.0}, {})
+    assert (edited.tiers[0].max_error_rate, edited.tiers[0].ttft_ms) == (0.02, 200.0)

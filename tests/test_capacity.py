@@ -79,7 +79,7 @@ def test_a_spike_that_the_next_rates_undo_is_not_the_knee():
 def _step(rate, attainment, ttft, keeps, queue_share, n=200):
     shares = {"queue": queue_share, "prefill": 1 - queue_share}
     return {"rate_rps": rate, "served_rps": rate * 0.98, "tiers": [{
-        "name": "chat", "requests": n, "percentile": 99.0, "attainment": attainment, "keeps": keeps,
+        "name": "chat", "requests": n, "judged_requests": n, "percentile": 99.0, "attainment": attainment, "keeps": keeps,
         "metrics": {"ttft_ms": {"p99": ttft}}, "attribution": {"ttft": {"shares": shares}},
         "breaches": [] if keeps else [{"kind": "metric", "name": "ttft_ms", "value": ttft, "budget": 800.0,
                                        "quantile": "p99"}]}]}

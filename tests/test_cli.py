@@ -93,7 +93,7 @@ def test_bad_budgets_key_exits_2(runner, archive, tmp_path):
     b.write_text("[tiers.interactive]\nttft = 5\n")
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(b)])
     assert (r.exit_code, r.stderr) == (2, f"budgetscope: {b}: tiers.interactive.ttft: unknown key (expected one of: "
-                                          "match, percentile, ttft_ms, tpot_ms, e2e_ms, stages)\n")
+                                          "match, percentile, ttft_ms, tpot_ms, e2e_ms, max_error_rate, stages)\n")
 
 
 def test_report_json_keeps_the_design_keys_and_exits_1_when_broken(runner, archive, traces):
@@ -121,15 +121,16 @@ def test_report_exits_0_when_budgets_are_kept(runner, archive, tmp_path):
     b.write_text("[tiers.interactive]\nttft_ms = 10000\n")
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(b)])
     assert r.exit_code == 0
-    assert r.stdout.splitlines()[0] == ("== tier interactive: KEPT — 40 requests, p99, attainment 100.0%, "
-                                        "client-side figures")
+    assert r.stdout.splitlines()[0] == ("== tier interactive: KEPT — 40 requests (40 ok), p99 over the ok requests, "
+                                        "attainment 100.0%, error rate 0.0% (max 1%), client-side figures")
 
 
 def test_report_table_exact(runner, archive, traces):
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(traces[1])])
     assert r.exit_code == 1
     assert r.stdout.splitlines()[:8] == [
-        "== tier interactive: BROKEN — 40 requests, p75, attainment 75.0%, client-side figures",
+        "== tier interactive: BROKEN — 40 requests (40 ok), p75 over the ok requests, attainment 75.0%, "
+        "error rate 0.0% (max 25%), client-side figures",
         "-- metrics",
         "metric  figure          p50     p75     p90     p95     p99     budget  status",
         "------  --------------  ------  ------  ------  ------  ------  ------  ------",
@@ -138,12 +139,14 @@ def test_report_table_exact(runner, archive, traces):
         "E2E     client_e2e_ms   171 ms  296 ms  671 ms  671 ms  671 ms  1.00 s  OK",
         "-- stages",
     ]
-    assert r.stdout.splitlines()[-1] == (
+    assert r.stdout.splitlines()[-3:] == [
         "interactive breaks its budget: p75 TTFT 195 ms vs 100 ms. 100% of the TTFT tail's excess over the median "
         "request is queueing (tail mean 510 ms vs 10 ms). 100% of the E2E tail's excess over the median request is "
         "queueing (tail mean 510 ms vs 10 ms). Stage budgets broken: queue p75 135 ms vs 50 ms. 75.0% of requests "
-        "met every SLO (goodput). What the TTFT tail queued behind is unknown: no engine steps and no KV-use gauge in "
-        "the archive while the tail queued.")
+        "met every SLO (goodput); the percentiles are over the 40 ok requests. What the TTFT tail queued behind is "
+        "unknown: no engine steps and no KV-use gauge in the archive while the tail queued.",
+        "",
+        "coverage: 40 requests; 40 with server spans, 40 with client spans, 40 with both"]
 
 
 def test_report_markdown(runner, archive, traces):

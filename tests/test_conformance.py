@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
+
+from budgetscope.analysis.coverage import unclaimed_spans
+from budgetscope.archive.archive import Archive
 
 ROOT = Path(__file__).parent / "conformance"
 CASES = sorted(p.parent for p in ROOT.glob("*/*/expected.json"))
@@ -62,6 +66,26 @@ def test_upstream_trace_derives_the_expected_rows(case: Path, archive_path, inge
         assert g is not None, f"no row for request {w['request_id']} (rows: {sorted(by_id)})"
         wrong = {k: (v, g[k]) for k, v in w.items() if not _same(v, g[k])}
         assert not wrong, f"request {w['request_id']}: (expected, derived) {wrong}"
+    if "unclaimed" in expected:
+        assert_unclaimed(archive_path, expected["unclaimed"])
+
+
+def assert_unclaimed(archive: Path, want: dict[str, int]) -> None:
+    """The spans no adapter claimed, by exact span name, are `want` (`budgetscope.analysis.coverage`)."""
+    with Archive(archive, read_only=True, create=False) as a:
+        got = unclaimed_spans(a.con, exact=True)["by_name"]
+    assert got == want, f"unclaimed spans by name: derived {got}, expected {want}"
+
+
+def test_the_unclaimed_check_compares_exact_names(archive_path, ingest_text):
+    """`unclaimed` in expected.json: exact names and counts; a span inside a request's trace is not unclaimed."""
+    _, known = native_request()
+    extra = span(known[0]["traceId"], span_id(), "POST /generate", T0, T0 + MS, kind=2)
+    roots = [span(trace_id(), span_id(), name, T0, T0 + MS, kind=2) for name in (" Req 1f3a9c2e", " Req 00ab12cd")]
+    ingest_text(archive_path, jsonl(export([*known, extra]), export(roots, service="sglang", scope="sglang")))
+    assert_unclaimed(archive_path, {" Req 1f3a9c2e": 1, " Req 00ab12cd": 1})
+    with pytest.raises(AssertionError, match="unclaimed spans by name"):
+        assert_unclaimed(archive_path, {" Req <id>": 2})
 
 
 def test_every_server_has_cases_and_a_readme():

@@ -95,6 +95,49 @@ def _settle(page) -> None:
     page.wait_for_timeout(1500)  # plotly charts draw after the script ends
 
 
+def _errors_but_the_verdict(page) -> int:
+    """Error boxes on the page other than the red verdict box of a BROKEN tier."""
+    return (page.locator("[data-testid='stAlertContentError']").count()
+            - page.locator("[class*='st-key-verdict-broken'] [data-testid='stAlertContentError']").count())
+
+
+def _box_rgb(page, status: str, tier: str) -> tuple[int, int, int]:
+    """The background colour of a tier's verdict box, as the browser draws it."""
+    box = page.locator(f".st-key-verdict-{status}-{tier} [data-testid='stAlert'] > div").first
+    rgba = box.evaluate("e => getComputedStyle(e).backgroundColor")
+    return tuple(int(float(v)) for v in rgba[rgba.index("(") + 1:-1].split(",")[:3])
+
+
+def _ingested(tmp_path: Path, outcomes: list[str]) -> Path:
+    """An archive of one fast native `interactive` request an outcome."""
+    from otlp_wire import jsonl, outcome_requests
+
+    docs = outcome_requests(outcomes)
+    src, a = tmp_path / "t.jsonl", tmp_path / "a.duckdb"
+    src.write_text(jsonl(*docs))
+    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "ingest", str(src), "-a", str(a)], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    return a
+
+
+@pytest.mark.parametrize("outcomes, status", [(["error"] * 20, "broken"), (["ok", "error"] * 10, "broken"),
+                                              (["ok"] * 20, "kept")])
+def test_the_verdict_box_is_red_when_requests_fail(browser, tmp_path, outcomes, status):
+    """All-error and half-error tiers are BROKEN in a red box; a healthy one is KEPT in a green box."""
+    with _app(_ingested(tmp_path, outcomes), SAMPLES / "budgets.toml") as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(url)
+        _settle(page)
+        assert page.locator("[data-testid='stException']").count() == 0
+        assert _errors_but_the_verdict(page) == 0
+        text = page.locator(f".st-key-verdict-{status}-interactive").inner_text()
+        assert text.startswith(status.upper())
+        r, g, b = _box_rgb(page, status, "interactive")
+        assert (r > g and r > b) if status == "broken" else (g > r and g > b), (r, g, b)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"verdict-{outcomes.count('error')}-errors.png"), full_page=True)
+
+
 def test_every_page_renders_without_errors(app_url, browser):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 2400})  # Streamlit scrolls inside its main block
@@ -104,7 +147,7 @@ def test_every_page_renders_without_errors(app_url, browser):
         page.goto(f"{app_url}/{path}")
         _settle(page)
         assert page.locator("[data-testid='stException']").count() == 0, name
-        assert page.locator("[data-testid='stAlertContentError']").count() == 0, name
+        assert _errors_but_the_verdict(page) == 0, name
         text = page.locator("[data-testid='stMain']").inner_text()
         for bad in ("Traceback", "Error:", "Exception"):
             assert bad not in text, f"{name}: {bad!r} on the page"

@@ -169,6 +169,35 @@ def test_sharded_archive_with_deletes_on_spark_equals_duckdb(spark, sharded_arch
 
 
 @needs_spark
+def test_status_coverage_and_unclaimed_spans_on_spark_equal_duckdb(spark, tmp_path):
+    """A tier half of whose requests failed (BROKEN), one whose spans carry no latency (UNKNOWN), client spans on
+    some requests, and spans no adapter claims: the new report fields are the same on both engines."""
+    from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
+
+    from budgetscope.spark.archive import SparkArchive
+
+    docs = [export(native_request(arrival=T0 + i * 10 * MS, client=(1, 1) if i % 3 else None,
+                                  extra_root={"budgetscope.outcome": "error" if i % 2 else "ok"})[1]) for i in range(40)]
+    docs += [export([span(trace_id(), span_id(), "llm_request", T0 + i * MS, T0 + i * MS + 50 * MS, kind=2)],
+                    service="vllm", scope="vllm.llm_engine") for i in range(12)]
+    docs += [export([span(trace_id(), span_id(), f" Req {i:08x}", T0 + i * MS, T0 + i * MS + 9 * MS, kind=2)],
+                    service="sglang", scope="sglang") for i in range(7)]
+    f = tmp_path / "t.jsonl"
+    f.write_text(jsonl(*docs))
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(f))
+    budgets = parse_budgets("[tiers.interactive]\nttft_ms = 5000\n[tiers.default]\ne2e_ms = 5000\n")
+    with Archive(tmp_path / "a", read_only=True) as a:
+        want = build_report(a.con, budgets)
+    with SparkArchive(tmp_path / "a", spark) as s:
+        got = build_report(s.con, budgets)
+    assert [t["status"] for t in want["tiers"]] == ["BROKEN", "UNKNOWN"] and want["status"] == "BROKEN"
+    assert want["coverage"] == {"requests": 52, "with_server_spans": 52, "with_client_spans": 26, "with_both": 26}
+    assert want["unclaimed_spans"]["top"] == [{"name": " Req <id>", "service_name": "sglang", "spans": 7}]
+    assert_same(want, got)
+
+
+@needs_spark
 def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
     from budgetscope.archive.query import run_query
     from budgetscope.spark.commands import run_query as run_on_spark

@@ -7,6 +7,7 @@ percentile = 99
 ttft_ms = 800
 tpot_ms = 50
 e2e_ms = 12000
+max_error_rate = 0.01             # optional: the share of requests that may fail (default 1 - percentile/100)
 
 [tiers.interactive.stages]        # the TTFT budget split into stage budgets (ms)
 network = 50
@@ -25,7 +26,7 @@ METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 BUDGETABLE_STAGES = ("network", "frontend", "queue", "prefill", "decode", "postprocess")
 TTFT_STAGES = ("network", "frontend", "queue", "prefill")
 MATCH_KEYS = ("tier", "model", "tenant", "service_name")
-TIER_KEYS = ("match", "percentile", *METRICS, "stages")
+TIER_KEYS = ("match", "percentile", *METRICS, "max_error_rate", "stages")
 
 
 class BudgetError(ValueError):
@@ -43,6 +44,7 @@ class TierBudget:
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     stages: dict[str, float] = field(default_factory=dict)
+    max_error_rate: float | None = None  # a fraction of the requests; None: the default of `error_budget`
 
     @property
     def filters(self) -> dict[str, str]:
@@ -51,6 +53,12 @@ class TierBudget:
 
     def metric_budget(self, metric: str) -> float | None:
         return getattr(self, metric)
+
+    def error_budget(self) -> float:
+        """The share of the tier's requests (cancelled ones aside) that may fail: `max_error_rate` when declared,
+        else 1 - percentile/100 (at p99, 1 %): more failures than that and the percentile's promise cannot hold
+        whatever the latency of the rest."""
+        return self.max_error_rate if self.max_error_rate is not None else round(1 - self.percentile / 100, 12)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,12 @@ class Budgets:
 def _number(where: str, key: str, v, *, positive: bool = True) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
         raise BudgetError(f"{where}.{key}: must be a positive number of ms, got {v!r}")
+    return float(v)
+
+
+def _fraction(where: str, key: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        raise BudgetError(f"{where}.{key}: must be a fraction from 0 to 1 (0.01 = 1 % of requests), got {v!r}")
     return float(v)
 
 
@@ -84,6 +98,7 @@ def _tier(src: str, name: str, t) -> TierBudget:
     if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct < 100:
         raise BudgetError(f"{where}.percentile: must be a number between 0 and 100 (exclusive), got {pct!r}")
     metrics = {m: _number(where, m, t[m]) for m in METRICS if m in t}
+    error_rate = _fraction(where, "max_error_rate", t["max_error_rate"]) if "max_error_rate" in t else None
     stages_raw = t.get("stages", {})
     if not isinstance(stages_raw, dict):
         raise BudgetError(f"{where}.stages: must be a table of stage = ms")
@@ -100,7 +115,8 @@ def _tier(src: str, name: str, t) -> TierBudget:
     if "e2e_ms" in metrics and sum(stages.values()) > metrics["e2e_ms"]:
         raise BudgetError(f"{where}.stages: the stage budgets add up to {sum(stages.values()):g} ms, "
                           f"overflowing e2e_ms = {metrics['e2e_ms']:g}")
-    return TierBudget(name=name, match=dict(match), percentile=float(pct), stages=stages, **metrics)
+    return TierBudget(name=name, match=dict(match), percentile=float(pct), stages=stages,
+                      max_error_rate=error_rate, **metrics)
 
 
 def parse_budgets(text: str, source: str = "<budgets>") -> Budgets:

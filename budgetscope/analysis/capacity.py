@@ -133,7 +133,8 @@ def _tier_at_step(t: dict, wall_s: float, target: float | None) -> dict:
     key = pkey(t["percentile"])
     want = target if target is not None else t["percentile"] / 100
     n, att = t["requests"], t["attainment"]
-    met = round(att * n) if att is not None else 0
+    judged = t["judged_requests"]  # attainment is over the requests not cancelled
+    met = round(att * judged) if att is not None else 0
     attribution = {}
     for kind in ("ttft", "e2e"):
         a = t["attribution"].get(kind)
@@ -144,7 +145,8 @@ def _tier_at_step(t: dict, wall_s: float, target: float | None) -> dict:
     keeps = None if not n else bool(t["kept"] and att is not None and att >= want)
     return {
         "name": t["name"], "percentile": t["percentile"], "requests": n, "ok_requests": t["ok_requests"],
-        "outcomes": t["outcomes"], "attainment": att, "attainment_interval": wilson(met, n),
+        "judged_requests": judged, "status": t["status"],
+        "outcomes": t["outcomes"], "attainment": att, "attainment_interval": wilson(met, judged),
         "target_attainment": want, "goodput_rps": met / wall_s if wall_s > 0 else None,
         "metrics": {m: {"p50": v.get("p50"), key: v.get(key), "budget": v.get("budget"), "column": v.get("column")}
                     for m, v in t["metrics"].items()},
@@ -186,21 +188,22 @@ def points(steps: list[dict]) -> list[dict]:
         runs = by_rate[rate]
         tiers = {}
         for name in dict.fromkeys(t["name"] for s in runs for t in s["tiers"]):
-            ts = [t for s in runs for t in s["tiers"] if t["name"] == name and t["requests"]]
+            # a run whose tier could not be judged (UNKNOWN: no attainment) has no figure to pool
+            ts = [t for s in runs for t in s["tiers"] if t["name"] == name and t["attainment"] is not None]
             if not ts:
                 continue
             key = pkey(ts[0]["percentile"])
             att = [t["attainment"] for t in ts]
             ttft = [t["metrics"]["ttft_ms"][key] for t in ts]
-            n = sum(t["requests"] for t in ts)
-            met = sum(round(t["attainment"] * t["requests"]) for t in ts)
+            n, judged = sum(t["requests"] for t in ts), sum(t["judged_requests"] for t in ts)
+            met = sum(round(t["attainment"] * t["judged_requests"]) for t in ts)
             shares = [t["attribution"]["ttft"]["shares"] for t in ts
                       if t["attribution"]["ttft"] and t["attribution"]["ttft"]["shares"]]
             mean_shares = ({k: sum(sh[k] for sh in shares) / len(shares) for k in shares[0]} if shares else None)
             tiers[name] = {
                 "keeps": all(t["keeps"] for t in ts), "runs": len(ts),
                 "attainment": _median(att), "attainment_spread": [min(att), max(att)],
-                "attainment_interval": wilson(met, n), "requests": n,
+                "attainment_interval": wilson(met, judged), "requests": n,
                 "ttft": _median(ttft), "ttft_spread": _spread(ttft), "ttft_key": key,
                 "ttft_shares": mean_shares,
                 "ttft_dominant": max(mean_shares, key=mean_shares.get) if mean_shares else None,
@@ -251,10 +254,19 @@ def _sure(t: dict | None, target: float) -> dict | None:
             "ttft_spread": t["ttft_spread"], "resolved": resolved}
 
 
+def _breach_words(b: dict) -> str:
+    """A report breach in a few words: a quantile over its budget, or the error rate over its maximum."""
+    if b["kind"] == "error_rate":
+        return f"error rate {100 * b['value']:.1f}% > {100 * b['budget']:g}%"
+    if b["kind"] == "attainment":
+        return "no request met every SLO"
+    return f"{b['quantile']} {b['name']} {b['value']:.1f} ms > {b['budget']:g} ms"
+
+
 def _reasons(t: dict | None, target: float) -> list[str]:
     if t is None:
         return []
-    out = [f"{b['quantile']} {b['name']} {b['value']:.1f} ms > {b['budget']:g} ms" for b in t["breaches"]]
+    out = [_breach_words(b) for b in t["breaches"]]
     if t["attainment"] is not None and t["attainment"] < target:
         out.append(f"attainment {100 * t['attainment']:.1f}% < {100 * target:g}%")
     return list(dict.fromkeys(out))

@@ -3,6 +3,7 @@ headline of a tier ("p99 TTFT 2.41 s vs 800 ms: 71% of the tail's excess is queu
 
 from __future__ import annotations
 
+from budgetscope.analysis import coverage
 from budgetscope.analysis.verdict import LABEL, STAGE_WORD, ms
 
 NO_REQUESTS = ("the archive holds no requests yet: ingest traces (`budgetscope ingest`) or point a collector "
@@ -26,7 +27,9 @@ def overview(con) -> dict:
     has_gpu = bool(con.execute("SELECT count(*) FROM (SELECT 1 FROM gpu_samples LIMIT 1)").fetchone()[0])
     notes = []
     if not n:
-        notes.append(NO_REQUESTS)
+        spans = coverage.span_count(con)  # spans but no request: say which spans no adapter read
+        notes.append(coverage.nothing_derived_warning(spans, n, coverage.unclaimed_spans(con)) if spans
+                     else NO_REQUESTS)
     elif not n_client:
         notes.append(NO_CLIENT_SPANS)
     elif n_client < n:
@@ -46,14 +49,20 @@ def _share_phrase(entry: dict, kind: str) -> str | None:
 def headline(entry: dict) -> str:
     """One sentence for the top of a tier: the worst broken budget and where the tail's excess went, or that
     the budgets hold."""
-    if not entry["requests"] or not entry["ok_requests"]:
+    if not entry["requests"] or not entry["ok_requests"] or entry["status"] == "UNKNOWN":
         return entry["verdict"]
     key = f"p{entry['percentile']:g}"
     broken = [b for b in entry["breaches"] if b["kind"] == "metric"]
+    failed = [b for b in entry["breaches"] if b["kind"] == "error_rate"]
+    if failed:
+        return (f"error rate {100 * failed[0]['value']:.1f}% vs {100 * failed[0]['budget']:g}% allowed: "
+                "failed requests miss every SLO")
     if broken:
         b = max(broken, key=lambda b: b["value"] / b["budget"])
         why = _share_phrase(entry, "ttft" if b["name"] == "ttft_ms" else "e2e")
         return f"{key} {LABEL[b['name']]} {ms(b['value'])} vs {ms(b['budget'])}" + (f": {why}" if why else "")
+    if any(b["kind"] == "attainment" for b in entry["breaches"]):
+        return "No request met every SLO (attainment 0%), though each percentile is within its budget"
     m = entry["metrics"]
     budgeted = [k for k, v in m.items() if v["budget"] is not None]
     figures = ", ".join(f"{key} {LABEL[k]} {ms(m[k][key])} ≤ {ms(m[k]['budget'])}" for k in budgeted)

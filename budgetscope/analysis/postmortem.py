@@ -17,7 +17,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2r
        color: #222; padding: 0 1rem; }
 h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
 .meta { color: #666; } .headline { font-size: 1.25rem; font-weight: 600; margin: .6rem 0; }
-.broke { color: #b00020; } .kept { color: #1b7f3b; } .note { background: #fff8e1; padding: .5rem .8rem;
+.broke { color: #b00020; } .kept { color: #1b7f3b; } .unknown { color: #8a6d00; } .note { background: #fff8e1; padding: .5rem .8rem;
 border-left: 4px solid #f0b400; margin: .5rem 0; } table { border-collapse: collapse; margin: .6rem 0; }
 td, th { border: 1px solid #ddd; padding: .25rem .6rem; text-align: right; } th { background: #f5f5f5; }
 td:first-child, th:first-child { text-align: left; }
@@ -60,19 +60,24 @@ def _windows_table(tl: dict) -> str:
             + "".join(rows) + "</table>")
 
 
+STATUS_CLASS = {"KEPT": "kept", "BROKEN": "broke", "UNKNOWN": "unknown"}
+REPORT_WORDS = {"KEPT": "every tier kept its budgets", "BROKEN": "a budget broke",
+                "UNKNOWN": "a tier could not be judged (its figures are unknown)"}
+
+
 def render_html(pm: dict, title: str = "budgetscope postmortem") -> str:
     """The postmortem as one self-contained HTML document."""
     rep = pm["report"]
     parts = [f"<h1>{html.escape(title)}</h1>",
              f"<p class='meta'>Requests that arrived from {charts.utc(pm['since_ns'])} to {charts.utc(pm['until_ns'])}"
              f"{' · budgets ' + html.escape(rep['budgets_file']) if rep['budgets_file'] else ' · no budgets file'}"
-             f" · {'every tier kept its budgets' if rep['kept'] else 'a budget broke'}</p>"]
+             f" · {REPORT_WORDS[rep['status']]}</p>"]
     parts += [f"<div class='note'>{html.escape(n)}</div>" for n in pm["overview"]["notes"]]
     if not rep["tiers"]:
         parts.append("<div class='note'>No tier to report: no budgets tier matched and no requests were found.</div>")
     first_plot = True
     for e, tl in zip(rep["tiers"], pm["timelines"]):
-        cls = "kept" if e["kept"] else "broke"
+        cls = STATUS_CLASS[e["status"]]
         parts.append(f"<h2>tier {html.escape(e['name'])}</h2>")
         parts.append(f"<p class='headline {cls}'>{html.escape(headline(e))}</p>")
         att = "n/a" if e["attainment"] is None else f"{100 * e['attainment']:.1f}%"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from budgetscope.analysis.coverage import coverage_line, unclaimed_line
 from budgetscope.analysis.verdict import LABEL, ms
 
 
@@ -47,12 +48,32 @@ def _attainment(t: dict) -> str:
     return "n/a" if t["attainment"] is None else f"{100 * t['attainment']:.1f}%"
 
 
+def _error_rate(t: dict) -> str:
+    return "n/a" if t["error_rate"] is None else f"{100 * t['error_rate']:.1f}%"
+
+
+def _summary(t: dict) -> str:
+    """The figures of a tier's heading line; says that the percentiles are over the ok requests."""
+    return (f"{t['requests']} requests ({t['ok_requests']} ok), p{t['percentile']:g} over the ok requests, "
+            f"attainment {_attainment(t)}, error rate {_error_rate(t)} (max {100 * t['max_error_rate']:g}%), "
+            f"{t['figures']}-side figures")
+
+
+def _report_lines(report: dict) -> list[str]:
+    """What the report read: its status when UNKNOWN, coverage, and the spans no adapter claimed."""
+    out = []
+    if report["status"] == "UNKNOWN":
+        out.append(f"UNKNOWN: {report['unknown_reason']}")
+    out.append(coverage_line(report["coverage"]))
+    if line := unclaimed_line(report["unclaimed_spans"]):
+        out.append(line)
+    return out
+
+
 def render_text(report: dict) -> str:
     out = []
     for t in report["tiers"]:
-        state = "no data" if not t["requests"] else ("KEPT" if t["kept"] else "BROKEN")
-        out.append(f"== tier {t['name']}: {state} — {t['requests']} requests, p{t['percentile']:g}, "
-                   f"attainment {_attainment(t)}, {t['figures']}-side figures")
+        out.append(f"== tier {t['name']}: {t['status']} — {_summary(t)}")
         for title, headers, rows in _tier_blocks(t):
             out.append(f"-- {title}")
             out += _table(headers, rows)
@@ -61,20 +82,21 @@ def render_text(report: dict) -> str:
         out.append("")
     if report.get("unbudgeted_tiers"):
         out.append("Tiers with no budget: " + ", ".join(f"{k} ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+    out += _report_lines(report)
     return "\n".join(out).rstrip() + "\n"
 
 
 def render_markdown(report: dict) -> str:
     out = ["# budgetscope report", ""]
     for t in report["tiers"]:
-        state = "no data" if not t["requests"] else ("kept" if t["kept"] else "**broken**")
-        out += [f"## Tier `{t['name']}`: {state}", "",
-                f"{t['requests']} requests · p{t['percentile']:g} · attainment {_attainment(t)} · "
-                f"{t['figures']}-side figures", "", f"> {t['verdict']}", ""]
+        state = {"KEPT": "kept", "BROKEN": "**broken**", "UNKNOWN": "**unknown**"}[t["status"]]
+        out += [f"## Tier `{t['name']}`: {state}", "", _summary(t).replace(", ", " · "), "",
+                f"> {t['verdict']}", ""]
         for title, headers, rows in _tier_blocks(t):
             out += [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
             out += ["| " + " | ".join(c or " " for c in r) + " |" for r in rows]
             out.append("")
     if report.get("unbudgeted_tiers"):
         out.append("Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+    out += ["", *(f"- {line}" for line in _report_lines(report))]
     return "\n".join(out).rstrip() + "\n"

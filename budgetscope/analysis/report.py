@@ -2,13 +2,15 @@
 what separates the tail from the body, and a verdict in plain English.
 
 `build_report(con, budgets)` returns the report JSON of docs/design.md as a dict (keys are stable: add, never rename).
-Latency figures and attribution use the tier's requests whose outcome is `ok`; attainment counts every
-request of the tier, and a request that did not end `ok` misses its SLOs.
+Latency figures and attribution use the tier's requests whose outcome is `ok` (labelled so: `percentiles_over`).
+Attainment and the error rate count every request of the tier but those the client cancelled: a failed, rejected
+or timed-out request misses every SLO of its tier. Each tier gets a status (`KEPT`, `BROKEN` or `UNKNOWN`, with
+the reason) and the report the worst of them (docs/report.md).
 """
 
 from __future__ import annotations
 
-from budgetscope.analysis import attribution, contrast
+from budgetscope.analysis import attribution, contrast, coverage
 from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
 from budgetscope.analysis.verdict import verdict
 
@@ -84,17 +86,26 @@ def _attainment_condition(tb: TierBudget | None) -> str:
     return " AND ".join(conds)
 
 
+OK, CANCELLED = "ok", "cancelled"
+"""A cancelled request is the client's choice (it left, or a benchmark ended with it in flight): it is neither
+a success nor a failure of the server, so attainment and the error rate leave it out. Every other outcome
+that is not ok (error, rejected, timeout) is a failure."""
+
+
 def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
-    """Requests by outcome, those with a client span, and attainment (None without requests): one scan."""
+    """Requests by outcome, those with a client span, attainment and the error rate (None without a request
+    that is not cancelled): one scan."""
     rows = _rows(con, f"""
         SELECT outcome, count(*), count_if(has_client_span), count_if({_attainment_condition(tb)})
         FROM requests {sel.where()} GROUP BY 1 ORDER BY 1""", sel.params)
     n = sum(r[1] for r in rows)
-    # the share of the tier's requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
+    ok = sum(r[1] for r in rows if r[0] == OK)
+    judged = n - sum(r[1] for r in rows if r[0] == CANCELLED)
+    # the share of the judged requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
     met = sum(r[3] for r in rows)
-    return {"n": n, "ok": sum(r[1] for r in rows if r[0] == "ok"),
-            "client": sum(r[2] for r in rows if r[0] == "ok"),
-            "outcomes": {r[0]: r[1] for r in rows}, "attainment": met / n if n else None}
+    return {"n": n, "ok": ok, "judged": judged, "client": sum(r[2] for r in rows if r[0] == OK),
+            "outcomes": {r[0]: r[1] for r in rows}, "attainment": met / judged if judged else None,
+            "error_rate": (judged - ok) / judged if judged else None}
 
 
 def _valid(col: str) -> str:
@@ -222,7 +233,10 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
     with_client = counts["ok"] > 0 and counts["client"] == counts["ok"]
     entry: dict = {
         "name": tb.name, "match": tb.match, "requests": counts["n"], "ok_requests": counts["ok"],
-        "outcomes": counts["outcomes"], "percentile": tb.percentile, "budgeted": budgeted,
+        "judged_requests": counts["judged"], "outcomes": counts["outcomes"], "percentile": tb.percentile,
+        "budgeted": budgeted, "percentiles_over": "ok requests",
+        "error_rate": counts["error_rate"], "max_error_rate": tb.error_budget(),
+        "max_error_rate_declared": tb.max_error_rate is not None,
         "figures": "client" if with_client else "server",
         "requests_without_client_span": counts["ok"] - counts["client"],
     }
@@ -252,20 +266,61 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
     entry["gpu"] = tail_gpu(con, sel, entry) if counts["ok"] else None
     entry["queue_wait"] = tail_queue_wait(con, sel, entry) if counts["ok"] else None
     entry["breaches"] = breaches(entry)
-    entry["kept"] = not entry["breaches"]
+    entry["unknown_reason"] = None if entry["breaches"] else unknown_reason(entry)
+    entry["status"] = BROKEN if entry["breaches"] else UNKNOWN if entry["unknown_reason"] else KEPT
+    if entry["status"] == UNKNOWN:
+        entry["attainment"] = None  # requests whose figures are unknown neither met nor missed their SLOs
+    entry["kept"] = entry["status"] == KEPT
     entry["verdict"] = verdict(entry)
     return entry
 
 
+KEPT, UNKNOWN, BROKEN = "KEPT", "UNKNOWN", "BROKEN"
+STATUSES = (KEPT, UNKNOWN, BROKEN)
+"""A tier's status, from best to worst: the report's status is its tiers' worst."""
+
+
 def breaches(entry: dict) -> list[dict]:
-    """Every budget the tier's quantile exceeds: request-level metrics, then stages."""
+    """Every budget the tier breaks: its error rate over `max_error_rate`; request-level metrics and stages
+    whose quantile (over ok requests) exceeds the budget; and attainment 0 % under latency budgets whose
+    figures are known (no request met every SLO), so that the status never contradicts the attainment."""
     key = pkey(entry["percentile"])
     out = []
+    rate, allowed = entry["error_rate"], entry["max_error_rate"]
+    if rate is not None and rate > allowed:
+        out.append({"kind": "error_rate", "name": "max_error_rate", "value": rate, "budget": allowed,
+                    "declared": entry["max_error_rate_declared"]})
     for group, items in (("metric", entry["metrics"]), ("stage", entry["stages"])):
         for name, v in items.items():
             if v["budget"] is not None and v[key] is not None and v[key] > v["budget"]:
                 out.append({"kind": group, "name": name, "value": v[key], "budget": v["budget"], "quantile": key})
+    budgeted = [v for v in entry["metrics"].values() if v["budget"] is not None]
+    # with a budgeted figure unknown, attainment 0 % says nothing: the tier is UNKNOWN, not broken by it
+    if budgeted and all(v[key] is not None for v in budgeted) and entry["attainment"] == 0:
+        out.append({"kind": "attainment", "name": "attainment", "value": 0.0, "budget": entry["percentile"] / 100})
     return out
+
+
+def unknown_reason(entry: dict) -> str | None:
+    """Why the tier's figures cannot be judged, or None when they can: no request at all, or a budgeted
+    metric that no ok request has a value of (its quantile is unknown)."""
+    if not entry["requests"]:
+        return "no request matched this tier"
+    if not entry["judged_requests"]:
+        return f"all {entry['requests']:,} requests were cancelled by their clients"
+    if not entry["ok_requests"]:
+        return f"none of its {entry['judged_requests']:,} requests ended ok, so no latency was measured"
+    key = pkey(entry["percentile"])
+    budgeted = [m for m, v in entry["metrics"].items() if v["budget"] is not None]
+    unknown = [m for m in budgeted if entry["metrics"][m][key] is None]
+    latency = ("ttft_ms", "e2e_ms")
+    if not budgeted and all(entry["metrics"][m][key] is None for m in latency):
+        unknown = list(latency)  # without budgets, a tier still needs some latency to be read
+    if not unknown:
+        return None
+    names = ", ".join(m.removesuffix("_ms").upper() for m in unknown)
+    return (f"no ok request has a known {names} (of {entry['ok_requests']:,} ok requests): the spans were "
+            "read but carry no such timing")
 
 
 def discovered_tiers(con) -> list[str]:
@@ -328,20 +383,45 @@ def build_report(con, budgets: Budgets | None = None, since_ns: int | None = Non
         jobs = [(tb, True) for tb in budgets.tiers if tier_selected(tb, filters)]
     tiers = _tier_reports(con, jobs, since_ns, until_ns, filters)
     unbudgeted = {}
+    sel = Selection({}, since_ns, until_ns, filters)
     if budgets is not None:
         named = {tb.match.get("tier", tb.name) for tb in budgets.tiers}
-        sel = Selection({}, since_ns, until_ns, filters)
         unbudgeted = {t: n for t, n in _rows(con, f"SELECT tier, count(*) FROM requests {sel.where()} "
                                                   "GROUP BY 1 ORDER BY 1", sel.params) if t not in named}
+    covered = coverage.coverage(con, sel.where(), sel.params)
+    spans = coverage.span_count(con, since_ns, until_ns)
+    unclaimed = coverage.unclaimed_spans(con, since_ns, until_ns)
+    status, reason = report_status(tiers, spans, unclaimed)
+    whole = Selection({}, since_ns, until_ns)  # the warning is about the window, whatever the filters
+    derived = covered["requests"] if filters is None else coverage.coverage(con, whole.where(), whole.params)["requests"]
+    warning = coverage.nothing_derived_warning(spans, derived, unclaimed)
     out = {
         "tiers": tiers,
         "unbudgeted_tiers": unbudgeted,
-        "kept": all(t["kept"] for t in tiers),
+        "kept": status == KEPT,
+        "status": status,
+        "unknown_reason": reason,
         "budgets_file": budgets.path if budgets else None,
+        "coverage": covered,
+        "spans": spans,
+        "unclaimed_spans": unclaimed,
+        "warnings": [warning] if warning else [],
     }
     if filters is not None:
         out["filters"] = filters
     return out
 
 
-__all__ = ["build_report", "tier_report", "breaches", "pkey", "tier_selected", "Selection", "FILTER_COLUMNS"]
+def report_status(tiers: list[dict], spans: int, unclaimed: dict) -> tuple[str, str | None]:
+    """The report's status (its tiers' worst) and, when UNKNOWN, why. With no tier at all there is nothing to
+    judge: UNKNOWN, never KEPT."""
+    if not tiers:
+        if spans and unclaimed["total"]:
+            return UNKNOWN, f"no request was derived from the archive's {spans:,} spans ({coverage.unclaimed_line(unclaimed)})"
+        return UNKNOWN, "no request to judge" + (f" among {spans:,} spans" if spans else ": the archive holds no spans")
+    status = max((t["status"] for t in tiers), key=STATUSES.index)
+    reasons = [f"tier {t['name']}: {t['unknown_reason']}" for t in tiers if t["status"] == UNKNOWN]
+    return status, ("; ".join(reasons) if status == UNKNOWN else None)
+
+
+__all__ = ["build_report", "tier_report", "breaches", "unknown_reason", "report_status", "KEPT", "UNKNOWN", "BROKEN", "pkey", "tier_selected", "Selection", "FILTER_COLUMNS"]

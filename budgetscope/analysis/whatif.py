@@ -21,6 +21,8 @@ def to_toml(budgets: Budgets) -> str:
             out.append("match = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in tb.match.items()) + " }")
         out.append(f"percentile = {tb.percentile:g}")
         out += [f"{m} = {getattr(tb, m):g}" for m in METRICS if getattr(tb, m) is not None]
+        if tb.max_error_rate is not None:
+            out.append(f"max_error_rate = {tb.max_error_rate!r}")
         if tb.stages:
             out.append(f"[tiers.{_key(tb.name)}.stages]")
             out += [f"{s} = {v:g}" for s, v in tb.stages.items()]
@@ -35,7 +37,7 @@ def edit_tier(budgets: Budgets, name: str, percentile: float, metrics: dict[str,
     tiers = []
     for tb in budgets.tiers:
         if tb.name == name:
-            tb = TierBudget(name=tb.name, match=tb.match, percentile=percentile,
+            tb = TierBudget(name=tb.name, match=tb.match, percentile=percentile, max_error_rate=tb.max_error_rate,
                             stages={s: v for s, v in stages.items() if v},
                             **{m: v for m, v in metrics.items() if v})
         tiers.append(tb)

@@ -137,17 +137,45 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    unclaimed = _unclaimed(archive) if not collector.error else None
     if fmt == "json":
         import dataclasses
         import json
 
         click.echo(json.dumps({"archive": archive, "endpoints": list(collector.endpoints),
-                               "stats": dataclasses.asdict(stats), "error": str(collector.error or "") or None}))
+                               "stats": dataclasses.asdict(stats), "error": str(collector.error or "") or None,
+                               "unclaimed_spans": unclaimed}))
     else:
         click.echo(f"budgetscope collect: {stats.summary()}")
+    _unclaimed_lines(unclaimed, stats, fmt)
     if collector.error:
         click.echo(f"budgetscope: {collector.error}", err=True)
         sys.exit(1)
+
+
+def _unclaimed(archive: str) -> dict | None:
+    """The spans of the archive no adapter claimed, read once the collector has closed it (None if it cannot
+    be read: the summary then goes without)."""
+    from budgetscope.analysis.coverage import unclaimed_spans
+    from budgetscope.archive.archive import Archive, ArchiveError
+
+    try:
+        with Archive(archive, read_only=True, create=False) as a:
+            return unclaimed_spans(a.con)
+    except ArchiveError:
+        return None
+
+
+def _unclaimed_lines(unclaimed: dict | None, stats, fmt: str) -> None:
+    """At exit: the unclaimed spans (table format), and the warning when spans arrived but nothing was derived."""
+    from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_line
+
+    if unclaimed is None:
+        return
+    if fmt == "table" and (line := unclaimed_line(unclaimed)):
+        click.echo(f"budgetscope collect: {line}")
+    if warning := nothing_derived_warning(stats.spans, stats.requests_derived, unclaimed):
+        click.echo(f"budgetscope collect: {warning}", err=True)
 
 
 def _log_to_stderr(verbose: bool) -> None:

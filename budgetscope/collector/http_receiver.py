@@ -25,6 +25,8 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+import orjson
+
 from budgetscope.auth import bearer_ok
 from budgetscope.collector import status as st
 from budgetscope.collector.pending import Outcome, PendingQueue
@@ -33,6 +35,7 @@ log = logging.getLogger("budgetscope.collector")
 
 TRACES_PATH = "/v1/traces"
 METRICS_PATH = "/v1/metrics"
+STATUS_PATH = "/status"  # GET: the collector's counts and the spans no adapter claimed, as JSON
 FORMATS = {"application/x-protobuf": "otlp-proto", "application/json": "otlp-json"}
 METRICS_FORMATS = {"otlp-proto": "otlp-metrics-proto", "otlp-json": "otlp-metrics-json"}
 SUCCESS_BODY = {"otlp-proto": b"", "otlp-json": b"{}"}  # an empty Export{Trace,Metrics}ServiceResponse
@@ -193,6 +196,8 @@ class _Connection:
     async def _dispatch(self, method: str, path: str, headers: dict[str, str]) -> bool:
         r = self.receiver
         fmt = FORMATS.get(headers.get("content-type", "").split(";")[0].strip().lower())
+        if (method, path) == ("GET", STATUS_PATH) and r.status is not None:
+            return await self._status(headers)
         if method != "POST":
             return self._error(405 if path in r.paths else 404, fmt or "otlp-proto",
                                f"only POST {TRACES_PATH} is served here", close=True)
@@ -267,6 +272,14 @@ class _Connection:
         self.writer.write(error_response(status, fmt, message, self.receiver.retry_after_s, close))
         return not close
 
+    async def _status(self, headers: dict[str, str]) -> bool:
+        """GET /status: the collector's `status()` as JSON, off the event loop (it reads the archive)."""
+        r = self.receiver
+        if not bearer_ok(headers.get("authorization"), r.token):
+            return self._error(401, "otlp-json", "missing or wrong bearer token (Authorization: Bearer …)", close=True)
+        doc = await asyncio.get_running_loop().run_in_executor(r.inflaters, r.status)
+        return self._send(200, "otlp-json", orjson.dumps(doc))
+
     def _send(self, status: int, fmt: str, body: bytes) -> bool:
         self.writer.write(response(status, fmt, body))
         return True
@@ -299,8 +312,9 @@ class OtlpHttpReceiver:
 
     def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
                  metrics: bool = False, *, max_connections: int = 512, ssl_context: ssl.SSLContext | None = None,
-                 token: str | None = None):
+                 token: str | None = None, status=None):
         self.queue = queue
+        self.status = status  # a callable returning the JSON-able document of GET /status; None: not served
         self.paths = (TRACES_PATH, METRICS_PATH) if metrics else (TRACES_PATH,)  # metrics: GPU samples, opt-in
         self.max_message_bytes = max_message_bytes
         self.retry_after_s = retry_after_s

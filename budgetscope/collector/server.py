@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from budgetscope.collector.writer import ArchiveWriter, CollectorStats
 log = logging.getLogger("budgetscope.collector")
 
 MiB = 1 << 20
+STATUS_EVERY_S = 5.0
+"""GET /status reads the archive's spans for the unclaimed ones at most this often; between, it answers the last."""
 
 
 class CollectorError(Exception):
@@ -119,6 +123,8 @@ class Collector:
                                      reader_grace_s=self.config.reader_grace_s)
         self._receivers: list = []
         self._state = "new"
+        self._status_lock = threading.Lock()
+        self._unclaimed_at: tuple[float, dict | None] = (0.0, None)
 
     def __enter__(self) -> "Collector":
         self.start()
@@ -172,7 +178,7 @@ class Collector:
                 http_receiver = OtlpHttpReceiver(cfg.host, cfg.http_port, self._queue, cfg.max_message_bytes,
                                                  cfg.retry_after_s, metrics=cfg.metrics,
                                                  max_connections=cfg.max_connections,
-                                                 ssl_context=ssl_context, token=cfg.auth_token)
+                                                 ssl_context=ssl_context, token=cfg.auth_token, status=self.status)
             except OSError as e:
                 raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
                                      f"({e.strerror or e})") from None
@@ -199,6 +205,39 @@ class Collector:
     def stats(self) -> CollectorStats:
         """The counts so far (a copy)."""
         return self._writer.snapshot()
+
+    def status(self) -> dict:
+        """What GET /status answers: the counts so far, the spans no adapter claimed (a folder archive's last
+        commit, read at most every STATUS_EVERY_S; None for a single-file archive, which the writer holds), and
+        the warning when spans arrived but no request was derived."""
+        import dataclasses
+
+        from budgetscope.analysis.coverage import nothing_derived_warning
+
+        stats = self.stats
+        unclaimed = self._unclaimed()
+        warning = nothing_derived_warning(stats.spans, stats.requests_derived, unclaimed or {"total": 0})
+        return {"state": self._state, "endpoints": self.endpoints, "stats": dataclasses.asdict(stats),
+                "error": self.error, "unclaimed_spans": unclaimed, "warnings": [warning] if warning else []}
+
+    def _unclaimed(self) -> dict | None:
+        from budgetscope.archive.archive import is_single_file
+
+        if is_single_file(self.archive_path):
+            return None
+        with self._status_lock:
+            at, found = self._unclaimed_at
+            if found is None or time.monotonic() - at >= STATUS_EVERY_S:
+                from budgetscope.analysis.coverage import unclaimed_spans
+                from budgetscope.archive.reader import ArchiveReader
+
+                try:
+                    with ArchiveReader(self.archive_path) as r:
+                        found = unclaimed_spans(r.con)
+                except ArchiveError as e:  # nothing committed yet, or the archive is unreadable: say so
+                    found = {"total": None, "groups": None, "top": [], "error": str(e)}
+                self._unclaimed_at = (time.monotonic(), found)
+            return found
 
     @property
     def error(self) -> str | None:

@@ -393,6 +393,8 @@ def _step_line(s: dict) -> str:
         ttft = t["metrics"]["ttft_ms"].get(key)
         a = t["attribution"]["ttft"]
         dom = f", TTFT tail {a['dominant']} {100 * a['shares'][a['dominant']]:.0f}%" if a and a["dominant"] else ""
-        parts.append(f"{t['name']}: attainment {100 * (t['attainment'] or 0):.0f}%, {key} TTFT "
-                     f"{'n/a' if ttft is None else f'{ttft:.0f} ms'}{dom}, {'keeps' if t['keeps'] else 'BREAKS'}")
+        att = "n/a" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%"
+        verdict = "UNKNOWN" if t["status"] == "UNKNOWN" else "keeps" if t["keeps"] else "BREAKS"
+        parts.append(f"{t['name']}: attainment {att}, {key} TTFT "
+                     f"{'n/a' if ttft is None else f'{ttft:.0f} ms'}{dom}, {verdict}")
     return "; ".join(parts)

@@ -3,8 +3,7 @@
 import streamlit as st
 
 import state
-from budgetscope.analysis.overview import headline
-from budgetscope.analysis.verdict import LABEL
+from budgetscope.analysis.verdict import LABEL, outcomes_words
 
 ov, f, text, bpath = state.start_page("Budgets")
 rep = state.report(state.archive_path(), text, f, bpath)
@@ -12,11 +11,13 @@ if not rep["tiers"]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
 for e in rep["tiers"]:
     st.header(f"Tier {e['name']}")
-    (st.success if e["kept"] else st.warning)(headline(e))
+    state.verdict_box(e)
     key = f"p{e['percentile']:g}"
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Attainment (goodput)", "n/a" if e["attainment"] is None else f"{100 * e['attainment']:.1f}%")
-    c2.metric("Requests", f"{e['requests']:,}", help=f"{e['ok_requests']:,} ended ok: {e['outcomes']}")
+    rate = "n/a" if e["error_rate"] is None else f"{100 * e['error_rate']:.1f}%"
+    c2.metric("Requests", f"{e['requests']:,}", help=f"{e['ok_requests']:,} ended ok: {outcomes_words(e['outcomes'])}; "
+              f"error rate {rate} (max {100 * e['max_error_rate']:g}%). Percentiles are over the ok requests.")
     c3.metric(f"{key} TTFT", state.ms(e["metrics"]["ttft_ms"][key]),
               help=f"budget {state.ms(e['metrics']['ttft_ms']['budget'])}")
     c4.metric(f"{key} E2E", state.ms(e["metrics"]["e2e_ms"][key]),

@@ -19,9 +19,8 @@ tl = state.tier_timeline(path, text, tier, f, entry)
 if tl["empty"]:
     st.info(f"Timeline: {tl['why']}.")
     st.stop()
-from budgetscope.analysis.overview import headline  # noqa: E402
 
-(st.success if entry["kept"] else st.warning)(headline(entry))
+state.verdict_box(entry)
 st.caption(f"Buckets of {tl['bucket_ns'] / 1e9:g} s; the p{tl['percentile']:g} at each bucket is over the requests "
            f"that arrived in the {tl['window_buckets']} buckets ending there ({tl['columns']['ttft_ms']}, "
            f"{tl['columns']['e2e_ms']}). Shaded: breach windows.")

@@ -41,8 +41,8 @@ c1, c2, c3 = st.columns(3)
 c1.metric("Attainment", "n/a" if att(after) is None else f"{att(after):.1f}%",
           None if att(after) is None or att(before) is None else f"{att(after) - att(before):+.1f} pts")
 c2.metric("Budgets broken", len(after["breaches"]), len(after["breaches"]) - len(before["breaches"]), delta_color="inverse")
-c3.metric("Kept", "yes" if after["kept"] else "no")
-(st.success if after["kept"] else st.warning)(headline(after))
+c3.metric("Status", after["status"])
+state.verdict_box(after)
 st.markdown(after["verdict"])
 with st.expander("Before (the budgets file)"):
     st.markdown(headline(before))

@@ -1,0 +1,103 @@
+"""What the archive could read: the spans no adapter claimed, and which requests have server and client spans.
+
+A span is *unclaimed* when no adapter reads its name (`spans.source` = 'other', decided at ingest by
+`budgetscope/sources/classify.py`) and its trace produced no request. Spans of another kind in a request's
+trace (an HTTP framework's own span beside `llm.request`) are context, not lost data, so they do not count;
+`engine.step` spans are claimed (the `engine_steps` view reads them) though they belong to no request.
+"""
+
+from __future__ import annotations
+
+import re
+
+UNCLAIMED_SOURCE = "other"
+TOP_UNCLAIMED = 5
+"""How many (span name, service) pairs a summary names; the total always counts them all."""
+
+
+def _window(since_ns: int | None, until_ns: int | None) -> tuple[list[str], list[int]]:
+    """Span start-time clauses for an optional window (ns since the epoch)."""
+    clauses, params = [], []
+    if since_ns is not None:
+        clauses.append("s.start_ns >= ?")
+        params.append(since_ns)
+    if until_ns is not None:
+        clauses.append("s.start_ns < ?")
+        params.append(until_ns)
+    return clauses, params
+
+
+def unclaimed_spans(con, since_ns: int | None = None, until_ns: int | None = None, top: int = TOP_UNCLAIMED,
+                    exact: bool = False) -> dict:
+    """The spans no adapter claimed (those starting in [since_ns, until_ns) when given), by span name and
+    service, most first: {"total": spans, "groups": (name, service) pairs, "top": [{"name", "service_name",
+    "spans"}] (at most `top`; ids in names replaced by `<id>`)}; with `exact`, also "by_name": {exact span
+    name: spans} (one key a distinct name: for tests and small archives)."""
+    clauses, params = _window(since_ns, until_ns)
+    where = " AND ".join([f"s.source = '{UNCLAIMED_SOURCE}'", *clauses,
+                          "NOT EXISTS (SELECT 1 FROM requests r WHERE r.trace_id = s.trace_id)"])
+    found = con.execute(f"""SELECT s.name, s.service_name, count(*) FROM spans s WHERE {where}
+        GROUP BY s.name, s.service_name""", params).fetchall()
+    groups: dict[tuple, int] = {}
+    by_name: dict[str, int] = {}
+    for name, svc, n in found:
+        groups[(id_free(name), svc)] = groups.get((id_free(name), svc), 0) + n
+        by_name[name] = by_name.get(name, 0) + n
+    rows = sorted(groups.items(), key=lambda kv: (-kv[1], str(kv[0][0]), str(kv[0][1])))
+    out = {"total": sum(by_name.values()), "groups": len(rows),
+           "top": [{"name": name, "service_name": svc, "spans": n} for (name, svc), n in rows[:top]]}
+    return {**out, "by_name": by_name} if exact else out
+
+
+_ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
+"""A word of hex digits (and dashes) with at least one digit: a request id or a counter inside a span name."""
+
+
+def id_free(name: str | None) -> str | None:
+    """A span name with the ids in it replaced by `<id>`, so that SGLang's `" Req 1f3a9c2e"` roots group as one
+    name (`" Req <id>"`), its leading space kept."""
+    return None if name is None else _ID.sub("<id>", name)
+
+
+def span_count(con, since_ns: int | None = None, until_ns: int | None = None) -> int:
+    """The spans in the archive (those starting in [since_ns, until_ns) when given)."""
+    clauses, params = _window(since_ns, until_ns)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    return con.execute(f"SELECT count(*) FROM spans s {where}", params).fetchone()[0]
+
+
+def unclaimed_line(u: dict) -> str | None:
+    """One line naming the top unclaimed spans and the total, or None when every span was claimed."""
+    if not u["total"]:
+        return None
+    top = ", ".join(f"{t['name']!r} of {t['service_name'] or 'no service'} ({t['spans']:,})" for t in u["top"])
+    more = f" and {u['groups'] - len(u['top'])} more" if u["groups"] > len(u["top"]) else ""
+    return f"{u['total']:,} spans no adapter claimed: {top}{more}"
+
+
+def nothing_derived_warning(spans: int, requests: int, u: dict) -> str | None:
+    """The one-line warning when spans arrived but no request was derived from them, else None."""
+    if not spans or requests:
+        return None
+    what = f"; {unclaimed_line(u)}" if u["total"] else ""
+    return (f"warning: {spans:,} spans arrived but no request was derived: no adapter reads their format "
+            f"(docs/sources.md lists the formats read){what}")
+
+
+def coverage(con, where: str = "", params: list | None = None) -> dict:
+    """Of the requests in `where` (a WHERE clause over `requests`): how many have a server span (the server
+    sent its own timeline), a client span, and both."""
+    row = con.execute(f"""SELECT count(*), count_if(server_span_id IS NOT NULL),
+        count_if(has_client_span), count_if(server_span_id IS NOT NULL AND has_client_span)
+        FROM requests {where}""", params or []).fetchone()
+    n, server, client, both = (v or 0 for v in row)  # count_if of no rows is NULL
+    return {"requests": n, "with_server_spans": server, "with_client_spans": client, "with_both": both}
+
+
+def coverage_line(c: dict) -> str:
+    """The report's coverage in one line."""
+    return (f"coverage: {c['requests']:,} requests; {c['with_server_spans']:,} with server spans, "
+            f"{c['with_client_spans']:,} with client spans, {c['with_both']:,} with both")
+
+
+__all__ = ["unclaimed_spans", "unclaimed_line", "nothing_derived_warning", "coverage", "coverage_line", "span_count"]
