@@ -24,13 +24,13 @@ def runner():
     return CliRunner()
 
 
-def _sglang_roots(n: int) -> list[dict]:
-    """Roots as SGLang names them on a single server (`f"{role} Req {rid[:8]}"`, role ""): no adapter reads them."""
+def _unknown_roots(n: int) -> list[dict]:
+    """Request roots of a server no adapter knows (a made-up `lmserve`): nothing derives a request from them."""
     docs = []
     for i in range(n):
         tid, root = trace_id(), span_id()
-        docs.append(export([span(tid, root, f" Req {i:08x}", T0 + i * MS, T0 + i * MS + 40 * MS, kind=2,
-                                 attributes={"rid": f"{i:08x}"})], service="sglang", scope="sglang"))
+        docs.append(export([span(tid, root, f"handle_request {i:08x}", T0 + i * MS, T0 + i * MS + 40 * MS, kind=2,
+                                 attributes={"request.id": f"{i:08x}"})], service="lmserve", scope="lmserve"))
     return docs
 
 
@@ -133,23 +133,23 @@ def test_a_tier_whose_spans_carry_no_latency_is_unknown(runner, tmp_path):
 
 
 def test_a_format_no_adapter_reads_is_unknown_with_a_warning(runner, tmp_path):
-    a, b, ingest = _archive(runner, tmp_path, _sglang_roots(30))
-    assert ingest.stdout.splitlines()[-1] == f"{a}: 30 spans no adapter claimed: ' Req <id>' of sglang (30)"
+    a, b, ingest = _archive(runner, tmp_path, _unknown_roots(30))
+    assert ingest.stdout.splitlines()[-1] == f"{a}: 30 spans no adapter claimed: 'handle_request <id>' of lmserve (30)"
     assert ingest.stderr == (f"budgetscope: {a}: warning: 30 spans arrived but no request was derived: no adapter "
                              "reads their format (docs/sources.md lists the formats read); 30 spans no adapter "
-                             "claimed: ' Req <id>' of sglang (30)\n")
+                             "claimed: 'handle_request <id>' of lmserve (30)\n")
     for budgets in (b, None):
         r, rep = _report(runner, a, budgets)
         assert (r.exit_code, rep["status"], rep["kept"]) == (3, "UNKNOWN", False)
         assert rep["unclaimed_spans"] == {"total": 30, "groups": 1,
-                                          "top": [{"name": " Req <id>", "service_name": "sglang", "spans": 30}]}
+                                          "top": [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 30}]}
         assert len(r.stderr.splitlines()) == 1 and "30 spans arrived but no request was derived" in r.stderr
     text, _ = _report(runner, a, b, "table")
     assert text.exit_code == 3
     assert text.stdout.splitlines()[-3:] == [
         "UNKNOWN: tier interactive: no request matched this tier",
         "coverage: 0 requests; 0 with server spans, 0 with client spans, 0 with both",
-        "30 spans no adapter claimed: ' Req <id>' of sglang (30)"]
+        "30 spans no adapter claimed: 'handle_request <id>' of lmserve (30)"]
 
 
 def test_unclaimed_spans_by_name_and_service(tmp_path, archive_path, ingest_text):
@@ -157,16 +157,16 @@ def test_unclaimed_spans_by_name_and_service(tmp_path, archive_path, ingest_text
     tid = known[0]["traceId"]
     context = span(tid, span_id(), "POST /v1/completions", T0, T0 + MS, kind=2)  # inside a request's trace
     step = span(trace_id(), span_id(), "engine.step", T0, T0 + MS)  # claimed by engine_steps
-    docs = [export([*known, context, step]), *_sglang_roots(3),
+    docs = [export([*known, context, step]), *_unknown_roots(3),
             export([span(trace_id(), span_id(), "GET /health/7", T0, T0 + MS, kind=2)], service="gateway"),
             export([span(trace_id(), span_id(), "GET /health/8", T0, T0 + MS, kind=2)], service="gateway")]
     ingest_text(archive_path, jsonl(*docs))
     with Archive(archive_path, read_only=True, create=False) as a:
         u = unclaimed_spans(a.con, exact=True)
         assert u["total"] == 5 and u["groups"] == 2
-        assert u["top"] == [{"name": " Req <id>", "service_name": "sglang", "spans": 3},
+        assert u["top"] == [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 3},
                             {"name": "GET /health/<id>", "service_name": "gateway", "spans": 2}]
-        assert u["by_name"] == {" Req 00000000": 1, " Req 00000001": 1, " Req 00000002": 1, "GET /health/7": 1,
+        assert u["by_name"] == {"handle_request 00000000": 1, "handle_request 00000001": 1, "handle_request 00000002": 1, "GET /health/7": 1,
                                 "GET /health/8": 1}
         assert unclaimed_spans(a.con, top=1)["top"] == u["top"][:1]
         assert unclaimed_spans(a.con, since_ns=T0 + MS)["total"] == 2  # two SGLang roots start after T0
@@ -222,7 +222,7 @@ def test_collect_status_endpoint_names_unclaimed_spans_and_warns(tmp_path):
     with Collector(tmp_path / "live", grpc_port=None, http_port=0, auth_token="s3cret") as c:
         url = f"http://127.0.0.1:{c.http_port}/status"
         assert httpx.get(url, timeout=30).status_code == 401  # the same bearer token as the exports
-        _post(c.http_port, _sglang_roots(4), "s3cret")
+        _post(c.http_port, _unknown_roots(4), "s3cret")
         deadline = time.monotonic() + 60
         while True:  # acknowledged from the spool: landed and derived within about a second, re-read every 5 s
             doc = httpx.get(url, headers={"Authorization": "Bearer s3cret"}, timeout=30).json()
@@ -232,10 +232,10 @@ def test_collect_status_endpoint_names_unclaimed_spans_and_warns(tmp_path):
             time.sleep(0.5)
         assert doc["state"] == "running" and doc["stats"]["spans"] == 4 and doc["stats"]["requests_derived"] == 0
         assert doc["unclaimed_spans"] == {"total": 4, "groups": 1,
-                                          "top": [{"name": " Req <id>", "service_name": "sglang", "spans": 4}]}
+                                          "top": [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 4}]}
         assert doc["warnings"] == ["warning: 4 spans arrived but no request was derived: no adapter reads their "
                                    "format (docs/sources.md lists the formats read); 4 spans no adapter claimed: "
-                                   "' Req <id>' of sglang (4)"]
+                                   "'handle_request <id>' of lmserve (4)"]
 
 
 def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
@@ -249,14 +249,14 @@ def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
                              "--http-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
-        _post(port, _sglang_roots(3) + _requests(["ok"]))
+        _post(port, _unknown_roots(3) + _requests(["ok"]))
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert out.splitlines()[-1] == "budgetscope collect: 3 spans no adapter claimed: ' Req <id>' of sglang (3)"
+    assert out.splitlines()[-1] == "budgetscope collect: 3 spans no adapter claimed: 'handle_request <id>' of lmserve (3)"
     assert "no request was derived" not in err  # one request was
 
 
