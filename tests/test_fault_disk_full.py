@@ -128,3 +128,54 @@ def test_a_spool_write_cut_short_by_a_full_disk_loses_no_later_record(tmp_path, 
     monkeypatch.setattr(spool_module.os, "write", real_write)
     spool.append([third])  # acknowledged once there was room again
     assert [b.position for b in spool.batches()] == ["b0", "b2"]
+
+
+def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_next_writer_lands_it(small_disk):
+    import re
+    import signal
+    import sys
+
+    from budgetscope.archive.directory import spooled
+
+    archive = small_disk / "prod"
+    run = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+    proc = subprocess.Popen([sys.executable, "-c", run, "--archive", str(archive), "--no-grpc", "--http-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acked: list[list[dict]] = []
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+        with httpx.Client(timeout=20) as h:
+            time.sleep(1.5)  # the first commit
+            filler = small_disk / "filler"
+            _fill(filler)
+            os.truncate(filler, filler.stat().st_size - (192 << 10))  # room to spool a few, not to publish them
+            refusal = None
+            deadline = time.monotonic() + 20
+            while refusal is None and time.monotonic() < deadline:
+                batch = _batch()
+                r = _post(h, port, batch)
+                if r.status_code == 200:
+                    acked.append(batch)
+                elif "wait in its spool" in r.text:
+                    refusal = r
+        assert refusal is not None and refusal.status_code == 503, "no 503 naming the spool"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    waiting, spans = spooled(archive)
+    assert waiting >= 1 and spans == 20 * 6 * waiting
+    assert proc.returncode == 0, err
+    assert (f"budgetscope collect: {waiting:,} acknowledged batches ({spans:,} spans) wait in {archive}/_writer/spool, "
+            "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them"
+            ) in err.splitlines()
+    want = {(s["traceId"], s["spanId"]) for spans in acked for s in spans}
+    with Archive(archive, read_only=True) as r:
+        seen = {tuple(x) for x in r.con.execute("SELECT trace_id, span_id FROM spans").fetchall()}
+    assert want - seen, "the spool held nothing unpublished: the case is not exercised"
+    (small_disk / "filler").unlink()
+    Archive(archive).close()  # a writer that keeps no spool of its own (`ingest`'s) lands it and empties it
+    with Archive(archive, read_only=True) as r:
+        seen = {tuple(x) for x in r.con.execute("SELECT trace_id, span_id FROM spans").fetchall()}
+    assert want <= seen and spooled(archive) == (0, 0)

@@ -134,6 +134,10 @@ class DirectoryArchive:
         self._spool_lock = threading.Lock()  # `accept` may run on another thread than the rest
         self._spool_cut = 0  # spool files up to this number hold only batches landed in the working set
         self._forgot_until_ns = 0  # traces dropped before this may have left `bs_dropped` (see DROPPED_MAX)
+        self.published_batches = 0  # batches this writer published (a spool's it landed when it opened included)
+        self.published_spans = 0  # the spans new to the archive that they brought
+        self.recovered = (0, 0)  # (batches, spans) of those that an earlier writer had left in the spool
+        self.copies_landed = 0  # accepted batches found already stored when they landed (a retry's bytes)
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
         self.hot = self.compactor = None
@@ -161,12 +165,27 @@ class DirectoryArchive:
             from budgetscope.archive.compaction import Compactor
 
             self.compactor = Compactor(self) if compact else None
-            if self.spool is not None:  # land again what a crashed writer acknowledged but had not published
-                self.hot.ingest(self.spool.batches(), derive=False)
+            self._land_spool()
             self.commit()
+            self.recovered = (self.published_batches, self.published_spans)
+            if not durable and self.spool is not None:  # published and emptied: this writer keeps no spool
+                self.spool.close()
+                self.spool = None
         except BaseException:  # nothing opened stays open: a writer that failed to open (a full disk) holds no lock
             self._abandon()
             raise
+
+    def _land_spool(self) -> None:
+        """Land again what a collector acknowledged but had not published (it crashed, or stopped while the disk
+        was full). A writer that keeps no spool of its own (`ingest`, `expire`) lands it too: its first commit
+        publishes it and empties the spool."""
+        folder = self.path / mf.WRITER_DIR / SPOOL_DIR
+        if self.spool is None and folder.is_dir() and any(folder.glob("*.spool")):
+            from budgetscope.archive.spool import Spool
+
+            self.spool = Spool(folder)
+        if self.spool is not None:
+            self.hot.ingest(self.spool.batches(), derive=False)
 
     def _abandon(self) -> None:
         for part in (self.compactor, self.hot, self.spool):
@@ -313,7 +332,11 @@ class DirectoryArchive:
             self._deferred_gen += 1
             self.deferred_spans = self.deferred_bytes = 0
             self._spool_cut = self.spool.rotate()
-        return self.hot.ingest((), derive=False, decoded=(entries, repeated)) if entries else None
+        if not entries:
+            return None
+        rep = self.hot.ingest((), derive=False, decoded=(entries, repeated))
+        self.copies_landed += rep.batches_already_ingested
+        return rep
 
     def derive_pending(self, count_orphans: bool = True) -> tuple[int, int]:
         """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""
@@ -411,6 +434,8 @@ class DirectoryArchive:
         (derived,) = one(con, "SELECT count(*) FROM bs_derived")
         if top <= m.published_batch and not derived:
             return
+        batches, spans = one(con, "SELECT count(*), coalesce(sum(spans_inserted), 0) FROM ingest_batches "
+                                  f"WHERE batch_id > {int(m.published_batch)}")
         seq = m.seq + 1
         written = []
         for table, sql in _PUBLISH.items():
@@ -425,6 +450,8 @@ class DirectoryArchive:
             new = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))
             mf.write(self.path, new)
             self.manifest = new
+        self.published_batches += batches
+        self.published_spans += int(spans)
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:
@@ -508,3 +535,26 @@ def _remove_orphans(root: Path, m: mf.Manifest) -> None:
         for f in base.rglob("*.parquet"):
             if f.relative_to(root).as_posix() not in keep:
                 f.unlink()
+
+
+def spooled(root: Path) -> tuple[int, int | None]:
+    """(batches, spans) in the spool of the archive at `root`: acknowledged by a collector, not yet published,
+    landed by the next writer to open the archive. Spans are None when the C decoder cannot count them all."""
+    from budgetscope.archive.spool import Spool
+    from budgetscope.ingest import otlp_fast
+
+    folder = root / mf.WRITER_DIR / SPOOL_DIR
+    held = list(Spool.read(folder)) if folder.is_dir() else []
+    spans = 0
+    for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
+        payloads = [b.payload for b in held if b.format == fmt]
+        if not payloads:
+            continue
+        if not otlp_fast.AVAILABLE:
+            return len(held), None
+        _, took, left, _ = decode(payloads, list(range(len(payloads))))
+        if left:
+            return len(held), None
+        spans += sum(took.values())
+    known = all(b.format in ("otlp-json", "otlp-proto") for b in held)
+    return len(held), spans if known else None

@@ -145,6 +145,8 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
                                "stats": dataclasses.asdict(stats), "error": str(collector.error or "") or None}))
     else:
         click.echo(f"budgetscope collect: {stats.summary()}")
+    if note := stats.spool_note(archive):
+        click.echo(f"budgetscope collect: {note}", err=True)
     if collector.error:
         click.echo(f"budgetscope: {collector.error}", err=True)
         sys.exit(1)
