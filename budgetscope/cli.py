@@ -121,6 +121,20 @@ class NewArchive:
         self.was_empty_dir = os.path.isdir(path) and not any(os.scandir(path))
         self.existed = os.path.exists(path) and not self.was_empty_dir
 
+    def discard_if_unused(self) -> bool:
+        """After a failure: `discard_if_empty`, with the counts of what was committed (True if removed)."""
+        from budgetscope.archive.archive import Archive
+
+        try:
+            with Archive(self.path, read_only=True, create=False) as a:
+                counts = a.counts()
+        except Exception:  # noqa: BLE001 - nothing committed that a reader can open (or the folder is gone)
+            counts = {}
+        try:
+            return self.discard_if_empty(counts)
+        except OSError:  # a read-only file system: the command created nothing there
+            return False
+
     def discard_if_empty(self, counts: dict[str, int]) -> bool:
         import os
         import shutil
@@ -137,6 +151,18 @@ class NewArchive:
                 if os.path.exists(leftover):
                     os.remove(leftover)
         return True
+
+
+def _io_failure(e: Exception, archive: str, new: "NewArchive | None") -> Exception:
+    """A write that failed (a full disk, a read-only file system) as one line; the exception itself otherwise.
+    The archive keeps its last commit (the writer deleted what it had half-written); one this command created
+    is removed if nothing of it was committed."""
+    from budgetscope.archive.errors import io_reason, write_failure
+
+    if io_reason(e) is None:
+        return e
+    created = new is not None and new.discard_if_unused()
+    return UsageError(write_failure(e, archive, *(["nothing was created"] if created else [])))
 
 
 FORMAT_SUMMARY = click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
@@ -177,7 +203,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     from budgetscope.archive.archive import Archive, ArchiveError
     from budgetscope.ingest.files import read_batches
 
-    rejected, entries = [], []
+    rejected, entries, new = [], [], None
     try:
         for f in files:
             if not os.path.isfile(f):
@@ -205,6 +231,8 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         discarded = new.discard_if_empty(counts)
     except ArchiveError as e:
         raise _fail(e) from None
+    except Exception as e:
+        raise _io_failure(e, archive, new) from None
     if fmt == "json":
         click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts}))
     elif discarded:

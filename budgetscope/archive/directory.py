@@ -188,6 +188,9 @@ class DirectoryArchive:
             self.hot.ingest(self.spool.batches(), derive=False)
 
     def _abandon(self) -> None:
+        """Let go after a failure (a full disk, a read-only file system): close what is open, delete the files
+        no commit lists (segments half-written, or written but not committed), release the lock. The last
+        commit stays as it was; a durable writer's spool keeps what it acknowledged."""
         for part in (self.compactor, self.hot, self.spool):
             try:
                 if part is not None:
@@ -195,20 +198,31 @@ class DirectoryArchive:
             except Exception:  # noqa: BLE001 - closing what failed may fail too; the lock goes regardless
                 pass
         self.compactor = self.hot = None
+        try:
+            if getattr(self, "manifest", None) is not None:
+                _remove_orphans(self.path, self.manifest)
+        except OSError:  # a read-only file system holds no half-written file
+            pass
         self._lock.release()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def __enter__(self) -> "DirectoryArchive":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # what failed would fail again: publish nothing more, leave nothing half-written
+            self._abandon()
 
     def close(self) -> None:
         """Commit what is pending, let compaction finish, release the archive."""
         try:
             if self.hot is not None:
                 self.commit()
+        except BaseException:
+            self._abandon()
+            raise
         finally:
             if self.compactor is not None:
                 self.compactor.close()

@@ -3,3 +3,30 @@
 
 class ArchiveError(Exception):
     """A problem with the archive itself (missing, not an archive, locked). The message is one line."""
+
+
+def io_reason(e: BaseException) -> str | None:
+    """The one-line reason of a failure to read or write files (an OSError, or DuckDB's IOException, whose message
+    holds the errno): `No space left on device`, `Read-only file system`; None for any other exception."""
+    import errno
+    import os
+    import re
+
+    if isinstance(e, OSError):
+        return e.strerror or str(e).splitlines()[0]
+    if type(e).__name__ != "IOException":
+        return None
+    found = re.search(r'"errno":\s*"?(\d+)', str(e))
+    if found:
+        return os.strerror(int(found.group(1)))
+    for name in ("ENOSPC", "EROFS", "EACCES", "EDQUOT"):
+        if os.strerror(getattr(errno, name)) in str(e):
+            return os.strerror(getattr(errno, name))
+    return (str(e).splitlines() or ["I/O error"])[0]
+
+
+def write_failure(e: BaseException, archive, kept: str = "the archive keeps its last commit") -> str | None:
+    """The one line a command prints when writing `archive` failed for want of room or permission (what the
+    writer leaves: its last commit, nothing half-written); None when `e` is no such failure."""
+    why = io_reason(e)
+    return None if why is None else f"cannot write {archive}: {why}; {kept}, nothing half-written"

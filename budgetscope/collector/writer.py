@@ -38,7 +38,7 @@ class CollectorStats:
     recovered_batches: int = 0  # batches an earlier collector had acknowledged but not published, landed at start
     recovered_spans: int = 0  # the spans new to the archive in them
     spooled_batches: int = 0  # at exit: acknowledged batches that could not be published, kept in the spool
-    spooled_spans: int | None = 0  # the spans in them (None: not all countable) (the next writer to open the archive lands them)
+    spooled_spans: int | None = 0  # the spans in them (None: not all countable)
     requests_derived: int = 0  # `requests` rows (re)derived
     ingests: int = 0  # Archive.ingest calls (groups)
     ingest_ns: int = 0  # time spent inside them
