@@ -62,7 +62,47 @@ def test_a_port_in_use_exits_2_with_one_line(archive_path):
         result = CliRunner().invoke(collect, ["--archive", str(archive_path), "--http-port", str(port),
                                               "--no-grpc"])
     assert result.exit_code == 2
-    assert result.output == f"budgetscope: OTLP/HTTP: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
+    assert result.output == (f"budgetscope: OTLP/HTTP: cannot listen on 127.0.0.1:{port} (Address already in use: "
+                             "another process listens on it)\n")
+
+
+def test_a_grpc_port_in_use_says_so(archive_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(collect, ["--archive", str(archive_path), "--grpc-port", str(port),
+                                              "--no-http"])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (f"budgetscope: OTLP/gRPC: cannot listen on 127.0.0.1:{port} (Address "
+                                              "already in use: another process listens on it)")
+
+
+@pytest.mark.parametrize("host, reason", [
+    ("0", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
+    ("127.1", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
+    ("no-such-host.invalid", "the name lookup failed ("),
+])
+def test_a_host_that_names_no_address_is_one_line_and_creates_nothing(archive_path, host, reason):
+    result = CliRunner().invoke(collect, ["--archive", str(archive_path), "--host", host, "--grpc-port", "0",
+                                          "--http-port", "0"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"budgetscope: cannot listen on {host}: {reason}"), result.output
+    assert len(result.output.splitlines()) == 1 and not archive_path.exists()
+
+
+def test_bind_failures_say_what_they_are():
+    import errno
+    import os
+
+    from budgetscope.collector.listen import bind_failure
+
+    def failure(code: int) -> str:
+        return bind_failure(OSError(code, os.strerror(code)))
+
+    assert failure(errno.EACCES) == "Permission denied: ports below 1024 need root or CAP_NET_BIND_SERVICE"
+    assert failure(errno.EADDRNOTAVAIL) == "Cannot assign requested address: not an address of this machine"
+    assert failure(errno.EADDRINUSE) == "Address already in use: another process listens on it"
 
 
 def test_a_bad_archive_path_exits_2_with_one_line(tmp_path):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgetscope.archive.errors import ArchiveError
+from budgetscope.collector.listen import HostError, bind_failure, check_host
 from budgetscope.collector.pending import PendingQueue
 from budgetscope.collector.writer import ArchiveWriter, CollectorStats
 
@@ -133,6 +134,10 @@ class Collector:
             raise CollectorError("a Collector starts once")
         self._state = "starting"
         try:
+            check_host(self.config.host)  # before the archive is opened (or created), and for both receivers
+        except HostError as e:
+            raise CollectorError(str(e)) from None
+        try:
             self._writer.start()
         except ArchiveError as e:
             raise CollectorError(str(e)) from None
@@ -175,7 +180,7 @@ class Collector:
                                                  ssl_context=ssl_context, token=cfg.auth_token)
             except OSError as e:
                 raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
-                                     f"({e.strerror or e})") from None
+                                     f"({bind_failure(e)})") from None
             self._receivers.append(http_receiver)
             self.http_port = http_receiver.port
 
