@@ -201,13 +201,13 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     import os
 
     from budgetscope.archive.archive import Archive, ArchiveError
-    from budgetscope.ingest.files import read_batches
+    from budgetscope.ingest.files import input_problem, read_batches
 
     rejected, entries, new = [], [], None
     try:
         for f in files:
-            if not os.path.isfile(f):
-                raise ArchiveError(f"{f}: {'is a directory, not a trace file' if os.path.isdir(f) else 'no such file'}")
+            if problem := input_problem(f):
+                raise ArchiveError(f"{f}: {problem}")
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
