@@ -50,3 +50,18 @@ def test_the_summary_counts_every_batch_and_span_the_archive_holds(archive_path,
     assert (stats.batches, stats.batches_landed, stats.spans, stats.batches_failed) == (240, batches, spans, 0)
     assert stats.summary().startswith(f"240 batches (240 landed, 0 already stored, 0 rejected, 0 failed), "
                                       f"{spans:,} spans")
+
+
+def test_what_an_earlier_collector_left_in_the_spool_is_counted_apart(archive_path):
+    DirectoryArchive(archive_path).close()
+    # as kill -9 leaves it: acknowledged batches in the spool, never published
+    left = [RawBatch(json.dumps(_doc(1000 + i)).encode(), "otlp-json", "otlp-http", f"request {i}") for i in range(7)]
+    Spool(archive_path / mf.WRITER_DIR / SPOOL_DIR).append(left)
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        _send(c.http_port, [_doc(i) for i in range(5)], proto=False)
+    stats = c.stats
+    assert _stored(archive_path) == (12, 12 * 3 * 6)
+    assert (stats.batches, stats.batches_landed, stats.spans) == (5, 5, 5 * 3 * 6)
+    assert (stats.recovered_batches, stats.recovered_spans, stats.spooled_batches) == (7, 7 * 3 * 6, 0)
+    assert stats.summary().endswith(f"; landed at start: 7 batches ({7 * 3 * 6} spans) an earlier collector had "
+                                    "acknowledged")

@@ -106,7 +106,7 @@ class DirectoryArchive:
 
     def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
                  hold_s: float = HOLD_S, compact: bool = True, retention_ns: int | None = None,
-                 reader_grace_s: float | None = None):
+                 reader_grace_s: float | None = None, recover: bool = True):
         self.path = root = Path(root)
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
@@ -137,6 +137,7 @@ class DirectoryArchive:
         self.published_batches = 0  # batches this writer published (a spool's it landed when it opened included)
         self.published_spans = 0  # the spans new to the archive that they brought
         self.recovered = (0, 0)  # (batches, spans) of those that an earlier writer had left in the spool
+        self._recover_upto = 0  # the spool files up to this number were there when this writer opened
         self.copies_landed = 0  # accepted batches found already stored when they landed (a retry's bytes)
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
@@ -165,27 +166,34 @@ class DirectoryArchive:
             from budgetscope.archive.compaction import Compactor
 
             self.compactor = Compactor(self) if compact else None
-            self._land_spool()
-            self.commit()
-            self.recovered = (self.published_batches, self.published_spans)
-            if not durable and self.spool is not None:  # published and emptied: this writer keeps no spool
-                self.spool.close()
-                self.spool = None
+            self._recover_upto = self.spool.rotate() if self.spool is not None else 0  # files before this open
+            if recover:
+                self.recover()
         except BaseException:  # nothing opened stays open: a writer that failed to open (a full disk) holds no lock
             self._abandon()
             raise
 
-    def _land_spool(self) -> None:
-        """Land again what a collector acknowledged but had not published (it crashed, or stopped while the disk
-        was full). A writer that keeps no spool of its own (`ingest`, `expire`) lands it too: its first commit
-        publishes it and empties the spool."""
+    def recover(self) -> int:
+        """Land and publish what a collector acknowledged but had not published (it crashed, or stopped while
+        the disk was full): the spool files there were when this writer opened. The constructor does it unless
+        `recover=False`; then the caller does, once (the collector, on its lander thread, while it already
+        accepts: new batches go to newer spool files). A writer that keeps no spool of its own (`ingest`,
+        `expire`) lands it too, and empties it with this first commit. Returns the `requests` rows derived."""
         folder = self.path / mf.WRITER_DIR / SPOOL_DIR
-        if self.spool is None and folder.is_dir() and any(folder.glob("*.spool")):
+        spool = self.spool
+        if spool is None and folder.is_dir() and any(folder.glob("*.spool")):
             from budgetscope.archive.spool import Spool
 
-            self.spool = Spool(folder)
-        if self.spool is not None:
-            self.hot.ingest(self.spool.batches(), derive=False)
+            spool = self.spool = Spool(folder)
+            self._recover_upto = spool.rotate()
+        if spool is not None:
+            rep = self.hot.ingest(spool.batches(upto=self._recover_upto), derive=False)
+            self.recovered = (rep.batches_landed, rep.spans_inserted)
+        derived, _ = self.commit()
+        if not self.durable and self.spool is not None:  # published and emptied: this writer keeps no spool
+            self.spool.close()
+            self.spool = None
+        return derived
 
     def _abandon(self) -> None:
         """Let go after a failure (a full disk, a read-only file system): close what is open, delete the files

@@ -71,15 +71,17 @@ class Spool:
     def _files(self) -> list[Path]:
         return _files(self.folder)
 
-    def batches(self) -> Iterator[RawBatch]:
-        """What the spool holds, oldest first (after a crash: what may not have been published)."""
-        return self.read(self.folder)
+    def batches(self, upto: int | None = None) -> Iterator[RawBatch]:
+        """What the spool holds (in its files up to number `upto`), oldest first (after a crash: what may not
+        have been published)."""
+        return self.read(self.folder, upto)
 
     @staticmethod
-    def read(folder: Path) -> Iterator[RawBatch]:
+    def read(folder: Path, upto: int | None = None) -> Iterator[RawBatch]:
         """What the spool in `folder` holds, oldest first, read without creating or opening anything."""
         for p in _files(folder):
-            yield from _records(p.read_bytes())
+            if upto is None or int(p.stem) <= upto:
+                yield from _records(p.read_bytes())
 
     def append(self, batches: Iterable[RawBatch]) -> None:
         """Write the batches and fsync: when this returns they survive a crash."""

@@ -129,7 +129,8 @@ class Collector:
         self.stop()
 
     def start(self) -> None:
-        """Open the archive, then bind and serve both receivers; CollectorError (one line) if any step fails."""
+        """Open the archive, then bind and serve both receivers, then land what a crash left in the spool (in the
+        background: exports are answered meanwhile); CollectorError (one line) if any step before fails."""
         if self._state != "new":
             raise CollectorError("a Collector starts once")
         self._state = "starting"
@@ -145,6 +146,7 @@ class Collector:
             self._bind()
         except Exception:
             self._queue.close()
+            self._writer.listening()
             self._writer.join()
             for r in self._receivers:
                 r.stop_accepting(0)
@@ -152,6 +154,7 @@ class Collector:
             raise
         for r in self._receivers:
             r.start()
+        self._writer.listening()  # only now: what a crash left in the spool lands while exports are answered
         self._state = "running"
 
     def _bind(self) -> None:

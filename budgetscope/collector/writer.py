@@ -108,6 +108,7 @@ class ArchiveWriter:
         self._counts_published = False  # a folder archive's landed batches are counted when published
         self._seen = (0, 0, 0)  # its published batches, their spans, copies skipped: as last counted
         self._opened = threading.Event()
+        self._listening = threading.Event()  # the receivers serve (or failed to): recovery may take the CPU
         self._lock = threading.Lock()  # guards `stats` for readers on other threads
         self._archive_lock = threading.Lock()  # `accept` is never called on an archive being reopened
         self._slow: queues.Queue = queues.Queue()  # groups for `ingest`, _LAND, _STOP: acceptor -> lander
@@ -122,6 +123,11 @@ class ArchiveWriter:
             self._thread.join()
             raise ArchiveError(self.error or f"cannot open {self.path}")
         self._acceptor.start()
+
+    def listening(self) -> None:
+        """The receivers serve, or will not: land what an earlier collector left in the spool now (it would
+        otherwise compete for the CPU with starting them)."""
+        self._listening.set()
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait for the writer to drain a closed queue and close the archive; True if it finished."""
@@ -188,8 +194,8 @@ class ArchiveWriter:
 
     # -- the lander thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            self._archive = Archive(self.path, durable=True, **self.archive_options)
+        try:  # what an earlier collector left in the spool lands below, once the receivers listen
+            self._archive = Archive(self.path, durable=True, recover=False, **self.archive_options)
         except ArchiveError as e:
             self.error = str(e)
         except Exception as e:  # noqa: BLE001 - I/O at start (a full disk): one line, not a dead thread
@@ -198,7 +204,8 @@ class ArchiveWriter:
             self._opened.set()
         if self._archive is None:
             return
-        self._recovered(self._archive)
+        self._listening.wait()
+        self._recover(self._archive)
         # Groups land with derive=False (acknowledged once their spans are committed; the traces they touch
         # are recorded as pending in the same transaction), and `requests` rows are derived when the queue
         # is idle or every DERIVE_EVERY_S: deriving costs about as much as landing a group.
@@ -246,13 +253,25 @@ class ArchiveWriter:
         with self._lock:
             self.stats.spooled_batches, self.stats.spooled_spans = batches, spans
 
-    def _recovered(self, archive) -> None:
-        """At the first open: what the archive published from a spool an earlier collector left is counted
-        apart (this collector did not receive it); what a reopened one publishes from it is this one's."""
+    def _recover(self, archive) -> None:
+        """Land and publish what an earlier collector acknowledged but had not published (after kill -9), while
+        the receivers already listen and the acceptor already answers (into newer spool files): a restart
+        listens without waiting for it. Counted apart: this collector did not receive it (what a reopened
+        archive lands from the spool is this one's)."""
         self._counts_published = hasattr(archive, "published_batches")
-        if self._counts_published:
-            self._seen = (archive.published_batches, archive.published_spans, archive.copies_landed)
+        if not self._counts_published:
+            return
+        try:
+            derived = archive.recover()
+        except Exception as e:  # noqa: BLE001 - still in the spool: a reopened archive lands it
+            log.error("landing what the spool holds failed (reopening): %s", (str(e).splitlines() or [type(e).__name__])[0])
+            self._reopen()
+            return
+        self._seen = (archive.recovered[0], archive.recovered[1], 0)  # this collector's own are counted after it
+        with self._lock:
             self.stats.recovered_batches, self.stats.recovered_spans = archive.recovered
+            self.stats.requests_derived += derived
+        self._sync_counts(archive)
 
     def _sync_counts(self, archive) -> None:
         """Count what a folder archive published since the last look (a landed batch and its spans are counted
