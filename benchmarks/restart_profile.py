@@ -109,8 +109,8 @@ def _banner(tree: str, root: Path) -> float:
     import os
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(root), "--no-grpc", "--http-port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tree,
+    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(root), "--no-grpc", "--http-port",
+                             "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tree,
                             env={**os.environ, "PYTHONPATH": tree})
     proc.stdout.readline()
     took = time.perf_counter() - t0

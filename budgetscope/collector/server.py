@@ -152,9 +152,11 @@ class Collector:
                 r.stop_accepting(0)
                 r.close(0)
             raise
-        for r in self._receivers:
-            r.start()
-        self._writer.listening()  # only now: what a crash left in the spool lands while exports are answered
+        try:
+            for r in self._receivers:
+                r.start()
+        finally:
+            self._writer.listening()  # only now: what a crash left in the spool lands while exports are answered
         self._state = "running"
 
     def _bind(self) -> None:

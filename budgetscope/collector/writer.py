@@ -64,7 +64,8 @@ class CollectorStats:
                 "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them")
 
     def add(self, rep: IngestReport, num_tickets: int, num_rejected: int, landed: bool = True) -> None:
-        """Count an ingest's report; `landed=False` leaves the landed batches and spans to `published`."""
+        """Count an ingest's report; `landed=False` leaves its landed batches and spans to be counted when
+        they are published (a folder archive's, `ArchiveWriter._sync_counts`)."""
         self.batches += num_tickets
         self.batches_already_stored += rep.batches_already_ingested
         self.batches_rejected += num_rejected
@@ -264,7 +265,8 @@ class ArchiveWriter:
         try:
             derived = archive.recover()
         except Exception as e:  # noqa: BLE001 - still in the spool: a reopened archive lands it
-            log.error("landing what the spool holds failed (reopening): %s", (str(e).splitlines() or [type(e).__name__])[0])
+            log.error("landing what the spool holds failed (reopening): %s",
+                      (str(e).splitlines() or [type(e).__name__])[0])
             self._reopen()
             return
         self._seen = (archive.recovered[0], archive.recovered[1], 0)  # this collector's own are counted after it

@@ -122,7 +122,8 @@ def _objects(items, name: str):
 
 
 def _json_kind(value) -> str:
-    return {list: "array", dict: "object", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+    kinds = {list: "array", dict: "object", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
 
 
 def count_spans(raw) -> int:
