@@ -220,11 +220,11 @@ def test_ingest_on_a_full_disk_is_one_line_exit_2_and_leaves_nothing_behind(smal
                                                     "device; the archive keeps its last commit, nothing half-written\n")
     assert _files(archive) == before  # no _tmp file, no uncommitted segment, the last commit as it was
 
-    fresh = small_disk / "fresh"
-    result = _cli("ingest", str(more), "-a", str(fresh))
-    assert (result.exit_code, result.output) == (2, f"budgetscope: cannot write {fresh}: No space left on "
-                                                    "device; nothing was created, nothing half-written\n")
-    assert not fresh.exists()
+    for fresh in (small_disk / "fresh", small_disk / "fresh.duckdb"):  # a folder archive, a single file
+        result = _cli("ingest", str(more), "-a", str(fresh))
+        assert (result.exit_code, result.output) == (2, f"budgetscope: cannot write {fresh}: No space left on "
+                                                        "device; nothing was created, nothing half-written\n")
+        assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "prod"]  # no file, no .wal
 
 
 @pytest.fixture

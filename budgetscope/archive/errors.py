@@ -6,23 +6,24 @@ class ArchiveError(Exception):
 
 
 def io_reason(e: BaseException) -> str | None:
-    """The one-line reason of a failure to read or write files (an OSError, or DuckDB's IOException, whose message
-    holds the errno): `No space left on device`, `Read-only file system`; None for any other exception."""
+    """The one-line reason of a failure to read or write files (an OSError, or a DuckDB error that quotes the
+    system's: `No space left on device`, `Read-only file system`), None for any other exception."""
     import errno
     import os
     import re
 
     if isinstance(e, OSError):
         return e.strerror or str(e).splitlines()[0]
-    if type(e).__name__ != "IOException":
+    if not type(e).__module__.lstrip("_").startswith("duckdb"):
         return None
-    found = re.search(r'"errno":\s*"?(\d+)', str(e))
+    text = str(e)
+    found = re.search(r'"errno":\s*"?(\d+)', text)
     if found:
         return os.strerror(int(found.group(1)))
-    for name in ("ENOSPC", "EROFS", "EACCES", "EDQUOT"):
-        if os.strerror(getattr(errno, name)) in str(e):
+    for name in ("ENOSPC", "EROFS", "EACCES", "EDQUOT"):  # e.g. "Failed to commit: Could not write file …: No space…"
+        if os.strerror(getattr(errno, name)) in text:
             return os.strerror(getattr(errno, name))
-    return (str(e).splitlines() or ["I/O error"])[0]
+    return (text.splitlines() or ["I/O error"])[0] if type(e).__name__ == "IOException" else None
 
 
 def write_failure(e: BaseException, archive, kept: str = "the archive keeps its last commit") -> str | None:
