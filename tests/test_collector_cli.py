@@ -62,9 +62,10 @@ def test_a_port_in_use_exits_2_with_one_line(archive_path, receiver, flags):
         taken.listen()
         port = taken.getsockname()[1]
         result = CliRunner().invoke(collect, ["--archive", str(archive_path), *(f.format(port=port) for f in flags)])
-    assert result.exit_code == 2  # (gRPC's own log line may come before, on the process's stderr)
-    assert result.output.splitlines()[-1] == (f"budgetscope: OTLP/{receiver}: cannot listen on 127.0.0.1:{port} "
-                                              "(Address already in use: another process listens on it)")
+    assert result.exit_code == 2
+    assert result.output == (f"budgetscope: OTLP/{receiver}: cannot listen on 127.0.0.1:{port} "
+                             "(Address already in use: another process listens on it)\n")
+    assert not archive_path.exists()  # found before the archive was created
 
 
 @pytest.mark.parametrize("host, reason", [

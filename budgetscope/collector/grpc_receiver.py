@@ -71,7 +71,7 @@ class OtlpGrpcReceiver:
             self.port = 0
         if not self.port:
             self._pool.shutdown(wait=False)
-            raise OSError(f"cannot listen on {address} ({why_not(host, port)})")
+            raise OSError(f"cannot listen on {address} ({why_not(host, port) or 'gRPC could not bind it'})")
         self._stopped = None
 
     def start(self) -> None:

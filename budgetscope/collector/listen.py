@@ -42,8 +42,9 @@ def bind_failure(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def why_not(host: str, port: int) -> str:
-    """Why gRPC could not listen on host:port, learnt by binding a plain socket there as the HTTP receiver does."""
+def why_not(host: str, port: int) -> str | None:
+    """Why nothing can listen on host:port, learnt by binding a plain socket there as the HTTP receiver does;
+    None if that works. Asked before gRPC binds (its failure logs a line of its own, without the reason)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -52,4 +53,4 @@ def why_not(host: str, port: int) -> str:
             probe.listen(1)
         except OSError as e:
             return bind_failure(e)
-    return "gRPC could not bind it"
+    return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.collector.listen import HostError, bind_failure, check_host
+from budgetscope.collector.listen import HostError, bind_failure, check_host, why_not
 from budgetscope.collector.pending import PendingQueue
 from budgetscope.collector.writer import ArchiveWriter, CollectorStats
 
@@ -134,10 +134,7 @@ class Collector:
         if self._state != "new":
             raise CollectorError("a Collector starts once")
         self._state = "starting"
-        try:
-            check_host(self.config.host)  # before the archive is opened (or created), and for both receivers
-        except HostError as e:
-            raise CollectorError(str(e)) from None
+        self._preflight()
         try:
             self._writer.start()
         except ArchiveError as e:
@@ -159,11 +156,24 @@ class Collector:
             self._writer.listening()  # only now: what a crash left in the spool lands while exports are answered
         self._state = "running"
 
+    def _preflight(self) -> None:
+        """Before the archive is opened (or created): the host both receivers can take, and each given port
+        free to bind (gRPC's own failure gives no reason, and logs a line of its own); CollectorError if not."""
+        cfg = self.config
+        try:
+            check_host(cfg.host)
+        except HostError as e:
+            raise CollectorError(str(e)) from None
+        for name, port in (("OTLP/gRPC", cfg.grpc_port), ("OTLP/HTTP", cfg.http_port)):
+            if port and (why := why_not(cfg.host, port)):
+                raise CollectorError(f"{name}: cannot listen on {cfg.host}:{port} ({why})")
+
     def _bind(self) -> None:
         cfg = self.config
         ssl_context = cfg.ssl_context()  # before either receiver: a certificate that does not load stops both
         if cfg.grpc_port is not None:
             from budgetscope.collector.grpc_receiver import GrpcUnavailable, OtlpGrpcReceiver
+
 
             try:
                 grpc_receiver = OtlpGrpcReceiver(cfg.host, cfg.grpc_port, self._queue, cfg.max_message_bytes,
