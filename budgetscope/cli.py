@@ -188,8 +188,10 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
 
     FILES are OpenTelemetry Collector file-exporter JSON lines, single OTLP/JSON documents, or binary OTLP
     protobuf (`ExportTraceServiceRequest`, bare or length-prefixed). Ingest is idempotent and atomic per
-    batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected.
-    An archive this command created stays only if something landed in it.
+    batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected,
+    and, with one line and nothing written, if a FILE is no regular file with something in it or the archive
+    cannot be written (a full disk, a read-only file system). An archive this command created stays only if
+    something landed in it.
 
     The archive is a folder of Parquet segments (readable by any number of processes while one writes) or,
     for a path ending in .duckdb, a single DuckDB file.
