@@ -135,7 +135,7 @@ def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_nex
     import signal
     import sys
 
-    from budgetscope.archive.directory import spooled
+    from budgetscope.collector.writer import spooled
 
     archive = small_disk / "prod"
     run = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"

@@ -557,26 +557,3 @@ def _remove_orphans(root: Path, m: mf.Manifest) -> None:
         for f in base.rglob("*.parquet"):
             if f.relative_to(root).as_posix() not in keep:
                 f.unlink()
-
-
-def spooled(root: Path) -> tuple[int, int | None]:
-    """(batches, spans) in the spool of the archive at `root`: acknowledged by a collector, not yet published,
-    landed by the next writer to open the archive. Spans are None when the C decoder cannot count them all."""
-    from budgetscope.archive.spool import Spool
-    from budgetscope.ingest import otlp_fast
-
-    folder = root / mf.WRITER_DIR / SPOOL_DIR
-    held = list(Spool.read(folder)) if folder.is_dir() else []
-    spans = 0
-    for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
-        payloads = [b.payload for b in held if b.format == fmt]
-        if not payloads:
-            continue
-        if not otlp_fast.AVAILABLE:
-            return len(held), None
-        _, took, left, _ = decode(payloads, list(range(len(payloads))))
-        if left:
-            return len(held), None
-        spans += sum(took.values())
-    known = all(b.format in ("otlp-json", "otlp-proto") for b in held)
-    return len(held), spans if known else None

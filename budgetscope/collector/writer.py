@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from budgetscope.archive.archive import Archive, ArchiveError, IngestReport, RawBatch
-from budgetscope.archive.directory import spooled
+from budgetscope.archive.directory import SPOOL_DIR
+from budgetscope.archive.manifest import WRITER_DIR
 from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 
 log = logging.getLogger("budgetscope.collector")
@@ -429,3 +430,26 @@ def _batches(group: list[Ticket]) -> tuple[list[RawBatch], dict[str, list[Ticket
         same.setdefault((t.format, t.payload), []).append(t)
     batches = [RawBatch(payload, fmt, ts[0].origin, ts[0].position) for (fmt, payload), ts in same.items()]
     return batches, {b.position: ts for b, ts in zip(batches, same.values())}
+
+
+def spooled(root: Path) -> tuple[int, int | None]:
+    """(batches, spans) in the spool of the archive at `root`: acknowledged by a collector, not yet published,
+    landed by the next writer to open the archive. Spans are None when the C decoder cannot count them all."""
+    from budgetscope.archive.spool import Spool
+    from budgetscope.ingest import otlp_fast
+
+    folder = root / WRITER_DIR / SPOOL_DIR
+    held = list(Spool.read(folder)) if folder.is_dir() else []
+    spans = 0
+    for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
+        payloads = [b.payload for b in held if b.format == fmt]
+        if not payloads:
+            continue
+        if not otlp_fast.AVAILABLE:
+            return len(held), None
+        _, took, left, _ = decode(payloads, list(range(len(payloads))))
+        if left:
+            return len(held), None
+        spans += sum(took.values())
+    known = all(b.format in ("otlp-json", "otlp-proto") for b in held)
+    return len(held), spans if known else None
