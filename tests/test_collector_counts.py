@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx
+import pytest
 from conftest import rows
 from otlp_wire import export, native_request, to_proto
 
-from budgetscope.collector import Collector
-from budgetscope.archive.directory import DirectoryArchive, SPOOL_DIR
 from budgetscope.archive import manifest as mf
+from budgetscope.archive.directory import SPOOL_DIR, DirectoryArchive
 from budgetscope.archive.spool import Spool
+from budgetscope.collector import Collector
 from budgetscope.ingest.batches import RawBatch
 
 
@@ -52,16 +52,26 @@ def test_the_summary_counts_every_batch_and_span_the_archive_holds(archive_path,
                                       f"{spans:,} spans")
 
 
-def test_what_an_earlier_collector_left_in_the_spool_is_counted_apart(archive_path):
+@pytest.mark.parametrize("num_left", [7, 400])
+def test_what_an_earlier_collector_left_in_the_spool_is_counted_apart(archive_path, num_left):
+    """It lands after the receivers listen, while exports are acknowledged into newer spool files: with 400
+    batches left, the 40 sent at once race it; every span lands once, each counted on its side."""
     DirectoryArchive(archive_path).close()
     # as kill -9 leaves it: acknowledged batches in the spool, never published
-    left = [RawBatch(json.dumps(_doc(1000 + i)).encode(), "otlp-json", "otlp-http", f"request {i}") for i in range(7)]
+    left = [RawBatch(json.dumps(_doc(1000 + i)).encode(), "otlp-json", "otlp-http", f"request {i}")
+            for i in range(num_left)]
     Spool(archive_path / mf.WRITER_DIR / SPOOL_DIR).append(left)
+    docs = [_doc(i) for i in range(40)]
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
-        _send(c.http_port, [_doc(i) for i in range(5)], proto=False)
-    stats = c.stats
-    assert _stored(archive_path) == (12, 12 * 3 * 6)
-    assert (stats.batches, stats.batches_landed, stats.spans) == (5, 5, 5 * 3 * 6)
-    assert (stats.recovered_batches, stats.recovered_spans, stats.spooled_batches) == (7, 7 * 3 * 6, 0)
-    assert stats.summary().endswith(f"; landed at start: 7 batches ({7 * 3 * 6} spans) an earlier collector had "
-                                    "acknowledged")
+        senders = [threading.Thread(target=_send, args=(c.http_port, docs[k::4], k % 2 == 1)) for k in range(4)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+    stats, spans = c.stats, 3 * 6
+    assert _stored(archive_path) == (num_left + 40, (num_left + 40) * spans)
+    assert rows(archive_path, "SELECT count(*) = count(DISTINCT (trace_id, span_id)) FROM spans") == [(True,)]
+    assert (stats.batches, stats.batches_landed, stats.spans) == (40, 40, 40 * spans)
+    assert (stats.recovered_batches, stats.recovered_spans, stats.spooled_batches) == (num_left, num_left * spans, 0)
+    assert stats.summary().endswith(f"; landed at start: {num_left} batches ({num_left * spans:,} spans) an earlier "
+                                    "collector had acknowledged")
