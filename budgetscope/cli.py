@@ -121,6 +121,20 @@ class NewArchive:
         self.was_empty_dir = os.path.isdir(path) and not any(os.scandir(path))
         self.existed = os.path.exists(path) and not self.was_empty_dir
 
+    def discard_if_unused(self) -> bool:
+        """After a failure: `discard_if_empty`, with the counts of what was committed (True if removed)."""
+        from budgetscope.archive.archive import Archive
+
+        try:
+            with Archive(self.path, read_only=True, create=False) as a:
+                counts = a.counts()
+        except Exception:  # noqa: BLE001 - nothing committed that a reader can open (or the folder is gone)
+            counts = {}
+        try:
+            return self.discard_if_empty(counts)
+        except OSError:  # a read-only file system: the command created nothing there
+            return False
+
     def discard_if_empty(self, counts: dict[str, int]) -> bool:
         import os
         import shutil
@@ -137,6 +151,18 @@ class NewArchive:
                 if os.path.exists(leftover):
                     os.remove(leftover)
         return True
+
+
+def _io_failure(e: Exception, archive: str, new: "NewArchive | None") -> Exception:
+    """A write that failed (a full disk, a read-only file system) as one line; the exception itself otherwise.
+    The archive keeps its last commit (the writer deleted what it had half-written); one this command created
+    is removed if nothing of it was committed."""
+    from budgetscope.archive.errors import io_reason, write_failure
+
+    if io_reason(e) is None:
+        return e
+    created = new is not None and new.discard_if_unused()
+    return UsageError(write_failure(e, archive, *(["nothing was created"] if created else [])))
 
 
 FORMAT_SUMMARY = click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
@@ -162,8 +188,10 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
 
     FILES are OpenTelemetry Collector file-exporter JSON lines, single OTLP/JSON documents, or binary OTLP
     protobuf (`ExportTraceServiceRequest`, bare or length-prefixed). Ingest is idempotent and atomic per
-    batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected.
-    An archive this command created stays only if something landed in it.
+    batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected,
+    and, with one line and nothing written, if a FILE is no regular file with something in it or the archive
+    cannot be written (a full disk, a read-only file system). An archive this command created stays only if
+    something landed in it.
 
     The archive is a folder of Parquet segments (readable by any number of processes while one writes) or,
     for a path ending in .duckdb, a single DuckDB file.
@@ -176,13 +204,13 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
 
     from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_line
     from budgetscope.archive.archive import Archive, ArchiveError
-    from budgetscope.ingest.files import read_batches
+    from budgetscope.ingest.files import input_problem, read_batches
 
-    rejected, entries = [], []
+    rejected, entries, new = [], [], None
     try:
         for f in files:
-            if not os.path.isfile(f):
-                raise ArchiveError(f"{f}: {'is a directory, not a trace file' if os.path.isdir(f) else 'no such file'}")
+            if problem := input_problem(f):
+                raise ArchiveError(f"{f}: {problem}")
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
@@ -206,6 +234,8 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         discarded = new.discard_if_empty(counts)
     except ArchiveError as e:
         raise _fail(e) from None
+    except Exception as e:
+        raise _io_failure(e, archive, new) from None
     unclaimed = None if discarded else _unclaimed(archive)
     if fmt == "json":
         click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts,

@@ -88,6 +88,23 @@ def test_bad_input_is_one_line_exit_2(runner, archive, tmp_path, args, message):
     assert r.stdout == ""
 
 
+def test_ingest_of_what_is_no_trace_file_says_what_it_is_and_creates_nothing(runner, tmp_path):
+    import os
+
+    fifo, empty = tmp_path / "fifo", tmp_path / "empty.jsonl"
+    os.mkfifo(fifo)
+    empty.write_bytes(b"")
+    a = tmp_path / "new"
+    for path, what in (("/dev/null", "not a regular file (a character device)"),
+                       (str(fifo), "not a regular file (a FIFO)"), (str(empty), "an empty file (0 bytes)")):
+        r = runner.invoke(main, ["ingest", path, "-a", str(a)])
+        assert (r.exit_code, r.stderr, r.stdout) == (2, f"budgetscope: {path}: {what}\n", "")
+        assert not a.exists()
+    r = runner.invoke(main, ["import", "--from", "aiperf", str(fifo), "-a", str(a)])  # the same check
+    assert (r.exit_code, r.stderr) == (2, f"budgetscope: {fifo}: not a regular file (a FIFO)\n")
+    assert not a.exists()
+
+
 def test_bad_budgets_key_exits_2(runner, archive, tmp_path):
     b = tmp_path / "b.toml"
     b.write_text("[tiers.interactive]\nttft = 5\n")

@@ -353,3 +353,20 @@ def test_status_and_retry_info_decode_with_the_googleapis_protos():
     assert status_pb2.Status.FromString(st.status_proto(st.INVALID_ARGUMENT, "bad")).details == []
     assert orjson.loads(st.status_json(st.RESOURCE_EXHAUSTED, "busy", 2)) == {
         "code": 8, "message": "busy", "details": [{"@type": st.RETRY_INFO_TYPE, "retryDelay": "2s"}]}
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b'{"resourceSpans":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+     "not an OTLP trace export: JSON nested deeper than 1,024 levels (depth limit exceeded: line 1 column 1042 "
+     "(char 1041))"),
+    (b'{"resourceSpans":[[[]]]}', "not an OTLP trace export: resourceSpans[0] is a JSON array, not an object"),
+    (b'{"resourceSpans":[{"scopeSpans":[{"spans":[[{"spanId":"x"}]]}]}]}',
+     "not an OTLP trace export: spans[0] is a JSON array, not an object"),
+])
+def test_nested_arrays_where_messages_belong_get_400_and_land_nothing(archive_path, body, reason):
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        r = _post(c.http_port, body, "application/json")
+        assert (r.status_code, r.json()) == (400, {"code": 3, "message": reason})
+        assert _post(c.http_port, b'{"resourceSpans":[]}', "application/json").status_code == 200  # empty: fine
+    assert (c.stats.batches_rejected, c.stats.batches_landed) == (1, 1)
+    assert _counts(archive_path) == (0, 0, 1)

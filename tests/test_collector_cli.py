@@ -54,15 +54,45 @@ def test_collect_runs_until_sigterm_and_prints_a_summary(archive_path):
     assert rows(archive_path, "SELECT tier, queue_ms FROM requests") == [("interactive", 200.0)]
 
 
-def test_a_port_in_use_exits_2_with_one_line(archive_path):
+@pytest.mark.parametrize("receiver, flags", [("HTTP", ["--http-port", "{port}", "--no-grpc"]),
+                                             ("gRPC", ["--grpc-port", "{port}", "--no-http"])])
+def test_a_port_in_use_exits_2_with_one_line(archive_path, receiver, flags):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = CliRunner().invoke(collect, ["--archive", str(archive_path), "--http-port", str(port),
-                                              "--no-grpc"])
+        result = CliRunner().invoke(collect, ["--archive", str(archive_path), *(f.format(port=port) for f in flags)])
     assert result.exit_code == 2
-    assert result.output == f"budgetscope: OTLP/HTTP: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
+    assert result.output == (f"budgetscope: OTLP/{receiver}: cannot listen on 127.0.0.1:{port} "
+                             "(Address already in use: another process listens on it)\n")
+    assert not archive_path.exists()  # found before the archive was created
+
+
+@pytest.mark.parametrize("host, reason", [
+    ("0", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
+    ("127.1", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
+    ("no-such-host.invalid", "the name lookup failed ("),
+])
+def test_a_host_that_names_no_address_is_one_line_and_creates_nothing(archive_path, host, reason):
+    result = CliRunner().invoke(collect, ["--archive", str(archive_path), "--host", host, "--grpc-port", "0",
+                                          "--http-port", "0"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"budgetscope: cannot listen on {host}: {reason}"), result.output
+    assert len(result.output.splitlines()) == 1 and not archive_path.exists()
+
+
+def test_bind_failures_say_what_they_are():
+    import errno
+    import os
+
+    from budgetscope.collector.listen import bind_failure
+
+    def failure(code: int) -> str:
+        return bind_failure(OSError(code, os.strerror(code)))
+
+    assert failure(errno.EACCES) == "Permission denied: ports below 1024 need root or CAP_NET_BIND_SERVICE"
+    assert failure(errno.EADDRNOTAVAIL) == "Cannot assign requested address: not an address of this machine"
+    assert failure(errno.EADDRINUSE) == "Address already in use: another process listens on it"
 
 
 def test_a_bad_archive_path_exits_2_with_one_line(tmp_path):

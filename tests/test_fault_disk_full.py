@@ -128,3 +128,131 @@ def test_a_spool_write_cut_short_by_a_full_disk_loses_no_later_record(tmp_path, 
     monkeypatch.setattr(spool_module.os, "write", real_write)
     spool.append([third])  # acknowledged once there was room again
     assert [b.position for b in spool.batches()] == ["b0", "b2"]
+
+
+def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_next_writer_lands_it(small_disk):
+    import re
+    import signal
+    import sys
+
+    from budgetscope.collector.writer import spooled
+
+    archive = small_disk / "prod"
+    run = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+    proc = subprocess.Popen([sys.executable, "-c", run, "--archive", str(archive), "--no-grpc", "--http-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acked: list[list[dict]] = []
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+        with httpx.Client(timeout=20) as h:
+            time.sleep(1.5)  # the first commit
+            filler = small_disk / "filler"
+            _fill(filler)
+            os.truncate(filler, filler.stat().st_size - (192 << 10))  # room to spool a few, not to publish them
+            refusal = None
+            deadline = time.monotonic() + 20
+            while refusal is None and time.monotonic() < deadline:
+                batch = _batch()
+                r = _post(h, port, batch)
+                if r.status_code == 200:
+                    acked.append(batch)
+                elif "wait in its spool" in r.text:
+                    refusal = r
+        assert refusal is not None and refusal.status_code == 503, "no 503 naming the spool"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    waiting, spans = spooled(archive)
+    assert waiting >= 1 and spans == 20 * 6 * waiting
+    assert proc.returncode == 0, err
+    assert (f"budgetscope collect: {waiting:,} acknowledged batches ({spans:,} spans) wait in {archive}/_writer/spool, "
+            "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them"
+            ) in err.splitlines()
+    want = {(s["traceId"], s["spanId"]) for spans in acked for s in spans}
+    with Archive(archive, read_only=True) as r:
+        seen = {tuple(x) for x in r.con.execute("SELECT trace_id, span_id FROM spans").fetchall()}
+    assert want - seen, "the spool held nothing unpublished: the case is not exercised"
+    (small_disk / "filler").unlink()
+    Archive(archive).close()  # a writer that keeps no spool of its own (`ingest`'s) lands it and empties it
+    with Archive(archive, read_only=True) as r:
+        seen = {tuple(x) for x in r.con.execute("SELECT trace_id, span_id FROM spans").fetchall()}
+    assert want <= seen and spooled(archive) == (0, 0)
+
+
+# -- `ingest` and `expire` that cannot write: one line, exit 2, nothing half-written ---------------------------
+def _trace_file(path, first: int, n: int = 150) -> None:
+    from otlp_wire import jsonl
+
+    docs = [export([s for k in range(10) for s in native_request(arrival=1_700_000_000_000_000_000
+                                                                  + (first + i * 10 + k) * 10**9)[1]])
+            for i in range(n)]
+    path.write_text(jsonl(*docs))
+
+
+def _files(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+            and p.name != "lock"}
+
+
+def _cli(*args: str):
+    from click.testing import CliRunner
+
+    from budgetscope.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_ingest_on_a_full_disk_is_one_line_exit_2_and_leaves_nothing_behind(small_disk, tmp_path):
+    traces, more = tmp_path / "t.jsonl", tmp_path / "more.jsonl"
+    _trace_file(traces, 0)
+    _trace_file(more, 10_000)
+    archive = small_disk / "prod"
+    assert _cli("ingest", str(traces), "-a", str(archive)).exit_code == 0
+    before = _files(archive)
+    filler = small_disk / "filler"
+    _fill(filler)
+    os.truncate(filler, filler.stat().st_size - (48 << 10))  # room to begin writing segments, not to finish
+
+    result = _cli("ingest", str(more), "-a", str(archive))
+    assert (result.exit_code, result.output) == (2, f"budgetscope: cannot write {archive}: No space left on "
+                                                    "device; the archive keeps its last commit, nothing half-written\n")
+    assert _files(archive) == before  # no _tmp file, no uncommitted segment, the last commit as it was
+
+    for fresh in (small_disk / "fresh", small_disk / "fresh.duckdb"):  # a folder archive, a single file
+        result = _cli("ingest", str(more), "-a", str(fresh))
+        assert (result.exit_code, result.output) == (2, f"budgetscope: cannot write {fresh}: No space left on "
+                                                        "device; nothing was created, nothing half-written\n")
+        assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "prod"]  # no file, no .wal
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder bind-mounted read-only over itself (needs root, as `small_disk`): (the folder, an archive in it)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    traces = tmp_path / "t.jsonl"
+    _trace_file(traces, 0, n=5)
+    assert _cli("ingest", str(traces), "-a", str(folder / "prod")).exit_code == 0
+    r = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True, text=True)
+    if r.returncode != 0:
+        if os.environ.get("BUDGETSCOPE_FAULTS_STRICT"):
+            pytest.fail(f"cannot bind-mount: {r.stderr.strip()}")
+        pytest.skip(f"cannot bind-mount: {r.stderr.strip() or r.returncode} (needs root)")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True, capture_output=True)
+        yield folder / "prod", traces
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_ingest_and_expire_on_a_read_only_archive_are_one_line_exit_2(read_only):
+    archive, traces = read_only
+    before = _files(archive)
+    line = (f"budgetscope: cannot write {archive}: Read-only file system; the archive keeps its last commit, "
+            "nothing half-written\n")
+    for args in (("ingest", str(traces), "-a", str(archive)), ("expire", "-a", str(archive), "--retention", "1h")):
+        result = _cli(*args)
+        assert (result.exit_code, result.output) == (2, line), args
+    assert _files(archive) == before

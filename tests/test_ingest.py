@@ -188,7 +188,7 @@ def test_wrongly_typed_field_goes_to_reference_decoder(archive_path, ingest_text
     s = span(trace_id(), span_id(), "x", T0, T0 + 1)
     doc = export([s])
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"] = {"oops": s}  # an object where a list belongs
-    rep = _bad(archive_path, ingest_text, json.dumps(doc), "malformed OTLP JSON (AttributeError: 'str' object has no attribute 'get')")
+    rep = _bad(archive_path, ingest_text, json.dumps(doc), "not an OTLP trace export: spans is a JSON object, not an array")
     assert rep.rejected[0].origin.endswith(".jsonl")
 
 

@@ -36,7 +36,7 @@ def holds(archive: str | os.PathLike, path: str | os.PathLike) -> bool:
 
 def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = True, sandbox: bool = False,
             durable: bool = False, since_ns: int | None = None, until_ns: int | None = None,
-            retention_ns: int | None = None, reader_grace_s: float | None = None):  # noqa: N802
+            retention_ns: int | None = None, reader_grace_s: float | None = None, recover: bool = True):  # noqa: N802
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
     `sandbox`: no file access but the archive's own, for `budgetscope query`) a reader.
 
@@ -44,7 +44,8 @@ def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = 
     `commit()` (the collector). `since_ns`/`until_ns` (directory reader): read only the segments
     that can hold that window. `retention_ns` (directory writer): drop the hour partitions older than this as
     it goes (`retention.py`). `reader_grace_s` (directory writer): keep replaced segments this long for readers
-    of older commits from now on, recorded in the archive (`manifest.Manifest.grace_s`)."""
+    of older commits from now on, recorded in the archive (`manifest.Manifest.grace_s`). `recover=False`
+    (directory writer): land what a collector left in the spool when the caller calls `recover()`, not now."""
     if is_single_file(path):
         for given, what in ((retention_ns, "retention"), (reader_grace_s, "a readers' grace")):
             if given and not (read_only or sandbox):
@@ -58,7 +59,7 @@ def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = 
     from budgetscope.archive.directory import DirectoryArchive
 
     return DirectoryArchive(path, create=create, durable=durable, retention_ns=retention_ns,
-                            reader_grace_s=reader_grace_s)
+                            reader_grace_s=reader_grace_s, recover=recover)
 
 
 def open(path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: A001

@@ -106,7 +106,7 @@ class DirectoryArchive:
 
     def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
                  hold_s: float = HOLD_S, compact: bool = True, retention_ns: int | None = None,
-                 reader_grace_s: float | None = None):
+                 reader_grace_s: float | None = None, recover: bool = True):
         self.path = root = Path(root)
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
@@ -134,6 +134,11 @@ class DirectoryArchive:
         self._spool_lock = threading.Lock()  # `accept` may run on another thread than the rest
         self._spool_cut = 0  # spool files up to this number hold only batches landed in the working set
         self._forgot_until_ns = 0  # traces dropped before this may have left `bs_dropped` (see DROPPED_MAX)
+        self.published_batches = 0  # batches this writer published (a spool's it landed when it opened included)
+        self.published_spans = 0  # the spans new to the archive that they brought
+        self.recovered = (0, 0)  # (batches, spans) of those that an earlier writer had left in the spool
+        self._recover_upto = 0  # the spool files up to this number were there when this writer opened
+        self.copies_landed = 0  # accepted batches found already stored when they landed (a retry's bytes)
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
         self.hot = self.compactor = None
@@ -161,14 +166,39 @@ class DirectoryArchive:
             from budgetscope.archive.compaction import Compactor
 
             self.compactor = Compactor(self) if compact else None
-            if self.spool is not None:  # land again what a crashed writer acknowledged but had not published
-                self.hot.ingest(self.spool.batches(), derive=False)
-            self.commit()
+            self._recover_upto = self.spool.rotate() if self.spool is not None else 0  # files before this open
+            if recover:
+                self.recover()
         except BaseException:  # nothing opened stays open: a writer that failed to open (a full disk) holds no lock
             self._abandon()
             raise
 
+    def recover(self) -> int:
+        """Land and publish what a collector acknowledged but had not published (it crashed, or stopped while
+        the disk was full): the spool files there were when this writer opened. The constructor does it unless
+        `recover=False`; then the caller does, once (the collector, on its lander thread, while it already
+        accepts: new batches go to newer spool files). A writer that keeps no spool of its own (`ingest`,
+        `expire`) lands it too, and empties it with this first commit. Returns the `requests` rows derived."""
+        folder = self.path / mf.WRITER_DIR / SPOOL_DIR
+        spool = self.spool
+        if spool is None and folder.is_dir() and any(folder.glob("*.spool")):
+            from budgetscope.archive.spool import Spool
+
+            spool = self.spool = Spool(folder)
+            self._recover_upto = spool.rotate()
+        if spool is not None:
+            rep = self.hot.ingest(spool.batches(upto=self._recover_upto), derive=False)
+            self.recovered = (rep.batches_landed, rep.spans_inserted)
+        derived, _ = self.commit()
+        if not self.durable and self.spool is not None:  # published and emptied: this writer keeps no spool
+            self.spool.close()
+            self.spool = None
+        return derived
+
     def _abandon(self) -> None:
+        """Let go after a failure (a full disk, a read-only file system): close what is open, delete the files
+        no commit lists (segments half-written, or written but not committed), release the lock. The last
+        commit stays as it was; a durable writer's spool keeps what it acknowledged."""
         for part in (self.compactor, self.hot, self.spool):
             try:
                 if part is not None:
@@ -176,20 +206,31 @@ class DirectoryArchive:
             except Exception:  # noqa: BLE001 - closing what failed may fail too; the lock goes regardless
                 pass
         self.compactor = self.hot = None
+        try:
+            if getattr(self, "manifest", None) is not None:
+                _remove_orphans(self.path, self.manifest)
+        except OSError:  # a read-only file system holds no half-written file
+            pass
         self._lock.release()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def __enter__(self) -> "DirectoryArchive":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # what failed would fail again: publish nothing more, leave nothing half-written
+            self._abandon()
 
     def close(self) -> None:
         """Commit what is pending, let compaction finish, release the archive."""
         try:
             if self.hot is not None:
                 self.commit()
+        except BaseException:
+            self._abandon()
+            raise
         finally:
             if self.compactor is not None:
                 self.compactor.close()
@@ -313,7 +354,11 @@ class DirectoryArchive:
             self._deferred_gen += 1
             self.deferred_spans = self.deferred_bytes = 0
             self._spool_cut = self.spool.rotate()
-        return self.hot.ingest((), derive=False, decoded=(entries, repeated)) if entries else None
+        if not entries:
+            return None
+        rep = self.hot.ingest((), derive=False, decoded=(entries, repeated))
+        self.copies_landed += rep.batches_already_ingested
+        return rep
 
     def derive_pending(self, count_orphans: bool = True) -> tuple[int, int]:
         """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""
@@ -411,6 +456,8 @@ class DirectoryArchive:
         (derived,) = one(con, "SELECT count(*) FROM bs_derived")
         if top <= m.published_batch and not derived:
             return
+        batches, spans = one(con, "SELECT count(*), coalesce(sum(spans_inserted), 0) FROM ingest_batches "
+                                  f"WHERE batch_id > {int(m.published_batch)}")
         seq = m.seq + 1
         written = []
         for table, sql in _PUBLISH.items():
@@ -425,6 +472,8 @@ class DirectoryArchive:
             new = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))
             mf.write(self.path, new)
             self.manifest = new
+        self.published_batches += batches
+        self.published_spans += int(spans)
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:

@@ -115,6 +115,12 @@ def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str)
                     _expire_once(r, keep_ns)
     except (ArchiveError, ValueError) as e:
         raise _Fail(str(e)) from None
+    except Exception as e:
+        from budgetscope.archive.errors import write_failure
+
+        if (line := write_failure(e, archive)) is None:
+            raise
+        raise _Fail(line) from None
     if fmt == "json":
         click.echo(json.dumps({"dry_run": dry_run, "archives": {
             r: {"segments": e.segments, "rows": e.rows or {}, "bytes": e.bytes, "before_ns": e.before_ns}

@@ -55,6 +55,10 @@ def _records(data: bytes) -> Iterator[RawBatch]:
         pos = stop
 
 
+def _files(folder: Path) -> list[Path]:
+    return sorted((p for p in folder.glob("*.spool") if p.stem.isdigit()), key=lambda p: int(p.stem))
+
+
 class Spool:
     """Append-only, fsynced record of unpublished batches under `folder`."""
 
@@ -65,12 +69,19 @@ class Spool:
         self._next = max((int(p.stem) for p in self._files()), default=0) + 1
 
     def _files(self) -> list[Path]:
-        return sorted((p for p in self.folder.glob("*.spool") if p.stem.isdigit()), key=lambda p: int(p.stem))
+        return _files(self.folder)
 
-    def batches(self) -> Iterator[RawBatch]:
-        """What the spool holds, oldest first (after a crash: what may not have been published)."""
-        for p in self._files():
-            yield from _records(p.read_bytes())
+    def batches(self, upto: int | None = None) -> Iterator[RawBatch]:
+        """What the spool holds (in its files up to number `upto`), oldest first (after a crash: what may not
+        have been published)."""
+        return self.read(self.folder, upto)
+
+    @staticmethod
+    def read(folder: Path, upto: int | None = None) -> Iterator[RawBatch]:
+        """What the spool in `folder` holds, oldest first, read without creating or opening anything."""
+        for p in _files(folder):
+            if upto is None or int(p.stem) <= upto:
+                yield from _records(p.read_bytes())
 
     def append(self, batches: Iterable[RawBatch]) -> None:
         """Write the batches and fsync: when this returns they survive a crash."""

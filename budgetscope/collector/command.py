@@ -71,7 +71,8 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
     exits). Metrics
     land as GPU samples in `gpu_samples`. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when too many bytes are pending
     the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
-    lands everything already accepted, prints a summary and exits.
+    lands everything already accepted, prints a summary and exits (stopped while the disk is full, it says how
+    many acknowledged batches wait in the spool for the next writer).
 
     Beyond this machine (--host 0.0.0.0): --tls-cert/--tls-key and a bearer token (--auth-token-file, or
     $BUDGETSCOPE_COLLECT_TOKEN), which OTLP exporters send with
@@ -147,6 +148,8 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
                                "unclaimed_spans": unclaimed}))
     else:
         click.echo(f"budgetscope collect: {stats.summary()}")
+    if note := stats.spool_note(archive):
+        click.echo(f"budgetscope collect: {note}", err=True)
     _unclaimed_lines(unclaimed, stats, fmt)
     if collector.error:
         click.echo(f"budgetscope: {collector.error}", err=True)

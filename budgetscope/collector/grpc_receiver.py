@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from budgetscope.auth import bearer_ok
 from budgetscope.collector import status as st
+from budgetscope.collector.listen import why_not
 from budgetscope.collector.pending import Outcome, PendingQueue
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
@@ -70,7 +71,7 @@ class OtlpGrpcReceiver:
             self.port = 0
         if not self.port:
             self._pool.shutdown(wait=False)
-            raise OSError(f"cannot listen on {address} (in use?)")
+            raise OSError(f"cannot listen on {address} ({why_not(host, port) or 'gRPC could not bind it'})")
         self._stopped = None
 
     def start(self) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgetscope.archive.errors import ArchiveError
+from budgetscope.collector.listen import HostError, bind_failure, check_host, why_not
 from budgetscope.collector.pending import PendingQueue
 from budgetscope.collector.writer import ArchiveWriter, CollectorStats
 
@@ -134,10 +135,12 @@ class Collector:
         self.stop()
 
     def start(self) -> None:
-        """Open the archive, then bind and serve both receivers; CollectorError (one line) if any step fails."""
+        """Open the archive, then bind and serve both receivers, then land what a crash left in the spool (in the
+        background: exports are answered meanwhile); CollectorError (one line) if any step before fails."""
         if self._state != "new":
             raise CollectorError("a Collector starts once")
         self._state = "starting"
+        self._preflight()
         try:
             self._writer.start()
         except ArchiveError as e:
@@ -146,20 +149,37 @@ class Collector:
             self._bind()
         except Exception:
             self._queue.close()
+            self._writer.listening()
             self._writer.join()
             for r in self._receivers:
                 r.stop_accepting(0)
                 r.close(0)
             raise
-        for r in self._receivers:
-            r.start()
+        try:
+            for r in self._receivers:
+                r.start()
+        finally:
+            self._writer.listening()  # only now: what a crash left in the spool lands while exports are answered
         self._state = "running"
+
+    def _preflight(self) -> None:
+        """Before the archive is opened (or created): the host both receivers can take, and each given port
+        free to bind (gRPC's own failure gives no reason, and logs a line of its own); CollectorError if not."""
+        cfg = self.config
+        try:
+            check_host(cfg.host)
+        except HostError as e:
+            raise CollectorError(str(e)) from None
+        for name, port in (("OTLP/gRPC", cfg.grpc_port), ("OTLP/HTTP", cfg.http_port)):
+            if port and (why := why_not(cfg.host, port)):
+                raise CollectorError(f"{name}: cannot listen on {cfg.host}:{port} ({why})")
 
     def _bind(self) -> None:
         cfg = self.config
         ssl_context = cfg.ssl_context()  # before either receiver: a certificate that does not load stops both
         if cfg.grpc_port is not None:
             from budgetscope.collector.grpc_receiver import GrpcUnavailable, OtlpGrpcReceiver
+
 
             try:
                 grpc_receiver = OtlpGrpcReceiver(cfg.host, cfg.grpc_port, self._queue, cfg.max_message_bytes,
@@ -181,7 +201,7 @@ class Collector:
                                                  ssl_context=ssl_context, token=cfg.auth_token, status=self.status)
             except OSError as e:
                 raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
-                                     f"({e.strerror or e})") from None
+                                     f"({bind_failure(e)})") from None
             self._receivers.append(http_receiver)
             self.http_port = http_receiver.port
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from budgetscope.archive.archive import Archive, ArchiveError, IngestReport, RawBatch
+from budgetscope.archive.directory import SPOOL_DIR
+from budgetscope.archive.manifest import WRITER_DIR
 from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 
 log = logging.getLogger("budgetscope.collector")
@@ -27,13 +29,17 @@ class CollectorStats:
     """Counts since the collector started. `batches` are export requests (one OTLP message each)."""
 
     batches: int = 0  # requests that reached the writer
-    batches_landed: int = 0  # new in the archive
+    batches_landed: int = 0  # new in the archive (a folder archive's: published, in a commit readers see)
     batches_already_stored: int = 0  # identical bytes had landed before (a retry): answered success
     batches_rejected: int = 0  # not OTLP / a bad span: answered 400 / INVALID_ARGUMENT
     batches_failed: int = 0  # the archive failed: answered 503 / UNAVAILABLE
     refused_busy: int = 0  # pending bytes at their limit: answered 429 / RESOURCE_EXHAUSTED
     refused_closed: int = 0  # arrived while shutting down: answered 503 / UNAVAILABLE
-    spans: int = 0  # spans in the landed batches
+    spans: int = 0  # spans new to the archive in the landed batches
+    recovered_batches: int = 0  # batches an earlier collector had acknowledged but not published, landed at start
+    recovered_spans: int = 0  # the spans new to the archive in them
+    spooled_batches: int = 0  # at exit: acknowledged batches that could not be published, kept in the spool
+    spooled_spans: int | None = 0  # the spans in them (None: not all countable)
     requests_derived: int = 0  # `requests` rows (re)derived
     ingests: int = 0  # Archive.ingest calls (groups)
     ingest_ns: int = 0  # time spent inside them
@@ -43,18 +49,31 @@ class CollectorStats:
         """One line for the end of `budgetscope collect`."""
         secs = (time.monotonic_ns() - self.started_ns) / 1e9
         refused = self.refused_busy + self.refused_closed
+        recovered = (f"; landed at start: {self.recovered_batches:,} batches ({self.recovered_spans:,} spans) an "
+                     "earlier collector had acknowledged" if self.recovered_batches else "")
         return (f"{self.batches:,} batches ({self.batches_landed:,} landed, {self.batches_already_stored:,} "
                 f"already stored, {self.batches_rejected:,} rejected, {self.batches_failed:,} failed), "
                 f"{self.spans:,} spans, {self.requests_derived:,} requests derived in {self.ingests:,} ingests "
-                f"over {secs:,.1f} s; {refused:,} refused (busy or closing)")
+                f"over {secs:,.1f} s; {refused:,} refused (busy or closing){recovered}")
 
-    def add(self, rep: IngestReport, num_tickets: int, num_rejected: int) -> None:
+    def spool_note(self, archive: str) -> str | None:
+        """One line when acknowledged batches could not be published before exit (a full disk), else None."""
+        if not self.spooled_batches:
+            return None
+        spans = "spans uncounted" if self.spooled_spans is None else f"{self.spooled_spans:,} spans"
+        return (f"{self.spooled_batches:,} acknowledged batches ({spans}) wait in {archive}/_writer/spool, "
+                "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them")
+
+    def add(self, rep: IngestReport, num_tickets: int, num_rejected: int, landed: bool = True) -> None:
+        """Count an ingest's report; `landed=False` leaves its landed batches and spans to be counted when
+        they are published (a folder archive's, `ArchiveWriter._sync_counts`)."""
         self.batches += num_tickets
-        self.batches_landed += rep.batches_landed
         self.batches_already_stored += rep.batches_already_ingested
         self.batches_rejected += num_rejected
-        self.spans += rep.spans
         self.requests_derived += rep.requests_derived
+        if landed:
+            self.batches_landed += rep.batches_landed
+            self.spans += rep.spans_inserted
 
 
 DERIVE_EVERY_S = 1.0
@@ -88,7 +107,10 @@ class ArchiveWriter:
         self.unavailable: str | None = None  # set while an I/O failure (a full disk) keeps it closed: 503s
         self._retry_at = 0.0
         self._archive: Archive | None = None
+        self._counts_published = False  # a folder archive's landed batches are counted when published
+        self._seen = (0, 0, 0)  # its published batches, their spans, copies skipped: as last counted
         self._opened = threading.Event()
+        self._listening = threading.Event()  # the receivers serve (or failed to): recovery may take the CPU
         self._lock = threading.Lock()  # guards `stats` for readers on other threads
         self._archive_lock = threading.Lock()  # `accept` is never called on an archive being reopened
         self._slow: queues.Queue = queues.Queue()  # groups for `ingest`, _LAND, _STOP: acceptor -> lander
@@ -103,6 +125,11 @@ class ArchiveWriter:
             self._thread.join()
             raise ArchiveError(self.error or f"cannot open {self.path}")
         self._acceptor.start()
+
+    def listening(self) -> None:
+        """The receivers serve, or will not: land what an earlier collector left in the spool now (it would
+        otherwise compete for the CPU with starting them)."""
+        self._listening.set()
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait for the writer to drain a closed queue and close the archive; True if it finished."""
@@ -169,8 +196,8 @@ class ArchiveWriter:
 
     # -- the lander thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            self._archive = Archive(self.path, durable=True, **self.archive_options)
+        try:  # what an earlier collector left in the spool lands below, once the receivers listen
+            self._archive = Archive(self.path, durable=True, recover=False, **self.archive_options)
         except ArchiveError as e:
             self.error = str(e)
         except Exception as e:  # noqa: BLE001 - I/O at start (a full disk): one line, not a dead thread
@@ -179,6 +206,8 @@ class ArchiveWriter:
             self._opened.set()
         if self._archive is None:
             return
+        self._listening.wait()
+        self._recover(self._archive)
         # Groups land with derive=False (acknowledged once their spans are committed; the traces they touch
         # are recorded as pending in the same transaction), and `requests` rows are derived when the queue
         # is idle or every DERIVE_EVERY_S: deriving costs about as much as landing a group.
@@ -208,9 +237,56 @@ class ArchiveWriter:
                     busy = spans - landed_before >= LAND_EVERY_SPANS
                     last_derive, landed_before = time.monotonic() if busy else started, spans
         finally:
-            if self._archive is not None:
-                self._derive()
-                self._archive.close()
+            self._finish()
+
+    def _finish(self) -> None:
+        """Publish what is left and close the archive; count what could not be published (a full disk): it
+        waits in the spool for the next writer."""
+        if self._archive is not None:
+            self._derive()
+        archive, self._archive = self._archive, None
+        if archive is not None:
+            try:
+                archive.close()
+            except Exception as e:  # noqa: BLE001 - what was acknowledged is in the spool; say so below
+                log.error("closing the archive failed: %s", (str(e).splitlines() or [type(e).__name__])[0])
+            self._sync_counts(archive)
+        batches, spans = spooled(self.path)
+        with self._lock:
+            self.stats.spooled_batches, self.stats.spooled_spans = batches, spans
+
+    def _recover(self, archive) -> None:
+        """Land and publish what an earlier collector acknowledged but had not published (after kill -9), while
+        the receivers already listen and the acceptor already answers (into newer spool files): a restart
+        listens without waiting for it. Counted apart: this collector did not receive it (what a reopened
+        archive lands from the spool is this one's)."""
+        self._counts_published = hasattr(archive, "published_batches")
+        if not self._counts_published:
+            return
+        try:
+            derived = archive.recover()
+        except Exception as e:  # noqa: BLE001 - still in the spool: a reopened archive lands it
+            log.error("landing what the spool holds failed (reopening): %s",
+                      (str(e).splitlines() or [type(e).__name__])[0])
+            self._reopen()
+            return
+        self._seen = (archive.recovered[0], archive.recovered[1], 0)  # this collector's own are counted after it
+        with self._lock:
+            self.stats.recovered_batches, self.stats.recovered_spans = archive.recovered
+            self.stats.requests_derived += derived
+        self._sync_counts(archive)
+
+    def _sync_counts(self, archive) -> None:
+        """Count what a folder archive published since the last look (a landed batch and its spans are counted
+        once a commit has published them: then readers see them) and the copies it skipped when landing."""
+        if not self._counts_published or archive is None:
+            return
+        now = (archive.published_batches, archive.published_spans, archive.copies_landed)
+        with self._lock:
+            self.stats.batches_landed += now[0] - self._seen[0]
+            self.stats.spans += now[1] - self._seen[1]
+            self.stats.batches_already_stored += now[2] - self._seen[2]
+        self._seen = now
 
     def _derive(self) -> None:
         if self._archive is None:
@@ -223,6 +299,7 @@ class ArchiveWriter:
             log.error("deriving requests failed (will retry): %s", (str(e).splitlines() or [type(e).__name__])[0])
             self._reopen()
             return
+        self._sync_counts(self._archive)
         with self._lock:
             self.stats.requests_derived += n
 
@@ -240,12 +317,8 @@ class ArchiveWriter:
             return
         finally:
             self._count_ingest(t0)
-        if rep is None:
-            return
-        for r in rep.rejected:  # cannot happen unless the C decoder and the reference one disagree
+        for r in rep.rejected if rep is not None else ():  # only if the C decoder and the reference one disagree
             log.error("an acknowledged batch was rejected when it landed: %s", r)
-        with self._lock:
-            self.stats.add(rep, 0, 0)
 
     def _ingest(self, group: list[Ticket]) -> None:
         batches, firsts = _batches(group)
@@ -264,7 +337,8 @@ class ArchiveWriter:
                     else:
                         t.resolve(Outcome.LANDED)
             with self._lock:
-                self.stats.add(rep, sum(len(firsts[b.position]) for b in landed), num_rejected)
+                self.stats.add(rep, sum(len(firsts[b.position]) for b in landed), num_rejected,
+                               landed=not self._counts_published)
         for t in group:
             if t.outcome is None:  # the archive failed on it
                 self.queue.release(t.reserved)
@@ -313,17 +387,33 @@ class ArchiveWriter:
                     self._archive.close()
             except Exception:  # noqa: BLE001 - closing a broken connection may fail too
                 pass
+            self._sync_counts(self._archive)  # a close may have published
             self._archive = None
             self._retry_at = time.monotonic() + REOPEN_EVERY_S
             try:
+                self._seen = (0, 0, 0)  # what a reopened archive publishes from the spool was acknowledged here
                 self._archive = Archive(self.path, durable=True, **self.archive_options)
+                self._sync_counts(self._archive)
                 self.unavailable = None
+                with self._lock:
+                    self.stats.spooled_batches = self.stats.spooled_spans = 0
             except ArchiveError as e:
                 self.error = f"the archive cannot be reopened: {e}"
                 log.error("%s", self.error)
             except Exception as e:  # noqa: BLE001 - I/O (a full disk): answer 503 meanwhile, try again later
-                self.unavailable = f"the archive cannot be written ({(str(e).splitlines() or [type(e).__name__])[0]})"
-                log.error("%s; trying again every %.0f s, answering 503 meanwhile", self.unavailable, REOPEN_EVERY_S)
+                if self.unavailable is None:  # nothing is acknowledged while it is closed: count the spool once
+                    self._outage((str(e).splitlines() or [type(e).__name__])[0])
+
+    def _outage(self, why: str) -> None:
+        """The archive cannot be written: say why, and what acknowledged waits in the spool, in every 503."""
+        batches, spans = spooled(self.path)
+        with self._lock:
+            self.stats.spooled_batches, self.stats.spooled_spans = batches, spans
+        self.unavailable = f"the archive cannot be written ({why})"
+        if batches:
+            self.unavailable += (f"; {batches:,} acknowledged batches wait in its spool, unseen by readers until "
+                                 "they land")
+        log.error("%s; trying again every %.0f s, answering 503 meanwhile", self.unavailable, REOPEN_EVERY_S)
 
     def _retry_open(self) -> None:
         """After an I/O failure left no archive open (not a broken one: `error`), reopen it at most every
@@ -340,3 +430,26 @@ def _batches(group: list[Ticket]) -> tuple[list[RawBatch], dict[str, list[Ticket
         same.setdefault((t.format, t.payload), []).append(t)
     batches = [RawBatch(payload, fmt, ts[0].origin, ts[0].position) for (fmt, payload), ts in same.items()]
     return batches, {b.position: ts for b, ts in zip(batches, same.values())}
+
+
+def spooled(root: Path) -> tuple[int, int | None]:
+    """(batches, spans) in the spool of the archive at `root`: acknowledged by a collector, not yet published,
+    landed by the next writer to open the archive. Spans are None when the C decoder cannot count them all."""
+    from budgetscope.archive.spool import Spool
+    from budgetscope.ingest import otlp_fast
+
+    folder = root / WRITER_DIR / SPOOL_DIR
+    held = list(Spool.read(folder)) if folder.is_dir() else []
+    spans = 0
+    for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
+        payloads = [b.payload for b in held if b.format == fmt]
+        if not payloads:
+            continue
+        if not otlp_fast.AVAILABLE:
+            return len(held), None
+        _, took, left, _ = decode(payloads, list(range(len(payloads))))
+        if left:
+            return len(held), None
+        spans += sum(took.values())
+    known = all(b.format in ("otlp-json", "otlp-proto") for b in held)
+    return len(held), spans if known else None

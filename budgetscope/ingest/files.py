@@ -5,6 +5,7 @@ OTLP metrics exports (GPU samples) are told apart per batch (`resourceMetrics`) 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -14,6 +15,30 @@ from budgetscope.ingest import otlp_metrics
 from budgetscope.ingest.otlp_proto import split_messages
 
 PROTO_SUFFIXES = (".pb", ".binpb", ".proto", ".protobuf", ".otlp")
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def input_problem(path: str, what: str = "trace file") -> str | None:
+    """Why `path` cannot be read as an input file, in words (`no such file`, `not a regular file (a FIFO)`,
+    `an empty file (0 bytes)`), or None when it is a regular file with something in it. A FIFO or a device
+    is refused: reading one could block, or never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return e.strerror or str(e)
+    if stat.S_ISDIR(mode):
+        return f"is a directory, not a {what}"
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        return f"not a regular file ({kind})"
+    if os.path.getsize(path) == 0:
+        return "an empty file (0 bytes)"
+    return None
 
 
 def sniff(path: Path) -> str:

@@ -114,6 +114,8 @@ def parse(raw: bytes):
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
+        if str(e).startswith("depth limit exceeded"):  # OTLP/JSON is 8 levels deep: this is no trace export
+            raise BadBatch(f"not an OTLP trace export: JSON nested deeper than 1,024 levels ({e})") from None
         raise BadBatch(f"not JSON ({e})") from None
 
 
@@ -125,22 +127,40 @@ def decode(doc) -> SpanBatch:
     batch = SpanBatch()
     dumps = orjson.dumps
     try:
-        for rs in doc["resourceSpans"]:
+        for rs in _objects(doc["resourceSpans"], "resourceSpans"):
             res_kvs = (rs.get("resource") or _EMPTY).get("attributes", ())
             res = attributes(res_kvs)
             service = _service(res_kvs)
             res_json = dumps(res)
-            for ss in rs.get("scopeSpans", ()):
+            for ss in _objects(rs.get("scopeSpans", ()), "scopeSpans"):
                 scope = (ss.get("scope") or _EMPTY).get("name")
-                for s in ss.get("spans", ()):
+                for s in _objects(ss.get("spans", ()), "spans"):
                     status = (s.get("status") or _EMPTY).get("code")
                     batch.append(s.get("traceId"), s.get("spanId"), s.get("parentSpanId"), s.get("name"),
                                  s.get("kind"), s.get("startTimeUnixNano"), s.get("endTimeUnixNano"), service,
                                  scope, status, dumps(_with_events(attributes(s.get("attributes", ())),
                                                                    s.get("events"))), res_json)
+    except BadBatch:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise BadBatch(f"malformed OTLP JSON ({type(e).__name__}: {e})") from None
     return batch
+
+
+def _objects(items, name: str):
+    """The items of an OTLP list of messages; BadBatch (one line) if it is no list, or at the first item that
+    is not a JSON object."""
+    if not isinstance(items, (list, tuple)):
+        raise BadBatch(f"not an OTLP trace export: {name} is a JSON {_json_kind(items)}, not an array")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BadBatch(f"not an OTLP trace export: {name}[{i}] is a JSON {_json_kind(item)}, not an object")
+        yield item
+
+
+def _json_kind(value) -> str:
+    kinds = {list: "array", dict: "object", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
 
 
 def count_spans(raw) -> int:

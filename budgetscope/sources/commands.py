@@ -64,11 +64,11 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
       budgetscope import --format prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs.duckdb
     """
     import json
-    import os
     from pathlib import Path
 
     from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
     from budgetscope.cli import NewArchive
+    from budgetscope.ingest.files import input_problem
     from budgetscope.sources import guidellm, importers, vllm_offline
     from budgetscope.sources.prometheus import PrometheusError
 
@@ -78,8 +78,8 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     say = click.echo if out_fmt == "table" else (lambda *a, **k: None)
     try:
         for f in files:
-            if not os.path.isfile(f):
-                raise _InputError(f"{f}: no such file")
+            if problem := input_problem(f, "results file"):
+                raise _InputError(f"{f}: {problem}")
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:

@@ -1,0 +1,77 @@
+"""What `collect` says it stored is what the archive holds: a real collector, real HTTP exports, the summary
+checked against the archive's own tables."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+from conftest import rows
+from otlp_wire import export, native_request, to_proto
+
+from budgetscope.archive import manifest as mf
+from budgetscope.archive.directory import SPOOL_DIR, DirectoryArchive
+from budgetscope.archive.spool import Spool
+from budgetscope.collector import Collector
+from budgetscope.ingest.batches import RawBatch
+
+
+def _doc(i: int) -> dict:
+    return export([s for k in range(3) for s in native_request(arrival=1_700_000_000_000_000_000 + (i * 3 + k) * 10**9)[1]])
+
+
+def _send(port: int, docs: list[dict], proto: bool) -> None:
+    with httpx.Client(timeout=30) as h:
+        for d in docs:
+            body, ctype = (to_proto(d), "application/x-protobuf") if proto else (json.dumps(d), "application/json")
+            r = h.post(f"http://127.0.0.1:{port}/v1/traces", content=body, headers={"Content-Type": ctype})
+            assert r.status_code == 200, r.text
+
+
+def _stored(path) -> tuple[int, int]:
+    return rows(path, "SELECT (SELECT count(*) FROM ingest_batches), (SELECT count(*) FROM spans)")[0]
+
+
+def test_the_summary_counts_every_batch_and_span_the_archive_holds(archive_path, monkeypatch):
+    # commits every 50 ms: many land the batches accepted since the lander's own landing (the lost reports)
+    monkeypatch.setattr("budgetscope.collector.writer.DERIVE_EVERY_S", 0.05)
+    docs = [_doc(i) for i in range(240)]
+    with Collector(archive_path, grpc_port=None, http_port=0, linger_s=0.001) as c:
+        senders = [threading.Thread(target=_send, args=(c.http_port, docs[k::4], k % 2 == 1)) for k in range(4)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+    stats = c.stats
+    batches, spans = _stored(archive_path)
+    assert (batches, spans) == (240, 240 * 3 * 6)
+    assert (stats.batches, stats.batches_landed, stats.spans, stats.batches_failed) == (240, batches, spans, 0)
+    assert stats.summary().startswith(f"240 batches (240 landed, 0 already stored, 0 rejected, 0 failed), "
+                                      f"{spans:,} spans")
+
+
+@pytest.mark.parametrize("num_left", [7, 400])
+def test_what_an_earlier_collector_left_in_the_spool_is_counted_apart(archive_path, num_left):
+    """It lands after the receivers listen, while exports are acknowledged into newer spool files: with 400
+    batches left, the 40 sent at once race it; every span lands once, each counted on its side."""
+    DirectoryArchive(archive_path).close()
+    # as kill -9 leaves it: acknowledged batches in the spool, never published
+    left = [RawBatch(json.dumps(_doc(1000 + i)).encode(), "otlp-json", "otlp-http", f"request {i}")
+            for i in range(num_left)]
+    Spool(archive_path / mf.WRITER_DIR / SPOOL_DIR).append(left)
+    docs = [_doc(i) for i in range(40)]
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        senders = [threading.Thread(target=_send, args=(c.http_port, docs[k::4], k % 2 == 1)) for k in range(4)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+    stats, spans = c.stats, 3 * 6
+    assert _stored(archive_path) == (num_left + 40, (num_left + 40) * spans)
+    assert rows(archive_path, "SELECT count(*) = count(DISTINCT (trace_id, span_id)) FROM spans") == [(True,)]
+    assert (stats.batches, stats.batches_landed, stats.spans) == (40, 40, 40 * spans)
+    assert (stats.recovered_batches, stats.recovered_spans, stats.spooled_batches) == (num_left, num_left * spans, 0)
+    assert stats.summary().endswith(f"; landed at start: {num_left} batches ({num_left * spans:,} spans) an earlier "
+                                    "collector had acknowledged")
