@@ -7,10 +7,15 @@ encoding), 404/405 — none of them retried by clients; 429 (pending bytes at th
 archive failure, too many connections) with `Retry-After`, which clients retry. Every error body is a
 `google.rpc.Status` in the request's encoding.
 
-Abuse bounds: at most `max_connections` open connections (one more is answered 503 and closed at once); a
-request's line and headers must arrive whole within HEADER_TIMEOUT_S and within MAX_HEADER_BYTES; a connection
-that moves no byte for IDLE_TIMEOUT_S is closed; bodies are bounded before they are read (Content-Length and
-the pending-bytes budget) and while they are inflated (`max_message_bytes`).
+Abuse bounds: at most `max_connections` open connections; when they are all open a new one takes the slot of
+the connection that has made no progress for longest (silent, idle between requests, or a body stalled for the
+queue's `stall_s`), and only when every slot is making progress is it answered 503 and closed. A new
+connection's first request line and headers must arrive whole within HEADER_TIMEOUT_S of the connection (later
+ones within HEADER_TIMEOUT_S of their first byte) and within MAX_HEADER_BYTES; a body that moves no byte for
+BODY_STALL_S is cut; a connection idle between requests for IDLE_TIMEOUT_S is closed. Bodies are bounded before
+they are read (Content-Length against `max_message_bytes`), as they arrive (each read is reserved in the
+pending-bytes budget before it is kept: a declared length reserves nothing; chunked bodies count too) and while
+they are inflated (`max_message_bytes`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from urllib.parse import urlsplit
 
 from budgetscope.auth import bearer_ok
 from budgetscope.collector import status as st
-from budgetscope.collector.pending import Outcome, PendingQueue
+from budgetscope.collector.pending import Hold, Outcome, PendingQueue
 
 log = logging.getLogger("budgetscope.collector")
 
@@ -45,7 +50,8 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
            429: "Too Many Requests", 431: "Request Header Fields Too Large", 503: "Service Unavailable",
            505: "HTTP Version Not Supported"}
 IDLE_TIMEOUT_S = 60.0  # a connection that moves no byte this long (between or within requests) is closed
-HEADER_TIMEOUT_S = 10.0  # a request line and its headers must arrive whole this soon after their first byte
+HEADER_TIMEOUT_S = 10.0  # a request line and headers must arrive whole this soon (after connect, or first byte)
+BODY_STALL_S = 10.0  # a body that moves no byte this long is cut (and sooner, if its bytes are needed)
 MAX_HEADER_BYTES = 64 << 10  # request line and headers; past it: 431 and the connection is closed
 MIN_BODY_RATE = 64 << 10  # bytes/s: a body must arrive within HEADER_TIMEOUT_S + its size at this rate
 READ_CHUNK = 1 << 20
@@ -90,10 +96,19 @@ class _Closed(Exception):
     """The connection ended (peer gone, timed out, or closed by the receiver)."""
 
 
+class _Refused(Exception):
+    """The pending-bytes budget refused `nbytes` just read of a body (BUSY), or the queue closed (CLOSED)."""
+
+    def __init__(self, outcome: Outcome, nbytes: int):
+        super().__init__(outcome.value)
+        self.outcome = outcome
+        self.nbytes = nbytes
+
+
 class _Connection:
     """One client connection: reads requests one after another and answers each (HTTP/1.1 keep-alive)."""
 
-    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "is_busy", "is_waiting")
+    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "moved", "is_busy", "is_waiting")
 
     def __init__(self, receiver: "OtlpHttpReceiver", reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.receiver = receiver
@@ -101,68 +116,99 @@ class _Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
-        self.deadline = time.monotonic() + IDLE_TIMEOUT_S  # the sweeper closes the connection past it
+        self.deadline = time.monotonic() + HEADER_TIMEOUT_S  # the sweeper closes the connection past it
+        self.moved = time.monotonic()  # when the peer last made progress (connected, sent bytes, got an answer)
         self.is_busy = False  # a request between its headers and its answer
-        self.is_waiting = False  # a request whose body is read, waiting for the writer's outcome
+        self.is_waiting = False  # a request whose body is whole: being inflated or waiting for the writer
 
     async def serve(self) -> None:
         try:
-            while await self._one_request():
-                pass
+            is_more = await self._one_request(is_first=True)
+            while is_more:
+                is_more = await self._one_request()
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
             pass
         finally:
             self.writer.close()
 
     # -- reading ---------------------------------------------------------------------------------------------
-    async def _head(self) -> bytes | None:
-        """The request line and headers; None when the peer closed between requests."""
-        self.deadline = time.monotonic() + IDLE_TIMEOUT_S
+    def _progress(self, deadline_s: float) -> None:
+        """The peer moved: it may now stay silent `deadline_s` (or until the body's own deadline, if sooner)."""
+        self.moved = time.monotonic()
+        self.deadline = self.moved + deadline_s
+
+    async def _head(self, is_first: bool) -> bytes | None:
+        """The request line and headers; None when the peer closed between requests. The first request of a
+        connection has HEADER_TIMEOUT_S from the connect, later ones IDLE_TIMEOUT_S to start."""
+        if not is_first:
+            self.deadline = time.monotonic() + IDLE_TIMEOUT_S
         first = await self.reader.read(1)
         if not first:
             return None
-        self.deadline = time.monotonic() + HEADER_TIMEOUT_S  # from the first byte: whole headers, soon
+        if not is_first:
+            self._progress(HEADER_TIMEOUT_S)  # from the first byte: whole headers, soon
         try:
-            return first + await self.reader.readuntil(b"\r\n\r\n")
+            head = first + await self.reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
             raise _BadRequest(431, f"request headers exceed {MAX_HEADER_BYTES:,} bytes") from None
         except asyncio.IncompleteReadError:
             raise _Closed from None
+        self.moved = time.monotonic()
+        return head
 
-    async def _read_exactly(self, n: int, keep: bool = True) -> bytes:
-        """`n` body bytes (none kept unless `keep`), before the body's deadline (`_export`)."""
+    async def _receive(self, n: int, hold: Hold | None, until: float) -> bytes:
+        """Up to `n` (> 0) body bytes, counted in `hold` before they are kept (None: read and dropped). `until`:
+        the body's overall deadline. _Refused when the budget cannot take them (nothing kept)."""
+        part = await self.reader.read(min(n, READ_CHUNK))
+        if not part:
+            raise _BadRequest(400, "body ended before it was complete")
+        self._progress(BODY_STALL_S)
+        self.deadline = min(self.deadline, until)
+        if hold is not None and (refused := self.receiver.queue.grow(hold, len(part))):
+            raise _Refused(refused, len(part))
+        return part
+
+    async def _read_exactly(self, n: int, hold: Hold | None, until: float) -> list[bytes]:
+        """`n` body bytes as parts (none kept when `hold` is None)."""
         parts, left = [], n
         while left:
-            part = await self.reader.read(min(left, READ_CHUNK))
-            if not part:
-                raise _BadRequest(400, "body shorter than its Content-Length")
-            if keep:
+            part = await self._receive(left, hold, until)
+            if hold is not None:
                 parts.append(part)
             left -= len(part)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return parts
 
-    async def _read_chunked(self, limit: int) -> bytes:
-        out = bytearray()
+    async def _line(self) -> bytes:
+        """One line of a chunked body's framing."""
+        try:
+            return await self.reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise _BadRequest(400, "malformed chunked body (a line over 64 KiB)") from None
+
+    async def _read_chunked(self, limit: int, hold: Hold, until: float) -> list[bytes]:
+        """A chunked body's data as parts, each counted in `hold` as it arrives."""
+        parts, size_so_far = [], 0
         while True:
-            line = await self.reader.readuntil(b"\n")
+            line = await self._line()
             try:
                 size = int(line.split(b";")[0].strip(), 16)
             except ValueError:
                 raise _BadRequest(400, "malformed chunked body") from None
             if size == 0:
-                while (await self.reader.readuntil(b"\n")).strip():
+                while (await self._line()).strip():
                     pass  # trailers
-                return bytes(out)
-            if len(out) + size > limit:
+                return parts
+            if size_so_far + size > limit:
                 raise _BadRequest(413, f"body exceeds {limit:,} bytes")
-            out += await self._read_exactly(size)
-            await self.reader.readuntil(b"\n")
+            parts += await self._read_exactly(size, hold, until)
+            size_so_far += size
+            await self._line()
 
     # -- one request -------------------------------------------------------------------------------------------
-    async def _one_request(self) -> bool:
+    async def _one_request(self, is_first: bool = False) -> bool:
         """Read and answer one request; False when the connection is to be closed."""
         try:
-            head = await self._head()
+            head = await self._head(is_first)
         except _BadRequest as e:
             return self._error(e.status, "otlp-proto", str(e), close=True)
         if head is None:
@@ -187,7 +233,7 @@ class _Connection:
             return await self._dispatch(method, urlsplit(target).path, headers) and keep_alive
         finally:
             self.is_busy = False
-            self.deadline = time.monotonic() + IDLE_TIMEOUT_S
+            self._progress(IDLE_TIMEOUT_S)
             log.debug("http %s: %s %s", self.peer, method, target)
 
     async def _dispatch(self, method: str, path: str, headers: dict[str, str]) -> bool:
@@ -217,24 +263,51 @@ class _Connection:
         declared = 0 if chunked else int(length)
         if declared > r.max_message_bytes:
             return self._error(413, fmt, f"body of {declared:,} bytes exceeds {r.max_message_bytes:,}", close=True)
-        # the whole body must arrive by then: a sender dribbling it cannot hold its reservation for long
-        self.deadline = time.monotonic() + HEADER_TIMEOUT_S + (declared or r.max_message_bytes) / MIN_BODY_RATE
-        reserved = max(declared, 1)
-        refused = r.queue.reserve(reserved)
-        if refused is Outcome.BUSY and not chunked:  # read past the body (nothing held) to keep the connection
-            await self._read_exactly(declared, keep=False)
-            return self._outcome(refused, fmt, "")
-        if refused:  # answered before reading the body, so the connection cannot be reused
-            return self._outcome(refused, fmt, "", close=True)
+        # the whole body must arrive by then, and each read within BODY_STALL_S of the last
+        until = time.monotonic() + HEADER_TIMEOUT_S + (declared or r.max_message_bytes) / MIN_BODY_RATE
+        self._progress(BODY_STALL_S)
+        self.deadline = min(self.deadline, until)
+        hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort))
         try:
             try:
-                body = await (self._read_chunked(r.max_message_bytes) if chunked else self._read_exactly(declared))
-                encoding = headers.get("content-encoding", "").lower()
-                payload = (body if encoding in ("", "identity") else await asyncio.get_running_loop().run_in_executor(
-                    r.inflaters, _decompress, body, encoding, r.max_message_bytes))
-                del body
+                parts = await (self._read_chunked(r.max_message_bytes, hold, until) if chunked
+                               else self._read_exactly(declared, hold, until))
+            except _Refused as e:
+                return await self._refuse_body(e.outcome, fmt, hold, chunked, declared - hold.nbytes - e.nbytes)
             except _BadRequest as e:
                 return self._error(e.status, fmt, str(e), close=True)
+            reserved = r.queue.settle(hold)
+            if hold.is_evicted:  # stalled before its last byte, and its bytes went to another request
+                return self._outcome(Outcome.BUSY, fmt, "", close=True)
+            self.is_waiting = True  # whole: inflated and answered in bounded time, never cut by the sweeper
+            return await self._land(parts, fmt, batch_format, headers, reserved)
+        finally:
+            self.is_waiting = False
+            r.queue.drop(hold)  # whatever is still held when no ticket took it
+
+    async def _refuse_body(self, outcome: Outcome, fmt: str, hold: Hold, chunked: bool, left: int) -> bool:
+        """The budget refused part of a body: give back what it held and answer busy; a Content-Length body is
+        read to its end first (its `left` bytes, none kept) so that the sender can reuse the connection."""
+        self.receiver.queue.drop(hold)
+        if outcome is Outcome.BUSY and not chunked and not hold.is_evicted:
+            await self._read_exactly(left, None, time.monotonic() + HEADER_TIMEOUT_S + left / MIN_BODY_RATE)
+            return self._outcome(outcome, fmt, "")
+        return self._outcome(outcome, fmt, "", close=True)
+
+    async def _land(self, parts: list[bytes], fmt: str, batch_format: str, headers: dict[str, str],
+                    reserved: int) -> bool:
+        """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome."""
+        r = self.receiver
+        try:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            del parts[:]
+            encoding = headers.get("content-encoding", "").lower()
+            try:
+                payload = (body if encoding in ("", "identity") else await asyncio.get_running_loop().run_in_executor(
+                    r.inflaters, _decompress, body, encoding, r.max_message_bytes))
+            except _BadRequest as e:
+                return self._error(e.status, fmt, str(e), close=True)
+            del body
             if len(payload) > reserved:  # grow the reservation to what will sit in memory
                 if refused := r.queue.reserve(len(payload) - reserved):
                     return self._outcome(refused, fmt, "")
@@ -244,12 +317,8 @@ class _Connection:
                                            on_done=lambda: r.call_soon(_set_done, done))
             reserved = 0  # released by the writer (or by submit_nowait, when closed)
             del payload
-            self.is_waiting = True  # the sweeper leaves it alone: its answer is on its way
-            try:
-                if not ticket.wait(0):
-                    await done
-            finally:
-                self.is_waiting = False
+            if not ticket.wait(0):
+                await done
             return self._outcome(ticket.outcome, fmt, ticket.error)
         finally:
             if reserved:
@@ -309,7 +378,8 @@ class OtlpHttpReceiver:
         self.token = token
         self.num_requests = 0
         self.num_refused_connections = 0  # over max_connections: answered 503 and closed
-        self.num_timed_out = 0  # closed by the sweeper (idle, or headers too slow)
+        self.num_timed_out = 0  # closed by the sweeper (idle, headers too slow, body stalled)
+        self.num_evicted_connections = 0  # closed to give their slot to a new connection (see `_victim`)
         self.inflaters = ThreadPoolExecutor(DECOMPRESS_WORKERS, thread_name_prefix="budgetscope-otlp-http-inflate")
         self._connections: set[_Connection] = set()
         # SO_REUSEADDR: a restart after a crash binds past the old socket's TIME_WAIT at
@@ -395,6 +465,10 @@ class OtlpHttpReceiver:
             self._server.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self.max_connections and (victim := self._victim()) is not None:
+            self.num_evicted_connections += 1
+            self._connections.discard(victim)  # its slot is the new connection's from now
+            victim.writer.transport.abort()
         if len(self._connections) >= self.max_connections:
             self.num_refused_connections += 1
             writer.write(error_response(503, "otlp-proto", f"too many connections (the limit is "
@@ -410,8 +484,17 @@ class OtlpHttpReceiver:
         finally:
             self._connections.discard(conn)
 
+    def _victim(self) -> _Connection | None:
+        """The connection that has gone longest without progress and may lose its slot: one that is silent,
+        idle between requests, sending its headers, or whose body has stalled for the queue's `stall_s`; never
+        one whose body is whole (it is waiting for its answer). None when every slot is making progress."""
+        stalled_before = time.monotonic() - self.queue.stall_s
+        candidates = [c for c in self._connections
+                      if not c.is_waiting and (not c.is_busy or c.moved <= stalled_before)]
+        return min(candidates, key=lambda c: c.moved, default=None)
+
     async def _sweep(self) -> None:
-        """Once a second: close the connections past their deadline (idle, or headers arriving too slowly).
+        """Once a second: close the connections past their deadline (idle, headers too slow, body stalled).
         A request waiting for its answer is never closed."""
         while True:
             await asyncio.sleep(1.0)

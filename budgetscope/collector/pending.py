@@ -1,9 +1,12 @@
 """`PendingQueue`: the collector's bounded hand-off from receiver threads to the one archive writer.
 
-Memory is bounded in bytes, not in requests: a receiver reserves a request's bytes *before* it reads the body,
-and they stay reserved until the request is answered (queued, being ingested, or waiting for its reply). When
-a reservation would pass `max_pending_bytes` the receiver answers "busy" (HTTP 429 / gRPC RESOURCE_EXHAUSTED,
-both retryable) instead of reading the body.
+Memory is bounded in bytes, not in requests: a receiver reserves a request's bytes as they arrive (an HTTP
+body grows its `Hold` with every read; a gRPC message is reserved whole), and they stay reserved until the
+request is answered (queued, being ingested, or waiting for its reply). When a reservation would pass
+`max_pending_bytes` the queue first evicts bodies that have stopped arriving (no byte for `stall_s`, the
+longest-stalled first); if that is not enough the receiver answers "busy" (HTTP 429 / gRPC
+RESOURCE_EXHAUSTED, both retryable). A peer that declares a large body and sends nothing therefore holds
+nothing, and one that stops half-way holds its bytes only until someone needs them.
 """
 
 from __future__ import annotations
@@ -53,15 +56,34 @@ class Ticket:
         return self._done.wait(timeout_s)
 
 
+@dataclass(slots=True, eq=False)
+class Hold:
+    """The budget bytes held by one request body while it arrives; it grows with the bytes received.
+
+    `on_evict` is called (on the evicting thread, under the queue's lock: it must only schedule) when the queue
+    takes the bytes back from a body that stopped arriving; the receiver then drops its connection."""
+
+    on_evict: Callable[[], None] | None = None
+    nbytes: int = 0
+    progress_ns: int = field(default_factory=time.monotonic_ns)  # when it last grew (or was opened)
+    is_evicted: bool = False
+
+
+EVICT_STALLED_AFTER_S = 1.0  # a body that moved no byte this long gives its bytes back when they are needed
+
+
 class PendingQueue:
     """Tickets waiting for the writer, with a byte budget shared by every receiver."""
 
-    def __init__(self, max_pending_bytes: int):
+    def __init__(self, max_pending_bytes: int, stall_s: float | None = None):
         self.max_pending_bytes = max_pending_bytes
+        self.stall_s = EVICT_STALLED_AFTER_S if stall_s is None else stall_s
         self.pending_bytes = 0
         self.closed = False
         self.refused_busy = 0
         self.refused_closed = 0
+        self.num_evicted = 0  # stalled bodies whose bytes were taken back for another request
+        self._holds: dict[int, Hold] = {}  # id → a body still arriving (the evictable reservations)
         self._positions = itertools.count(1)
         self._items: deque[Ticket] = deque()
         self._queued_bytes = 0
@@ -69,16 +91,71 @@ class PendingQueue:
 
     # -- receiver side -------------------------------------------------------------------------------------
     def reserve(self, nbytes: int) -> Outcome | None:
-        """Hold `nbytes` of the budget; None on success, else BUSY or CLOSED (nothing held)."""
+        """Hold `nbytes` of the budget; None on success, else BUSY or CLOSED (nothing held). Stalled bodies are
+        evicted first if their bytes make the difference."""
         with self._cond:
-            if self.closed:
-                self.refused_closed += 1
-                return Outcome.CLOSED
+            return self._take(nbytes, None)
+
+    def open_hold(self, on_evict: Callable[[], None] | None = None) -> Hold:
+        """A reservation of 0 bytes for a body about to arrive; `grow` it as bytes come, then `settle` it."""
+        hold = Hold(on_evict)
+        with self._cond:
+            self._holds[id(hold)] = hold
+        return hold
+
+    def grow(self, hold: Hold, nbytes: int) -> Outcome | None:
+        """Add `nbytes` just received to `hold`; None on success, else BUSY or CLOSED (the hold unchanged).
+        An evicted hold is BUSY: its connection is being dropped."""
+        with self._cond:
+            if hold.is_evicted:
+                return Outcome.BUSY
+            if refused := self._take(nbytes, hold):
+                return refused
+            hold.nbytes += nbytes
+            hold.progress_ns = time.monotonic_ns()
+            return None
+
+    def settle(self, hold: Hold) -> int:
+        """The body arrived whole: `hold` can no longer be evicted; returns its bytes, now the caller's to
+        hand to `submit*` (or to `release`)."""
+        with self._cond:
+            self._holds.pop(id(hold), None)
+            nbytes, hold.nbytes = (0 if hold.is_evicted else hold.nbytes), 0
+            return nbytes
+
+    def drop(self, hold: Hold) -> None:
+        """Give back what `hold` still holds (the request ended without a ticket)."""
+        self.release(self.settle(hold))
+
+    def _take(self, nbytes: int, hold: Hold | None) -> Outcome | None:
+        """Under the lock: add `nbytes` to the pending bytes, evicting stalled holds (never `hold`) if needed."""
+        if self.closed:
+            self.refused_closed += 1
+            return Outcome.CLOSED
+        if self.pending_bytes and self.pending_bytes + nbytes > self.max_pending_bytes:
+            self._evict_stalled(self.pending_bytes + nbytes - self.max_pending_bytes, hold)
             if self.pending_bytes and self.pending_bytes + nbytes > self.max_pending_bytes:
                 self.refused_busy += 1
                 return Outcome.BUSY
-            self.pending_bytes += nbytes
-            return None
+        self.pending_bytes += nbytes
+        return None
+
+    def _evict_stalled(self, needed: int, keep: Hold | None) -> None:
+        """Under the lock: take back the bytes of holds stalled for `stall_s`, longest-stalled first, until
+        `needed` bytes are free or none is left; each evicted hold's `on_evict` is called."""
+        stalled_before = time.monotonic_ns() - int(self.stall_s * 1e9)
+        victims = sorted((h for h in self._holds.values() if h is not keep and h.nbytes
+                          and h.progress_ns <= stalled_before), key=lambda h: h.progress_ns)
+        for hold in victims:
+            if needed <= 0:
+                break
+            del self._holds[id(hold)]
+            hold.is_evicted = True
+            self.pending_bytes -= hold.nbytes
+            needed -= hold.nbytes
+            self.num_evicted += 1
+            if hold.on_evict is not None:
+                hold.on_evict()
 
     def release(self, nbytes: int) -> None:
         """Give back a reservation (the request was answered)."""
