@@ -16,6 +16,7 @@ import pytest
 from budgetscope.collector import Collector
 from budgetscope.collector import http_receiver as hr
 from budgetscope.collector import pending
+from budgetscope.collector.pending import Outcome, PendingQueue
 
 grpc = pytest.importorskip("grpc")
 from test_collector import _bodies, _clean_otlp_env, _wait_for  # noqa: E402,F401 - the fixture is used by name
@@ -178,18 +179,18 @@ def _chunked(data: bytes) -> bytes:
 
 
 def test_unfinished_chunked_bodies_count_against_the_budget_and_yield_to_real_exports(archive_path, monkeypatch):
-    """Chunked bodies are counted as they arrive: past `max_pending_bytes` the next is answered 429; once they
-    stall, a real HTTP and gRPC export takes their bytes (the stalled connections are dropped)."""
+    """Chunked bodies are counted as they arrive: past `max_pending_bytes` the next is answered 429 (once it
+    ends); once they stall, a real HTTP and gRPC export takes their bytes (the stalled connections are dropped)."""
     monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 0.3)
     proto, _ = _bodies()
     with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
                    max_message_bytes=1 << 20) as c:
         held = [_raw(c.http_port, _chunked(bytes(524_000))) for _ in range(2)]
         _wait_for(lambda: c._queue.pending_bytes == 1_048_000)  # 576 bytes left: less than `proto`
-        refused = _raw(c.http_port, _chunked(bytes(100_000)))
-        assert _answer(refused).startswith(b"HTTP/1.1 429 ")
+        refused = _raw(c.http_port, _chunked(bytes(100_000)) + b"0\r\n\r\n")
+        assert _answer(refused).startswith(b"HTTP/1.1 429 ")  # read to its end, nothing of it kept
         refused.close()
-        assert c._queue.pending_bytes == 1_048_000  # the refused body gave back what it had
+        assert c._queue.pending_bytes == 1_048_000
         time.sleep(0.4)  # the two bodies are now stalled
         _served_within_1s(c, proto)
         assert c._queue.num_evicted >= 1
@@ -211,6 +212,33 @@ def test_stalled_http_bodies_cannot_starve_grpc(archive_path, monkeypatch):
         assert held.recv(10) == b"" and c._queue.num_evicted == 1
         held.close()
     assert c.stats.batches == 1
+
+
+def test_only_whole_requests_evict_and_only_bodies_that_stalled():
+    q = PendingQueue(100, stall_s=0.05)
+    evicted = []
+    a = q.open_hold(on_evict=lambda: evicted.append("a"))
+    assert q.grow(a, 80) is None
+    b = q.open_hold()
+    assert q.grow(b, 30, is_last=True) is Outcome.BUSY  # `a` is still arriving
+    time.sleep(0.06)
+    assert q.grow(b, 30) is Outcome.BUSY  # part of a body: it may not evict
+    assert q.grow(b, 30, is_last=True) is None  # whole: `a` stalled, so its bytes go to `b`
+    assert evicted == ["a"] and q.pending_bytes == 30 and q.num_evicted == 1
+    assert q.settle(a) == 0 and q.grow(a, 1) is Outcome.BUSY
+    assert q.reserve(80) is Outcome.BUSY  # `b` is whole (progress at its last byte): not a victim
+    assert q.settle(b) == 30
+    assert q.reserve(70) is None and q.pending_bytes == 100
+
+
+def test_a_trickle_is_not_progress():
+    """A body that moves fewer than PROGRESS_BYTES per `stall_s` counts as stalled, however often it sends."""
+    q = PendingQueue(100, stall_s=0.05)
+    a = q.open_hold()
+    for _ in range(10):
+        assert q.grow(a, 5) is None
+        time.sleep(0.01)
+    assert q.reserve(90) is None and a.is_evicted
 
 
 def _head(length: int | None) -> bytes:

@@ -96,13 +96,27 @@ class _Closed(Exception):
     """The connection ended (peer gone, timed out, or closed by the receiver)."""
 
 
-class _Refused(Exception):
-    """The pending-bytes budget refused `nbytes` just read of a body (BUSY), or the queue closed (CLOSED)."""
+class _Body:
+    """One request body as it arrives: its parts, each counted in `hold` before it is kept. Once the budget
+    refuses a part (`refused`), what was held is given back and the rest is read without being kept."""
 
-    def __init__(self, outcome: Outcome, nbytes: int):
-        super().__init__(outcome.value)
-        self.outcome = outcome
-        self.nbytes = nbytes
+    __slots__ = ("queue", "hold", "until", "parts", "refused")
+
+    def __init__(self, queue: PendingQueue, hold: Hold, until: float):
+        self.queue = queue
+        self.hold = hold
+        self.until = until  # monotonic s: the whole body must have arrived by then
+        self.parts: list[bytes] = []
+        self.refused: Outcome | None = None
+
+    def add(self, part: bytes, is_last: bool) -> None:
+        """Keep `part` if the budget takes it (`is_last`: it makes the body whole)."""
+        if self.refused is None and (refused := self.queue.grow(self.hold, len(part), is_last)):
+            self.refused = refused
+            self.queue.drop(self.hold)
+            self.parts.clear()
+        if self.refused is None:
+            self.parts.append(part)
 
 
 class _Connection:
@@ -156,27 +170,21 @@ class _Connection:
         self.moved = time.monotonic()
         return head
 
-    async def _receive(self, n: int, hold: Hold | None, until: float) -> bytes:
-        """Up to `n` (> 0) body bytes, counted in `hold` before they are kept (None: read and dropped). `until`:
-        the body's overall deadline. _Refused when the budget cannot take them (nothing kept)."""
+    async def _receive(self, n: int, body: _Body, is_whole: bool = False) -> int:
+        """Read up to `n` (> 0) bytes of `body`; `is_whole`: `n` bytes make it whole. How many were read."""
         part = await self.reader.read(min(n, READ_CHUNK))
         if not part:
             raise _BadRequest(400, "body ended before it was complete")
         self._progress(BODY_STALL_S)
-        self.deadline = min(self.deadline, until)
-        if hold is not None and (refused := self.receiver.queue.grow(hold, len(part))):
-            raise _Refused(refused, len(part))
-        return part
+        self.deadline = min(self.deadline, body.until)
+        body.add(part, is_whole and len(part) == n)
+        return len(part)
 
-    async def _read_exactly(self, n: int, hold: Hold | None, until: float) -> list[bytes]:
-        """`n` body bytes as parts (none kept when `hold` is None)."""
-        parts, left = [], n
+    async def _read_exactly(self, n: int, body: _Body, is_whole: bool = False) -> None:
+        """`n` bytes of `body`; `is_whole`: they end it."""
+        left = n
         while left:
-            part = await self._receive(left, hold, until)
-            if hold is not None:
-                parts.append(part)
-            left -= len(part)
-        return parts
+            left -= await self._receive(left, body, is_whole)
 
     async def _line(self) -> bytes:
         """One line of a chunked body's framing."""
@@ -185,9 +193,9 @@ class _Connection:
         except asyncio.LimitOverrunError:
             raise _BadRequest(400, "malformed chunked body (a line over 64 KiB)") from None
 
-    async def _read_chunked(self, limit: int, hold: Hold, until: float) -> list[bytes]:
-        """A chunked body's data as parts, each counted in `hold` as it arrives."""
-        parts, size_so_far = [], 0
+    async def _read_chunked(self, limit: int, body: _Body) -> None:
+        """A chunked body's data, each chunk counted as it arrives; the framing is checked, not kept."""
+        size_so_far = 0
         while True:
             line = await self._line()
             try:
@@ -197,10 +205,10 @@ class _Connection:
             if size == 0:
                 while (await self._line()).strip():
                     pass  # trailers
-                return parts
+                return
             if size_so_far + size > limit:
                 raise _BadRequest(413, f"body exceeds {limit:,} bytes")
-            parts += await self._read_exactly(size, hold, until)
+            await self._read_exactly(size, body)
             size_so_far += size
             await self._line()
 
@@ -268,31 +276,23 @@ class _Connection:
         self._progress(BODY_STALL_S)
         self.deadline = min(self.deadline, until)
         hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort))
+        body = _Body(r.queue, hold, until)
         try:
             try:
-                parts = await (self._read_chunked(r.max_message_bytes, hold, until) if chunked
-                               else self._read_exactly(declared, hold, until))
-            except _Refused as e:
-                return await self._refuse_body(e.outcome, fmt, hold, chunked, declared - hold.nbytes - e.nbytes)
+                await (self._read_chunked(r.max_message_bytes, body) if chunked
+                       else self._read_exactly(declared, body, is_whole=True))
             except _BadRequest as e:
                 return self._error(e.status, fmt, str(e), close=True)
             reserved = r.queue.settle(hold)
             if hold.is_evicted:  # stalled before its last byte, and its bytes went to another request
                 return self._outcome(Outcome.BUSY, fmt, "", close=True)
+            if body.refused:  # read to its end (nothing kept), so that the connection can be reused
+                return self._outcome(body.refused, fmt, "")
             self.is_waiting = True  # whole: inflated and answered in bounded time, never cut by the sweeper
-            return await self._land(parts, fmt, batch_format, headers, reserved)
+            return await self._land(body.parts, fmt, batch_format, headers, reserved)
         finally:
             self.is_waiting = False
             r.queue.drop(hold)  # whatever is still held when no ticket took it
-
-    async def _refuse_body(self, outcome: Outcome, fmt: str, hold: Hold, chunked: bool, left: int) -> bool:
-        """The budget refused part of a body: give back what it held and answer busy; a Content-Length body is
-        read to its end first (its `left` bytes, none kept) so that the sender can reuse the connection."""
-        self.receiver.queue.drop(hold)
-        if outcome is Outcome.BUSY and not chunked and not hold.is_evicted:
-            await self._read_exactly(left, None, time.monotonic() + HEADER_TIMEOUT_S + left / MIN_BODY_RATE)
-            return self._outcome(outcome, fmt, "")
-        return self._outcome(outcome, fmt, "", close=True)
 
     async def _land(self, parts: list[bytes], fmt: str, batch_format: str, headers: dict[str, str],
                     reserved: int) -> bool:

@@ -2,11 +2,13 @@
 
 Memory is bounded in bytes, not in requests: a receiver reserves a request's bytes as they arrive (an HTTP
 body grows its `Hold` with every read; a gRPC message is reserved whole), and they stay reserved until the
-request is answered (queued, being ingested, or waiting for its reply). When a reservation would pass
-`max_pending_bytes` the queue first evicts bodies that have stopped arriving (no byte for `stall_s`, the
-longest-stalled first); if that is not enough the receiver answers "busy" (HTTP 429 / gRPC
-RESOURCE_EXHAUSTED, both retryable). A peer that declares a large body and sends nothing therefore holds
-nothing, and one that stops half-way holds its bytes only until someone needs them.
+request is answered (queued, being ingested, or waiting for its reply). When the bytes that make a request
+whole (a gRPC message, an HTTP body's last read, its inflated size) would pass `max_pending_bytes`, the queue
+first evicts bodies that have stopped arriving (less than PROGRESS_BYTES in `stall_s`, the longest-stalled
+first); if that is not enough, or the bytes are only part of a body, the receiver answers "busy" (HTTP 429 /
+gRPC RESOURCE_EXHAUSTED, both retryable). A peer that declares a large body and sends nothing therefore holds
+nothing, and one that stops half-way holds its bytes only until a whole request needs them. Only whole requests
+evict: unfinished bodies evicting each other would keep the budget churning among themselves.
 """
 
 from __future__ import annotations
@@ -65,11 +67,13 @@ class Hold:
 
     on_evict: Callable[[], None] | None = None
     nbytes: int = 0
-    progress_ns: int = field(default_factory=time.monotonic_ns)  # when it last grew (or was opened)
+    progress_ns: int = field(default_factory=time.monotonic_ns)  # opened, or last passed PROGRESS_BYTES more
+    unmarked: int = 0  # bytes received since progress_ns
     is_evicted: bool = False
 
 
-EVICT_STALLED_AFTER_S = 1.0  # a body that moved no byte this long gives its bytes back when they are needed
+EVICT_STALLED_AFTER_S = 0.5  # a body that made no progress this long gives its bytes to a whole request
+PROGRESS_BYTES = 32 << 10  # what counts as progress: a body trickling less than this per stall_s has stalled
 
 
 class PendingQueue:
@@ -91,10 +95,10 @@ class PendingQueue:
 
     # -- receiver side -------------------------------------------------------------------------------------
     def reserve(self, nbytes: int) -> Outcome | None:
-        """Hold `nbytes` of the budget; None on success, else BUSY or CLOSED (nothing held). Stalled bodies are
-        evicted first if their bytes make the difference."""
+        """Hold `nbytes` of a whole request; None on success, else BUSY or CLOSED (nothing held). Stalled bodies
+        are evicted first if their bytes make the difference."""
         with self._cond:
-            return self._take(nbytes, None)
+            return self._take(nbytes, None, can_evict=True)
 
     def open_hold(self, on_evict: Callable[[], None] | None = None) -> Hold:
         """A reservation of 0 bytes for a body about to arrive; `grow` it as bytes come, then `settle` it."""
@@ -103,16 +107,19 @@ class PendingQueue:
             self._holds[id(hold)] = hold
         return hold
 
-    def grow(self, hold: Hold, nbytes: int) -> Outcome | None:
+    def grow(self, hold: Hold, nbytes: int, is_last: bool = False) -> Outcome | None:
         """Add `nbytes` just received to `hold`; None on success, else BUSY or CLOSED (the hold unchanged).
-        An evicted hold is BUSY: its connection is being dropped."""
+        `is_last`: they make the body whole (then stalled bodies may be evicted for them). An evicted hold is
+        BUSY: its connection is being dropped."""
         with self._cond:
             if hold.is_evicted:
                 return Outcome.BUSY
-            if refused := self._take(nbytes, hold):
+            if refused := self._take(nbytes, hold, can_evict=is_last):
                 return refused
             hold.nbytes += nbytes
-            hold.progress_ns = time.monotonic_ns()
+            hold.unmarked += nbytes
+            if is_last or hold.unmarked >= PROGRESS_BYTES:
+                hold.progress_ns, hold.unmarked = time.monotonic_ns(), 0
             return None
 
     def settle(self, hold: Hold) -> int:
@@ -127,18 +134,23 @@ class PendingQueue:
         """Give back what `hold` still holds (the request ended without a ticket)."""
         self.release(self.settle(hold))
 
-    def _take(self, nbytes: int, hold: Hold | None) -> Outcome | None:
-        """Under the lock: add `nbytes` to the pending bytes, evicting stalled holds (never `hold`) if needed."""
+    def _take(self, nbytes: int, hold: Hold | None, can_evict: bool) -> Outcome | None:
+        """Under the lock: add `nbytes` to the pending bytes, evicting stalled holds (never `hold`) if needed
+        and `can_evict`."""
         if self.closed:
             self.refused_closed += 1
             return Outcome.CLOSED
-        if self.pending_bytes and self.pending_bytes + nbytes > self.max_pending_bytes:
+        if can_evict and self._over(nbytes):
             self._evict_stalled(self.pending_bytes + nbytes - self.max_pending_bytes, hold)
-            if self.pending_bytes and self.pending_bytes + nbytes > self.max_pending_bytes:
-                self.refused_busy += 1
-                return Outcome.BUSY
+        if self._over(nbytes):
+            self.refused_busy += 1
+            return Outcome.BUSY
         self.pending_bytes += nbytes
         return None
+
+    def _over(self, nbytes: int) -> bool:
+        """Under the lock: would `nbytes` more pass the budget? (A first request always fits.)"""
+        return bool(self.pending_bytes) and self.pending_bytes + nbytes > self.max_pending_bytes
 
     def _evict_stalled(self, needed: int, keep: Hold | None) -> None:
         """Under the lock: take back the bytes of holds stalled for `stall_s`, longest-stalled first, until
