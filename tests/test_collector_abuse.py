@@ -123,7 +123,7 @@ def test_silent_connections_are_cut_soon_after_they_connect(archive_path, monkey
 def test_connections_past_the_cap_get_503_only_when_every_slot_makes_progress(archive_path, monkeypatch):
     """Slots whose bodies keep arriving are kept: one more connection is answered 503; once they finish, the
     cap frees up."""
-    monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 60.0)
+    monkeypatch.setattr(hr, "SLOT_STALL_S", 60.0)
     proto, _ = _bodies()
     with Collector(archive_path, grpc_port=None, http_port=0, max_connections=4) as c:
         receiver = c._receivers[0]

@@ -8,8 +8,8 @@ archive failure, too many connections) with `Retry-After`, which clients retry. 
 `google.rpc.Status` in the request's encoding.
 
 Abuse bounds: at most `max_connections` open connections; when they are all open a new one takes the slot of
-the connection that has made no progress for longest (silent, idle between requests, or a body stalled for the
-queue's `stall_s`), and only when every slot is making progress is it answered 503 and closed. A new
+the connection that has made no progress for longest (silent, idle between requests, or a body that moved no
+byte for SLOT_STALL_S), and only when every slot is making progress is it answered 503 and closed. A new
 connection's first request line and headers must arrive whole within HEADER_TIMEOUT_S of the connection (later
 ones within HEADER_TIMEOUT_S of their first byte) and within MAX_HEADER_BYTES; a body that moves no byte for
 BODY_STALL_S is cut; a connection idle between requests for IDLE_TIMEOUT_S is closed. Bodies are bounded before
@@ -27,6 +27,7 @@ import ssl
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
@@ -52,9 +53,11 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
 IDLE_TIMEOUT_S = 60.0  # a connection that moves no byte this long (between or within requests) is closed
 HEADER_TIMEOUT_S = 10.0  # a request line and headers must arrive whole this soon (after connect, or first byte)
 BODY_STALL_S = 10.0  # a body that moves no byte this long is cut (and sooner, if its bytes are needed)
+SLOT_STALL_S = 2.0  # a body that moved no byte this long may lose its connection's slot to a new connection
 MAX_HEADER_BYTES = 64 << 10  # request line and headers; past it: 431 and the connection is closed
 MIN_BODY_RATE = 64 << 10  # bytes/s: a body must arrive within HEADER_TIMEOUT_S + its size at this rate
 READ_CHUNK = 1 << 20
+BACKLOG = 1024  # connections the kernel completes before they are accepted
 DECOMPRESS_WORKERS = 2  # inflating a body (up to max_message_bytes) runs off the event loop
 
 
@@ -148,8 +151,14 @@ class _Connection:
     # -- reading ---------------------------------------------------------------------------------------------
     def _progress(self, deadline_s: float) -> None:
         """The peer moved: it may now stay silent `deadline_s` (or until the body's own deadline, if sooner)."""
-        self.moved = time.monotonic()
+        self._touch()
         self.deadline = self.moved + deadline_s
+
+    def _touch(self) -> None:
+        """Note progress now; the receiver keeps its connections in this order (the idlest first)."""
+        self.moved = time.monotonic()
+        if self in self.receiver._connections:
+            self.receiver._connections.move_to_end(self)
 
     async def _head(self, is_first: bool) -> bytes | None:
         """The request line and headers; None when the peer closed between requests. The first request of a
@@ -167,7 +176,7 @@ class _Connection:
             raise _BadRequest(431, f"request headers exceed {MAX_HEADER_BYTES:,} bytes") from None
         except asyncio.IncompleteReadError:
             raise _Closed from None
-        self.moved = time.monotonic()
+        self._touch()
         return head
 
     async def _receive(self, n: int, body: _Body, is_whole: bool = False) -> int:
@@ -381,14 +390,15 @@ class OtlpHttpReceiver:
         self.num_timed_out = 0  # closed by the sweeper (idle, headers too slow, body stalled)
         self.num_evicted_connections = 0  # closed to give their slot to a new connection (see `_victim`)
         self.inflaters = ThreadPoolExecutor(DECOMPRESS_WORKERS, thread_name_prefix="budgetscope-otlp-http-inflate")
-        self._connections: set[_Connection] = set()
+        # oldest progress first (see `_Connection._touch`): the first one that may lose its slot is found at once
+        self._connections: OrderedDict[_Connection, None] = OrderedDict()
         # SO_REUSEADDR: a restart after a crash binds past the old socket's TIME_WAIT at
         # once. On Linux it does not let two listeners share a port (that is SO_REUSEPORT, left off).
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._sock.bind((host, port))  # OSError if the port is taken
-            self._sock.listen(1024)
+            self._sock.listen(BACKLOG)
         except OSError:
             self._sock.close()
             raise
@@ -446,7 +456,10 @@ class OtlpHttpReceiver:
         self._stop = asyncio.Event()
         tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": HEADER_TIMEOUT_S} if self.ssl_context else {}
         try:
-            self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=MAX_HEADER_BYTES, **tls)
+            # asyncio listens again with its own backlog (100 by default): a burst of connections past it has
+            # its handshakes dropped, and a real exporter among them waits a second for its SYN to be retried
+            self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=MAX_HEADER_BYTES,
+                                                      backlog=BACKLOG, **tls)
         finally:
             self._started.set()
         sweeper = asyncio.ensure_future(self._sweep())
@@ -467,7 +480,7 @@ class OtlpHttpReceiver:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._connections) >= self.max_connections and (victim := self._victim()) is not None:
             self.num_evicted_connections += 1
-            self._connections.discard(victim)  # its slot is the new connection's from now
+            del self._connections[victim]  # its slot is the new connection's from now
             victim.writer.transport.abort()
         if len(self._connections) >= self.max_connections:
             self.num_refused_connections += 1
@@ -476,22 +489,21 @@ class OtlpHttpReceiver:
             writer.close()
             return
         conn = _Connection(self, reader, writer)
-        self._connections.add(conn)
+        self._connections[conn] = None
         try:
             await conn.serve()
         except asyncio.CancelledError:  # the receiver is closing: the connection was already dropped
             pass
         finally:
-            self._connections.discard(conn)
+            self._connections.pop(conn, None)
 
     def _victim(self) -> _Connection | None:
         """The connection that has gone longest without progress and may lose its slot: one that is silent,
-        idle between requests, sending its headers, or whose body has stalled for the queue's `stall_s`; never
-        one whose body is whole (it is waiting for its answer). None when every slot is making progress."""
-        stalled_before = time.monotonic() - self.queue.stall_s
-        candidates = [c for c in self._connections
-                      if not c.is_waiting and (not c.is_busy or c.moved <= stalled_before)]
-        return min(candidates, key=lambda c: c.moved, default=None)
+        idle between requests, sending its headers, or whose body moved no byte for SLOT_STALL_S; never one
+        whose body is whole (it is waiting for its answer). None when every slot is making progress."""
+        stalled_before = time.monotonic() - SLOT_STALL_S
+        return next((c for c in self._connections if not c.is_waiting and (not c.is_busy or c.moved <= stalled_before)),
+                    None)
 
     async def _sweep(self) -> None:
         """Once a second: close the connections past their deadline (idle, headers too slow, body stalled).
