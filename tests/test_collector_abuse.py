@@ -179,16 +179,17 @@ def _chunked(data: bytes) -> bytes:
 
 
 def test_unfinished_chunked_bodies_count_against_the_budget_and_yield_to_real_exports(archive_path, monkeypatch):
-    """Chunked bodies are counted as they arrive: past `max_pending_bytes` the next is answered 429 (once it
-    ends); once they stall, a real HTTP and gRPC export takes their bytes (the stalled connections are dropped)."""
+    """Chunked bodies are counted as they arrive: past `max_pending_bytes` the next is answered 429 and closed;
+    once they stall, a real HTTP and gRPC export takes their bytes (the stalled connections are dropped)."""
     monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 0.3)
     proto, _ = _bodies()
     with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
                    max_message_bytes=1 << 20) as c:
         held = [_raw(c.http_port, _chunked(bytes(524_000))) for _ in range(2)]
         _wait_for(lambda: c._queue.pending_bytes == 1_048_000)  # 576 bytes left: less than `proto`
-        refused = _raw(c.http_port, _chunked(bytes(100_000)) + b"0\r\n\r\n")
-        assert _answer(refused).startswith(b"HTTP/1.1 429 ")  # read to its end, nothing of it kept
+        refused = _raw(c.http_port, _chunked(bytes(100_000)))
+        head = _answer(refused)  # at once, though the body has not ended: nothing of it is kept or read on
+        assert head.startswith(b"HTTP/1.1 429 ") and b"Connection: close" in head
         refused.close()
         assert c._queue.pending_bytes == 1_048_000
         time.sleep(0.4)  # the two bodies are now stalled
@@ -197,6 +198,29 @@ def test_unfinished_chunked_bodies_count_against_the_budget_and_yield_to_real_ex
         for s in held:
             s.close()
         _wait_for(lambda: c._queue.pending_bytes == 0)
+
+
+def test_a_refused_body_is_read_on_only_when_little_of_it_is_left(archive_path, monkeypatch):
+    """Busy: a body with at most DRAIN_MAX_BYTES left is read to its end (nothing kept) and answered 429 on a
+    connection that stays open; a longer one is answered 429 at once and closed."""
+    monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 60.0)
+    with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=4 << 20,
+                   max_message_bytes=4 << 20) as c:
+        full = _raw(c.http_port, _chunked(bytes((4 << 20) - 1000)))
+        _wait_for(lambda: c._queue.pending_bytes == (4 << 20) - 1000)
+        small = _raw(c.http_port, (_head(10_000) + bytes(10_000)) * 2)
+        answers = b""
+        while answers.count(b"HTTP/1.1 ") < 2 and (chunk := small.recv(65536)):
+            answers += chunk
+        assert answers.count(b"HTTP/1.1 429 ") == 2 and b"Connection: close" not in answers  # one connection
+        small.close()
+        large = _raw(c.http_port, _head(3 << 20) + bytes(100_000))
+        head = _answer(large)
+        assert head.startswith(b"HTTP/1.1 429 ") and b"Connection: close" in head
+        large.close()
+        full.close()
+        _wait_for(lambda: c._queue.pending_bytes == 0)
+    assert c.stats.batches == 0
 
 
 def test_stalled_http_bodies_cannot_starve_grpc(archive_path, monkeypatch):

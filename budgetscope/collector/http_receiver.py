@@ -57,6 +57,8 @@ SLOT_STALL_S = 2.0  # a body that moved no byte this long may lose its connectio
 MAX_HEADER_BYTES = 64 << 10  # request line and headers; past it: 431 and the connection is closed
 MIN_BODY_RATE = 64 << 10  # bytes/s: a body must arrive within HEADER_TIMEOUT_S + its size at this rate
 READ_CHUNK = 1 << 20
+DRAIN_MAX_BYTES = 1 << 20  # a refused body with at most this much left is read to its end (keep-alive 429)
+LINGER_S = 1.0  # after an early answer, what the peer still sends is read and dropped this long, then close
 BACKLOG = 1024  # connections the kernel completes before they are accepted
 DECOMPRESS_WORKERS = 2  # inflating a body (up to max_message_bytes) runs off the event loop
 
@@ -99,33 +101,43 @@ class _Closed(Exception):
     """The connection ended (peer gone, timed out, or closed by the receiver)."""
 
 
+class _Refused(Exception):
+    """A body the budget refused, too long to read to its end: answer at once and close."""
+
+
 class _Body:
     """One request body as it arrives: its parts, each counted in `hold` before it is kept. Once the budget
     refuses a part (`refused`), what was held is given back and the rest is read without being kept."""
 
-    __slots__ = ("queue", "hold", "until", "parts", "refused")
+    __slots__ = ("queue", "hold", "until", "left", "parts", "refused")
 
-    def __init__(self, queue: PendingQueue, hold: Hold, until: float):
+    def __init__(self, queue: PendingQueue, hold: Hold, until: float, declared: int | None):
         self.queue = queue
         self.hold = hold
         self.until = until  # monotonic s: the whole body must have arrived by then
+        self.left = declared  # bytes still to come; None: chunked (unknown)
         self.parts: list[bytes] = []
         self.refused: Outcome | None = None
 
     def add(self, part: bytes, is_last: bool) -> None:
-        """Keep `part` if the budget takes it (`is_last`: it makes the body whole)."""
+        """Keep `part` if the budget takes it (`is_last`: it makes the body whole). _Refused once refused with
+        more than DRAIN_MAX_BYTES (or an unknown length) still to come: reading it all would only cost time."""
+        if self.left is not None:
+            self.left -= len(part)
         if self.refused is None and (refused := self.queue.grow(self.hold, len(part), is_last)):
             self.refused = refused
             self.queue.drop(self.hold)
             self.parts.clear()
         if self.refused is None:
             self.parts.append(part)
+        elif self.left is None or self.left > DRAIN_MAX_BYTES:
+            raise _Refused
 
 
 class _Connection:
     """One client connection: reads requests one after another and answers each (HTTP/1.1 keep-alive)."""
 
-    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "moved", "is_busy", "is_waiting")
+    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "moved", "is_busy", "is_waiting", "is_lingering")
 
     def __init__(self, receiver: "OtlpHttpReceiver", reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.receiver = receiver
@@ -137,6 +149,7 @@ class _Connection:
         self.moved = time.monotonic()  # when the peer last made progress (connected, sent bytes, got an answer)
         self.is_busy = False  # a request between its headers and its answer
         self.is_waiting = False  # a request whose body is whole: being inflated or waiting for the writer
+        self.is_lingering = False  # answered before its body was read: drain a little before closing
 
     async def serve(self) -> None:
         try:
@@ -146,7 +159,23 @@ class _Connection:
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
             pass
         finally:
+            if self.is_lingering:
+                await self._linger()
             self.writer.close()
+
+    async def _linger(self) -> None:
+        """Half-close, then read and drop what the peer still sends for up to LINGER_S (and DRAIN_MAX_BYTES):
+        closing on unread bytes resets the connection, and the peer might never read its answer."""
+        self.deadline = min(self.deadline, time.monotonic() + LINGER_S)
+        try:
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            async with asyncio.timeout(LINGER_S):
+                left = DRAIN_MAX_BYTES
+                while left > 0 and (part := await self.reader.read(min(left, READ_CHUNK))):
+                    left -= len(part)
+        except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
+            pass
 
     # -- reading ---------------------------------------------------------------------------------------------
     def _progress(self, deadline_s: float) -> None:
@@ -285,17 +314,20 @@ class _Connection:
         self._progress(BODY_STALL_S)
         self.deadline = min(self.deadline, until)
         hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort))
-        body = _Body(r.queue, hold, until)
+        body = _Body(r.queue, hold, until, None if chunked else declared)
         try:
             try:
                 await (self._read_chunked(r.max_message_bytes, body) if chunked
                        else self._read_exactly(declared, body, is_whole=True))
             except _BadRequest as e:
                 return self._error(e.status, fmt, str(e), close=True)
+            except _Refused:
+                self.is_lingering = True
+                return self._outcome(body.refused, fmt, "", close=True)
             reserved = r.queue.settle(hold)
             if hold.is_evicted:  # stalled before its last byte, and its bytes went to another request
                 return self._outcome(Outcome.BUSY, fmt, "", close=True)
-            if body.refused:  # read to its end (nothing kept), so that the connection can be reused
+            if body.refused:  # read to its end (nothing kept): the connection can be reused
                 return self._outcome(body.refused, fmt, "")
             self.is_waiting = True  # whole: inflated and answered in bounded time, never cut by the sweeper
             return await self._land(body.parts, fmt, batch_format, headers, reserved)
