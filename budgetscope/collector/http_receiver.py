@@ -467,7 +467,7 @@ class OtlpHttpReceiver:
     def close(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for requests in progress to be answered, then drop every connection."""
         deadline = time.monotonic() + timeout_s
-        while self._thread.is_alive() and any(c.is_busy for c in list(self._connections)):
+        while self._thread.is_alive() and self._any_busy():
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
@@ -475,6 +475,14 @@ class OtlpHttpReceiver:
             self.call_soon(self._stop.set)
             self._thread.join(10)
         self.inflaters.shutdown(wait=False)
+
+    def _any_busy(self) -> bool:
+        """Whether a request is in progress; read from another thread while the loop may reorder the
+        connections (then: ask again)."""
+        try:
+            return any(c.is_busy for c in list(self._connections))
+        except RuntimeError:  # mutated during the copy
+            return True
 
     # -- the loop thread ---------------------------------------------------------------------------------------
     def _run(self) -> None:
