@@ -375,7 +375,7 @@ def _under_abuse(args, proc: subprocess.Popen, port: int, grpc_port: int, attack
                  counted: str, check_rss: bool = False) -> bool:
     """Run `count` attacker threads for --abuse-s seconds while a `Prober` exports; print the figures."""
     prober = Prober(port, grpc_port, proc.pid)
-    for _ in range(4):  # warm: the archive's own memory for real exports is not the abuse's
+    for _ in range(12):  # warm: the archive's own memory for real exports is not the abuse's
         prober.once()
     prober.answers = {"http": [], "grpc": []}
     time.sleep(1)

@@ -59,6 +59,7 @@ MIN_BODY_RATE = 64 << 10  # bytes/s: a body must arrive within HEADER_TIMEOUT_S 
 READ_CHUNK = 1 << 20
 DRAIN_MAX_BYTES = 1 << 20  # a refused body with at most this much left is read to its end (keep-alive 429)
 LINGER_S = 1.0  # after an early answer, what the peer still sends is read and dropped this long, then close
+LINGER_MAX_BYTES = 256 << 10  # ...and at most this much: more is a sender that a reset will stop sooner
 BACKLOG = 1024  # connections the kernel completes before they are accepted
 DECOMPRESS_WORKERS = 2  # inflating a body (up to max_message_bytes) runs off the event loop
 
@@ -107,7 +108,8 @@ class _Refused(Exception):
 
 class _Body:
     """One request body as it arrives: its parts, each counted in `hold` before it is kept. Once the budget
-    refuses a part (`refused`), what was held is given back and the rest is read without being kept."""
+    refuses a part (`refused`), what was held is given back; the rest is read without being kept when at most
+    DRAIN_MAX_BYTES of it are left (the 429 then leaves the connection open), else the request ends there."""
 
     __slots__ = ("queue", "hold", "until", "left", "parts", "refused")
 
@@ -164,14 +166,14 @@ class _Connection:
             self.writer.close()
 
     async def _linger(self) -> None:
-        """Half-close, then read and drop what the peer still sends for up to LINGER_S (and DRAIN_MAX_BYTES):
+        """Half-close, then read and drop what the peer still sends for up to LINGER_S (and LINGER_MAX_BYTES):
         closing on unread bytes resets the connection, and the peer might never read its answer."""
         self.deadline = min(self.deadline, time.monotonic() + LINGER_S)
         try:
             if self.writer.can_write_eof():
                 self.writer.write_eof()
             async with asyncio.timeout(LINGER_S):
-                left = DRAIN_MAX_BYTES
+                left = LINGER_MAX_BYTES
                 while left > 0 and (part := await self.reader.read(min(left, READ_CHUNK))):
                     left -= len(part)
         except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
