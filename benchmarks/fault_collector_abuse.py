@@ -1,6 +1,6 @@
 """Hostile senders against a `budgetscope collect` process, measured from outside it (its /proc entry).
 
-    python benchmarks/fault_collector_abuse.py [--dribblers 400] [--dribble-s 30]
+    python benchmarks/fault_collector_abuse.py [--dribblers 400] [--dribble-s 30] [--abuse-s 20] [--only idle,...]
 
 1. A 2 MB gzip body that inflates to 2 GiB: 413, and the collector's peak RSS (VmHWM) stays within
    --max-growth-mb of its idle RSS (inflating stops at --max-message-mb, 16 MiB).
@@ -9,6 +9,15 @@
    count does not grow with them, a real OTLP export made meanwhile is answered within --max-answer-s, and
    the dribblers are cut once their headers are 10 s late.
 4. --max-connections + 50 connections: the ones past the cap get 503.
+5. idle: --idle-bodies connections declaring a 16 MiB body and sending nothing, reconnecting once cut, for
+   --abuse-s seconds.
+6. chunked: --chunked connections each sending --chunked-mib MiB of a chunked body that never ends, reconnecting
+   once cut, for --abuse-s seconds; the collector's peak RSS stays within --max-pending-mb + --rss-slack-mb of
+   its RSS before.
+7. silent: --silent connections (more than --max-connections) that send nothing, each opened again
+   --silent-reconnect-s after the collector closes it, for --abuse-s seconds.
+During 5-7 a real OTLP export over HTTP (a fresh connection) and over gRPC is made every 0.5 s: each must be
+answered 200 / OK within --max-answer-s.
 
 Prints one line per check and exits 1 if any promise broke (docs/reliability.md keeps the figures).
 """
@@ -20,17 +29,24 @@ import gzip
 import json
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import machine  # noqa: E402
-from otlp_wire import export, native_request  # noqa: E402
+from otlp_wire import export, native_request, to_proto  # noqa: E402
+
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+CHECKS = ("bomb", "length", "dribble", "cap", "idle", "chunked", "silent")
 
 RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
 
@@ -48,15 +64,22 @@ def threads(pid: int) -> int:
     return int(proc_status(pid)["Threads"])
 
 
-def start(archive: Path, max_connections: int) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc",
-                             "--http-port", "0", "--max-connections", str(max_connections)],
+def reset_peak(pid: int) -> None:
+    """Start VmHWM again from the current RSS (Linux: 5 > clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def start(archive: Path, max_connections: int, max_pending_mb: float) -> tuple[subprocess.Popen, int, int]:
+    """A `budgetscope collect` process: (it, its HTTP port, its gRPC port)."""
+    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--grpc-port", "0",
+                             "--http-port", "0", "--max-connections", str(max_connections),
+                             "--max-pending-mb", str(max_pending_mb)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     banner = proc.stdout.readline()
-    m = re.search(r"http://127\.0\.0\.1:(\d+)/v1/traces", banner)
+    m = re.search(r"OTLP/gRPC 127\.0\.0\.1:(\d+).*http://127\.0\.0\.1:(\d+)/v1/traces", banner)
     if not m:
         sys.exit(f"collect did not start: {banner}{proc.stderr.read() if proc.poll() is not None else ''}")
-    return proc, int(m.group(1))
+    return proc, int(m.group(2)), int(m.group(1))
 
 
 def request(port: int, head: bytes, body: bytes = b"", timeout: float = 60) -> tuple[int, float]:
@@ -83,6 +106,10 @@ def post_head(length: int, extra: str = "") -> bytes:
             f"Content-Length: {length}\r\n\r\n").encode()
 
 
+def real_body() -> dict:
+    return export([s for _ in range(20) for s in native_request(arrival=time.time_ns())[1]])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dribblers", type=int, default=400)
@@ -90,85 +117,282 @@ def main() -> None:
     ap.add_argument("--bomb-gib", type=int, default=2)
     ap.add_argument("--max-growth-mb", type=float, default=48.0,
                     help="the collector's peak RSS over its idle RSS allowed (3 x --max-message-mb 16)")
-    ap.add_argument("--max-answer-s", type=float, default=1.0, help="a real export's answer among the dribblers")
+    ap.add_argument("--max-answer-s", type=float, default=1.0, help="a real export's answer among the abusers")
     ap.add_argument("--max-connections", type=int, default=512)
+    ap.add_argument("--max-pending-mb", type=float, default=64)
+    ap.add_argument("--abuse-s", type=float, default=20.0, help="how long each of idle, chunked, silent runs")
+    ap.add_argument("--idle-bodies", type=int, default=64)
+    ap.add_argument("--chunked", type=int, default=60)
+    ap.add_argument("--chunked-mib", type=int, default=15)
+    ap.add_argument("--silent", type=int, default=1000)
+    ap.add_argument("--silent-reconnect-s", type=float, default=1.0,
+                    help="a closed silent connection is opened again this much later (0: at once)")
+    ap.add_argument("--rss-slack-mb", type=float, default=64.0,
+                    help="the collector's peak RSS may pass its RSS before by --max-pending-mb plus this")
+    ap.add_argument("--only", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     broken: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        proc, port = start(Path(tmp) / "archive", args.max_connections)
+        proc, port, grpc_port = start(Path(tmp) / "archive", args.max_connections, args.max_pending_mb)
         try:
             idle_threads, idle_rss = threads(proc.pid), rss_mb(proc.pid)
             print(f"collector idle: {idle_threads} threads, RSS {idle_rss:.0f} MB")
-
-            # 1. the compression bomb: 16 MiB members of zeros, repeated
-            member = gzip.compress(bytes(16 << 20), compresslevel=9)
-            bomb = member * (args.bomb_gib * 64)
-            status, secs = request(port, post_head(len(bomb), "Content-Encoding: gzip\r\n"), bomb)
-            peak = rss_mb(proc.pid, "VmHWM")
-            print(f"gzip bomb: {len(bomb) / 1e6:.1f} MB inflating to {args.bomb_gib} GiB -> {status} in {secs:.2f} s; "
-                  f"collector peak RSS {peak:.0f} MB, {peak - idle_rss:.0f} MB over idle (limit {args.max_growth_mb:.0f})")
-            if status != 413 or peak - idle_rss > args.max_growth_mb:
-                broken.append("gzip bomb")
-
-            # 2. an absurd Content-Length
-            status, secs = request(port, post_head(99_999_999_999))
-            print(f"Content-Length 99,999,999,999 -> {status} in {secs:.3f} s")
-            if status != 413:
-                broken.append("Content-Length")
-
-            # 3. dribblers, and a real export among them
-            socks = []
-            for _ in range(args.dribblers):
-                s = socket.create_connection(("127.0.0.1", port))
-                s.sendall(b"P")
-                socks.append(s)
-            time.sleep(0.5)
-            most_threads = threads(proc.pid)
-            body = json.dumps(export([s for _ in range(20) for s in native_request(arrival=time.time_ns())[1]])).encode()
-            answers = []
-            t_end = time.monotonic() + args.dribble_s
-            alive = list(socks)
-            while time.monotonic() < t_end:
-                for s in list(alive):
-                    try:
-                        s.sendall(b"O")
-                    except OSError:
-                        alive.remove(s)
-                status, secs = request(port, post_head(len(body)), body)
-                answers.append((status, secs))
-                most_threads = max(most_threads, threads(proc.pid))
-                time.sleep(5)
-            cut = sum(1 for s in socks if _closed(s))
-            worst = max(secs for _, secs in answers)
-            print(f"{args.dribblers} connections dribbling a byte every 5 s for {args.dribble_s:.0f} s: collector threads "
-                  f"{idle_threads} idle, at most {most_threads} meanwhile; {len(answers)} real exports answered "
-                  f"{sorted({st for st, _ in answers})} in at most {worst:.3f} s; {cut} dribblers cut by the collector")
-            for s in socks:
-                s.close()
-            if (most_threads > idle_threads + 2 or worst > args.max_answer_s or any(st != 200 for st, _ in answers)
-                    or (args.dribble_s > 12 and cut < args.dribblers)):
-                broken.append("dribblers")
-
-            # 4. the connection cap
-            time.sleep(1)
-            held = [socket.create_connection(("127.0.0.1", port)) for _ in range(args.max_connections)]
-            time.sleep(0.5)
-            refused = 0
-            for _ in range(50):
-                status, _ = request(port, b"", timeout=5)
-                refused += status == 503
-            for s in held:
-                s.close()
-            print(f"{args.max_connections} connections held, 50 more: {refused} answered 503")
-            if refused != 50:
-                broken.append("connection cap")
+            for name, check in (("bomb", check_bomb), ("length", check_length), ("dribble", check_dribblers),
+                                ("cap", check_cap), ("idle", check_idle_bodies), ("chunked", check_chunked),
+                                ("silent", check_silent)):
+                if name in only and not check(args, proc, port, grpc_port):
+                    broken.append(name)
         finally:
             proc.terminate()
             proc.wait(60)
     if broken:
         sys.exit(f"BROKEN: {', '.join(broken)}")
     print("all held")
+
+
+def check_bomb(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    """A compression bomb: 16 MiB members of zeros, repeated."""
+    idle_rss = rss_mb(proc.pid)
+    reset_peak(proc.pid)
+    member = gzip.compress(bytes(16 << 20), compresslevel=9)
+    bomb = member * (args.bomb_gib * 64)
+    status, secs = request(port, post_head(len(bomb), "Content-Encoding: gzip\r\n"), bomb)
+    peak = rss_mb(proc.pid, "VmHWM")
+    print(f"gzip bomb: {len(bomb) / 1e6:.1f} MB inflating to {args.bomb_gib} GiB -> {status} in {secs:.2f} s; "
+          f"collector peak RSS {peak:.0f} MB, {peak - idle_rss:.0f} MB over idle (limit {args.max_growth_mb:.0f})")
+    return status == 413 and peak - idle_rss <= args.max_growth_mb
+
+
+def check_length(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    status, secs = request(port, post_head(99_999_999_999))
+    print(f"Content-Length 99,999,999,999 -> {status} in {secs:.3f} s")
+    return status == 413
+
+
+def check_dribblers(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    """Dribblers, and a real export among them."""
+    idle_threads = threads(proc.pid)
+    socks = []
+    for _ in range(args.dribblers):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"P")
+        socks.append(s)
+    time.sleep(0.5)
+    most_threads = threads(proc.pid)
+    body = json.dumps(real_body()).encode()
+    answers = []
+    t_end = time.monotonic() + args.dribble_s
+    alive = list(socks)
+    while time.monotonic() < t_end:
+        for s in list(alive):
+            try:
+                s.sendall(b"O")
+            except OSError:
+                alive.remove(s)
+        status, secs = request(port, post_head(len(body)), body)
+        answers.append((status, secs))
+        most_threads = max(most_threads, threads(proc.pid))
+        time.sleep(5)
+    cut = sum(1 for s in socks if _closed(s))
+    worst = max(secs for _, secs in answers)
+    print(f"{args.dribblers} connections dribbling a byte every 5 s for {args.dribble_s:.0f} s: collector threads "
+          f"{idle_threads} idle, at most {most_threads} meanwhile; {len(answers)} real exports answered "
+          f"{sorted({st for st, _ in answers})} in at most {worst:.3f} s; {cut} dribblers cut by the collector")
+    for s in socks:
+        s.close()
+    return not (most_threads > idle_threads + 2 or worst > args.max_answer_s or any(st != 200 for st, _ in answers)
+                or (args.dribble_s > 12 and cut < args.dribblers))
+
+
+def check_cap(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    """The connection cap, held by connections that are all making progress (a body arriving byte by byte):
+    one more is answered 503. (Silent ones would give up their slots: `check_silent`.)"""
+    time.sleep(1)
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(args.max_connections)]
+    for s in held:
+        s.sendall(post_head(1 << 20))
+    refused = 0
+    for i in range(10):
+        for s in held:
+            s.sendall(bytes(1 << 10))  # progress: each body keeps arriving
+        if i < 5:  # first, 2.5 s for handshakes a burst overflowed (the kernel retries them after 1 s)
+            time.sleep(0.5)
+            continue
+        for _ in range(10):
+            try:
+                status, _ = request(port, b"", timeout=5)
+            except OSError:
+                status = 0  # given a slot (someone evicted), then silent itself: not the promise
+            refused += status == 503
+    for s in held:
+        s.close()
+    print(f"{args.max_connections} connections held by bodies that keep arriving, 50 more: {refused} answered 503")
+    return refused == 50
+
+
+class Prober:
+    """Real OTLP exports every 0.5 s while an abuse runs: HTTP on a fresh connection, gRPC on one channel."""
+
+    def __init__(self, port: int, grpc_port: int, pid: int):
+        self.port, self.pid = port, pid
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        self.export = self.channel.unary_unary(EXPORT)
+        self.answers: dict[str, list[tuple[str, float]]] = {"http": [], "grpc": []}
+        self.most_rss = 0.0
+
+    def once(self) -> None:
+        body = real_body()
+        data = json.dumps(body).encode()
+        status, secs = request(self.port, post_head(len(data)), data, timeout=10)
+        self.answers["http"].append((str(status), secs))
+        t0 = time.perf_counter()
+        try:
+            self.export(to_proto(body), timeout=10)
+            code = "OK"
+        except grpc.RpcError as e:
+            code = e.code().name
+        self.answers["grpc"].append((code, time.perf_counter() - t0))
+        self.most_rss = max(self.most_rss, rss_mb(self.pid))
+
+    def run(self, seconds: float) -> None:
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            self.once()
+            time.sleep(0.5)
+        self.channel.close()
+
+    def held(self, max_answer_s: float) -> bool:
+        return all(code in ("200", "OK") and secs <= max_answer_s for a in self.answers.values() for code, secs in a)
+
+    def summary(self) -> str:
+        out = []
+        for proto, answers in self.answers.items():
+            codes = sorted({c for c, _ in answers})
+            secs = sorted(s for _, s in answers)
+            out.append(f"{len(answers)} real {proto.upper()} exports answered {'/'.join(codes)}, median "
+                       f"{secs[len(secs) // 2]:.3f} s, at most {secs[-1]:.3f} s")
+        return "; ".join(out)
+
+
+def abuse(target, count: int) -> tuple[threading.Event, list[threading.Thread], list[int]]:
+    """`count` attacker threads running `target(stop, counter)` until the event is set."""
+    stop, counter = threading.Event(), [0]
+    workers = [threading.Thread(target=target, args=(stop, counter), daemon=True) for _ in range(count)]
+    for w in workers:
+        w.start()
+    return stop, workers, counter
+
+
+def _wait_closed(s: socket.socket, stop: threading.Event) -> None:
+    """Until the collector closes `s` (or `stop`), reading and dropping whatever it sends."""
+    s.settimeout(0.5)
+    while not stop.is_set():
+        try:
+            if not s.recv(65536):
+                return
+        except (TimeoutError, socket.timeout):
+            continue
+        except OSError:
+            return
+
+
+def check_idle_bodies(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    """Connections that declare a 16 MiB body and send none of it, reconnecting when cut."""
+    def attacker(stop: threading.Event, counter: list[int]) -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port)) as s:
+                    s.sendall(post_head(16 << 20))
+                    counter[0] += 1
+                    _wait_closed(s, stop)
+            except OSError:
+                time.sleep(0.1)
+
+    return _under_abuse(args, proc, port, grpc_port, attacker, args.idle_bodies,
+                        f"{args.idle_bodies} connections declaring Content-Length 16,777,216 and sending nothing",
+                        "bodies declared")
+
+
+def check_chunked(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    """Chunked bodies of --chunked-mib MiB that never end: all their data, then silence, reconnecting when cut."""
+    size = args.chunked_mib << 20
+    piece = bytes(1 << 20)
+    head = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % size)
+
+    def attacker(stop: threading.Event, counter: list[int]) -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port)) as s:
+                    s.sendall(head)
+                    for _ in range(args.chunked_mib):
+                        if stop.is_set():
+                            break
+                        s.sendall(piece)
+                    counter[0] += 1
+                    _wait_closed(s, stop)
+            except OSError:
+                pass
+            time.sleep(0.1)
+
+    return _under_abuse(args, proc, port, grpc_port, attacker, args.chunked,
+                        f"{args.chunked} unfinished {args.chunked_mib} MiB chunked bodies",
+                        "bodies sent whole but for their end", check_rss=True)
+
+
+def check_silent(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    """--silent connections that send nothing, each opened again --silent-reconnect-s after the collector
+    closed it (0: at once, a connection flood at the attacker's full speed)."""
+    def attacker(stop: threading.Event, counter: list[int]) -> None:
+        socks: list[socket.socket] = []
+        closed_at: list[float] = [0.0] * args.silent  # when each missing connection was closed
+        while not stop.is_set():
+            now = time.monotonic()
+            due = [t for t in closed_at if now - t >= args.silent_reconnect_s]
+            closed_at = [t for t in closed_at if now - t < args.silent_reconnect_s]
+            for _ in due:
+                try:
+                    socks.append(socket.create_connection(("127.0.0.1", port)))
+                    counter[0] += 1
+                except OSError:
+                    closed_at.append(now)
+            readable, _, _ = select.select(socks, [], [], 0.05)
+            for s in readable:  # closed by the collector (or answered 503 and closed)
+                socks.remove(s)
+                s.close()
+                closed_at.append(time.monotonic())
+        for s in socks:
+            s.close()
+
+    return _under_abuse(args, proc, port, grpc_port, attacker, 1,
+                        f"{args.silent} silent connections ({args.max_connections} allowed), each opened again "
+                        f"{args.silent_reconnect_s:g} s after it is closed", "connections opened")
+
+
+def _under_abuse(args, proc: subprocess.Popen, port: int, grpc_port: int, attacker, count: int, what: str,
+                 counted: str, check_rss: bool = False) -> bool:
+    """Run `count` attacker threads for --abuse-s seconds while a `Prober` exports; print the figures."""
+    prober = Prober(port, grpc_port, proc.pid)
+    for _ in range(12):  # warm: the archive's own memory for real exports is not the abuse's
+        prober.once()
+    prober.answers = {"http": [], "grpc": []}
+    time.sleep(1)
+    before_rss = rss_mb(proc.pid)
+    reset_peak(proc.pid)
+    stop, workers, counter = abuse(attacker, count)
+    time.sleep(1)  # the abuse in place before the first real export
+    prober.run(args.abuse_s)
+    stop.set()
+    for w in workers:
+        w.join(10)
+    peak = rss_mb(proc.pid, "VmHWM")
+    bound = before_rss + args.max_pending_mb + args.rss_slack_mb
+    print(f"{what}, {args.abuse_s:.0f} s ({counter[0]:,} {counted}): {prober.summary()}; collector RSS "
+          f"{before_rss:.0f} MB before, peak {peak:.0f} MB (bound {bound:.0f} = before + "
+          f"{args.max_pending_mb:.0f} pending + {args.rss_slack_mb:.0f})")
+    return prober.held(args.max_answer_s) and (not check_rss or peak <= bound)
 
 
 def _closed(s: socket.socket) -> bool:

@@ -15,9 +15,13 @@ import pytest
 
 from budgetscope.collector import Collector
 from budgetscope.collector import http_receiver as hr
+from budgetscope.collector import pending
+from budgetscope.collector.pending import Outcome, PendingQueue
 
-pytest.importorskip("grpc")
+grpc = pytest.importorskip("grpc")
 from test_collector import _bodies, _clean_otlp_env, _wait_for  # noqa: E402,F401 - the fixture is used by name
+
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 def _raw(port: int, data: bytes) -> socket.socket:
@@ -87,22 +91,200 @@ def test_dribbling_connections_cost_no_thread_and_do_not_delay_a_real_export(arc
             s.close()
 
 
-def test_connections_past_the_cap_get_503_and_the_cap_frees_up(archive_path):
+def test_a_silent_connection_gives_its_slot_to_a_new_one(archive_path):
+    """All slots held by connections that sent nothing: a new connection takes the oldest silent one's slot and
+    its export is served; the silent ones are cut HEADER_TIMEOUT_S after they connected."""
     proto, _ = _bodies()
     with Collector(archive_path, grpc_port=None, http_port=0, max_connections=10) as c:
+        receiver = c._receivers[0]
         held = [_raw(c.http_port, b"") for _ in range(10)]
-        _wait_for(lambda: c._receivers[0].num_connections == 10)
+        _wait_for(lambda: receiver.num_connections == 10)
+        t0 = time.perf_counter()
+        r = _post(c.http_port, proto)
+        assert r.status_code == 200 and time.perf_counter() - t0 < 1.0
+        assert receiver.num_evicted_connections == 1 and receiver.num_refused_connections == 0
+        assert held[0].recv(10) == b""  # the oldest silent connection lost its slot
+        for s in held:
+            s.close()
+
+
+def test_silent_connections_are_cut_soon_after_they_connect(archive_path, monkeypatch):
+    monkeypatch.setattr(hr, "HEADER_TIMEOUT_S", 1.0)
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        silent = [_raw(c.http_port, b"") for _ in range(20)]
+        _wait_for(lambda: c._receivers[0].num_connections == 20)
+        _wait_for(lambda: c._receivers[0].num_connections == 0, timeout_s=4)  # 1 s + the sweeper's second
+        assert c._receivers[0].num_timed_out == 20
+        for s in silent:
+            assert s.recv(10) == b""
+            s.close()
+
+
+def test_connections_past_the_cap_get_503_only_when_every_slot_makes_progress(archive_path, monkeypatch):
+    """Slots whose bodies keep arriving are kept: one more connection is answered 503; once they finish, the
+    cap frees up."""
+    monkeypatch.setattr(hr, "SLOT_STALL_S", 60.0)
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=None, http_port=0, max_connections=4) as c:
+        receiver = c._receivers[0]
+        senders = [_raw(c.http_port, _head(len(proto)) + proto[:10]) for _ in range(4)]
+        _wait_for(lambda: c._queue.pending_bytes == 40)
         extra = _raw(c.http_port, b"")
         head = _answer(extra)
         assert head.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in head
         extra.close()
-        assert c._receivers[0].num_refused_connections == 1
+        assert receiver.num_refused_connections == 1 and receiver.num_evicted_connections == 0
+        for s in senders:
+            s.sendall(proto[10:])
+            assert _answer(s).startswith(b"HTTP/1.1 200 ")
+            s.close()
+        _wait_for(lambda: receiver.num_connections == 0)
+        assert _post(c.http_port, proto).status_code == 200
+
+
+def test_a_declared_body_that_never_comes_holds_no_budget(archive_path, monkeypatch):
+    """Connections declaring a body of `max_message_bytes` and sending nothing reserve nothing: HTTP and gRPC
+    exports are served at once, and the connections are cut BODY_STALL_S later."""
+    monkeypatch.setattr(hr, "BODY_STALL_S", 1.0)
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
+                   max_message_bytes=1 << 20) as c:
+        idle = [_raw(c.http_port, _head(1 << 20)) for _ in range(4)]
+        _wait_for(lambda: c._receivers[1].num_requests == 4)
+        assert c._queue.pending_bytes == 0
+        _served_within_1s(c, proto)
+        _wait_for(lambda: c._receivers[1].num_connections == 0, timeout_s=4)
+        assert c._receivers[1].num_timed_out == 4
+        for s in idle:
+            assert s.recv(10) == b""
+            s.close()
+        assert c._queue.pending_bytes == 0
+    assert c.stats.batches == 2
+
+
+def test_a_body_reserves_the_bytes_received_and_gives_them_back_when_cut(archive_path, monkeypatch):
+    monkeypatch.setattr(hr, "BODY_STALL_S", 1.0)
+    with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=1 << 20,
+                   max_message_bytes=1 << 20) as c:
+        s = _raw(c.http_port, _head(1 << 20) + bytes(300_000))
+        _wait_for(lambda: c._queue.pending_bytes == 300_000)  # what arrived, not the 1 MiB declared
+        assert s.recv(10) == b""  # cut: no byte for BODY_STALL_S
+        s.close()
+        _wait_for(lambda: c._queue.pending_bytes == 0)
+    assert c.stats.batches == 0
+
+
+def _chunked(data: bytes) -> bytes:
+    return _head(None) + b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def test_unfinished_chunked_bodies_count_against_the_budget_and_yield_to_real_exports(archive_path, monkeypatch):
+    """Chunked bodies are counted as they arrive: past `max_pending_bytes` the next is answered 429 and closed;
+    once they stall, a real HTTP and gRPC export takes their bytes (the stalled connections are dropped)."""
+    monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 0.3)
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
+                   max_message_bytes=1 << 20) as c:
+        held = [_raw(c.http_port, _chunked(bytes(524_000))) for _ in range(2)]
+        _wait_for(lambda: c._queue.pending_bytes == 1_048_000)  # 576 bytes left: less than `proto`
+        refused = _raw(c.http_port, _chunked(bytes(100_000)))
+        head = _answer(refused)  # at once, though the body has not ended: nothing of it is kept or read on
+        assert head.startswith(b"HTTP/1.1 429 ") and b"Connection: close" in head
+        refused.close()
+        assert c._queue.pending_bytes == 1_048_000
+        time.sleep(0.4)  # the two bodies are now stalled
+        _served_within_1s(c, proto)
+        assert c._queue.num_evicted >= 1
         for s in held:
             s.close()
-        _wait_for(lambda: c._receivers[0].num_connections == 0)
-        r = httpx.post(f"http://127.0.0.1:{c.http_port}/v1/traces", content=proto, timeout=10,
-                       headers={"Content-Type": "application/x-protobuf"})
-        assert r.status_code == 200
+        _wait_for(lambda: c._queue.pending_bytes == 0)
+
+
+def test_a_refused_body_is_read_on_only_when_little_of_it_is_left(archive_path, monkeypatch):
+    """Busy: a body with at most DRAIN_MAX_BYTES left is read to its end (nothing kept) and answered 429 on a
+    connection that stays open; a longer one is answered 429 at once and closed."""
+    monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 60.0)
+    with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=4 << 20,
+                   max_message_bytes=4 << 20) as c:
+        full = _raw(c.http_port, _chunked(bytes((4 << 20) - 1000)))
+        _wait_for(lambda: c._queue.pending_bytes == (4 << 20) - 1000)
+        small = _raw(c.http_port, (_head(10_000) + bytes(10_000)) * 2)
+        answers = b""
+        while answers.count(b"HTTP/1.1 ") < 2 and (chunk := small.recv(65536)):
+            answers += chunk
+        assert answers.count(b"HTTP/1.1 429 ") == 2 and b"Connection: close" not in answers  # one connection
+        small.close()
+        large = _raw(c.http_port, _head(3 << 20) + bytes(100_000))
+        head = _answer(large)
+        assert head.startswith(b"HTTP/1.1 429 ") and b"Connection: close" in head
+        large.close()
+        full.close()
+        _wait_for(lambda: c._queue.pending_bytes == 0)
+    assert c.stats.batches == 0
+
+
+def test_stalled_http_bodies_cannot_starve_grpc(archive_path, monkeypatch):
+    monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 0.3)
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
+                   max_message_bytes=1 << 20) as c:
+        held = _raw(c.http_port, _head(1 << 20) + bytes((1 << 20) - 100))
+        _wait_for(lambda: c._queue.pending_bytes == (1 << 20) - 100)
+        time.sleep(0.4)
+        with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
+            assert ch.unary_unary(EXPORT)(proto, timeout=5) == b""
+        assert held.recv(10) == b"" and c._queue.num_evicted == 1
+        held.close()
+    assert c.stats.batches == 1
+
+
+def test_only_whole_requests_evict_and_only_bodies_that_stalled():
+    q = PendingQueue(100, stall_s=0.05)
+    evicted = []
+    a = q.open_hold(on_evict=lambda: evicted.append("a"))
+    assert q.grow(a, 80) is None
+    b = q.open_hold()
+    assert q.grow(b, 30, is_last=True) is Outcome.BUSY  # `a` is still arriving
+    time.sleep(0.06)
+    assert q.grow(b, 30) is Outcome.BUSY  # part of a body: it may not evict
+    assert q.grow(b, 30, is_last=True) is None  # whole: `a` stalled, so its bytes go to `b`
+    assert evicted == ["a"] and q.pending_bytes == 30 and q.num_evicted == 1
+    assert q.settle(a) == 0 and q.grow(a, 1) is Outcome.BUSY
+    assert q.reserve(80) is Outcome.BUSY  # `b` is whole (progress at its last byte): not a victim
+    assert q.settle(b) == 30
+    assert q.reserve(70) is None and q.pending_bytes == 100
+
+
+def test_a_trickle_is_not_progress():
+    """A body that moves fewer than PROGRESS_BYTES per `stall_s` counts as stalled, however often it sends."""
+    q = PendingQueue(100, stall_s=0.05)
+    a = q.open_hold()
+    for _ in range(10):
+        assert q.grow(a, 5) is None
+        time.sleep(0.01)
+    assert q.reserve(90) is None and a.is_evicted
+
+
+def _head(length: int | None) -> bytes:
+    framing = b"Transfer-Encoding: chunked" if length is None else b"Content-Length: %d" % length
+    return b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n" + framing + b"\r\n\r\n"
+
+
+def _post(port: int, body: bytes) -> httpx.Response:
+    return httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=body, timeout=10,
+                      headers={"Content-Type": "application/x-protobuf"})
+
+
+def _served_within_1s(c: Collector, body: bytes) -> None:
+    """A real export over HTTP and over gRPC, each answered success within a second."""
+    t0 = time.perf_counter()
+    assert _post(c.http_port, body).status_code == 200
+    http_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
+        assert ch.unary_unary(EXPORT)(body, timeout=5) == b""
+    grpc_s = time.perf_counter() - t0
+    assert http_s < 1.0 and grpc_s < 1.0, (http_s, grpc_s)
 
 
 def test_oversized_headers_and_garbage_get_an_answer_and_a_close(archive_path):

@@ -44,7 +44,8 @@ class _StartError(click.ClickException):
 @click.option("--linger-ms", type=click.FloatRange(0, 5000), default=50, show_default=True,
               help="How long a request waits for others to share its group (less once requests stop coming).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=512, show_default=True,
-              help="Open OTLP/HTTP connections at most; one more is answered 503 and closed.")
+              help="Open OTLP/HTTP connections at most; past it a new one takes the slot of the one idle longest "
+                   "(503 only while every slot is making progress).")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), help="PEM certificate (chain): serve gRPC and HTTP "
               "over TLS. With --tls-key.")
 @click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM private key of --tls-cert.")

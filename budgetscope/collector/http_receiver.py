@@ -7,10 +7,15 @@ encoding), 404/405 — none of them retried by clients; 429 (pending bytes at th
 archive failure, too many connections) with `Retry-After`, which clients retry. Every error body is a
 `google.rpc.Status` in the request's encoding.
 
-Abuse bounds: at most `max_connections` open connections (one more is answered 503 and closed at once); a
-request's line and headers must arrive whole within HEADER_TIMEOUT_S and within MAX_HEADER_BYTES; a connection
-that moves no byte for IDLE_TIMEOUT_S is closed; bodies are bounded before they are read (Content-Length and
-the pending-bytes budget) and while they are inflated (`max_message_bytes`).
+Abuse bounds: at most `max_connections` open connections; when they are all open a new one takes the slot of
+the connection that has made no progress for longest (silent, idle between requests, or a body that moved no
+byte for SLOT_STALL_S), and only when every slot is making progress is it answered 503 and closed. A new
+connection's first request line and headers must arrive whole within HEADER_TIMEOUT_S of the connection (later
+ones within HEADER_TIMEOUT_S of their first byte) and within MAX_HEADER_BYTES; a body that moves no byte for
+BODY_STALL_S is cut; a connection idle between requests for IDLE_TIMEOUT_S is closed. Bodies are bounded before
+they are read (Content-Length against `max_message_bytes`), as they arrive (each read is reserved in the
+pending-bytes budget before it is kept: a declared length reserves nothing; chunked bodies count too) and while
+they are inflated (`max_message_bytes`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import ssl
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
@@ -29,7 +35,7 @@ import orjson
 
 from budgetscope.auth import bearer_ok
 from budgetscope.collector import status as st
-from budgetscope.collector.pending import Outcome, PendingQueue
+from budgetscope.collector.pending import Hold, Outcome, PendingQueue
 
 log = logging.getLogger("budgetscope.collector")
 
@@ -48,10 +54,16 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
            429: "Too Many Requests", 431: "Request Header Fields Too Large", 503: "Service Unavailable",
            505: "HTTP Version Not Supported"}
 IDLE_TIMEOUT_S = 60.0  # a connection that moves no byte this long (between or within requests) is closed
-HEADER_TIMEOUT_S = 10.0  # a request line and its headers must arrive whole this soon after their first byte
+HEADER_TIMEOUT_S = 10.0  # a request line and headers must arrive whole this soon (after connect, or first byte)
+BODY_STALL_S = 10.0  # a body that moves no byte this long is cut (and sooner, if its bytes are needed)
+SLOT_STALL_S = 2.0  # a body that moved no byte this long may lose its connection's slot to a new connection
 MAX_HEADER_BYTES = 64 << 10  # request line and headers; past it: 431 and the connection is closed
 MIN_BODY_RATE = 64 << 10  # bytes/s: a body must arrive within HEADER_TIMEOUT_S + its size at this rate
 READ_CHUNK = 1 << 20
+DRAIN_MAX_BYTES = 1 << 20  # a refused body with at most this much left is read to its end (keep-alive 429)
+LINGER_S = 1.0  # after an early answer, what the peer still sends is read and dropped this long, then close
+LINGER_MAX_BYTES = 256 << 10  # ...and at most this much: more is a sender that a reset will stop sooner
+BACKLOG = 1024  # connections the kernel completes before they are accepted
 DECOMPRESS_WORKERS = 2  # inflating a body (up to max_message_bytes) runs off the event loop
 
 
@@ -93,10 +105,44 @@ class _Closed(Exception):
     """The connection ended (peer gone, timed out, or closed by the receiver)."""
 
 
+class _Refused(Exception):
+    """A body the budget refused, too long to read to its end: answer at once and close."""
+
+
+class _Body:
+    """One request body as it arrives: its parts, each counted in `hold` before it is kept. Once the budget
+    refuses a part (`refused`), what was held is given back; the rest is read without being kept when at most
+    DRAIN_MAX_BYTES of it are left (the 429 then leaves the connection open), else the request ends there."""
+
+    __slots__ = ("queue", "hold", "until", "left", "parts", "refused")
+
+    def __init__(self, queue: PendingQueue, hold: Hold, until: float, declared: int | None):
+        self.queue = queue
+        self.hold = hold
+        self.until = until  # monotonic s: the whole body must have arrived by then
+        self.left = declared  # bytes still to come; None: chunked (unknown)
+        self.parts: list[bytes] = []
+        self.refused: Outcome | None = None
+
+    def add(self, part: bytes, is_last: bool) -> None:
+        """Keep `part` if the budget takes it (`is_last`: it makes the body whole). _Refused once refused with
+        more than DRAIN_MAX_BYTES (or an unknown length) still to come: reading it all would only cost time."""
+        if self.left is not None:
+            self.left -= len(part)
+        if self.refused is None and (refused := self.queue.grow(self.hold, len(part), is_last)):
+            self.refused = refused
+            self.queue.drop(self.hold)
+            self.parts.clear()
+        if self.refused is None:
+            self.parts.append(part)
+        elif self.left is None or self.left > DRAIN_MAX_BYTES:
+            raise _Refused
+
+
 class _Connection:
     """One client connection: reads requests one after another and answers each (HTTP/1.1 keep-alive)."""
 
-    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "is_busy", "is_waiting")
+    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "moved", "is_busy", "is_waiting", "is_lingering")
 
     def __init__(self, receiver: "OtlpHttpReceiver", reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.receiver = receiver
@@ -104,68 +150,116 @@ class _Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
-        self.deadline = time.monotonic() + IDLE_TIMEOUT_S  # the sweeper closes the connection past it
+        self.deadline = time.monotonic() + HEADER_TIMEOUT_S  # the sweeper closes the connection past it
+        self.moved = time.monotonic()  # when the peer last made progress (connected, sent bytes, got an answer)
         self.is_busy = False  # a request between its headers and its answer
-        self.is_waiting = False  # a request whose body is read, waiting for the writer's outcome
+        self.is_waiting = False  # a request whose body is whole: being inflated or waiting for the writer
+        self.is_lingering = False  # answered before its body was read: drain a little before closing
 
     async def serve(self) -> None:
         try:
-            while await self._one_request():
-                pass
+            is_more = await self._one_request(is_first=True)
+            while is_more:
+                is_more = await self._one_request()
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
             pass
         finally:
+            if self.is_lingering:
+                await self._linger()
             self.writer.close()
 
+    async def _linger(self) -> None:
+        """Half-close, then read and drop what the peer still sends for up to LINGER_S (and LINGER_MAX_BYTES):
+        closing on unread bytes resets the connection, and the peer might never read its answer."""
+        self.deadline = min(self.deadline, time.monotonic() + LINGER_S)
+        try:
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            async with asyncio.timeout(LINGER_S):
+                left = LINGER_MAX_BYTES
+                while left > 0 and (part := await self.reader.read(min(left, READ_CHUNK))):
+                    left -= len(part)
+        except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
+            pass
+
     # -- reading ---------------------------------------------------------------------------------------------
-    async def _head(self) -> bytes | None:
-        """The request line and headers; None when the peer closed between requests."""
-        self.deadline = time.monotonic() + IDLE_TIMEOUT_S
+    def _progress(self, deadline_s: float) -> None:
+        """The peer moved: it may now stay silent `deadline_s` (or until the body's own deadline, if sooner)."""
+        self._touch()
+        self.deadline = self.moved + deadline_s
+
+    def _touch(self) -> None:
+        """Note progress now; the receiver keeps its connections in this order (the idlest first)."""
+        self.moved = time.monotonic()
+        if self in self.receiver._connections:
+            self.receiver._connections.move_to_end(self)
+
+    async def _head(self, is_first: bool) -> bytes | None:
+        """The request line and headers; None when the peer closed between requests. The first request of a
+        connection has HEADER_TIMEOUT_S from the connect, later ones IDLE_TIMEOUT_S to start."""
+        if not is_first:
+            self.deadline = time.monotonic() + IDLE_TIMEOUT_S
         first = await self.reader.read(1)
         if not first:
             return None
-        self.deadline = time.monotonic() + HEADER_TIMEOUT_S  # from the first byte: whole headers, soon
+        if not is_first:
+            self._progress(HEADER_TIMEOUT_S)  # from the first byte: whole headers, soon
         try:
-            return first + await self.reader.readuntil(b"\r\n\r\n")
+            head = first + await self.reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
             raise _BadRequest(431, f"request headers exceed {MAX_HEADER_BYTES:,} bytes") from None
         except asyncio.IncompleteReadError:
             raise _Closed from None
+        self._touch()
+        return head
 
-    async def _read_exactly(self, n: int, keep: bool = True) -> bytes:
-        """`n` body bytes (none kept unless `keep`), before the body's deadline (`_export`)."""
-        parts, left = [], n
+    async def _receive(self, n: int, body: _Body, is_whole: bool = False) -> int:
+        """Read up to `n` (> 0) bytes of `body`; `is_whole`: `n` bytes make it whole. How many were read."""
+        part = await self.reader.read(min(n, READ_CHUNK))
+        if not part:
+            raise _BadRequest(400, "body ended before it was complete")
+        self._progress(BODY_STALL_S)
+        self.deadline = min(self.deadline, body.until)
+        body.add(part, is_whole and len(part) == n)
+        return len(part)
+
+    async def _read_exactly(self, n: int, body: _Body, is_whole: bool = False) -> None:
+        """`n` bytes of `body`; `is_whole`: they end it."""
+        left = n
         while left:
-            part = await self.reader.read(min(left, READ_CHUNK))
-            if not part:
-                raise _BadRequest(400, "body shorter than its Content-Length")
-            if keep:
-                parts.append(part)
-            left -= len(part)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+            left -= await self._receive(left, body, is_whole)
 
-    async def _read_chunked(self, limit: int) -> bytes:
-        out = bytearray()
+    async def _line(self) -> bytes:
+        """One line of a chunked body's framing."""
+        try:
+            return await self.reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise _BadRequest(400, "malformed chunked body (a line over 64 KiB)") from None
+
+    async def _read_chunked(self, limit: int, body: _Body) -> None:
+        """A chunked body's data, each chunk counted as it arrives; the framing is checked, not kept."""
+        size_so_far = 0
         while True:
-            line = await self.reader.readuntil(b"\n")
+            line = await self._line()
             try:
                 size = int(line.split(b";")[0].strip(), 16)
             except ValueError:
                 raise _BadRequest(400, "malformed chunked body") from None
             if size == 0:
-                while (await self.reader.readuntil(b"\n")).strip():
+                while (await self._line()).strip():
                     pass  # trailers
-                return bytes(out)
-            if len(out) + size > limit:
+                return
+            if size_so_far + size > limit:
                 raise _BadRequest(413, f"body exceeds {limit:,} bytes")
-            out += await self._read_exactly(size)
-            await self.reader.readuntil(b"\n")
+            await self._read_exactly(size, body)
+            size_so_far += size
+            await self._line()
 
     # -- one request -------------------------------------------------------------------------------------------
-    async def _one_request(self) -> bool:
+    async def _one_request(self, is_first: bool = False) -> bool:
         """Read and answer one request; False when the connection is to be closed."""
         try:
-            head = await self._head()
+            head = await self._head(is_first)
         except _BadRequest as e:
             return self._error(e.status, "otlp-proto", str(e), close=True)
         if head is None:
@@ -190,7 +284,7 @@ class _Connection:
             return await self._dispatch(method, urlsplit(target).path, headers) and keep_alive
         finally:
             self.is_busy = False
-            self.deadline = time.monotonic() + IDLE_TIMEOUT_S
+            self._progress(IDLE_TIMEOUT_S)
             log.debug("http %s: %s %s", self.peer, method, target)
 
     async def _dispatch(self, method: str, path: str, headers: dict[str, str]) -> bool:
@@ -222,24 +316,46 @@ class _Connection:
         declared = 0 if chunked else int(length)
         if declared > r.max_message_bytes:
             return self._error(413, fmt, f"body of {declared:,} bytes exceeds {r.max_message_bytes:,}", close=True)
-        # the whole body must arrive by then: a sender dribbling it cannot hold its reservation for long
-        self.deadline = time.monotonic() + HEADER_TIMEOUT_S + (declared or r.max_message_bytes) / MIN_BODY_RATE
-        reserved = max(declared, 1)
-        refused = r.queue.reserve(reserved)
-        if refused is Outcome.BUSY and not chunked:  # read past the body (nothing held) to keep the connection
-            await self._read_exactly(declared, keep=False)
-            return self._outcome(refused, fmt, "")
-        if refused:  # answered before reading the body, so the connection cannot be reused
-            return self._outcome(refused, fmt, "", close=True)
+        # the whole body must arrive by then, and each read within BODY_STALL_S of the last
+        until = time.monotonic() + HEADER_TIMEOUT_S + (declared or r.max_message_bytes) / MIN_BODY_RATE
+        self._progress(BODY_STALL_S)
+        self.deadline = min(self.deadline, until)
+        hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort))
+        body = _Body(r.queue, hold, until, None if chunked else declared)
         try:
             try:
-                body = await (self._read_chunked(r.max_message_bytes) if chunked else self._read_exactly(declared))
-                encoding = headers.get("content-encoding", "").lower()
-                payload = (body if encoding in ("", "identity") else await asyncio.get_running_loop().run_in_executor(
-                    r.inflaters, _decompress, body, encoding, r.max_message_bytes))
-                del body
+                await (self._read_chunked(r.max_message_bytes, body) if chunked
+                       else self._read_exactly(declared, body, is_whole=True))
             except _BadRequest as e:
                 return self._error(e.status, fmt, str(e), close=True)
+            except _Refused:
+                self.is_lingering = True
+                return self._outcome(body.refused, fmt, "", close=True)
+            reserved = r.queue.settle(hold)
+            if hold.is_evicted:  # stalled before its last byte, and its bytes went to another request
+                return self._outcome(Outcome.BUSY, fmt, "", close=True)
+            if body.refused:  # read to its end (nothing kept): the connection can be reused
+                return self._outcome(body.refused, fmt, "")
+            self.is_waiting = True  # whole: inflated and answered in bounded time, never cut by the sweeper
+            return await self._land(body.parts, fmt, batch_format, headers, reserved)
+        finally:
+            self.is_waiting = False
+            r.queue.drop(hold)  # whatever is still held when no ticket took it
+
+    async def _land(self, parts: list[bytes], fmt: str, batch_format: str, headers: dict[str, str],
+                    reserved: int) -> bool:
+        """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome."""
+        r = self.receiver
+        try:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            del parts[:]
+            encoding = headers.get("content-encoding", "").lower()
+            try:
+                payload = (body if encoding in ("", "identity") else await asyncio.get_running_loop().run_in_executor(
+                    r.inflaters, _decompress, body, encoding, r.max_message_bytes))
+            except _BadRequest as e:
+                return self._error(e.status, fmt, str(e), close=True)
+            del body
             if len(payload) > reserved:  # grow the reservation to what will sit in memory
                 if refused := r.queue.reserve(len(payload) - reserved):
                     return self._outcome(refused, fmt, "")
@@ -249,12 +365,8 @@ class _Connection:
                                            on_done=lambda: r.call_soon(_set_done, done))
             reserved = 0  # released by the writer (or by submit_nowait, when closed)
             del payload
-            self.is_waiting = True  # the sweeper leaves it alone: its answer is on its way
-            try:
-                if not ticket.wait(0):
-                    await done
-            finally:
-                self.is_waiting = False
+            if not ticket.wait(0):
+                await done
             return self._outcome(ticket.outcome, fmt, ticket.error)
         finally:
             if reserved:
@@ -323,16 +435,18 @@ class OtlpHttpReceiver:
         self.token = token
         self.num_requests = 0
         self.num_refused_connections = 0  # over max_connections: answered 503 and closed
-        self.num_timed_out = 0  # closed by the sweeper (idle, or headers too slow)
+        self.num_timed_out = 0  # closed by the sweeper (idle, headers too slow, body stalled)
+        self.num_evicted_connections = 0  # closed to give their slot to a new connection (see `_victim`)
         self.inflaters = ThreadPoolExecutor(DECOMPRESS_WORKERS, thread_name_prefix="budgetscope-otlp-http-inflate")
-        self._connections: set[_Connection] = set()
+        # oldest progress first (see `_Connection._touch`): the first one that may lose its slot is found at once
+        self._connections: OrderedDict[_Connection, None] = OrderedDict()
         # SO_REUSEADDR: a restart after a crash binds past the old socket's TIME_WAIT at
         # once. On Linux it does not let two listeners share a port (that is SO_REUSEPORT, left off).
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._sock.bind((host, port))  # OSError if the port is taken
-            self._sock.listen(1024)
+            self._sock.listen(BACKLOG)
         except OSError:
             self._sock.close()
             raise
@@ -369,7 +483,7 @@ class OtlpHttpReceiver:
     def close(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for requests in progress to be answered, then drop every connection."""
         deadline = time.monotonic() + timeout_s
-        while self._thread.is_alive() and any(c.is_busy for c in list(self._connections)):
+        while self._thread.is_alive() and self._any_busy():
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
@@ -377,6 +491,14 @@ class OtlpHttpReceiver:
             self.call_soon(self._stop.set)
             self._thread.join(10)
         self.inflaters.shutdown(wait=False)
+
+    def _any_busy(self) -> bool:
+        """Whether a request is in progress; read from another thread while the loop may reorder the
+        connections (then: ask again)."""
+        try:
+            return any(c.is_busy for c in list(self._connections))
+        except RuntimeError:  # mutated during the copy
+            return True
 
     # -- the loop thread ---------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -390,7 +512,10 @@ class OtlpHttpReceiver:
         self._stop = asyncio.Event()
         tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": HEADER_TIMEOUT_S} if self.ssl_context else {}
         try:
-            self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=MAX_HEADER_BYTES, **tls)
+            # asyncio listens again with its own backlog (100 by default): a burst of connections past it has
+            # its handshakes dropped, and a real exporter among them waits a second for its SYN to be retried
+            self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=MAX_HEADER_BYTES,
+                                                      backlog=BACKLOG, **tls)
         finally:
             self._started.set()
         sweeper = asyncio.ensure_future(self._sweep())
@@ -409,6 +534,10 @@ class OtlpHttpReceiver:
             self._server.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self.max_connections and (victim := self._victim()) is not None:
+            self.num_evicted_connections += 1
+            del self._connections[victim]  # its slot is the new connection's from now
+            victim.writer.transport.abort()
         if len(self._connections) >= self.max_connections:
             self.num_refused_connections += 1
             writer.write(error_response(503, "otlp-proto", f"too many connections (the limit is "
@@ -416,16 +545,24 @@ class OtlpHttpReceiver:
             writer.close()
             return
         conn = _Connection(self, reader, writer)
-        self._connections.add(conn)
+        self._connections[conn] = None
         try:
             await conn.serve()
         except asyncio.CancelledError:  # the receiver is closing: the connection was already dropped
             pass
         finally:
-            self._connections.discard(conn)
+            self._connections.pop(conn, None)
+
+    def _victim(self) -> _Connection | None:
+        """The connection that has gone longest without progress and may lose its slot: one that is silent,
+        idle between requests, sending its headers, or whose body moved no byte for SLOT_STALL_S; never one
+        whose body is whole (it is waiting for its answer). None when every slot is making progress."""
+        stalled_before = time.monotonic() - SLOT_STALL_S
+        return next((c for c in self._connections if not c.is_waiting and (not c.is_busy or c.moved <= stalled_before)),
+                    None)
 
     async def _sweep(self) -> None:
-        """Once a second: close the connections past their deadline (idle, or headers arriving too slowly).
+        """Once a second: close the connections past their deadline (idle, headers too slow, body stalled).
         A request waiting for its answer is never closed."""
         while True:
             await asyncio.sleep(1.0)

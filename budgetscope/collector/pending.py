@@ -1,9 +1,14 @@
 """`PendingQueue`: the collector's bounded hand-off from receiver threads to the one archive writer.
 
-Memory is bounded in bytes, not in requests: a receiver reserves a request's bytes *before* it reads the body,
-and they stay reserved until the request is answered (queued, being ingested, or waiting for its reply). When
-a reservation would pass `max_pending_bytes` the receiver answers "busy" (HTTP 429 / gRPC RESOURCE_EXHAUSTED,
-both retryable) instead of reading the body.
+Memory is bounded in bytes, not in requests: a receiver reserves a request's bytes as they arrive (an HTTP
+body grows its `Hold` with every read; a gRPC message is reserved whole), and they stay reserved until the
+request is answered (queued, being ingested, or waiting for its reply). When the bytes that make a request
+whole (a gRPC message, an HTTP body's last read, its inflated size) would pass `max_pending_bytes`, the queue
+first evicts bodies that have stopped arriving (less than PROGRESS_BYTES in `stall_s`, the longest-stalled
+first); if that is not enough, or the bytes are only part of a body, the receiver answers "busy" (HTTP 429 /
+gRPC RESOURCE_EXHAUSTED, both retryable). A peer that declares a large body and sends nothing therefore holds
+nothing, and one that stops half-way holds its bytes only until a whole request needs them. Only whole requests
+evict: unfinished bodies evicting each other would keep the budget churning among themselves.
 """
 
 from __future__ import annotations
@@ -53,15 +58,36 @@ class Ticket:
         return self._done.wait(timeout_s)
 
 
+@dataclass(slots=True, eq=False)
+class Hold:
+    """The budget bytes held by one request body while it arrives; it grows with the bytes received.
+
+    `on_evict` is called (on the evicting thread, under the queue's lock: it must only schedule) when the queue
+    takes the bytes back from a body that stopped arriving; the receiver then drops its connection."""
+
+    on_evict: Callable[[], None] | None = None
+    nbytes: int = 0
+    progress_ns: int = field(default_factory=time.monotonic_ns)  # opened, or last passed PROGRESS_BYTES more
+    unmarked: int = 0  # bytes received since progress_ns
+    is_evicted: bool = False
+
+
+EVICT_STALLED_AFTER_S = 0.5  # a body that made no progress this long gives its bytes to a whole request
+PROGRESS_BYTES = 32 << 10  # what counts as progress: a body trickling less than this per stall_s has stalled
+
+
 class PendingQueue:
     """Tickets waiting for the writer, with a byte budget shared by every receiver."""
 
-    def __init__(self, max_pending_bytes: int):
+    def __init__(self, max_pending_bytes: int, stall_s: float | None = None):
         self.max_pending_bytes = max_pending_bytes
+        self.stall_s = EVICT_STALLED_AFTER_S if stall_s is None else stall_s
         self.pending_bytes = 0
         self.closed = False
         self.refused_busy = 0
         self.refused_closed = 0
+        self.num_evicted = 0  # stalled bodies whose bytes were taken back for another request
+        self._holds: dict[int, Hold] = {}  # id → a body still arriving (the evictable reservations)
         self._positions = itertools.count(1)
         self._items: deque[Ticket] = deque()
         self._queued_bytes = 0
@@ -69,16 +95,79 @@ class PendingQueue:
 
     # -- receiver side -------------------------------------------------------------------------------------
     def reserve(self, nbytes: int) -> Outcome | None:
-        """Hold `nbytes` of the budget; None on success, else BUSY or CLOSED (nothing held)."""
+        """Hold `nbytes` of a whole request; None on success, else BUSY or CLOSED (nothing held). Stalled bodies
+        are evicted first if their bytes make the difference."""
         with self._cond:
-            if self.closed:
-                self.refused_closed += 1
-                return Outcome.CLOSED
-            if self.pending_bytes and self.pending_bytes + nbytes > self.max_pending_bytes:
-                self.refused_busy += 1
+            return self._take(nbytes, None, can_evict=True)
+
+    def open_hold(self, on_evict: Callable[[], None] | None = None) -> Hold:
+        """A reservation of 0 bytes for a body about to arrive; `grow` it as bytes come, then `settle` it."""
+        hold = Hold(on_evict)
+        with self._cond:
+            self._holds[id(hold)] = hold
+        return hold
+
+    def grow(self, hold: Hold, nbytes: int, is_last: bool = False) -> Outcome | None:
+        """Add `nbytes` just received to `hold`; None on success, else BUSY or CLOSED (the hold unchanged).
+        `is_last`: they make the body whole (then stalled bodies may be evicted for them). An evicted hold is
+        BUSY: its connection is being dropped."""
+        with self._cond:
+            if hold.is_evicted:
                 return Outcome.BUSY
-            self.pending_bytes += nbytes
+            if refused := self._take(nbytes, hold, can_evict=is_last):
+                return refused
+            hold.nbytes += nbytes
+            hold.unmarked += nbytes
+            if is_last or hold.unmarked >= PROGRESS_BYTES:
+                hold.progress_ns, hold.unmarked = time.monotonic_ns(), 0
             return None
+
+    def settle(self, hold: Hold) -> int:
+        """The body arrived whole: `hold` can no longer be evicted; returns its bytes, now the caller's to
+        hand to `submit*` (or to `release`)."""
+        with self._cond:
+            self._holds.pop(id(hold), None)
+            nbytes, hold.nbytes = (0 if hold.is_evicted else hold.nbytes), 0
+            return nbytes
+
+    def drop(self, hold: Hold) -> None:
+        """Give back what `hold` still holds (the request ended without a ticket)."""
+        self.release(self.settle(hold))
+
+    def _take(self, nbytes: int, hold: Hold | None, can_evict: bool) -> Outcome | None:
+        """Under the lock: add `nbytes` to the pending bytes, evicting stalled holds (never `hold`) if needed
+        and `can_evict`."""
+        if self.closed:
+            self.refused_closed += 1
+            return Outcome.CLOSED
+        if can_evict and self._over(nbytes):
+            self._evict_stalled(self.pending_bytes + nbytes - self.max_pending_bytes, hold)
+        if self._over(nbytes):
+            self.refused_busy += 1
+            return Outcome.BUSY
+        self.pending_bytes += nbytes
+        return None
+
+    def _over(self, nbytes: int) -> bool:
+        """Under the lock: would `nbytes` more pass the budget? (A first request always fits.)"""
+        return bool(self.pending_bytes) and self.pending_bytes + nbytes > self.max_pending_bytes
+
+    def _evict_stalled(self, needed: int, keep: Hold | None) -> None:
+        """Under the lock: take back the bytes of holds stalled for `stall_s`, longest-stalled first, until
+        `needed` bytes are free or none is left; each evicted hold's `on_evict` is called."""
+        stalled_before = time.monotonic_ns() - int(self.stall_s * 1e9)
+        victims = sorted((h for h in self._holds.values() if h is not keep and h.nbytes
+                          and h.progress_ns <= stalled_before), key=lambda h: h.progress_ns)
+        for hold in victims:
+            if needed <= 0:
+                break
+            del self._holds[id(hold)]
+            hold.is_evicted = True
+            self.pending_bytes -= hold.nbytes
+            needed -= hold.nbytes
+            self.num_evicted += 1
+            if hold.on_evict is not None:
+                hold.on_evict()
 
     def release(self, nbytes: int) -> None:
         """Give back a reservation (the request was answered)."""

@@ -47,7 +47,7 @@ class CollectorConfig:
     retry_after_s: float = 1.0  # asked of clients refused while busy or closing
     drain_timeout_s: float = 60.0  # at stop: how long requests already accepted may take to be answered
     metrics: bool = True  # also serve OTLP metrics (POST /v1/metrics, gRPC MetricsService) into gpu_samples
-    max_connections: int = 512  # open OTLP/HTTP connections; one more is answered 503 and closed
+    max_connections: int = 512  # open OTLP/HTTP connections; past it the idlest loses its slot (else 503)
     tls_cert: str | None = None  # PEM certificate chain: serve both receivers over TLS (with tls_key)
     tls_key: str | None = None  # PEM private key of tls_cert
     auth_token: str | None = None  # every export must carry `authorization: Bearer <auth_token>`
