@@ -123,6 +123,7 @@ class DuckDBArchive(TableAccess):
         if is_new:
             self._create()
         self._check_format()
+        self._add_new_columns()
         if not read_only:
             staging.setup(self.con)
             jsonsql.setup(self.con)
@@ -156,6 +157,24 @@ class DuckDBArchive(TableAccess):
         if int(version) != schema.SCHEMA_VERSION:
             self.con.close()
             raise ArchiveError(f"{self.path} has archive format {version}; this budgetscope reads {schema.SCHEMA_VERSION}")
+
+    def _add_new_columns(self) -> None:
+        """`requests` columns added after this file was written: a writable open adds them (NULL in the rows it
+        holds); a read-only one sees them NULL through a temporary view of the same name over the stored table."""
+        con = self.con
+        (db,) = one(con, "SELECT current_database()")
+        present = {n for (n,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main' "
+            "AND table_name = 'requests'", [db]).fetchall()}
+        missing = schema.missing_columns(schema.REQUESTS, present)
+        if not missing:
+            return
+        if not self.read_only:
+            for c in missing:
+                con.execute(f"ALTER TABLE requests ADD COLUMN {c.name} {c.type}")
+            return
+        nulls = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in missing)
+        con.execute(f'CREATE TEMP VIEW requests AS SELECT *, {nulls} FROM "{db}".main.requests')
 
     def _transaction(self):
         con = self.con
