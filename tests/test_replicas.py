@@ -154,6 +154,9 @@ def test_an_old_single_file_archive_reads_and_gains_the_columns(tmp_path, ingest
     con.close()
     r = CliRunner().invoke(main, ["report", "-a", str(db), "--format", "json"])
     assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["query", "-a", str(db), "SELECT count(*), count(host_name) FROM requests",
+                                  "--format", "csv"])  # sandboxed, from a cursor
+    assert r.exit_code == 0 and r.stdout.split() == ["count_star(),count(host_name)", "100,0"], r.output
     # opened to write, it gains them, and what it derives next keeps the replica
     ingest_text(db, jsonl(_export(native_request(arrival=T0 - 10 * MS)[1], _resource(2))))
     assert rows(db, "SELECT service_instance_id, count(*) FROM requests GROUP BY 1 ORDER BY 1") == \
