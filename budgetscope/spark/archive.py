@@ -125,16 +125,14 @@ class SparkArchive:
         return self.spark.createDataFrame([], ddl)
 
     def _read(self, segs, cols: list[str], table: schema.Table | None = None):
-        """The columns `cols` of the segments `segs`. With `table`, their schemas are merged: a segment written
-        before a column of `table` was added reads it as NULL (as reader.requests_scan)."""
-        from pyspark.sql import functions as F
-
+        """The columns `cols` of the segments `segs`. With `table`, read by its schema (and `_seq`): a segment
+        written before a column of `table` was added reads it as NULL (as reader.requests_scan). Not Spark's
+        `mergeSchema`, which fails on the same column marked required in one file and optional in another."""
         paths = [str(self.path / s.path) for s in segs]
-        df = self.spark.read.option("mergeSchema", "true" if table else "false").parquet(*paths)
+        reader = self.spark.read.option("mergeSchema", "false")
         if table:
-            for c in schema.missing_columns(table, set(df.columns)):
-                df = df.withColumn(c.name, F.lit(None).cast(spark_type(c.type)))
-        return df.select(*cols)
+            reader = reader.schema(", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns) + ", `_seq` BIGINT")
+        return reader.parquet(*paths).select(*cols)
 
     def _scan(self, segs, table: schema.Table):
         if not segs:
