@@ -97,6 +97,10 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
     unclaimed = f"""(SELECT * FROM {spans} u WHERE u.name = '{CLIENT_ROOT}'
   AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
+    # Two scans for the client spans, not one with OR: each keeps its filter in the scan, which then reads the
+    # attributes of the rows it keeps only (one scan with OR cost 0.5 s more over 350,000 spans).
+    # The root spans' resources: narrowed to the roots' span ids first, so that the join probes with those rows
+    # alone (350,000 spans: 1.84 → 1.34 s for the whole derivation, against 1.22 s without the join)
     cols = ",\n  ".join(f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
                         for c in REQUESTS.columns)
     return f"""
@@ -106,11 +110,11 @@ reported AS (SELECT * FROM ({reported}) r
 s AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
-c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a,
-             name <> '{CLIENT_ROOT}' AS is_http
-      FROM {spans} WHERE name = '{CLIENT_ROOT}' OR {HTTP_CLIENT_SQL})
+c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
+        SELECT *, false AS is_http FROM {spans} WHERE name = '{CLIENT_ROOT}'
+        UNION ALL SELECT *, true FROM {spans} WHERE kind = 'CLIENT' AND name <> '{CLIENT_ROOT}' AND {HTTP_CLIENT_SQL}))
 SELECT {cols}
 FROM s LEFT JOIN c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
-LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans}) res
+LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
   ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id
 """
