@@ -112,7 +112,7 @@ s AS (
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
 c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
         SELECT *, false AS is_http FROM {spans} WHERE name = '{CLIENT_ROOT}'
-        UNION ALL SELECT *, true FROM {spans} WHERE kind = 'CLIENT' AND name <> '{CLIENT_ROOT}' AND {HTTP_CLIENT_SQL}))
+        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND name <> '{CLIENT_ROOT}'))
 SELECT {cols}
 FROM s LEFT JOIN c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
 LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
