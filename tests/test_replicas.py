@@ -10,7 +10,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 from conftest import rows
-from otlp_wire import MS, T0, attrs, export, jsonl, native_request
+from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.archive import Archive
@@ -138,6 +138,23 @@ def test_old_segments_read_the_new_columns_as_null_beside_new_ones(archive_path,
         assert got == (102, 2)
     r = CliRunner().invoke(main, ["report", "-a", str(archive_path), "--format", "json"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_late_span_of_a_trace_in_an_old_segment_re_derives_it_with_its_replica(archive_path, ingest_text):
+    text = fleet_jsonl()
+    ingest_text(archive_path, text)
+    _make_old(archive_path)
+    first = json.loads(text.splitlines()[0])  # replica-0's first request
+    (root,) = [s for s in first["resourceSpans"][0]["scopeSpans"][0]["spans"] if s["name"] == "llm.request"]
+    tid, end = root["traceId"], int(root["endTimeUnixNano"])
+    late = span(tid, span_id(), "stage.postprocess", end, end + 5 * MS, parent=root["spanId"],
+                attributes={"budgetscope.stage": "postprocess"})
+    ingest_text(archive_path, jsonl(_export([late], _resource(0))))
+    # the old row (no replica) is superseded by one derived from every span of the trace, read back from the
+    # old segments: postprocess 3 + 5 ms, and the replica from the root's resource
+    assert rows(archive_path, "SELECT count(*), count(service_instance_id) FROM requests") == [(100, 1)]
+    assert rows(archive_path, "SELECT service_instance_id, postprocess_ms FROM requests WHERE trace_id = ?",
+                [tid]) == [("replica-0", pytest.approx(8.0))]
 
 
 def test_an_old_single_file_archive_reads_and_gains_the_columns(tmp_path, ingest_text):
