@@ -127,6 +127,9 @@ def test_duckdb_idioms_are_carried_over():
     assert "FROM_JSON(attributes, 'STRUCT<`a.b`: BIGINT, `c`: ARRAY<DOUBLE>>')" in q
     q = to_spark("SELECT 1 AS a, 2 AS b UNION ALL BY NAME SELECT 3 AS b, 4 AS a")
     assert "BY NAME" not in q and q.index("`a`, `b` FROM (SELECT 3 AS b") > 0
+    q = to_spark("""SELECT json_exists(attributes, '$."http.method"'), json_exists(attributes, '$.rid') FROM spans""")
+    assert "NOT GET_JSON_OBJECT(attributes, '$[\\'http.method\\']') IS NULL" in q  # a quoted key: one key
+    assert "NOT GET_JSON_OBJECT(attributes, '$.rid') IS NULL" in q
 
 
 # -- Spark ------------------------------------------------------------------------------------------------------
@@ -275,6 +278,58 @@ def test_derive_on_spark_gives_the_rows_of_duckdb(spark, sharded_archive, tmp_pa
         stored = a.con.execute(f"SELECT * FROM requests {order}").fetchall()
     assert_same(stored, got, "stored")
 
+
+
+@pytest.fixture
+def replicas_archive(tmp_path) -> Path:
+    """Four replicas of one service, and the HTTP-client conformance case (httpx spans over vLLM)."""
+    from test_replicas import fleet_jsonl
+
+    case = Path(__file__).parent / "conformance" / "otel-http-client" / "httpx-to-vllm" / "spans.jsonl"
+    f = tmp_path / "t.jsonl"
+    f.write_text(fleet_jsonl() + case.read_text())
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(f))
+    return tmp_path / "a"
+
+
+@needs_spark
+def test_replica_columns_and_http_client_spans_derive_the_same_on_spark(spark, replicas_archive, tmp_path):
+    import duckdb
+
+    from budgetscope.spark.derive import derive_duckdb, derive_spark
+
+    assert derive_duckdb(replicas_archive, tmp_path / "duck") == derive_spark(replicas_archive, tmp_path / "spark") == 102
+    con = duckdb.connect()
+    order = "ORDER BY trace_id, server_span_id"
+    want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {order}").fetchall()
+    got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {order}").fetchall()
+    assert_same(want, got, "derived")
+    (replicas, clients, network) = con.execute(f"""SELECT count(DISTINCT service_instance_id),
+        count_if(has_client_span), sum(network_ms) FROM read_parquet('{tmp_path / 'spark'}/*.parquet')""").fetchone()
+    assert (replicas, clients) == (5, 2) and network == pytest.approx(10.0)  # replica-0..3, vllm-0
+
+
+@needs_spark
+def test_spark_reads_requests_segments_written_before_the_replica_columns(spark, replicas_archive, tmp_path):
+    from test_replicas import _make_old, fleet_jsonl
+
+    from budgetscope.spark.archive import SparkArchive
+
+    _make_old(replicas_archive)
+    more = tmp_path / "more.jsonl"
+    more.write_text(fleet_jsonl())  # 100 new requests: newer segments beside the old ones, in the same hour
+    with Archive(replicas_archive) as a:
+        a.ingest(read_batches(more))
+    sql = "SELECT service_instance_id, count(*) FROM requests GROUP BY 1 ORDER BY 1 NULLS LAST"
+    with Archive(replicas_archive, read_only=True) as a:
+        want = a.con.execute(sql).fetchall()
+        want_report = build_report(a.con, None)
+    with SparkArchive(replicas_archive, spark) as s:
+        got = s.con.execute(sql).fetchall()
+        got_report = build_report(s.con, None)
+    assert want == [*((f"replica-{i}", 25) for i in range(4)), (None, 102)] and [tuple(r) for r in got] == want
+    assert_same(want_report, got_report)
 
 
 # -- bad input: one line, exit 2, nothing written (no JVM needed) ----------------------------------------------------

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 MIN_DISTANCE = 0.2
 
+REPLICA_SQL = "coalesce(service_instance_id, k8s_pod_name, host_name)"
+INSTANCE_SQL = (f"CASE WHEN {REPLICA_SQL} IS NULL THEN coalesce(service_name, '(none)') "
+                f"ELSE coalesce(service_name, '(none)') || '/' || {REPLICA_SQL} END")
+"""The instance of a request: `service.name/replica`, the replica named by the server span's
+`service.instance.id`, else its `k8s.pod.name`, else its `host.name`; just the service name where none is
+kept. Replicas of one service share the `service.name`, so without the replica one slow replica among four
+would not separate the tail from the body."""
+
 DIMENSIONS = {
     "prompt_length": """CASE WHEN input_tokens IS NULL THEN 'unknown' WHEN input_tokens < 256 THEN '<256'
         WHEN input_tokens < 1024 THEN '256-1k' WHEN input_tokens < 4096 THEN '1k-4k' ELSE '>=4k' END""",
@@ -18,7 +26,7 @@ DIMENSIONS = {
     "cache_hit": """CASE WHEN cached_tokens IS NULL THEN 'unknown' WHEN cached_tokens > 0 THEN 'hit' ELSE 'miss' END""",
     "tenant": "coalesce(tenant, '(none)')",
     "model": "coalesce(model, '(none)')",
-    "instance": "coalesce(service_name, '(none)')",
+    "instance": INSTANCE_SQL,
 }
 
 

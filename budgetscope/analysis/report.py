@@ -72,15 +72,15 @@ def _nan_to_none(x):
 
 
 def _attainment_condition(tb: TierBudget | None) -> str:
-    """A request that ended ok and met every request-level SLO (client figure when the request has a client
-    span, server figure otherwise)."""
+    """A request that ended ok and met every request-level SLO (the client figure when the request has it,
+    the server figure otherwise: an HTTP client span has no client TTFT, sources/requests.py)."""
     conds = ["outcome = 'ok'"]
     if tb is not None:
         for m in METRICS:
             b = tb.metric_budget(m)
             if b is None:
                 continue
-            fig = f"CASE WHEN has_client_span THEN {CLIENT_METRIC[m]} ELSE {m} END"
+            fig = f"coalesce({CLIENT_METRIC[m]}, {m})"
             ok = f"coalesce({fig} <= {b}, false)"
             conds.append(f"(isnan({fig}) OR {ok})" if m == "tpot_ms" else ok)
     return " AND ".join(conds)
@@ -93,10 +93,12 @@ that is not ok (error, rejected, timeout) is a failure."""
 
 
 def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
-    """Requests by outcome, those with a client span, attainment and the error rate (None without a request
-    that is not cancelled): one scan."""
+    """Requests by outcome, those with a client span, those with a server TTFT (E2E) but no client one,
+    attainment and the error rate (None without a request that is not cancelled): one scan."""
     rows = _rows(con, f"""
-        SELECT outcome, count(*), count_if(has_client_span), count_if({_attainment_condition(tb)})
+        SELECT outcome, count(*), count_if(has_client_span), count_if({_attainment_condition(tb)}),
+               count_if(client_ttft_ms IS NULL AND ttft_ms IS NOT NULL),
+               count_if(client_e2e_ms IS NULL AND e2e_ms IS NOT NULL)
         FROM requests {sel.where()} GROUP BY 1 ORDER BY 1""", sel.params)
     n = sum(r[1] for r in rows)
     ok = sum(r[1] for r in rows if r[0] == OK)
@@ -104,6 +106,7 @@ def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
     # the share of the judged requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
     met = sum(r[3] for r in rows)
     return {"n": n, "ok": ok, "judged": judged, "client": sum(r[2] for r in rows if r[0] == OK),
+            "server_only": {"ttft": sum(r[4] for r in rows if r[0] == OK), "e2e": sum(r[5] for r in rows if r[0] == OK)},
             "outcomes": {r[0]: r[1] for r in rows}, "attainment": met / judged if judged else None,
             "error_rate": (judged - ok) / judged if judged else None}
 
@@ -170,15 +173,15 @@ def split_class(metric: str, tail_from: str, body_to: str) -> str:
             f"WHEN {metric} >= {tail_from} THEN 1 WHEN {metric} <= {body_to} THEN 2 ELSE 0 END")
 
 
-def _attributions(con, sel: Selection, with_client: bool, bounds: dict) -> dict:
+def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict) -> dict:
     """kind → the attribution of its tail (None without requests): tail T = metric ≥ its quantile (the MIN_TAIL
     slowest when that is fewer), body B = metric ≤ its median. Every kind's T and B from one scan, grouped by
     the kinds' classes; a mean is the sum of its groups' sums over the sum of their counts."""
     plan = {}
     for kind, (n, tq, med) in bounds.items():
         if n:
-            plan[kind] = (attribution.components(kind, with_client), attribution.FIGURES[kind][0 if with_client else 1],
-                          tq, med)
+            plan[kind] = (attribution.components(kind, client_for[kind]),
+                          attribution.FIGURES[kind][0 if client_for[kind] else 1], tq, med)
     out = {kind: None for kind in bounds}
     if not plan:
         return out
@@ -231,22 +234,28 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
     counts = _counts(con, sel, tb if budgeted else None)
     pcts = sorted(set(PERCENTILES) | {tb.percentile})
     with_client = counts["ok"] > 0 and counts["client"] == counts["ok"]
+    # per kind, client figures unless a request has the server's figure but not the client's: an OpenTelemetry
+    # HTTP client span carries no first-token time, nor (a streamed response) the response's end
+    client_for = {k: with_client and not counts["server_only"][k] for k in ("ttft", "e2e")}
     entry: dict = {
         "name": tb.name, "match": tb.match, "requests": counts["n"], "ok_requests": counts["ok"],
         "judged_requests": counts["judged"], "outcomes": counts["outcomes"], "percentile": tb.percentile,
         "budgeted": budgeted, "percentiles_over": "ok requests",
         "error_rate": counts["error_rate"], "max_error_rate": tb.error_budget(),
         "max_error_rate_declared": tb.max_error_rate is not None,
-        "figures": "client" if with_client else "server",
+        "figures": "client" if all(client_for.values()) else "server",
+        "figures_by_kind": {k: "client" if c else "server" for k, c in client_for.items()},
         "requests_without_client_span": counts["ok"] - counts["client"],
     }
-    fig_cols = {m: (CLIENT_METRIC[m] if with_client else m) for m in METRICS}
-    stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or with_client}
+    client_metric = {"ttft_ms": client_for["ttft"], "tpot_ms": all(client_for.values()), "e2e_ms": client_for["e2e"]}
+    fig_cols = {m: (CLIENT_METRIC[m] if client_metric[m] else m) for m in METRICS}
+    stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or client_for["ttft"]}
     stage_pcts = sorted({50.0, tb.percentile})
     if counts["ok"]:
-        splits = {kind: (attribution.FIGURES[kind][0 if with_client else 1], tb.percentile) for kind in ("ttft", "e2e")}
+        splits = {kind: (attribution.FIGURES[kind][0 if client_for[kind] else 1], tb.percentile)
+                  for kind in ("ttft", "e2e")}
         (metric_q, stage_q), bounds = _quantiles(con, sel, [(fig_cols, pcts), (stage_cols, stage_pcts)], splits)
-        attributed = _attributions(con, sel, with_client, bounds)
+        attributed = _attributions(con, sel, client_for, bounds)
     else:
         metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
         stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}

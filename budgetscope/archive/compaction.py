@@ -88,7 +88,8 @@ def merge_sql(root: Path, job: list[mf.Segment]) -> tuple[str, str]:
     """(table, SELECT of the merged rows) for one job."""
     table = job[0].table
     rows = [s for s in job if s.table == table]
-    src = f"read_parquet({segments.sql_list(root, rows)}, hive_partitioning = false)"
+    # by name: segments written before a column was added merge with newer ones, the column NULL in their rows
+    src = f"read_parquet({segments.sql_list(root, rows)}, hive_partitioning = false, union_by_name = true)"
     order = _ORDER.get(table, mf.TIME_COLUMN[table])
     dels = [s for s in job if s.table == "requests_deletes" and table == "requests"]
     if not dels:

@@ -95,6 +95,30 @@ def _connect(path: Path, read_only: bool, config: dict | None = None):
     return con
 
 
+def _over_old_file(path: Path, missing: list, sandbox: bool):
+    """A connection that reads the archive file `path` (attached read-only) through views of its tables, the
+    `requests` one adding the `missing` columns as NULL. Views in a database of the connection's own, not
+    temporary ones: the report and the dashboard query from cursors, which do not see another's temporary views."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")
+    try:
+        con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS bs_file (READ_ONLY)")
+    except duckdb.Error as e:
+        con.close()
+        raise ArchiveError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+    nulls = "".join(f", CAST(NULL AS {c.type}) AS {c.name}" for c in missing)
+    tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'bs_file'").fetchall()
+    for (t,) in tables:
+        con.execute(f'CREATE VIEW "{t}" AS SELECT *{nulls if t == "requests" else ""} FROM bs_file.main."{t}"')
+    con.execute(schema.ENGINE_STEPS_VIEW)
+    if sandbox:
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    return con
+
+
 def _orphans(scope: str) -> str:
     """SQL counting the stage spans in `scope` (spans of whole traces) whose parent is not there: a stage span's
     root shares its trace, so the scope holds it if it arrived."""
@@ -123,6 +147,7 @@ class DuckDBArchive(TableAccess):
         if is_new:
             self._create()
         self._check_format()
+        self._add_new_columns(sandbox)
         if not read_only:
             staging.setup(self.con)
             jsonsql.setup(self.con)
@@ -156,6 +181,24 @@ class DuckDBArchive(TableAccess):
         if int(version) != schema.SCHEMA_VERSION:
             self.con.close()
             raise ArchiveError(f"{self.path} has archive format {version}; this budgetscope reads {schema.SCHEMA_VERSION}")
+
+    def _add_new_columns(self, sandbox: bool) -> None:
+        """`requests` columns added after this file was written: a writable open adds them (NULL in the rows it
+        holds); a read-only one leaves the file as it is and reads it through views that add them as NULL."""
+        con = self.con
+        (db,) = one(con, "SELECT current_database()")
+        present = {n for (n,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main' "
+            "AND table_name = 'requests'", [db]).fetchall()}
+        missing = schema.missing_columns(schema.REQUESTS, present)
+        if not missing:
+            return
+        if not self.read_only:
+            for c in missing:
+                con.execute(f"ALTER TABLE requests ADD COLUMN {c.name} {c.type}")
+            return
+        con.close()
+        self.con = _over_old_file(self.path, missing, sandbox)
 
     def _transaction(self):
         con = self.con

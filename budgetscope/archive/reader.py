@@ -42,13 +42,25 @@ def _scan(root: Path, segs, table: schema.Table) -> str:
     return f"SELECT {cols} FROM read_parquet({sql_list(root, segs)}, hive_partitioning = false)"
 
 
+def requests_scan(root: Path, segs, row_keys: bool = False) -> str:
+    """The `requests` segments `segs` as one relation with every column of schema.REQUESTS and `_seq` (and, with
+    `row_keys`, `file_index`, `file_row_number`). Columns are matched by name: a segment written before a column
+    was added (docs/archive.md, "Older archives") reads it as NULL, whichever order the segments come in."""
+    typed = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in schema.REQUESTS.columns)
+    keys = ", file_index, file_row_number" if row_keys else ""
+    null_keys = ", NULL::UBIGINT AS file_index, NULL::BIGINT AS file_row_number" if row_keys else ""
+    return f"""(SELECT {typed}, NULL::BIGINT AS _seq{null_keys} WHERE false
+  UNION ALL BY NAME SELECT *{keys} FROM read_parquet({sql_list(root, segs)}, hive_partitioning = false,
+                                                      union_by_name = true))"""
+
+
 def requests_sql(root: Path, req, dels) -> str:
     """`requests` over its segments: a row is dropped when a later commit re-derived its trace (a
     `requests_deletes` row of the same trace with a higher `_seq`)."""
     if not req:
         return _empty(schema.REQUESTS)
     cols = ", ".join(f"r.{c.name}" for c in schema.REQUESTS.columns)
-    scan = f"read_parquet({sql_list(root, req)}, hive_partitioning = false)"
+    scan = requests_scan(root, req)
     if not dels:
         return f"SELECT {cols} FROM {scan} r"
     return f"""SELECT {cols} FROM {scan} r
@@ -196,7 +208,7 @@ class ArchiveReader(TableAccess):
         if not req:
             return _empty(schema.REQUESTS)
         cols = ", ".join(f"r.{c.name}" for c in schema.REQUESTS.columns)
-        scan = f"read_parquet({sql_list(self.path, req)}, hive_partitioning = false) r"
+        scan = f"{requests_scan(self.path, req, row_keys=True)} r"
         index = {s.path: i for i, s in enumerate(req)}
         dead = []
         for g in self._by_group:  # a shard's deletes drop its own rows only (`_seq` counts per shard)
@@ -255,13 +267,18 @@ class ArchiveReader(TableAccess):
         if not segs:
             return self.con.sql(_empty(tables[table])).pl().lazy()
         cols = [c.name for c in tables[table].columns]
-        if table != "requests" or not self._segments["requests_deletes"]:
+        if table != "requests":
             return pl.scan_parquet([str(p) for p in self.files(table)], hive_partitioning=False).select(cols)
+        # by the table's schema: a segment written before a column was added reads it as NULL (requests_scan)
+        scan = {"hive_partitioning": False, "schema": _polars_schema(schema.REQUESTS, pl),
+                "missing_columns": "insert", "extra_columns": "ignore"}
+        if not self._segments["requests_deletes"]:
+            return pl.scan_parquet([str(p) for p in self.files(table)], **scan).select(cols)
         parts = []
         for g in self._by_group:  # a shard's deletes drop its own rows only
             if not g["requests"]:
                 continue
-            lf = pl.scan_parquet([str(self.path / s.path) for s in g["requests"]], hive_partitioning=False)
+            lf = pl.scan_parquet([str(self.path / s.path) for s in g["requests"]], **scan)
             if g["requests_deletes"]:
                 dels = (pl.scan_parquet([str(self.path / s.path) for s in g["requests_deletes"]],
                                         hive_partitioning=False)
@@ -274,6 +291,13 @@ class ArchiveReader(TableAccess):
     def pending_traces(self) -> int:
         """Always 0: a commit publishes spans only with their traces' `requests` rows."""
         return 0
+
+
+def _polars_schema(table: schema.Table, pl) -> dict:
+    """The stored columns of `table` (and `_seq`) as a polars schema, for scans of segments of several ages."""
+    types = {"VARCHAR": pl.String, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "DOUBLE": pl.Float64,
+             "BOOLEAN": pl.Boolean, "DOUBLE[]": pl.List(pl.Float64)}
+    return {c.name: types[c.type] for c in table.columns} | {"_seq": pl.Int64}
 
 
 def last_commit(path: str | os.PathLike) -> int:

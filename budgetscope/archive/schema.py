@@ -56,7 +56,8 @@ SPANS = Table(
 )
 
 _STAGE_COLS = (
-    C("network_ms", "DOUBLE", "client span − server span (uplink + downlink), ms; NULL without a client span"),
+    C("network_ms", "DOUBLE", "client span − server span (uplink + downlink), ms; NULL without a client span, or when "
+      "an HTTP client span ended before the server span (it timed the response headers only)"),
     C("frontend_ms", "DOUBLE", "server receive → enqueued (parse, tokenize, validate), ms, summed over its spans"),
     C("queue_ms", "DOUBLE", "waiting to be scheduled, re-queues after preemption included, ms"),
     C("prefill_ms", "DOUBLE", "first scheduled → first output token (chunk waits included), ms"),
@@ -99,7 +100,8 @@ REQUESTS = Table(
         C("tpot_ms", "DOUBLE", "decode_ms / (output_tokens − 1), ms; NaN for one token"),
         C("itl_ms", "DOUBLE[]", "server inter-token gaps, ms, when the source records them"),
         C("queue_entries", "INTEGER", "number of queue spans (> 1 means re-queued after preemption)"),
-        C("has_client_span", "BOOLEAN", "a `llm.client.request` span is the parent of the server root"),
+        C("has_client_span", "BOOLEAN", "a client span (`llm.client.request`, or an OpenTelemetry HTTP client span) is "
+          "the parent of the server root"),
         C("client_span_id", "VARCHAR", "span id of the client span"),
         C("client_scheduled_ns", "BIGINT", "when the open-loop plan meant to send it, ns"),
         C("client_sent_ns", "BIGINT", "when the client sent it, ns (client clock)"),
@@ -111,8 +113,17 @@ REQUESTS = Table(
         C("client_itl_ms", "DOUBLE[]", "client-observed inter-token gaps, ms"),
         C("schedule_lag_ms", "DOUBLE", "sent − scheduled, ms (coordinated omission made visible)"),
         C("http_status", "INTEGER", "HTTP status the client saw"),
+        # added after the first release: segments written before them read these as NULL (reader.requests_scan)
+        C("service_instance_id", "VARCHAR", "resource `service.instance.id` of the server root span (the replica); "
+          "NULL when the server does not set it or the row has no server span"),
+        C("host_name", "VARCHAR", "resource `host.name` of the server root span; NULL when absent"),
+        C("k8s_pod_name", "VARCHAR", "resource `k8s.pod.name` of the server root span; NULL when absent"),
     ),
 )
+
+REPLICA_COLUMNS = {"service_instance_id": "service.instance.id", "host_name": "host.name",
+                   "k8s_pod_name": "k8s.pod.name"}
+"""`requests` column → the resource attribute of the server root span it keeps (sources/requests.py)."""
 
 INGEST_BATCHES = Table(
     "ingest_batches",
@@ -212,6 +223,12 @@ PUBLIC = (SPANS, REQUESTS, INGEST_BATCHES, GPU_SAMPLES, ENGINE_STEPS, SERVER_MET
 """The tables and views SQL users may rely on (documented in docs/archive.md)."""
 
 INTERNAL = (PENDING_TRACES, META)
+
+
+def missing_columns(table: Table, present: set[str]) -> list[Column]:
+    """The columns of `table` that a stored copy with the columns `present` lacks (one written before they were
+    added), in table order."""
+    return [c for c in table.columns if c.name not in present]
 
 
 def create_statements() -> list[str]:

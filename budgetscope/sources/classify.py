@@ -10,6 +10,13 @@ NATIVE_ROOT = "llm.request"
 NATIVE_STEP = "engine.step"
 STAGE_PREFIX = "stage."
 CLIENT_ROOT = "llm.client.request"
+HTTP_METHOD_KEYS = ("http.request.method", "http.method")
+"""The request method of an OpenTelemetry HTTP client span: the stable HTTP semantic conventions' key, and the
+one instrumentations still write by default (opentelemetry-python-contrib `_semconv.py`, `_set_http_method`)."""
+HTTP_CLIENT_SQL = ("(kind = 'CLIENT' AND (" +
+                   " OR ".join(f"json_exists(attributes, '$.\"{k}\"')" for k in HTTP_METHOD_KEYS) + "))")
+"""SQL over a stored span (`kind` normalised): an OpenTelemetry HTTP client span (httpx, requests, aiohttp, …).
+It is a request's client span only when it is the parent of a server root (sources/requests.py)."""
 VLLM_ROOT = "llm_request"
 VLLM_CORE = "llm_core"
 """vLLM journey tracing's engine-core span, child of `llm_request`: its span events hold the request's timings."""
@@ -42,6 +49,7 @@ TRITON_SERVICE_PREFIX = "triton"
 SOURCE_SQL = f"""CASE
   WHEN name IN ('{NATIVE_ROOT}', '{NATIVE_STEP}') OR starts_with(name, '{STAGE_PREFIX}') THEN 'native'
   WHEN name = '{CLIENT_ROOT}' THEN 'client'
+  WHEN {HTTP_CLIENT_SQL.replace("kind = ", "bs_kind(kind) = ")} THEN 'client'
   WHEN name IN ('{VLLM_ROOT}', '{VLLM_CORE}') THEN 'vllm'
   WHEN starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}')
     AND (name IN {TGI_SPANS!r} OR json_exists(attributes, '$."http.route"')) THEN 'tgi'
@@ -50,5 +58,6 @@ SOURCE_SQL = f"""CASE
     THEN 'sglang'
   WHEN starts_with(lower(coalesce(service_name, '')), '{TRITON_SERVICE_PREFIX}') THEN 'triton'
   ELSE 'other' END"""
-"""SQL expression over the `name`, `service_name`, `scope_name` and `attributes` columns of a span:
-native, client, vllm, tgi, sglang, triton or other."""
+"""SQL expression over the `name`, `kind` (raw or normalised: `bs_kind` of ingest/staging.py reads both),
+`service_name`, `scope_name` and `attributes` columns of a span: native, client, vllm, tgi, sglang, triton or
+other. An OpenTelemetry HTTP client span is `client` whether or not a server span joins it."""

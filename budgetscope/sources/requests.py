@@ -13,13 +13,24 @@ Server rows come in three kinds, and a request (a client span) gets the first ki
 Rows of kinds 2 and 3 have no server timeline (`server_span_id` NULL). Where their server E2E is unknown too,
 network cannot be split from unreported server time, so `network_ms` is NULL and `unaccounted_ms` is the
 client figure minus the stages the server did report: unknown time is shown as unaccounted, never guessed.
+
+A plain OpenTelemetry HTTP client span (kind CLIENT with `http.request.method` or `http.method`, as the httpx,
+requests and aiohttp instrumentations write it) joins as the client span too, but only as the direct parent of
+a server row: one that is parent of nothing a server adapter claimed never becomes a request. It carries no
+first-token time, so the client TTFT (and `ttft_network_ms`, `client_tpot_ms`) stay NULL unless it does
+(`budgetscope.client.first_token_unix_nano`). httpx and aiohttp end the span when the response headers arrive:
+for a streamed response it ends before the server span, and then the client end, E2E and network are NULL
+(unknown), never a negative network time.
+
+Replicas: the server root span's resource gives `service_instance_id`, `host_name` and `k8s_pod_name`
+(schema.REPLICA_COLUMNS), for every adapter at once; rows without a server span have them NULL.
 """
 
 from __future__ import annotations
 
-from budgetscope.archive.schema import REQUESTS
+from budgetscope.archive.schema import REPLICA_COLUMNS, REQUESTS
 from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
-from budgetscope.sources.classify import CLIENT_ROOT
+from budgetscope.sources.classify import CLIENT_ROOT, HTTP_CLIENT_SQL
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
@@ -31,8 +42,13 @@ REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 
 CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
-    '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER"}'
+    '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER","http.status_code":"INTEGER"}'
 )
+"""The client span attributes the derivation reads; `http.status_code` is the HTTP conventions' old name."""
+
+CLIENT_END = "CASE WHEN c.is_http AND c.end_ns < s.end_ns THEN NULL ELSE c.end_ns END"
+"""When the client had the whole response: an HTTP client span that ended before the server span timed only
+the response headers (a streamed response), so its end says nothing of the response's."""
 
 
 def requests_sql(spans: str, present: set[str] | None = None) -> str:
@@ -65,21 +81,26 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "client_scheduled_ns": "c.a.\"budgetscope.client.scheduled_unix_nano\"",
         "client_sent_ns": "c.start_ns",
         "client_first_token_ns": "c.a.\"budgetscope.client.first_token_unix_nano\"",
-        "client_end_ns": "c.end_ns",
+        "client_end_ns": CLIENT_END,
         "client_ttft_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6",
-        "client_e2e_ms": "(c.end_ns - c.start_ns) / 1e6",
-        "client_tpot_ms": "CASE WHEN s.output_tokens > 1 THEN ((c.end_ns - c.a.\"budgetscope.client.first_token_unix_nano\")"
+        "client_e2e_ms": f"({CLIENT_END} - c.start_ns) / 1e6",
+        "client_tpot_ms": f"CASE WHEN s.output_tokens > 1 THEN (({CLIENT_END} - c.a.\"budgetscope.client.first_token_unix_nano\")"
                           " / 1e6) / (s.output_tokens - 1) ELSE 'NaN'::DOUBLE END",
         "client_itl_ms": "c.a.\"budgetscope.client.itl_ms\"",
         "schedule_lag_ms": "(c.start_ns - c.a.\"budgetscope.client.scheduled_unix_nano\") / 1e6",
-        "http_status": "c.a.\"http.response.status_code\"",
-        "network_ms": "(c.end_ns - c.start_ns) / 1e6 - s.e2e_ms",
+        "http_status": "coalesce(c.a.\"http.response.status_code\", c.a.\"http.status_code\")",
+        "network_ms": f"({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms",
+        **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
         "ttft_network_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 - s.ttft_ms",
     }
     # client spans no server row claims, picked before their attributes are parsed
     unclaimed = f"""(SELECT * FROM {spans} u WHERE u.name = '{CLIENT_ROOT}'
   AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
+    # Two scans for the client spans, not one with OR: each keeps its filter in the scan, which then reads the
+    # attributes of the rows it keeps only (one scan with OR cost 0.5 s more over 350,000 spans).
+    # The root spans' resources: narrowed to the roots' span ids first, so that the join probes with those rows
+    # alone (350,000 spans: 1.84 → 1.34 s for the whole derivation, against 1.22 s without the join)
     cols = ",\n  ".join(f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
                         for c in REQUESTS.columns)
     return f"""
@@ -89,8 +110,11 @@ reported AS (SELECT * FROM ({reported}) r
 s AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
-c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a
-      FROM {spans} WHERE name = '{CLIENT_ROOT}')
+c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
+        SELECT *, false AS is_http FROM {spans} WHERE name = '{CLIENT_ROOT}'
+        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND name <> '{CLIENT_ROOT}'))
 SELECT {cols}
 FROM s LEFT JOIN c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
+LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
+  ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id
 """

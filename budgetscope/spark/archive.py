@@ -124,9 +124,15 @@ class SparkArchive:
         ddl = ", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns)
         return self.spark.createDataFrame([], ddl)
 
-    def _read(self, segs, cols: list[str]):
+    def _read(self, segs, cols: list[str], table: schema.Table | None = None):
+        """The columns `cols` of the segments `segs`. With `table`, read by its schema (and `_seq`): a segment
+        written before a column of `table` was added reads it as NULL (as reader.requests_scan). Not Spark's
+        `mergeSchema`, which fails on the same column marked required in one file and optional in another."""
         paths = [str(self.path / s.path) for s in segs]
-        return self.spark.read.option("mergeSchema", "false").parquet(*paths).select(*cols)
+        reader = self.spark.read.option("mergeSchema", "false")
+        if table:
+            reader = reader.schema(", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns) + ", `_seq` BIGINT")
+        return reader.parquet(*paths).select(*cols)
 
     def _scan(self, segs, table: schema.Table):
         if not segs:
@@ -145,9 +151,9 @@ class SparkArchive:
             hit = affected_segments(req, dels)
             plain = [s for s in req if s not in hit]
             if plain:
-                parts.append(self._read(plain, cols))
+                parts.append(self._read(plain, cols, schema.REQUESTS))
             if hit:
-                r = self._read(hit, [*cols, "_seq"]).alias("r")
+                r = self._read(hit, [*cols, "_seq"], schema.REQUESTS).alias("r")
                 d = (self._read(dels, ["trace_id", "_seq"]).groupBy("trace_id").max("_seq")
                      .withColumnRenamed("max(_seq)", "_del_seq").withColumnRenamed("trace_id", "_del_trace"))
                 # keep a row unless a delete of its trace has a higher _seq (reader.requests_sql)

@@ -11,7 +11,8 @@ What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
   with DOUBLE fractions: both interpolate linearly between the two closest ranks, (n − 1)·p.
 - `json->>'key'` / `json->'key'`: a DuckDB key without `$` is one key, dots included
   (`'gen_ai.request.model'`), not a path; SQLGlot reads it as a path, so it is quoted first.
-- `json_exists(json, path)` → `get_json_object(json, path) IS NOT NULL` (a key whose value is null differs).
+- `json_exists(json, path)` → `get_json_object(json, path) IS NOT NULL` (a key whose value is null differs); a
+  quoted key `$."a.b"` becomes `$['a.b']`, the form Spark reads.
 - `json_transform(json, '{"k": "BIGINT", ...}')` → `from_json(json, 'STRUCT<`k`: BIGINT, ...>')` (lists of
   structures → `ARRAY<...>`, nested objects → nested `STRUCT<...>`).
 - `list(x ORDER BY y)` → the values of `array_sort(collect_list(struct(y, x)))` (Spark's collect_list has no
@@ -123,6 +124,18 @@ def _struct_type(t) -> str:
     raise DialectError(f"json_transform structure part {json.dumps(t)} is not carried over")
 
 
+_QUOTED_KEY = re.compile(r'^\$\."([^"\'\\]*)"$')
+
+
+def _spark_path(path):
+    """A JSONPath literal `$."key.with.dots"` (DuckDB's quoted key) as Spark's `$['key.with.dots']`: Spark's
+    `get_json_object` has no quoted keys and would look for a path that never matches."""
+    from sqlglot import exp
+
+    m = _QUOTED_KEY.match(path.this) if isinstance(path, exp.Literal) and path.is_string else None
+    return exp.Literal.string(f"$['{m.group(1)}']") if m else path
+
+
 def _rewrite(tree, tables: dict[str, list[str]]):
     import sqlglot
     from sqlglot import exp
@@ -141,7 +154,7 @@ def _rewrite(tree, tables: dict[str, list[str]]):
         if isinstance(node, exp.Anonymous) and node.name.lower() == "json_exists":
             # Spark has none: a key whose value is JSON null counts as absent
             src, path = node.expressions
-            return exp.Not(this=exp.Is(this=exp.Anonymous(this="get_json_object", expressions=[src, path]),
+            return exp.Not(this=exp.Is(this=exp.Anonymous(this="get_json_object", expressions=[src, _spark_path(path)]),
                                        expression=exp.Null()))
         if isinstance(node, exp.Anonymous) and node.name.lower() == "json_transform":
             src, structure = node.expressions

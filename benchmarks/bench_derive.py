@@ -1,0 +1,78 @@
+"""Derivation time: the `requests` SELECT (sources/requests.py) over an archive's spans, alone.
+
+    python benchmarks/bench_derive.py [--requests 50000] [--runs 5] [--base COMMIT]
+
+Prints the median seconds per derivation of every span of a synthetic archive (two tiers, client spans), the
+query the writer runs at each commit. With `--base`, the same for requests.py as it was at COMMIT (read with
+`git show`; the columns added since are left out of its SELECT), run alternately with this one: what a change to
+the derivation costs (e.g. the server span's resource join for the replica columns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine  # noqa: E402
+
+from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.ingest.files import read_batches  # noqa: E402
+from budgetscope.sources import requests as current  # noqa: E402
+from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+
+
+def _git_show(commit: str, path: str) -> str:
+    return subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True, text=True, check=True).stdout
+
+
+def _base(commit: str) -> types.ModuleType:
+    """requests.py at `commit`, deriving the `requests` columns of that commit's schema.py."""
+    mods = {}
+    for name in ("archive/schema", "sources/requests"):
+        mod = mods[name] = sys.modules[f"base_{name.replace('/', '_')}"] = types.ModuleType(f"base_{name.replace('/', '_')}")
+        exec(compile(_git_show(commit, f"budgetscope/{name}.py"), f"{commit}:{name}.py", "exec"),  # noqa: S102
+             mod.__dict__)  # our own files, from git
+    mods["sources/requests"].REQUESTS = mods["archive/schema"].REQUESTS
+    return mods["sources/requests"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=50_000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--base", metavar="COMMIT", help="also time requests.py as it was at COMMIT")
+    args = ap.parse_args()
+    print(machine())
+    variants = {"this tree": current}
+    if args.base:
+        variants[args.base] = _base(args.base)
+    with tempfile.TemporaryDirectory() as d:
+        traces = Path(d) / "t.jsonl"
+        write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch")))
+        with Archive(Path(d) / "a.duckdb") as a:
+            a.ingest(read_batches(traces))
+        with Archive(Path(d) / "a.duckdb", read_only=True) as a:
+            con = a.con
+            (spans,) = con.execute("SELECT count(*) FROM spans").fetchone()
+            present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
+            times: dict[str, list[float]] = {k: [] for k in variants}
+            for _ in range(args.runs):  # alternately, so that a busy machine weighs on both alike
+                for name, mod in variants.items():
+                    sql = mod.requests_sql("spans", present)
+                    t = time.perf_counter()
+                    con.execute(f"CREATE OR REPLACE TEMP TABLE bs_bench AS {sql}")
+                    times[name].append(time.perf_counter() - t)
+    print(f"{spans:,} spans, {args.requests:,} requests, median of {args.runs} runs")
+    for name, ts in times.items():
+        print(f"  {name:>12}: {statistics.median(ts):.3f} s per derivation ({spans / statistics.median(ts):,.0f} spans/s)")
+
+
+if __name__ == "__main__":
+    main()
