@@ -71,7 +71,7 @@ def _app(archive: Path, budgets: Path):
 @pytest.fixture(scope="module")
 def app_url():
     _need_browser()
-    with _app(SAMPLES / "burst.duckdb", SAMPLES / "budgets.toml") as url:
+    with _app(SAMPLES / "burst", SAMPLES / "budgets.toml") as url:
         yield url
 
 
@@ -145,7 +145,7 @@ def test_capacity_page_draws_a_recorded_sweep(browser):
 
 def test_postmortem_opens_offline_without_errors(browser, tmp_path):
     out = tmp_path / "incident.html"
-    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "postmortem", "-a", str(SAMPLES / "burst.duckdb"),
+    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "postmortem", "-a", str(SAMPLES / "burst"),
                         "-b", str(SAMPLES / "budgets.toml"), "--from", "2026-11-21T00:00:00Z",
                         "--to", "2026-11-23T00:00:00Z", "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
