@@ -198,7 +198,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
                                + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
                                   if report.gpu_points else ""))
                 if report.orphan_stage_spans:
-                    click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no llm.request root yet; "
+                    click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no request root yet; "
                                "they join their request when it arrives", err=True)
                 rejected += report.rejected
             counts = a.counts()

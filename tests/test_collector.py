@@ -76,7 +76,7 @@ def test_http_protobuf_export_lands_spans_and_requests(archive_path):
     with Collector(archive_path, grpc_port=0, http_port=0) as c:
         _export(HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces"), 10)
     names = rows(archive_path, "SELECT name, count(*) FROM spans GROUP BY 1 ORDER BY 1")
-    assert names == sorted([("llm.request", 10)] + [(s, 10) for s in STAGES])
+    assert names == sorted([("text_completion tiny", 10)] + [(s, 10) for s in STAGES])
     (req,) = rows(archive_path, """SELECT count(*), min(source), min(tier), min(service_name), min(model),
         count(queue_ms), count(prefill_ms), count(decode_ms), min(output_tokens) FROM requests""")
     assert req == (10, "native", "interactive", "engine-under-test", "tiny", 10, 10, 10, 2)

@@ -22,7 +22,7 @@ from budgetscope.instrument.traceparent import parse_traceparent
 class Instrumentation:
     """Request and engine-step tracing for one service, exported per the span contract of docs/design.md.
 
-    `exporter`: None (from `OTEL_TRACES_EXPORTER`; unset or "none" exports nothing), "otlp", "console",
+    `exporter`: None (`OTEL_TRACES_EXPORTER`; unset: "otlp" when an OTLP endpoint is set, else nothing), "otlp", "console",
     "jsonl:<path>", or a SpanExporter instance (e.g. InMemorySpanExporter). `enabled=False` makes every
     call a near-free no-op, and so does `OTEL_SDK_DISABLED=true`. `provider_name` is the root span's
     `gen_ai.provider.name` (your serving system: `vllm`, `sglang`, …; None leaves it out).

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from budgetscope.archive.schema import REQUESTS
 from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
-from budgetscope.sources.classify import CLIENT_ROOT
+from budgetscope.sources.classify import CLIENT_ROOT_SQL
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
@@ -77,7 +77,7 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "ttft_network_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 - s.ttft_ms",
     }
     # client spans no server row claims, picked before their attributes are parsed
-    unclaimed = f"""(SELECT * FROM {spans} u WHERE u.name = '{CLIENT_ROOT}'
+    unclaimed = f"""(SELECT * FROM {spans} u WHERE {CLIENT_ROOT_SQL}
   AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     cols = ",\n  ".join(f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
@@ -90,7 +90,7 @@ s AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
 c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a
-      FROM {spans} WHERE name = '{CLIENT_ROOT}')
+      FROM {spans} WHERE {CLIENT_ROOT_SQL})
 SELECT {cols}
 FROM s LEFT JOIN c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
 """
