@@ -353,3 +353,37 @@ def test_status_and_retry_info_decode_with_the_googleapis_protos():
     assert status_pb2.Status.FromString(st.status_proto(st.INVALID_ARGUMENT, "bad")).details == []
     assert orjson.loads(st.status_json(st.RESOURCE_EXHAUSTED, "busy", 2)) == {
         "code": 8, "message": "busy", "details": [{"@type": st.RETRY_INFO_TYPE, "retryDelay": "2s"}]}
+
+
+def test_metrics_endpoint_serves_the_collectors_own_figures(archive_path):
+    """GET /metrics on the OTLP/HTTP port: Prometheus text that Prometheus's own parser reads, with the counts."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    proto, _ = _bodies(3)
+    p = "budgetscope_collector_"
+
+    def scrape(port: int) -> dict:
+        r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in parser.text_string_to_metric_families(r.text) for s in fam.samples}
+
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        assert _post(c.http_port, proto).status_code == 200
+        assert _post(c.http_port, b"not otlp").status_code == 400
+        deadline = time.monotonic() + 20  # an acknowledged batch lands with the next commit (about a second)
+        while (samples := scrape(c.http_port))[(f"{p}batches_landed_total", ())] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert samples[(f"{p}batches_received_total", ())] == 2
+    assert samples[(f"{p}batches_landed_total", ())] == 1 and samples[(f"{p}batches_rejected_total", ())] == 1
+    assert samples[(f"{p}spans_landed_total", ())] == 15
+    assert samples[(f"{p}requests_refused_total", (("reason", "busy"),))] == 0
+    assert samples[(f"{p}pending_bytes", ())] == 0 and samples[(f"{p}pending_bytes_limit", ())] == 64 * 2**20
+    assert 0 <= samples[(f"{p}commit_age_seconds", ())] < 60
+
+
+def test_metrics_endpoint_needs_the_token_when_one_is_set(archive_path):
+    with Collector(archive_path, grpc_port=None, http_port=0, auth_token="s3cret") as c:
+        assert httpx.get(f"http://127.0.0.1:{c.http_port}/metrics", timeout=10).status_code == 401
+        ok = httpx.get(f"http://127.0.0.1:{c.http_port}/metrics", headers={"Authorization": "Bearer s3cret"},
+                       timeout=10)
+    assert ok.status_code == 200 and "budgetscope_collector_batches_received_total 0" in ok.text
