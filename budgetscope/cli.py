@@ -161,7 +161,8 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     """Load OTLP trace files into an archive and derive one `requests` row per request.
 
     FILES are OpenTelemetry Collector file-exporter JSON lines, single OTLP/JSON documents, or binary OTLP
-    protobuf (`ExportTraceServiceRequest`, bare or length-prefixed). Ingest is idempotent and atomic per
+    protobuf (`ExportTraceServiceRequest`, bare or length-prefixed), each possibly gzip- or zstd-compressed
+    (.gz, .zst; zstd needs `budgetscope[zstd]` before Python 3.14). Ingest is idempotent and atomic per
     batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected.
     An archive this command created stays only if something landed in it.
 
@@ -175,13 +176,14 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     import os
 
     from budgetscope.archive.archive import Archive, ArchiveError
-    from budgetscope.ingest.files import read_batches
+    from budgetscope.ingest.files import check, read_batches
 
     rejected, entries = [], []
     try:
         for f in files:
             if not os.path.isfile(f):
                 raise ArchiveError(f"{f}: {'is a directory, not a trace file' if os.path.isdir(f) else 'no such file'}")
+            check(f)  # a compressed file that is cut short or cannot be read fails here, before anything is written
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
