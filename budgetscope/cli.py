@@ -473,7 +473,7 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
         click.echo(render_text(run.report), nl=False)
         t = run.report["tiers"][0]
         expect = run.scenario.expect or "nothing (budgets hold)"
-        found = run.dominant if run.scenario.expect else ("budgets held" if t["kept"] else "a budget broke")
+        found = run.tail if run.scenario.expect else ("budgets held" if t["kept"] else "a budget broke")
         rows.append([name, expect, f"{run.scenario.metric.upper()}: {found}",
                      "-" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%", str(run.archive)])
     from budgetscope.analysis.render import _table
