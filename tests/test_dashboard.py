@@ -97,6 +97,8 @@ def test_filters_narrow_every_page(monkeypatch):
     at = _app(monkeypatch, SAMPLES / "calm")
     at.run()
     lo, hi = at.slider(key="f_time").value
+    assert at.slider(key="f_time").proto.format == "HH:mm:ss"  # one day: short labels that fit the sidebar
+    assert any(c.value == f"{lo:%Y-%m-%d}, UTC" for c in at.sidebar.caption)
     at.slider(key="f_time").set_value((lo, lo + (hi - lo) / 2)).run()
     _clean(at, "filtered budgets")
     n = int(next(m.value for m in at.metric if m.label == "Requests").replace(",", ""))
@@ -110,6 +112,7 @@ def test_what_if_moves_attainment_and_verdict(monkeypatch):
     at = _app(monkeypatch, SAMPLES / "burst")
     at.switch_page("pages/what_if.py").run()
     assert at.metric[0].value == "71.0%"
+    assert not at.metric[0].delta and not at.metric[1].delta  # nothing changed: no "↑ +0.0 pts"
     at.number_input(key="wi_ttft_ms_interactive").set_value(5000.0).run()
     at.number_input(key="wi_s_queue_interactive").set_value(1000.0).run()
     _clean(at, "what if")
