@@ -141,3 +141,19 @@ def test_an_endpoint_alone_exports_over_otlp(http_receiver, monkeypatch):
     assert instr.flush(timeout_s=10)
     instr.shutdown()
     assert [span.name for _, span in _spans([m for _, _, m in received])][0] == "text_completion tiny"
+
+
+def test_an_unsampled_parent_exports_no_span():
+    """traceparent flags 00: recorded (ids work), no span exported, as the SDK's parentbased_always_on does."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    instr = Instrumentation(exporter=exporter)
+    for flags in ("00", "01"):
+        req = instr.start_request(model="tiny", traceparent=f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}")
+        req.mark("queue")
+        req.finish()
+    assert instr.flush()
+    instr.shutdown()
+    assert [s.name for s in exporter.get_finished_spans() if s.parent is not None and s.parent.is_remote] == \
+        ["text_completion tiny"]

@@ -116,6 +116,14 @@ def test_client_spans(server):
     tracer.shutdown()
 
 
+def test_unsampled_requests_carry_flags_00(server):
+    """sweep's pre-flight: a server that follows its parent's sampling records no span of these."""
+    run_load(plan_of(3), Target(server.url), sampled=False)
+    assert [parse_traceparent(h["traceparent"]).flags for _, h, _ in server.received] == [0, 0, 0]
+    run_load(plan_of(1), Target(server.url))
+    assert parse_traceparent(server.received[-1][1]["traceparent"]).flags == 1
+
+
 def test_non_200_is_recorded_not_raised(server):
     server.status = 503
     exporter = InMemorySpanExporter()
