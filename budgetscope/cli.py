@@ -187,7 +187,8 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     """Load OTLP trace files into an archive and derive one `requests` row per request.
 
     FILES are OpenTelemetry Collector file-exporter JSON lines, single OTLP/JSON documents, or binary OTLP
-    protobuf (`ExportTraceServiceRequest`, bare or length-prefixed). Ingest is idempotent and atomic per
+    protobuf (`ExportTraceServiceRequest`, bare or length-prefixed), each possibly gzip- or zstd-compressed
+    (.gz, .zst; zstd needs `budgetscope[zstd]` before Python 3.14). Ingest is idempotent and atomic per
     batch: a bad batch lands not at all and is reported; the others land. Exits 2 if any batch was rejected,
     and, with one line and nothing written, if a FILE is no regular file with something in it or the archive
     cannot be written (a full disk, a read-only file system). An archive this command created stays only if
@@ -204,13 +205,14 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
 
     from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_line
     from budgetscope.archive.archive import Archive, ArchiveError
-    from budgetscope.ingest.files import input_problem, read_batches
+    from budgetscope.ingest.files import check, input_problem, read_batches
 
     rejected, entries, new = [], [], None
     try:
         for f in files:
             if problem := input_problem(f):
                 raise ArchiveError(f"{f}: {problem}")
+            check(f)  # a compressed file that is cut short or cannot be read fails here, before anything is written
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
@@ -227,7 +229,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
                                + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
                                   if report.gpu_points else ""))
                 if report.orphan_stage_spans:
-                    click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no llm.request root yet; "
+                    click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no request root yet; "
                                "they join their request when it arrives", err=True)
                 rejected += report.rejected
             counts = a.counts()
@@ -524,7 +526,8 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
         click.echo(render_text(run.report), nl=False)
         t = run.report["tiers"][0]
         expect = run.scenario.expect or "nothing (budgets hold)"
-        found = run.dominant if run.scenario.expect else {"KEPT": "budgets held", "BROKEN": "a budget broke", "UNKNOWN": "unknown"}[t["status"]]
+        found = run.tail if run.scenario.expect else {"KEPT": "budgets held", "BROKEN": "a budget broke",
+                                                      "UNKNOWN": "unknown"}[t["status"]]
         rows.append([name, expect, f"{run.scenario.metric.upper()}: {found}",
                      "-" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%", str(run.archive)])
     from budgetscope.analysis.render import _table

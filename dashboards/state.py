@@ -220,8 +220,12 @@ def sidebar_filters(ov: dict) -> Filters:
         start, end = _utc(lo).replace(microsecond=0), _utc(hi).replace(microsecond=0)
         end = end if end > start else start + timedelta(seconds=1)
         step = max((end - start) / 200, timedelta(seconds=1))
+        # the labels under the slider must fit the sidebar: the time of day alone when the archive spans one day
+        # (the day goes in the caption), minutes and the day when it spans several
+        one_day = start.date() == end.date()
         picked = sb.slider("Arrival time (UTC)", min_value=start, max_value=end, value=(start, end), step=step,
-                           format="MM-DD HH:mm:ss", key="f_time")
+                           format="HH:mm:ss" if one_day else "MM-DD HH:mm", key="f_time")
+        sb.caption(f"{start:%Y-%m-%d}, UTC" if one_day else f"{start:%Y-%m-%d} → {end:%Y-%m-%d}, UTC")
         if picked != (start, end):
             since = int(picked[0].timestamp() * 1e9)
             until = int(picked[1].timestamp() * 1e9) + 1_000_000_000  # the slider's second, inclusive

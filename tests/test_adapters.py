@@ -24,6 +24,22 @@ def test_native_stages_and_client_join(archive_path, ingest_text):
     assert tpot == 10.0 and has_c and (tier, model, inp) == ("interactive", "m", 100)
 
 
+def test_genai_span_names_derive_the_same_row_as_the_old_names(tmp_path, ingest_text):
+    """`{gen_ai.operation.name} {gen_ai.request.model}` for the server root and the client span (today's names)
+    and `llm.request` / `llm.client.request` (before) give the same row; another scope's `chat m` is not ours."""
+    _, old = native_request(client=(7, 3))
+    new = [dict(sp, name="text_completion m") if sp["name"] in ("llm.request", "llm.client.request") else sp
+           for sp in old]
+    cols = f"SELECT {COLS}, has_client_span, source FROM requests"
+    for name, spans in (("old", old), ("new", new)):
+        ingest_text(tmp_path / name, jsonl(export(spans[:-1]), export(spans[-1:], service="loadgen")))
+    assert rows(tmp_path / "new", cols) == rows(tmp_path / "old", cols)
+    assert rows(tmp_path / "new", "SELECT count(*), max(network_ms) FROM requests") == [(1, 10.0)]
+    other = span(trace_id(), span_id(), "chat m", T0, T0 + MS, kind=2, attributes={"budgetscope.outcome": "ok"})
+    ingest_text(tmp_path / "other", jsonl(export([other], scope="someone.else")))
+    assert rows(tmp_path / "other", "SELECT source FROM spans") == [("other",)]
+
+
 def test_native_without_client_has_unknown_network(archive_path, ingest_text):
     ingest_text(archive_path, jsonl(export(native_request()[1])))
     assert rows(archive_path, "SELECT network_ms, ttft_network_ms, client_ttft_ms, has_client_span FROM requests") == [

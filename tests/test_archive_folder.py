@@ -245,11 +245,14 @@ def _one(tmp_path):
 
 
 def test_convert_keeps_rows_and_report(tmp_path):
-    from pathlib import Path
-
     from budgetscope.archive.convert import convert
 
-    sample = Path(__file__).parent.parent / "sample_traces" / "long-prompts.duckdb"
+    # a legacy single-file archive made here: the shipped samples are folders (a .duckdb file is tied to the
+    # DuckDB storage version that wrote it)
+    sample = tmp_path / "legacy.duckdb"
+    f = tmp_path / "t.jsonl"
+    write_jsonl(f, SyntheticSpec(num_requests=200, spans_per_line=64))
+    _ingest(sample, f, _one(tmp_path))
     convert(sample, tmp_path / "c")
     for table in ("spans", "ingest_batches", "gpu_samples"):
         assert rows(tmp_path / "c", f"SELECT * FROM {table} ORDER BY ALL") == rows(sample, f"SELECT * FROM {table} ORDER BY ALL")

@@ -121,3 +121,17 @@ def test_a_request_that_did_not_end_ok_misses_its_slo(archive_path, ingest_text)
     assert (t["requests"], t["ok_requests"], t["outcomes"]) == (4, 3, {"ok": 3, "rejected": 1})
     assert t["attainment"] == pytest.approx(0.75)
     assert rows(archive_path, "SELECT outcome, ttft_ms FROM requests WHERE outcome <> 'ok'") == [("rejected", None)]
+
+
+def test_tail_label_says_mixed_when_no_stage_holds_half():
+    """The demo's summary: "TTFT: queue" only when queueing dominates; the long-prompts run that was queue 50 %,
+    prefill 48 % reads mixed."""
+    dominated = {"shares": {"queue": 0.8, "prefill": 0.2}, "dominant": "queue", "verdict": "dominated",
+                 "top": ["queue", "prefill"]}
+    mixed = {"shares": {"queue": 0.496, "prefill": 0.48, "decode": 0.024}, "dominant": "queue", "verdict": "mixed",
+             "top": ["queue", "prefill"]}
+    assert attribution.tail_label(dominated) == "queue"
+    assert attribution.tail_label(mixed) == "mixed (queue 50%, prefill 48%)"
+    assert attribution.tail_label({"shares": None, "dominant": None, "verdict": None, "top": []}) == \
+        "no tail (no slower than the body)"
+    assert attribution.tail_label(None) == "no tail (no slower than the body)"

@@ -240,3 +240,20 @@ def test_python_dash_m_runs_the_command():
 
     r = subprocess.run([sys.executable, "-m", "budgetscope", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("budgetscope, version ")
+
+
+def test_every_option_docs_cli_names_exists():
+    """A heading of docs/cli.md (`budgetscope demo [--out DIR] …`) names only options the command has."""
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    ctx = click.Context(main)
+    for heading in re.findall(r"^## `budgetscope ([^`]+)`", docs, re.M):
+        words = heading.split()
+        cmd = main.get_command(ctx, words[0])
+        if isinstance(cmd, click.Group) and len(words) > 1 and words[1] in cmd.commands:
+            cmd = cmd.commands[words[1]]
+        known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        for option in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", heading):
+            assert option in known, f"docs/cli.md: `budgetscope {heading}` names {option}, which {cmd.name} lacks"

@@ -76,7 +76,7 @@ def test_http_protobuf_export_lands_spans_and_requests(archive_path):
     with Collector(archive_path, grpc_port=0, http_port=0) as c:
         _export(HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces"), 10)
     names = rows(archive_path, "SELECT name, count(*) FROM spans GROUP BY 1 ORDER BY 1")
-    assert names == sorted([("llm.request", 10)] + [(s, 10) for s in STAGES])
+    assert names == sorted([("text_completion tiny", 10)] + [(s, 10) for s in STAGES])
     (req,) = rows(archive_path, """SELECT count(*), min(source), min(tier), min(service_name), min(model),
         count(queue_ms), count(prefill_ms), count(decode_ms), min(output_tokens) FROM requests""")
     assert req == (10, "native", "interactive", "engine-under-test", "tiny", 10, 10, 10, 2)
@@ -370,3 +370,37 @@ def test_nested_arrays_where_messages_belong_get_400_and_land_nothing(archive_pa
         assert _post(c.http_port, b'{"resourceSpans":[]}', "application/json").status_code == 200  # empty: fine
     assert (c.stats.batches_rejected, c.stats.batches_landed) == (1, 1)
     assert _counts(archive_path) == (0, 0, 1)
+
+
+def test_metrics_endpoint_serves_the_collectors_own_figures(archive_path):
+    """GET /metrics on the OTLP/HTTP port: Prometheus text that Prometheus's own parser reads, with the counts."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    proto, _ = _bodies(3)
+    p = "budgetscope_collector_"
+
+    def scrape(port: int) -> dict:
+        r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in parser.text_string_to_metric_families(r.text) for s in fam.samples}
+
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        assert _post(c.http_port, proto).status_code == 200
+        assert _post(c.http_port, b"not otlp").status_code == 400
+        deadline = time.monotonic() + 20  # an acknowledged batch lands with the next commit (about a second)
+        while (samples := scrape(c.http_port))[(f"{p}batches_landed_total", ())] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert samples[(f"{p}batches_received_total", ())] == 2
+    assert samples[(f"{p}batches_landed_total", ())] == 1 and samples[(f"{p}batches_rejected_total", ())] == 1
+    assert samples[(f"{p}spans_landed_total", ())] == 15
+    assert samples[(f"{p}requests_refused_total", (("reason", "busy"),))] == 0
+    assert samples[(f"{p}pending_bytes", ())] == 0 and samples[(f"{p}pending_bytes_limit", ())] == 64 * 2**20
+    assert 0 <= samples[(f"{p}commit_age_seconds", ())] < 60
+
+
+def test_metrics_endpoint_needs_the_token_when_one_is_set(archive_path):
+    with Collector(archive_path, grpc_port=None, http_port=0, auth_token="s3cret") as c:
+        assert httpx.get(f"http://127.0.0.1:{c.http_port}/metrics", timeout=10).status_code == 401
+        ok = httpx.get(f"http://127.0.0.1:{c.http_port}/metrics", headers={"Authorization": "Bearer s3cret"},
+                       timeout=10)
+    assert ok.status_code == 200 and "budgetscope_collector_batches_received_total 0" in ok.text

@@ -4,6 +4,7 @@ bad input is one line and exit 2."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -64,13 +65,13 @@ def _verdict_box(at: AppTest, entry: dict) -> str:
 
 
 def _report(name: str) -> dict:
-    with Archive(SAMPLES / f"{name}.duckdb", sandbox=True) as a:  # the app's configuration
+    with Archive(SAMPLES / name, sandbox=True) as a:  # the app's configuration
         return build_report(a.con, load_budgets(SAMPLES / "budgets.toml"))
 
 
 @pytest.mark.parametrize("name", ["burst", "slow-network", "long-outputs"])
 def test_every_page_runs_and_budgets_match_the_report(monkeypatch, name):
-    at = _app(monkeypatch, SAMPLES / f"{name}.duckdb")
+    at = _app(monkeypatch, SAMPLES / name)
     rep = _report(name)["tiers"][0]
     for page in PAGES:
         if page != PAGES[0]:
@@ -115,7 +116,7 @@ def test_the_verdict_box_has_the_status_colour(monkeypatch, tmp_path, outcomes, 
 
 
 def test_breakdown_and_explorer_follow_the_percentile(monkeypatch):
-    at = _app(monkeypatch, SAMPLES / "burst.duckdb")
+    at = _app(monkeypatch, SAMPLES / "burst")
     at.switch_page("pages/breakdown.py").run()
     rep = _report("burst")["tiers"][0]
     a = rep["attribution"]["ttft"]
@@ -130,9 +131,11 @@ def test_breakdown_and_explorer_follow_the_percentile(monkeypatch):
 
 
 def test_filters_narrow_every_page(monkeypatch):
-    at = _app(monkeypatch, SAMPLES / "calm.duckdb")
+    at = _app(monkeypatch, SAMPLES / "calm")
     at.run()
     lo, hi = at.slider(key="f_time").value
+    assert at.slider(key="f_time").proto.format == "HH:mm:ss"  # one day: short labels that fit the sidebar
+    assert any(c.value == f"{lo:%Y-%m-%d}, UTC" for c in at.sidebar.caption)
     at.slider(key="f_time").set_value((lo, lo + (hi - lo) / 2)).run()
     _clean(at, "filtered budgets")
     n = int(next(m.value for m in at.metric if m.label == "Requests").replace(",", ""))
@@ -143,9 +146,10 @@ def test_filters_narrow_every_page(monkeypatch):
 
 
 def test_what_if_moves_attainment_and_verdict(monkeypatch):
-    at = _app(monkeypatch, SAMPLES / "burst.duckdb")
+    at = _app(monkeypatch, SAMPLES / "burst")
     at.switch_page("pages/what_if.py").run()
     assert at.metric[0].value == "71.0%"
+    assert not at.metric[0].delta and not at.metric[1].delta  # nothing changed: no "↑ +0.0 pts"
     at.number_input(key="wi_ttft_ms_interactive").set_value(5000.0).run()
     at.number_input(key="wi_s_queue_interactive").set_value(1000.0).run()
     _clean(at, "what if")
@@ -154,18 +158,24 @@ def test_what_if_moves_attainment_and_verdict(monkeypatch):
     assert any("do not hold together" in w.value for w in at.warning)
 
 
-def test_sql_page_runs_read_only_queries(monkeypatch):
-    import hashlib
+def _digest(folder: Path) -> str:
+    """One SHA-256 over every file of a folder archive (names and bytes), to see that nothing was written."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(folder)).encode() + f.read_bytes())
+    return h.hexdigest()
 
-    before = hashlib.sha256((SAMPLES / "calm.duckdb").read_bytes()).hexdigest()
-    at = _app(monkeypatch, SAMPLES / "calm.duckdb")
+
+def test_sql_page_runs_read_only_queries(monkeypatch):
+    before = _digest(SAMPLES / "calm")
+    at = _app(monkeypatch, SAMPLES / "calm")
     at.switch_page("pages/sql.py").run()
     assert at.dataframe[0].value.shape[0] == 1
-    for sql in ("DELETE FROM requests", f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{SAMPLES / 'calm.duckdb'}'"):
+    for sql in ("DELETE FROM requests", f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{SAMPLES / 'calm'}'"):
         at.text_area(key="sql_text").set_value(sql).run()
         at.button(key="sql_run").click().run()
         assert any("read-only" in w.value for w in at.warning)
-    assert hashlib.sha256((SAMPLES / "calm.duckdb").read_bytes()).hexdigest() == before
+    assert _digest(SAMPLES / "calm") == before
     at.text_area(key="sql_text").set_value("SELECT * FROM read_csv('/etc/passwd')").run()
     at.button(key="sql_run").click().run()
     assert any("may not touch files" in w.value for w in at.warning)
@@ -173,9 +183,9 @@ def test_sql_page_runs_read_only_queries(monkeypatch):
 
 
 def test_request_page_opens_a_request_by_id(monkeypatch):
-    with Archive(SAMPLES / "slow-network.duckdb", sandbox=True) as a:
+    with Archive(SAMPLES / "slow-network", sandbox=True) as a:
         (rid,) = a.con.execute("SELECT request_id FROM requests ORDER BY client_ttft_ms DESC LIMIT 1").fetchone()
-    at = _app(monkeypatch, SAMPLES / "slow-network.duckdb")
+    at = _app(monkeypatch, SAMPLES / "slow-network")
     at.switch_page("pages/request.py").run()
     at.text_input(key="rq_id").set_value(rid).run()
     _clean(at, "request")
@@ -209,7 +219,7 @@ def test_empty_archive_and_no_budgets_say_what_is_missing(monkeypatch, tmp_path)
         at.run()
         _clean(at, page)
         assert any("no requests yet" in i.value for i in at.info), page
-    at = _app(monkeypatch, SAMPLES / "calm.duckdb", budgets=None)
+    at = _app(monkeypatch, SAMPLES / "calm", budgets=None)
     at.run()
     _clean(at, "no budgets")
     assert any("without a budgets file" in c.value for c in at.caption)
@@ -220,9 +230,9 @@ def test_commands_bad_input_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[tiers.x]\nttft_ms = -1\n")
     cases = [["dashboard", "-a", str(tmp_path / "missing.duckdb")],
-             ["dashboard", "-a", str(SAMPLES / "calm.duckdb"), "-b", str(bad)],
-             ["postmortem", "-a", str(SAMPLES / "calm.duckdb"), "--from", "yesterday", "--to", "1", "-o", "x.html"],
-             ["postmortem", "-a", str(SAMPLES / "calm.duckdb"), "--from", "2", "--to", "1", "-o", "x.html"]]
+             ["dashboard", "-a", str(SAMPLES / "calm"), "-b", str(bad)],
+             ["postmortem", "-a", str(SAMPLES / "calm"), "--from", "yesterday", "--to", "1", "-o", "x.html"],
+             ["postmortem", "-a", str(SAMPLES / "calm"), "--from", "2", "--to", "1", "-o", "x.html"]]
     for args in cases:
         res = r.invoke(main, args)
         assert res.exit_code == 2, (args, res.output)
@@ -231,7 +241,7 @@ def test_commands_bad_input_is_one_line_and_exit_2(tmp_path):
 
 def test_postmortem_writes_one_self_contained_file(tmp_path):
     out = tmp_path / "incident.html"
-    res = CliRunner().invoke(main, ["postmortem", "-a", str(SAMPLES / "burst.duckdb"), "-b",
+    res = CliRunner().invoke(main, ["postmortem", "-a", str(SAMPLES / "burst"), "-b",
                                     str(SAMPLES / "budgets.toml"), "--from", "2026-11-21T00:00:00Z",
                                     "--to", "2026-11-23T00:00:00Z", "--out", str(out)])
     assert res.exit_code == 0, res.output

@@ -71,7 +71,7 @@ def _app(archive: Path, budgets: Path):
 @pytest.fixture(scope="module")
 def app_url():
     _need_browser()
-    with _app(SAMPLES / "burst.duckdb", SAMPLES / "budgets.toml") as url:
+    with _app(SAMPLES / "burst", SAMPLES / "budgets.toml") as url:
         yield url
 
 
@@ -155,6 +155,24 @@ def test_every_page_renders_without_errors(app_url, browser):
     assert not errors, errors
 
 
+def test_sidebar_time_slider_labels_fit_the_sidebar(app_url, browser):
+    """The arrival-time slider's labels (its two values and the range ends) are whole and inside the sidebar."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.goto(app_url)
+    _settle(page)
+    sidebar = page.locator("[data-testid='stSidebar']").bounding_box()
+    labels = page.locator("[data-testid='stSidebar'] [data-testid='stSlider'] "
+                          ":is([data-testid='stSliderThumbValue'], [data-testid='stSliderTickBarMin'], "
+                          "[data-testid='stSliderTickBarMax'])")
+    assert labels.count() >= 2
+    for i in range(labels.count()):
+        label = labels.nth(i)
+        box = label.bounding_box()
+        text = label.inner_text()
+        assert box["x"] >= sidebar["x"] and box["x"] + box["width"] <= sidebar["x"] + sidebar["width"], text
+        assert label.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), f"{text!r} is cut off"
+
+
 def test_capacity_page_draws_a_recorded_sweep(browser):
     """The Capacity page over a real sweep archive: the verdict of `capacity.analyze`, the three panels drawn
     against the rate, the per-rate and signal tables; no error."""
@@ -188,7 +206,7 @@ def test_capacity_page_draws_a_recorded_sweep(browser):
 
 def test_postmortem_opens_offline_without_errors(browser, tmp_path):
     out = tmp_path / "incident.html"
-    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "postmortem", "-a", str(SAMPLES / "burst.duckdb"),
+    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "postmortem", "-a", str(SAMPLES / "burst"),
                         "-b", str(SAMPLES / "budgets.toml"), "--from", "2026-11-21T00:00:00Z",
                         "--to", "2026-11-23T00:00:00Z", "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -37,7 +37,7 @@ def test_scenario_puts_its_cause_in_the_tail(name, tmp_path):
             FROM requests""").fetchall()[0]
     assert bad == 0
     # `calm` is meant to keep its budgets, but that is a latency threshold: under a loaded CI machine it is
-    # a timing assertion, so it is not checked here (sample_traces/calm.duckdb records a calm run).
+    # a timing assertion, so it is not checked here (sample_traces/calm records a calm run).
     if sc.expect is not None:
         a = tier["attribution"][sc.metric]
         assert a["dominant"] == sc.expect, tier["verdict"]

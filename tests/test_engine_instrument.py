@@ -27,7 +27,7 @@ def telemetry():
 
 
 def requests_by_outcome(spans):
-    return {s.attributes["budgetscope.outcome"]: s for s in spans if s.name == "llm.request"}
+    return {s.attributes["budgetscope.outcome"]: s for s in spans if s.kind is SpanKind.SERVER}
 
 
 def stages_of(root, spans):
@@ -64,6 +64,10 @@ def test_server_request_spans_follow_the_contract():
     assert attrs["budgetscope.tier"] == "interactive" and attrs["budgetscope.tenant"] == "acme"
     assert attrs["gen_ai.usage.output_tokens"] == 5 and attrs["gen_ai.usage.input_tokens"] == 7
     assert attrs["gen_ai.request.model"] == "tiny"
+    # the GenAI conventions' span name and response attributes
+    assert ok.name == "text_completion tiny"
+    assert attrs["gen_ai.request.max_tokens"] == 5 and attrs["gen_ai.response.model"] == "tiny"
+    assert attrs["gen_ai.response.finish_reasons"] == ("length",)
     stages = stages_of(ok, spans)
     assert [s.name for s in stages] == ["stage.frontend", "stage.queue", "stage.prefill", "stage.decode",
                                         "stage.postprocess"]
@@ -91,7 +95,7 @@ def test_preemption_requeues_and_prefills_again():
     assert sum(s.num_preemptions for s in seqs) >= 1
     tel.flush()
     spans = exporter.get_finished_spans()
-    roots = [s for s in spans if s.name == "llm.request"]
+    roots = [s for s in spans if s.kind is SpanKind.SERVER]
     assert len(roots) == 2
     for stage in ("stage.queue", "stage.prefill"):
         counts = sorted(sum(c.name == stage for c in stages_of(r, spans)) for r in roots)
@@ -108,7 +112,7 @@ def test_cached_tokens_reach_the_root_span():
     engine.generate([prompt + [7]], SamplingParams(max_tokens=2))
     tel.flush()
     cached = sorted(s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0)
-                    for s in exporter.get_finished_spans() if s.name == "llm.request")
+                    for s in exporter.get_finished_spans() if s.kind is SpanKind.SERVER)
     assert cached == [0, 32]
 
 
@@ -129,3 +133,24 @@ def test_steps_carry_the_engine_limits():
     steps = [s for s in exporter.get_finished_spans() if s.name == "engine.step"]
     assert steps and {(s.attributes["budgetscope.step.max_seqs"], s.attributes["budgetscope.step.token_budget"])
                       for s in steps} == {(3, 96)}
+
+
+@pytest.mark.parametrize("env, says_nowhere", [({}, True), ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, False)])
+def test_engine_serve_says_when_spans_go_nowhere(monkeypatch, env, says_nowhere):
+    """With neither an exporter nor an OTLP endpoint, `engine serve` says so in one line; an endpoint alone
+    exports (OpenTelemetry's default `OTEL_TRACES_EXPORTER=otlp`)."""
+    from click.testing import CliRunner
+
+    import budgetscope.engine.server as server
+    from budgetscope.cli import main
+
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    served = []
+    monkeypatch.setattr(server, "serve", lambda llm, **kw: served.append(llm.telemetry.is_exporting))
+    r = CliRunner().invoke(main, ["engine", "serve", "--config", "tiny", "--port", "0"])
+    assert r.exit_code == 0, r.output
+    nowhere = "budgetscope engine: spans go nowhere (set OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER or --exporter)"
+    assert (nowhere in r.output) is says_nowhere and served == [not says_nowhere]

@@ -179,7 +179,8 @@ def test_cli_without_gpu_prints_the_line_and_exits_2(runner_real_nvml_absent, tm
     from budgetscope.cli import main
 
     r = CliRunner().invoke(main, ["gpu", "sample", "--out", f"jsonl:{tmp_path / 'g.jsonl'}"])
-    assert r.exit_code == 2 and r.stderr.startswith("GPU sampling unavailable: NVML cannot start")
+    assert r.exit_code == 2 and r.stderr.startswith("budgetscope: GPU sampling unavailable: NVML cannot start")
+    assert r.stderr.count("\n") == 1
 
 
 @pytest.mark.gpu

@@ -330,3 +330,93 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
                         rows(path, "SELECT * FROM requests ORDER BY trace_id"), rows(path, "SELECT * FROM pending_traces")))
     assert results[0] == results[1]
     assert results[0][0] == (3, 5, 24) and results[0][2] == []
+
+
+# -- compressed trace files ---------------------------------------------------------------------------------------
+def _two_requests() -> str:
+    return jsonl(export(native_request(client=(5, 3))[1]), export(native_request(arrival=T0 + 10 * MS)[1]))
+
+
+@pytest.mark.parametrize("name", ["traces.jsonl.gz", "traces.gz", "traces.data"])
+def test_gzip_files_land_as_their_plain_bytes_do(tmp_path, name):
+    """Compression is told by the first bytes (any name); the rows are those of the plain file."""
+    import gzip
+
+    from budgetscope.archive.archive import Archive
+    from budgetscope.ingest.files import read_batches
+
+    plain, packed = tmp_path / "plain.jsonl", tmp_path / name
+    plain.write_text(_two_requests())
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    for path, archive in ((plain, tmp_path / "a"), (packed, tmp_path / "b")):
+        with Archive(archive) as a:
+            a.ingest(read_batches(path))
+    q = "SELECT trace_id, queue_ms, network_ms FROM requests ORDER BY 1"
+    assert rows(tmp_path / "b", q) == rows(tmp_path / "a", q) and len(rows(tmp_path / "b", q)) == 2
+
+
+def test_gzip_protobuf_by_its_inner_suffix(tmp_path):
+    import gzip
+
+    from otlp_wire import to_proto
+
+    from budgetscope.archive.archive import Archive
+    from budgetscope.ingest.files import read_batches
+
+    p = tmp_path / "traces.pb.gz"
+    p.write_bytes(gzip.compress(to_proto(export(native_request()[1]))))
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(p))
+    assert rows(tmp_path / "a", "SELECT count(*) FROM requests") == [(1,)]
+
+
+def test_zstd_file_lands(tmp_path):
+    zstandard = pytest.importorskip("zstandard", reason="the zstd extra is not installed")
+    from click.testing import CliRunner
+
+    from budgetscope.cli import main
+
+    p = tmp_path / "traces.jsonl.zst"
+    p.write_bytes(zstandard.ZstdCompressor().compress(_two_requests().encode()))
+    r = CliRunner().invoke(main, ["ingest", str(p), "--archive", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    assert rows(tmp_path / "a", "SELECT count(*) FROM requests") == [(2,)]
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "budgetscope.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_cut_off_gzip_file_is_one_line_and_writes_nothing(tmp_path):
+    import gzip
+
+    p = tmp_path / "traces.jsonl.gz"
+    p.write_bytes(gzip.compress(_two_requests().encode())[:-30])
+    r = _cli("ingest", str(p), "--archive", str(tmp_path / "a"))
+    assert r.returncode == 2 and r.stderr == f"budgetscope: {p}: not a whole gzip stream (Compressed file ended " \
+                                              "before the end-of-stream marker was reached)\n", r.stderr
+    assert not (tmp_path / "a").exists()
+
+
+def test_zstd_without_zstandard_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """Before Python 3.14 zstd needs the `zstandard` package: its absence is one line naming the extra."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from budgetscope.cli import main
+
+    if sys.version_info >= (3, 14):
+        pytest.skip("Python 3.14+ reads zstd with the standard library")
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    p = tmp_path / "traces.jsonl.zst"
+    p.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 16)  # a zstd frame header: the magic bytes decide
+    r = CliRunner().invoke(main, ["ingest", str(p), "--archive", str(tmp_path / "a")])
+    assert r.exit_code == 2
+    assert r.output == (f"budgetscope: {p} is zstd-compressed; reading it needs zstandard: "
+                        "pip install 'budgetscope[zstd]'\n")
+    assert not (tmp_path / "a").exists()

@@ -8,6 +8,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from budgetscope.instrument import Instrumentation, NoopRequestTrace, current_request, stage
+from budgetscope.instrument.exporters import ENDPOINT_VARIABLES, default_traces_exporter
 
 
 def test_disabled_emits_nothing(monkeypatch):
@@ -44,7 +45,8 @@ def test_disabled_does_not_become_current():
 
 
 def test_no_exporter_configured_records_but_exports_nothing(monkeypatch):
-    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    for name in ("OTEL_TRACES_EXPORTER", *ENDPOINT_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
     instr = Instrumentation()
     assert not instr.is_exporting
     req = instr.start_request()
@@ -54,6 +56,19 @@ def test_no_exporter_configured_records_but_exports_nothing(monkeypatch):
     assert len(req.traceparent) == 55
     assert instr.flush()
     instr.shutdown()
+
+
+@pytest.mark.parametrize("env, spec", [({}, "none"), ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318"}, "otlp"),
+                                       ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h:4318/v1/traces"}, "otlp"),
+                                       ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318",
+                                         "OTEL_TRACES_EXPORTER": "none"}, "none"),
+                                       ({"OTEL_TRACES_EXPORTER": "console"}, "console")])
+def test_default_exporter_follows_opentelemetry_once_an_endpoint_is_set(monkeypatch, env, spec):
+    for name in ("OTEL_TRACES_EXPORTER", *ENDPOINT_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert default_traces_exporter() == spec
 
 
 def test_otel_traces_exporter_none(monkeypatch):

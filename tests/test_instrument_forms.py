@@ -56,7 +56,7 @@ def test_request_stage_context_manager(instr, exporter):
     with req.stage("prefill"):
         req.token()
     req.finish()
-    assert names(instr, exporter) == ["llm.request", "stage.frontend", "stage.queue", "stage.prefill",
+    assert names(instr, exporter) == ["text_completion", "stage.frontend", "stage.queue", "stage.prefill",
                                       "stage.decode"]
 
 
@@ -71,7 +71,7 @@ def test_decorator_marks_the_current_request(instr, exporter):
         req.finish()
 
     contextvars.Context().run(run)
-    assert names(instr, exporter) == ["llm.request", "stage.frontend", "stage.queue"]
+    assert names(instr, exporter) == ["text_completion", "stage.frontend", "stage.queue"]
     assert enqueue.__name__ == "enqueue"
 
 
@@ -95,7 +95,7 @@ def test_decorator_on_a_coroutine_function(instr, exporter):
             assert await detokenize() == "postprocess"
 
     asyncio.run(handler())
-    assert names(instr, exporter) == ["llm.request", "stage.frontend", "stage.decode", "stage.postprocess"]
+    assert names(instr, exporter) == ["text_completion tiny", "stage.frontend", "stage.decode", "stage.postprocess"]
 
 
 def test_module_level_stage_as_context_manager(instr, exporter):
@@ -106,7 +106,7 @@ def test_module_level_stage_as_context_manager(instr, exporter):
         current_request().finish()
 
     contextvars.Context().run(run)
-    assert names(instr, exporter) == ["llm.request", "stage.frontend", "stage.queue"]
+    assert names(instr, exporter) == ["text_completion", "stage.frontend", "stage.queue"]
 
 
 def test_with_request_sets_current_and_finishes_ok(instr, exporter):
@@ -116,7 +116,7 @@ def test_with_request_sets_current_and_finishes_ok(instr, exporter):
         assert req.outcome == "ok"
 
     contextvars.Context().run(run)
-    assert names(instr, exporter) == ["llm.request", "stage.frontend"]
+    assert names(instr, exporter) == ["text_completion", "stage.frontend"]
 
 
 def test_with_request_restores_the_previous_current(instr):

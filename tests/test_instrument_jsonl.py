@@ -75,9 +75,9 @@ def test_jsonl_file_is_otlp_json(tmp_path):
             assert isinstance(span["startTimeUnixNano"], str) and isinstance(span["endTimeUnixNano"], str)
             assert span["kind"] in (1, 2)
     assert sorted(s.name for s in spans) == sorted(
-        ["llm.request", "stage.frontend", "stage.queue", "stage.prefill", "stage.decode", "stage.postprocess",
-         "llm.request", "stage.frontend", "engine.step"])
-    root = next(s for s in spans if s.name == "llm.request" and s.parent_span_id)
+        ["text_completion tiny", "stage.frontend", "stage.queue", "stage.prefill", "stage.decode", "stage.postprocess",
+         "text_completion tiny", "stage.frontend", "engine.step"])
+    root = next(s for s in spans if s.name == "text_completion tiny" and s.parent_span_id)
     assert root.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
     assert root.parent_span_id.hex() == "b7ad6b7169203331"
     assert root.kind == root.SPAN_KIND_SERVER
@@ -89,7 +89,7 @@ def test_jsonl_file_is_otlp_json(tmp_path):
     itl = {kv.key: kv.value for kv in decode.attributes}[A.DECODE_ITL_MS]
     assert len(itl.array_value.values) == 2
     assert all(v.HasField("double_value") for v in itl.array_value.values)
-    failed = next(s for s in spans if s.name == "llm.request" and not s.parent_span_id)
+    failed = next(s for s in spans if s.name == "text_completion tiny" and not s.parent_span_id)
     assert failed.status.code == failed.status.STATUS_CODE_ERROR
     assert failed.status.message == "EngineCrash"
 

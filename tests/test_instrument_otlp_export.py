@@ -83,7 +83,7 @@ def test_otlp_http_export_reaches_the_receiver(http_receiver, monkeypatch):
     instr.shutdown()
     assert {(path, ctype) for path, ctype, _ in received} == {("/v1/traces", "application/x-protobuf")}
     spans = _spans([message for _, _, message in received])
-    assert [span.name for _, span in spans] == ["llm.request", "stage.frontend", "stage.queue", "stage.prefill",
+    assert [span.name for _, span in spans] == ["text_completion tiny", "stage.frontend", "stage.queue", "stage.prefill",
                                                 "stage.decode"]
     resource, root = spans[0]
     service = {kv.key: kv.value.string_value for kv in resource.resource.attributes}["service.name"]
@@ -119,7 +119,7 @@ def test_otlp_grpc_export_reaches_the_receiver(monkeypatch):
         instr.shutdown()
     finally:
         server.stop(None)
-    assert [span.name for _, span in _spans(service.received)][0] == "llm.request"
+    assert [span.name for _, span in _spans(service.received)][0] == "text_completion tiny"
     assert len(_spans(service.received)) == 5
 
 
@@ -127,3 +127,33 @@ def test_unsupported_otlp_protocol_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/thrift")  # http/json is supported (test_otel_conventions)
     with pytest.raises(ValueError, match="'http/thrift'.*http/protobuf, grpc, http/json"):
         Instrumentation(exporter="otlp")
+
+
+def test_an_endpoint_alone_exports_over_otlp(http_receiver, monkeypatch):
+    """OTEL_TRACES_EXPORTER unset: OpenTelemetry's default `otlp` applies once an endpoint says where."""
+    port, received = http_receiver
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    instr = Instrumentation()
+    assert instr.is_exporting
+    _one_request(instr)
+    assert instr.flush(timeout_s=10)
+    instr.shutdown()
+    assert [span.name for _, span in _spans([m for _, _, m in received])][0] == "text_completion tiny"
+
+
+def test_an_unsampled_parent_exports_no_span():
+    """traceparent flags 00: recorded (ids work), no span exported, as the SDK's parentbased_always_on does."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    instr = Instrumentation(exporter=exporter)
+    for flags in ("00", "01"):
+        req = instr.start_request(model="tiny", traceparent=f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}")
+        req.mark("queue")
+        req.finish()
+    assert instr.flush()
+    instr.shutdown()
+    assert [s.name for s in exporter.get_finished_spans() if s.parent is not None and s.parent.is_remote] == \
+        ["text_completion tiny"]

@@ -79,7 +79,7 @@ def one_request(instr, clock, *, tokens=3, **start):
 def test_root_span_has_the_contract_attributes(instr, exporter, clock):
     req = one_request(instr, clock, tier="interactive", tenant="acme", request_id="cmpl-1")
     root = spans_of(instr, exporter)[0]
-    assert root.name == A.SPAN_REQUEST
+    assert root.name == A.request_span_name(A.DEFAULT_OPERATION, root.attributes.get(A.GEN_AI_REQUEST_MODEL))
     assert root.kind is SpanKind.SERVER
     assert root.parent is None
     assert root.instrumentation_scope.name == A.SCOPE_NAME == "budgetscope"
@@ -173,7 +173,7 @@ def test_marking_the_current_stage_again_adds_no_span(instr, exporter, clock):
     req.mark("queue")
     req.mark("queue")
     req.finish()
-    assert [s.name for s in spans_of(instr, exporter)] == ["llm.request", "stage.frontend", "stage.queue"]
+    assert [s.name for s in spans_of(instr, exporter)] == ["text_completion", "stage.frontend", "stage.queue"]
 
 
 def test_incoming_traceparent_parents_the_root(instr, exporter, clock):
@@ -319,7 +319,7 @@ def test_finish_twice_is_an_error_and_exports_once(instr, exporter, clock):
     with pytest.raises(RequestFinishedError, match="cmpl-7.*already finished.*'ok'"):
         req.finish(outcome="cancelled")
     spans = spans_of(instr, exporter)
-    assert [s.name for s in spans] == ["llm.request", "stage.frontend", "stage.queue"]
+    assert [s.name for s in spans] == ["text_completion", "stage.frontend", "stage.queue"]
     assert spans[0].attributes[A.OUTCOME] == "ok"
     assert req.outcome == "ok" and req.is_finished
 
@@ -329,7 +329,7 @@ def test_marks_after_finish_change_nothing(instr, exporter, clock):
     req.finish()
     req.mark("queue")
     req.token()
-    assert [s.name for s in spans_of(instr, exporter)] == ["llm.request", "stage.frontend"]
+    assert [s.name for s in spans_of(instr, exporter)] == ["text_completion", "stage.frontend"]
 
 
 def test_otel_service_name_overrides_the_argument(exporter, monkeypatch):

@@ -3,6 +3,7 @@
 import threading
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from budgetscope.instrument import Instrumentation
 from budgetscope.instrument import attributes as A
@@ -54,10 +55,10 @@ def test_concurrent_requests_all_exported_and_tiled():
     assert instr.flush()
     instr.shutdown()
     spans = exporter.get_finished_spans()
-    roots = {s.context.span_id: s for s in spans if s.name == A.SPAN_REQUEST}
+    roots = {s.context.span_id: s for s in spans if s.kind is SpanKind.SERVER}
     assert len(roots) == per_thread * threads
     totals = dict.fromkeys(roots, 0)
     for span in spans:
-        if span.name != A.SPAN_REQUEST:
+        if span.kind is not SpanKind.SERVER:
             totals[span.parent.span_id] += span.end_time - span.start_time
     assert all(totals[sid] == root.end_time - root.start_time for sid, root in roots.items())

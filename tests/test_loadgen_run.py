@@ -98,7 +98,7 @@ def test_client_spans(server):
     u = result.unix0
     for rec in result.records:
         span = spans[rec.span_id]
-        assert span.name == C.SPAN_CLIENT_REQUEST == "llm.client.request"
+        assert span.name == "text_completion stub"  # {gen_ai.operation.name} {gen_ai.request.model}
         assert span.kind is SpanKind.CLIENT and span.parent is None
         assert span.context.trace_id == rec.trace_id
         assert span.instrumentation_scope.name == "budgetscope"
@@ -114,6 +114,14 @@ def test_client_spans(server):
         assert attrs["gen_ai.request.model"] == "stub"
         assert span.status.status_code is StatusCode.UNSET
     tracer.shutdown()
+
+
+def test_unsampled_requests_carry_flags_00(server):
+    """sweep's pre-flight: a server that follows its parent's sampling records no span of these."""
+    run_load(plan_of(3), Target(server.url), sampled=False)
+    assert [parse_traceparent(h["traceparent"]).flags for _, h, _ in server.received] == [0, 0, 0]
+    run_load(plan_of(1), Target(server.url))
+    assert parse_traceparent(server.received[-1][1]["traceparent"]).flags == 1
 
 
 def test_non_200_is_recorded_not_raised(server):
@@ -214,7 +222,7 @@ def test_cli_end_to_end(server, tmp_path):
     lines = spans.read_bytes().splitlines()
     names = [s["name"] for line in lines for rs in orjson.loads(line)["resourceSpans"]
              for ss in rs["scopeSpans"] for s in ss["spans"]]
-    assert names == ["llm.client.request"] * 20
+    assert names == ["text_completion stub"] * 20
 
 
 def test_cli_json_summary(server):

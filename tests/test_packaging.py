@@ -37,7 +37,7 @@ def test_installed_copy_wins_over_the_tree(monkeypatch, tmp_path):
 def test_a_file_missing_everywhere_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(shipped.resources, "files", lambda package: tmp_path)
     monkeypatch.setitem(shipped._IN_TREE, "dashboards", tmp_path / "nowhere")
-    r = CliRunner().invoke(main, ["dashboard", "-a", str(ROOT / "sample_traces" / "burst.duckdb")])
+    r = CliRunner().invoke(main, ["dashboard", "-a", str(ROOT / "sample_traces" / "burst")])
     assert r.exit_code == 2
     assert "missing from this installation of budgetscope; reinstall it" in r.output
     assert "source tree" not in r.output
@@ -95,7 +95,7 @@ def test_live_demo_without_torch_names_the_engine_extra(tmp_path):
 
 
 def test_dashboard_and_postmortem_without_the_dashboard_extra():
-    archive = str(ROOT / "sample_traces" / "burst.duckdb")
+    archive = str(ROOT / "sample_traces" / "burst")
     err = _one_line(_without(["streamlit"], "dashboard", "-a", archive))
     assert "the dashboard needs the 'dashboard' extra (streamlit is not installed)" in err
     err = _one_line(_without(["plotly"], "postmortem", "-a", archive, "--from", "0", "--to", "1", "--out", "x.html"))
@@ -109,3 +109,16 @@ def test_an_unrelated_missing_module_is_not_blamed_on_an_extra():
     assert extra_for(ModuleNotFoundError("no", name="opentelemetry.sdk.trace")) == "instrument"
     assert extra_for(ModuleNotFoundError("no", name="torchvision")) is None
     assert extra_for(ModuleNotFoundError("no", name="somethingelse")) is None
+
+
+def test_python_310_gets_tomli_and_nothing_imports_tomllib_unguarded():
+    """`requires-python >=3.10`, and tomllib is 3.11+: 3.10 reads TOML through tomli (the wheel check runs
+    `report`, `demo --offline` and the dashboard on 3.10 itself)."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["requires-python"] == ">=3.10"
+    assert "tomli>=2.0; python_version < '3.11'" in meta["dependencies"]
+    for path in [*(ROOT / "budgetscope").rglob("*.py"), *(ROOT / "dashboards").rglob("*.py")]:
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() == "import tomllib":
+                assert lines[i - 1].strip() == "if sys.version_info >= (3, 11):", path

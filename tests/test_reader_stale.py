@@ -22,7 +22,6 @@ from budgetscope.ingest.files import read_batches
 
 NOW = time.time_ns()
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "sample_traces" / "calm.duckdb"
 
 
 def _fill(root, tmp_path, arrivals) -> None:
@@ -52,9 +51,11 @@ def test_a_reader_knows_when_its_commit_is_gone(tmp_path, monkeypatch):
         with pytest.raises(duckdb.IOException):
             reader.con.execute("SELECT count(*) FROM requests").fetchall()
     assert rows(root, "SELECT count(*) FROM requests") == [(1,)]  # a new reader reads the last commit
-    with Archive(SAMPLE, read_only=True) as single:
+    single_file = tmp_path / "single.duckdb"
+    _fill(single_file, tmp_path, [NOW])
+    with Archive(single_file, read_only=True) as single:
         assert not single.stale()  # a single file is never replaced under its reader
-    assert last_commit(SAMPLE) == 0 and last_commit(tmp_path / "none") == 0
+    assert last_commit(single_file) == 0 and last_commit(tmp_path / "none") == 0
 
 
 def test_a_sharded_roots_last_commit_grows_with_any_shard(tmp_path):

@@ -71,8 +71,9 @@ class Sink:
                 a.ingest(read_batches(self.path))
         return rows(self.archive, sql)
 
-    def trace_ids(self, span_name: str) -> set[str]:
-        return {t for (t,) in self.rows(f"SELECT trace_id FROM spans WHERE name = '{span_name}'")}
+    def trace_ids(self, kind: str) -> set[str]:
+        """The traces with a span of `kind` (SERVER: a request's root, CLIENT: the load generator's span)."""
+        return {t for (t,) in self.rows(f"SELECT trace_id FROM spans WHERE kind = '{kind}'")}
 
     def close(self) -> None:
         if self.collector is not None:
@@ -149,7 +150,7 @@ def test_engine_serve_keeps_every_span_on_sigterm(sink, tmp_path):
     code, err = _terminate(proc)
     assert code == 0, err
     assert len(finished) == 12
-    assert finished <= sink.trace_ids("llm.request")
+    assert finished <= sink.trace_ids("SERVER")
 
 
 def test_engine_finishes_a_request_in_flight_at_sigterm_and_keeps_its_spans(tmp_path):
@@ -170,7 +171,7 @@ def test_engine_finishes_a_request_in_flight_at_sigterm_and_keeps_its_spans(tmp_
     _, err = proc.communicate(timeout=30)
     assert first.startswith(b"data: ") and rest.rstrip().endswith(b"data: [DONE]")
     assert proc.returncode == 0, err
-    assert trace_id in sink.trace_ids("llm.request")
+    assert trace_id in sink.trace_ids("SERVER")
 
 
 # -- a service instrumented with the decorators --------------------------------------------------------------------
@@ -243,7 +244,7 @@ def test_instrumented_service_keeps_every_span_on_sigterm_and_exits_0(sink, tmp_
     code, err = _terminate(proc)
     assert (code, err) == (0, "")
     assert len(finished) == 40
-    assert sink.trace_ids("llm.request") == finished
+    assert sink.trace_ids("SERVER") == finished
     assert sink.rows("SELECT count(*) FROM spans WHERE name = 'stage.decode'") == [(40,)]
 
 
@@ -253,7 +254,7 @@ def test_the_hosts_own_sigterm_handler_runs_after_the_flush_with_its_exit_code(t
     finished = _post_all(base, {"words": "x y"}, 10)
     code, err = _terminate(proc)
     assert code == 3, err
-    assert sink.trace_ids("llm.request") == finished
+    assert sink.trace_ids("SERVER") == finished
 
 
 def test_a_flush_that_cannot_finish_gives_up_in_time_and_says_what_was_dropped(tmp_path):
@@ -290,7 +291,7 @@ def _answer_some_then_hold(stub, at_least: int, skip: int = 0) -> set[str]:
     return {h["traceparent"].split("-")[1] for _, h, _ in stub.received[skip: answered[0]]}
 
 
-FINISHED_CLIENT_SPANS = ("SELECT trace_id FROM spans WHERE name = 'llm.client.request' "
+FINISHED_CLIENT_SPANS = ("SELECT trace_id FROM spans WHERE kind = 'CLIENT' "
                          "AND attributes->>'http.response.status_code' = '200' "
                          "AND attributes->>'gen_ai.usage.output_tokens' = '3'")
 

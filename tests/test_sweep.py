@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -56,9 +57,7 @@ def budgets(tmp_path) -> Path:
 def archive(tmp_path) -> Path:
     """An existing folder archive with something in it, which a refused sweep must leave as it was."""
     dest = tmp_path / "cap"
-    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "convert", str(ROOT / "sample_traces" / "calm.duckdb"),
-                        str(dest)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    shutil.copytree(ROOT / "sample_traces" / "calm", dest)
     return dest
 
 
@@ -183,6 +182,12 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     res = json.loads(r.stdout)
     low, high = res["points"]
     assert (low["rate_rps"], high["rate_rps"]) == (2.0, 48.0)
+    # the pre-flight's three requests went unsampled: the engine exported no span of them, so every server row
+    # has its client span (before, three server-only rows put the whole tier on server figures)
+    from conftest import rows
+
+    assert rows(cap, "SELECT count(*), count(*) FILTER (WHERE NOT has_client_span) FROM requests")[0][1] == 0
+    assert res["steps"][0]["tiers"][0]["metrics"]["ttft_ms"]["column"] == "client_ttft_ms"
     lo, hi = low["tiers"]["interactive"], high["tiers"]["interactive"]
     # the server's stages joined the client spans: the shares hold queue and prefill, not only "unaccounted"
     assert set(lo["ttft_shares"]) == {"network", "frontend", "queue", "prefill", "unaccounted"}

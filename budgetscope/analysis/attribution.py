@@ -52,3 +52,15 @@ def shares(tail_mean: dict[str, float], body_mean: dict[str, float]) -> Shares:
     dominant = ranked[0]
     verdict = "dominated" if sh[dominant] >= DOMINATED else "mixed"
     return Shares(sh, dominant, verdict, ranked[:2])
+
+
+def tail_label(attribution: dict | None) -> str:
+    """A report's attribution entry in a few words: the dominant stage (`queue`), `mixed (queue 50%, prefill 48%)`
+    when no stage holds half the tail's excess, or why there is none (`no tail`: the tail is no slower)."""
+    if not attribution or attribution.get("shares") is None:
+        return "no tail (no slower than the body)"
+    if attribution["verdict"] == "dominated":
+        return attribution["dominant"]
+    top = ", ".join(f"{s} {100 * attribution['shares'][s]:.0f}%" for s in attribution["top"])
+    return f"mixed ({top})"
+

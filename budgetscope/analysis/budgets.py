@@ -18,9 +18,14 @@ queue = 250
 from __future__ import annotations
 
 import math
-import tomllib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 has no tomllib; tomli is the same parser (a dependency on 3.10 only)
+    import tomli as tomllib
 
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 BUDGETABLE_STAGES = ("network", "frontend", "queue", "prefill", "decode", "postprocess")

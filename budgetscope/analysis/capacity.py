@@ -67,7 +67,7 @@ class Step:
 def sweep_runs(con) -> list[str]:
     """The sweep runs in the archive, oldest first."""
     rows = con.execute(f"""SELECT attributes->>'{RUN}' AS run, min(start_ns) FROM spans
-        WHERE name = 'llm.client.request' AND attributes->>'{RUN}' IS NOT NULL GROUP BY 1 ORDER BY 2""").fetchall()
+        WHERE source = 'client' AND attributes->>'{RUN}' IS NOT NULL GROUP BY 1 ORDER BY 2""").fetchall()
     return [r[0] for r in rows]
 
 
@@ -77,7 +77,7 @@ def sweep_steps(con, run: str) -> list[Step]:
           CAST(attributes->>'{REPEAT}' AS INTEGER), CAST(attributes->>'{RATE}' AS DOUBLE),
           CAST(attributes->>'{DURATION}' AS DOUBLE), min(start_ns), max(end_ns), count(*),
           min(attributes->>'url.full')
-        FROM spans WHERE name = 'llm.client.request' AND attributes->>'{RUN}' = ?
+        FROM spans WHERE source = 'client' AND attributes->>'{RUN}' = ?
         GROUP BY 1, 2, 3, 4 ORDER BY 1""", [run]).fetchall()
     return [Step(run, r[0], r[1] or 0, r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows]
 

@@ -8,21 +8,19 @@ from __future__ import annotations
 import textwrap
 from datetime import datetime, timezone
 
+from budgetscope.analysis.display import utc  # noqa: F401 - re-exported: the dashboard and postmortem use charts.utc
+
 STAGE_COLORS = {"network": "#8c564b", "frontend": "#9467bd", "queue": "#d62728", "prefill": "#ff7f0e",
                 "decode": "#1f77b4", "postprocess": "#2ca02c", "unaccounted": "#7f7f7f"}
 BREACH_FILL = "rgba(214, 39, 40, 0.13)"
+CATEGORY = "category"
+"""The type of every axis of labels (stages, lanes, buckets such as "1", "2-4", "unknown"): set explicitly, since
+plotly reads labels that look like numbers as a numeric axis and draws only those."""
 
 
 def _times(ns: list[int]) -> list[datetime]:
     """ns → naive UTC datetimes (plotly.js reads no zone offset in annotation and shape positions)."""
     return [datetime.fromtimestamp(t / 1e9, tz=timezone.utc).replace(tzinfo=None) for t in ns]
-
-
-def utc(ns: int | None) -> str:
-    """ns since the epoch → '2026-01-01 00:00:01.250 UTC'."""
-    if ns is None:
-        return "n/a"
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def timeline_figure(tl: dict, height_per_row: int = 170):
@@ -101,7 +99,8 @@ def breakdown_figure(a: dict, title: str):
         fig.add_bar(x=[tail, a["body_mean_ms"][stage]], y=[f"tail ({a['tail_size']})", f"body ({a['body_size']})"],
                     orientation="h", name=label, marker={"color": STAGE_COLORS.get(stage)})
     fig.update_layout(barmode="relative", title=title, xaxis_title="mean ms per request", height=260,
-                      margin={"l": 20, "r": 20, "t": 40, "b": 30}, legend={"orientation": "h", "y": -0.35})
+                      margin={"l": 20, "r": 20, "t": 40, "b": 30}, legend={"orientation": "h", "y": -0.35},
+                      yaxis={"type": CATEGORY})
     return fig
 
 
@@ -114,7 +113,7 @@ def shares_figure(a: dict, title: str):
                            marker={"color": [STAGE_COLORS.get(s) for s in stages]},
                            text=[f"{100 * a['shares'][s]:.0f}%" for s in stages], textposition="auto"))
     fig.update_layout(title=title, xaxis_tickformat=".0%", height=60 + 32 * len(stages),
-                      margin={"l": 20, "r": 20, "t": 40, "b": 30}, yaxis={"autorange": "reversed"})
+                      margin={"l": 20, "r": 20, "t": 40, "b": 30}, yaxis={"autorange": "reversed", "type": CATEGORY})
     return fig
 
 
@@ -128,7 +127,7 @@ def distribution_figure(d: dict):
     fig.add_bar(x=vals, y=[v["body_share"] for v in d["values"]], name="body", marker={"color": "#1f77b4"})
     dist = "n/a" if d["distance"] is None else f"{d['distance']:.2f}"
     fig.update_layout(barmode="group", title=f"{d['dimension']} (distance {dist})", yaxis_tickformat=".0%",
-                      height=260, margin={"l": 20, "r": 10, "t": 40, "b": 30}, legend={"orientation": "h", "y": -0.25})
+                      xaxis={"type": CATEGORY}, height=260, margin={"l": 20, "r": 10, "t": 40, "b": 30}, legend={"orientation": "h", "y": -0.25})
     return fig
 
 
@@ -155,7 +154,7 @@ def gantt_figure(view: dict):
                                [f"{t['side']} tokens" for t in view["tokens"]]))
     fig.update_layout(barmode="overlay", xaxis_title="ms since the request's first span", height=90 + 34 * len(lanes),
                       margin={"l": 20, "r": 20, "t": 20, "b": 40},
-                      yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]})
+                      yaxis={"type": CATEGORY, "categoryorder": "array", "categoryarray": lanes[::-1]})
     return fig
 
 

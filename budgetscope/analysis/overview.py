@@ -8,8 +8,8 @@ from budgetscope.analysis.verdict import LABEL, STAGE_WORD, ms
 
 NO_REQUESTS = ("the archive holds no requests yet: ingest traces (`budgetscope ingest`) or point a collector "
                "(`budgetscope collect`) at it")
-NO_CLIENT_SPANS = ("no request has a client span (`llm.client.request`, or an OpenTelemetry HTTP client span "
-                   "parent of the server span): network time and client-side figures are "
+NO_CLIENT_SPANS = ("no request has a client span (kind CLIENT, parent of the server root: budgetscope's own, or an "
+                   "OpenTelemetry HTTP client span): network time and client-side figures are "
                    "unknown, and server-side figures are used — run the load generator with `--spans otlp`, or "
                    "instrument the client")
 SOME_CLIENT_SPANS = ("{missing:,} of {n:,} requests have no client span: a tier uses client figures only when "

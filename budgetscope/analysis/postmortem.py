@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from budgetscope.analysis import charts, timeline
+from budgetscope.analysis import charts, display, timeline
 from budgetscope.analysis.budgets import Budgets, TierBudget
 from budgetscope.analysis.overview import headline, overview
 from budgetscope.analysis.report import build_report
@@ -52,8 +52,7 @@ def _windows_table(tl: dict) -> str:
     rows = []
     for w in tl["breach_windows"]:
         peaks = "; ".join(f"{LABEL[m]} {ms(v)}" for m, v in w["peaks"].items())
-        moved = "; ".join(f"{k} {v['inside']:.3g} vs {v['outside']:.3g}" for k, v in w["moved"].items()
-                          if v["inside"] is not None and v["outside"] is not None)
+        moved = display.moved(w["moved"])
         rows.append(f"<tr><td>{charts.utc(w['start_ns'])}</td><td>{charts.utc(w['end_ns'])}</td>"
                     f"<td>{html.escape(peaks)}</td><td>{html.escape(moved)}</td></tr>")
     return ("<table><tr><th>from</th><th>to</th><th>peak</th><th>what moved (inside vs outside)</th></tr>"

@@ -40,7 +40,7 @@ SPANS = Table(
         C("trace_id", "VARCHAR", "W3C trace id, 32 lowercase hex digits"),
         C("span_id", "VARCHAR", "span id, 16 lowercase hex digits"),
         C("parent_span_id", "VARCHAR", "parent span id (hex), NULL for a root span"),
-        C("name", "VARCHAR", "span name, e.g. `llm.request`, `stage.queue`, `llm_request`"),
+        C("name", "VARCHAR", "span name, e.g. `chat llama-3-8b` (a request: `{operation} {model}`), `stage.queue`, `llm_request`"),
         C("kind", "VARCHAR", "SERVER, CLIENT, INTERNAL, PRODUCER, CONSUMER or UNSPECIFIED"),
         C("start_ns", "BIGINT", "start time, ns since the Unix epoch"),
         C("end_ns", "BIGINT", "end time, ns since the Unix epoch"),
@@ -100,8 +100,8 @@ REQUESTS = Table(
         C("tpot_ms", "DOUBLE", "decode_ms / (output_tokens − 1), ms; NaN for one token"),
         C("itl_ms", "DOUBLE[]", "server inter-token gaps, ms, when the source records them"),
         C("queue_entries", "INTEGER", "number of queue spans (> 1 means re-queued after preemption)"),
-        C("has_client_span", "BOOLEAN", "a client span (`llm.client.request`, or an OpenTelemetry HTTP client span) is "
-          "the parent of the server root"),
+        C("has_client_span", "BOOLEAN", "a client span (`{operation} {model}` or `llm.client.request` of kind CLIENT, "
+          "or an OpenTelemetry HTTP client span) is the parent of the server root"),
         C("client_span_id", "VARCHAR", "span id of the client span"),
         C("client_scheduled_ns", "BIGINT", "when the open-loop plan meant to send it, ns"),
         C("client_sent_ns", "BIGINT", "when the client sent it, ns (client clock)"),

@@ -73,7 +73,8 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
     land as GPU samples in `gpu_samples`. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when too many bytes are pending
     the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
     lands everything already accepted, prints a summary and exits (stopped while the disk is full, it says how
-    many acknowledged batches wait in the spool for the next writer).
+    many acknowledged batches wait in the spool for the next writer). GET /metrics on the HTTP port serves the
+    collector's own figures (received, landed, rejected, refused, pending bytes, commit lag) in Prometheus text.
 
     Beyond this machine (--host 0.0.0.0): --tls-cert/--tls-key and a bearer token (--auth-token-file, or
     $BUDGETSCOPE_COLLECT_TOKEN), which OTLP exporters send with

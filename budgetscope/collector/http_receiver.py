@@ -28,12 +28,14 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import orjson
 
 from budgetscope.auth import bearer_ok
+from budgetscope.collector import self_metrics
 from budgetscope.collector import status as st
 from budgetscope.collector.pending import Hold, Outcome, PendingQueue
 
@@ -289,6 +291,8 @@ class _Connection:
 
     async def _dispatch(self, method: str, path: str, headers: dict[str, str]) -> bool:
         r = self.receiver
+        if method == "GET" and path == self_metrics.METRICS_PATH and r.self_metrics is not None:
+            return self._self_metrics(headers)
         fmt = FORMATS.get(headers.get("content-type", "").split(";")[0].strip().lower())
         if (method, path) == ("GET", STATUS_PATH) and r.status is not None:
             return await self._status(headers)
@@ -372,6 +376,16 @@ class _Connection:
             if reserved:
                 r.queue.release(reserved)
 
+    def _self_metrics(self, headers: dict[str, str]) -> bool:
+        """The collector's own figures in Prometheus text (behind the bearer token too, when one is set)."""
+        if not bearer_ok(headers.get("authorization"), self.receiver.token):
+            return self._error(401, "otlp-proto", "missing or wrong bearer token (Authorization: Bearer …)",
+                               close=True)
+        body = self.receiver.self_metrics()
+        self.writer.write((f"HTTP/1.1 200 OK\r\nServer: budgetscope-collector\r\nContent-Type: "
+                           f"{self_metrics.CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+        return True
+
     # -- answering ---------------------------------------------------------------------------------------------
     def _outcome(self, outcome: Outcome, fmt: str, error: str, close: bool = False) -> bool:
         if outcome is Outcome.LANDED:
@@ -420,13 +434,15 @@ def error_response(status: int, fmt: str, message: str, retry_after_s: float, cl
 
 class OtlpHttpReceiver:
     """Serves OTLP/HTTP on (host, port) on its own thread (one asyncio loop); port 0 picks a free port (see
-    `.port`). `ssl_context`: serve HTTPS. `token`: every request must carry `Authorization: Bearer <token>`."""
+    `.port`). `ssl_context`: serve HTTPS. `token`: every request must carry `Authorization: Bearer <token>`.
+    `self_metrics`: what `GET /metrics` answers (None: 404)."""
 
     def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
                  metrics: bool = False, *, max_connections: int = 512, ssl_context: ssl.SSLContext | None = None,
-                 token: str | None = None, status=None):
+                 token: str | None = None, status=None, self_metrics: Callable[[], bytes] | None = None):
         self.queue = queue
         self.status = status  # a callable returning the JSON-able document of GET /status; None: not served
+        self.self_metrics = self_metrics  # GET /metrics: the collector's own figures (Prometheus text)
         self.paths = (TRACES_PATH, METRICS_PATH) if metrics else (TRACES_PATH,)  # metrics: GPU samples, opt-in
         self.max_message_bytes = max_message_bytes
         self.retry_after_s = retry_after_s

@@ -198,7 +198,8 @@ class Collector:
                 http_receiver = OtlpHttpReceiver(cfg.host, cfg.http_port, self._queue, cfg.max_message_bytes,
                                                  cfg.retry_after_s, metrics=cfg.metrics,
                                                  max_connections=cfg.max_connections,
-                                                 ssl_context=ssl_context, token=cfg.auth_token, status=self.status)
+                                                 ssl_context=ssl_context, token=cfg.auth_token, status=self.status,
+                                                 self_metrics=self._self_metrics)
             except OSError as e:
                 raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
                                      f"({bind_failure(e)})") from None
@@ -220,6 +221,13 @@ class Collector:
                 r.close(timeout_s=5.0)
             self._state = "stopped"
         return self.stats
+
+    def _self_metrics(self) -> bytes:
+        """`GET /metrics`: this collector's figures in Prometheus text."""
+        from budgetscope.collector.self_metrics import render
+
+        refused = sum(getattr(r, "num_refused_connections", 0) for r in self._receivers)
+        return render(self.stats, self._queue.pending_bytes, self._queue.max_pending_bytes, refused)
 
     @property
     def stats(self) -> CollectorStats:

@@ -43,6 +43,7 @@ class CollectorStats:
     requests_derived: int = 0  # `requests` rows (re)derived
     ingests: int = 0  # Archive.ingest calls (groups)
     ingest_ns: int = 0  # time spent inside them
+    last_commit_ns: int = 0  # monotonic ns of the archive's last commit (spans landed or requests derived)
     started_ns: int = field(default_factory=time.monotonic_ns)
 
     def summary(self) -> str:
@@ -74,6 +75,7 @@ class CollectorStats:
         if landed:
             self.batches_landed += rep.batches_landed
             self.spans += rep.spans_inserted
+        self.last_commit_ns = time.monotonic_ns()
 
 
 DERIVE_EVERY_S = 1.0
@@ -302,6 +304,7 @@ class ArchiveWriter:
         self._sync_counts(self._archive)
         with self._lock:
             self.stats.requests_derived += n
+            self.stats.last_commit_ns = time.monotonic_ns()
 
     def _land_deferred(self) -> None:
         if not getattr(self._archive, "deferred_spans", 0):

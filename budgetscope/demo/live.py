@@ -36,6 +36,7 @@ class ScenarioRun:
     report: dict
     load_summary: str
     dominant: str | None  # dominant stage of the interactive tier's `scenario.metric` tail
+    tail: str  # the same in words: the dominant stage, or `mixed (queue 50%, prefill 48%)`
     seconds: float
 
 
@@ -100,6 +101,7 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
     """Run one scenario for `duration_s` of load; return its report (archive at out/<name>/).
 
     `model`: the engine's named config (`tiny` everywhere; `1b` on a GPU)."""
+    from budgetscope.analysis.attribution import tail_label
     from budgetscope.analysis.report import build_report
     from budgetscope.archive.archive import Archive
     from budgetscope.collector import Collector
@@ -147,4 +149,5 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
         report = build_report(a.con, budgets)
     tier = next((t for t in report["tiers"] if t["name"] == "interactive"), report["tiers"][0])
     attribution = tier["attribution"].get(sc.metric) or {}
-    return ScenarioRun(sc, archive, report, load.stdout, attribution.get("dominant"), time.perf_counter() - t0)
+    return ScenarioRun(sc, archive, report, load.stdout, attribution.get("dominant"), tail_label(attribution),
+                       time.perf_counter() - t0)

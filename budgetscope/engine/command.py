@@ -98,6 +98,9 @@ def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"budgetscope engine: {llm.model_name} on http://{host}:{port}", err=True)
+    if instrument and not telemetry.is_exporting:
+        click.echo("budgetscope engine: spans go nowhere (set OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER "
+                   "or --exporter)", err=True)
     if warning := exposure_warning(host, bool(api_key), False, "set --api-key or $BUDGETSCOPE_API_KEY"):
         click.echo(f"budgetscope engine: {warning}", err=True)
     run_server(llm, host=host, port=port, log_level=log_level.lower(), api_key=api_key or None)

@@ -23,6 +23,7 @@ from budgetscope.engine.scheduler import Scheduler
 from budgetscope.engine.sequence import Sequence
 from budgetscope.engine.telemetry import NULL_TRACE, Telemetry
 from budgetscope.engine.tokenizer import load_tokenizer
+from budgetscope.instrument import attributes as A
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +189,18 @@ class LLMEngine:
     def finish_trace(self, seq: Sequence, outcome: str | None = None) -> None:
         """End seq's request trace and count it in the metrics (once the response is complete)."""
         outcome = outcome or seq.outcome or "ok"
+        self._response_attributes(seq)
         seq.trace.finish(outcome=outcome, input_tokens=seq.num_prompt_tokens,
                          output_tokens=seq.num_output_tokens, cached_tokens=seq.num_cached_tokens)
         self.metrics.observe_finish(outcome, seq.arrival_ns, time.time_ns(), seq.num_prompt_tokens, seq.num_cached_tokens)
+
+
+    def _response_attributes(self, seq: Sequence) -> None:
+        """The GenAI request/response attributes only the engine knows: max tokens, finish reason, model."""
+        seq.trace.set(A.GEN_AI_REQUEST_MAX_TOKENS, seq.params.max_tokens)
+        seq.trace.set(A.GEN_AI_RESPONSE_MODEL, self.model_name)
+        if seq.finish_reason is not None:
+            seq.trace.set(A.GEN_AI_RESPONSE_FINISH_REASONS, [seq.finish_reason])
 
 
 def _dtype(name: str, device: torch.device) -> torch.dtype:

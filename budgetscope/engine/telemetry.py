@@ -20,6 +20,9 @@ class NullTrace:
     def token(self) -> None:
         pass
 
+    def set(self, key: str, value: Any) -> None:
+        pass
+
     def finish(self, **_: Any) -> None:
         pass
 
@@ -51,6 +54,11 @@ class Telemetry:
             log.warning("budgetscope.instrument unavailable (%s); running without instrumentation", exc)
             return cls(None)
         return cls(Instrumentation(service_name=service_name, exporter=exporter, enabled=True))
+
+    @property
+    def is_exporting(self) -> bool:
+        """Whether spans leave the process (an exporter is configured)."""
+        return self.enabled and bool(getattr(self.instrumentation, "is_exporting", False))
 
     def start_request(self, **fields: Any) -> Any:
         """A request trace started now (server receive); NULL_TRACE when off."""

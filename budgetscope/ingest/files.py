@@ -1,13 +1,18 @@
-"""Read trace files as a stream of `RawBatch`es: OTLP JSON lines, one OTLP JSON document, or OTLP protobuf.
+"""Read trace files as a stream of `RawBatch`es: OTLP JSON lines, one OTLP JSON document, or OTLP protobuf, each
+possibly gzip- or zstd-compressed (told by the file's first bytes, not its name).
 
 OTLP metrics exports (GPU samples) are told apart per batch (`resourceMetrics`) and routed to `gpu_samples`."""
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+import sys
+import zlib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from budgetscope.archive.duckdb_archive import RawBatch
 from budgetscope.archive.errors import ArchiveError
@@ -15,6 +20,74 @@ from budgetscope.ingest import otlp_metrics
 from budgetscope.ingest.otlp_proto import split_messages
 
 PROTO_SUFFIXES = (".pb", ".binpb", ".proto", ".protobuf", ".otlp")
+COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+ZSTD_HINT = "pip install 'budgetscope[zstd]'"
+
+
+def compression(path: Path) -> str | None:
+    """`gzip`, `zstd` or None (not compressed), from the file's magic bytes."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    return "zstd" if head == ZSTD_MAGIC else None
+
+
+def _zstd_reader(raw: BinaryIO, path: Path) -> tuple[BinaryIO, type[Exception]]:
+    """A decompressing reader over `raw` and the error a bad stream raises: the standard library's zstd (Python
+    3.14+), else `zstandard` (the `zstd` extra)."""
+    if sys.version_info >= (3, 14):
+        from compression import zstd
+
+        return zstd.ZstdFile(raw), zstd.ZstdError
+    try:
+        import zstandard
+    except ImportError:
+        raise ArchiveError(f"{path} is zstd-compressed; reading it needs zstandard: {ZSTD_HINT}") from None
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)), zstandard.ZstdError
+
+
+@contextmanager
+def open_trace_file(path: Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """(stream of the file's bytes, decompressed when compressed; the file itself, for progress by `tell()`).
+    A compressed stream that is cut short or corrupt raises ArchiveError naming the file."""
+    import gzip
+
+    kind = compression(path)
+    with open(path, "rb") as raw:
+        if kind is None:
+            yield raw, raw
+            return
+        if kind == "gzip":
+            stream, bad = gzip.GzipFile(fileobj=raw), zlib.error
+        else:
+            stream, bad = _zstd_reader(raw, path)
+        try:
+            yield stream, raw
+        except (OSError, EOFError, bad) as e:
+            raise ArchiveError(f"{path}: not a whole {kind} stream ({e})") from None
+
+
+def check(path: str | os.PathLike) -> None:
+    """Raise ArchiveError (one line, naming the file) unless a compressed file decompresses whole: run before
+    anything is written, so that a cut-off `.gz` leaves no half-landed file behind. Costs one decompression
+    pass (about 0.3 s per 100 MB of gzip here); uncompressed files are not read."""
+    p = Path(path)
+    if compression(p) is None:
+        return
+    with open_trace_file(p) as (f, _):
+        while f.read(1 << 20):
+            pass
+
+
+def _name_suffix(path: Path) -> str:
+    """The suffix that names the format: `.pb` for `traces.pb.gz`."""
+    suffixes = [x.lower() for x in path.suffixes]
+    while suffixes and suffixes[-1] in COMPRESSED_SUFFIXES:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -49,16 +122,16 @@ def sniff(path: Path) -> str:
     """
     import orjson
 
-    if path.suffix.lower() in PROTO_SUFFIXES:
+    if _name_suffix(path) in PROTO_SUFFIXES:
         return "proto"
-    with open(path, "rb") as f:
+    with open_trace_file(path) as (f, _):
         head = f.read(1 << 16)
         try:
             head.decode("utf-8")
         except UnicodeDecodeError as e:
             if e.start < len(head) - 4:  # not just a character cut at the end of the head
                 return "proto"
-        f.seek(0)
+    with open_trace_file(path) as (f, _):
         seen = 0
         for line in f:
             line = line.strip()
@@ -88,29 +161,24 @@ def read_batches(path: str | os.PathLike, tracker=None) -> Iterator[RawBatch]:
         raise ArchiveError(f"no trace file at {p}")
     kind = sniff(p)
     origin = str(p)
-    if kind == "proto":
-        data = p.read_bytes()
-        msgs = split_messages(data)
-        fmt = otlp_metrics.PROTO if msgs and otlp_metrics.is_metrics_proto(msgs[0]) else "otlp-proto"
-        for i, m in enumerate(msgs, start=1):
-            yield RawBatch(m, fmt, origin, f"message {i}" if len(msgs) > 1 else "document")
+    with open_trace_file(p) as (f, raw):
+        if kind == "proto":
+            data = f.read()
+            msgs = split_messages(data)
+            fmt = otlp_metrics.PROTO if msgs and otlp_metrics.is_metrics_proto(msgs[0]) else "otlp-proto"
+            for i, m in enumerate(msgs, start=1):
+                yield RawBatch(m, fmt, origin, f"message {i}" if len(msgs) > 1 else "document")
+        elif kind == "json":
+            data = f.read()
+            yield RawBatch(data, _json_format(data), origin, "document")
+        else:
+            for n, line, _ in _lines(f):
+                if not _blank(line):
+                    yield RawBatch(line, _json_format(line), origin, f"line {n}")
+                if tracker and n % 256 == 0:
+                    tracker(raw.tell())  # bytes of the file itself, compressed or not: the progress bar's total
         if tracker:
-            tracker(len(data))
-        return
-    if kind == "json":
-        data = p.read_bytes()
-        yield RawBatch(data, _json_format(data), origin, "document")
-        if tracker:
-            tracker(len(data))
-        return
-    with open(p, "rb") as f:
-        for n, line, done in _lines(f):
-            if not _blank(line):
-                yield RawBatch(line, _json_format(line), origin, f"line {n}")
-            if tracker and n % 256 == 0:
-                tracker(done)
-        if tracker:
-            tracker(f.tell())
+            tracker(raw.tell())
 
 
 READ_BLOCK = 8 << 20

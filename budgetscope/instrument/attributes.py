@@ -7,8 +7,14 @@ GenAI semantic conventions where one exists, `budgetscope.*` otherwise.
 SCOPE_NAME = "budgetscope"
 """Instrumentation scope of every span budgetscope emits."""
 
-# Span names (low cardinality: never a request id in a span name).
+# Span names (low cardinality: never a request id in a span name). The request spans are named as the GenAI
+# semantic conventions ask, `{gen_ai.operation.name} {gen_ai.request.model}` (open-telemetry/semantic-conventions,
+# docs/gen-ai/gen-ai-spans.md at a064dcca28053f4406d5dc65895e89c523171ca4, "Inference"), e.g. `chat llama-3-8b`;
+# the names before that, `llm.request` and `llm.client.request`, are still read everywhere.
 SPAN_REQUEST = "llm.request"
+"""The server root's name before the GenAI convention, and its name when the request has no operation."""
+SPAN_CLIENT_REQUEST = "llm.client.request"
+"""The client span's name before the GenAI convention."""
 SPAN_STAGE_PREFIX = "stage."
 SPAN_ENGINE_STEP = "engine.step"
 
@@ -21,6 +27,10 @@ GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+"""String array, one reason a choice (`stop`, `length`, …)."""
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 ERROR_TYPE = "error.type"
 TIER = "budgetscope.tier"
 TENANT = "budgetscope.tenant"
@@ -79,3 +89,11 @@ REQUEST_OWNED_KEYS = {
 def stage_span_name(stage: str) -> str:
     """The span name of a stage: `stage.<stage>`."""
     return SPAN_STAGE_PREFIX + stage
+
+
+def request_span_name(operation: str | None, model: str | None, fallback: str = SPAN_REQUEST) -> str:
+    """The GenAI span name `{gen_ai.operation.name} {gen_ai.request.model}` of a request span; the operation alone
+    without a model, and `fallback` (the old name) without an operation."""
+    if not operation:
+        return fallback
+    return f"{operation} {model}" if model else operation

@@ -1,4 +1,4 @@
-"""Client spans: `llm.client.request` (kind CLIENT) for a load generator or any client of an LLM server.
+"""Client spans: `{operation} {model}` (formerly `llm.client.request`; kind CLIENT) for a load generator or any client of an LLM server.
 
     tracer = ClientTracer(service_name="budgetscope-loadgen", exporter="jsonl:client.jsonl")
     trace_id, span_id = new_client_ids()
@@ -28,13 +28,14 @@ from budgetscope.instrument.attributes import (
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
     SCOPE_NAME,
+    SPAN_CLIENT_REQUEST,
     TENANT,
     TIER,
+    request_span_name,
 )
 from budgetscope.instrument.exporters import resolve_exporter
 from budgetscope.instrument.traceparent import new_span_id, new_trace_id
 
-SPAN_CLIENT_REQUEST = "llm.client.request"
 CLIENT_SCHEDULED_UNIX_NANO = "budgetscope.client.scheduled_unix_nano"
 """Int: Unix-epoch ns at which the open-loop plan meant to send the request (the span starts at the real send)."""
 CLIENT_FIRST_TOKEN_UNIX_NANO = "budgetscope.client.first_token_unix_nano"
@@ -84,7 +85,7 @@ def new_client_ids() -> tuple[int, int]:
 class ClientTracer:
     """Exports `llm.client.request` spans built from `ClientRequest` records, off the caller's thread.
 
-    `exporter`: None (from `OTEL_TRACES_EXPORTER`; unset means nothing), "otlp", "console", "jsonl:<path>",
+    `exporter`: None (`OTEL_TRACES_EXPORTER`; unset: `otlp` when an OTLP endpoint is set, else nothing), "otlp", "console", "jsonl:<path>",
     or a SpanExporter instance - the same specs as `Instrumentation`. `enabled=False` or no exporter makes
     `record` a no-op.
     """
@@ -129,7 +130,7 @@ class ClientTracer:
 
 
 class ClientSpanBuilder:
-    """`ClientRequest` -> one `llm.client.request` ReadableSpan (runs in the export thread)."""
+    """`ClientRequest` -> one client span (`{operation} {model}`) ReadableSpan (runs in the export thread)."""
 
     def __init__(self, resource: Any) -> None:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -149,7 +150,7 @@ class ClientSpanBuilder:
             status = Status(StatusCode.ERROR, rec.error_type or f"HTTP {rec.status_code}")
         context = SpanContext(rec.trace_id, rec.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
         return [ReadableSpan(
-            name=SPAN_CLIENT_REQUEST, context=context, parent=None, resource=self.resource,
+            name=request_span_name(rec.operation, rec.model, SPAN_CLIENT_REQUEST), context=context, parent=None, resource=self.resource,
             attributes=client_attributes(rec), kind=SpanKind.CLIENT, status=status,
             start_time=rec.start_ns, end_time=max(rec.end_ns, rec.start_ns), instrumentation_scope=self.scope,
         )]

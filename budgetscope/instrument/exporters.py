@@ -1,6 +1,7 @@
 """Which span exporter an `Instrumentation` uses: from its `exporter` argument or the `OTEL_*` variables.
 
-Specs: None (read `OTEL_TRACES_EXPORTER`; unset means "none"), "none", "otlp" (OTLP over the protocol of
+Specs: None (read `OTEL_TRACES_EXPORTER`; unset means OpenTelemetry's default "otlp" when an OTLP endpoint is
+set, else "none": `default_traces_exporter`), "none", "otlp" (OTLP over the protocol of
 `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`: http/protobuf by default, grpc, or
 http/json; endpoint, headers, timeout and compression come from the usual `OTEL_EXPORTER_OTLP_*` variables, read
 by the OpenTelemetry exporters themselves, or by `budgetscope.instrument.http_json` for http/json), "console",
@@ -26,13 +27,26 @@ def sdk_disabled() -> bool:
     return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def default_traces_exporter() -> str:
+    """The exporter spec when none is given: `OTEL_TRACES_EXPORTER`, else OpenTelemetry's default `otlp` when an
+    OTLP endpoint variable is set, else `none`. The SDK's default is `otlp` even without an endpoint; budgetscope
+    sends nothing until an endpoint says where, so that a service importing it never retries against a
+    localhost:4318 that nobody asked for."""
+    if spec := os.environ.get("OTEL_TRACES_EXPORTER", "").strip():
+        return spec
+    return "otlp" if any(os.environ.get(v, "").strip() for v in ENDPOINT_VARIABLES) else "none"
+
+
 def resolve_exporter(spec: Any) -> Any | None:
     """The SpanExporter for `spec`, or None when nothing is to be exported (also when `OTEL_SDK_DISABLED` is
     true). ValueError on a bad spec."""
     if sdk_disabled():
         return None
     if spec is None:
-        spec = os.environ.get("OTEL_TRACES_EXPORTER", "none")
+        spec = default_traces_exporter()
     if not isinstance(spec, str):
         if not (callable(getattr(spec, "export", None)) and callable(getattr(spec, "shutdown", None))):
             raise TypeError(f"exporter must be a spec string or a SpanExporter, got {spec!r}")

@@ -53,7 +53,7 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
     stop_after = parse_every(duration) if duration else None
     sampler = GpuSampler(every_s=period, sink=out or "otlp")
     if not sampler.open():
-        click.echo(sampler.unavailable, err=True)
+        click.echo(f"budgetscope: {sampler.unavailable}", err=True)
         raise SystemExit(2)
     if sampler.unavailable:
         click.echo(sampler.unavailable, err=True)

@@ -16,13 +16,13 @@ from budgetscope.instrument.exporters import resolve_exporter, sdk_disabled
 from budgetscope.instrument.noop_request import NOOP_REQUEST, NoopRequestTrace
 from budgetscope.instrument.records import EngineStep
 from budgetscope.instrument.request_trace import RequestTrace
-from budgetscope.instrument.traceparent import parse_traceparent
+from budgetscope.instrument.traceparent import SAMPLED, parse_traceparent
 
 
 class Instrumentation:
     """Request and engine-step tracing for one service, exported per the span contract of docs/design.md.
 
-    `exporter`: None (from `OTEL_TRACES_EXPORTER`; unset or "none" exports nothing), "otlp", "console",
+    `exporter`: None (`OTEL_TRACES_EXPORTER`; unset: "otlp" when an OTLP endpoint is set, else nothing), "otlp", "console",
     "jsonl:<path>", or a SpanExporter instance (e.g. InMemorySpanExporter). `enabled=False` makes every
     call a near-free no-op, and so does `OTEL_SDK_DISABLED=true`. `provider_name` is the root span's
     `gen_ai.provider.name` (your serving system: `vllm`, `sglang`, …; None leaves it out).
@@ -82,14 +82,17 @@ class Instrumentation:
         """Start a request now (server receive; the `frontend` stage starts here) and make it current.
 
         `traceparent`: the incoming W3C header; the root span joins that trace as a child of its span (an
-        invalid header starts a new trace). `request_id` becomes `gen_ai.response.id` (the root span id
+        invalid header starts a new trace). A parent whose sampled flag is off (`-00`) is followed, as the
+        OpenTelemetry SDK's default `parentbased_always_on` sampler does: the request is recorded but exports
+        no span (how `sweep` keeps its pre-flight requests out of the archive). `request_id` becomes `gen_ai.response.id` (the root span id
         when None). Disabled: returns the shared no-op request.
         """
         if not self.enabled:
             return NOOP_REQUEST
+        parent = parse_traceparent(traceparent) if traceparent else None
+        sampled = parent is None or bool(parent.flags & SAMPLED)
         req = RequestTrace(
-            self._submit, model=model, tier=tier, tenant=tenant,
-            parent=parse_traceparent(traceparent) if traceparent else None,
+            self._submit if sampled else None, model=model, tier=tier, tenant=tenant, parent=parent,
             request_id=request_id, operation=operation,
         )
         _current.set(req)

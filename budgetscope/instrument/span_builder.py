@@ -40,7 +40,7 @@ class SpanBuilder:
         return [self.step_span(record)]
 
     def request_spans(self, rec: FinishedRequest) -> list[ReadableSpan]:
-        """Root `llm.request` (SERVER) then one `stage.<stage>` (INTERNAL) per stage segment, in time order.
+        """Root `{operation} {model}` (SERVER) then one `stage.<stage>` (INTERNAL) per stage segment, in time order.
 
         The segments tile [receive, finish]: each stage span ends where the next begins.
         """
@@ -56,7 +56,7 @@ class SpanBuilder:
             status = Status(StatusCode.ERROR, rec.error_type or rec.outcome)
         spans = [
             ReadableSpan(
-                name=A.SPAN_REQUEST, context=root_ctx, parent=parent, resource=self.resource,
+                name=A.request_span_name(rec.operation, rec.model), context=root_ctx, parent=parent, resource=self.resource,
                 attributes={**self.provider, **_root_attributes(rec, unix0)}, kind=SpanKind.SERVER, status=status,
                 start_time=unix0 + start, end_time=unix0 + end, instrumentation_scope=self.scope,
             )

@@ -76,7 +76,7 @@ class _Progress:
               help="Extra request header 'Name: value' (repeatable). OPENAI_API_KEY, when set, is sent as "
                    "'Authorization: Bearer …' unless a header gives Authorization.")
 @click.option("--spans", help="Client span exporter: otlp | jsonl:<path> | console | none "
-                              "(default: OTEL_TRACES_EXPORTER, unset means none).")
+                              "(default: OTEL_TRACES_EXPORTER; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else none).")
 @click.option("--service-name", default="budgetscope-loadgen", show_default=True, help="service.name of client spans.")
 @click.option("--out", "out_path", type=click.Path(), help="Write per-request records and the summary as JSON.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,

@@ -15,7 +15,7 @@ import time
 from typing import Callable
 
 from budgetscope.instrument.client import ClientRequest, ClientTracer
-from budgetscope.instrument.traceparent import format_traceparent, new_span_id, new_trace_id
+from budgetscope.instrument.traceparent import SAMPLED, format_traceparent, new_span_id, new_trace_id
 from budgetscope.loadgen.errors import LoadgenError
 from budgetscope.loadgen.http_connection import HttpConnection
 from budgetscope.loadgen.plan import Plan
@@ -43,11 +43,14 @@ class LoadRunner:
     a loop whose timers are coarse (the default asyncio loop sleeps in whole ms); `run_load` makes a loop
     with precise timers (see event_loop.py), so the default is 0.
     `on_progress`: called about twice a second with the runner (for a live display).
+    `sampled=False`: the traceparent's sampled flag is off (`-00`), so that servers that follow their parent's
+    sampling export no span of these requests (sweep's pre-flight).
     """
 
     def __init__(self, plan: Plan, target: Target, *, concurrency: int | None = None, connections: int | None = None,
                  tracer: ClientTracer | None = None, timeout_s: float = 300.0, prompts: Prompts | None = None,
-                 spin_us: int = 0, on_progress: Callable[[LoadRunner], None] | None = None) -> None:
+                 spin_us: int = 0, on_progress: Callable[[LoadRunner], None] | None = None,
+                 sampled: bool = True) -> None:
         if concurrency is not None and concurrency < 1:
             raise LoadgenError(f"concurrency must be >= 1, got {concurrency}")
         self.plan = plan
@@ -55,6 +58,7 @@ class LoadRunner:
         self.concurrency = concurrency
         self.num_connections = connections if connections is not None else min(concurrency or 8, 256)
         self.tracer = tracer
+        self.trace_flags = SAMPLED if sampled else 0  # unsampled: servers that follow the parent record no spans
         self.timeout_s = timeout_s
         self.prompts = prompts or Prompts(plan.seed)
         self.spin_ns = spin_us * 1000
@@ -138,7 +142,8 @@ class LoadRunner:
                                              req.prefix_tokens)
             rec.trace_id, rec.span_id = new_trace_id(), new_span_id()
             body = self.target.body(prompt, req.output_tokens, req.tier, req.tenant)
-            self._payloads[i] = self.target.request(body, format_traceparent(rec.trace_id, rec.span_id),
+            self._payloads[i] = self.target.request(body, format_traceparent(rec.trace_id, rec.span_id,
+                                                                             self.trace_flags),
                                                     req.tier, req.tenant)
         self._prepared = max(self._prepared, end)
 

@@ -20,6 +20,17 @@ It is a request's client span only when it is the parent of a server root (sourc
 VLLM_ROOT = "llm_request"
 VLLM_CORE = "llm_core"
 """vLLM journey tracing's engine-core span, child of `llm_request`: its span events hold the request's timings."""
+NATIVE_SCOPE = "budgetscope"
+
+# budgetscope's request spans are named `{gen_ai.operation.name} {gen_ai.request.model}` (the GenAI conventions),
+# a name no constant can match: they are known by budgetscope's instrumentation scope and an attribute only that
+# span carries. The names before, `llm.request` and `llm.client.request`, are still read.
+NATIVE_ROOT_SQL = (f"""(name = '{NATIVE_ROOT}' OR (scope_name = '{NATIVE_SCOPE}' """
+                   """AND json_exists(attributes, '$."budgetscope.outcome"')))""")
+"""SQL: a span (columns name, scope_name, attributes) is the server root of budgetscope's span contract."""
+CLIENT_ROOT_SQL = (f"""(name = '{CLIENT_ROOT}' OR (scope_name = '{NATIVE_SCOPE}' """
+                   """AND json_exists(attributes, '$."budgetscope.client.scheduled_unix_nano"')))""")
+"""SQL: a span is a client request span (budgetscope's client, or an imported tool's record)."""
 
 TGI_SERVICE_PREFIX = "text-generation-inference"
 """TGI's default `--otlp-service-name` is `text-generation-inference.router` (launcher/src/main.rs)."""
@@ -47,8 +58,8 @@ SGLANG_SCOPED = ("(starts_with(coalesce(service_name, ''), 'sglang') "
 TRITON_SERVICE_PREFIX = "triton"
 
 SOURCE_SQL = f"""CASE
-  WHEN name IN ('{NATIVE_ROOT}', '{NATIVE_STEP}') OR starts_with(name, '{STAGE_PREFIX}') THEN 'native'
-  WHEN name = '{CLIENT_ROOT}' THEN 'client'
+  WHEN name = '{NATIVE_STEP}' OR starts_with(name, '{STAGE_PREFIX}') OR {NATIVE_ROOT_SQL} THEN 'native'
+  WHEN {CLIENT_ROOT_SQL} THEN 'client'
   WHEN {HTTP_CLIENT_SQL.replace("kind = ", "bs_kind(kind) = ")} THEN 'client'
   WHEN name IN ('{VLLM_ROOT}', '{VLLM_CORE}') THEN 'vllm'
   WHEN starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}')

@@ -16,7 +16,7 @@ unknown, and the timeline needs an anchor. Token counts come from the span's `ge
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import CLIENT_ROOT
+from budgetscope.sources.classify import CLIENT_ROOT_SQL
 from budgetscope.sources.server_row import select_list
 
 ATTRS = (
@@ -38,7 +38,7 @@ OUTCOME_SQL = """CASE WHEN a."error.type" IS NULL AND coalesce(a."http.response.
 def client_spans(spans: str, attrs: str = ATTRS) -> str:
     """The client spans of `spans`, with their attributes typed by `attrs` (a json_transform structure) as `a`."""
     return f"""SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{attrs}') AS a
-  FROM {spans} WHERE name = '{CLIENT_ROOT}'"""
+  FROM {spans} WHERE {CLIENT_ROOT_SQL}"""
 
 
 def common(source: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ token counts in `queue_ms` but not in `ttft_queue_ms`.
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import NATIVE_ROOT, STAGE_PREFIX
+from budgetscope.sources.classify import NATIVE_ROOT_SQL, STAGE_PREFIX
 
 ROOT_ATTRS = (
     '{"gen_ai.request.model":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.response.id":"VARCHAR",'
@@ -46,7 +46,7 @@ def server_rows(spans: str) -> str:
 WITH roots AS (
   SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
          json_transform(attributes, '{ROOT_ATTRS}') AS a
-  FROM {spans} WHERE name = '{NATIVE_ROOT}'),
+  FROM {spans} WHERE {NATIVE_ROOT_SQL}),
 st AS (
   SELECT trace_id, parent_span_id, substr(name, {len(STAGE_PREFIX) + 1}) AS stage, start_ns, end_ns,
          CASE WHEN name = '{STAGE_PREFIX}decode'

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from budgetscope.archive.schema import REPLICA_COLUMNS, REQUESTS
 from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
-from budgetscope.sources.classify import CLIENT_ROOT, HTTP_CLIENT_SQL
+from budgetscope.sources.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
@@ -94,7 +94,7 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "ttft_network_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 - s.ttft_ms",
     }
     # client spans no server row claims, picked before their attributes are parsed
-    unclaimed = f"""(SELECT * FROM {spans} u WHERE u.name = '{CLIENT_ROOT}'
+    unclaimed = f"""(SELECT * FROM {spans} u WHERE {CLIENT_ROOT_SQL}
   AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     # Two scans for the client spans, not one with OR: each keeps its filter in the scan, which then reads the
@@ -111,8 +111,8 @@ s AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
 c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
-        SELECT *, false AS is_http FROM {spans} WHERE name = '{CLIENT_ROOT}'
-        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND name <> '{CLIENT_ROOT}'))
+        SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}
+        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false)))
 SELECT {cols}
 FROM s LEFT JOIN c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
 LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res

@@ -4,7 +4,7 @@ samples over time, breach windows shaded; pick a window to list its requests."""
 import streamlit as st
 
 import state
-from budgetscope.analysis import charts
+from budgetscope.analysis import charts, display
 from budgetscope.analysis.verdict import LABEL
 
 ov, f, text, bpath = state.start_page("Timeline / postmortem")
@@ -45,14 +45,11 @@ if pick == CUSTOM:
 else:
     w = windows[labels.index(pick)]
     start, end = w["start_ns"], w["end_ns"]
-    moved = {k: v for k, v in w["moved"].items() if v["inside"] is not None}
-    if moved:
-        st.caption("What moved (mean inside the window vs outside): " + "; ".join(
-            f"{k} {v['inside']:.3g} vs {'n/a' if v['outside'] is None else format(v['outside'], '.3g')}"
-            for k, v in moved.items()))
+    if moved := display.moved(w["moved"]):
+        st.caption("What moved (mean inside the window vs outside): " + moved)
 order = st.selectbox("Slowest first by", ["e2e_ms", "ttft_ms", "client_ttft_ms", "client_e2e_ms", "queue_ms",
                                           "prefill_ms", "decode_ms", "network_ms"], key="tl_order")
 cols, rows, total = state.window_requests(path, text, tier, start, end, f, order)
 st.caption(f"{total:,} requests arrived in [{state.utc(start)}, {state.utc(end)}); the {len(rows):,} slowest shown. "
            "Open one on the Request page by its request_id.")
-st.dataframe([dict(zip(cols, r)) for r in rows], hide_index=True, width="stretch")
+st.dataframe(display.table(cols, rows), hide_index=True, width="stretch")

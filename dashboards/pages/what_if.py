@@ -3,6 +3,7 @@
 import streamlit as st
 
 import state
+from budgetscope.analysis import display
 from budgetscope.analysis.budgets import BUDGETABLE_STAGES, METRICS, BudgetError
 from budgetscope.analysis.overview import headline
 from budgetscope.analysis.verdict import LABEL
@@ -38,9 +39,9 @@ def att(e):
 
 
 c1, c2, c3 = st.columns(3)
-c1.metric("Attainment", "n/a" if att(after) is None else f"{att(after):.1f}%",
-          None if att(after) is None or att(before) is None else f"{att(after) - att(before):+.1f} pts")
-c2.metric("Budgets broken", len(after["breaches"]), len(after["breaches"]) - len(before["breaches"]), delta_color="inverse")
+c1.metric("Attainment", "n/a" if att(after) is None else f"{att(after):.1f}%", display.change(att(before), att(after), "pts"))
+c2.metric("Budgets broken", len(after["breaches"]),
+          display.change(len(before["breaches"]), len(after["breaches"]), "", digits=0), delta_color="inverse")
 c3.metric("Status", after["status"])
 state.verdict_box(after)
 st.markdown(after["verdict"])
