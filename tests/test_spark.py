@@ -108,6 +108,26 @@ def assert_same(a, b, path="report"):
         assert a == b and type(a) is type(b), (path, a, b)
 
 
+SAMPLES = Path(__file__).parent.parent / "sample_traces"
+SAMPLE_ARCHIVES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix == ".duckdb" or (p / "manifest.json").is_file())
+SAMPLE_BUDGETS = {"sweep-tiny": "sweep-tiny.toml", "h200-1b-served": None}
+"""Each sample's budgets file (budgets.toml unless named here; None: its one tier, `default`, has no budgets)."""
+
+
+@pytest.fixture(scope="module")
+def sample_folders(tmp_path_factory) -> dict[str, Path]:
+    """Every sample archive as a folder Spark reads: the folder ones as they are, the .duckdb ones converted."""
+    from budgetscope.archive.convert import convert
+
+    out, d = {}, tmp_path_factory.mktemp("spark-samples")
+    for name in SAMPLE_ARCHIVES:
+        out[name] = SAMPLES / name
+        if name.endswith(".duckdb"):
+            out[name] = d / Path(name).stem
+            convert(SAMPLES / name, out[name])
+    return out
+
+
 # -- the dialect (no Spark needed) ------------------------------------------------------------------------------
 def test_parameters_are_bound_as_the_same_values_on_both_engines():
     text, bound = bind("SELECT x FROM t WHERE a = ? AND b >= ? AND c = '?' AND d IN (?, ?)", ["it's", 0.1, 7, None])
@@ -145,6 +165,26 @@ def test_report_on_spark_equals_duckdb_over_100k_requests(spark, big_archive):
     assert [t["name"] for t in got["tiers"]] == ["interactive", "batch"]
     assert want["tiers"][0]["attribution"]["ttft"]["dominant"] == "queue"  # the injected cause
     assert [t["verdict"] for t in got["tiers"]] == [t["verdict"] for t in want["tiers"]]
+    assert_same(want, got)
+
+
+@needs_spark
+@pytest.mark.parametrize("name", SAMPLE_ARCHIVES)
+def test_every_sample_archive_reports_on_spark_as_on_duckdb(spark, sample_folders, name):
+    """GPU samples (h100-*, h200-*), server metrics (sweep-tiny) and the .duckdb recordings alike: the report
+    DuckDB gives over the archive as stored is the report Spark gives over its folder."""
+    from budgetscope.analysis.budgets import load_budgets
+    from budgetscope.spark.archive import SparkArchive
+
+    file = SAMPLE_BUDGETS.get(name, "budgets.toml")
+    budgets = load_budgets(str(SAMPLES / file)) if file else None
+    with Archive(SAMPLES / name, read_only=True) as a:
+        want = build_report(a.con, budgets)
+        (gpu,) = a.con.execute("SELECT count(*) > 0 FROM gpu_samples").fetchone()
+    with SparkArchive(sample_folders[name], spark) as s:
+        got = build_report(s.con, budgets)
+    assert want["tiers"] and all(t["requests"] > 0 for t in want["tiers"])
+    assert gpu == name.startswith(("h100-", "h200-"))  # the GPU recordings have samples: the ISFINITE path runs
     assert_same(want, got)
 
 

@@ -15,6 +15,8 @@ same shard and trace has a higher `_seq`.
 from __future__ import annotations
 
 import os
+import re
+from datetime import timezone
 from pathlib import Path
 
 from budgetscope.archive import schema
@@ -66,6 +68,27 @@ class Cursor:
         return self._rows[self._at - 1]
 
 
+def _in_utc(row, zoned: list[bool]) -> tuple:
+    """A row with its TIMESTAMP values as UTC datetimes, as DuckDB gives its TIMESTAMP WITH TIME ZONE: pyspark
+    hands them over naive, in this process's local time."""
+    if not any(zoned):
+        return tuple(row)
+    return tuple(v.astimezone(timezone.utc) if z and v is not None else v for v, z in zip(row, zoned))
+
+
+UNRESOLVED = re.compile(r"\[UNRESOLVED_ROUTINE\] Cannot resolve routine `([^`]+)`")
+
+
+def not_on_spark(e: BaseException) -> str | None:
+    """What a DuckDB function Spark has no counterpart for says, or None: `query --engine spark` runs DuckDB's
+    dialect transpiled, and what cannot be carried over should say so rather than show Spark's search path."""
+    m = UNRESOLVED.search(str(e))
+    if not m:
+        return None
+    return (f"{m.group(1).lower()}() cannot run on Spark (no such function there, and budgetscope does not "
+            "translate it); run this query with --engine duckdb")
+
+
 class SparkConnection:
     """`execute(sql, params)` of budgetscope's DuckDB SQL on Spark: transpiled once per statement."""
 
@@ -81,10 +104,11 @@ class SparkConnection:
         self.statements.append(text)
         try:
             df = self.spark.sql(text)
-            rows = [tuple(r) for r in df.collect()]
+            rows = df.collect()
         except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
-            raise SparkError(f"Spark: {one_line(e)}") from None
-        return Cursor(rows, [(f.name, f.dataType.simpleString()) for f in df.schema.fields])
+            raise SparkError(f"Spark: {not_on_spark(e) or one_line(e)}") from None
+        zoned = [f.dataType.typeName() == "timestamp" for f in df.schema.fields]
+        return Cursor([_in_utc(r, zoned) for r in rows], [(f.name, f.dataType.simpleString()) for f in df.schema.fields])
 
     def sql(self, text: str):
         """A Spark DataFrame of Spark SQL (no transpiling)."""
