@@ -21,8 +21,8 @@ What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
   only; which one an argument is comes from the archive's schema (SQLGlot's type annotation).
 - `epoch_ns(ts)` → `unix_micros(ts) * 1000`, `epoch_us(ts)` → `unix_micros(ts)`, `epoch(ts)` →
   `unix_micros(ts) / 1e6` (DuckDB's `epoch` keeps the fraction, Spark's `unix_timestamp` drops it). Spark's
-  timestamps hold microseconds: a nanosecond part is lost. `to_timestamp(seconds)` → `timestamp_seconds`
-  (SQLGlot's `from_unixtime` would drop the fraction).
+  timestamps hold microseconds: a nanosecond part is lost. `to_timestamp(seconds)` → `timestamp_micros` of the
+  seconds rounded half to even to the microsecond, as DuckDB (SQLGlot's `from_unixtime` would drop the fraction).
 
 Why SQLGlot and not Ibis: with SQLGlot the report's SQL in `budgetscope.analysis` stays the one copy and runs on
 DuckDB untouched; Ibis would have meant rewriting every query as Ibis expressions (a second formulation, and
@@ -174,8 +174,12 @@ def _rewrite(tree, tables: dict[str, list[str]]):
             us, scale = exp.Anonymous(this="unix_micros", expressions=[ts]), EPOCH_SCALE[node.name.lower()]
             return us if scale == 1 else exp.Mul(this=us, expression=exp.Literal.number(scale))
         if isinstance(node, exp.UnixToTime) and node.args.get("scale") is None and not node.args.get("format"):
-            # DuckDB's to_timestamp(seconds) keeps the fraction; SQLGlot's from_unixtime formats whole seconds
-            return exp.Anonymous(this="timestamp_seconds", expressions=[node.this.transform(fix)])
+            # DuckDB's to_timestamp(seconds) keeps the fraction, rounded half to even to the microsecond (a
+            # tie is common: doubles near 1.7e15 µs step by 0.25); SQLGlot's from_unixtime formats whole
+            # seconds, Spark's timestamp_seconds truncates
+            us = exp.Anonymous(this="bround", expressions=[
+                exp.Mul(this=exp.Paren(this=node.this.transform(fix)), expression=exp.Literal.number("1e6"))])
+            return exp.Anonymous(this="timestamp_micros", expressions=[exp.cast(us, "BIGINT")])
         if isinstance(node, exp.TimeToUnix):  # DuckDB's epoch(ts): seconds with their fraction
             return exp.Div(this=exp.Anonymous(this="unix_micros", expressions=[node.this.transform(fix)]),
                            expression=exp.Literal.number("1e6"))
