@@ -61,6 +61,7 @@ def render_text(report: dict) -> str:
         out.append("")
     if report.get("unbudgeted_tiers"):
         out.append("Tiers with no budget: " + ", ".join(f"{k} ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+    out += _split_note(report)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -77,4 +78,14 @@ def render_markdown(report: dict) -> str:
             out.append("")
     if report.get("unbudgeted_tiers"):
         out.append("Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+    out += _split_note(report)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _split_note(report: dict) -> list[str]:
+    """The line saying how many traces of a sharded root had spans on several shards (none when none did)."""
+    n = report.get("split_traces")
+    if not n:
+        return []
+    return [f"{n:,} traces had spans on more than one shard; each was derived from all its spans, joined across "
+            "shards (docs/archive.md)."]
