@@ -156,9 +156,12 @@ def misrouted(doc: dict, n: int, *, client_away: set[str], stages_away: set[str]
 
 @pytest.fixture(scope="module")
 def split_fleet(tmp_path_factory) -> tuple[Path, Path, int]:
+    return build_split_fleet(tmp_path_factory.mktemp("split"))
+
+
+def build_split_fleet(d: Path) -> tuple[Path, Path, int]:
     """(a sharded root where 1 trace in 7 has its client span on another shard and 1 in 11 its stage spans, the
     same spans in one archive, the number of traces split)."""
-    d = tmp_path_factory.mktemp("split")
     traces = d / "t.jsonl"
     write_jsonl(traces, SyntheticSpec(num_requests=400, tiers=("interactive", "batch"), spans_per_line=40,
                                       cause="queue"))

@@ -209,6 +209,24 @@ def test_sharded_archive_with_deletes_on_spark_equals_duckdb(spark, sharded_arch
 
 
 @needs_spark
+def test_split_traces_are_joined_on_spark_as_on_duckdb(spark, tmp_path):
+    """Client spans on one shard, stage spans on another: Spark's report over the root is the report of the same
+    spans in one archive, and it counts the same split traces."""
+    from test_shards import build_split_fleet
+
+    from budgetscope.spark.archive import SparkArchive
+
+    root, single, split = build_split_fleet(tmp_path)
+    budgets = parse_budgets(BUDGETS)
+    with Archive(single, read_only=True) as a:
+        want = build_report(a.con, budgets)
+    with SparkArchive(root, spark) as s:
+        got = build_report(s.con, budgets)
+        assert s.split_traces == split
+    assert_same(want, got)
+
+
+@needs_spark
 def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
     from budgetscope.archive.query import run_query
     from budgetscope.spark.commands import run_query as run_on_spark

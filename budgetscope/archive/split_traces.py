@@ -37,9 +37,12 @@ def split_traces_sql(root: Path, groups: list[dict]) -> str:
 
 
 def split_spans_sql(spans: str, split: str) -> str:
-    """SELECT of the spans of `spans` whose trace is in `split`, one per (trace_id, span_id)."""
-    return (f"SELECT * FROM (SELECT s.*, row_number() OVER (PARTITION BY s.trace_id, s.span_id ORDER BY s.batch_id, "
-            f"s.start_ns) AS bs_n FROM {spans} s WHERE s.trace_id IN (SELECT trace_id FROM {split})) WHERE bs_n = 1")
+    """SELECT of the spans of `spans` whose trace is in `split`, one per (trace_id, span_id) (DuckDB SQL that
+    Spark runs transpiled)."""
+    cols = ", ".join(c.name for c in schema.SPANS.columns)
+    return (f"SELECT {cols} FROM (SELECT s.*, row_number() OVER (PARTITION BY s.trace_id, s.span_id ORDER BY "
+            f"s.batch_id, s.start_ns) AS bs_n FROM {spans} s WHERE s.trace_id IN (SELECT trace_id FROM {split})) t "
+            "WHERE bs_n = 1")
 
 
 def join_split_traces(con, root: Path, groups: list[dict], stored: str) -> tuple[str, int]:
@@ -57,7 +60,7 @@ def join_split_traces(con, root: Path, groups: list[dict], stored: str) -> tuple
     spans_cols = ", ".join(c.name for c in schema.SPANS.columns)
     every = " UNION ALL ".join(f"SELECT {spans_cols} FROM read_parquet({sql_list(root, g['spans'])}, "
                                "hive_partitioning = false)" for g in groups if g["spans"])
-    con.execute(f"CREATE TABLE {SPLIT_SPANS} AS SELECT {spans_cols} FROM ({split_spans_sql(f'({every})', SPLIT_TABLE)})")
+    con.execute(f"CREATE TABLE {SPLIT_SPANS} AS {split_spans_sql(f'({every})', SPLIT_TABLE)}")
     present = {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {SPLIT_SPANS}").fetchall()}
     cols = ", ".join(c.name for c in schema.REQUESTS.columns)
     con.execute(f"CREATE TABLE {SPLIT_ROWS} AS SELECT {cols} FROM ({requests_sql(SPLIT_SPANS, present)})")

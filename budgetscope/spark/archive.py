@@ -9,7 +9,8 @@ The segments are those `ArchiveReader` chooses (the manifest of the root, or of 
 partitions with `since_ns`/`until_ns`), checked before Spark reads them: a segment that is missing, or that is
 not a whole Parquet file (torn, or a foreign file), is one clear error. `requests` drops the rows a later
 commit re-derived the way the DuckDB reader does (reader.py): a row goes when a `requests_deletes` row of the
-same shard and trace has a higher `_seq`.
+same shard and trace has a higher `_seq`; and, over a sharded root, a trace whose spans are on several shards
+is one row derived from all of them (archive/split_traces.py).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from pathlib import Path
 from budgetscope.archive import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader, affected_segments, check_segment
-from budgetscope.spark.dialect import DialectError, spark_type, to_spark
+from budgetscope.spark.dialect import DialectError, archive_columns, spark_type, to_spark
 from budgetscope.spark.session import SparkError, one_line
 
 STORED = {t.name: t for t in (schema.SPANS, schema.REQUESTS, schema.INGEST_BATCHES, schema.GPU_SAMPLES,
                               schema.SERVER_METRICS)}
 VIEWS = (*STORED, "engine_steps")
+SPLIT_VIEWS = ("bs_split_traces", "bs_split_spans")
+"""A sharded root's traces with spans on several shards, and their spans (not queryable: `query` sees VIEWS)."""
 
 
 class Segments(ArchiveReader):
@@ -126,6 +129,7 @@ class SparkArchive:
         self.segments = Segments(self.path, since_ns, until_ns)
         self.manifest = self.segments.manifest if hasattr(self.segments, "manifest") else None
         self.con = SparkConnection(spark)
+        self.split_traces = 0 if len(self.segments._by_group) > 1 else None  # as ArchiveReader.split_traces
         try:
             for name, table in STORED.items():
                 df = self._requests() if name == "requests" else self._scan(self.segments._segments[name], table)
@@ -182,7 +186,37 @@ class SparkArchive:
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
-        return out
+        return self._join_split_traces(out)
+
+    def _join_split_traces(self, stored):
+        """`stored` with the rows of traces whose spans are on more than one shard replaced by rows derived from
+        all their spans, as the DuckDB reader does (archive/split_traces.py); sets `split_traces`. Needs the
+        `spans` view (created before `requests`)."""
+        from pyspark.sql import functions as F
+
+        from budgetscope.archive.split_traces import split_spans_sql
+        from budgetscope.sources.requests import requests_sql
+
+        groups = [g for g in self.segments._by_group if g["spans"]]
+        if len(groups) < 2:
+            return stored
+        ids = [self._read(g["spans"], ["trace_id"]).distinct().withColumn("bs_shard", F.lit(i))
+               for i, g in enumerate(groups)]
+        every = ids[0]
+        for d in ids[1:]:
+            every = every.unionByName(d)
+        split = every.groupBy("trace_id").count().where("count > 1").select("trace_id").cache()
+        self.split_traces = split.count()
+        if not self.split_traces:
+            return stored
+        split.createOrReplaceTempView(SPLIT_VIEWS[0])
+        self.spark.sql(to_spark(split_spans_sql("spans", SPLIT_VIEWS[0]))).cache().createOrReplaceTempView(
+            SPLIT_VIEWS[1])
+        present = {r[0] for r in self.spark.sql(f"SELECT DISTINCT source FROM {SPLIT_VIEWS[1]}").collect()}
+        tables = {**archive_columns(), SPLIT_VIEWS[1]: archive_columns()["spans"]}
+        cols = [c.name for c in schema.REQUESTS.columns]
+        derived = self.spark.sql(to_spark(requests_sql(SPLIT_VIEWS[1], present), tables=tables)).select(*cols)
+        return stored.join(split, "trace_id", "left_anti").unionByName(derived.cache())
 
     def pending_traces(self) -> int:
         return 0
@@ -194,7 +228,7 @@ class SparkArchive:
         self.close()
 
     def close(self) -> None:
-        for v in VIEWS:
+        for v in (*VIEWS, *SPLIT_VIEWS):
             try:
                 self.spark.catalog.dropTempView(v)
             except Exception:  # noqa: BLE001 - a session already stopped
