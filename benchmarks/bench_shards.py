@@ -6,8 +6,9 @@ Stands in for the OpenTelemetry Collector's `loadbalancing` exporter (routing_ke
 request of the synthetic traces is split by a hash of its spans' trace ids, one export per shard, OTLP
 protobuf over gRPC (bench_collector's exporter processes, each waiting for its answer before the next). Each
 shard is its own `collect` process writing ROOT/shard=ID/. Prints spans/s answered (all answers in) and
-stored (every collector stopped: every span published, every request derived; the spans the archive reads back). On a machine with fewer
-cores than shards this shows the model (shards share nothing), not a speed-up.
+stored (every collector stopped: every span published, every request derived; counted as the spans the archive
+reads back). On a machine with fewer cores than shards this shows the model (shards share nothing), not a
+speed-up.
 """
 
 from __future__ import annotations
