@@ -209,6 +209,7 @@ def test_sharded_archive_with_deletes_on_spark_equals_duckdb(spark, sharded_arch
 
 
 @needs_spark
+@pytest.mark.slow
 def test_split_traces_are_joined_on_spark_as_on_duckdb(spark, tmp_path):
     """Client spans on one shard, stage spans on another: Spark's report over the root is the report of the same
     spans in one archive, and it counts the same split traces."""
