@@ -145,6 +145,9 @@ def test_duckdb_idioms_are_carried_over():
     assert "GET_JSON_OBJECT(attributes, '$[\\'gen_ai.request.model\\']')" in q  # one key, dots and all
     q = to_spark("""SELECT json_transform(attributes, '{"a.b": "BIGINT", "c": "DOUBLE[]"}') AS a FROM spans""")
     assert "FROM_JSON(attributes, 'STRUCT<`a.b`: BIGINT, `c`: ARRAY<DOUBLE>>')" in q
+    q = to_spark("SELECT len(itl_ms), len(tier), isfinite(e2e_ms), epoch_ns(to_timestamp(arrival_ns / 1e9)) "
+                 "FROM requests")
+    assert "SIZE(itl_ms), LENGTH(tier)" in q and "ISFINITE" not in q and "EPOCH_NS" not in q
     q = to_spark("SELECT 1 AS a, 2 AS b UNION ALL BY NAME SELECT 3 AS b, 4 AS a")
     assert "BY NAME" not in q and q.index("`a`, `b` FROM (SELECT 3 AS b") > 0
 
@@ -248,7 +251,8 @@ def test_query_on_spark_carries_duckdb_functions_over(spark, sharded_archive, ca
     from budgetscope.spark.commands import run_query as run_on_spark
     from budgetscope.spark.session import SparkError
 
-    sql = ("SELECT trace_id, len(coalesce(itl_ms, [0.5, 1.5])) AS n, len(tier) AS chars, epoch_ns(to_timestamp(arrival_ns / 1e9)) AS ns, "
+    sql = ("SELECT trace_id, len(coalesce(itl_ms, [0.5, 1.5])) AS n, len(tier) AS chars, "
+           "epoch_ns(to_timestamp(arrival_ns / 1e9)) AS ns, "
            "to_timestamp(arrival_ns / 1e9) AS at, epoch(to_timestamp(arrival_ns / 1e9)) AS s "
            "FROM requests ORDER BY trace_id LIMIT 50")
     want, got = run_query(sharded_archive, sql), run_on_spark(sharded_archive, sql)

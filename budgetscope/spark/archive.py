@@ -111,7 +111,8 @@ class SparkConnection:
         except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
             raise SparkError(f"Spark: {not_on_spark(e) or one_line(e)}") from None
         zoned = [f.dataType.typeName() == "timestamp" for f in df.schema.fields]
-        return Cursor([_in_utc(r, zoned) for r in rows], [(f.name, f.dataType.simpleString()) for f in df.schema.fields])
+        described = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+        return Cursor([_in_utc(r, zoned) for r in rows], described)
 
     def sql(self, text: str):
         """A Spark DataFrame of Spark SQL (no transpiling)."""
@@ -130,6 +131,7 @@ class SparkArchive:
         self.manifest = self.segments.manifest if hasattr(self.segments, "manifest") else None
         self.con = SparkConnection(spark)
         self.split_traces = 0 if len(self.segments._by_group) > 1 else None  # as ArchiveReader.split_traces
+        self._cached = []  # what the split traces' join cached, released on close
         try:
             for name, table in STORED.items():
                 df = self._requests() if name == "requests" else self._scan(self.segments._segments[name], table)
@@ -206,17 +208,19 @@ class SparkArchive:
         for d in ids[1:]:
             every = every.unionByName(d)
         split = every.groupBy("trace_id").count().where("count > 1").select("trace_id").cache()
+        self._cached.append(split)
         self.split_traces = split.count()
         if not self.split_traces:
             return stored
         split.createOrReplaceTempView(SPLIT_VIEWS[0])
-        self.spark.sql(to_spark(split_spans_sql("spans", SPLIT_VIEWS[0]))).cache().createOrReplaceTempView(
-            SPLIT_VIEWS[1])
+        spans = self.spark.sql(to_spark(split_spans_sql("spans", SPLIT_VIEWS[0]))).cache()
+        spans.createOrReplaceTempView(SPLIT_VIEWS[1])
         present = {r[0] for r in self.spark.sql(f"SELECT DISTINCT source FROM {SPLIT_VIEWS[1]}").collect()}
         tables = {**archive_columns(), SPLIT_VIEWS[1]: archive_columns()["spans"]}
         cols = [c.name for c in schema.REQUESTS.columns]
-        derived = self.spark.sql(to_spark(requests_sql(SPLIT_VIEWS[1], present), tables=tables)).select(*cols)
-        return stored.join(split, "trace_id", "left_anti").unionByName(derived.cache())
+        derived = self.spark.sql(to_spark(requests_sql(SPLIT_VIEWS[1], present), tables=tables)).select(*cols).cache()
+        self._cached += [spans, derived]
+        return stored.join(split, "trace_id", "left_anti").unionByName(derived)
 
     def pending_traces(self) -> int:
         return 0
@@ -228,6 +232,8 @@ class SparkArchive:
         self.close()
 
     def close(self) -> None:
+        for df in self._cached:
+            df.unpersist()
         for v in (*VIEWS, *SPLIT_VIEWS):
             try:
                 self.spark.catalog.dropTempView(v)
