@@ -6,8 +6,9 @@ Stands in for the OpenTelemetry Collector's `loadbalancing` exporter (routing_ke
 request of the synthetic traces is split by a hash of its spans' trace ids, one export per shard, OTLP
 protobuf over gRPC (bench_collector's exporter processes, each waiting for its answer before the next). Each
 shard is its own `collect` process writing ROOT/shard=ID/. Prints spans/s answered (all answers in) and
-stored (every collector stopped: every span published, every request derived). On a machine with fewer
-cores than shards this shows the model (shards share nothing), not a speed-up.
+stored (every collector stopped: every span published, every request derived; counted as the spans the archive
+reads back). On a machine with fewer cores than shards this shows the model (shards share nothing), not a
+speed-up.
 """
 
 from __future__ import annotations
@@ -123,9 +124,11 @@ def main() -> None:
         answered, stored = run(lines, n, args.clients, root)
         with Archive(root, read_only=True) as a:
             got = a.con.execute("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM requests)").fetchone()
+        # stored: the spans the archive reads back, not those sent nor a collector's exit summary
         print(f"{n} shard{'s' if n > 1 else ''}: answered in {answered:.2f} s = {spans / answered:,.0f} spans/s; "
-              f"stored in {stored:.2f} s = {spans / stored:,.0f} spans/s ({got[0]:,} spans, {got[1]:,} requests "
-              f"read back as one); load average {load:.1f} before, {os.getloadavg()[0]:.1f} after", flush=True)
+              f"stored in {stored:.2f} s = {got[0] / stored:,.0f} spans/s ({got[0]:,} of {spans:,} spans, "
+              f"{got[1]:,} requests read back as one); load average {load:.1f} before, "
+              f"{os.getloadavg()[0]:.1f} after", flush=True)
         shutil.rmtree(root, ignore_errors=True)
 
 

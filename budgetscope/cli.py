@@ -336,6 +336,8 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
                            "run `budgetscope ingest` again to finish them", err=True)
             try:
                 rep = build_report(a.con, b, since_ns, until_ns)
+                if getattr(a, "split_traces", None) is not None:  # a sharded root (docs/archive.md)
+                    rep["split_traces"] = a.split_traces
             # a segment gone: DuckDB's IO error (a sandbox's refused glob), Spark's file not found
             except (duckdb.IOException, duckdb.PermissionException, ArchiveError):
                 if not a.stale():

@@ -108,6 +108,26 @@ def assert_same(a, b, path="report"):
         assert a == b and type(a) is type(b), (path, a, b)
 
 
+SAMPLES = Path(__file__).parent.parent / "sample_traces"
+SAMPLE_ARCHIVES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix == ".duckdb" or (p / "manifest.json").is_file())
+SAMPLE_BUDGETS = {"sweep-tiny": "sweep-tiny.toml", "h200-1b-served": None}
+"""Each sample's budgets file (budgets.toml unless named here; None: its one tier, `default`, has no budgets)."""
+
+
+@pytest.fixture(scope="module")
+def sample_folders(tmp_path_factory) -> dict[str, Path]:
+    """Every sample archive as a folder Spark reads: the folder ones as they are, the .duckdb ones converted."""
+    from budgetscope.archive.convert import convert
+
+    out, d = {}, tmp_path_factory.mktemp("spark-samples")
+    for name in SAMPLE_ARCHIVES:
+        out[name] = SAMPLES / name
+        if name.endswith(".duckdb"):
+            out[name] = d / Path(name).stem
+            convert(SAMPLES / name, out[name])
+    return out
+
+
 # -- the dialect (no Spark needed) ------------------------------------------------------------------------------
 def test_parameters_are_bound_as_the_same_values_on_both_engines():
     text, bound = bind("SELECT x FROM t WHERE a = ? AND b >= ? AND c = '?' AND d IN (?, ?)", ["it's", 0.1, 7, None])
@@ -125,6 +145,9 @@ def test_duckdb_idioms_are_carried_over():
     assert "GET_JSON_OBJECT(attributes, '$[\\'gen_ai.request.model\\']')" in q  # one key, dots and all
     q = to_spark("""SELECT json_transform(attributes, '{"a.b": "BIGINT", "c": "DOUBLE[]"}') AS a FROM spans""")
     assert "FROM_JSON(attributes, 'STRUCT<`a.b`: BIGINT, `c`: ARRAY<DOUBLE>>')" in q
+    q = to_spark("SELECT len(itl_ms), len(tier), isfinite(e2e_ms), epoch_ns(to_timestamp(arrival_ns / 1e9)) "
+                 "FROM requests")
+    assert "SIZE(itl_ms), LENGTH(tier)" in q and "ISFINITE" not in q and "EPOCH_NS" not in q
     q = to_spark("SELECT 1 AS a, 2 AS b UNION ALL BY NAME SELECT 3 AS b, 4 AS a")
     assert "BY NAME" not in q and q.index("`a`, `b` FROM (SELECT 3 AS b") > 0
     q = to_spark("""SELECT json_exists(attributes, '$."http.method"'), json_exists(attributes, '$.rid') FROM spans""")
@@ -148,6 +171,26 @@ def test_report_on_spark_equals_duckdb_over_100k_requests(spark, big_archive):
     assert [t["name"] for t in got["tiers"]] == ["interactive", "batch"]
     assert want["tiers"][0]["attribution"]["ttft"]["dominant"] == "queue"  # the injected cause
     assert [t["verdict"] for t in got["tiers"]] == [t["verdict"] for t in want["tiers"]]
+    assert_same(want, got)
+
+
+@needs_spark
+@pytest.mark.parametrize("name", SAMPLE_ARCHIVES)
+def test_every_sample_archive_reports_on_spark_as_on_duckdb(spark, sample_folders, name):
+    """GPU samples (h100-*, h200-*), server metrics (sweep-tiny) and the .duckdb recordings alike: the report
+    DuckDB gives over the archive as stored is the report Spark gives over its folder."""
+    from budgetscope.analysis.budgets import load_budgets
+    from budgetscope.spark.archive import SparkArchive
+
+    file = SAMPLE_BUDGETS.get(name, "budgets.toml")
+    budgets = load_budgets(str(SAMPLES / file)) if file else None
+    with Archive(SAMPLES / name, read_only=True) as a:
+        want = build_report(a.con, budgets)
+        (gpu,) = a.con.execute("SELECT count(*) > 0 FROM gpu_samples").fetchone()
+    with SparkArchive(sample_folders[name], spark) as s:
+        got = build_report(s.con, budgets)
+    assert want["tiers"] and all(t["requests"] > 0 for t in want["tiers"])
+    assert gpu == name.startswith(("h100-", "h200-"))  # the GPU recordings have samples: the ISFINITE path runs
     assert_same(want, got)
 
 
@@ -197,6 +240,23 @@ def test_status_coverage_and_unclaimed_spans_on_spark_equal_duckdb(spark, tmp_pa
     assert [t["status"] for t in want["tiers"]] == ["BROKEN", "UNKNOWN"] and want["status"] == "BROKEN"
     assert want["coverage"] == {"requests": 52, "with_server_spans": 52, "with_client_spans": 26, "with_both": 26}
     assert want["unclaimed_spans"]["top"] == [{"name": " Req <id>", "service_name": "sglang", "spans": 7}]
+
+
+@pytest.mark.slow
+def test_split_traces_are_joined_on_spark_as_on_duckdb(spark, tmp_path):
+    """Client spans on one shard, stage spans on another: Spark's report over the root is the report of the same
+    spans in one archive, and it counts the same split traces."""
+    from test_shards import build_split_fleet
+
+    from budgetscope.spark.archive import SparkArchive
+
+    root, single, split = build_split_fleet(tmp_path)
+    budgets = parse_budgets(BUDGETS)
+    with Archive(single, read_only=True) as a:
+        want = build_report(a.con, budgets)
+    with SparkArchive(root, spark) as s:
+        got = build_report(s.con, budgets)
+        assert s.split_traces == split
     assert_same(want, got)
 
 
@@ -212,6 +272,28 @@ def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
     want, got = run_query(sharded_archive, sql), run_on_spark(sharded_archive, sql)
     assert got.columns == want.columns == ["tier", "n", "q99", "most"]
     assert_same(want.rows, got.rows, "rows")
+
+
+@needs_spark
+def test_query_on_spark_carries_duckdb_functions_over(spark, sharded_archive, capfd):
+    """epoch_ns, len of a list, to_timestamp (its time zone kept); a function Spark lacks: one line of ours."""
+    from budgetscope.archive.query import run_query
+    from budgetscope.spark.commands import run_query as run_on_spark
+    from budgetscope.spark.session import SparkError
+
+    sql = ("SELECT trace_id, len(coalesce(itl_ms, [0.5, 1.5])) AS n, len(tier) AS chars, "
+           "epoch_ns(to_timestamp(arrival_ns / 1e9)) AS ns, "
+           "to_timestamp(arrival_ns / 1e9) AS at, epoch(to_timestamp(arrival_ns / 1e9)) AS s "
+           "FROM requests ORDER BY trace_id LIMIT 50")
+    want, got = run_query(sharded_archive, sql), run_on_spark(sharded_archive, sql)
+    assert got.columns == want.columns
+    assert any(r[1] for r in want.rows) and all(r[4].utcoffset() is not None for r in got.rows)
+    assert_same(want.rows, got.rows, "rows")
+    capfd.readouterr()
+    with pytest.raises(SparkError) as e:
+        run_on_spark(sharded_archive, "SELECT jaccard(tier, 'batch') FROM requests")
+    assert str(e.value).startswith("Spark: jaccard() cannot run on Spark") and "\n" not in str(e.value)
+    assert capfd.readouterr().err == ""  # no log line of Spark's before ours
 
 
 @needs_spark

@@ -83,6 +83,7 @@ def render_text(report: dict) -> str:
     if report.get("unbudgeted_tiers"):
         out.append("Tiers with no budget: " + ", ".join(f"{k} ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
     out += _report_lines(report)
+    out += _split_note(report)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -99,4 +100,14 @@ def render_markdown(report: dict) -> str:
     if report.get("unbudgeted_tiers"):
         out.append("Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
     out += ["", *(f"- {line}" for line in _report_lines(report))]
+    out += _split_note(report)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _split_note(report: dict) -> list[str]:
+    """The line saying how many traces of a sharded root had spans on several shards (none when none did)."""
+    n = report.get("split_traces")
+    if not n:
+        return []
+    return [f"{n:,} traces had spans on more than one shard; each was derived from all its spans, joined across "
+            "shards (docs/archive.md)."]

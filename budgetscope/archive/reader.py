@@ -10,7 +10,8 @@ reader to see newer data (the dashboard's `--live` mode does so on each refresh)
 can keep to its commit for the archive's grace (60 s unless `collect --reader-grace` set another) after a newer
 commit replaced its segments; then they are deleted, its queries fail on a missing file, and `stale()` says so:
 open a new reader. A sharded root
-(`shard=<id>/` archives, shards.py) reads as one archive: the last commit of each shard.
+(`shard=<id>/` archives, shards.py) reads as one archive: the last commit of each shard, with the traces whose
+spans reached more than one shard derived again from all their spans (split_traces.py).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class ArchiveReader(TableAccess):
         self._groups = self._manifests()  # (path prefix, manifest): one, or one a shard
         self.manifest = self._groups[0][1] if len(self._groups) == 1 else _union(self._groups)
         self.read_only = True
+        self.split_traces: int | None = None  # of a sharded root: traces with spans on several shards (joined)
         self.con = duckdb.connect()
         self.con.execute("SET enable_progress_bar = false")
         # segments are immutable (a path is never reused), so their footers may be cached for the reader's life
@@ -201,6 +203,17 @@ class ArchiveReader(TableAccess):
         self.con.execute(schema.ENGINE_STEPS_VIEW)
 
     def _requests_view(self) -> str:
+        """`requests` of every shard, with one row derived from all the spans of each trace split across shards
+        (split_traces.py) in place of the shards' partial rows."""
+        stored = self._stored_requests_view()
+        if len(self._by_group) < 2:
+            return stored
+        from budgetscope.archive.split_traces import join_split_traces
+
+        sql, self.split_traces = join_split_traces(self.con, self.path, self._by_group, stored)
+        return sql
+
+    def _stored_requests_view(self) -> str:
         """`requests` as one scan of its segments, less the rows a later commit re-derived. Those are found once,
         when the reader opens (from this manifest's segments, so every query sees the same commit), and kept as
         (file, row) keys: a query then skips them with an integer anti-join, not a join on `trace_id` per query."""
@@ -224,7 +237,7 @@ class ArchiveReader(TableAccess):
             WHERE r._seq < d._seq""")
         if not dead:
             return f"SELECT {cols} FROM {scan}"
-        self.con.execute(f"CREATE SCHEMA {DEAD_TABLE.split('.')[0]}")
+        self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {DEAD_TABLE.split('.')[0]}")
         self.con.execute(f"CREATE TABLE {DEAD_TABLE} AS {' UNION ALL '.join(dead)}")
         (n,) = self.con.execute(f"SELECT count(*) FROM {DEAD_TABLE}").fetchone()
         if not n:
@@ -267,6 +280,8 @@ class ArchiveReader(TableAccess):
         if not segs:
             return self.con.sql(_empty(tables[table])).pl().lazy()
         cols = [c.name for c in tables[table].columns]
+        if table == "requests" and self.split_traces:  # rows derived at read time live in this connection
+            return self.con.sql("SELECT * FROM requests").pl().lazy()
         if table != "requests":
             return pl.scan_parquet([str(p) for p in self.files(table)], hive_partitioning=False).select(cols)
         # by the table's schema: a segment written before a column was added reads it as NULL (requests_scan)

@@ -4,9 +4,10 @@
     /shared/prod/shard=gpu-node-2/…                                     written by another collector
 
 Nothing is coordinated between shards: each has its own manifest, lock, spool and compaction. A reader opened on
-the root reads the last commit of every shard as one archive. For a trace's `requests` row to be derived from all
-of its spans, every span of a trace must reach the same shard: put a load balancer that routes by trace id in
-front (the OpenTelemetry Collector's `loadbalancing` exporter, `instrumentation/otel-collector/`).
+the root reads the last commit of every shard as one archive. Every span of a trace should reach the same shard:
+put a load balancer that routes by trace id in front (the OpenTelemetry Collector's `loadbalancing` exporter,
+`instrumentation/otel-collector/`). A trace that still reaches two shards is joined when the root is read
+(split_traces.py).
 """
 
 from __future__ import annotations

@@ -9,23 +9,28 @@ The segments are those `ArchiveReader` chooses (the manifest of the root, or of 
 partitions with `since_ns`/`until_ns`), checked before Spark reads them: a segment that is missing, or that is
 not a whole Parquet file (torn, or a foreign file), is one clear error. `requests` drops the rows a later
 commit re-derived the way the DuckDB reader does (reader.py): a row goes when a `requests_deletes` row of the
-same shard and trace has a higher `_seq`.
+same shard and trace has a higher `_seq`; and, over a sharded root, a trace whose spans are on several shards
+is one row derived from all of them (archive/split_traces.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
+from datetime import timezone
 from pathlib import Path
 
 from budgetscope.archive import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader, affected_segments, check_segment
-from budgetscope.spark.dialect import DialectError, spark_type, to_spark
+from budgetscope.spark.dialect import DialectError, archive_columns, spark_type, to_spark
 from budgetscope.spark.session import SparkError, one_line
 
 STORED = {t.name: t for t in (schema.SPANS, schema.REQUESTS, schema.INGEST_BATCHES, schema.GPU_SAMPLES,
                               schema.SERVER_METRICS)}
 VIEWS = (*STORED, "engine_steps")
+SPLIT_VIEWS = ("bs_split_traces", "bs_split_spans")
+"""A sharded root's traces with spans on several shards, and their spans (not queryable: `query` sees VIEWS)."""
 
 
 class Segments(ArchiveReader):
@@ -66,6 +71,27 @@ class Cursor:
         return self._rows[self._at - 1]
 
 
+def _in_utc(row, zoned: list[bool]) -> tuple:
+    """A row with its TIMESTAMP values as UTC datetimes, as DuckDB gives its TIMESTAMP WITH TIME ZONE: pyspark
+    hands them over naive, in this process's local time."""
+    if not any(zoned):
+        return tuple(row)
+    return tuple(v.astimezone(timezone.utc) if z and v is not None else v for v, z in zip(row, zoned))
+
+
+UNRESOLVED = re.compile(r"\[UNRESOLVED_ROUTINE\] Cannot resolve routine `([^`]+)`")
+
+
+def not_on_spark(e: BaseException) -> str | None:
+    """What a DuckDB function Spark has no counterpart for says, or None: `query --engine spark` runs DuckDB's
+    dialect transpiled, and what cannot be carried over should say so rather than show Spark's search path."""
+    m = UNRESOLVED.search(str(e))
+    if not m:
+        return None
+    return (f"{m.group(1).lower()}() cannot run on Spark (no such function there, and budgetscope does not "
+            "translate it); run this query with --engine duckdb")
+
+
 class SparkConnection:
     """`execute(sql, params)` of budgetscope's DuckDB SQL on Spark: transpiled once per statement."""
 
@@ -81,10 +107,12 @@ class SparkConnection:
         self.statements.append(text)
         try:
             df = self.spark.sql(text)
-            rows = [tuple(r) for r in df.collect()]
+            rows = df.collect()
         except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
-            raise SparkError(f"Spark: {one_line(e)}") from None
-        return Cursor(rows, [(f.name, f.dataType.simpleString()) for f in df.schema.fields])
+            raise SparkError(f"Spark: {not_on_spark(e) or one_line(e)}") from None
+        zoned = [f.dataType.typeName() == "timestamp" for f in df.schema.fields]
+        described = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+        return Cursor([_in_utc(r, zoned) for r in rows], described)
 
     def sql(self, text: str):
         """A Spark DataFrame of Spark SQL (no transpiling)."""
@@ -102,6 +130,8 @@ class SparkArchive:
         self.segments = Segments(self.path, since_ns, until_ns)
         self.manifest = self.segments.manifest if hasattr(self.segments, "manifest") else None
         self.con = SparkConnection(spark)
+        self.split_traces = 0 if len(self.segments._by_group) > 1 else None  # as ArchiveReader.split_traces
+        self._cached = []  # what the split traces' join cached, released on close
         try:
             for name, table in STORED.items():
                 df = self._requests() if name == "requests" else self._scan(self.segments._segments[name], table)
@@ -164,7 +194,39 @@ class SparkArchive:
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
-        return out
+        return self._join_split_traces(out)
+
+    def _join_split_traces(self, stored):
+        """`stored` with the rows of traces whose spans are on more than one shard replaced by rows derived from
+        all their spans, as the DuckDB reader does (archive/split_traces.py); sets `split_traces`. Needs the
+        `spans` view (created before `requests`)."""
+        from pyspark.sql import functions as F
+
+        from budgetscope.archive.split_traces import split_spans_sql
+        from budgetscope.sources.requests import requests_sql
+
+        groups = [g for g in self.segments._by_group if g["spans"]]
+        if len(groups) < 2:
+            return stored
+        ids = [self._read(g["spans"], ["trace_id"]).distinct().withColumn("bs_shard", F.lit(i))
+               for i, g in enumerate(groups)]
+        every = ids[0]
+        for d in ids[1:]:
+            every = every.unionByName(d)
+        split = every.groupBy("trace_id").count().where("count > 1").select("trace_id").cache()
+        self._cached.append(split)
+        self.split_traces = split.count()
+        if not self.split_traces:
+            return stored
+        split.createOrReplaceTempView(SPLIT_VIEWS[0])
+        spans = self.spark.sql(to_spark(split_spans_sql("spans", SPLIT_VIEWS[0]))).cache()
+        spans.createOrReplaceTempView(SPLIT_VIEWS[1])
+        present = {r[0] for r in self.spark.sql(f"SELECT DISTINCT source FROM {SPLIT_VIEWS[1]}").collect()}
+        tables = {**archive_columns(), SPLIT_VIEWS[1]: archive_columns()["spans"]}
+        cols = [c.name for c in schema.REQUESTS.columns]
+        derived = self.spark.sql(to_spark(requests_sql(SPLIT_VIEWS[1], present), tables=tables)).select(*cols).cache()
+        self._cached += [spans, derived]
+        return stored.join(split, "trace_id", "left_anti").unionByName(derived)
 
     def pending_traces(self) -> int:
         return 0
@@ -176,7 +238,9 @@ class SparkArchive:
         self.close()
 
     def close(self) -> None:
-        for v in VIEWS:
+        for df in self._cached:
+            df.unpersist()
+        for v in (*VIEWS, *SPLIT_VIEWS):
             try:
                 self.spark.catalog.dropTempView(v)
             except Exception:  # noqa: BLE001 - a session already stopped

@@ -6,8 +6,8 @@ new folder of Parquet files (the archive itself is never written).
 For archives filled in bulk (the OpenTelemetry Collector's file exporter, copied to object storage), where
 deriving every trace on one machine is the slow part. The derivation is `sources.requests.requests_sql`, the
 one the writer runs at each commit, transpiled for Spark (spark/dialect.py): both engines give the same rows.
-All spans of the root are read as one: a trace whose spans reached two shards gives one row here (the
-shards' own `requests` hold a partial row each, see docs/archive.md).
+All spans of the root are read as one: a trace whose spans reached two shards gives one row here, as a reader
+of the root gives (the shards' own `requests` hold a partial row each, see docs/archive.md).
 """
 
 from __future__ import annotations

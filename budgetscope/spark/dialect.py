@@ -18,6 +18,13 @@ What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
 - `list(x ORDER BY y)` → the values of `array_sort(collect_list(struct(y, x)))` (Spark's collect_list has no
   order).
 - `A UNION ALL BY NAME B` → B's columns put in A's order, then a plain UNION ALL.
+- `isfinite(x)` → `NOT (isnan(x) OR abs(x) = Infinity)` (Spark has none; NULL stays NULL).
+- `len(list)` / `length(list)` → `size(list)`: DuckDB's `len` takes strings and lists, Spark's `length` strings
+  only; which one an argument is comes from the archive's schema (SQLGlot's type annotation).
+- `epoch_ns(ts)` → `unix_micros(ts) * 1000`, `epoch_us(ts)` → `unix_micros(ts)`, `epoch(ts)` →
+  `unix_micros(ts) / 1e6` (DuckDB's `epoch` keeps the fraction, Spark's `unix_timestamp` drops it). Spark's
+  timestamps hold microseconds: a nanosecond part is lost. `to_timestamp(seconds)` → `timestamp_micros` of the
+  seconds rounded half to even to the microsecond, as DuckDB (SQLGlot's `from_unixtime` would drop the fraction).
 
 Why SQLGlot and not Ibis: with SQLGlot the report's SQL in `budgetscope.analysis` stays the one copy and runs on
 DuckDB untouched; Ibis would have meant rewriting every query as Ibis expressions (a second formulation, and
@@ -35,6 +42,9 @@ DUCKDB_TO_SPARK_TYPES = {
     "VARCHAR": "STRING", "JSON": "STRING", "BIGINT": "BIGINT", "INTEGER": "INT", "DOUBLE": "DOUBLE",
     "BOOLEAN": "BOOLEAN", "SMALLINT": "SMALLINT", "FLOAT": "FLOAT",
 }
+
+EPOCH_SCALE = {"epoch_ns": 1000, "epoch_us": 1}
+"""DuckDB's epoch_ns / epoch_us of a timestamp: Spark's unix_micros times this."""
 
 
 class DialectError(ValueError):
@@ -105,6 +115,14 @@ def archive_columns() -> dict[str, list[str]]:
     return {t.name: [c.name for c in t.columns] for t in schema.PUBLIC}
 
 
+def schema_types(tables: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+    """`tables` with each column's DuckDB type where the archive's schema has it (VARCHAR otherwise)."""
+    from budgetscope.archive import schema
+
+    known = {t.name: {c.name: c.type for c in t.columns} for t in schema.PUBLIC}
+    return {t: {c: known.get(t, {}).get(c, "VARCHAR") for c in cols} for t, cols in tables.items()}
+
+
 def _json_struct(structure: str) -> str:
     try:
         fields = json.loads(structure)
@@ -170,6 +188,26 @@ def _rewrite(tree, tables: dict[str, list[str]]):
             pairs = exp.Anonymous(this="collect_list", expressions=[
                 exp.Anonymous(this="struct", expressions=[exp.alias_(key.this, "k"), exp.alias_(val, "v")])])
             return exp.Anonymous(this="__bs_values", expressions=[exp.Anonymous(this="array_sort", expressions=[pairs])])
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "isfinite":
+            x = node.expressions[0].transform(fix)  # transform() does not descend into what `fix` returns
+            inf = exp.cast(exp.Literal.string("Infinity"), "DOUBLE")
+            return exp.Not(this=exp.Paren(this=exp.Or(
+                this=exp.Anonymous(this="isnan", expressions=[x.copy()]),
+                expression=exp.EQ(this=exp.Abs(this=x.copy()), expression=inf))))
+        if isinstance(node, exp.Anonymous) and node.name.lower() in EPOCH_SCALE:
+            ts = node.expressions[0].transform(fix)
+            us, scale = exp.Anonymous(this="unix_micros", expressions=[ts]), EPOCH_SCALE[node.name.lower()]
+            return us if scale == 1 else exp.Mul(this=us, expression=exp.Literal.number(scale))
+        if isinstance(node, exp.UnixToTime) and node.args.get("scale") is None and not node.args.get("format"):
+            # DuckDB's to_timestamp(seconds) keeps the fraction, rounded half to even to the microsecond (a
+            # tie is common: doubles near 1.7e15 µs step by 0.25); SQLGlot's from_unixtime formats whole
+            # seconds, Spark's timestamp_seconds truncates
+            us = exp.Anonymous(this="bround", expressions=[
+                exp.Mul(this=exp.Paren(this=node.this.transform(fix)), expression=exp.Literal.number("1e6"))])
+            return exp.Anonymous(this="timestamp_micros", expressions=[exp.cast(us, "BIGINT")])
+        if isinstance(node, exp.TimeToUnix):  # DuckDB's epoch(ts): seconds with their fraction
+            return exp.Div(this=exp.Anonymous(this="unix_micros", expressions=[node.this.transform(fix)]),
+                           expression=exp.Literal.number("1e6"))
         if isinstance(node, exp.Union) and node.args.get("by_name"):
             names = _names(node, tables)
             left, right = node.this, node.expression
@@ -187,7 +225,34 @@ def _rewrite(tree, tables: dict[str, list[str]]):
         return node
 
     counter = iter(range(1 << 30))
+    _sizes_of_lists(tree, tables)
     return _unique_ctes(tree.transform(fix))
+
+
+def _sizes_of_lists(tree, tables: dict[str, list[str]]) -> None:
+    """`len(x)` / `length(x)` of a list → `size(x)`, in place. Which arguments are lists is read from the types
+    SQLGlot infers over the archive's schema; an argument whose type it cannot tell stays a string length."""
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    lengths = list(tree.find_all(exp.Length))
+    if not lengths:
+        return
+    for i, node in enumerate(lengths):
+        node.meta["bs_len"] = i
+    types = schema_types(tables)
+    try:
+        typed = annotate_types(qualify(tree.copy(), schema=types, dialect="duckdb", validate_qualify_columns=False,
+                                       identify=False), schema=types, dialect="duckdb")
+    except (SqlglotError, KeyError, ValueError):
+        return
+    lists = {n.meta["bs_len"] for n in typed.find_all(exp.Length)
+             if "bs_len" in n.meta and n.this.type is not None and n.this.type.is_type(exp.DataType.Type.ARRAY)}
+    for node in lengths:
+        if node.meta["bs_len"] in lists:
+            node.replace(exp.ArraySize(this=node.this.copy()))
 
 
 def _unique_ctes(tree):

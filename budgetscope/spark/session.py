@@ -89,11 +89,25 @@ def session(master: str | None = None, app: str = "budgetscope"):
         with _quiet_stderr():
             spark = b.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        _quiet_query_errors()
     except Exception as e:  # noqa: BLE001 - py4j, pyspark and JVM errors alike: one line
         shutil.rmtree(warehouse, True)
         raise SparkError(f"Spark cannot start on {master}: {one_line(e)}") from None
     spark._budgetscope_tmp = warehouse  # stop() removes it
     return spark
+
+
+def _quiet_query_errors() -> None:
+    """pyspark logs every failed statement as a JSON ERROR line on stderr (its SQLQueryContextLogger) before
+    raising; budgetscope says what failed itself, in one line."""
+    import logging
+
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # a pyspark before 4.0 logs no such line
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def stop(spark) -> None:
