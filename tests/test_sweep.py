@@ -102,8 +102,14 @@ def refusing_url():
     (["--rates", "2,2"], "rates must be increasing"),
     (["--rates", "0,1"], "every rate must be a positive number"),
     (["--rates", "1,x"], "expected numbers separated by commas"),
-    ([], "give --rates R1,R2,… or --search (one of them)"),
-    (["--rates", "1,2", "--search"], "give --rates R1,R2,… or --search (one of them)"),
+    ([], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
+    (["--rates", "1,2", "--search"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
+    (["--rates", "1,2", "--concurrency", "1,2"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search"),
+    (["--concurrency", "4,2"], "--concurrency '4,2': levels must be increasing (2 comes after 4)"),
+    (["--concurrency", "0,2"], "give requests in flight >= 1"),
+    (["--concurrency", "1.5"], "expected whole numbers separated by commas"),
+    (["--concurrency", "1,2", "--warmup", "ten"], "--warmup 'ten': give a number of requests (20) or of seconds"),
+    (["--rates", "1", "--dataset", "/nonexistent/prompts.json"], "/nonexistent/prompts.json"),
 ])
 def test_bad_rates_are_one_line_and_leave_the_archive_unchanged(budgets, archive, args, message):
     before = _snapshot(archive)

@@ -4,6 +4,11 @@ The scheduler is a timer callback, not a task per request: at each due time it w
 idle keep-alive connection right away. A request held back by the concurrency cap waits in a FIFO and is
 sent when a slot frees; its `sent` time is then later than its `scheduled` time and that difference is its
 schedule lag - reported, never hidden. Response bytes are stamped on arrival by `HttpConnection`.
+
+A closed-loop plan (`build_closed_plan`) has no due times: `concurrency` requests start at once and each
+finish starts the next, after the response's `Retry-After` when it refused the request (429/503), so an
+overloaded server is not hammered with refusals. Its requests are sent when scheduled: no schedule lag.
+A warm-up (`Warmup`) marks the first requests; the result leaves them out of every figure.
 """
 
 from __future__ import annotations
@@ -24,13 +29,19 @@ from budgetscope.loadgen.records import RequestRecord
 from budgetscope.loadgen.result import LoadResult
 from budgetscope.loadgen.server_report import (CLIENT_STREAM, header_attributes,
                                                timings_attributes)
+
+CLIENT_WARMUP = "budgetscope.client.warmup"
+"""Client span attribute: true on a warm-up request (a sweep leaves it out of its step)."""
 from budgetscope.loadgen.sse import SSEParser, read_chunk
 from budgetscope.loadgen.target import Target
+from budgetscope.loadgen.warmup import Warmup
 
 _now = time.perf_counter_ns
 _LOOKAHEAD = 64  # requests whose bytes are built ahead of their due time, while the loop is idle
 _START_DELAY_NS = 20_000_000  # the first request is due this long after setup, so it is not late by setup
 _ERROR_BODY_LIMIT = 4096
+RETRY_AFTER_CAP_S = 60.0
+"""A closed-loop slot never rests longer than this after a refusal, whatever Retry-After says."""
 
 
 class LoadRunner:
@@ -43,11 +54,19 @@ class LoadRunner:
     a loop whose timers are coarse (the default asyncio loop sleeps in whole ms); `run_load` makes a loop
     with precise timers (see event_loop.py), so the default is 0.
     `on_progress`: called about twice a second with the runner (for a live display).
+    `warmup`: which requests are warm-up (sent, left out of the figures).
+    `duration_s`: closed loop only: no request starts after this many seconds.
+    `honour_retry_after`: closed loop only: a slot whose request was refused waits `Retry-After` (at most
+    RETRY_AFTER_CAP_S) before it starts the next one.
     """
 
     def __init__(self, plan: Plan, target: Target, *, concurrency: int | None = None, connections: int | None = None,
                  tracer: ClientTracer | None = None, timeout_s: float = 300.0, prompts: Prompts | None = None,
-                 spin_us: int = 0, on_progress: Callable[[LoadRunner], None] | None = None) -> None:
+                 spin_us: int = 0, on_progress: Callable[[LoadRunner], None] | None = None,
+                 warmup: Warmup | None = None, duration_s: float | None = None,
+                 honour_retry_after: bool = True) -> None:
+        if plan.is_closed_loop and concurrency is None:
+            concurrency = plan.meta["concurrency"]
         if concurrency is not None and concurrency < 1:
             raise LoadgenError(f"concurrency must be >= 1, got {concurrency}")
         self.plan = plan
@@ -59,6 +78,10 @@ class LoadRunner:
         self.prompts = prompts or Prompts(plan.seed)
         self.spin_ns = spin_us * 1000
         self.on_progress = on_progress
+        self.warmup = warmup or Warmup()
+        self.duration_ns = None if duration_s is None else int(duration_s * 1e9)
+        self.honour_retry_after = honour_retry_after
+        self._resting = 0  # closed loop: slots waiting out a Retry-After
         self.records: list[RequestRecord] = []
         self.in_flight = 0
         self.num_sent = 0
@@ -86,12 +109,15 @@ class LoadRunner:
         unix, mono = time.time_ns(), _now()
         self._unix0 = unix - mono
         self.t0 = _now() + _START_DELAY_NS
-        for rec, req in zip(self.records, self.plan.requests):
-            rec.scheduled_ns = self.t0 + req.offset_ns
+        closed = self.plan.is_closed_loop
+        if not closed:
+            for rec, req in zip(self.records, self.plan.requests):
+                rec.scheduled_ns = self.t0 + req.offset_ns
+                rec.is_warmup = self.warmup.covers(req.index, req.offset_ns)
         started_unix = self._unix0 + self.t0
         progress = loop.call_later(0.5, self._progress) if self.on_progress else None
         if self.records:
-            loop.call_later(_START_DELAY_NS / 1e9 - 0.002, self._tick)
+            loop.call_later(_START_DELAY_NS / 1e9 - 0.002, self._start_closed if closed else self._tick)
         else:
             self._done.set_result(None)
         try:
@@ -103,8 +129,11 @@ class LoadRunner:
                 conn.close()
         lengths = self.plan.meta.get("prompt_lengths") or {"exact": self.prompts.exact,
                                                            "basis": self.prompts.length_basis}
-        return LoadResult(self.plan, self.records, unix0=self._unix0, started_unix_nano=started_unix,
-                          concurrency=self.concurrency, target_url=self.target.url, prompt_lengths=lengths)
+        started = self.records[:self._next] if closed else self.records  # a closed loop's unstarted tail is dropped
+        return LoadResult(self.plan, [r for r in started if not r.is_warmup], unix0=self._unix0,
+                          started_unix_nano=started_unix, concurrency=self.concurrency, target_url=self.target.url,
+                          prompt_lengths=lengths, warmup_records=[r for r in started if r.is_warmup],
+                          warmup=str(self.warmup))
 
     # -- scheduling ------------------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -125,6 +154,47 @@ class LoadRunner:
             self._loop.call_soon(self._tick)
         else:
             self._loop.call_later((wait - self.spin_ns) / 1e9, self._tick)
+
+    def _start_closed(self) -> None:
+        """Closed loop: fill every slot."""
+        for _ in range(self.concurrency):
+            self._closed_next()
+        self._check_closed_done()
+
+    def _closed_next(self) -> None:
+        """Closed loop: start the next request on a free slot, unless the plan or the duration is spent."""
+        i = self._next
+        if not self._has_more():
+            return
+        now = _now()
+        self._next = i + 1
+        rec = self.records[i]
+        rec.scheduled_ns = now  # due when its slot frees, and sent then: no schedule lag by definition
+        rec.is_warmup = self.warmup.covers(i, now - self.t0)
+        self._send(i)
+
+    def _has_more(self) -> bool:
+        """Closed loop: whether another request may start now (growing a plan that has no request count)."""
+        if self.duration_ns is not None and _now() - self.t0 >= self.duration_ns:
+            return False
+        if self._next < len(self.records):
+            return True
+        if self.plan.more is None:
+            return False
+        new = self.plan.more(_LOOKAHEAD)
+        self.plan.requests.extend(new)
+        self.records.extend(RequestRecord(r.index, 0, r.prompt_tokens, r.output_tokens, r.tier, r.tenant, r.prefix_id)
+                            for r in new)
+        return True
+
+    def _rested(self) -> None:
+        self._resting -= 1
+        self._closed_next()
+        self._check_closed_done()
+
+    def _check_closed_done(self) -> None:
+        if self.in_flight == 0 and self._resting == 0 and not self._done.done():
+            self._done.set_result(None)
 
     def _prepare_from(self, start: int) -> None:
         """Build the bytes (prompt, body, traceparent) of the requests due next, before they are due."""
@@ -205,10 +275,23 @@ class LoadRunner:
                 conn.close()
         if self.tracer is not None:
             self.tracer.record(self._client_request(rec))
+        if self.plan.is_closed_loop:
+            self._closed_after(rec)
+            return
         if self._waiting:
             self._send(self._waiting.popleft())
         if self.num_finished == len(self.records) and not self._done.done():
             self._done.set_result(None)
+
+    def _closed_after(self, rec: RequestRecord) -> None:
+        """Closed loop: the finished request's slot starts the next one, after a refusal's Retry-After."""
+        rest_s = rec.retry_after_s if self.honour_retry_after else None
+        if rest_s and self._has_more():
+            self._resting += 1
+            self._loop.call_later(min(rest_s, RETRY_AFTER_CAP_S), self._rested)
+        else:
+            self._closed_next()
+        self._check_closed_done()
 
     def _client_request(self, rec: RequestRecord) -> ClientRequest:
         u = self._unix0
@@ -220,7 +303,8 @@ class LoadRunner:
             input_tokens=rec.input_tokens, tier=rec.tier, tenant=rec.tenant, model=self.target.model,
             error_type=None if rec.error is None else rec.outcome, url=self.target.url,
             operation="chat" if self.target.api == "chat" else "text_completion",
-            extra_attributes={CLIENT_STREAM: self.target.stream, **(rec.server_attributes or {})},
+            extra_attributes={CLIENT_STREAM: self.target.stream, **(rec.server_attributes or {}),
+                              **({CLIENT_WARMUP: True} if rec.is_warmup else {})},
         )
 
     def _progress(self) -> None:
@@ -246,6 +330,8 @@ class _Exchange:
 
     def head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.rec.status = status
+        if status in (429, 503):
+            self.rec.retry_after_s = _seconds(headers.get(b"retry-after"))
         reported = header_attributes(headers)
         if reported:
             self.rec.server_attributes = reported
@@ -333,3 +419,12 @@ class _Exchange:
         if message is None:
             message = raw[:200].decode("utf-8", "replace").strip() or "(empty body)"
         rec.error = f"http_{rec.status}: {message}"
+
+
+def _seconds(value: bytes | None) -> float | None:
+    """A Retry-After in seconds; None when absent or an HTTP date (not worth a clock comparison here)."""
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None

@@ -1,0 +1,197 @@
+"""Load modes users of other load tools expect: a closed loop (`--concurrency N` as the driver), a warm-up left out
+of the figures, Retry-After honoured by a closed loop, and per-request records as CSV - against the stub server
+(and a fake refusing server) on 127.0.0.1."""
+
+import csv
+import io
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from budgetscope.loadgen import Arrivals, Distribution, Mix, Target, Workload, build_plan, run_load
+from budgetscope.loadgen.command import load
+from budgetscope.loadgen.dataset import Dataset, DatasetPrompt, apply_dataset
+from budgetscope.loadgen.plan import build_closed_plan
+from budgetscope.loadgen.records_csv import columns
+from budgetscope.loadgen.stub_server import StubServer
+from budgetscope.loadgen.warmup import Warmup
+
+WORKLOAD = Workload(Distribution.parse("16"), Distribution.parse("5"), Mix.parse(None), Mix.parse(None))
+
+
+@pytest.fixture
+def server():
+    srv = StubServer(tokens=5, token_delay_s=0.002, record=True).start_in_thread()
+    yield srv
+    srv.stop_thread()
+
+
+def peak_in_flight(records) -> int:
+    """The most requests in flight at once, from the records' own sent/end times."""
+    events = sorted([(r.sent_ns, 1) for r in records] + [(r.end_ns, -1) for r in records], key=lambda e: (e[0], e[1]))
+    peak = now = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_closed_loop_keeps_exactly_n_in_flight(server):
+    result = run_load(build_closed_plan(WORKLOAD, 3, seed=1, num_requests=24), Target(server.url, model="stub"))
+    recs = result.records
+    assert len(recs) == 24 and all(r.is_ok for r in recs) and len(server.received) == 24
+    assert peak_in_flight(recs) == 3
+    # each request is due when its slot frees: the first three at once, every later one after some finish
+    first_end = min(r.end_ns for r in recs)
+    assert sum(r.sent_ns < first_end for r in recs) == 3
+    assert all(r.scheduled_ns <= r.sent_ns for r in recs)
+    s = result.summary()
+    assert s["mode"] == "closed loop" and s["concurrency"] == 3 and s["planned_rate_rps"] is None
+
+
+def test_closed_loop_duration_grows_the_plan_and_stops_starting(server):
+    plan = build_closed_plan(WORKLOAD, 2, seed=1)
+    assert len(plan) == 2 and plan.more is not None
+    result = run_load(plan, Target(server.url, model="stub"), duration_s=0.4)
+    recs = result.records
+    assert len(recs) > 2 and all(r.is_ok for r in recs)
+    t0 = min(r.sent_ns for r in recs)
+    assert all(r.scheduled_ns - t0 < 0.4e9 + 0.05e9 for r in recs)  # nothing started past the duration
+    assert [r.index for r in recs] == list(range(len(recs)))
+
+
+def test_closed_plan_draws_the_same_requests_as_the_open_plan():
+    closed = build_closed_plan(WORKLOAD, 4, seed=9, num_requests=10)
+    open_ = build_plan(Arrivals.parse("poisson", 5), WORKLOAD, seed=9, num_requests=10)
+    assert [r.seed for r in closed.requests] == [r.seed for r in open_.requests]
+    grown = build_closed_plan(WORKLOAD, 4, seed=9)
+    grown.requests += grown.more(6)
+    assert [r.seed for r in grown.requests] == [r.seed for r in open_.requests]
+
+
+def test_a_growing_closed_plan_takes_the_dataset_prompts(tmp_path):
+    data = Dataset(str(tmp_path / "d.json"), [DatasetPrompt("alpha", 1, 3), DatasetPrompt("beta", 1, None)], 0, True)
+    plan = apply_dataset(build_closed_plan(WORKLOAD, 2, seed=1), data)
+    later = plan.more(4)
+    assert {r.prompt for r in plan.requests + later} == {"alpha", "beta"}
+
+
+@pytest.mark.parametrize("spec, warm", [("5", Warmup(num_requests=5)), ("2.5s", Warmup(seconds=2.5)),
+                                        ("", Warmup()), ("0", Warmup())])
+def test_warmup_parse(spec, warm):
+    assert Warmup.parse(spec) == warm
+
+
+def test_warmup_requests_are_sent_and_left_out_of_every_figure(server):
+    plan = build_plan(Arrivals.parse("constant", 200), WORKLOAD, seed=3, num_requests=20)
+    result = run_load(plan, Target(server.url, model="stub"), warmup=Warmup.parse("5"))
+    assert len(server.received) == 20
+    assert [r.index for r in result.warmup_records] == [0, 1, 2, 3, 4]
+    s = result.summary()
+    assert s["requests"] == 15 and s["warmup"] == {"rule": "the first 5 requests", "requests": 5}
+    assert s["figures"]["client_ttft_ms"]["count"] == 15 and s["figures"]["itl_ms"]["count"] == 15 * 4
+    every = result.to_json()["requests"]
+    assert len(every) == 20 and [r["warmup"] for r in every] == [True] * 5 + [False] * 15
+
+
+def test_warmup_by_seconds_marks_what_was_due_in_them(server):
+    # constant 100/s: due at 0, 10, 20, … ms; the first 45 ms hold 5 of them
+    plan = build_plan(Arrivals.parse("constant", 100), WORKLOAD, seed=3, num_requests=12)
+    result = run_load(plan, Target(server.url, model="stub"), warmup=Warmup(seconds=0.045))
+    assert len(result.warmup_records) == 5 and len(result.records) == 7
+
+
+class _FakeRefusingThenServing(BaseHTTPRequestHandler):
+    """A fake endpoint for this test only: the first `refusals` completions get 429 with Retry-After: 1, the rest
+    a JSON completion."""
+
+    refusals = 2
+    lock = threading.Lock()
+    seen = 0
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        with self.lock:
+            type(self).seen += 1
+            refuse = type(self).seen <= self.refusals
+        if refuse:
+            body, status = b'{"error": {"message": "busy", "type": "rate_limit_exceeded"}}', 429
+        else:
+            body, status = b'{"choices": [{"text": "x"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}', 200
+        self.send_response(status)
+        if refuse:
+            self.send_header("retry-after", "1")
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def refusing_url():
+    _FakeRefusingThenServing.seen = 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRefusingThenServing)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize("honour", [True, False])
+def test_closed_loop_honours_retry_after(refusing_url, honour):
+    plan = build_closed_plan(WORKLOAD, 2, seed=1, num_requests=6)
+    result = run_load(plan, Target(refusing_url, model="m"), honour_retry_after=honour)
+    recs = sorted(result.records, key=lambda r: r.sent_ns)
+    refused = [r for r in recs if r.status == 429]
+    assert len(refused) == 2 and all(r.retry_after_s == 1.0 for r in refused)
+    assert sum(r.is_ok for r in recs) == 4
+    # the slots that were refused sent their next request no sooner than Retry-After (1 s) later
+    nxt = [r for r in recs if r.sent_ns > max(x.end_ns for x in refused)][:2]
+    waited = [(n.sent_ns - max(x.end_ns for x in refused)) / 1e9 for n in nxt]
+    if honour:
+        assert all(w >= 0.99 for w in waited), waited
+    else:
+        assert all(w < 0.99 for w in waited), waited
+
+
+# -- the command ------------------------------------------------------------------------------------------------
+def test_cli_closed_loop_with_warmup(server):
+    r = CliRunner().invoke(load, [server.url, "--concurrency", "3", "--requests", "12", "--warmup", "2",
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.output
+    s = orjson.loads(r.stdout)
+    assert s["mode"] == "closed loop" and s["requests"] == 10 and s["warmup"]["requests"] == 2
+    assert len(server.received) == 12
+
+
+def test_cli_csv_on_stdout_and_to_a_file(server, tmp_path):
+    out = tmp_path / "records.csv"
+    r = CliRunner().invoke(load, [server.url, "--rate", "200", "--requests", "6", "--warmup", "1", "--format", "csv",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert list(rows[0]) == columns() and len(rows) == 6
+    assert [row["warmup"] for row in rows] == ["true"] + ["false"] * 5
+    assert all(row["outcome"] == "ok" and row["output_tokens"] == "5" for row in rows)
+    assert len(rows[0]["itl_ms"].split(" ")) == 4 and float(rows[0]["client_ttft_ms"]) >= 0
+    assert out.read_text() == r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--concurrency", "0", "--requests", "5"], "--concurrency must be >= 1, got 0"),
+    (["--concurrency", "4"], "a closed loop needs --requests N or --duration S (or both)"),
+    (["--concurrency", "4", "--requests", "5", "--arrivals", "gamma:cv=2"], "--arrivals shapes an open loop"),
+    (["--rate", "5", "--requests", "5", "--warmup", "soon"], "--warmup 'soon': give a number of requests (20)"),
+    (["--rate", "5", "--requests", "5", "--out", "/nonexistent/dir/x.csv"], "its folder does not exist"),
+])
+def test_cli_bad_mode_input_is_one_line_and_sends_nothing(server, args, message):
+    r = CliRunner().invoke(load, [server.url, *args])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert r.stderr.startswith("budgetscope: ") and server.received == []
