@@ -105,10 +105,11 @@ def test_warmup_by_seconds_marks_what_was_due_in_them(server):
 
 
 class _FakeRefusingThenServing(BaseHTTPRequestHandler):
-    """A fake endpoint for this test only: the first `refusals` completions get 429 with Retry-After: 1, the rest
-    a JSON completion."""
+    """A fake endpoint for these tests only: the first `refusals` completions get 429 with `Retry-After:
+    retry_after`, the rest a JSON completion."""
 
     refusals = 2
+    retry_after = "1"
     lock = threading.Lock()
     seen = 0
 
@@ -123,7 +124,7 @@ class _FakeRefusingThenServing(BaseHTTPRequestHandler):
             body, status = b'{"choices": [{"text": "x"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}', 200
         self.send_response(status)
         if refuse:
-            self.send_header("retry-after", "1")
+            self.send_header("retry-after", self.retry_after)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -136,6 +137,7 @@ class _FakeRefusingThenServing(BaseHTTPRequestHandler):
 @pytest.fixture
 def refusing_url():
     _FakeRefusingThenServing.seen = 0
+    _FakeRefusingThenServing.refusals, _FakeRefusingThenServing.retry_after = 2, "1"
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRefusingThenServing)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -161,6 +163,17 @@ def test_closed_loop_honours_retry_after(refusing_url, honour):
         assert all(w < 0.99 for w in waited), waited
 
 
+def test_a_slot_refused_again_and_again_backs_off_doubling(refusing_url):
+    """One slot, three refusals in a row with Retry-After 0.2 s: it waits 0.2, 0.4, then 0.8 s; then served."""
+    _FakeRefusingThenServing.refusals, _FakeRefusingThenServing.retry_after = 3, "0.2"
+    result = run_load(build_closed_plan(WORKLOAD, 1, seed=1, num_requests=5), Target(refusing_url, model="m"))
+    recs = sorted(result.records, key=lambda r: r.sent_ns)
+    assert [r.status for r in recs] == [429, 429, 429, 200, 200]
+    waits = [(b.sent_ns - a.end_ns) / 1e9 for a, b in zip(recs, recs[1:])]
+    assert waits[0] >= 0.2 and waits[1] >= 0.4 and waits[2] >= 0.8, waits
+    assert waits[3] < waits[2]  # served: the next request follows at once, the streak is over
+
+
 # -- the command ------------------------------------------------------------------------------------------------
 def test_cli_closed_loop_with_warmup(server):
     r = CliRunner().invoke(load, [server.url, "--concurrency", "3", "--requests", "12", "--warmup", "2",
@@ -169,6 +182,14 @@ def test_cli_closed_loop_with_warmup(server):
     s = orjson.loads(r.stdout)
     assert s["mode"] == "closed loop" and s["requests"] == 10 and s["warmup"]["requests"] == 2
     assert len(server.received) == 12
+    # the client's deadline (--timeout, 300 s by default) goes with every request, for the engine's admission
+    assert {h.get("x-budgetscope-deadline-ms") for _, h, _ in server.received} == {"300000"}
+
+
+def test_cli_no_deadline_sends_none(server):
+    r = CliRunner().invoke(load, [server.url, "--concurrency", "2", "--requests", "2", "--no-deadline"])
+    assert r.exit_code == 0, r.output
+    assert all("x-budgetscope-deadline-ms" not in h for _, h, _ in server.received)
 
 
 def test_cli_csv_on_stdout_and_to_a_file(server, tmp_path):

@@ -3,6 +3,7 @@ short sweep shows the cliff for real (queueing small at a low rate, dominant pas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -152,14 +153,10 @@ def test_an_unreachable_target_is_one_line(budgets, tmp_path):
     assert not new.exists()
 
 
-@pytest.mark.slow
-def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
-    """Four slots, 128-token outputs (capacity ~9 req/s on our 2 cores, more on a faster CI machine): at 2 req/s every
-    budget holds and queueing is a small share of the little tail there is; 48 req/s is well past capacity on any of
-    them (with 64-token outputs 24 req/s was not: a faster 2-core CI machine kept 0.91 of its requests there, so its
-    capacity is about 1.4x ours; 48 req/s is 5x ours), queueing takes the TTFT tail and attainment falls (0.03
-    here)."""
-    pytest.importorskip("torch")
+@contextlib.contextmanager
+def _tiny_engine():
+    """`engine serve --config tiny` with four slots on a free port, exporting its spans to a free OTLP port (the
+    sweep's collector): yields (url, otlp_port)."""
     otlp_port, engine_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
@@ -177,14 +174,26 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline and engine.poll() is None, "the engine did not start"
                 time.sleep(0.2)
-        cap = tmp_path / "cap"
-        r = _sweep(f"http://127.0.0.1:{engine_port}", "--budgets", str(budgets), "--archive", str(cap),
-                   "--rates", "2,48", "--duration", "5", "--otlp-port", str(otlp_port), "--prompt-format",
-                   "token-ids", "--prompt-tokens", "64", "--output-tokens", "128", "--timeout", "20",
-                   "--format", "json", timeout=180)
+        yield f"http://127.0.0.1:{engine_port}", otlp_port
     finally:
         engine.terminate()
         engine.wait(30)
+
+
+@pytest.mark.slow
+def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
+    """Four slots, 128-token outputs (capacity ~9 req/s on our 2 cores, more on a faster CI machine): at 2 req/s every
+    budget holds and queueing is a small share of the little tail there is; 48 req/s is well past capacity on any of
+    them (with 64-token outputs 24 req/s was not: a faster 2-core CI machine kept 0.91 of its requests there, so its
+    capacity is about 1.4x ours; 48 req/s is 5x ours), queueing takes the TTFT tail and attainment falls (0.03
+    here)."""
+    pytest.importorskip("torch")
+    cap = tmp_path / "cap"
+    with _tiny_engine() as (url, otlp_port):
+        r = _sweep(url, "--budgets", str(budgets), "--archive", str(cap),
+                   "--rates", "2,48", "--duration", "5", "--otlp-port", str(otlp_port), "--prompt-format",
+                   "token-ids", "--prompt-tokens", "64", "--output-tokens", "128", "--timeout", "20",
+                   "--format", "json", timeout=180)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     low, high = res["points"]
@@ -218,3 +227,52 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     with Archive(cap, read_only=True, create=False) as a:
         again = capacity.analyze(a.con, load_budgets(budgets))
     assert again["tiers"][0]["capacity_rps"] == 2.0 and again["run"] == res["run"]
+
+
+@pytest.mark.slow
+def test_tiny_engine_concurrency_sweep_with_warmup_repeats_and_plots(budgets, tmp_path):
+    """`--concurrency 1,8 --repeats 2 --warmup 2 --plots`: four closed-loop steps; each step's two warm-up
+    requests reach the archive untagged (in no step), the points are concurrencies, each tier says what each
+    repeat found, and the chart is a self-contained HTML file. Figures are not asserted: only what the sweep is."""
+    pytest.importorskip("torch")
+    pytest.importorskip("plotly")
+    cap, plots = tmp_path / "cap", tmp_path / "plots"
+    with _tiny_engine() as (url, otlp_port):
+        r = _sweep(url, "--budgets", str(budgets), "--archive", str(cap), "--concurrency", "1,8", "--repeats", "2",
+                   "--warmup", "2", "--duration", "2", "--otlp-port", str(otlp_port), "--prompt-format", "token-ids",
+                   "--prompt-tokens", "32", "--output-tokens", "16", "--timeout", "30", "--plots", str(plots),
+                   "--format", "json", timeout=240)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["mode"] == "concurrency" and res["unit"] == "concurrent requests"
+    assert [p["concurrency"] for p in res["points"]] == [1, 8] and [p["runs"] for p in res["points"]] == [2, 2]
+    assert all(p["rate_rps"] is None for p in res["points"])
+    assert sorted((s["concurrency"], s["repeat"]) for s in res["steps"]) == [(1, 0), (1, 1), (8, 0), (8, 1)]
+    tier = res["tiers"][0]
+    assert tier["unit"] == "concurrent requests" and len(tier["repeats"]["by_repeat"]) == 2
+    assert "capacity_concurrency" in tier and "capacity_rps" not in tier
+    from budgetscope.analysis.capacity import RUN
+    from budgetscope.archive.archive import Archive
+    from budgetscope.loadgen.runner import CLIENT_WARMUP
+
+    with Archive(cap, read_only=True, create=False) as a:
+        warm, tagged = a.con.execute(f"""SELECT count_if(attributes->>'{CLIENT_WARMUP}' = 'true'),
+            count_if(attributes->>'{CLIENT_WARMUP}' = 'true' AND attributes->>'{RUN}' IS NOT NULL)
+            FROM spans WHERE name = 'llm.client.request'""").fetchone()
+    assert (warm, tagged) == (8, 0)  # 2 a step, none of them in a step
+    html = (plots / "capacity-interactive.html").read_text()
+    assert "plotly" in html.lower() and "concurrency (requests in flight)" in html and len(html) > 1_000_000
+    assert f"wrote {plots / 'capacity-interactive.html'}" in r.stderr
+
+
+def test_plots_without_plotly_is_one_line_and_leaves_the_archive_unchanged(budgets, archive):
+    before = _snapshot(archive)
+    code = ("import sys\nsys.modules['plotly'] = None\nfrom budgetscope.cli import main\n"
+            "main(prog_name='budgetscope')")
+    r = subprocess.run([sys.executable, "-c", code, "sweep", "http://127.0.0.1:9", "--budgets", str(budgets),
+                        "--archive", str(archive), "--concurrency", "1,2", "--plots", str(archive / "plots")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == ("budgetscope: sweep --plots needs the 'dashboard' extra (plotly is not installed): "
+                        "pip install 'budgetscope[dashboard]'\n")
+    assert _snapshot(archive) == before

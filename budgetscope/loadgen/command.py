@@ -10,6 +10,9 @@ import click
 
 from budgetscope.loadgen.errors import LoadgenError
 
+DEADLINE_HEADER = "x-budgetscope-deadline-ms"
+"""The reference engine's deadline header (budgetscope.engine.protocol; loadgen imports nothing of the engine)."""
+
 
 class _InputError(click.ClickException):
     """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
@@ -70,6 +73,9 @@ class _Progress:
 @click.option("--retry-after/--no-retry-after", "honour_retry_after", default=True, show_default=True,
               help="Closed loop: after a 429/503 with Retry-After, that slot waits as told (at most 60 s) before its "
                    "next request.")
+@click.option("--deadline/--no-deadline", "send_deadline", default=True, show_default=True,
+              help="Send --timeout as x-budgetscope-deadline-ms, so the reference engine refuses at once (429, "
+                   "Retry-After) what it cannot start before the client gives up.")
 @click.option("--connections", type=int, help="Keep-alive connections opened before the start.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the plan (arrivals, lengths, prompts).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Per-request timeout, seconds.")
@@ -93,7 +99,7 @@ class _Progress:
 @click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
 def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
          tenants, shared_prefix, prompt_format, tokenizer, dataset, api, model, concurrency, warmup, honour_retry_after,
-         connections, seed,
+         send_deadline, connections, seed,
          timeout, ignore_eos, body_hints, stream, headers, spans, service_name, out_path, fmt, dry_run) -> None:
     """Send an open-loop load to an OpenAI-compatible endpoint and report client TTFT, ITL, E2E and schedule lag.
 
@@ -156,6 +162,8 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
         api_key = os.environ.get("OPENAI_API_KEY", "").strip()
         if api_key and not any(k.lower() == "authorization" for k in extra_headers):
             extra_headers["Authorization"] = f"Bearer {api_key}"
+        if send_deadline and not any(k.lower() == DEADLINE_HEADER for k in extra_headers):
+            extra_headers[DEADLINE_HEADER] = str(int(timeout * 1000))
         target = Target(url, api=api, model=model, ignore_eos=ignore_eos, body_hints=body_hints,
                         headers=extra_headers, stream=stream)
         if prompt_format == "token-ids" and target.api == "chat":

@@ -6,8 +6,9 @@ sent when a slot frees; its `sent` time is then later than its `scheduled` time 
 schedule lag - reported, never hidden. Response bytes are stamped on arrival by `HttpConnection`.
 
 A closed-loop plan (`build_closed_plan`) has no due times: `concurrency` requests start at once and each
-finish starts the next, after the response's `Retry-After` when it refused the request (429/503), so an
-overloaded server is not hammered with refusals. Its requests are sent when scheduled: no schedule lag.
+finish starts the next, after the response's `Retry-After` when it refused the request (429/503), doubled for
+each refusal in a row of that slot (at most RETRY_AFTER_CAP_S), so an overloaded server is not hammered with
+refusals: 512 slots told "1 s" would otherwise come back 512 times a second. Its requests are sent when scheduled: no schedule lag.
 A warm-up (`Warmup`) marks the first requests; the result leaves them out of every figure.
 """
 
@@ -56,8 +57,8 @@ class LoadRunner:
     `on_progress`: called about twice a second with the runner (for a live display).
     `warmup`: which requests are warm-up (sent, left out of the figures).
     `duration_s`: closed loop only: no request starts after this many seconds.
-    `honour_retry_after`: closed loop only: a slot whose request was refused waits `Retry-After` (at most
-    RETRY_AFTER_CAP_S) before it starts the next one.
+    `honour_retry_after`: closed loop only: a slot whose request was refused waits `Retry-After` × 2^(k-1) for its
+    k-th refusal in a row (at most RETRY_AFTER_CAP_S) before it starts the next one.
     """
 
     def __init__(self, plan: Plan, target: Target, *, concurrency: int | None = None, connections: int | None = None,
@@ -82,6 +83,7 @@ class LoadRunner:
         self.duration_ns = None if duration_s is None else int(duration_s * 1e9)
         self.honour_retry_after = honour_retry_after
         self._resting = 0  # closed loop: slots waiting out a Retry-After
+        self._refused_in_a_row: dict[int, int] = {}  # closed loop: request index → its slot's refusals before it
         self.records: list[RequestRecord] = []
         self.in_flight = 0
         self.num_sent = 0
@@ -161,13 +163,15 @@ class LoadRunner:
             self._closed_next()
         self._check_closed_done()
 
-    def _closed_next(self) -> None:
+    def _closed_next(self, refused_in_a_row: int = 0) -> None:
         """Closed loop: start the next request on a free slot, unless the plan or the duration is spent."""
         i = self._next
         if not self._has_more():
             return
         now = _now()
         self._next = i + 1
+        if refused_in_a_row:
+            self._refused_in_a_row[i] = refused_in_a_row
         rec = self.records[i]
         rec.scheduled_ns = now  # due when its slot frees, and sent then: no schedule lag by definition
         rec.is_warmup = self.warmup.covers(i, now - self.t0)
@@ -187,9 +191,9 @@ class LoadRunner:
                             for r in new)
         return True
 
-    def _rested(self) -> None:
+    def _rested(self, refused_in_a_row: int) -> None:
         self._resting -= 1
-        self._closed_next()
+        self._closed_next(refused_in_a_row)
         self._check_closed_done()
 
     def _check_closed_done(self) -> None:
@@ -284,11 +288,13 @@ class LoadRunner:
             self._done.set_result(None)
 
     def _closed_after(self, rec: RequestRecord) -> None:
-        """Closed loop: the finished request's slot starts the next one, after a refusal's Retry-After."""
+        """Closed loop: the finished request's slot starts the next one, after a refusal's Retry-After (doubled for
+        each refusal in a row)."""
+        before = self._refused_in_a_row.pop(rec.index, 0)
         rest_s = rec.retry_after_s if self.honour_retry_after else None
         if rest_s and self._has_more():
             self._resting += 1
-            self._loop.call_later(min(rest_s, RETRY_AFTER_CAP_S), self._rested)
+            self._loop.call_later(min(rest_s * 2 ** before, RETRY_AFTER_CAP_S), self._rested, before + 1)
         else:
             self._closed_next()
         self._check_closed_done()
