@@ -4,8 +4,6 @@ of the figures, Retry-After honoured by a closed loop, and per-request records a
 
 import csv
 import io
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
 import pytest
@@ -18,6 +16,7 @@ from budgetscope.loadgen.plan import build_closed_plan
 from budgetscope.loadgen.records_csv import columns
 from budgetscope.loadgen.stub_server import StubServer
 from budgetscope.loadgen.warmup import Warmup
+from fake_refusing_server import refusing
 
 WORKLOAD = Workload(Distribution.parse("16"), Distribution.parse("5"), Mix.parse(None), Mix.parse(None))
 
@@ -104,46 +103,10 @@ def test_warmup_by_seconds_marks_what_was_due_in_them(server):
     assert len(result.warmup_records) == 5 and len(result.records) == 7
 
 
-class _FakeRefusingThenServing(BaseHTTPRequestHandler):
-    """A fake endpoint for these tests only: the first `refusals` completions get 429 with `Retry-After:
-    retry_after`, the rest a JSON completion."""
-
-    refusals = 2
-    retry_after = "1"
-    lock = threading.Lock()
-    seen = 0
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        with self.lock:
-            type(self).seen += 1
-            refuse = type(self).seen <= self.refusals
-        if refuse:
-            body, status = b'{"error": {"message": "busy", "type": "rate_limit_exceeded"}}', 429
-        else:
-            body, status = b'{"choices": [{"text": "x"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}', 200
-        self.send_response(status)
-        if refuse:
-            self.send_header("retry-after", self.retry_after)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def refusing_url():
-    _FakeRefusingThenServing.seen = 0
-    _FakeRefusingThenServing.refusals, _FakeRefusingThenServing.retry_after = 2, "1"
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRefusingThenServing)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with refusing(refusals=2) as url:
+        yield url
 
 
 @pytest.mark.parametrize("honour", [True, False])
@@ -163,10 +126,10 @@ def test_closed_loop_honours_retry_after(refusing_url, honour):
         assert all(w < 0.99 for w in waited), waited
 
 
-def test_a_slot_refused_again_and_again_backs_off_doubling(refusing_url):
+def test_a_slot_refused_again_and_again_backs_off_doubling():
     """One slot, three refusals in a row with Retry-After 0.2 s: it waits 0.2, 0.4, then 0.8 s; then served."""
-    _FakeRefusingThenServing.refusals, _FakeRefusingThenServing.retry_after = 3, "0.2"
-    result = run_load(build_closed_plan(WORKLOAD, 1, seed=1, num_requests=5), Target(refusing_url, model="m"))
+    with refusing(refusals=3, retry_after="0.2") as url:
+        result = run_load(build_closed_plan(WORKLOAD, 1, seed=1, num_requests=5), Target(url, model="m"))
     recs = sorted(result.records, key=lambda r: r.sent_ns)
     assert [r.status for r in recs] == [429, 429, 429, 200, 200]
     waits = [(b.sent_ns - a.end_ns) / 1e9 for a, b in zip(recs, recs[1:])]

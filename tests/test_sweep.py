@@ -9,13 +9,13 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from fake_refusing_server import refusing
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = """[tiers.interactive]
@@ -63,39 +63,10 @@ def archive(tmp_path) -> Path:
     return dest
 
 
-class _FakeRefusingServer(BaseHTTPRequestHandler):
-    """A fake OpenAI endpoint for this test only: lists a model, answers 429 to every completion."""
-
-    def do_GET(self):  # noqa: N802
-        body = b'{"object": "list", "data": [{"id": "m"}]}'
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = b'{"error": {"message": "no capacity", "type": "rate_limit_exceeded"}}'
-        self.send_response(429)
-        self.send_header("retry-after", "1")
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture()
 def refusing_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRefusingServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with refusing() as url:
+        yield url
 
 
 @pytest.mark.parametrize("args, message", [
