@@ -8,8 +8,8 @@ schedule lag - reported, never hidden. Response bytes are stamped on arrival by 
 A closed-loop plan (`build_closed_plan`) has no due times: `concurrency` requests start at once and each
 finish starts the next, after the response's `Retry-After` when it refused the request (429/503), doubled for
 each refusal in a row of that slot (at most RETRY_AFTER_CAP_S), so an overloaded server is not hammered with
-refusals: 512 slots told "1 s" would otherwise come back 512 times a second. Its requests are sent when scheduled: no schedule lag.
-A warm-up (`Warmup`) marks the first requests; the result leaves them out of every figure.
+refusals: 512 slots told "1 s" would otherwise come back 512 times a second. Its requests are sent when
+scheduled: no schedule lag. A warm-up (`Warmup`) marks the first requests; the result leaves them out of every figure.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from budgetscope.loadgen.records import RequestRecord
 from budgetscope.loadgen.result import LoadResult
 from budgetscope.loadgen.server_report import (CLIENT_STREAM, header_attributes,
                                                timings_attributes)
-
-CLIENT_WARMUP = "budgetscope.client.warmup"
-"""Client span attribute: true on a warm-up request (a sweep leaves it out of its step)."""
 from budgetscope.loadgen.sse import SSEParser, read_chunk
 from budgetscope.loadgen.target import Target
 from budgetscope.loadgen.warmup import Warmup
+
+CLIENT_WARMUP = "budgetscope.client.warmup"
+"""Client span attribute: true on a warm-up request (a sweep leaves it out of its step)."""
 
 _now = time.perf_counter_ns
 _LOOKAHEAD = 64  # requests whose bytes are built ahead of their due time, while the loop is idle
@@ -293,8 +293,11 @@ class LoadRunner:
         before = self._refused_in_a_row.pop(rec.index, 0)
         rest_s = rec.retry_after_s if self.honour_retry_after else None
         if rest_s and self._has_more():
+            rest_s = min(rest_s * 2 ** before, RETRY_AFTER_CAP_S)
+            if self.duration_ns is not None:  # a rest past the end of the run only delays its end
+                rest_s = min(rest_s, (self.t0 + self.duration_ns - _now()) / 1e9)
             self._resting += 1
-            self._loop.call_later(min(rest_s * 2 ** before, RETRY_AFTER_CAP_S), self._rested, before + 1)
+            self._loop.call_later(max(rest_s, 0.0), self._rested, before + 1)
         else:
             self._closed_next()
         self._check_closed_done()
