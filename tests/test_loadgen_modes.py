@@ -179,3 +179,28 @@ def test_cli_bad_mode_input_is_one_line_and_sends_nothing(server, args, message)
     r = CliRunner().invoke(load, [server.url, *args])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert r.stderr.startswith("budgetscope: ") and server.received == []
+
+
+@pytest.mark.slow
+def test_closed_loop_overload_of_a_four_slot_engine_keeps_serving():
+    """64 in flight against the tiny engine with 4 slots and 8 queue places, 3 s: the queue fills, the rest is
+    refused with Retry-After, and every refused slot rests before its next request, longer after each refusal in
+    a row (1, 2, 4 s…), so within 3 s a slot is refused at most twice. Every request is answered (ok or 429, none
+    timed out) and the engine finished ok exactly the requests its clients received ok: no work for a client that
+    had left."""
+    pytest.importorskip("torch")
+    from budgetscope.engine.engine_config import EngineConfig
+    from engine_fixtures import running_server
+
+    config = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=256, max_num_seqs=4, max_waiting=8)
+    workload = Workload(Distribution.parse("16"), Distribution.parse("16"), Mix.parse(None), Mix.parse(None))
+    with running_server(config) as (url, engine):
+        result = run_load(build_closed_plan(workload, 64, seed=1), Target(url, model="tiny", stream=True),
+                          duration_s=3.0, timeout_s=120.0)
+        served = engine.metrics.outcomes.get("ok", 0)
+    outcomes = result.summary()["outcomes"]
+    assert set(outcomes) <= {"ok", "http_429"}, outcomes
+    refused = [r for r in result.records if r.status == 429]
+    assert refused and all(r.retry_after_s is not None and r.retry_after_s >= 1 for r in refused)
+    assert len(refused) <= 64 * 2, len(refused)
+    assert outcomes["ok"] >= 1 and served == outcomes["ok"]
