@@ -247,3 +247,22 @@ def test_plots_without_plotly_is_one_line_and_leaves_the_archive_unchanged(budge
     assert r.stderr == ("budgetscope: sweep --plots needs the 'dashboard' extra (plotly is not installed): "
                         "pip install 'budgetscope[dashboard]'\n")
     assert _snapshot(archive) == before
+
+
+@pytest.mark.parametrize("levels", [{"rates": [4.0]}, {"concurrencies": [2]}])
+def test_each_step_sends_the_dataset_prompts(levels):
+    """`sweep --dataset`: every step's plan (open or closed loop, the closed one as it grows) takes the dataset's
+    prompts and lengths."""
+    from budgetscope.loadgen import Distribution, Mix, Workload
+    from budgetscope.loadgen.dataset import Dataset, DatasetPrompt
+    from budgetscope.sweep.runner import Sweep, SweepConfig
+
+    data = Dataset("d.jsonl", [DatasetPrompt("one two three", 3, 7), DatasetPrompt("four", 1, 2)], 0, True)
+    workload = Workload(Distribution.parse("16"), Distribution.parse("5"), Mix.parse(None), Mix.parse(None))
+    cfg = SweepConfig(url="http://127.0.0.1:9", archive="unused", budgets=None, workload=workload, dataset=data,
+                      duration_s=5.0, **levels)
+    plan = Sweep(cfg)._plan((cfg.rates or cfg.concurrencies)[0], 0)
+    requests = plan.requests + (plan.more(6) if plan.more else [])
+    assert len(requests) >= 8
+    assert {(r.prompt, r.prompt_tokens, r.output_tokens) for r in requests} == {("one two three", 3, 7), ("four", 1, 2)}
+    assert plan.is_closed_loop == bool(cfg.concurrencies)
