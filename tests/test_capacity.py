@@ -148,3 +148,16 @@ def test_a_concurrency_sweep_speaks_in_requests_in_flight():
     assert "150 → 1500 ms from 4 to 16 concurrent requests" in c["knee_reason"]
     assert c["verdict"].startswith("Tier chat keeps its budgets up to 4 concurrent requests and breaks them at 16 "
                                    "concurrent requests") and "it served 9.50 req/s ok" in c["verdict"]
+
+
+def test_the_text_gives_each_repeats_capacity_and_the_interval():
+    from budgetscope.analysis.capacity_render import _repeats_line
+
+    tier = {"unit": "req/s", "repeats": {"by_repeat": [8, 4, 6], "unknown_repeats": [], "spread": [4, 8], "mean": 6.0,
+                                         "interval_95": [6 - 4.969, 6 + 4.969]}}
+    assert _repeats_line(tier) == ["Repeats: capacity per repeat (req/s) 8, 4, 6; mean 6.00, 95% interval "
+                                   "1.03-10.97 (Student t over 3 repeats)."]
+    tier["repeats"] = {"by_repeat": [4, None], "unknown_repeats": [1], "spread": [4, 4], "mean": 4.0,
+                       "interval_95": None}
+    assert _repeats_line(tier) == ["Repeats: capacity per repeat (req/s) 4, below the lowest; spread 4-4."]
+    assert _repeats_line({"unit": "req/s", "repeats": None}) == []

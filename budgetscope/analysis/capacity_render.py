@@ -73,7 +73,7 @@ def _repeats_line(tier: dict) -> list[str]:
     if not r:
         return []
     found = ", ".join("below the lowest" if c is None else f"{c:g}" for c in r["by_repeat"])
-    line = f"Repeats: capacity {found} {tier['unit']}"
+    line = f"Repeats: capacity per repeat ({tier['unit']}) {found}"
     if r["interval_95"] is not None:
         lo, hi = r["interval_95"]
         line += f"; mean {r['mean']:.2f}, 95% interval {lo:.2f}-{hi:.2f} (Student t over {len(r['by_repeat'])} repeats)"

@@ -90,7 +90,7 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
     \b
       budgetscope sweep http://127.0.0.1:8000 --budgets budgets.toml --rates 1,2,4,6,8,12 --duration 60 --archive cap/
       budgetscope sweep http://127.0.0.1:8000 --budgets budgets.toml --search --repeats 3 --archive cap/
-      budgetscope sweep http://127.0.0.1:8000 --budgets budgets.toml --concurrency 1,2,4,8 --warmup 5s \
+      budgetscope sweep http://127.0.0.1:8000 --budgets budgets.toml --concurrency 1,2,4,8 --warmup 5s \\
           --dataset sharegpt.json --tokenizer MODEL_DIR --plots cap-plots/ --archive cap/
     """
     from budgetscope.analysis.budgets import BudgetError, load_budgets
