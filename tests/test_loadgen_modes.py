@@ -168,6 +168,16 @@ def test_cli_csv_on_stdout_and_to_a_file(server, tmp_path):
     assert out.read_text() == r.stdout
 
 
+@pytest.mark.parametrize("args, line", [
+    (["--concurrency", "4", "--requests", "10"], "requests 10, 4 in flight, seed 0"),
+    (["--concurrency", "4", "--duration", "30"], "requests drawn as the run goes, until --duration, 4 in flight, seed 0"),
+])
+def test_cli_dry_run_of_a_closed_loop_says_what_it_is(server, args, line):
+    r = CliRunner().invoke(load, [server.url, *args, "--dry-run"])
+    assert r.exit_code == 0 and "plan: closed loop of 4; prompt 128, output 64" in r.stdout and line in r.stdout
+    assert server.received == []
+
+
 @pytest.mark.parametrize("args, message", [
     (["--concurrency", "0", "--requests", "5"], "--concurrency must be >= 1, got 0"),
     (["--concurrency", "4"], "a closed loop needs --requests N or --duration S (or both)"),

@@ -251,7 +251,12 @@ def _print_plan(plan) -> None:
     prompt = sorted(r.prompt_tokens for r in reqs)
     output = sorted(r.output_tokens for r in reqs)
     click.echo(f"plan: {plan.description}")
-    click.echo(f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), seed {plan.seed}")
+    if plan.is_closed_loop:  # no due times: the run's pace is the server's
+        size = "drawn as the run goes, until --duration" if plan.more is not None else f"{len(reqs)}"
+        click.echo(f"requests {size}, {plan.meta['concurrency']} in flight, seed {plan.seed}")
+    else:
+        click.echo(f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), "
+                   f"seed {plan.seed}")
     if reqs:
         click.echo(f"prompt tokens p50 {prompt[len(prompt) // 2]} max {prompt[-1]}; "
                    f"output tokens p50 {output[len(output) // 2]} max {output[-1]}")
