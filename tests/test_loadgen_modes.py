@@ -170,7 +170,8 @@ def test_cli_csv_on_stdout_and_to_a_file(server, tmp_path):
 
 @pytest.mark.parametrize("args, line", [
     (["--concurrency", "4", "--requests", "10"], "requests 10, 4 in flight, seed 0"),
-    (["--concurrency", "4", "--duration", "30"], "requests drawn as the run goes, until --duration, 4 in flight, seed 0"),
+    (["--concurrency", "4", "--duration", "30"],
+     "requests drawn as the run goes, until --duration, 4 in flight, seed 0"),
 ])
 def test_cli_dry_run_of_a_closed_loop_says_what_it_is(server, args, line):
     r = CliRunner().invoke(load, [server.url, *args, "--dry-run"])

@@ -20,8 +20,9 @@ or the server's `--request-timeout`) is refused with 429 and `Retry-After` when
 Without evidence (fewer than `min_finishes` finishes in the window) every request is admitted, and so is one that
 waits for no finish (a slot is free for it). Few finishes while the engine had work for the whole window are
 evidence, not its absence: they are the rate (0 when none), so an engine that stalls under overload (every admitted
-request abandoned by its client before it ran) refuses what would wait instead of admitting everything. Updated on the engine thread (`observe_*`), read on the server's
-(`refusal`).
+request abandoned by its client before it ran) refuses what would wait instead of admitting everything.
+
+Updated on the engine thread (`observe_*`), read on the server's (`refusal`).
 """
 
 from __future__ import annotations
