@@ -80,6 +80,7 @@ def refusing_url():
     (["--concurrency", "4,2"], "--concurrency '4,2': levels must be increasing (2 comes after 4)"),
     (["--concurrency", "0,2"], "give requests in flight >= 1"),
     (["--concurrency", "1.5"], "expected whole numbers separated by commas"),
+    (["--concurrency", "1,2", "--arrivals", "constant"], "a --concurrency sweep has no arrival process"),
     (["--concurrency", "1,2", "--warmup", "ten"], "--warmup 'ten': give a number of requests (20) or of seconds"),
     (["--rates", "1", "--dataset", "/nonexistent/prompts.json"], "/nonexistent/prompts.json"),
 ])

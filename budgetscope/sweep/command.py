@@ -108,6 +108,8 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
             require("dashboard", "sweep --plots", modules=("plotly",))
         rate_list = parse_rates(rates) if rates else None
         levels = parse_concurrencies(concurrencies) if concurrencies else None
+        if levels and arrivals != "poisson":
+            raise SweepError("--arrivals shapes open-loop rates; a --concurrency sweep has no arrival process")
         tok, data = _prompts_source(tokenizer, dataset)
         b = load_budgets(budgets)
         mix = tiers or ",".join(f"{tb.name}=1" for tb in b.tiers)
