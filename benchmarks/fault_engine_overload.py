@@ -1,11 +1,16 @@
 """The reference engine offered 5x its capacity, measured from outside it (the load generator and /metrics).
 
     python benchmarks/fault_engine_overload.py [--factor 5] [--seconds 20]
+    python benchmarks/fault_engine_overload.py --closed 512 [--no-retry-after] [--no-deadline]
 
 1. `budgetscope engine serve --config tiny` (4 slots) on a free port.
-2. Capacity: `budgetscope load` of --capacity-requests with as many in flight as the engine has slots: its ok/s.
+2. Capacity: a closed loop (`budgetscope load --concurrency 4`) of --capacity-requests: its ok/s.
 3. Overload: `budgetscope load` open loop at --factor x capacity for --seconds, each request carrying
    `x-budgetscope-deadline-ms` (the engine's deadline-aware admission) and the clients giving up after it.
+   With --closed N instead: a closed loop of N in flight for --seconds (GuideLLM's default sweep opens 512),
+   each slot waiting out a 429's Retry-After unless --no-retry-after; --no-deadline sends no deadline header.
+   The engine's own ok finishes over the run (/metrics, before and after) tell an engine that collapsed from a
+   client that could not keep up.
 4. After the run: /metrics says no sequence running or waiting and no KV block held. Admitted requests whose
    clients timed out are listed with their client TTFT and when in the run they were sent.
 
@@ -47,6 +52,13 @@ def metric(text: str, name: str) -> float:
     return float(m.group(1)) if m else float("nan")
 
 
+def _engine_ok(url: str) -> float:
+    """Requests the engine finished ok so far (its /metrics)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    m = re.search(r'^budgetscope_engine_requests_total\{outcome="ok"\} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--factor", type=float, default=5.0)
@@ -54,6 +66,9 @@ def main() -> None:
     ap.add_argument("--deadline-ms", type=int, default=3000)
     ap.add_argument("--max-refusal-ms", type=float, default=100.0)
     ap.add_argument("--capacity-requests", type=int, default=150, help="requests of the closed-loop capacity run")
+    ap.add_argument("--closed", type=int, help="overload with a closed loop of this many in flight instead")
+    ap.add_argument("--no-retry-after", action="store_true", help="--closed: the slots ignore Retry-After")
+    ap.add_argument("--no-deadline", action="store_true", help="send no x-budgetscope-deadline-ms")
     args = ap.parse_args()
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     port = free_port()
@@ -74,14 +89,15 @@ def main() -> None:
             time.sleep(0.2)
         with tempfile.TemporaryDirectory() as tmp:
             warm = load(url, Path(tmp) / "warm.json", "--rate", "50", "--requests", "8", "--concurrency", "4")
-            # closed loop: a fixed number of requests, 4 in flight (a rate x duration plan at 1,000 req/s would
-            # queue 1,000 requests a second behind the cap and run for many minutes)
-            cap = load(url, Path(tmp) / "cap.json", "--rate", "1000", "--requests", str(args.capacity_requests),
-                       "--concurrency", "4")
+            cap = load(url, Path(tmp) / "cap.json", "--concurrency", "4", "--requests", str(args.capacity_requests))
             capacity = cap["ok_throughput_rps"]
-            rate = args.factor * capacity
-            over = load(url, Path(tmp) / "over.json", "--rate", f"{rate:.2f}", "--duration", str(args.seconds),
-                        "--timeout", str(args.deadline_ms / 1000), "-H", f"x-budgetscope-deadline-ms: {args.deadline_ms}")
+            offered = (["--concurrency", str(args.closed)] + (["--no-retry-after"] if args.no_retry_after else [])
+                       if args.closed else ["--rate", f"{args.factor * capacity:.2f}"])
+            deadline = ["--no-deadline"] if args.no_deadline else []  # load sends --timeout as the deadline
+            ok_before = _engine_ok(url)
+            over = load(url, Path(tmp) / "over.json", *offered, "--duration", str(args.seconds),
+                        "--timeout", str(args.deadline_ms / 1000), *deadline)
+            engine_ok = _engine_ok(url) - ok_before
             records = json.loads((Path(tmp) / "over.json").read_text())["requests"]
         del warm
         refusals = sorted(r["client_e2e_ms"] for r in records if r["status"] == 429 and r["client_e2e_ms"] is not None)
@@ -99,10 +115,14 @@ def main() -> None:
         engine.wait(30)
     served = over["ok_throughput_rps"]
     print(f"capacity (4 in flight, {args.capacity_requests} requests): {capacity:.2f} req/s ok")
-    print(f"offered {over['achieved_send_rate_rps']:.1f} req/s ({over['achieved_send_rate_rps'] / capacity:.1f}x) for "
-          f"{args.seconds:g} s with a {args.deadline_ms} ms deadline: served {served:.2f} req/s ok "
+    how = (f"a closed loop of {args.closed} ({'ignoring' if args.no_retry_after else 'honouring'} Retry-After)"
+           if args.closed else f"{over['achieved_send_rate_rps'] / capacity:.1f}x")
+    print(f"offered {over['achieved_send_rate_rps']:.1f} req/s ({how}) for "
+          f"{args.seconds:g} s with {'no' if args.no_deadline else f'a {args.deadline_ms} ms'} deadline: "
+          f"served {served:.2f} req/s ok "
           f"({served / capacity:.2f} of capacity); statuses {over['status_codes']}; outcomes {over['outcomes']}; "
-          f"429 answered in p99 {p99:.1f} ms ({len(refusals)} of them)")
+          f"429 answered in p99 {p99:.1f} ms ({len(refusals)} of them); the engine finished {engine_ok:.0f} ok "
+          f"({engine_ok / over['duration_s']:.2f} req/s over the run's {over['duration_s']:.1f} s)")
     if late:  # when in the run admission misjudged, and how long those requests waited
         ttfts = ", ".join(f"{t:.0f}" for t in late_started[:12])
         sent = ", ".join(f"{t:.1f}" for t in late_at[:12])

@@ -104,3 +104,60 @@ def test_runs_of_one_rate_pool_into_one_point_with_their_spread():
     assert (c["capacity_rps"], c["first_break_rps"]) == (4, 8)
     assert c["confidence"]["runs_per_rate"] == [2]
     assert c["confidence"]["at_first_break"]["attainment_spread"] == [0.90, 1.0]
+
+
+def _repeat_step(rate, repeat, keeps):
+    s = _step(rate, 1.0 if keeps else 0.5, 100 if keeps else 2000, keeps, 0.2 if keeps else 0.9)
+    return s | {"repeat": repeat}
+
+
+def test_repeats_give_each_repeats_capacity_and_a_student_t_interval():
+    """`--repeats 3`: repeat 0 keeps up to 8 req/s, repeat 1 up to 4, repeat 2 up to 6 (machine load differs). The
+    pooled point says 4 (every run must keep); beside it each repeat's own capacity, their spread, mean 6 and the
+    95 % Student-t interval 6 ± 4.303 × 2 / √3."""
+    from budgetscope.analysis.capacity import repeat_capacity
+
+    kept = {0: (4, 6, 8), 1: (4,), 2: (4, 6)}
+    steps = [_repeat_step(rate, r, rate in kept[r]) for r in range(3) for rate in (4, 6, 8, 12)]
+    r = repeat_capacity(steps, "chat", 0.99)
+    assert r["by_repeat"] == [8, 4, 6] and r["spread"] == [4, 8] and r["mean"] == 6
+    lo, hi = r["interval_95"]
+    assert (lo, hi) == (pytest.approx(6 - 4.303 * 2 / 3 ** 0.5), pytest.approx(6 + 4.303 * 2 / 3 ** 0.5))
+    assert repeat_capacity([s for s in steps if s["repeat"] == 0], "chat", 0.99) is None  # one repeat: no interval
+
+
+def test_a_repeat_that_breaks_at_the_lowest_rate_is_unknown_not_zero():
+    from budgetscope.analysis.capacity import repeat_capacity
+
+    steps = [_repeat_step(4, 0, True), _repeat_step(8, 0, False), _repeat_step(4, 1, False), _repeat_step(8, 1, False)]
+    r = repeat_capacity(steps, "chat", 0.99)
+    assert r["by_repeat"] == [4, None] and r["unknown_repeats"] == [1]
+    assert r["interval_95"] is None and r["spread"] == [4, 4]
+
+
+def test_a_concurrency_sweep_speaks_in_requests_in_flight():
+    """Closed-loop points: the level is the concurrency, the keys say so, the served-rate knee rule (an offered
+    rate) does not apply, and the capacity carries the ok rate served there."""
+    pts = [_point(1, 9.0, True, 100, QUIET) | {"concurrency": 1, "rate_rps": None},
+           _point(4, 9.5, True, 150, QUIET) | {"concurrency": 4, "rate_rps": None},
+           _point(16, 9.6, False, 1500, BUSY, attainment=0.5) | {"concurrency": 16, "rate_rps": None}]
+    c = tier_capacity(pts, "chat", 0.99)
+    assert c["unit"] == "concurrent requests" and "capacity_rps" not in c
+    assert (c["capacity_concurrency"], c["first_break_concurrency"], c["knee_concurrency"]) == (4, 16, 4)
+    assert c["capacity_served_rps"] == 9.5
+    assert "150 → 1500 ms from 4 to 16 concurrent requests" in c["knee_reason"]
+    assert c["verdict"].startswith("Tier chat keeps its budgets up to 4 concurrent requests and breaks them at 16 "
+                                   "concurrent requests") and "it served 9.50 req/s ok" in c["verdict"]
+
+
+def test_the_text_gives_each_repeats_capacity_and_the_interval():
+    from budgetscope.analysis.capacity_render import _repeats_line
+
+    tier = {"unit": "req/s", "repeats": {"by_repeat": [8, 4, 6], "unknown_repeats": [], "spread": [4, 8], "mean": 6.0,
+                                         "interval_95": [6 - 4.969, 6 + 4.969]}}
+    assert _repeats_line(tier) == ["Repeats: capacity per repeat (req/s) 8, 4, 6; mean 6.00, 95% interval "
+                                   "1.03-10.97 (Student t over 3 repeats)."]
+    tier["repeats"] = {"by_repeat": [4, None], "unknown_repeats": [1], "spread": [4, 4], "mean": 4.0,
+                       "interval_95": None}
+    assert _repeats_line(tier) == ["Repeats: capacity per repeat (req/s) 4, below the lowest; spread 4-4."]
+    assert _repeats_line({"unit": "req/s", "repeats": None}) == []

@@ -22,8 +22,23 @@ def test_rate_is_finishes_over_busy_time_in_the_window():
     rate = _rate_with([1, 2, 3, 4, 5])  # 5 finishes in 5 s of busy time
     assert rate.rate_per_s(5 * S) == pytest.approx(1.0)
     assert rate.run_s() == pytest.approx(0.1)
-    # finishes older than the window leave it
-    assert rate.rate_per_s(14 * S) is None  # 1 and 2 and 3 gone: too few left
+    # finishes older than the window leave it: 1, 2 and 3 are gone, two are left in 10 s of busy time, which is
+    # evidence of a slow engine (a stall), not the lack of it
+    assert rate.rate_per_s(14 * S) == pytest.approx(0.2)
+    rate.observe_busy(False, 14 * S)
+    assert rate.rate_per_s(15 * S) is None  # idle for a second of the window: too few finishes to tell
+
+
+def test_an_engine_busy_for_a_whole_window_without_a_finish_refuses_what_must_wait():
+    """Overload that stalls the engine (its admitted requests abandoned before they run) leaves no finishes; that is
+    a service rate of 0, so a request that must wait for a finish is refused (Retry-After capped at 60 s), while one
+    that finds a free slot is still admitted."""
+    rate = _rate_with([], busy_since_s=0.0)
+    assert rate.rate_per_s(5 * S) is None  # busy for only 5 s of the 10 s window: no evidence yet
+    assert rate.rate_per_s(11 * S) == 0.0
+    wait = expected_wait_s(rate, finishes_to_wait(10, 0), 11 * S)
+    assert wait == float("inf") and refusal(rate, 30.0, wait) == 60
+    assert expected_wait_s(rate, finishes_to_wait(0, 1), 11 * S) == 0.0
 
 
 def test_an_idle_gap_does_not_count_as_service_time():

@@ -3,19 +3,20 @@ short sweep shows the cliff for real (queueing small at a low rate, dominant pas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from fake_refusing_server import refusing
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = """[tiers.interactive]
@@ -61,39 +62,10 @@ def archive(tmp_path) -> Path:
     return dest
 
 
-class _FakeRefusingServer(BaseHTTPRequestHandler):
-    """A fake OpenAI endpoint for this test only: lists a model, answers 429 to every completion."""
-
-    def do_GET(self):  # noqa: N802
-        body = b'{"object": "list", "data": [{"id": "m"}]}'
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = b'{"error": {"message": "no capacity", "type": "rate_limit_exceeded"}}'
-        self.send_response(429)
-        self.send_header("retry-after", "1")
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture()
 def refusing_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeRefusingServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with refusing() as url:
+        yield url
 
 
 @pytest.mark.parametrize("args, message", [
@@ -101,8 +73,15 @@ def refusing_url():
     (["--rates", "2,2"], "rates must be increasing"),
     (["--rates", "0,1"], "every rate must be a positive number"),
     (["--rates", "1,x"], "expected numbers separated by commas"),
-    ([], "give --rates R1,R2,… or --search (one of them)"),
-    (["--rates", "1,2", "--search"], "give --rates R1,R2,… or --search (one of them)"),
+    ([], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
+    (["--rates", "1,2", "--search"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
+    (["--rates", "1,2", "--concurrency", "1,2"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search"),
+    (["--concurrency", "4,2"], "--concurrency '4,2': levels must be increasing (2 comes after 4)"),
+    (["--concurrency", "0,2"], "give requests in flight >= 1"),
+    (["--concurrency", "1.5"], "expected whole numbers separated by commas"),
+    (["--concurrency", "1,2", "--arrivals", "constant"], "a --concurrency sweep has no arrival process"),
+    (["--concurrency", "1,2", "--warmup", "ten"], "--warmup 'ten': give a number of requests (20) or of seconds"),
+    (["--rates", "1", "--dataset", "/nonexistent/prompts.json"], "/nonexistent/prompts.json"),
 ])
 def test_bad_rates_are_one_line_and_leave_the_archive_unchanged(budgets, archive, args, message):
     before = _snapshot(archive)
@@ -145,14 +124,10 @@ def test_an_unreachable_target_is_one_line(budgets, tmp_path):
     assert not new.exists()
 
 
-@pytest.mark.slow
-def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
-    """Four slots, 128-token outputs (capacity ~9 req/s on our 2 cores, more on a faster CI machine): at 2 req/s every
-    budget holds and queueing is a small share of the little tail there is; 48 req/s is well past capacity on any of
-    them (with 64-token outputs 24 req/s was not: a faster 2-core CI machine kept 0.91 of its requests there, so its
-    capacity is about 1.4x ours; 48 req/s is 5x ours), queueing takes the TTFT tail and attainment falls (0.03
-    here)."""
-    pytest.importorskip("torch")
+@contextlib.contextmanager
+def _tiny_engine():
+    """`engine serve --config tiny` with four slots on a free port, exporting its spans to a free OTLP port (the
+    sweep's collector): yields (url, otlp_port)."""
     otlp_port, engine_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
@@ -170,14 +145,26 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline and engine.poll() is None, "the engine did not start"
                 time.sleep(0.2)
-        cap = tmp_path / "cap"
-        r = _sweep(f"http://127.0.0.1:{engine_port}", "--budgets", str(budgets), "--archive", str(cap),
-                   "--rates", "2,48", "--duration", "5", "--otlp-port", str(otlp_port), "--prompt-format",
-                   "token-ids", "--prompt-tokens", "64", "--output-tokens", "128", "--timeout", "20",
-                   "--format", "json", timeout=180)
+        yield f"http://127.0.0.1:{engine_port}", otlp_port
     finally:
         engine.terminate()
         engine.wait(30)
+
+
+@pytest.mark.slow
+def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
+    """Four slots, 128-token outputs (capacity ~9 req/s on our 2 cores, more on a faster CI machine): at 2 req/s every
+    budget holds and queueing is a small share of the little tail there is; 48 req/s is well past capacity on any of
+    them (with 64-token outputs 24 req/s was not: a faster 2-core CI machine kept 0.91 of its requests there, so its
+    capacity is about 1.4x ours; 48 req/s is 5x ours), queueing takes the TTFT tail and attainment falls (0.03
+    here)."""
+    pytest.importorskip("torch")
+    cap = tmp_path / "cap"
+    with _tiny_engine() as (url, otlp_port):
+        r = _sweep(url, "--budgets", str(budgets), "--archive", str(cap),
+                   "--rates", "2,48", "--duration", "5", "--otlp-port", str(otlp_port), "--prompt-format",
+                   "token-ids", "--prompt-tokens", "64", "--output-tokens", "128", "--timeout", "20",
+                   "--format", "json", timeout=180)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     low, high = res["points"]
@@ -217,3 +204,71 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     with Archive(cap, read_only=True, create=False) as a:
         again = capacity.analyze(a.con, load_budgets(budgets))
     assert again["tiers"][0]["capacity_rps"] == 2.0 and again["run"] == res["run"]
+
+
+@pytest.mark.slow
+def test_tiny_engine_concurrency_sweep_with_warmup_repeats_and_plots(budgets, tmp_path):
+    """`--concurrency 1,8 --repeats 2 --warmup 2 --plots`: four closed-loop steps; each step's two warm-up
+    requests reach the archive untagged (in no step), the points are concurrencies, each tier says what each
+    repeat found, and the chart is a self-contained HTML file. Figures are not asserted: only what the sweep is."""
+    pytest.importorskip("torch")
+    pytest.importorskip("plotly")
+    cap, plots = tmp_path / "cap", tmp_path / "plots"
+    with _tiny_engine() as (url, otlp_port):
+        r = _sweep(url, "--budgets", str(budgets), "--archive", str(cap), "--concurrency", "1,8", "--repeats", "2",
+                   "--warmup", "2", "--duration", "2", "--otlp-port", str(otlp_port), "--prompt-format", "token-ids",
+                   "--prompt-tokens", "32", "--output-tokens", "16", "--timeout", "30", "--plots", str(plots),
+                   "--format", "json", timeout=240)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["mode"] == "concurrency" and res["unit"] == "concurrent requests"
+    assert [p["concurrency"] for p in res["points"]] == [1, 8] and [p["runs"] for p in res["points"]] == [2, 2]
+    assert all(p["rate_rps"] is None for p in res["points"])
+    assert sorted((s["concurrency"], s["repeat"]) for s in res["steps"]) == [(1, 0), (1, 1), (8, 0), (8, 1)]
+    tier = res["tiers"][0]
+    assert tier["unit"] == "concurrent requests" and len(tier["repeats"]["by_repeat"]) == 2
+    assert "capacity_concurrency" in tier and "capacity_rps" not in tier
+    from budgetscope.analysis.capacity import RUN
+    from budgetscope.archive.archive import Archive
+    from budgetscope.loadgen.runner import CLIENT_WARMUP
+
+    with Archive(cap, read_only=True, create=False) as a:
+        warm, tagged = a.con.execute(f"""SELECT count_if(attributes->>'{CLIENT_WARMUP}' = 'true'),
+            count_if(attributes->>'{CLIENT_WARMUP}' = 'true' AND attributes->>'{RUN}' IS NOT NULL)
+            FROM spans WHERE name = 'llm.client.request'""").fetchone()
+    assert (warm, tagged) == (8, 0)  # 2 a step, none of them in a step
+    html = (plots / "capacity-interactive.html").read_text()
+    assert "plotly" in html.lower() and "concurrency (requests in flight)" in html and len(html) > 1_000_000
+    assert f"wrote {plots / 'capacity-interactive.html'}" in r.stderr
+
+
+def test_plots_without_plotly_is_one_line_and_leaves_the_archive_unchanged(budgets, archive):
+    before = _snapshot(archive)
+    code = ("import sys\nsys.modules['plotly'] = None\nfrom budgetscope.cli import main\n"
+            "main(prog_name='budgetscope')")
+    r = subprocess.run([sys.executable, "-c", code, "sweep", "http://127.0.0.1:9", "--budgets", str(budgets),
+                        "--archive", str(archive), "--concurrency", "1,2", "--plots", str(archive / "plots")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == ("budgetscope: sweep --plots needs the 'dashboard' extra (plotly is not installed): "
+                        "pip install 'budgetscope[dashboard]'\n")
+    assert _snapshot(archive) == before
+
+
+@pytest.mark.parametrize("levels", [{"rates": [4.0]}, {"concurrencies": [2]}])
+def test_each_step_sends_the_dataset_prompts(levels):
+    """`sweep --dataset`: every step's plan (open or closed loop, the closed one as it grows) takes the dataset's
+    prompts and lengths."""
+    from budgetscope.loadgen import Distribution, Mix, Workload
+    from budgetscope.loadgen.dataset import Dataset, DatasetPrompt
+    from budgetscope.sweep.runner import Sweep, SweepConfig
+
+    data = Dataset("d.jsonl", [DatasetPrompt("one two three", 3, 7), DatasetPrompt("four", 1, 2)], 0, True)
+    workload = Workload(Distribution.parse("16"), Distribution.parse("5"), Mix.parse(None), Mix.parse(None))
+    cfg = SweepConfig(url="http://127.0.0.1:9", archive="unused", budgets=None, workload=workload, dataset=data,
+                      duration_s=5.0, **levels)
+    plan = Sweep(cfg)._plan((cfg.rates or cfg.concurrencies)[0], 0)
+    requests = plan.requests + (plan.more(6) if plan.more else [])
+    assert len(requests) >= 8
+    assert {(r.prompt, r.prompt_tokens, r.output_tokens) for r in requests} == {("one two three", 3, 7), ("four", 1, 2)}
+    assert plan.is_closed_loop == bool(cfg.concurrencies)

@@ -1,7 +1,9 @@
 """Capacity: what a load sweep found, rate by rate, read back from the archive alone.
 
-`budgetscope sweep` runs one open-loop step per offered rate and tags every client span of a step with
-`budgetscope.sweep.run`, `.step`, `.repeat`, `.rate_rps` and `.duration_s`. From those tags `analyze` finds the
+`budgetscope sweep` runs one open-loop step per offered rate (or one closed-loop step per concurrency) and tags
+every client span of a step with `budgetscope.sweep.run`, `.step`, `.repeat`, `.rate_rps` (or `.concurrency`) and
+`.duration_s`. The load *level* of a step is its rate, or its concurrency in a concurrency sweep; what follows
+says "rate" for either. From those tags `analyze` finds the
 steps, and for each it builds the budget report of the step's time window (`build_report`: the same tiers,
 quantiles, attainment and tail attribution as `budgetscope report`), plus the server's saturation signals of
 that window (`engine_steps`, else scraped `/metrics` in `server_metrics`). Then, per tier:
@@ -13,8 +15,10 @@ that window (`engine_steps`, else scraped `/metrics` in `server_metrics`). Then,
   response, so that past capacity the time the queue takes to drain after the arrivals stop counts;
 - **knee**: the last rate before the tail TTFT turns up: the first step up in rate where the tier's pXX TTFT
   grows faster than the rate itself (elasticity d ln TTFT / d ln rate > 1) and has at least doubled from the
-  lightest rate, and stays at least doubled at every higher rate; or where the server serves less than 90 % of
-  the offered rate;
+  lightest rate, and stays at least doubled at every higher rate; or (rates only) where the server serves less
+  than 90 % of the offered rate;
+- **repeats**: with several runs per rate, the capacity of each repeat alone (its own steps), and their spread
+  and mean with a 95 % Student-t interval, as multi-run benchmark tools report;
 - **takeover**: the stage that dominates the TTFT tail past the knee (or past capacity), its share there and at
   the lightest rate: "above 6 req/s queue is 80 % of the TTFT tail".
 
@@ -31,6 +35,11 @@ from budgetscope.analysis.report import build_report, pkey
 
 RUN, STEP, REPEAT, RATE, DURATION = ("budgetscope.sweep.run", "budgetscope.sweep.step", "budgetscope.sweep.repeat",
                                      "budgetscope.sweep.rate_rps", "budgetscope.sweep.duration_s")
+CONCURRENCY = "budgetscope.sweep.concurrency"
+"""Tag of a closed-loop step: requests in flight (instead of RATE)."""
+RATE_UNIT, CONCURRENCY_UNIT = "req/s", "concurrent requests"
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+"""Two-sided 95 % Student-t quantiles by degrees of freedom (1.96 beyond)."""
 """Client span attributes of a sweep step (strings, ints, doubles)."""
 SERVED_FRACTION = 0.9
 """Below this share of the offered rate served ok, the server no longer keeps up."""
@@ -62,6 +71,13 @@ class Step:
     end_ns: int
     sent: int
     target: str | None
+    concurrency: int | None = None
+    """Requests in flight of a closed-loop step (rate_rps is then None)."""
+
+    @property
+    def level(self) -> float:
+        """The step's load: its rate, or its concurrency in a closed loop."""
+        return self.rate_rps if self.concurrency is None else self.concurrency
 
 
 def sweep_runs(con) -> list[str]:
@@ -76,10 +92,10 @@ def sweep_steps(con, run: str) -> list[Step]:
     rows = con.execute(f"""SELECT CAST(attributes->>'{STEP}' AS INTEGER) AS step,
           CAST(attributes->>'{REPEAT}' AS INTEGER), CAST(attributes->>'{RATE}' AS DOUBLE),
           CAST(attributes->>'{DURATION}' AS DOUBLE), min(start_ns), max(end_ns), count(*),
-          min(attributes->>'url.full')
+          min(attributes->>'url.full'), CAST(attributes->>'{CONCURRENCY}' AS INTEGER)
         FROM spans WHERE source = 'client' AND attributes->>'{RUN}' = ?
-        GROUP BY 1, 2, 3, 4 ORDER BY 1""", [run]).fetchall()
-    return [Step(run, r[0], r[1] or 0, r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows]
+        GROUP BY 1, 2, 3, 4, 9 ORDER BY 1""", [run]).fetchall()
+    return [Step(run, r[0], r[1] or 0, r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows]
 
 
 def wilson(k: int, n: int, z: float = Z_95) -> tuple[float, float] | None:
@@ -163,7 +179,8 @@ def step_figures(con, step: Step, budgets: Budgets, target_attainment: float | N
     tiers = [_tier_at_step(t, wall_s, target_attainment) for t in rep["tiers"] if t.get("budgeted", True)]
     ok = sum(t["ok_requests"] for t in rep["tiers"])
     requests = sum(t["requests"] for t in rep["tiers"]) + sum(rep.get("unbudgeted_tiers", {}).values())
-    return {"step": step.index, "repeat": step.repeat, "rate_rps": step.rate_rps, "duration_s": step.duration_s,
+    return {"step": step.index, "repeat": step.repeat, "rate_rps": step.rate_rps, "concurrency": step.concurrency,
+            "level": step.level, "duration_s": step.duration_s,
             "start_ns": step.start_ns, "end_ns": step.end_ns, "sent": step.sent, "requests": requests, "ok": ok,
             "served_rps": ok / wall_s if wall_s > 0 else None,
             "signals": signals(con, step.start_ns, step.end_ns), "tiers": tiers}
@@ -182,7 +199,7 @@ def points(steps: list[dict]) -> list[dict]:
     and spread (min, max) of attainment and of the tail TTFT over the runs, and the pooled attainment interval."""
     by_rate: dict[float, list[dict]] = {}
     for s in steps:
-        by_rate.setdefault(s["rate_rps"], []).append(s)
+        by_rate.setdefault(level(s), []).append(s)
     out = []
     for rate in sorted(by_rate):
         runs = by_rate[rate]
@@ -209,9 +226,20 @@ def points(steps: list[dict]) -> list[dict]:
                 "ttft_dominant": max(mean_shares, key=mean_shares.get) if mean_shares else None,
                 "breaches": [b for t in ts for b in t["breaches"]],
             }
-        out.append({"rate_rps": rate, "runs": len(runs), "served_rps": _median([s["served_rps"] for s in runs]),
-                    "tiers": tiers})
+        out.append({"rate_rps": runs[0]["rate_rps"], "concurrency": runs[0].get("concurrency"), "level": rate,
+                    "runs": len(runs), "served_rps": _median([s["served_rps"] for s in runs]),
+                    "served_spread": _spread([s["served_rps"] for s in runs]), "tiers": tiers})
     return out
+
+
+def level(p: dict) -> float:
+    """A step's or point's load: its concurrency in a closed-loop sweep, else its rate."""
+    return p["concurrency"] if p.get("concurrency") is not None else p["rate_rps"]
+
+
+def unit_of(pts: list[dict]) -> str:
+    """RATE_UNIT, or CONCURRENCY_UNIT when the points are closed-loop steps."""
+    return CONCURRENCY_UNIT if any(p.get("concurrency") is not None for p in pts) else RATE_UNIT
 
 
 def _spread(xs: list) -> list | None:
@@ -220,26 +248,53 @@ def _spread(xs: list) -> list | None:
 
 
 def tier_capacity(pts: list[dict], name: str, target: float) -> dict:
-    """Capacity, knee and takeover stage of one tier over the sweep's points (ascending rates)."""
-    mine = [(p["rate_rps"], p["served_rps"], p["tiers"][name]) for p in pts if name in p["tiers"]]
+    """Capacity, knee and takeover stage of one tier over the sweep's points (ascending levels).
+
+    `capacity`, `first_break`, `knee` are levels in `unit`; the same figures are also under `*_rps` keys in a rate
+    sweep, `*_concurrency` keys in a concurrency sweep (there `capacity_served_rps` is the ok rate at capacity)."""
+    unit = unit_of(pts)
+    mine = [(level(p), p["served_rps"], p["tiers"][name]) for p in pts if name in p["tiers"]]
     capacity = first_break = None
     for rate, _, t in mine:
         if not t["keeps"]:
             first_break = rate
             break
         capacity = rate
-    knee, knee_reason = _knee(mine)
+    knee, knee_reason = _knee(mine, unit)
     past = knee if knee is not None else capacity
-    takeover = _takeover(mine, past)
+    takeover = _takeover(mine, past, unit)
     at_cap = next((t for r, _, t in mine if r == capacity), None)
     at_break = next((t for r, _, t in mine if r == first_break), None)
-    out = {"name": name, "target_attainment": target, "capacity_rps": capacity,
+    sfx = "rps" if unit == RATE_UNIT else "concurrency"
+    out = {"name": name, "target_attainment": target, "unit": unit, "capacity": capacity, f"capacity_{sfx}": capacity,
            "capacity_is_lower_bound": first_break is None and capacity is not None,
-           "first_break_rps": first_break, "break_reasons": _reasons(at_break, target),
-           "knee_rps": knee, "knee_reason": knee_reason, "takeover": takeover,
+           "first_break": first_break, f"first_break_{sfx}": first_break, "break_reasons": _reasons(at_break, target),
+           "knee": knee, f"knee_{sfx}": knee, "knee_reason": knee_reason, "takeover": takeover,
            "confidence": {"runs_per_rate": sorted({t["runs"] for _, _, t in mine}),
                           "at_capacity": _sure(at_cap, target), "at_first_break": _sure(at_break, target)}}
+    if unit != RATE_UNIT:
+        out["capacity_served_rps"] = next((served for lv, served, _ in mine if lv == capacity), None)
     out["verdict"] = _verdict(out, mine)
+    return out
+
+
+def repeat_capacity(steps: list[dict], name: str, target: float) -> dict | None:
+    """The tier's capacity found by each repeat alone (its own steps), and their spread, mean and 95 % Student-t
+    interval of the mean; None with a single repeat. A repeat whose capacity is below its lowest level counts as
+    unknown and is named; the interval is over the repeats with a number."""
+    repeats = sorted({s["repeat"] for s in steps})
+    if len(repeats) < 2:
+        return None
+    found = {r: tier_capacity(points([s for s in steps if s["repeat"] == r]), name, target)["capacity"]
+             for r in repeats}
+    known = [c for c in found.values() if c is not None]
+    out = {"by_repeat": [found[r] for r in repeats], "unknown_repeats": [r for r, c in found.items() if c is None],
+           "spread": _spread(known), "mean": sum(known) / len(known) if known else None, "interval_95": None}
+    if len(known) >= 2:
+        mean = out["mean"]
+        sd = math.sqrt(sum((c - mean) ** 2 for c in known) / (len(known) - 1))
+        half = T_95.get(len(known) - 1, Z_95) * sd / math.sqrt(len(known))
+        out["interval_95"] = [max(0.0, mean - half), mean + half]
     return out
 
 
@@ -272,30 +327,31 @@ def _reasons(t: dict | None, target: float) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _knee(mine: list[tuple]) -> tuple[float | None, str]:
-    """The last rate before the tail TTFT turns up (see the module docstring), and why."""
+def _knee(mine: list[tuple], unit: str = RATE_UNIT) -> tuple[float | None, str]:
+    """The last level before the tail TTFT turns up (see the module docstring), and why."""
     if len(mine) < 2:
         return None, "fewer than two rates: no knee can be told"
     base = mine[0][2]["ttft"]
     later = [t["ttft"] for _, _, t in mine]
     for i, ((r0, _, t0), (r1, served1, t1)) in enumerate(zip(mine, mine[1:])):
         l0, l1 = t0["ttft"], t1["ttft"]
-        if served1 is not None and served1 < SERVED_FRACTION * r1:
+        if unit == RATE_UNIT and served1 is not None and served1 < SERVED_FRACTION * r1:
             return r0, (f"at {r1:g} req/s the server served {served1:.2f} req/s ok, under "
                         f"{100 * SERVED_FRACTION:.0f}% of the offered rate")
         if l1 is None:
-            return r0, f"at {r1:g} req/s no request of the tier ended ok"
+            return r0, f"at {r1:g} {unit} no request of the tier ended ok"
         if l0 and base and l0 > 0:
             e = math.log(l1 / l0) / math.log(r1 / r0)
             # a turn that the higher rates undo was a hiccup (one slow request is the p99 of a short step)
             stays = all(x is None or x >= KNEE_GROWTH * base for x in later[i + 1:])
             if e > KNEE_ELASTICITY and l1 >= KNEE_GROWTH * base and stays:
-                return r0, (f"{t1['ttft_key']} TTFT went {l0:.0f} → {l1:.0f} ms from {r0:g} to {r1:g} req/s "
+                return r0, (f"{t1['ttft_key']} TTFT went {l0:.0f} → {l1:.0f} ms from {r0:g} to {r1:g} {unit} "
                             f"(elasticity {e:.2f} > {KNEE_ELASTICITY:g}; {l1 / base:.1f}× the lightest rate's)")
-    return None, f"the tail TTFT did not turn up within the rates swept (up to {mine[-1][0]:g} req/s)"
+    swept = "rates" if unit == RATE_UNIT else "concurrencies"
+    return None, f"the tail TTFT did not turn up within the {swept} swept (up to {mine[-1][0]:g} {unit})"
 
 
-def _takeover(mine: list[tuple], past: float | None) -> dict | None:
+def _takeover(mine: list[tuple], past: float | None, unit: str = RATE_UNIT) -> dict | None:
     """The dominant stage of the TTFT tail at the first rate past `past` (else the highest rate), with its share
     there and the same stage's share at the lightest rate."""
     if not mine:
@@ -306,10 +362,12 @@ def _takeover(mine: list[tuple], past: float | None) -> dict | None:
         return None
     stage = t["ttft_dominant"]
     low_rate, low = mine[0][0], mine[0][2]
-    return {"metric": "ttft", "stage": stage, "share": t["ttft_shares"][stage], "at_rps": rate,
-            "above_rps": past if past is not None and rate > past else None,
-            "shares": t["ttft_shares"], "low_rps": low_rate,
-            "low_share": (low["ttft_shares"] or {}).get(stage) if low["ttft_shares"] else None}
+    out = {"metric": "ttft", "stage": stage, "share": t["ttft_shares"][stage], "at": rate,
+           "above": past if past is not None and rate > past else None, "shares": t["ttft_shares"], "low": low_rate,
+           "low_share": (low["ttft_shares"] or {}).get(stage) if low["ttft_shares"] else None}
+    if unit == RATE_UNIT:  # the keys of rate sweeps before concurrency sweeps existed
+        out.update(at_rps=out["at"], above_rps=out["above"], low_rps=out["low"])
+    return out
 
 
 def _pct(x) -> str:
@@ -320,22 +378,26 @@ def _verdict(c: dict, mine: list[tuple]) -> str:
     name = c["name"]
     if not mine:
         return f"Tier {name}: no request of this tier in the sweep."
-    if c["capacity_rps"] is None:
-        head = (f"Tier {name} breaks its budgets already at the lightest rate, {mine[0][0]:g} req/s "
+    u = c["unit"]
+    word = "rate" if u == RATE_UNIT else "concurrency"
+    if c["capacity"] is None:
+        head = (f"Tier {name} breaks its budgets already at the lightest {word}, {mine[0][0]:g} {u} "
                 f"({'; '.join(c['break_reasons']) or 'see the steps'}).")
     elif c["capacity_is_lower_bound"]:
-        head = f"Tier {name} keeps its budgets at every rate swept, up to {c['capacity_rps']:g} req/s (capacity is higher)."
+        head = f"Tier {name} keeps its budgets at every {word} swept, up to {c['capacity']:g} {u} (capacity is higher)."
     else:
-        head = (f"Tier {name} keeps its budgets up to {c['capacity_rps']:g} req/s and breaks them at "
-                f"{c['first_break_rps']:g} req/s ({'; '.join(c['break_reasons'])}).")
-    knee = (f" Knee at {c['knee_rps']:g} req/s: {c['knee_reason']}." if c["knee_rps"] is not None
+        head = (f"Tier {name} keeps its budgets up to {c['capacity']:g} {u} and breaks them at "
+                f"{c['first_break']:g} {u} ({'; '.join(c['break_reasons'])}).")
+    if c.get("capacity_served_rps") is not None:
+        head += f" At {c['capacity']:g} {u} it served {c['capacity_served_rps']:.2f} req/s ok."
+    knee = (f" Knee at {c['knee']:g} {u}: {c['knee_reason']}." if c["knee"] is not None
             else f" No knee: {c['knee_reason']}.")
     t = c["takeover"]
     take = ""
     if t is not None:
-        where = f"Above {t['above_rps']:g} req/s" if t["above_rps"] is not None else f"At {t['at_rps']:g} req/s"
+        where = f"Above {t['above']:g} {u}" if t["above"] is not None else f"At {t['at']:g} {u}"
         take = (f" {where} {t['stage']} is {_pct(t['share'])} of the TTFT tail "
-                f"(at {t['at_rps']:g} req/s; {_pct(t['low_share'])} at {t['low_rps']:g} req/s).")
+                f"(at {t['at']:g} {u}; {_pct(t['low_share'])} at {t['low']:g} {u}).")
     return head + knee + take
 
 
@@ -358,7 +420,7 @@ def analyze(con, budgets: Budgets | None, run: str | None = None, target_attainm
     tiers = []
     for tb in budgets.tiers:
         target = target_attainment if target_attainment is not None else tb.percentile / 100
-        tiers.append(tier_capacity(pts, tb.name, target))
-    return {"run": run, "runs": runs, "target": found[0].target if found else None,
+        tiers.append(tier_capacity(pts, tb.name, target) | {"repeats": repeat_capacity(steps, tb.name, target)})
+    return {"run": run, "runs": runs, "target": found[0].target if found else None, "unit": unit_of(pts),
             "budgets_file": budgets.path, "tier_names": names, "rates": [p["rate_rps"] for p in pts],
             "steps": steps, "points": pts, "tiers": tiers}

@@ -3,6 +3,7 @@ what the analysis computed. plotly is imported when a figure is built."""
 
 from __future__ import annotations
 
+from budgetscope.analysis.capacity import RATE_UNIT, level
 from budgetscope.analysis.charts import STAGE_COLORS
 
 TTFT_STAGES = ("network", "frontend", "queue", "prefill", "unaccounted")
@@ -13,7 +14,7 @@ def capacity_figure(res: dict, tier: str):
     stage's share of the TTFT tail (stacked); capacity and knee marked."""
     from plotly.subplots import make_subplots
 
-    pts = [(p["rate_rps"], p["tiers"][tier]) for p in res["points"] if tier in p["tiers"]]
+    pts = [(level(p), p["tiers"][tier]) for p in res["points"] if tier in p["tiers"]]
     c = next(t for t in res["tiers"] if t["name"] == tier)
     key = pts[0][1]["ttft_key"] if pts else "p99"
     budget = next((s["tiers"][i]["metrics"]["ttft_ms"]["budget"] for s in res["steps"]
@@ -41,12 +42,34 @@ def capacity_figure(res: dict, tier: str):
                       legend={"orientation": "h", "y": -0.08})
     fig.update_yaxes(tickformat=".0%", row=1, col=1)
     fig.update_yaxes(tickformat=".0%", row=3, col=1)
-    fig.update_xaxes(title_text="offered rate (requests/s)", row=3, col=1)
-    for rate, label, color in ((c["capacity_rps"], "capacity", "#2ca02c"), (c["knee_rps"], "knee", "#9467bd")):
-        if rate is not None:
-            fig.add_vline(x=rate, line={"color": color, "dash": "dot"}, annotation_text=f"{label} {rate:g}/s",
+    is_rate = res.get("unit", RATE_UNIT) == RATE_UNIT
+    fig.update_xaxes(title_text="offered rate (requests/s)" if is_rate else "concurrency (requests in flight)",
+                     row=3, col=1)
+    for x, label, color in ((c["capacity"], "capacity", "#2ca02c"), (c["knee"], "knee", "#9467bd")):
+        if x is not None:
+            fig.add_vline(x=x, line={"color": color, "dash": "dot"},
+                          annotation_text=f"{label} {x:g}{'/s' if is_rate else ' in flight'}",
                           annotation_position="top left")
     return fig
+
+
+def write_html(res: dict, folder: str) -> list[str]:
+    """One self-contained HTML file (plotly.js inlined: opens offline) per tier with requests, named
+    `capacity-<tier>.html` in `folder` (created); returns the paths written."""
+    import os
+    import re
+
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for c in res["tiers"]:
+        if not any(c["name"] in p["tiers"] for p in res["points"]):
+            continue
+        path = os.path.join(folder, f"capacity-{re.sub(r'[^A-Za-z0-9_.-]', '_', c['name'])}.html")
+        fig = capacity_figure(res, c["name"])
+        fig.update_layout(title=f"{res.get('target') or 'sweep'}: tier {c['name']}")
+        fig.write_html(path, include_plotlyjs=True, full_html=True)
+        paths.append(path)
+    return paths
 
 
 def _interval(intervals: list, values: list) -> dict:

@@ -18,8 +18,11 @@ or the server's `--request-timeout`) is refused with 429 and `Retry-After` when
   that is right on average times out the ones it underestimated.
 
 Without evidence (fewer than `min_finishes` finishes in the window) every request is admitted, and so is one that
-waits for no finish (a slot is free for it). Updated on the engine thread (`observe_*`), read on the server's
-(`refusal`).
+waits for no finish (a slot is free for it). Few finishes while the engine had work for the whole window are
+evidence, not its absence: they are the rate (0 when none), so an engine that stalls under overload (every admitted
+request abandoned by its client before it ran) refuses what would wait instead of admitting everything.
+
+Updated on the engine thread (`observe_*`), read on the server's (`refusal`).
 """
 
 from __future__ import annotations
@@ -91,13 +94,14 @@ class ServiceRate:
                    for start, end in self._busy)
 
     def rate_per_s(self, now_ns: int | None = None) -> float | None:
-        """Ok finishes per second of busy time in the window; None without enough evidence."""
+        """Ok finishes per second of busy time in the window; None without enough evidence (fewer than
+        `min_finishes`, unless the engine was busy for the whole window)."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         with self._lock:
             self._trim(now_ns)
-            if len(self._finishes) < self.min_finishes:
-                return None
             busy_ns = self._busy_ns(now_ns - self.window_ns, now_ns)
+            if len(self._finishes) < self.min_finishes and busy_ns < self.window_ns:
+                return None
             return len(self._finishes) / (busy_ns / 1e9) if busy_ns > 0 else None
 
     def run_s(self, q: float = 0.9) -> float:

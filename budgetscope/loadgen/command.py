@@ -10,6 +10,9 @@ import click
 
 from budgetscope.loadgen.errors import LoadgenError
 
+DEADLINE_HEADER = "x-budgetscope-deadline-ms"
+"""The reference engine's deadline header (budgetscope.engine.protocol; loadgen imports nothing of the engine)."""
+
 
 class _InputError(click.ClickException):
     """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
@@ -40,7 +43,8 @@ class _Progress:
 
 @click.command("load")
 @click.argument("url")
-@click.option("--rate", type=float, help="Mean arrival rate, requests/s (not with --replay).")
+@click.option("--rate", type=float, help="Mean arrival rate, requests/s (not with --replay). Without it, "
+                                       "--concurrency N runs a closed loop.")
 @click.option("--arrivals", default="poisson", show_default=True, help="poisson | gamma:cv=C | constant.")
 @click.option("--requests", "num_requests", type=int, help="Number of requests in the plan.")
 @click.option("--duration", type=float, help="Plan length in seconds (arrivals due before it).")
@@ -61,7 +65,17 @@ class _Progress:
                                                    "with their own lengths (arrivals from --rate).")
 @click.option("--api", type=click.Choice(["auto", "completions", "chat"]), default="auto", show_default=True)
 @click.option("--model", help="Model name for the body (default: the first of GET /v1/models, if any).")
-@click.option("--concurrency", type=int, help="Cap on requests in flight; held-back requests show as schedule lag.")
+@click.option("--concurrency", type=int, help="With --rate: a cap on requests in flight (held-back requests show as "
+                                              "schedule lag). Without: a closed loop of N requests in flight, each "
+                                              "finish starting the next (after a 429's Retry-After).")
+@click.option("--warmup", help="Warm-up left out of every figure: N (the first N requests) or Ns (the first N "
+                               "seconds); counted within --requests/--duration.")
+@click.option("--retry-after/--no-retry-after", "honour_retry_after", default=True, show_default=True,
+              help="Closed loop: after a 429/503 with Retry-After, that slot waits as told (at most 60 s) before its "
+                   "next request.")
+@click.option("--deadline/--no-deadline", "send_deadline", default=True, show_default=True,
+              help="Send --timeout as x-budgetscope-deadline-ms, so the reference engine refuses at once (429, "
+                   "Retry-After) what it cannot start before the client gives up.")
 @click.option("--connections", type=int, help="Keep-alive connections opened before the start.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the plan (arrivals, lengths, prompts).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Per-request timeout, seconds.")
@@ -78,18 +92,21 @@ class _Progress:
 @click.option("--spans", help="Client span exporter: otlp | jsonl:<path> | console | none "
                               "(default: OTEL_TRACES_EXPORTER; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else none).")
 @click.option("--service-name", default="budgetscope-loadgen", show_default=True, help="service.name of client spans.")
-@click.option("--out", "out_path", type=click.Path(), help="Write per-request records and the summary as JSON.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="Summary on stdout.")
+@click.option("--out", "out_path", type=click.Path(), help="Write per-request records and the summary as JSON, or "
+                                                           "the records as CSV when the name ends in .csv.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="On stdout: the summary (table, json) or one CSV row a request (csv).")
 @click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
 def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
-         tenants, shared_prefix, prompt_format, tokenizer, dataset, api, model, concurrency, connections, seed, timeout,
-         ignore_eos, body_hints, stream, headers, spans, service_name, out_path, fmt, dry_run) -> None:
+         tenants, shared_prefix, prompt_format, tokenizer, dataset, api, model, concurrency, warmup, honour_retry_after,
+         send_deadline, connections, seed,
+         timeout, ignore_eos, body_hints, stream, headers, spans, service_name, out_path, fmt, dry_run) -> None:
     """Send an open-loop load to an OpenAI-compatible endpoint and report client TTFT, ITL, E2E and schedule lag.
 
     Requests are sent when the plan says, whatever the server does; schedule lag (sent - scheduled) shows
-    any delay on the client side, including the --concurrency cap. Each request carries a W3C traceparent
-    whose parent is its `llm.client.request` span, so server spans join the client's trace.
+    any delay on the client side, including the --concurrency cap. With --concurrency and no --rate the
+    load is a closed loop instead: N requests in flight, the next sent as one finishes. Each request carries
+    a W3C traceparent whose parent is its `llm.client.request` span, so server spans join the client's trace.
     SIGTERM stops the run: the client spans of the finished requests are exported first, then exit 0.
 
     \b
@@ -98,6 +115,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
           --requests 500 --prompt-tokens lognormal:median=512,sigma=0.6 --tiers interactive=0.8,batch=0.2 \\
           --shared-prefix fraction=0.5,count=4,tokens=256 --spans jsonl:client.jsonl
       budgetscope load http://127.0.0.1:8000 --replay trace.jsonl --time-scale 2
+      budgetscope load http://127.0.0.1:8000 --concurrency 8 --duration 60 --warmup 10s --out records.csv
       budgetscope load http://127.0.0.1:8000 --rate 10 --requests 200 --dataset sharegpt.json --tokenizer MODEL_DIR
       OPENAI_API_KEY=sk-… budgetscope load https://api.example.com/v1 --rate 1 --requests 20 --model m
     """
@@ -108,6 +126,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     from budgetscope.instrument.process_exit import Terminated
     from budgetscope.loadgen import (Arrivals, Distribution, Mix, Prompts, SharedPrefix, Target, Workload,
                                      build_plan, read_replay, run_load)
+    from budgetscope.loadgen.warmup import Warmup
 
     try:
         tok = None
@@ -123,9 +142,11 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
             if rate is not None or num_requests is not None or duration is not None:
                 raise LoadgenError("--replay takes its times from the file; drop --rate/--requests/--duration")
             plan = read_replay(replay, workload, seed=seed, time_scale=time_scale)
+        elif rate is None and concurrency is not None:
+            plan = _closed_plan(workload, concurrency, seed, num_requests, duration, arrivals)
         else:
             if rate is None:
-                raise LoadgenError("give --rate (requests/s) or --replay FILE")
+                raise LoadgenError("give --rate (requests/s), --concurrency N (closed loop) or --replay FILE")
             if (num_requests is None) == (duration is None):
                 raise LoadgenError("give exactly one of --requests or --duration")
             plan = build_plan(Arrivals.parse(arrivals, rate), workload, seed=seed, num_requests=num_requests,
@@ -134,10 +155,15 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
             from budgetscope.loadgen.dataset import apply_dataset, read_dataset
 
             plan = apply_dataset(plan, read_dataset(dataset, tok))
+        warm = Warmup.parse(warmup)
+        if out_path and not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
+            raise LoadgenError(f"--out {out_path}: its folder does not exist")
         extra_headers = dict(_header(h) for h in headers)
         api_key = os.environ.get("OPENAI_API_KEY", "").strip()
         if api_key and not any(k.lower() == "authorization" for k in extra_headers):
             extra_headers["Authorization"] = f"Bearer {api_key}"
+        if send_deadline and not any(k.lower() == DEADLINE_HEADER for k in extra_headers):
+            extra_headers[DEADLINE_HEADER] = str(int(timeout * 1000))
         target = Target(url, api=api, model=model, ignore_eos=ignore_eos, body_hints=body_hints,
                         headers=extra_headers, stream=stream)
         if prompt_format == "token-ids" and target.api == "chat":
@@ -154,13 +180,15 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
         target.model = model or probed
     except (LoadgenError, ValueError, TypeError, ImportError, MissingExtra) as err:
         raise _InputError(str(err)) from None
-    click.echo(f"budgetscope load: {len(plan)} requests to {target.url} - {plan.description}", err=True)
+    size = f"{duration:g} s" if plan.more is not None else f"{len(plan)} requests"
+    click.echo(f"budgetscope load: {size} to {target.url} - {plan.description}", err=True)
     progress = _Progress(len(plan))
     try:
         result = run_load(plan, target, concurrency=concurrency, connections=connections, tracer=tracer,
                           timeout_s=timeout, prompts=Prompts(seed, token_ids=prompt_format == "token-ids",
                                                              tokenizer=tok),
-                          on_progress=progress if progress.enabled else None)
+                          on_progress=progress if progress.enabled else None, warmup=warm,
+                          duration_s=duration if plan.is_closed_loop else None, honour_retry_after=honour_retry_after)
     except LoadgenError as err:
         raise _InputError(str(err)) from None
     except Terminated:  # SIGTERM: the handler exported the spans of every finished request
@@ -172,11 +200,40 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     if tracer.dropped_requests:
         click.echo(f"budgetscope: {tracer.dropped_requests} client spans dropped (export queue full)", err=True)
     if out_path:
-        result.write_json(out_path)
-    if fmt == "json":
+        _write_out(result, out_path)
+    if fmt == "csv":
+        from budgetscope.loadgen.records_csv import write_csv
+
+        write_csv(result, sys.stdout)
+    elif fmt == "json":
         click.echo(orjson.dumps(result.summary(), option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(result.table())
+
+
+def _closed_plan(workload, concurrency: int, seed: int, num_requests: int | None, duration: float | None,
+                 arrivals: str):
+    """The closed-loop plan of `load --concurrency N` without --rate: --requests and/or --duration end it."""
+    from budgetscope.loadgen.plan import build_closed_plan
+
+    if concurrency < 1:
+        raise LoadgenError(f"--concurrency must be >= 1, got {concurrency}")
+    if num_requests is None and duration is None:
+        raise LoadgenError("a closed loop needs --requests N or --duration S (or both)")
+    if arrivals != "poisson":
+        raise LoadgenError("--arrivals shapes an open loop; give --rate with it, or drop it for a closed loop")
+    return build_closed_plan(workload, concurrency, seed=seed, num_requests=num_requests)
+
+
+def _write_out(result, path: str) -> None:
+    """--out: CSV records when the name ends in .csv, else the JSON of records and summary."""
+    if path.lower().endswith(".csv"):
+        from budgetscope.loadgen.records_csv import write_csv
+
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            write_csv(result, f)
+    else:
+        result.write_json(path)
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -194,7 +251,12 @@ def _print_plan(plan) -> None:
     prompt = sorted(r.prompt_tokens for r in reqs)
     output = sorted(r.output_tokens for r in reqs)
     click.echo(f"plan: {plan.description}")
-    click.echo(f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), seed {plan.seed}")
+    if plan.is_closed_loop:  # no due times: the run's pace is the server's
+        size = "drawn as the run goes, until --duration" if plan.more is not None else f"{len(reqs)}"
+        click.echo(f"requests {size}, {plan.meta['concurrency']} in flight, seed {plan.seed}")
+    else:
+        click.echo(f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), "
+                   f"seed {plan.seed}")
     if reqs:
         click.echo(f"prompt tokens p50 {prompt[len(prompt) // 2]} max {prompt[-1]}; "
                    f"output tokens p50 {output[len(output) // 2]} max {output[-1]}")

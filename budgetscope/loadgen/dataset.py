@@ -134,11 +134,19 @@ def apply_dataset(plan: Plan, dataset: Dataset) -> Plan:
     has one, else the plan's draw)."""
     order = list(range(len(dataset.prompts)))
     random.Random(f"{plan.seed}/dataset").shuffle(order)
-    for i, req in enumerate(plan.requests):
-        d = dataset.prompts[order[i % len(order)]]
-        req.prompt, req.prompt_tokens, req.prefix_id, req.prefix_tokens = d.prompt, d.prompt_tokens, -1, 0
-        if d.output_tokens is not None:
-            req.output_tokens = d.output_tokens
+
+    def give(requests: list) -> list:
+        for req in requests:
+            d = dataset.prompts[order[req.index % len(order)]]
+            req.prompt, req.prompt_tokens, req.prefix_id, req.prefix_tokens = d.prompt, d.prompt_tokens, -1, 0
+            if d.output_tokens is not None:
+                req.output_tokens = d.output_tokens
+        return requests
+
+    give(plan.requests)
+    if plan.more is not None:  # a closed loop that grows: its later requests take the dataset's prompts too
+        draw = plan.more
+        plan.more = lambda k: give(draw(k))
     lengths = "exact lengths" if dataset.exact else "estimated lengths"
     plan.description += f"; prompts from {dataset.path} ({len(dataset.prompts)} records, {lengths})"
     plan.meta["dataset"] = {"path": dataset.path, "records": len(dataset.prompts), "skipped": dataset.skipped,

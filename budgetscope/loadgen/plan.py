@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 from budgetscope.loadgen.arrivals import Arrivals
 from budgetscope.loadgen.workload import Workload
@@ -40,6 +41,13 @@ class Plan:
     planned_rate: float | None = None
     """Mean requests/s the plan was drawn for (None for a replay: see `rate_of`)."""
     meta: dict = field(default_factory=dict)
+    more: Callable[[int], list[PlannedRequest]] | None = None
+    """Closed loop without a request count: draws the next `k` requests when the run needs them."""
+
+    @property
+    def is_closed_loop(self) -> bool:
+        """Each request is sent when a slot frees (offsets unused), not when the plan says."""
+        return bool(self.meta.get("closed_loop"))
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -68,17 +76,41 @@ def build_plan(arrivals: Arrivals, workload: Workload, *, seed: int = 0, num_req
     offsets = arrivals.offsets_ns(random.Random(f"{seed}/arrivals"), num_requests=num_requests,
                                   duration_s=duration_s)
     rng = random.Random(f"{seed}/workload")
-    sp = workload.shared_prefix
-    requests = []
-    for index, offset in enumerate(offsets):
-        prefix_id, prefix_tokens = -1, 0
-        if sp is not None and rng.random() < sp.fraction:
-            prefix_id, prefix_tokens = rng.randrange(sp.count), sp.tokens
-        own = workload.prompt_tokens.sample(rng)
-        requests.append(PlannedRequest(
-            index=index, offset_ns=offset, prompt_tokens=prefix_tokens + own,
-            output_tokens=workload.output_tokens.sample(rng), tier=workload.tiers.sample(rng),
-            tenant=workload.tenants.sample(rng), prefix_id=prefix_id, prefix_tokens=prefix_tokens,
-            seed=rng.getrandbits(63),
-        ))
+    requests = [_draw(workload, rng, index, offset) for index, offset in enumerate(offsets)]
     return Plan(requests, seed, f"{arrivals}; {workload.describe()}", planned_rate=arrivals.rate)
+
+
+def build_closed_plan(workload: Workload, concurrency: int, *, seed: int = 0, num_requests: int | None = None) -> Plan:
+    """A closed-loop plan: `concurrency` requests in flight, each sent as soon as one finishes.
+
+    Request shapes come from the same random stream as `build_plan`'s, so a closed and an open run of one seed
+    send the same prompts in the same order. Without `num_requests` the plan grows on demand (`Plan.more`) and
+    the run's duration ends it.
+    """
+    rng = random.Random(f"{seed}/workload")
+    drawn = 0
+
+    def more(k: int) -> list[PlannedRequest]:
+        nonlocal drawn
+        out = [_draw(workload, rng, drawn + j, 0) for j in range(k)]
+        drawn += k
+        return out
+
+    requests = more(num_requests) if num_requests is not None else more(concurrency)
+    return Plan(requests, seed, f"closed loop of {concurrency}; {workload.describe()}",
+                meta={"closed_loop": True, "concurrency": concurrency}, more=None if num_requests is not None else more)
+
+
+def _draw(workload: Workload, rng: random.Random, index: int, offset_ns: int) -> PlannedRequest:
+    """One request's shape from the workload (shared prefix, lengths, tier, tenant, prompt seed)."""
+    sp = workload.shared_prefix
+    prefix_id, prefix_tokens = -1, 0
+    if sp is not None and rng.random() < sp.fraction:
+        prefix_id, prefix_tokens = rng.randrange(sp.count), sp.tokens
+    own = workload.prompt_tokens.sample(rng)
+    return PlannedRequest(
+        index=index, offset_ns=offset_ns, prompt_tokens=prefix_tokens + own,
+        output_tokens=workload.output_tokens.sample(rng), tier=workload.tiers.sample(rng),
+        tenant=workload.tenants.sample(rng), prefix_id=prefix_id, prefix_tokens=prefix_tokens,
+        seed=rng.getrandbits(63),
+    )

@@ -41,6 +41,10 @@ class RequestRecord:
     error: str | None = None
     """None, or `kind: detail` (kinds: connect_error, connection_closed, connection_error, timeout, http_<status>,
     stream_error, bad_event, bad_response, incomplete_stream)."""
+    retry_after_s: float | None = None
+    """The response's `Retry-After`, seconds (429/503), when it had one in seconds."""
+    is_warmup: bool = False
+    """Sent in the warm-up phase: answered like any other, left out of every figure."""
     server_attributes: dict | None = None
     """What the server reported in its response (headers, llama.cpp `timings`), as span attributes; see
     server_report.py."""
@@ -110,7 +114,8 @@ class RequestRecord:
             "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,
             "scheduled_unix_nano": unix(self.scheduled_ns), "sent_unix_nano": unix(self.sent_ns),
             "first_token_unix_nano": unix(self.first_token_ns), "end_unix_nano": unix(self.end_ns),
-            "status": self.status, "outcome": self.outcome, "error": self.error, "done": self.is_done,
+            "warmup": self.is_warmup, "status": self.status, "outcome": self.outcome, "error": self.error,
+            "done": self.is_done,
             "output_tokens": self.output_tokens, "input_tokens": self.input_tokens,
             "schedule_lag_ms": _none(self.schedule_lag_ms), "client_ttft_ms": _none(self.ttft_ms),
             "client_ttft_scheduled_ms": _none(self.ttft_scheduled_ms), "client_e2e_ms": _none(self.e2e_ms),

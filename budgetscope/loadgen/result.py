@@ -54,11 +54,15 @@ class LoadResult:
     """What a run produced. `unix0`: add to a record's perf_counter reading to get Unix-epoch ns."""
 
     def __init__(self, plan: Plan, records: list[RequestRecord], *, unix0: int, started_unix_nano: int,
-                 concurrency: int | None, target_url: str, prompt_lengths: dict | None = None) -> None:
+                 concurrency: int | None, target_url: str, prompt_lengths: dict | None = None,
+                 warmup_records: list[RequestRecord] | None = None, warmup: str = "none") -> None:
         self.plan = plan
         self.prompt_lengths = prompt_lengths or {"exact": False, "basis": "approximate"}
         """{"exact": whether planned prompt lengths are in the target's tokens, "basis": what they count}."""
         self.records = records
+        """The measured requests; warm-up requests are apart, in `warmup_records`, and in no figure."""
+        self.warmup_records = warmup_records or []
+        self.warmup = warmup
         self.unix0 = unix0
         self.started_unix_nano = started_unix_nano
         self.concurrency = concurrency
@@ -96,6 +100,8 @@ class LoadResult:
             "sent": len(sent),
             "ok": len(ok),
             "concurrency": self.concurrency,
+            "mode": "closed loop" if self.plan.is_closed_loop else "open loop",
+            "warmup": {"rule": self.warmup, "requests": len(self.warmup_records)},
             "outcomes": dict(collections.Counter(r.outcome for r in recs).most_common()),
             "status_codes": {str(k): v for k, v in collections.Counter(
                 r.status if r.status is not None else "none" for r in recs).most_common()},
@@ -121,7 +127,8 @@ class LoadResult:
 
     def to_json(self) -> dict:
         """The summary and every request (times in Unix-epoch ns, figures in ms)."""
-        return {"summary": self.summary(), "requests": [r.to_dict(self.unix0) for r in self.records]}
+        every = sorted(self.warmup_records + self.records, key=lambda r: r.index)
+        return {"summary": self.summary(), "requests": [r.to_dict(self.unix0) for r in every]}
 
     def write_json(self, path: str | Path) -> None:
         """Write `to_json()` to `path`."""
@@ -134,7 +141,8 @@ class LoadResult:
             f"target   {s['target']}",
             f"plan     {s['plan']}",
             f"requests {s['requests']}  sent {s['sent']}  ok {s['ok']}  "
-            + "  ".join(f"{k} {v}" for k, v in s["outcomes"].items() if k != "ok"),
+            + "  ".join(f"{k} {v}" for k, v in s["outcomes"].items() if k != "ok")
+            + (f"  (+{len(self.warmup_records)} warm-up, in no figure)" if self.warmup_records else ""),
             f"rate     planned {_f(s['planned_rate_rps'])}/s  achieved send {_f(s['achieved_send_rate_rps'])}/s  "
             f"ok throughput {_f(s['ok_throughput_rps'])}/s  output {_f(s['output_tokens_per_s'])} tok/s  "
             f"over {_f(s['duration_s'])} s",

@@ -4,6 +4,12 @@ The scheduler is a timer callback, not a task per request: at each due time it w
 idle keep-alive connection right away. A request held back by the concurrency cap waits in a FIFO and is
 sent when a slot frees; its `sent` time is then later than its `scheduled` time and that difference is its
 schedule lag - reported, never hidden. Response bytes are stamped on arrival by `HttpConnection`.
+
+A closed-loop plan (`build_closed_plan`) has no due times: `concurrency` requests start at once and each
+finish starts the next, after the response's `Retry-After` when it refused the request (429/503), doubled for
+each refusal in a row of that slot (at most RETRY_AFTER_CAP_S), so an overloaded server is not hammered with
+refusals: 512 slots told "1 s" would otherwise come back 512 times a second. Its requests are sent when
+scheduled: no schedule lag. A warm-up (`Warmup`) marks the first requests; the result leaves them out of every figure.
 """
 
 from __future__ import annotations
@@ -26,11 +32,17 @@ from budgetscope.loadgen.server_report import (CLIENT_STREAM, header_attributes,
                                                timings_attributes)
 from budgetscope.loadgen.sse import SSEParser, read_chunk
 from budgetscope.loadgen.target import Target
+from budgetscope.loadgen.warmup import Warmup
+
+CLIENT_WARMUP = "budgetscope.client.warmup"
+"""Client span attribute: true on a warm-up request (a sweep leaves it out of its step)."""
 
 _now = time.perf_counter_ns
 _LOOKAHEAD = 64  # requests whose bytes are built ahead of their due time, while the loop is idle
 _START_DELAY_NS = 20_000_000  # the first request is due this long after setup, so it is not late by setup
 _ERROR_BODY_LIMIT = 4096
+RETRY_AFTER_CAP_S = 60.0
+"""A closed-loop slot never rests longer than this after a refusal, whatever Retry-After says."""
 
 
 class LoadRunner:
@@ -45,12 +57,20 @@ class LoadRunner:
     `on_progress`: called about twice a second with the runner (for a live display).
     `sampled=False`: the traceparent's sampled flag is off (`-00`), so that servers that follow their parent's
     sampling export no span of these requests (sweep's pre-flight).
+    `warmup`: which requests are warm-up (sent, left out of the figures).
+    `duration_s`: closed loop only: no request starts after this many seconds.
+    `honour_retry_after`: closed loop only: a slot whose request was refused waits `Retry-After` × 2^(k-1) for its
+    k-th refusal in a row (at most RETRY_AFTER_CAP_S) before it starts the next one.
     """
 
     def __init__(self, plan: Plan, target: Target, *, concurrency: int | None = None, connections: int | None = None,
                  tracer: ClientTracer | None = None, timeout_s: float = 300.0, prompts: Prompts | None = None,
                  spin_us: int = 0, on_progress: Callable[[LoadRunner], None] | None = None,
-                 sampled: bool = True) -> None:
+                 sampled: bool = True,
+                 warmup: Warmup | None = None, duration_s: float | None = None,
+                 honour_retry_after: bool = True) -> None:
+        if plan.is_closed_loop and concurrency is None:
+            concurrency = plan.meta["concurrency"]
         if concurrency is not None and concurrency < 1:
             raise LoadgenError(f"concurrency must be >= 1, got {concurrency}")
         self.plan = plan
@@ -63,6 +83,11 @@ class LoadRunner:
         self.prompts = prompts or Prompts(plan.seed)
         self.spin_ns = spin_us * 1000
         self.on_progress = on_progress
+        self.warmup = warmup or Warmup()
+        self.duration_ns = None if duration_s is None else int(duration_s * 1e9)
+        self.honour_retry_after = honour_retry_after
+        self._resting = 0  # closed loop: slots waiting out a Retry-After
+        self._refused_in_a_row: dict[int, int] = {}  # closed loop: request index → its slot's refusals before it
         self.records: list[RequestRecord] = []
         self.in_flight = 0
         self.num_sent = 0
@@ -90,12 +115,15 @@ class LoadRunner:
         unix, mono = time.time_ns(), _now()
         self._unix0 = unix - mono
         self.t0 = _now() + _START_DELAY_NS
-        for rec, req in zip(self.records, self.plan.requests):
-            rec.scheduled_ns = self.t0 + req.offset_ns
+        closed = self.plan.is_closed_loop
+        if not closed:
+            for rec, req in zip(self.records, self.plan.requests):
+                rec.scheduled_ns = self.t0 + req.offset_ns
+                rec.is_warmup = self.warmup.covers(req.index, req.offset_ns)
         started_unix = self._unix0 + self.t0
         progress = loop.call_later(0.5, self._progress) if self.on_progress else None
         if self.records:
-            loop.call_later(_START_DELAY_NS / 1e9 - 0.002, self._tick)
+            loop.call_later(_START_DELAY_NS / 1e9 - 0.002, self._start_closed if closed else self._tick)
         else:
             self._done.set_result(None)
         try:
@@ -107,8 +135,11 @@ class LoadRunner:
                 conn.close()
         lengths = self.plan.meta.get("prompt_lengths") or {"exact": self.prompts.exact,
                                                            "basis": self.prompts.length_basis}
-        return LoadResult(self.plan, self.records, unix0=self._unix0, started_unix_nano=started_unix,
-                          concurrency=self.concurrency, target_url=self.target.url, prompt_lengths=lengths)
+        started = self.records[:self._next] if closed else self.records  # a closed loop's unstarted tail is dropped
+        return LoadResult(self.plan, [r for r in started if not r.is_warmup], unix0=self._unix0,
+                          started_unix_nano=started_unix, concurrency=self.concurrency, target_url=self.target.url,
+                          prompt_lengths=lengths, warmup_records=[r for r in started if r.is_warmup],
+                          warmup=str(self.warmup))
 
     # -- scheduling ------------------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -129,6 +160,49 @@ class LoadRunner:
             self._loop.call_soon(self._tick)
         else:
             self._loop.call_later((wait - self.spin_ns) / 1e9, self._tick)
+
+    def _start_closed(self) -> None:
+        """Closed loop: fill every slot."""
+        for _ in range(self.concurrency):
+            self._closed_next()
+        self._check_closed_done()
+
+    def _closed_next(self, refused_in_a_row: int = 0) -> None:
+        """Closed loop: start the next request on a free slot, unless the plan or the duration is spent."""
+        i = self._next
+        if not self._has_more():
+            return
+        now = _now()
+        self._next = i + 1
+        if refused_in_a_row:
+            self._refused_in_a_row[i] = refused_in_a_row
+        rec = self.records[i]
+        rec.scheduled_ns = now  # due when its slot frees, and sent then: no schedule lag by definition
+        rec.is_warmup = self.warmup.covers(i, now - self.t0)
+        self._send(i)
+
+    def _has_more(self) -> bool:
+        """Closed loop: whether another request may start now (growing a plan that has no request count)."""
+        if self.duration_ns is not None and _now() - self.t0 >= self.duration_ns:
+            return False
+        if self._next < len(self.records):
+            return True
+        if self.plan.more is None:
+            return False
+        new = self.plan.more(_LOOKAHEAD)
+        self.plan.requests.extend(new)
+        self.records.extend(RequestRecord(r.index, 0, r.prompt_tokens, r.output_tokens, r.tier, r.tenant, r.prefix_id)
+                            for r in new)
+        return True
+
+    def _rested(self, refused_in_a_row: int) -> None:
+        self._resting -= 1
+        self._closed_next(refused_in_a_row)
+        self._check_closed_done()
+
+    def _check_closed_done(self) -> None:
+        if self.in_flight == 0 and self._resting == 0 and not self._done.done():
+            self._done.set_result(None)
 
     def _prepare_from(self, start: int) -> None:
         """Build the bytes (prompt, body, traceparent) of the requests due next, before they are due."""
@@ -210,10 +284,28 @@ class LoadRunner:
                 conn.close()
         if self.tracer is not None:
             self.tracer.record(self._client_request(rec))
+        if self.plan.is_closed_loop:
+            self._closed_after(rec)
+            return
         if self._waiting:
             self._send(self._waiting.popleft())
         if self.num_finished == len(self.records) and not self._done.done():
             self._done.set_result(None)
+
+    def _closed_after(self, rec: RequestRecord) -> None:
+        """Closed loop: the finished request's slot starts the next one, after a refusal's Retry-After (doubled for
+        each refusal in a row)."""
+        before = self._refused_in_a_row.pop(rec.index, 0)
+        rest_s = rec.retry_after_s if self.honour_retry_after else None
+        if rest_s and self._has_more():
+            rest_s = min(rest_s * 2 ** before, RETRY_AFTER_CAP_S)
+            if self.duration_ns is not None:  # a rest past the end of the run only delays its end
+                rest_s = min(rest_s, (self.t0 + self.duration_ns - _now()) / 1e9)
+            self._resting += 1
+            self._loop.call_later(max(rest_s, 0.0), self._rested, before + 1)
+        else:
+            self._closed_next()
+        self._check_closed_done()
 
     def _client_request(self, rec: RequestRecord) -> ClientRequest:
         u = self._unix0
@@ -225,7 +317,8 @@ class LoadRunner:
             input_tokens=rec.input_tokens, tier=rec.tier, tenant=rec.tenant, model=self.target.model,
             error_type=None if rec.error is None else rec.outcome, url=self.target.url,
             operation="chat" if self.target.api == "chat" else "text_completion",
-            extra_attributes={CLIENT_STREAM: self.target.stream, **(rec.server_attributes or {})},
+            extra_attributes={CLIENT_STREAM: self.target.stream, **(rec.server_attributes or {}),
+                              **({CLIENT_WARMUP: True} if rec.is_warmup else {})},
         )
 
     def _progress(self) -> None:
@@ -251,6 +344,8 @@ class _Exchange:
 
     def head(self, status: int, headers: dict[bytes, bytes]) -> None:
         self.rec.status = status
+        if status in (429, 503):
+            self.rec.retry_after_s = _seconds(headers.get(b"retry-after"))
         reported = header_attributes(headers)
         if reported:
             self.rec.server_attributes = reported
@@ -338,3 +433,12 @@ class _Exchange:
         if message is None:
             message = raw[:200].decode("utf-8", "replace").strip() or "(empty body)"
         rec.error = f"http_{rec.status}: {message}"
+
+
+def _seconds(value: bytes | None) -> float | None:
+    """A Retry-After in seconds; None when absent or an HTTP date (not worth a clock comparison here)."""
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None

@@ -1,9 +1,10 @@
-"""`Sweep`: open-loop steps at rising rates into one archive, each read back with the report's analysis.
+"""`Sweep`: open-loop steps at rising rates (or closed-loop steps at rising concurrency) into one archive, each
+read back with the report's analysis.
 
     sweep (this process) ── a Collector on OTLP/HTTP (and gRPC) ◄── the server's own spans, when it exports here
         │  one ClientTracer: llm.client.request spans tagged with run, step, repeat, rate, duration
         ▼
-    target (any OpenAI-compatible server) ◄── budgetscope.loadgen: open-loop plan, one per step
+    target (any OpenAI-compatible server) ◄── budgetscope.loadgen: an open- or closed-loop plan, one per step
         ▲
         └── /metrics scraped once a second during each step (landed in server_metrics at the end)
 
@@ -37,7 +38,8 @@ class SweepConfig:
     url: str
     archive: str
     budgets: object  # analysis.budgets.Budgets
-    rates: list[float] | None = None  # fixed rates, increasing; None with search
+    rates: list[float] | None = None  # fixed rates, increasing; None with search or concurrencies
+    concurrencies: list[int] | None = None  # closed-loop steps: requests in flight, increasing
     search: bool = False
     start_rate: float = 1.0
     max_rate: float = 256.0
@@ -59,6 +61,23 @@ class SweepConfig:
     settle_s: float = 20.0  # at most this long after a step for its spans to land
     scrape_metrics: bool = True
     target_attainment: float | None = None
+    warmup: object = None  # loadgen.warmup.Warmup of each step (None: none)
+    tokenizer: object = None  # loadgen.tokenizer.TargetTokenizer (exact prompt lengths)
+    dataset: object = None  # loadgen.dataset.Dataset: real prompts
+
+
+def parse_concurrencies(text: str) -> list[int]:
+    """'1,2,4' → [1, 2, 4]; SweepError unless positive whole numbers, strictly increasing."""
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SweepError(f"--concurrency {text!r}: expected whole numbers separated by commas, e.g. 1,2,4,8") from None
+    if not levels or any(c < 1 for c in levels):
+        raise SweepError(f"--concurrency {text!r}: give requests in flight >= 1, e.g. 1,2,4,8")
+    for a, b in zip(levels, levels[1:]):
+        if b <= a:
+            raise SweepError(f"--concurrency {text!r}: levels must be increasing ({b} comes after {a})")
+    return levels
 
 
 def parse_rates(text: str) -> list[float]:
@@ -85,7 +104,10 @@ class _TaggedTracer:
         self.tags: dict = {}
 
     def record(self, request) -> None:
-        request.extra_attributes.update(self.tags)
+        from budgetscope.loadgen.runner import CLIENT_WARMUP
+
+        if not request.extra_attributes.get(CLIENT_WARMUP):  # warm-up belongs to no step
+            request.extra_attributes.update(self.tags)
         self.tracer.record(request)
 
 
@@ -166,7 +188,8 @@ class Sweep:
             # SDK's default sampler and budgetscope's engine do, exports no span of these requests, which
             # would otherwise land later with no client span beside them
             result = run_load(plan, target, timeout_s=min(cfg.timeout_s, 60.0),
-                              prompts=Prompts(cfg.seed, token_ids=cfg.token_ids), sampled=False)
+                              prompts=Prompts(cfg.seed, token_ids=cfg.token_ids, tokenizer=cfg.tokenizer),
+                              sampled=False)
         except LoadgenError as e:
             raise SweepError(str(e)) from None
         if not any(r.is_ok for r in result.records):
@@ -198,8 +221,8 @@ class Sweep:
             if cfg.search:
                 self._search(target, tracer, scraper)
             else:
-                for rate in cfg.rates:
-                    self._measure(rate, target, tracer, scraper)
+                for level in cfg.rates or cfg.concurrencies:
+                    self._measure(level, target, tracer, scraper)
         finally:
             tracer.tracer.shutdown()
             time.sleep(0.2)
@@ -213,7 +236,7 @@ class Sweep:
 
         with Archive(self.config.archive, read_only=True, create=False) as a:
             out = capacity.analyze(a.con, self.config.budgets, self.run_id, self.config.target_attainment)
-        out["mode"] = "search" if self.config.search else "rates"
+        out["mode"] = "search" if self.config.search else "concurrency" if self.config.concurrencies else "rates"
         out["archive"] = self.config.archive
         out["duration_s"] = self.config.duration_s
         out["runs_per_rate"] = self.config.runs
@@ -235,28 +258,49 @@ class Sweep:
         return len(self.step_results)
 
     def _measure(self, rate: float, target, tracer: _TaggedTracer, scraper) -> list[dict]:
-        """Every run of one rate; returns their step figures (also kept in step_results)."""
+        """Every run of one rate (a concurrency in a concurrency sweep); returns their step figures (also kept in
+        step_results)."""
         out = []
         for repeat in range(self.config.runs):
             out.append(self._one_step(rate, repeat, target, tracer, scraper))
         return out
 
+    def _plan(self, level: float, index: int):
+        """The plan of step `index`: open loop at `level` req/s, or a closed loop of `level` requests in flight."""
+        from budgetscope.loadgen import Arrivals, build_plan
+        from budgetscope.loadgen.plan import build_closed_plan
+
+        cfg = self.config
+        if cfg.concurrencies:
+            plan = build_closed_plan(cfg.workload, int(level), seed=cfg.seed + index)
+        else:
+            plan = build_plan(Arrivals.parse(cfg.arrivals, level), cfg.workload, seed=cfg.seed + index,
+                              duration_s=cfg.duration_s)
+        if cfg.dataset is not None:
+            from budgetscope.loadgen.dataset import apply_dataset
+
+            plan = apply_dataset(plan, cfg.dataset)
+        return plan
+
     def _one_step(self, rate: float, repeat: int, target, tracer: _TaggedTracer, scraper) -> dict:
-        from budgetscope.loadgen import Arrivals, Prompts, build_plan, run_load
+        from budgetscope.loadgen import Prompts, run_load
 
         cfg = self.config
         index = self._step_index()
-        plan = build_plan(Arrivals.parse(cfg.arrivals, rate), cfg.workload, seed=cfg.seed + index,
-                          duration_s=cfg.duration_s)
+        plan = self._plan(rate, index)
+        load = ({capacity.CONCURRENCY: int(rate)} if cfg.concurrencies else {capacity.RATE: float(rate)})
         tracer.tags = {capacity.RUN: self.run_id, capacity.STEP: index, capacity.REPEAT: repeat,
-                       capacity.RATE: float(rate), capacity.DURATION: float(cfg.duration_s)}
-        self.say(f"step {index + 1}: {rate:g} req/s for {cfg.duration_s:g} s ({len(plan)} requests)"
+                       capacity.DURATION: float(cfg.duration_s), **load}
+        what = (f"a closed loop of {rate:g} in flight" if cfg.concurrencies else
+                f"{rate:g} req/s ({len(plan)} requests)")
+        self.say(f"step {index + 1}: {what} for {cfg.duration_s:g} s"
                  + (f", run {repeat + 1} of {cfg.runs}" if cfg.runs > 1 else ""))
         if scraper is not None and scraper.is_available:
             scraper.start()
         try:
             result = run_load(plan, target, tracer=tracer, timeout_s=cfg.timeout_s,
-                              prompts=Prompts(cfg.seed + index, token_ids=cfg.token_ids))
+                              prompts=Prompts(cfg.seed + index, token_ids=cfg.token_ids, tokenizer=cfg.tokenizer),
+                              warmup=cfg.warmup, duration_s=cfg.duration_s if plan.is_closed_loop else None)
         finally:
             if scraper is not None:
                 scraper.stop()
@@ -388,7 +432,8 @@ class Sweep:
 
 
 def _step_line(s: dict) -> str:
-    parts = [f"  {s['rate_rps']:g} req/s: {s['ok']}/{s['requests']} ok"]
+    where = f"{s['rate_rps']:g} req/s" if s.get("concurrency") is None else f"{s['concurrency']} in flight"
+    parts = [f"  {where}: {s['ok']}/{s['requests']} ok"]
     for t in s["tiers"]:
         if not t["requests"]:
             continue

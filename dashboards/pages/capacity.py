@@ -4,6 +4,7 @@ tail against the offered rate, with the budgets, the capacity and the knee drawn
 import streamlit as st
 
 import state
+from budgetscope.analysis.capacity import RATE_UNIT, level
 from budgetscope.analysis.capacity_charts import capacity_figure
 
 ov, f, text, bpath = state.start_page("Capacity")
@@ -24,23 +25,26 @@ if not names:
 tier = st.selectbox("Tier", names, key="cap_tier") if len(names) > 1 else names[0]
 c = next(t for t in res["tiers"] if t["name"] == tier)
 col1, col2, col3 = st.columns(3)
-col1.metric("Capacity", "below the lowest rate" if c["capacity_rps"] is None else
-            f"{'≥ ' if c['capacity_is_lower_bound'] else ''}{c['capacity_rps']:g} req/s",
-            help="The highest rate below the first rate that breaks the tier's budgets.")
-col2.metric("Knee", "not found" if c["knee_rps"] is None else f"{c['knee_rps']:g} req/s", help=c["knee_reason"])
+u = "req/s" if c["unit"] == RATE_UNIT else "in flight"
+word = "rate" if c["unit"] == RATE_UNIT else "concurrency"
+col = "rate/s" if c["unit"] == RATE_UNIT else "concurrency"
+col1.metric("Capacity", f"below the lowest {word}" if c["capacity"] is None else
+            f"{'≥ ' if c['capacity_is_lower_bound'] else ''}{c['capacity']:g} {u}",
+            help=f"The highest {word} below the first {word} that breaks the tier's budgets.")
+col2.metric("Knee", "not found" if c["knee"] is None else f"{c['knee']:g} {u}", help=c["knee_reason"])
 t = c["takeover"]
 col3.metric("Takes over past it", "n/a" if t is None else f"{t['stage']} {100 * t['share']:.0f}%",
             help="The dominant stage of the TTFT tail past the knee (or capacity), and its share there.")
 (st.success if c["capacity_is_lower_bound"] else st.warning)(c["verdict"])
 st.plotly_chart(capacity_figure(res, tier), key="cap_fig")
-st.subheader("Per rate")
+st.subheader(f"Per {word}")
 rows = []
 for p in res["points"]:
     pt = p["tiers"].get(tier)
     if pt is None:
         continue
     shares = pt["ttft_shares"] or {}
-    rows.append({"rate/s": f"{p['rate_rps']:g}", "runs": pt["runs"], "requests": pt["requests"],
+    rows.append({col: f"{level(p):g}", "runs": pt["runs"], "requests": pt["requests"],
                  "served ok/s": "n/a" if p["served_rps"] is None else f"{p['served_rps']:.2f}",
                  "attainment": "n/a" if pt["attainment"] is None else f"{100 * pt['attainment']:.1f}%",
                  f"{pt['ttft_key']} TTFT": state.ms(pt["ttft"]),
@@ -52,7 +56,7 @@ st.subheader("The server's saturation signals, per step")
 sig = []
 for s in res["steps"]:
     g = s["signals"]
-    sig.append({"rate/s": f"{s['rate_rps']:g}", "from": g.get("source") or "none",
+    sig.append({col: f"{level(s):g}", "from": g.get("source") or "none",
                 "batch mean": "—" if g.get("batch_mean") is None else f"{g['batch_mean']:.1f}",
                 "batch max": g.get("batch_max", "—"), "queue max": g.get("queue_max", "—"),
                 "KV max": "—" if g.get("kv_max") is None else f"{100 * g['kv_max']:.0f}%",
