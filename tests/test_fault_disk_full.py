@@ -158,7 +158,9 @@ def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_nex
                     acked.append(batch)
                 elif "wait in its spool" in r.text:
                     refusal = r
-        assert refusal is not None and refusal.status_code == 503, "no 503 naming the spool"
+            assert refusal is not None and refusal.status_code == 503, "no 503 naming the spool"
+            status = h.get(f"http://127.0.0.1:{port}/status").json()  # and GET /status says so, in a warning
+            assert any("acknowledged batches" in w and "wait in" in w for w in status["warnings"]), status
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:

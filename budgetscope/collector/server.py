@@ -237,7 +237,8 @@ class Collector:
     def status(self) -> dict:
         """What GET /status answers: the counts so far, the spans no adapter claimed (a folder archive's last
         commit, read at most every STATUS_EVERY_S; None for a single-file archive, which the writer holds), and
-        the warning when spans arrived but no request was derived."""
+        the warnings: spans arrived but no request was derived; acknowledged batches wait in the spool, unseen by
+        readers (a full disk)."""
         import dataclasses
 
         from budgetscope.analysis.coverage import nothing_derived_warning
@@ -245,8 +246,9 @@ class Collector:
         stats = self.stats
         unclaimed = self._unclaimed()
         warning = nothing_derived_warning(stats.spans, stats.requests_derived, unclaimed or {"total": 0})
+        warnings = [w for w in (warning, stats.spool_note(str(self.archive_path))) if w]
         return {"state": self._state, "endpoints": self.endpoints, "stats": dataclasses.asdict(stats),
-                "error": self.error, "unclaimed_spans": unclaimed, "warnings": [warning] if warning else []}
+                "error": self.error, "unclaimed_spans": unclaimed, "warnings": warnings}
 
     def _unclaimed(self) -> dict | None:
         from budgetscope.archive.archive import is_single_file
