@@ -80,7 +80,7 @@ REQUESTS = Table(
         C("trace_id", "VARCHAR", "trace of the server root span"),
         C("request_id", "VARCHAR", "the server's request/response id (`gen_ai.response.id`, vLLM `gen_ai.request.id`), else the root span id"),
         C("source", "VARCHAR", "adapter that produced the row: native, vllm"),
-        C("service_name", "VARCHAR", "server `service.name`"),
+        C("service_name", "VARCHAR", "server `service.name`; on a client-only row (source `client`) the client's: the tool"),
         C("model", "VARCHAR", "model name"),
         C("tier", "VARCHAR", "`budgetscope.tier`, `default` when absent"),
         C("tenant", "VARCHAR", "`budgetscope.tenant`, NULL when absent"),

@@ -34,6 +34,7 @@ from budgetscope.sources.importers import (
     number,
     seconds_to_ns,
 )
+from budgetscope.sources.joins import ID_ATTR
 
 REPORT_VERSIONS = (1, 2)
 """`metadata.version` values read (absent in GuideLLM 0.4, 1 in 0.5–0.6, 2 from 0.7)."""
@@ -123,6 +124,7 @@ def _request_span(seed: bytes, k: int, rec: Any, where: str, status: str, error_
         scheduled_ns=at("targeted_start"),
         extra={name: v for name, v in context.items() if name != "gen_ai.request.model"} | {
             "guidellm.request_id": _text(rec.get("request_id")), "guidellm.response_id": _text(rec.get("response_id")),
+            ID_ATTR: _text(rec.get("response_id")),
             "guidellm.status": status, "guidellm.error": error,
             "guidellm.inter_token_latency_ms": None if itl is None else number(itl, f"{where} inter_token_latency_ms"),
             "guidellm.last_token_unix_nano": at("last_token_iteration")})

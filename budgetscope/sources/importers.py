@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from budgetscope.sources.classify import CLIENT_ROOT
+from budgetscope.sources.joins import ID_ATTR
 
 FORMATS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton")
 KIND_SERVER, KIND_CLIENT = 2, 3
@@ -245,7 +246,8 @@ def aiperf(path: Path, data: bytes) -> bytes:
             itl_ms=itl, input_tokens=None if inp is None else int(inp), output_tokens=None if out is None else int(out),
             model=None, error=str(error) if error else None, status_code=code,
             error_type="cancelled" if meta.get("was_cancelled") else "error",
-            extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id")}))
+            extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id"),
+                   ID_ATTR: meta.get("x_request_id")}))
     if not spans:
         raise ImportFormatError(f"{path}: no AIPerf profiling records")
     return document("aiperf", spans)

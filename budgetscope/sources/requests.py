@@ -1,7 +1,9 @@
 """Assemble `requests` rows: every adapter's server rows, joined to their client span, with derived metrics.
 
 The client span `llm.client.request` is the parent of the server root (W3C traceparent), so the join is
-(trace_id, client span_id = server parent_span_id). Network is derived only where a client span exists:
+(trace_id, client span_id = server parent_span_id). An imported client record (AIPerf, GuideLLM) carries no trace
+context: `budgetscope import` puts it in the trace of the server row whose request id it recorded (joins.py), and
+it joins by (trace_id, client `budgetscope.client.request_id` = server `request_id`). Network is derived only where a client span exists:
   network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
   ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT)
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 from budgetscope.archive.schema import REQUESTS
 from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.sources.classify import CLIENT_ROOT
+from budgetscope.sources.joins import ID_ATTR
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
@@ -31,7 +34,8 @@ REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 
 CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
-    '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER"}'
+    '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER",'
+    '"budgetscope.client.request_id":"VARCHAR"}'
 )
 
 
@@ -76,9 +80,11 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "network_ms": "(c.end_ns - c.start_ns) / 1e6 - s.e2e_ms",
         "ttft_network_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 - s.ttft_ms",
     }
-    # client spans no server row claims, picked before their attributes are parsed
+    # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
+    # attributes are parsed
     unclaimed = f"""(SELECT * FROM {spans} u WHERE u.name = '{CLIENT_ROOT}'
-  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
+  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND (v.parent_span_id = u.span_id
+    OR v.request_id = u.attributes->>'{ID_ATTR}'))
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     cols = ",\n  ".join(f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
                         for c in REQUESTS.columns)
@@ -92,5 +98,6 @@ s AS (
 c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a
       FROM {spans} WHERE name = '{CLIENT_ROOT}')
 SELECT {cols}
-FROM s LEFT JOIN c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
+FROM s LEFT JOIN c ON c.trace_id = s.trace_id
+  AND (c.span_id = s.parent_span_id OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
 """

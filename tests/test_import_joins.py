@@ -1,0 +1,103 @@
+"""Imported client records (AIPerf, GuideLLM) join the server spans of the same request by request id.
+
+The tools send no trace context, so the server's spans sit in traces of their own; each tool records an id the
+server also records (AIPerf's `x_request_id`, sent as `X-Request-ID`; GuideLLM's `response_id`, the response's
+`id`). One row a request, with network derived; a record whose server row is absent stays a client-only row.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request
+from test_sources_aiperf import _record
+from test_sources_guidellm import _benchmark, _request
+
+from budgetscope.cli import main
+
+SERVER_E2E_MS = 465.0  # native_request's stages: 2 + 10 + 50 + 400 + 3
+
+
+def _server(ingest_text, archive, ids_and_arrivals):
+    spans = []
+    for rid, arrival in ids_and_arrivals:
+        spans += native_request(arrival=arrival, extra_root={"gen_ai.response.id": rid})[1]
+    ingest_text(archive, jsonl(export(spans)))
+
+
+def _aiperf_record(i, arrival_ns, up_ms=2.0, down_ms=3.0):
+    rec = _record(i)
+    sent = arrival_ns - int(up_ms * MS)
+    rec["metadata"].update(request_start_ns=sent, request_end_ns=arrival_ns + int((SERVER_E2E_MS + down_ms) * MS))
+    rec["metrics"]["request_latency"]["value"] = SERVER_E2E_MS + up_ms + down_ms
+    return rec
+
+
+@pytest.mark.parametrize("kind", ["folder", "duckdb"])
+def test_aiperf_records_join_their_server_rows_by_x_request_id(tmp_path, ingest_text, kind):
+    archive = tmp_path / ("a" if kind == "folder" else "a.duckdb")
+    arrivals = [T0 + i * 1_000 * MS for i in range(3)]
+    _server(ingest_text, archive, [(f"req-{i}", t) for i, t in enumerate(arrivals)])
+    f = tmp_path / "profile_export.jsonl"
+    recs = [_aiperf_record(i, t) for i, t in enumerate(arrivals)] + [_aiperf_record(7, T0 + 9_000 * MS)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive)])
+    assert r.exit_code == 0, r.output
+    assert "3 records joined to their server spans by request id" in r.stdout
+    got = rows(archive, """SELECT request_id, source, has_client_span, network_ms, client_e2e_ms FROM requests
+        ORDER BY arrival_ns""")
+    # one row a request: three joined (network = 2 ms up + 3 ms down), the unmatched id a client-only row
+    assert got == [(f"req-{i}", "native", True, pytest.approx(5.0), pytest.approx(470.0)) for i in range(3)] + [
+        (got[3][0], "client", True, None, pytest.approx(470.0))]
+    # the same file again lands nothing new
+    again = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive), "--format", "json"])
+    assert again.exit_code == 0 and json.loads(again.stdout)["files"][0]["spans_inserted"] == 0
+    assert rows(archive, "SELECT count(*) FROM requests") == [(4,)]
+
+
+def test_guidellm_requests_join_their_server_rows_by_response_id(tmp_path, archive_path, ingest_text):
+    # GuideLLM's times are wall-clock seconds; the server rows arrive 2 ms after its request_start
+    t = [1_800_000_000.0 + i for i in range(2)]
+    _server(ingest_text, archive_path, [(f"cmpl-{i}", int(round((ti + 0.002) * 1e9)) + 2 * MS)
+                                        for i, ti in enumerate(t)])
+    report = {"metadata": {"version": 2, "guidellm_version": "0.8.1"}, "config": {},
+              "benchmarks": [_benchmark(0, "constant", [_request(i, ti, end=0.471) for i, ti in enumerate(t)])]}
+    f = tmp_path / "benchmarks.json"
+    f.write_text(json.dumps(report))
+    r = CliRunner().invoke(main, ["import", "--from", "guidellm", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 0, r.output
+    got = rows(archive_path, "SELECT request_id, source, network_ms FROM requests ORDER BY arrival_ns")
+    # request_start = t + 2 ms, server arrival 2 ms later, server end at +469 ms, client end at +471 ms
+    assert got == [("cmpl-0", "native", pytest.approx(4.0, abs=1e-3)),
+                   ("cmpl-1", "native", pytest.approx(4.0, abs=1e-3))]
+
+
+def test_an_id_held_by_two_server_rows_is_not_joined(tmp_path, archive_path, ingest_text):
+    _server(ingest_text, archive_path, [("dup", T0), ("dup", T0 + 1_000 * MS)])
+    f = tmp_path / "profile_export.jsonl"
+    rec = _aiperf_record(0, T0)
+    rec["metadata"]["x_request_id"] = "dup"
+    f.write_text(json.dumps(rec) + "\n")
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 0 and "0 records joined" in r.stdout
+    assert rows(archive_path, "SELECT source, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [
+        ("client", 1), ("native", 2)]
+
+
+def test_a_budget_matches_one_tools_rows_by_source_and_service_name(tmp_path, archive_path, ingest_text):
+    _server(ingest_text, archive_path, [("req-0", T0)])
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text("".join(json.dumps(_aiperf_record(i, T0 + i * 1_000 * MS)) + "\n" for i in range(3)))
+    assert CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)]).exit_code == 0
+    assert rows(archive_path, "SELECT source, service_name, count(*) FROM requests GROUP BY ALL ORDER BY 1") == [
+        ("client", "aiperf", 2), ("native", "engine", 1)]
+    budgets = tmp_path / "b.toml"
+    budgets.write_text('[tiers.aiperf]\nmatch = { tier = "default", source = "client", service_name = "aiperf" }\n'
+                       "ttft_ms = 1000\n")
+    r = CliRunner().invoke(main, ["report", "-a", str(archive_path), "-b", str(budgets), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    (tier,) = json.loads(r.stdout)["tiers"]
+    assert tier["requests"] == 2
