@@ -7,7 +7,10 @@ server also records (AIPerf's `x_request_id`, sent as `X-Request-ID`; GuideLLM's
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -17,6 +20,7 @@ from test_sources_aiperf import _record
 from test_sources_guidellm import _benchmark, _request
 
 from budgetscope.cli import main
+from budgetscope.stats import quantile_linear, quantile_nearest_rank
 
 SERVER_E2E_MS = 465.0  # native_request's stages: 2 + 10 + 50 + 400 + 3
 
@@ -101,3 +105,52 @@ def test_a_budget_matches_one_tools_rows_by_source_and_service_name(tmp_path, ar
     assert r.exit_code == 0, r.output
     (tier,) = json.loads(r.stdout)["tiers"]
     assert tier["requests"] == 2
+
+
+# -- the real tools' files ---------------------------------------------------------------------------------------
+FIXTURES = Path(__file__).parent / "fixtures" / "tools"
+
+
+def _unpacked(tmp_path) -> dict[str, Path]:
+    """The recorded run (tests/fixtures/tools/README.md) as the tools and the engine wrote it."""
+    out = {"spans": tmp_path / "spans.jsonl", "aiperf": tmp_path / "aiperf" / "profile_export.jsonl",
+           "guidellm": tmp_path / "benchmarks.json"}
+    out["aiperf"].parent.mkdir()
+    for key, name in (("spans", "engine-spans.jsonl.gz"), ("aiperf", "aiperf-profile_export.jsonl.gz"),
+                      ("guidellm", "guidellm-benchmarks.json.gz")):
+        out[key].write_bytes(gzip.decompress((FIXTURES / name).read_bytes()))
+    shutil.copy(FIXTURES / "aiperf-profile_export_aiperf.json", out["aiperf"].parent / "profile_export_aiperf.json")
+    return out
+
+
+def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft(tmp_path, archive_path):
+    files = _unpacked(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    served = rows(archive_path, "SELECT count(*) FROM requests")[0][0]
+    for kind in ("aiperf", "guidellm"):
+        r = cli.invoke(main, ["import", "--from", kind, str(files[kind]), "-a", str(archive_path)])
+        assert r.exit_code == 0 and "40 records joined" in r.stdout, r.output
+    assert rows(archive_path, "SELECT count(*), count(network_ms), min(network_ms) > 0 FROM requests") == [
+        (served, 80, True)]  # 80 requests sent by the tools: one row each, network derived
+    by_tool = {}
+    for tool, ttft, model, out, cached, net in rows(archive_path, """SELECT c.service_name, r.client_ttft_ms,
+            r.model, r.output_tokens, r.cached_tokens, r.ttft_network_ms
+            FROM requests r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id"""):
+        by_tool.setdefault(tool, []).append((ttft, model, out, cached, net))
+    aiperf = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["time_to_first_token"]
+    ttfts = sorted(t[0] for t in by_tool["aiperf"])
+    # AIPerf's percentiles interpolate (numpy's default)
+    assert (quantile_linear(ttfts, 0.5), quantile_linear(ttfts, 0.99)) == (
+        pytest.approx(aiperf["p50"], abs=1e-3), pytest.approx(aiperf["p99"], abs=1e-3))
+    report = json.loads(files["guidellm"].read_text())
+    gl = report["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]
+    ttfts = sorted(t[0] for t in by_tool["guidellm"])
+    # GuideLLM's are nearest rank, never interpolated
+    assert (quantile_nearest_rank(ttfts, 0.5), quantile_nearest_rank(ttfts, 0.99)) == (
+        pytest.approx(gl["p50"], abs=1e-3), pytest.approx(gl["p99"], abs=1e-3))
+    assert quantile_linear(ttfts, 0.99) != pytest.approx(gl["p99"], abs=1e-3)
+    # the server's counts, not AIPerf's tokenizer (which counted 39-76 for 64 tokens)
+    assert {t[1:4] for t in by_tool["aiperf"]} == {("tiny", 64, 0)}
+    # AIPerf's records lack the first event: its TTFT network share is unknown; GuideLLM's has it
+    assert {t[4] for t in by_tool["aiperf"]} == {None} and all(t[4] > 0 for t in by_tool["guidellm"])

@@ -5,7 +5,9 @@ The client span `llm.client.request` is the parent of the server root (W3C trace
 context: `budgetscope import` puts it in the trace of the server row whose request id it recorded (joins.py), and
 it joins by (trace_id, client `budgetscope.client.request_id` = server `request_id`). Network is derived only where a client span exists:
   network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
-  ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT)
+  ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT); for a client whose TTFT
+                    waits for the first non-empty chunk (AIPerf, GuideLLM), its first event of any kind − server
+                    TTFT, NULL where the export lacks it (AIPerf's records)
 
 Server rows come in three kinds, and a request (a client span) gets the first kind that claims it:
   1. span adapters (`SPAN_ADAPTERS`): the server sent its own spans, children of the client span;
@@ -22,6 +24,7 @@ from __future__ import annotations
 from budgetscope.archive.schema import REQUESTS
 from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.sources.classify import CLIENT_ROOT
+from budgetscope.sources.importers import FIRST_EVENT, FIRST_TOKEN_DEFINITION, NONEMPTY_CHUNK
 from budgetscope.sources.joins import ID_ATTR
 
 ADAPTERS = (native, vllm)
@@ -35,7 +38,8 @@ REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
     '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER",'
-    '"budgetscope.client.request_id":"VARCHAR"}'
+    '"budgetscope.client.request_id":"VARCHAR","budgetscope.client.first_token_definition":"VARCHAR",'
+    '"budgetscope.client.first_event_unix_nano":"BIGINT"}'
 )
 
 
@@ -78,7 +82,11 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "schedule_lag_ms": "(c.start_ns - c.a.\"budgetscope.client.scheduled_unix_nano\") / 1e6",
         "http_status": "c.a.\"http.response.status_code\"",
         "network_ms": "(c.end_ns - c.start_ns) / 1e6 - s.e2e_ms",
-        "ttft_network_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 - s.ttft_ms",
+        # a tool that waits for the first non-empty chunk (AIPerf, GuideLLM) adds the server's empty chunks to
+        # its TTFT: only its first event of any kind, where the export has it, is network-comparable
+        "ttft_network_ms": f"(CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
+                           f"THEN c.a.\"{FIRST_EVENT}\" ELSE c.a.\"budgetscope.client.first_token_unix_nano\" END"
+                           " - c.start_ns) / 1e6 - s.ttft_ms",
     }
     # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
     # attributes are parsed
