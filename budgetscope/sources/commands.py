@@ -72,6 +72,7 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
     from budgetscope.cli import NewArchive
     from budgetscope.sources import guidellm, importers, joins, vllm_offline
+    from budgetscope.sources.formats import wrong_format
     from budgetscope.sources.prometheus import PrometheusError
 
     fmt, out_fmt = _import_kinds(kind, formats)
@@ -113,7 +114,7 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
                     if fmt in JOINED:
                         doc, joined = joins.join(doc, _server_lookup(a, archive))
                 except (importers.ImportFormatError, PrometheusError) as e:
-                    msg = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+                    msg = wrong_format(path, fmt) or (str(e) if str(e).startswith(str(path)) else f"{path}: {e}")
                     click.echo(f"budgetscope: {msg} (nothing from it landed)", err=True)
                     entries.append({"file": f, "rejected": msg})
                     rejected = True
