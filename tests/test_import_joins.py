@@ -131,6 +131,12 @@ def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft
     for kind in ("aiperf", "guidellm"):
         r = cli.invoke(main, ["import", "--from", kind, str(files[kind]), "-a", str(archive_path)])
         assert r.exit_code == 0 and "40 records joined" in r.stdout, r.output
+    # the report says which TTFT it uses: both tools' (their first non-empty chunk)
+    tier = json.loads(cli.invoke(main, ["report", "-a", str(archive_path), "--format", "json"]).stdout)["tiers"][0]
+    assert (tier["requests"], tier["figures"], tier["client_ttft_definitions"]) == (
+        80, "client", {"first non-empty chunk": 80})
+    assert "client-side figures; client TTFT to the first non-empty chunk" in cli.invoke(
+        main, ["report", "-a", str(archive_path)]).stdout
     assert rows(archive_path, "SELECT count(*), count(network_ms), min(network_ms) > 0 FROM requests") == [
         (served, 80, True)]  # 80 requests sent by the tools: one row each, network derived
     by_tool = {}
@@ -154,3 +160,25 @@ def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft
     assert {t[1:4] for t in by_tool["aiperf"]} == {("tiny", 64, 0)}
     # AIPerf's records lack the first event: its TTFT network share is unknown; GuideLLM's has it
     assert {t[4] for t in by_tool["aiperf"]} == {None} and all(t[4] > 0 for t in by_tool["guidellm"])
+
+
+def test_the_report_says_load_ttft_is_the_first_token_event_and_a_mix_is_mixed(tmp_path, archive_path, ingest_text):
+    budgets = tmp_path / "b.toml"
+    budgets.write_text("[tiers.interactive]\nttft_ms = 10000\n")
+
+    def report(fmt):
+        return CliRunner().invoke(main, ["report", "-a", str(archive_path), "-b", str(budgets), "--format", fmt]).stdout
+
+    spans = []
+    for i in range(2):  # requests as `load` sends them: a client span, the server root its child
+        spans += native_request(arrival=T0 + i * 1_000 * MS, client=(1.0, 1.0),
+                                extra_root={"gen_ai.response.id": f"load-{i}"})[1]
+    ingest_text(archive_path, jsonl(export(spans)))
+    assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {"first token event": 2}
+    _server(ingest_text, archive_path, [("req-0", T0 + 5_000 * MS)])
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text(json.dumps(_aiperf_record(0, T0 + 5_000 * MS)) + "\n")
+    assert CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)]).exit_code == 0
+    assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {
+        "first non-empty chunk": 1, "first token event": 2}
+    assert "client TTFT mixed: 1 to the first non-empty chunk, 2 to the first token event" in report("table")

@@ -47,12 +47,22 @@ def _attainment(t: dict) -> str:
     return "n/a" if t["attainment"] is None else f"{100 * t['attainment']:.1f}%"
 
 
+def _ttft_basis(t: dict) -> str:
+    """`; client TTFT to the first token event` (with counts when the tier mixes definitions), or nothing."""
+    defs = t.get("client_ttft_definitions") or {}
+    if not defs:
+        return ""
+    if len(defs) == 1:
+        return f"; client TTFT to the {next(iter(defs))}"
+    return "; client TTFT mixed: " + ", ".join(f"{n} to the {d}" for d, n in defs.items())
+
+
 def render_text(report: dict) -> str:
     out = []
     for t in report["tiers"]:
         state = "no data" if not t["requests"] else ("KEPT" if t["kept"] else "BROKEN")
         out.append(f"== tier {t['name']}: {state} — {t['requests']} requests, p{t['percentile']:g}, "
-                   f"attainment {_attainment(t)}, {t['figures']}-side figures")
+                   f"attainment {_attainment(t)}, {t['figures']}-side figures{_ttft_basis(t)}")
         for title, headers, rows in _tier_blocks(t):
             out.append(f"-- {title}")
             out += _table(headers, rows)
@@ -70,7 +80,7 @@ def render_markdown(report: dict) -> str:
         state = "no data" if not t["requests"] else ("kept" if t["kept"] else "**broken**")
         out += [f"## Tier `{t['name']}`: {state}", "",
                 f"{t['requests']} requests · p{t['percentile']:g} · attainment {_attainment(t)} · "
-                f"{t['figures']}-side figures", "", f"> {t['verdict']}", ""]
+                f"{t['figures']}-side figures{_ttft_basis(t)}", "", f"> {t['verdict']}", ""]
         for title, headers, rows in _tier_blocks(t):
             out += [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
             out += ["| " + " | ".join(c or " " for c in r) + " |" for r in rows]

@@ -97,6 +97,24 @@ def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
             "outcomes": {r[0]: r[1] for r in rows}, "attainment": met / n if n else None}
 
 
+TTFT_DEFINITIONS = {"first_token_event": "first token event", "first_nonempty_chunk": "first non-empty chunk"}
+"""How a client counted its first token (client span `budgetscope.client.first_token_definition`; budgetscope's
+own client writes none: the first token event, its text possibly empty). AIPerf and GuideLLM wait for non-empty
+text, which comes later on a server that streams a token's bytes before they decode."""
+
+
+def _ttft_definitions(con, sel: Selection) -> dict[str, int]:
+    """How the selection's ok requests' client TTFTs were measured: definition → requests. Reads only the client
+    spans within the selection's send times."""
+    rows = _rows(con, f"""
+        WITH r AS (SELECT trace_id, client_span_id FROM requests {sel.where("outcome = 'ok'", "has_client_span")}),
+        c AS (SELECT trace_id, span_id, attributes->>'budgetscope.client.first_token_definition' AS d FROM spans
+              WHERE name = 'llm.client.request' AND trace_id IN (SELECT trace_id FROM r))
+        SELECT coalesce(c.d, 'first_token_event'), count(*) FROM r JOIN c
+          ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id GROUP BY 1 ORDER BY 1""", sel.params)
+    return {TTFT_DEFINITIONS.get(d, d): n for d, n in rows}
+
+
 def _valid(col: str) -> str:
     """The column with NaN as NULL, which aggregates leave out (cheaper than a FILTER clause)."""
     return f"nullif({col}, 'NaN'::DOUBLE)"
@@ -225,6 +243,7 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
         "outcomes": counts["outcomes"], "percentile": tb.percentile, "budgeted": budgeted,
         "figures": "client" if with_client else "server",
         "requests_without_client_span": counts["ok"] - counts["client"],
+        "client_ttft_definitions": _ttft_definitions(con, sel) if with_client else {},
     }
     fig_cols = {m: (CLIENT_METRIC[m] if with_client else m) for m in METRICS}
     stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or with_client}
