@@ -122,14 +122,15 @@ def test_report_exits_0_when_budgets_are_kept(runner, archive, tmp_path):
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(b)])
     assert r.exit_code == 0
     assert r.stdout.splitlines()[0] == ("== tier interactive: KEPT — 40 requests, p99, attainment 100.0%, "
-                                        "client-side figures")
+                                        "client-side figures; client TTFT to the first token event")
 
 
 def test_report_table_exact(runner, archive, traces):
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(traces[1])])
     assert r.exit_code == 1
     assert r.stdout.splitlines()[:8] == [
-        "== tier interactive: BROKEN — 40 requests, p75, attainment 75.0%, client-side figures",
+        "== tier interactive: BROKEN — 40 requests, p75, attainment 75.0%, client-side figures; "
+        "client TTFT to the first token event",
         "-- metrics",
         "metric  figure          p50     p75     p90     p95     p99     budget  status",
         "------  --------------  ------  ------  ------  ------  ------  ------  ------",

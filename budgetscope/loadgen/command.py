@@ -80,7 +80,7 @@ class _Progress:
 @click.option("--service-name", default="budgetscope-loadgen", show_default=True, help="service.name of client spans.")
 @click.option("--out", "out_path", type=click.Path(), help="Write per-request records and the summary as JSON.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="Summary on stdout.")
+              help="Summary on stdout; json also has vllm bench's flat keys (mean_ttft_ms, p99_tpot_ms, ...).")
 @click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
 def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
          tenants, shared_prefix, prompt_format, tokenizer, dataset, api, model, concurrency, connections, seed, timeout,

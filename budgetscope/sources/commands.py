@@ -54,7 +54,10 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf, guidellm), vLLM `llm_request`
     spans (vllm-metrics: offline `RequestOutput.metrics` as JSON lines) or Triton `InferRequest` spans, derived
     into `requests` like any ingest; Prometheus text goes to `server_metrics`. An archive this command created
-    stays only if something landed in it.
+    stays only if something landed in it. AIPerf and GuideLLM records join the server row of the same request
+    already in the archive, by the id the tool recorded (AIPerf `x_request_id`, GuideLLM `response_id`): one row
+    a request, with network derived; import them after the server's spans. A file of another known format is
+    named in one line with the command that reads it.
 
     \b
       budgetscope import --format vllm-bench result.json --archive runs.duckdb
