@@ -3,7 +3,8 @@
 The client span `llm.client.request` is the parent of the server root (W3C traceparent), so the join is
 (trace_id, client span_id = server parent_span_id). An imported client record (AIPerf, GuideLLM) carries no trace
 context: `budgetscope import` puts it in the trace of the server row whose request id it recorded (joins.py), and
-it joins by (trace_id, client `budgetscope.client.request_id` = server `request_id`). Network is derived only where a client span exists:
+it joins by (trace_id, client `budgetscope.client.request_id` = server `request_id`). Network is derived only
+where a client span exists:
   network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
   ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT); for a client whose TTFT
                     waits for the first non-empty chunk (AIPerf, GuideLLM), its first event of any kind − server
