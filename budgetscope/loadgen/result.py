@@ -109,11 +109,12 @@ class LoadResult:
         """`vllm bench serve --save-result`'s flat keys over the same figures (ms, linear percentiles; std is the
         population standard deviation, as numpy's): completed, throughputs, mean/median/std/p90/p99 of each."""
         ok = [r for r in self.records if r.is_ok]
-        out: dict = {"completed": len(ok), "duration": _r(duration_s),
-                     "total_input_tokens": sum(r.input_tokens or 0 for r in ok),
-                     "total_output_tokens": output_tokens,
-                     "request_throughput": _r(len(ok) / duration_s) if duration_s > 0 else None,
-                     "output_throughput": _r(output_tokens / duration_s) if duration_s > 0 else None}
+        input_tokens = sum(r.input_tokens or 0 for r in ok)
+        per_s = (lambda x: _r(x / duration_s) if duration_s > 0 else None)
+        out: dict = {"completed": len(ok), "duration": _r(duration_s), "total_input_tokens": input_tokens,
+                     "total_output_tokens": output_tokens, "request_throughput": per_s(len(ok)),
+                     "output_throughput": per_s(output_tokens),
+                     "total_token_throughput": per_s(input_tokens + output_tokens)}
         for short, name in VLLM_BENCH_FIGURES.items():
             xs = sorted(v for v in self.figure(name) if not math.isnan(v))
             mean = sum(xs) / len(xs) if xs else math.nan
