@@ -34,6 +34,7 @@ from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
 from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
 from budgetscope.engine.telemetry import Telemetry  # noqa: E402
 from budgetscope.gil import short_switch_interval  # noqa: E402
+from budgetscope.stats import quantile_linear  # noqa: E402
 
 
 def run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, concurrency: int) -> dict:
@@ -57,17 +58,7 @@ def summary(results: list[dict]) -> dict:
     return {"tok_s": statistics.median(r["tok_s"] for r in results),
             "cpu_ms_per_tok": statistics.median(r["cpu_ms_per_tok"] for r in results),
             "step_ms": statistics.median(r["step_ms"] for r in results),
-            "itl_p50": _q(itl, 0.5), "itl_p99": _q(itl, 0.99)}
-
-
-def _q(values: list[float], q: float) -> float:
-    """Linear-interpolation quantile of sorted values (as quantile_cont)."""
-    if not values:
-        return float("nan")
-    pos = (len(values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+            "itl_p50": quantile_linear(itl, 0.5), "itl_p99": quantile_linear(itl, 0.99)}
 
 
 def prompts_for(round_no: int, n: int, length: int, vocab: int = 256) -> list[list[int]]:
@@ -242,13 +233,15 @@ def bench_interleaved(args) -> list[tuple]:
     for name in ("off", "on"):
         steps = [x for a in arms[name] for x in a.step_ns]
         rows.append((f"interleaved, instrumentation {name}", f"{tok_s[name]:,.0f}",
-                     f"{statistics.median(steps) / 1e6:.2f}", f"{_q(itl[name], 0.5):.2f}", f"{_q(itl[name], 0.99):.2f}",
+                     f"{statistics.median(steps) / 1e6:.2f}", f"{quantile_linear(itl[name], 0.5):.2f}",
+                     f"{quantile_linear(itl[name], 0.99):.2f}",
                      f"{len(steps)} steps on its own clock"))
     d_tput = (tok_s["on"] / tok_s["off"] - 1) * 100
-    d_itl = (_q(itl["on"], 0.99) / _q(itl["off"], 0.99) - 1) * 100
+    d_itl = (quantile_linear(itl["on"], 0.99) / quantile_linear(itl["off"], 0.99) - 1) * 100
     # p99 ITL of the pooled gaps moves with a handful of machine hiccups; the per-round p99s paired round by
     # round, and their median, is the steadier figure
-    p99 = [_q(sorted(b.itl_ms()), 0.99) / _q(sorted(a.itl_ms()), 0.99) for a, b in zip(arms["off"], arms["on"])]
+    p99 = [quantile_linear(sorted(b.itl_ms()), 0.99) / quantile_linear(sorted(a.itl_ms()), 0.99)
+           for a, b in zip(arms["off"], arms["on"])]
     p1, pm, p3 = statistics.quantiles(p99, n=4)
     rows.append(("interleaved on vs off", f"{d_tput:+.2f}%", "", "", f"{d_itl:+.2f}%",
                  f"target within 1%; {args.ab_rounds} rounds, per-round time ratio median {(med - 1) * 100:+.2f}% "

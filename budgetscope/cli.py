@@ -206,8 +206,9 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_line
     from budgetscope.archive.archive import Archive, ArchiveError
     from budgetscope.ingest.files import check, input_problem, read_batches
+    from budgetscope.sources.formats import wrong_format
 
-    rejected, entries, new = [], [], None
+    rejected, entries, new, failed_files = [], [], None, False
     try:
         for f in files:
             if problem := input_problem(f):
@@ -216,6 +217,12 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
+                wrong = wrong_format(f, "otlp")
+                if wrong:  # a tool's results, not spans: one line, not a rejection a line
+                    click.echo(f"budgetscope: {wrong} (nothing from it landed)", err=True)
+                    entries.append({"file": f, "rejected": wrong})
+                    failed_files = True
+                    continue
                 progress = _Progress(os.path.getsize(f))
                 report = a.ingest(read_batches(f, tracker=progress.bytes), progress=progress.show)
                 progress.close()
@@ -255,6 +262,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
             click.echo(f"budgetscope: {r} (batch rejected; nothing from it landed)", err=True)
         if len(rejected) > 20:
             click.echo(f"budgetscope: … and {len(rejected) - 20} more rejected batches", err=True)
+    if rejected or failed_files:
         sys.exit(2)
 
 

@@ -46,7 +46,7 @@ def test_design_example_parses():
     ("[tiers.a]\nttft_ms = \"800\"\n", "b.toml: tiers.a.ttft_ms: must be a positive number of ms, got '800'"),
     ("[tiers.a]\npercentile = 100\n", "b.toml: tiers.a.percentile: must be a number between 0 and 100 (exclusive), got 100"),
     ("[tiers.a]\nmatch = { region = \"eu\" }\n",
-     "b.toml: tiers.a.match.region: unknown filter (expected one of: tier, model, tenant, service_name)"),
+     "b.toml: tiers.a.match.region: unknown filter (expected one of: tier, model, tenant, service_name, source)"),
     ("[tier.a]\nttft_ms = 5\n", "b.toml: tier: unknown key (a budgets file has one table, [tiers.<name>])"),
     ("", "b.toml: no tiers (add a [tiers.<name>] table)"),
 ])

@@ -139,7 +139,8 @@ def test_report_exits_0_when_budgets_are_kept(runner, archive, tmp_path):
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(b)])
     assert r.exit_code == 0
     assert r.stdout.splitlines()[0] == ("== tier interactive: KEPT — 40 requests (40 ok), p99 over the ok requests, "
-                                        "attainment 100.0%, error rate 0.0% (max 1%), client-side figures")
+                                        "attainment 100.0%, error rate 0.0% (max 1%), client-side figures; client TTFT "
+                                        "to the first token event")
 
 
 def test_report_table_exact(runner, archive, traces):
@@ -147,7 +148,7 @@ def test_report_table_exact(runner, archive, traces):
     assert r.exit_code == 1
     assert r.stdout.splitlines()[:8] == [
         "== tier interactive: BROKEN — 40 requests (40 ok), p75 over the ok requests, attainment 75.0%, "
-        "error rate 0.0% (max 25%), client-side figures",
+        "error rate 0.0% (max 25%), client-side figures; client TTFT to the first token event",
         "-- metrics",
         "metric  figure          p50     p75     p90     p95     p99     budget  status",
         "------  --------------  ------  ------  ------  ------  ------  ------  ------",

@@ -16,7 +16,7 @@ from budgetscope.instrument.traceparent import parse_traceparent
 from budgetscope.loadgen import (Arrivals, Distribution, LoadgenError, Mix, Plan, PlannedRequest, Target, Workload,
                                  build_plan, run_load)
 from budgetscope.loadgen.command import load
-from budgetscope.loadgen.result import quantile
+from budgetscope.stats import quantile_linear as quantile
 from budgetscope.loadgen.stub_server import StubServer
 
 
@@ -192,7 +192,7 @@ def test_explicit_replay_prompt_is_sent(server):
     assert server.received[0][2]["prompt"] == "exact words" and server.received[0][2]["max_tokens"] == 3
 
 
-def test_quantile_is_linear_interpolation():
+def test_summary_percentiles_are_linear_interpolation():
     xs = [1.0, 2.0, 3.0, 4.0]
     assert quantile(xs, 0.5) == 2.5 and quantile(xs, 0.99) == pytest.approx(3.97) and quantile(xs, 0) == 1.0
     assert math.isnan(quantile([], 0.5))
@@ -229,6 +229,37 @@ def test_cli_json_summary(server):
     result = CliRunner().invoke(load, [server.url, "--rate", "50", "--requests", "3", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert orjson.loads(result.stdout)["outcomes"] == {"ok": 3}
+
+
+def test_cli_json_summary_has_vllm_bench_keys(server):
+    result = CliRunner().invoke(load, [server.url, "--rate", "50", "--requests", "5", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    s = orjson.loads(result.stdout)
+    assert s["completed"] == 5 and s["total_output_tokens"] == 25
+    for short, name in (("ttft", "client_ttft_ms"), ("tpot", "client_tpot_ms"), ("e2el", "client_e2e_ms")):
+        assert s[f"median_{short}_ms"] == s["figures"][name]["p50"]
+        assert s[f"p99_{short}_ms"] == s["figures"][name]["p99"]
+        assert s[f"mean_{short}_ms"] == s["figures"][name]["mean"]
+    assert s["std_ttft_ms"] >= 0 and s["request_throughput"] > 0
+
+
+def test_tpot_is_vllms_definition_in_results_and_requests(server, tmp_path):
+    """(E2E − TTFT) / (output tokens − 1) per request, the same in `load`'s results and the derived rows."""
+    from budgetscope.archive.archive import Archive
+    from budgetscope.cli import main
+
+    server.token_delay_s = 0.01
+    out, spans, archive = tmp_path / "results.json", tmp_path / "client.jsonl", tmp_path / "a"
+    result = CliRunner().invoke(load, [server.url, "--rate", "50", "--requests", "6", "--out", str(out),
+                                       "--spans", f"jsonl:{spans}"])
+    assert result.exit_code == 0, result.output
+    assert CliRunner().invoke(main, ["ingest", str(spans), "-a", str(archive)]).exit_code == 0
+    with Archive(archive, read_only=True, create=False) as a:
+        derived = dict(a.con.execute("SELECT client_span_id, client_tpot_ms FROM requests").fetchall())
+    for r in orjson.loads(out.read_bytes())["requests"]:
+        vllm_tpot = (r["client_e2e_ms"] - r["client_ttft_ms"]) / (r["output_tokens"] - 1)
+        assert r["client_tpot_ms"] == pytest.approx(vllm_tpot, abs=1e-3)
+        assert r["client_tpot_ms"] == pytest.approx(derived[r["span_id"]], abs=1e-3)
 
 
 def test_cli_unreachable_url_is_one_line():

@@ -73,3 +73,28 @@ def test_bad_aiperf_line_lands_nothing(tmp_path, archive_path):
     r = CliRunner().invoke(main, ["import", "--format", "aiperf", str(f), "-a", str(archive_path)])
     assert r.exit_code == 2 and r.stderr.startswith(f"budgetscope: {f}: line 2: not JSON")
     assert not archive_path.exists()  # nothing landed: the archive the import would have created is not left behind
+
+
+def test_aiperf_mapping_takes_usage_counts_and_keeps_chunk_and_token_gaps_apart(tmp_path, archive_path):
+    rec = _record(1)
+    rec["metrics"].update({
+        "usage_prompt_tokens": {"value": 129, "unit": "tokens"},
+        "usage_completion_tokens": {"value": 64, "unit": "tokens"},
+        "usage_prompt_cache_read_tokens": {"value": 32, "unit": "tokens"},
+        "output_sequence_length": {"value": 54, "unit": "tokens"},   # AIPerf's own tokenizer's count
+        "inter_chunk_latency": {"value": [12.0, 3.5, 20.0], "unit": "ms"},
+        "inter_token_latency": {"value": 0.95, "unit": "ms"}})
+    run = tmp_path / "artifacts"
+    run.mkdir()
+    (run / "profile_export_aiperf.json").write_text(json.dumps({"input_config": {"models": {"items": [
+        {"name": "llama-3-8b"}]}}}))
+    f = run / "profile_export.jsonl"
+    f.write_text(json.dumps(rec) + "\n")
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 0, r.output
+    assert rows(archive_path, """SELECT model, input_tokens, output_tokens, cached_tokens, client_itl_ms, service_name,
+        client_tpot_ms FROM requests""") == [("llama-3-8b", 129, 64, 32, None, "aiperf", pytest.approx((80 - 21) / 63))]
+    assert rows(archive_path, """SELECT CAST(attributes->'aiperf.inter_chunk_latency_ms' AS DOUBLE[]),
+        CAST(attributes->>'aiperf.inter_token_latency_ms' AS DOUBLE),
+        attributes->>'budgetscope.client.first_token_definition' FROM spans""") == [
+        ([12.0, 3.5, 20.0], 0.95, "first_nonempty_chunk")]

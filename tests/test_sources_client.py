@@ -34,12 +34,13 @@ def test_client_span_alone_gives_a_row_with_unknown_server_stages(archive_path, 
     ingest(archive_path, ingest_text, [client(0)])
     (r,) = rows(archive_path, """SELECT source, tier, outcome, has_client_span, server_span_id, client_ttft_ms,
         client_e2e_ms, ttft_ms, e2e_ms, network_ms, ttft_network_ms, frontend_ms, queue_ms, prefill_ms, decode_ms,
-        postprocess_ms, unaccounted_ms, ttft_unaccounted_ms, arrival_ns, output_tokens FROM requests""")
+        postprocess_ms, unaccounted_ms, ttft_unaccounted_ms, arrival_ns, output_tokens, service_name FROM requests""")
     assert r[:5] == ("client", "chat", "ok", True, None)
+    assert r[20] == "budgetscope-loadgen"  # no server name is known: the client's says whose row it is
     assert r[5:7] == (pytest.approx(40), pytest.approx(100))
     assert r[7:16] == (None,) * 9  # server figures, network and every stage: unknown, never guessed
     assert r[16:18] == (pytest.approx(100), pytest.approx(40))  # the whole client figure is unaccounted
-    assert r[18:] == (T0, 9)
+    assert r[18:20] == (T0, 9)
 
 
 def test_non_streaming_openai_processing_ms_is_server_e2e(archive_path, ingest_text):

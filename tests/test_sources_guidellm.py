@@ -110,7 +110,8 @@ def test_guidellm_requests_become_client_rows(tmp_path, archive_path):
     f.write_text(json.dumps(_report()))
     r = _import(f, archive_path)
     assert r.exit_code == 0, r.output
-    assert r.output == f"{f}: 5 spans (5 new), 0 already imported; 5 requests derived\n"
+    assert r.output == (f"{f}: 5 spans (5 new), 0 already imported; 5 requests derived; "
+                        "0 records joined to their server spans by request id\n")
     got = rows(archive_path, """SELECT source, outcome, model, client_sent_ns, client_ttft_ms, client_e2e_ms,
         client_tpot_ms, schedule_lag_ms, input_tokens, cached_tokens, output_tokens, client_itl_ms, ttft_ms, e2e_ms,
         network_ms, ttft_network_ms, unaccounted_ms, ttft_unaccounted_ms, queue_ms, prefill_ms, decode_ms

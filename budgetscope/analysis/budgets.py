@@ -2,7 +2,7 @@
 
 ```toml
 [tiers.interactive]               # requests whose budgetscope.tier is "interactive"
-match = { model = "llama-3-8b" }  # optional extra filters on tier, model, tenant, service_name
+match = { model = "llama-3-8b" }  # optional extra filters on tier, model, tenant, service_name, source
 percentile = 99
 ttft_ms = 800
 tpot_ms = 50
@@ -30,7 +30,7 @@ else:  # Python 3.10 has no tomllib; tomli is the same parser (a dependency on 3
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 BUDGETABLE_STAGES = ("network", "frontend", "queue", "prefill", "decode", "postprocess")
 TTFT_STAGES = ("network", "frontend", "queue", "prefill")
-MATCH_KEYS = ("tier", "model", "tenant", "service_name")
+MATCH_KEYS = ("tier", "model", "tenant", "service_name", "source")
 TIER_KEYS = ("match", "percentile", *METRICS, "max_error_rate", "stages")
 
 

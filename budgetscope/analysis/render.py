@@ -70,10 +70,20 @@ def _report_lines(report: dict) -> list[str]:
     return out
 
 
+def _ttft_basis(t: dict) -> str:
+    """`; client TTFT to the first token event` (with counts when the tier mixes definitions), or nothing."""
+    defs = t.get("client_ttft_definitions") or {}
+    if not defs:
+        return ""
+    if len(defs) == 1:
+        return f"; client TTFT to the {next(iter(defs))}"
+    return "; client TTFT mixed: " + ", ".join(f"{n} to the {d}" for d, n in defs.items())
+
+
 def render_text(report: dict) -> str:
     out = []
     for t in report["tiers"]:
-        out.append(f"== tier {t['name']}: {t['status']} — {_summary(t)}")
+        out.append(f"== tier {t['name']}: {t['status']} — {_summary(t)}{_ttft_basis(t)}")
         for title, headers, rows in _tier_blocks(t):
             out.append(f"-- {title}")
             out += _table(headers, rows)
@@ -91,7 +101,7 @@ def render_markdown(report: dict) -> str:
     out = ["# budgetscope report", ""]
     for t in report["tiers"]:
         state = {"KEPT": "kept", "BROKEN": "**broken**", "UNKNOWN": "**unknown**"}[t["status"]]
-        out += [f"## Tier `{t['name']}`: {state}", "", _summary(t).replace(", ", " · "), "",
+        out += [f"## Tier `{t['name']}`: {state}", "", _summary(t).replace(", ", " · ") + _ttft_basis(t), "",
                 f"> {t['verdict']}", ""]
         for title, headers, rows in _tier_blocks(t):
             out += [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]

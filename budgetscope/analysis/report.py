@@ -111,6 +111,24 @@ def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
             "error_rate": (judged - ok) / judged if judged else None}
 
 
+TTFT_DEFINITIONS = {"first_token_event": "first token event", "first_nonempty_chunk": "first non-empty chunk"}
+"""How a client counted its first token (client span `budgetscope.client.first_token_definition`; budgetscope's
+own client writes none: the first token event, its text possibly empty). AIPerf and GuideLLM wait for non-empty
+text, which comes later on a server that streams a token's bytes before they decode."""
+
+
+def _ttft_definitions(con, sel: Selection) -> dict[str, int]:
+    """How the selection's ok requests' client TTFTs were measured: definition → requests. Reads only the client
+    spans within the selection's send times."""
+    rows = _rows(con, f"""
+        WITH r AS (SELECT trace_id, client_span_id FROM requests {sel.where("outcome = 'ok'", "has_client_span")}),
+        c AS (SELECT trace_id, span_id, attributes->>'budgetscope.client.first_token_definition' AS d FROM spans
+              WHERE name = 'llm.client.request' AND trace_id IN (SELECT trace_id FROM r))
+        SELECT coalesce(c.d, 'first_token_event'), count(*) FROM r JOIN c
+          ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id GROUP BY 1 ORDER BY 1""", sel.params)
+    return {TTFT_DEFINITIONS.get(d, d): n for d, n in rows}
+
+
 def _valid(col: str) -> str:
     """The column with NaN as NULL, which aggregates leave out (cheaper than a FILTER clause)."""
     return f"nullif({col}, 'NaN'::DOUBLE)"
@@ -246,6 +264,7 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
         "figures": "client" if all(client_for.values()) else "server",
         "figures_by_kind": {k: "client" if c else "server" for k, c in client_for.items()},
         "requests_without_client_span": counts["ok"] - counts["client"],
+        "client_ttft_definitions": _ttft_definitions(con, sel) if with_client else {},
     }
     client_metric = {"ttft_ms": client_for["ttft"], "tpot_ms": all(client_for.values()), "e2e_ms": client_for["e2e"]}
     fig_cols = {m: (CLIENT_METRIC[m] if client_metric[m] else m) for m in METRICS}

@@ -32,6 +32,8 @@ import threading
 import time
 from collections import deque
 
+from budgetscope.stats import quantile_nearest_rank
+
 MIN_FORECAST_S = 0.2
 """Shorter forecast waits do not calibrate: a step or two of scheduling granularity would swamp their ratio."""
 
@@ -80,7 +82,7 @@ class ServiceRate:
         """The `q` quantile (nearest rank) of actual / forecast wait, within [1, 4]; 1 with too few waits."""
         with self._lock:
             ratios = list(self._wait_ratios)
-        return min(max(_nearest_rank(ratios, q), 1.0), 4.0) if len(ratios) >= self.min_waits else 1.0
+        return min(max(quantile_nearest_rank(sorted(ratios), q), 1.0), 4.0) if len(ratios) >= self.min_waits else 1.0
 
     def _trim(self, now_ns: int) -> None:
         since = now_ns - self.window_ns
@@ -109,11 +111,7 @@ class ServiceRate:
         when none yet)."""
         with self._lock:
             runs = list(self._runs)
-        return _nearest_rank(runs, q) / 1e9 if runs else 0.0
-
-
-def _nearest_rank(values: list, q: float):
-    return sorted(values)[max(math.ceil(q * len(values)) - 1, 0)]
+        return quantile_nearest_rank(sorted(runs), q) / 1e9 if runs else 0.0
 
 
 def finishes_to_wait(num_ahead: int, free_slots: int) -> int:

@@ -95,7 +95,8 @@ class _Progress:
 @click.option("--out", "out_path", type=click.Path(), help="Write per-request records and the summary as JSON, or "
                                                            "the records as CSV when the name ends in .csv.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="On stdout: the summary (table, json) or one CSV row a request (csv).")
+              help="On stdout: the summary (table; json, which also has vllm bench's flat keys mean_ttft_ms, "
+                   "p99_tpot_ms, ...) or one CSV row a request (csv).")
 @click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
 def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
          tenants, shared_prefix, prompt_format, tokenizer, dataset, api, model, concurrency, warmup, honour_retry_after,

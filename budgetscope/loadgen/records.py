@@ -91,11 +91,12 @@ class RequestRecord:
 
     @property
     def tpot_ms(self) -> float:
-        """(last token - first token) / (output tokens - 1); NaN for fewer than two tokens. No anchor."""
+        """`client_tpot_ms`, vLLM's definition: (E2E - TTFT) / (output tokens - 1); NaN for fewer than two tokens
+        or no first token. Output tokens are the server's count (usage) when it sent one, else the token events."""
         n = self.output_tokens or len(self.token_ns)
-        if n < 2 or len(self.token_ns) < 2:
+        if n < 2 or self.first_token_ns is None or self.end_ns is None:
             return math.nan
-        return (self.token_ns[-1] - self.token_ns[0]) / 1e6 / (n - 1)
+        return (self.e2e_ms - self.ttft_ms) / (n - 1)
 
     @property
     def itl_ms(self) -> list[float]:

@@ -1,7 +1,9 @@
 """`LoadResult`: a run's per-request records and its summary (counts, percentiles, achieved rate).
 
-Percentiles interpolate linearly between order statistics (DuckDB's `quantile_cont`, numpy's default).
-Latency figures cover the requests that succeeded; schedule lag covers every request that was sent.
+Percentiles interpolate linearly between order statistics (`stats.quantile_linear`: DuckDB's `quantile_cont`,
+numpy's default, what `vllm bench serve` prints). Latency figures cover the requests that succeeded; schedule lag
+covers every request that was sent. The summary also carries `vllm bench serve`'s flat keys (`mean_ttft_ms`,
+`median_tpot_ms`, `p99_e2el_ms`, ...; `VLLM_BENCH_FIGURES`) so scripts written for its JSON read ours.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import orjson
 
 from budgetscope.loadgen.plan import Plan
 from budgetscope.loadgen.records import RequestRecord
+from budgetscope.stats import quantile_linear
 
 FIGURES = {
     # name: (anchor, what)
@@ -21,23 +24,14 @@ FIGURES = {
     "client_ttft_ms": ("sent", "first token - sent"),
     "client_ttft_scheduled_ms": ("scheduled", "first token - scheduled"),
     "itl_ms": ("token -> token", "each gap between token events, all requests pooled"),
-    "client_tpot_ms": ("token -> token", "(last - first token) / (output tokens - 1)"),
+    "client_tpot_ms": ("sent", "(e2e - ttft) / (output tokens - 1), as vLLM"),
     "client_e2e_ms": ("sent", "response end - sent"),
     "client_e2e_scheduled_ms": ("scheduled", "response end - scheduled"),
 }
 """Each client figure with its anchor. Percentiles of all but schedule lag are over successful requests."""
 QUANTILES = (0.5, 0.9, 0.99)
-
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolation quantile of already sorted values (NaN when empty)."""
-    n = len(sorted_values)
-    if n == 0:
-        return math.nan
-    pos = q * (n - 1)
-    lo = int(pos)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+VLLM_BENCH_FIGURES = {"ttft": "client_ttft_ms", "tpot": "client_tpot_ms", "itl": "itl_ms", "e2el": "client_e2e_ms"}
+"""`vllm bench serve`'s short name of each figure (its keys: mean_/median_/std_/p99_<name>_ms)."""
 
 
 def describe(values: list[float]) -> dict:
@@ -45,7 +39,7 @@ def describe(values: list[float]) -> dict:
     xs = sorted(v for v in values if not math.isnan(v))
     out: dict = {"count": len(xs), "mean": _r(sum(xs) / len(xs)) if xs else None}
     for q in QUANTILES:
-        out[f"p{round(q * 100)}"] = _r(quantile(xs, q)) if xs else None
+        out[f"p{round(q * 100)}"] = _r(quantile_linear(xs, q)) if xs else None
     out["max"] = _r(xs[-1]) if xs else None
     return out
 
@@ -114,7 +108,28 @@ class LoadResult:
             "started_unix_nano": self.started_unix_nano,
             "prompt_tokens": self.prompt_tokens(),
             "figures": figures,
+            **self.vllm_bench_keys(run_span, out_tokens),
         }
+
+    def vllm_bench_keys(self, duration_s: float, output_tokens: int) -> dict:
+        """`vllm bench serve --save-result`'s flat keys over the same figures (ms, linear percentiles; std is the
+        population standard deviation, as numpy's): completed, throughputs, mean/median/std/p90/p99 of each."""
+        ok = [r for r in self.records if r.is_ok]
+        input_tokens = sum(r.input_tokens or 0 for r in ok)
+        per_s = (lambda x: _r(x / duration_s) if duration_s > 0 else None)
+        out: dict = {"completed": len(ok), "duration": _r(duration_s), "total_input_tokens": input_tokens,
+                     "total_output_tokens": output_tokens, "request_throughput": per_s(len(ok)),
+                     "output_throughput": per_s(output_tokens),
+                     "total_token_throughput": per_s(input_tokens + output_tokens)}
+        for short, name in VLLM_BENCH_FIGURES.items():
+            xs = sorted(v for v in self.figure(name) if not math.isnan(v))
+            mean = sum(xs) / len(xs) if xs else math.nan
+            out[f"mean_{short}_ms"] = _r(mean)
+            out[f"median_{short}_ms"] = _r(quantile_linear(xs, 0.5))
+            out[f"std_{short}_ms"] = _r(math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))) if xs else None
+            for q in (0.9, 0.99):
+                out[f"p{round(q * 100)}_{short}_ms"] = _r(quantile_linear(xs, q))
+        return out
 
     def prompt_tokens(self) -> dict:
         """Prompt lengths as planned and as the server counted them (`usage.prompt_tokens`), over sent requests.

@@ -10,7 +10,9 @@ llama-cpp-python's server: its route handler's time, integer ms) on a NON-stream
 E2E, so `network_ms` = client E2E − it. On a streaming response it only times the handler's setup and is ignored.
 
 `arrival_ns` / `end_ns` of these rows are the client's send / receive times (client clock): the server's are
-unknown, and the timeline needs an anchor. Token counts come from the span's `gen_ai.usage.*` attributes
+unknown, and the timeline needs an anchor. `service_name` is the client span's (the tool: `aiperf`, `guidellm`,
+`vllm-bench`, `load`'s `--service-name`), so a tool's rows can be picked out by it. Token counts come from the
+span's `gen_ai.usage.*` attributes
 (`cache_read.input_tokens` → `cached_tokens`, when the client was told it, e.g. GuideLLM's usage).
 """
 
@@ -37,7 +39,7 @@ OUTCOME_SQL = """CASE WHEN a."error.type" IS NULL AND coalesce(a."http.response.
 
 def client_spans(spans: str, attrs: str = ATTRS) -> str:
     """The client spans of `spans`, with their attributes typed by `attrs` (a json_transform structure) as `a`."""
-    return f"""SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{attrs}') AS a
+    return f"""SELECT trace_id, span_id, start_ns, end_ns, service_name, json_transform(attributes, '{attrs}') AS a
   FROM {spans} WHERE {CLIENT_ROOT_SQL}"""
 
 
@@ -56,4 +58,6 @@ def server_rows(spans: str) -> str:
     """SELECT producing one row per client span of `spans` (requests.py keeps those no other adapter claims)."""
     e2e = """CASE WHEN a."budgetscope.client.stream" IS FALSE
               THEN TRY_CAST(a."http.response.header.openai-processing-ms"[1] AS DOUBLE) END"""
-    return f"SELECT {select_list(**common('client'), e2e_ms=e2e)} FROM ({client_spans(spans)})"
+    # no server name is known: the client's (the tool) tells whose rows these are
+    cols = select_list(**common("client"), service_name="service_name", e2e_ms=e2e)
+    return f"SELECT {cols} FROM ({client_spans(spans)})"

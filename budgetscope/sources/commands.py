@@ -30,6 +30,8 @@ def _start_ns(value: str | None) -> int | None:
 
 
 KINDS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus")
+JOINED = ("aiperf", "guidellm")
+"""Formats whose records carry the server's request id: joined to its server spans (sources/joins.py)."""
 
 
 @click.command("import")
@@ -52,7 +54,10 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf, guidellm), vLLM `llm_request`
     spans (vllm-metrics: offline `RequestOutput.metrics` as JSON lines) or Triton `InferRequest` spans, derived
     into `requests` like any ingest; Prometheus text goes to `server_metrics`. An archive this command created
-    stays only if something landed in it.
+    stays only if something landed in it. AIPerf and GuideLLM records join the server row of the same request
+    already in the archive, by the id the tool recorded (AIPerf `x_request_id`, GuideLLM `response_id`): one row
+    a request, with network derived; import them after the server's spans. A file of another known format is
+    named in one line with the command that reads it.
 
     \b
       budgetscope import --format vllm-bench result.json --archive runs.duckdb
@@ -69,7 +74,8 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
     from budgetscope.cli import NewArchive
     from budgetscope.ingest.files import input_problem
-    from budgetscope.sources import guidellm, importers, vllm_offline
+    from budgetscope.sources import guidellm, importers, joins, vllm_offline
+    from budgetscope.sources.formats import wrong_format
     from budgetscope.sources.prometheus import PrometheusError
 
     fmt, out_fmt = _import_kinds(kind, formats)
@@ -85,6 +91,7 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
             for f in files:
                 path = Path(f)
                 data = path.read_bytes()
+                joined = 0
                 try:
                     if fmt == "prometheus":
                         from budgetscope.sources.server_metrics import land
@@ -107,8 +114,10 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
                         doc = vllm_offline.vllm_metrics(path, data)
                     else:
                         doc = importers.triton(path, data, clock_offset_ns)
+                    if fmt in JOINED:
+                        doc, joined = joins.join(doc, _server_lookup(a, archive))
                 except (importers.ImportFormatError, PrometheusError) as e:
-                    msg = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+                    msg = wrong_format(path, fmt) or (str(e) if str(e).startswith(str(path)) else f"{path}: {e}")
                     click.echo(f"budgetscope: {msg} (nothing from it landed)", err=True)
                     entries.append({"file": f, "rejected": msg})
                     rejected = True
@@ -119,11 +128,12 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
                     rejected = True
                 entries.append({"file": f, "spans": report.spans, "spans_inserted": report.spans_inserted,
                                 "already_imported": report.batches_already_ingested > 0,
-                                "requests_derived": report.requests_derived,
+                                "requests_derived": report.requests_derived, "joined_to_server_rows": joined,
                                 "rejected": str(report.rejected[0]) if report.rejected else None})
                 say(f"{f}: {report.spans:,} spans ({report.spans_inserted:,} new), "
                     f"{report.batches_already_ingested:,} already imported; "
-                    f"{report.requests_derived:,} requests derived")
+                    f"{report.requests_derived:,} requests derived"
+                    + (f"; {joined:,} records joined to their server spans by request id" if fmt in JOINED else ""))
             counts = a.counts()
         discarded = new.discard_if_empty({**counts, "server_metrics": samples})
     except ArchiveError as e:
@@ -135,6 +145,21 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
         click.echo(f"{archive}: nothing landed; not created")
     if rejected:
         sys.exit(2)
+
+
+def _server_lookup(a, archive: str):
+    """`ids → {id: trace id}` over the server rows already in the archive `a` (open at `archive`)."""
+    from budgetscope.archive.archive import is_single_file
+    from budgetscope.sources import joins
+
+    def lookup(ids: list[str]) -> dict[str, str]:
+        if is_single_file(archive):
+            return joins.server_traces(a.con, ids)
+        from budgetscope.archive.reader import ArchiveReader
+
+        with ArchiveReader(archive) as r:
+            return joins.server_traces(r.con, ids)
+    return lookup
 
 
 def _import_kinds(kind: str | None, formats: tuple[str, ...]) -> tuple[str, str]:

@@ -13,11 +13,14 @@ wall-clock seconds (`time.time()` in the client): `targeted_start`, `request_sta
 ones are missing). vllm-project/guidellm at ee7a77457ba668b4b5ccb40f110518829893b36a (v0.7.3+); the per-request
 layout is the same since GuideLLM 0.4 (report schema version absent, 1 or 2).
 
-Mapping: sent = `request_start`, end = `request_end`, first token = `first_token_iteration`, scheduled =
+Mapping: sent = `request_start`, end = `request_end`, first token = `first_token_iteration` (the first chunk with
+non-empty text, GuideLLM's TTFT; its first event of any kind, `first_request_iteration`, is kept as
+`budgetscope.client.first_event_unix_nano`), scheduled =
 `targeted_start` (so `schedule_lag_ms` is GuideLLM's own start delay); `successful` → ok, `errored` → error
 (`info.error`), `incomplete` (cancelled in flight at the end of a benchmark) → cancelled. GuideLLM keeps no
 per-token gaps: `client_itl_ms` is NULL, its mean `inter_token_latency_ms` stays on the span as
-`guidellm.inter_token_latency_ms`. These are client rows: server stages and network are unknown.
+`guidellm.inter_token_latency_ms`. `response_id` (the server's response id) joins the record to the server's
+row of the same request (sources/joins.py); without one, server stages and network are unknown.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from budgetscope.sources.importers import (
+    FIRST_EVENT,
+    FIRST_TOKEN_DEFINITION,
+    NONEMPTY_CHUNK,
     ImportFormatError,
     client_span,
     document,
@@ -34,6 +40,7 @@ from budgetscope.sources.importers import (
     number,
     seconds_to_ns,
 )
+from budgetscope.sources.joins import ID_ATTR
 
 REPORT_VERSIONS = (1, 2)
 """`metadata.version` values read (absent in GuideLLM 0.4, 1 in 0.5–0.6, 2 from 0.7)."""
@@ -123,6 +130,8 @@ def _request_span(seed: bytes, k: int, rec: Any, where: str, status: str, error_
         scheduled_ns=at("targeted_start"),
         extra={name: v for name, v in context.items() if name != "gen_ai.request.model"} | {
             "guidellm.request_id": _text(rec.get("request_id")), "guidellm.response_id": _text(rec.get("response_id")),
+            ID_ATTR: _text(rec.get("response_id")), FIRST_TOKEN_DEFINITION: NONEMPTY_CHUNK,
+            FIRST_EVENT: at("first_request_iteration"),
             "guidellm.status": status, "guidellm.error": error,
             "guidellm.inter_token_latency_ms": None if itl is None else number(itl, f"{where} inter_token_latency_ms"),
             "guidellm.last_token_unix_nano": at("last_token_iteration")})

@@ -26,6 +26,17 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from budgetscope.sources.classify import CLIENT_ROOT
+from budgetscope.sources.joins import ID_ATTR
+
+FIRST_TOKEN_DEFINITION = "budgetscope.client.first_token_definition"
+"""Client span attribute: what the client counted as the first token (the anchor of `client_ttft_ms`)."""
+TOKEN_EVENT = "first_token_event"
+"""The first stream event carrying a token, its text possibly empty (`load`; vLLM bench: the first chunk with
+`choices`)."""
+NONEMPTY_CHUNK = "first_nonempty_chunk"
+"""The first stream chunk with non-empty text (AIPerf, GuideLLM)."""
+FIRST_EVENT = "budgetscope.client.first_event_unix_nano"
+"""Client span attribute: the first stream event of any kind, ns, where the tool's export has it (GuideLLM)."""
 
 FORMATS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton")
 KIND_SERVER, KIND_CLIENT = 2, 3
@@ -187,7 +198,7 @@ def vllm_bench(path: Path, data: bytes, start_ns: int | None = None) -> bytes:
             itl_ms=[g * 1e3 for g in gaps],
             input_tokens=int(number(obj["input_lens"][i], where + " input_lens")),
             output_tokens=int(number(obj["output_lens"][i], where + " output_lens")), model=obj.get("model_id"),
-            error=error, extra={"vllm_bench.index": i}))
+            error=error, extra={"vllm_bench.index": i, FIRST_TOKEN_DEFINITION: TOKEN_EVENT}))
     return document("vllm-bench", spans)
 
 
@@ -208,13 +219,23 @@ def aiperf(path: Path, data: bytes) -> bytes:
     """AIPerf `profile_export.jsonl` → client spans (warm-up records are skipped).
 
     One `MetricRecordInfo` a line (aiperf/common/models/record_models.py, ai-dynamo/aiperf at
-    db4f6397d11ee2d4cfbb41f70b2327315163dcf0): `metadata.request_start_ns` / `request_end_ns` (wall clock, ns),
-    `x_request_id`, `worker_id`, `benchmark_phase` (`warmup` | `profiling`), `was_cancelled`;
-    `metrics.<tag>` = {value, unit} in display units: `time_to_first_token`, `request_latency`, `inter_chunk_latency`
-    (a list), `input_sequence_length` (`error_isl` on a failed request), `output_sequence_length`; `error` =
-    {code, type, message} (`ErrorDetails`). A cancelled request is `cancelled`, another error `error`.
+    db4f6397d11ee2d4cfbb41f70b2327315163dcf0; read as AIPerf 0.13.0 writes it): `metadata.request_start_ns` /
+    `request_end_ns` (wall clock, ns), `x_request_id` (sent as `X-Request-ID`: the join key, sources/joins.py),
+    `worker_id`, `benchmark_phase` (`warmup` | `profiling`), `was_cancelled`; `metrics.<tag>` = {value, unit} in
+    display units; `error` = {code, type, message} (`ErrorDetails`). A cancelled request is `cancelled`, another
+    error `error`. Mapping:
+      TTFT            `time_to_first_token`: the first chunk with non-empty text (AIPerf's definition)
+      tokens          `usage_prompt_tokens` / `usage_completion_tokens` (the server's counts), else AIPerf's own
+                      tokenizer's `input_sequence_length` (`error_isl` on a failed request) /
+                      `output_sequence_length`; cached: `usage_prompt_cache_read_tokens`
+      gaps            `inter_chunk_latency` (a list: gaps between non-empty chunks, several tokens each) stays on
+                      the span as `aiperf.inter_chunk_latency_ms`, and AIPerf's per-request mean
+                      `inter_token_latency` ((E2E − TTFT) / (output − 1)) as `aiperf.inter_token_latency_ms`;
+                      neither is a per-token gap, so `client_itl_ms` is NULL
+      model           the one model of the run's `profile_export_aiperf.json` beside the file, when there
     """
     seed = hashlib.blake2b(data, digest_size=16).digest()
+    model = _aiperf_model(path)
     spans = []
     for n, where, rec in json_lines(path, data):
         meta, metrics = (rec.get("metadata"), rec.get("metrics")) if isinstance(rec, dict) else (None, None)
@@ -229,26 +250,57 @@ def aiperf(path: Path, data: bytes) -> bytes:
         end = integer(meta["request_end_ns"], where + " request_end_ns") if "request_end_ns" in meta else \
             sent + int((latency or 0) * 1e6)
         ttft = _metric(metrics, "time_to_first_token", where)
-        chunks = (metrics.get("inter_chunk_latency") or {}).get("value")
-        itl = [number(x, where + " inter_chunk_latency") for x in chunks] if isinstance(chunks, list) else None
         err = rec.get("error")
         error = (err.get("message") or err.get("type") or "error") if isinstance(err, dict) else err
         code = err.get("code") if isinstance(err, dict) and isinstance(err.get("code"), int) else None
         if meta.get("was_cancelled"):
             error = error or "cancelled"
-        out = _metric(metrics, "output_sequence_length", where)
-        inp = _metric(metrics, "input_sequence_length", where)
-        if inp is None:
-            inp = _metric(metrics, "error_isl", where)
         spans.append(client_span(
             seed, n, sent_ns=sent, end_ns=end, first_token_ns=None if ttft is None else sent + int(ttft * 1e6),
-            itl_ms=itl, input_tokens=None if inp is None else int(inp), output_tokens=None if out is None else int(out),
-            model=None, error=str(error) if error else None, status_code=code,
+            itl_ms=None, input_tokens=_count_of(metrics, where, "usage_prompt_tokens", "input_sequence_length",
+                                                "error_isl"),
+            output_tokens=_count_of(metrics, where, "usage_completion_tokens", "output_sequence_length"),
+            cached_tokens=_count_of(metrics, where, "usage_prompt_cache_read_tokens"),
+            model=model, error=str(error) if error else None, status_code=code,
             error_type="cancelled" if meta.get("was_cancelled") else "error",
-            extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id")}))
+            extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id"),
+                   ID_ATTR: meta.get("x_request_id"), FIRST_TOKEN_DEFINITION: NONEMPTY_CHUNK,
+                   "aiperf.inter_chunk_latency_ms": _metric_list(metrics, "inter_chunk_latency", where),
+                   "aiperf.inter_token_latency_ms": _metric(metrics, "inter_token_latency", where)}))
     if not spans:
         raise ImportFormatError(f"{path}: no AIPerf profiling records")
     return document("aiperf", spans)
+
+
+def _metric_list(metrics: dict, name: str, where: str) -> list[float] | None:
+    """A list-valued AIPerf metric in ms (None when absent)."""
+    m = metrics.get(name)
+    values = m.get("value") if isinstance(m, dict) else None
+    if not isinstance(values, list):
+        return None
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3}.get(m.get("unit", "ms"), 1.0)
+    return [number(x, f"{where} {name}") * scale for x in values]
+
+
+def _count_of(metrics: dict, where: str, *names: str) -> int | None:
+    """The first of the token-count metrics `names` the record has."""
+    for name in names:
+        value = _metric(metrics, name, where)
+        if value is not None:
+            return int(value)
+    return None
+
+
+def _aiperf_model(path: Path) -> str | None:
+    """The run's one model, from `profile_export_aiperf.json` beside the records (None without it, or with
+    several models: a record does not say which it used)."""
+    try:
+        summary = json.loads((path.parent / "profile_export_aiperf.json").read_bytes())
+        items = summary["input_config"]["models"]["items"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    names = [m.get("name") for m in items if isinstance(m, dict)] if isinstance(items, list) else []
+    return names[0] if len(names) == 1 and isinstance(names[0], str) else None
 
 
 # -- Triton trace file ----------------------------------------------------------------------------------------

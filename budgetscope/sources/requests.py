@@ -1,9 +1,14 @@
 """Assemble `requests` rows: every adapter's server rows, joined to their client span, with derived metrics.
 
 The client span `llm.client.request` is the parent of the server root (W3C traceparent), so the join is
-(trace_id, client span_id = server parent_span_id). Network is derived only where a client span exists:
+(trace_id, client span_id = server parent_span_id). An imported client record (AIPerf, GuideLLM) carries no trace
+context: `budgetscope import` puts it in the trace of the server row whose request id it recorded (joins.py), and
+it joins by (trace_id, client `budgetscope.client.request_id` = server `request_id`). Network is derived only
+where a client span exists:
   network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
-  ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT)
+  ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT); for a client whose TTFT
+                    waits for the first non-empty chunk (AIPerf, GuideLLM), its first event of any kind − server
+                    TTFT, NULL where the export lacks it (AIPerf's records)
 
 Server rows come in three kinds, and a request (a client span) gets the first kind that claims it:
   1. span adapters (`SPAN_ADAPTERS`): the server sent its own spans, children of the client span;
@@ -31,6 +36,8 @@ from __future__ import annotations
 from budgetscope.archive.schema import REPLICA_COLUMNS, REQUESTS
 from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.sources.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
+from budgetscope.sources.importers import FIRST_EVENT, FIRST_TOKEN_DEFINITION, NONEMPTY_CHUNK
+from budgetscope.sources.joins import ID_ATTR
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
@@ -42,7 +49,9 @@ REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 
 CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
-    '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER","http.status_code":"INTEGER"}'
+    '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER","http.status_code":"INTEGER",'
+    '"budgetscope.client.request_id":"VARCHAR","budgetscope.client.first_token_definition":"VARCHAR",'
+    '"budgetscope.client.first_event_unix_nano":"BIGINT"}'
 )
 """The client span attributes the derivation reads; `http.status_code` is the HTTP conventions' old name."""
 
@@ -91,11 +100,17 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "http_status": "coalesce(c.a.\"http.response.status_code\", c.a.\"http.status_code\")",
         "network_ms": f"({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms",
         **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
-        "ttft_network_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 - s.ttft_ms",
+        # a tool that waits for the first non-empty chunk (AIPerf, GuideLLM) adds the server's empty chunks to
+        # its TTFT: only its first event of any kind, where the export has it, is network-comparable
+        "ttft_network_ms": f"(CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
+                           f"THEN c.a.\"{FIRST_EVENT}\" ELSE c.a.\"budgetscope.client.first_token_unix_nano\" END"
+                           " - c.start_ns) / 1e6 - s.ttft_ms",
     }
-    # client spans no server row claims, picked before their attributes are parsed
+    # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
+    # attributes are parsed
     unclaimed = f"""(SELECT * FROM {spans} u WHERE {CLIENT_ROOT_SQL}
-  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
+  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND (v.parent_span_id = u.span_id
+    OR v.request_id = u.attributes->>'{ID_ATTR}'))
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     # Two scans for the client spans, not one with OR: each keeps its filter in the scan, which then reads the
     # attributes of the rows it keeps only (one scan with OR cost 0.5 s more over 350,000 spans).
@@ -114,7 +129,8 @@ c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{C
         SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}
         UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false)))
 SELECT {cols}
-FROM s LEFT JOIN c ON c.trace_id = s.trace_id AND c.span_id = s.parent_span_id
+FROM s LEFT JOIN c ON c.trace_id = s.trace_id
+  AND (c.span_id = s.parent_span_id OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
 LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
   ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id
 """

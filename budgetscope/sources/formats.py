@@ -1,0 +1,79 @@
+"""Which known file format a file is, from its first bytes: so that a file given to the wrong command (or the
+wrong `import --from`) gets one line naming what it is and the command that reads it.
+
+Read from the head of the file only (`HEAD_BYTES`): the first JSON line when it parses, else the keys near the
+start that each tool writes first (GuideLLM's `metadata.guidellm_version`, vLLM bench's `date` / `model_id`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+HEAD_BYTES = 1 << 16
+NAMES = {
+    "otlp": "an OTLP trace export",
+    "aiperf": "an AIPerf profile_export.jsonl",
+    "guidellm": "a GuideLLM benchmarks.json",
+    "vllm-bench": "a vllm bench serve result",
+    "vllm-metrics": "vLLM RequestOutput.metrics lines",
+    "triton": "a Triton trace file",
+    "prometheus": "Prometheus /metrics text",
+}
+"""Each recognised format → how a message names it. All but `otlp` are `budgetscope import --from` kinds."""
+
+
+def recognise(path: str | Path) -> str | None:
+    """The format of the file at `path` (a key of NAMES), or None when it is none of them (or unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError:
+        return None
+    return recognise_head(head)
+
+
+def recognise_head(head: bytes) -> str | None:
+    """The format of a file that starts with `head` (a key of NAMES), or None."""
+    text = head.lstrip().decode("utf-8", "replace")
+    if text.startswith("# HELP") or text.startswith("# TYPE"):
+        return "prometheus"
+    first = text.split("\n", 1)[0]
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        return _by_keys(obj.keys())
+    if text.startswith("["):
+        return "triton" if re.search(r'"timestamps"\s*:', text) and re.search(r'"id"\s*:', text) else None
+    if text.startswith("{"):
+        keys = set(re.findall(r'"([A-Za-z_]+)"\s*:', text[:4096]))
+        return "guidellm" if "guidellm_version" in keys else _by_keys(keys)
+    return None
+
+
+def _by_keys(keys) -> str | None:
+    keys = set(keys)
+    if "resourceSpans" in keys:
+        return "otlp"
+    if {"metadata", "metrics"} <= keys:
+        return "aiperf"
+    if "benchmarks" in keys or "guidellm_version" in keys:
+        return "guidellm"
+    if {"start_times", "ttfts"} <= keys or {"date", "model_id"} <= keys:
+        return "vllm-bench"
+    if "metrics" in keys:
+        return "vllm-metrics"
+    return None
+
+
+def wrong_format(path: str | Path, wanted: str) -> str | None:
+    """One line saying what the file at `path` is and which command reads it, when it is a known format other
+    than `wanted` (an import kind, or `otlp` for `budgetscope ingest`); else None."""
+    found = recognise(path)
+    if found is None or found == wanted:
+        return None
+    how = "`budgetscope ingest`" if found == "otlp" else f"`budgetscope import --from {found}`"
+    return f"{path}: this is {NAMES[found]}, not {NAMES[wanted]}: read it with {how}"

@@ -1,0 +1,184 @@
+"""Imported client records (AIPerf, GuideLLM) join the server spans of the same request by request id.
+
+The tools send no trace context, so the server's spans sit in traces of their own; each tool records an id the
+server also records (AIPerf's `x_request_id`, sent as `X-Request-ID`; GuideLLM's `response_id`, the response's
+`id`). One row a request, with network derived; a record whose server row is absent stays a client-only row.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request
+from test_sources_aiperf import _record
+from test_sources_guidellm import _benchmark, _request
+
+from budgetscope.cli import main
+from budgetscope.stats import quantile_linear, quantile_nearest_rank
+
+SERVER_E2E_MS = 465.0  # native_request's stages: 2 + 10 + 50 + 400 + 3
+
+
+def _server(ingest_text, archive, ids_and_arrivals):
+    spans = []
+    for rid, arrival in ids_and_arrivals:
+        spans += native_request(arrival=arrival, extra_root={"gen_ai.response.id": rid})[1]
+    ingest_text(archive, jsonl(export(spans)))
+
+
+def _aiperf_record(i, arrival_ns, up_ms=2.0, down_ms=3.0):
+    rec = _record(i)
+    sent = arrival_ns - int(up_ms * MS)
+    rec["metadata"].update(request_start_ns=sent, request_end_ns=arrival_ns + int((SERVER_E2E_MS + down_ms) * MS))
+    rec["metrics"]["request_latency"]["value"] = SERVER_E2E_MS + up_ms + down_ms
+    return rec
+
+
+@pytest.mark.parametrize("kind", ["folder", "duckdb"])
+def test_aiperf_records_join_their_server_rows_by_x_request_id(tmp_path, ingest_text, kind):
+    archive = tmp_path / ("a" if kind == "folder" else "a.duckdb")
+    arrivals = [T0 + i * 1_000 * MS for i in range(3)]
+    _server(ingest_text, archive, [(f"req-{i}", t) for i, t in enumerate(arrivals)])
+    f = tmp_path / "profile_export.jsonl"
+    recs = [_aiperf_record(i, t) for i, t in enumerate(arrivals)] + [_aiperf_record(7, T0 + 9_000 * MS)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive)])
+    assert r.exit_code == 0, r.output
+    assert "3 records joined to their server spans by request id" in r.stdout
+    got = rows(archive, """SELECT request_id, source, has_client_span, network_ms, client_e2e_ms FROM requests
+        ORDER BY arrival_ns""")
+    # one row a request: three joined (network = 2 ms up + 3 ms down), the unmatched id a client-only row
+    assert got == [(f"req-{i}", "native", True, pytest.approx(5.0), pytest.approx(470.0)) for i in range(3)] + [
+        (got[3][0], "client", True, None, pytest.approx(470.0))]
+    # the same file again lands nothing new
+    again = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive), "--format", "json"])
+    assert again.exit_code == 0 and json.loads(again.stdout)["files"][0]["spans_inserted"] == 0
+    assert rows(archive, "SELECT count(*) FROM requests") == [(4,)]
+
+
+def test_guidellm_requests_join_their_server_rows_by_response_id(tmp_path, archive_path, ingest_text):
+    # GuideLLM's times are wall-clock seconds; the server rows arrive 2 ms after its request_start
+    t = [1_800_000_000.0 + i for i in range(2)]
+    _server(ingest_text, archive_path, [(f"cmpl-{i}", int(round((ti + 0.002) * 1e9)) + 2 * MS)
+                                        for i, ti in enumerate(t)])
+    report = {"metadata": {"version": 2, "guidellm_version": "0.8.1"}, "config": {},
+              "benchmarks": [_benchmark(0, "constant", [_request(i, ti, end=0.471) for i, ti in enumerate(t)])]}
+    f = tmp_path / "benchmarks.json"
+    f.write_text(json.dumps(report))
+    r = CliRunner().invoke(main, ["import", "--from", "guidellm", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 0, r.output
+    got = rows(archive_path, "SELECT request_id, source, network_ms FROM requests ORDER BY arrival_ns")
+    # request_start = t + 2 ms, server arrival 2 ms later, server end at +469 ms, client end at +471 ms
+    assert got == [("cmpl-0", "native", pytest.approx(4.0, abs=1e-3)),
+                   ("cmpl-1", "native", pytest.approx(4.0, abs=1e-3))]
+
+
+def test_an_id_held_by_two_server_rows_is_not_joined(tmp_path, archive_path, ingest_text):
+    _server(ingest_text, archive_path, [("dup", T0), ("dup", T0 + 1_000 * MS)])
+    f = tmp_path / "profile_export.jsonl"
+    rec = _aiperf_record(0, T0)
+    rec["metadata"]["x_request_id"] = "dup"
+    f.write_text(json.dumps(rec) + "\n")
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)])
+    assert r.exit_code == 0 and "0 records joined" in r.stdout
+    assert rows(archive_path, "SELECT source, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [
+        ("client", 1), ("native", 2)]
+
+
+def test_a_budget_matches_one_tools_rows_by_source_and_service_name(tmp_path, archive_path, ingest_text):
+    _server(ingest_text, archive_path, [("req-0", T0)])
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text("".join(json.dumps(_aiperf_record(i, T0 + i * 1_000 * MS)) + "\n" for i in range(3)))
+    assert CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)]).exit_code == 0
+    assert rows(archive_path, "SELECT source, service_name, count(*) FROM requests GROUP BY ALL ORDER BY 1") == [
+        ("client", "aiperf", 2), ("native", "engine", 1)]
+    budgets = tmp_path / "b.toml"
+    budgets.write_text('[tiers.aiperf]\nmatch = { tier = "default", source = "client", service_name = "aiperf" }\n'
+                       "ttft_ms = 1000\n")
+    r = CliRunner().invoke(main, ["report", "-a", str(archive_path), "-b", str(budgets), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    (tier,) = json.loads(r.stdout)["tiers"]
+    assert tier["requests"] == 2
+
+
+# -- the real tools' files ---------------------------------------------------------------------------------------
+FIXTURES = Path(__file__).parent / "fixtures" / "tools"
+
+
+def _unpacked(tmp_path) -> dict[str, Path]:
+    """The recorded run (tests/fixtures/tools/README.md) as the tools and the engine wrote it."""
+    out = {"spans": tmp_path / "spans.jsonl", "aiperf": tmp_path / "aiperf" / "profile_export.jsonl",
+           "guidellm": tmp_path / "benchmarks.json"}
+    out["aiperf"].parent.mkdir()
+    for key, name in (("spans", "engine-spans.jsonl.gz"), ("aiperf", "aiperf-profile_export.jsonl.gz"),
+                      ("guidellm", "guidellm-benchmarks.json.gz")):
+        out[key].write_bytes(gzip.decompress((FIXTURES / name).read_bytes()))
+    shutil.copy(FIXTURES / "aiperf-profile_export_aiperf.json", out["aiperf"].parent / "profile_export_aiperf.json")
+    return out
+
+
+def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft(tmp_path, archive_path):
+    files = _unpacked(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    served = rows(archive_path, "SELECT count(*) FROM requests")[0][0]
+    for kind in ("aiperf", "guidellm"):
+        r = cli.invoke(main, ["import", "--from", kind, str(files[kind]), "-a", str(archive_path)])
+        assert r.exit_code == 0 and "40 records joined" in r.stdout, r.output
+    # the report says which TTFT it uses: both tools' (their first non-empty chunk)
+    tier = json.loads(cli.invoke(main, ["report", "-a", str(archive_path), "--format", "json"]).stdout)["tiers"][0]
+    assert (tier["requests"], tier["figures"], tier["client_ttft_definitions"]) == (
+        80, "client", {"first non-empty chunk": 80})
+    assert "client-side figures; client TTFT to the first non-empty chunk" in cli.invoke(
+        main, ["report", "-a", str(archive_path)]).stdout
+    assert rows(archive_path, "SELECT count(*), count(network_ms), min(network_ms) > 0 FROM requests") == [
+        (served, 80, True)]  # 80 requests sent by the tools: one row each, network derived
+    by_tool = {}
+    for tool, ttft, model, out, cached, net in rows(archive_path, """SELECT c.service_name, r.client_ttft_ms,
+            r.model, r.output_tokens, r.cached_tokens, r.ttft_network_ms
+            FROM requests r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id"""):
+        by_tool.setdefault(tool, []).append((ttft, model, out, cached, net))
+    aiperf = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["time_to_first_token"]
+    ttfts = sorted(t[0] for t in by_tool["aiperf"])
+    # AIPerf's percentiles interpolate (numpy's default)
+    assert (quantile_linear(ttfts, 0.5), quantile_linear(ttfts, 0.99)) == (
+        pytest.approx(aiperf["p50"], abs=1e-3), pytest.approx(aiperf["p99"], abs=1e-3))
+    report = json.loads(files["guidellm"].read_text())
+    gl = report["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]
+    ttfts = sorted(t[0] for t in by_tool["guidellm"])
+    # GuideLLM's are nearest rank, never interpolated
+    assert (quantile_nearest_rank(ttfts, 0.5), quantile_nearest_rank(ttfts, 0.99)) == (
+        pytest.approx(gl["p50"], abs=1e-3), pytest.approx(gl["p99"], abs=1e-3))
+    assert quantile_linear(ttfts, 0.99) != pytest.approx(gl["p99"], abs=1e-3)
+    # the server's counts, not AIPerf's tokenizer (which counted 39-76 for 64 tokens)
+    assert {t[1:4] for t in by_tool["aiperf"]} == {("tiny", 64, 0)}
+    # AIPerf's records lack the first event: its TTFT network share is unknown; GuideLLM's has it
+    assert {t[4] for t in by_tool["aiperf"]} == {None} and all(t[4] > 0 for t in by_tool["guidellm"])
+
+
+def test_the_report_says_load_ttft_is_the_first_token_event_and_a_mix_is_mixed(tmp_path, archive_path, ingest_text):
+    budgets = tmp_path / "b.toml"
+    budgets.write_text("[tiers.interactive]\nttft_ms = 10000\n")
+
+    def report(fmt):
+        return CliRunner().invoke(main, ["report", "-a", str(archive_path), "-b", str(budgets), "--format", fmt]).stdout
+
+    spans = []
+    for i in range(2):  # requests as `load` sends them: a client span, the server root its child
+        spans += native_request(arrival=T0 + i * 1_000 * MS, client=(1.0, 1.0),
+                                extra_root={"gen_ai.response.id": f"load-{i}"})[1]
+    ingest_text(archive_path, jsonl(export(spans)))
+    assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {"first token event": 2}
+    _server(ingest_text, archive_path, [("req-0", T0 + 5_000 * MS)])
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text(json.dumps(_aiperf_record(0, T0 + 5_000 * MS)) + "\n")
+    assert CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)]).exit_code == 0
+    assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {
+        "first non-empty chunk": 1, "first token event": 2}
+    assert "client TTFT mixed: 1 to the first non-empty chunk, 2 to the first token event" in report("table")
