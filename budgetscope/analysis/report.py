@@ -123,7 +123,7 @@ def _ttft_definitions(con, sel: Selection) -> dict[str, int]:
     rows = _rows(con, f"""
         WITH r AS (SELECT trace_id, client_span_id FROM requests {sel.where("outcome = 'ok'", "has_client_span")}),
         c AS (SELECT trace_id, span_id, attributes->>'budgetscope.client.first_token_definition' AS d FROM spans
-              WHERE name = 'llm.client.request' AND trace_id IN (SELECT trace_id FROM r))
+              WHERE source = 'client' AND trace_id IN (SELECT trace_id FROM r))
         SELECT coalesce(c.d, 'first_token_event'), count(*) FROM r JOIN c
           ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id GROUP BY 1 ORDER BY 1""", sel.params)
     return {TTFT_DEFINITIONS.get(d, d): n for d, n in rows}

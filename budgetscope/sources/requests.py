@@ -110,7 +110,7 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
     # attributes are parsed
     unclaimed = f"""(SELECT * FROM {spans} u WHERE {CLIENT_ROOT_SQL}
   AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND (v.parent_span_id = u.span_id
-    OR v.request_id = u.attributes->>'{ID_ATTR}'))
+    OR v.request_id = CAST(u.attributes->>'{ID_ATTR}' AS VARCHAR)))  -- a cast: DuckDB 1.5 would read request_id as JSON
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     # Two scans for the client spans, not one with OR: each keeps its filter in the scan, which then reads the
     # attributes of the rows it keeps only (one scan with OR cost 0.5 s more over 350,000 spans).
