@@ -192,3 +192,274 @@ def native(r: Timeline, client: bool) -> list[dict]:
         "gen_ai.usage.output_tokens": r.output_tokens, "budgetscope.outcome": "error" if r.failed else "ok"}, cid))
     docs = [_doc({"service.name": "engine"}, "budgetscope", spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
+
+
+# --- vLLM -------------------------------------------------------------------------------------------------------
+
+_VLLM = {"service.name": "vllm", "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry"}
+
+
+def _httpx_client(ids: _Ids, r: Timeline, sid: str, sent_us: int) -> dict:
+    """A plain OpenTelemetry httpx CLIENT span (old HTTP semconv names), non-streamed: it ends once the response,
+    sent at `sent_us`, is read."""
+    return _doc({"service.name": "chat-frontend"}, "opentelemetry.instrumentation.httpx", [_span(
+        ids.tid, sid, "POST", 3, r.arrival - r.uplink, sent_us + r.downlink,
+        {"http.method": "POST", "http.url": "http://vllm-0.serving:8000/v1/chat/completions",
+         "http.status_code": 200})])
+
+
+def vllm_classic(r: Timeline, client: bool) -> list[dict]:
+    """`--otlp-traces-endpoint`: one `llm_request` SERVER span made by `do_tracing` (start = arrival, ended a
+    little after `e2e`, before the response goes out), `gen_ai.latency.*` in seconds; optionally the child of an
+    httpx client span."""
+    ids = _Ids(2, r.k)
+    sid, cid = ids.sid(), ids.sid() if client else None
+    s = lambda us: us / 1e6  # noqa: E731
+    decode = sum(r.itls_us)
+    traced = r.end + 1_200
+    span = _span(ids.tid, sid, "llm_request", 2, r.arrival, traced, {
+        "gen_ai.latency.time_to_first_token": s(r.first - r.arrival), "gen_ai.latency.e2e": s(r.end - r.arrival),
+        "gen_ai.latency.time_in_queue": s(r.queue), "gen_ai.usage.prompt_tokens": r.prompt_tokens,
+        "gen_ai.usage.completion_tokens": r.output_tokens, "gen_ai.latency.time_in_model_prefill": s(r.prefill),
+        "gen_ai.latency.time_in_model_decode": s(decode), "gen_ai.latency.time_in_model_inference":
+        s(r.prefill + decode), "gen_ai.request.id": f"chatcmpl-{ids.tid[:16]}", "gen_ai.request.max_tokens": 256},
+        cid)
+    docs = [_doc(_VLLM, "vllm.llm_engine", [span])]
+    return docs + ([_httpx_client(ids, r, cid, traced)] if client else [])
+
+
+def _journey(name: str, t: int, step: int, phase: str, r: Timeline, extra: dict | None = None) -> tuple:
+    a = {"event.type": name, "ts.monotonic": 8e4 + t / 1e6, "scheduler.step": step, "phase": phase,
+         "prefill.done_tokens": 0 if phase == "waiting" else r.prompt_tokens, "prefill.total_tokens": r.prompt_tokens,
+         "decode.done_tokens": 0, "decode.max_tokens": 256, "num_preemptions": 0}
+    return f"journey.{name}", t, a | (extra or {})
+
+
+def vllm_journey(r: Timeline, client: bool) -> list[dict]:
+    """`--enable-journey-tracing`: `llm_request` (scope vllm.api, `api.*` events, no latency attributes) with the
+    child `llm_core` (scope vllm.scheduler, `journey.*` events). A `failed` request is a client disconnect during
+    prefill (a cancellation): `api.ABORTED`, status ERROR, the engine's FINISHED (aborted) after the API span
+    ended."""
+    ids = _Ids(3, r.k)
+    api, core, cid = ids.sid(), ids.sid(), ids.sid() if client else None
+    handoff, queued, sched = r.arrival + r.frontend // 2, r.arrival + r.frontend, r.arrival + r.frontend + r.queue
+    api_a = {"gen_ai.request.id": f"chatcmpl-{ids.tid[:16]}", "gen_ai.response.model": "m",
+             "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.request.max_tokens": 256}
+    ev = [_journey("QUEUED", queued + 20, 1, "waiting", r),
+          _journey("SCHEDULED", sched, 2, "prefill", r, {"schedule.kind": "FIRST"})]
+    if r.failed:
+        gone = sched + r.prefill // 2
+        api_ev = [("api.ARRIVED", r.arrival, {}), ("api.HANDOFF_TO_CORE", handoff, {}),
+                  ("api.ABORTED", gone, {"error": "Client disconnected", "reason": "client_disconnect"})]
+        ev.append(_journey("FINISHED", gone + 2_000, 3, "prefill", r, {"finish.status": "aborted"}))
+        spans = [_span(ids.tid, api, "llm_request", 2, r.arrival, gone + 50, api_a, cid, api_ev,
+                       error="Client disconnected"),
+                 _span(ids.tid, core, "llm_core", 1, queued, gone + 2_010, {"gen_ai.request.id": "x"}, api, ev)]
+    else:
+        api_a["gen_ai.usage.completion_tokens"] = r.output_tokens
+        api_ev = [("api.ARRIVED", r.arrival, {}), ("api.HANDOFF_TO_CORE", handoff, {}),
+                  ("api.FIRST_RESPONSE_FROM_CORE", r.first + 2_000, {}), ("api.DEPARTED", r.end - 100, {})]
+        ev += [_journey("FIRST_TOKEN", r.first, 3, "decode", r),
+               _journey("FINISHED", r.last, 4, "decode", r, {"finish.status": "length"})]
+        spans = [_span(ids.tid, api, "llm_request", 2, r.arrival, r.end, api_a, cid, api_ev),
+                 _span(ids.tid, core, "llm_core", 1, queued, r.last + 50, {"gen_ai.request.id": "x"}, api, ev)]
+    docs = [_doc(_VLLM, "vllm.api", spans[:1]), _doc(_VLLM, "vllm.scheduler", spans[1:])]
+    return docs + ([_loadgen_client(ids, r, cid)] if client else [])
+
+
+# --- SGLang -----------------------------------------------------------------------------------------------------
+
+_SGLANG = {"service.name": "sglang", "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry"}
+
+
+class _Sg:
+    """One SGLang trace being written: INTERNAL spans of scope `sglang server`."""
+
+    def __init__(self, ids: _Ids):
+        self.ids, self.spans = ids, []
+
+    def add(self, name: str, a: int, b: int, parent: str, attributes: dict | None = None,
+            sid: str | None = None, error: str | None = None) -> str:
+        sid = sid or self.ids.sid()
+        self.spans.append(_span(self.ids.tid, sid, name, 1, a, b, attributes, parent, error=error))
+        return sid
+
+
+def _sg_root_attrs(r: Timeline, rid: str, ttft_us: int, prefill_us: int, room: str | None = None) -> dict:
+    a = {"rid": rid, "module": "sglang::request", "bootstrap_room": room,
+         "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.request.id": rid, "gen_ai.response.model": "m",
+         "gen_ai.usage.completion_tokens": r.output_tokens, "gen_ai.response.finish_reasons": '["length"]',
+         "gen_ai.latency.time_to_first_token": ttft_us / 1e6, "gen_ai.latency.time_in_model_prefill": prefill_us / 1e6}
+    return {k: v for k, v in a.items() if v is not None}
+
+
+def _sg_decode(sg: _Sg, r: Timeline, start: int, sch: str, level: int) -> None:
+    """`decode_forward` from `start` to the last token, its `decode_loop` slices at level 3."""
+    df = sg.add("decode_forward", start, r.last, sch)
+    if level >= 3:
+        t = r.first
+        sg.add("decode_loop", start, t, df, {"decode_ct": 0})
+        for i, gap in enumerate(r.itls_us):
+            sg.add("decode_loop", t, t + gap, df, {"decode_ct": i + 1})
+            t += gap
+
+
+def sglang(r: Timeline, client: bool, level: int | None = None) -> list[dict]:
+    """A single server (role ""): root `" Req <rid[:8]>"`, Tokenizer and Scheduler thread spans, stage slices at a
+    trace level 1-3 (drawn per request from its index when not given); `gen_ai.latency.e2e` never set. A failed
+    request is aborted in the waiting queue: the scheduler thread span ERROR with the reason, no wait slice."""
+    ids = _Ids(4, r.k)
+    level = level or 1 + r.k % 3
+    sg, rid = _Sg(ids), f"{r.k:08x}" + ids.tid[:24]
+    root, tok, sch, cid = ids.sid(), ids.sid(), ids.sid(), ids.sid() if client else None
+    tok_end = r.arrival + r.frontend // 3
+    recv, enq = tok_end + 100, r.arrival + r.frontend
+    sched, prefilled = enq + r.queue, r.first - 400
+    host = "(host:3f9a1c2e | pid:7)"
+    sg.add("tokenize", r.arrival, tok_end, tok)
+    if level >= 2:
+        sg.add("api_server_dispatch", tok_end, tok_end + 50, tok)
+        sg.add("request_process", recv, enq, sch)
+    sg.add(f"Tokenizer{host}", r.arrival, tok_end + 50, root, {"thread_label": "Tokenizer"}, sid=tok)
+    if r.failed:
+        sg.add(f"Scheduler [TP 0] {host}", recv, sched, root, {"thread_label": "Scheduler", "tp_rank": 0,
+               "type": "abort", "message": "Abort in waiting queue"}, sid=sch, error="")
+        sg.add(f" Req {rid[:8]}", r.arrival, sched + 2_000, cid, {
+            "rid": rid, "module": "sglang::request", "gen_ai.usage.completion_tokens": 0,
+            "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.response.finish_reasons": '["abort"]'}, sid=root)
+        return [_doc(_SGLANG, "sglang server", sg.spans)] + ([_loadgen_client(ids, r, cid)] if client else [])
+    sg.add("prefill_waiting", enq, sched, sch)
+    pf = sg.add("prefill_forward", sched, prefilled, sch)
+    if level >= 3:
+        mid = sched + (prefilled - sched) // 2
+        sg.add("chunked_prefill", sched, mid, pf)
+        sg.add("chunked_prefill", mid, prefilled, pf)
+    sg.add("decode_waiting", prefilled, prefilled + 100, sch)
+    _sg_decode(sg, r, prefilled + 100, sch, level)
+    sg.add(f"Scheduler [TP 0] {host}", recv, r.last, root, {"thread_label": "Scheduler", "tp_rank": 0}, sid=sch)
+    sg.add(f" Req {rid[:8]}", r.arrival, r.end, cid,
+           _sg_root_attrs(r, rid, r.first - r.arrival, r.first - sched), sid=root)
+    docs = [_doc(_SGLANG, "sglang server", sg.spans)]
+    return docs + ([_loadgen_client(ids, r, cid)] if client else [])
+
+
+def sglang_pd(r: Timeline, client: bool) -> list[dict]:
+    """A PD pair (roles `prefill` and `decode`, one `bootstrap_room`) in one trace, both roots children of the
+    client span (a router that forwards `traceparent`); level 3. The queue is the prefill instance's wait."""
+    ids = _Ids(5, r.k)
+    sg, room = _Sg(ids), f"0x{r.k:016x}"
+    cid = ids.sid() if client else None
+    p_root, p_tok, p_sch = ids.sid(), ids.sid(), ids.sid()
+    d_root, d_tok, d_sch = ids.sid(), ids.sid(), ids.sid()
+    host = "(host:3f9a1c2e | pid:{})"
+    boot_end = r.arrival + r.frontend + 1_000
+    waited, forward_end = boot_end + r.queue, r.first - 2_000
+    # prefill instance: tokenize, bootstrap (a fixed 1 ms), wait, forward, KV transfer
+    sg.add("tokenize", r.arrival, r.arrival + 200, p_tok)
+    sg.add(f"PrefillTokenizer{host.format(5101)}", r.arrival, r.arrival + 250, p_root,
+           {"thread_label": "PrefillTokenizer"}, sid=p_tok)
+    sg.add("prefill_prepare", r.arrival + 300, r.arrival + r.frontend, p_sch)
+    sg.add("prefill_bootstrap", r.arrival + r.frontend, boot_end, p_sch)
+    sg.add("prefill_waiting", boot_end, waited, p_sch)
+    sg.add("prefill_forward", waited, forward_end, p_sch)
+    sg.add("prefill_transfer_kv_cache", forward_end + 100, forward_end + 1_000, p_sch)
+    sg.add(f"Prefill Scheduler [TP 0] {host.format(5150)}", r.arrival + 250, forward_end + 1_100, p_root,
+           {"thread_label": "Prefill Scheduler", "tp_rank": 0}, sid=p_sch)
+    sg.add(f"prefill Req {ids.tid[:8]}", r.arrival, forward_end + 1_500, cid,
+           _sg_root_attrs(r, "p" + ids.tid[:31], forward_end - r.arrival, forward_end - waited, room), sid=p_root)
+    # decode instance: bootstrap, wait for the transferred KV, a short decode wait, forward (fake output first)
+    d0 = r.arrival + 150
+    sg.add("tokenize", d0, d0 + 200, d_tok)
+    sg.add(f"DecodeTokenizer{host.format(6101)}", d0, d0 + 250, d_root, {"thread_label": "DecodeTokenizer"},
+           sid=d_tok)
+    sg.add("decode_prepare", d0 + 300, d0 + 600, d_sch)
+    sg.add("decode_bootstrap", d0 + 600, boot_end, d_sch)
+    sg.add("decode_transferred", boot_end, forward_end + 1_000, d_sch)
+    sg.add("decode_waiting", forward_end + 1_000, forward_end + 1_200, d_sch)
+    df = sg.add("decode_forward", forward_end + 1_200, r.last, d_sch)
+    sg.add("fake_output", forward_end + 1_200, r.first, df)
+    t = r.first
+    for i, gap in enumerate(r.itls_us):
+        sg.add("decode_loop", t, t + gap, df, {"decode_ct": i})
+        t += gap
+    sg.add(f"Decode Scheduler [TP 0] {host.format(6150)}", d0 + 250, r.last, d_root,
+           {"thread_label": "Decode Scheduler", "tp_rank": 0}, sid=d_sch)
+    sg.add(f"decode Req {ids.tid[8:16]}", d0, r.end, cid,
+           _sg_root_attrs(r, "d" + ids.tid[:31], r.first - d0, r.first - forward_end - 1_200, room), sid=d_root)
+    docs = [_doc(_SGLANG, "sglang server", sg.spans)]
+    return docs + ([_loadgen_client(ids, r, cid)] if client else [])
+
+
+# --- TGI --------------------------------------------------------------------------------------------------------
+
+_TGI = {"service.name": "text-generation-inference.router"}
+
+
+def rust_duration(ns: int) -> str:
+    """`format!("{:?}", Duration::from_nanos(ns))`: the largest unit that keeps the value ≥ 1, trailing zeros cut."""
+    for unit, size in (("s", 10**9), ("ms", 10**6), ("µs", 10**3)):
+        if ns >= size:
+            whole, frac = divmod(ns, size)
+            digits = f"{frac:0{len(str(size)) - 1}d}".rstrip("0")
+            return f"{whole}.{digits}{unit}" if digits else f"{whole}{unit}"
+    return f"{ns}ns"
+
+
+def tgi(r: Timeline, client: bool) -> list[dict]:
+    """A streamed request at the default log filter (every span INTERNAL): handler `generate_stream` →
+    `async_stream` → `Infer::generate_stream` (same name) → `schedule` → `queued`, one `infer` per forward pass
+    with its `send_generation`. A failed request is refused by validation: no timing field, the inner
+    `generate_stream` ERROR with its event, nothing reaches the queue."""
+    ids = _Ids(6, r.k)
+    h, w, inner, sch, cid = ids.sid(), ids.sid(), ids.sid(), ids.sid(), ids.sid() if client else None
+    a0 = r.arrival
+    if r.failed:
+        spans = [_span(ids.tid, h, "generate_stream", 1, a0, a0 + r.frontend + 300, {"seed": "None"}, cid),
+                 _span(ids.tid, w, "async_stream", 1, a0 + 10, a0 + r.frontend + 100, {}, h),
+                 _span(ids.tid, inner, "generate_stream", 1, a0 + 15, a0 + r.frontend + 90, {}, w,
+                       [("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096", a0 +
+                         r.frontend + 80, {"level": "ERROR", "target": "text_generation_router::infer"})],
+                       error="validation"),
+                 _span(ids.tid, ids.sid(), "validate", 1, a0 + 20, a0 + r.frontend + 60, {}, inner)]
+        return [_doc(_TGI, "opentelemetry-otlp", spans)] + ([_loadgen_client(ids, r, cid)] if client else [])
+    queued, batch = a0 + r.frontend, a0 + r.frontend + r.queue
+    fields = {"validation_time": rust_duration(r.frontend * US), "queue_time": rust_duration(r.queue * US),
+              "inference_time": rust_duration((r.last - batch) * US), "total_time": rust_duration((r.end - a0) * US),
+              "time_per_token": rust_duration(sum(r.itls_us) * US // max(len(r.itls_us), 1)), "seed": "None"}
+    gens = [r.first] + [r.first + sum(r.itls_us[:j + 1]) for j in range(len(r.itls_us))]
+    spans = [_span(ids.tid, h, "generate_stream", 1, a0, r.end, fields, cid),
+             _span(ids.tid, w, "async_stream", 1, a0 + 10, r.last + 50, {}, h),
+             _span(ids.tid, inner, "generate_stream", 1, a0 + 15, r.last + 45, {}, w),
+             _span(ids.tid, ids.sid(), "validate", 1, a0 + 20, queued - 50, {}, inner),
+             _span(ids.tid, sch, "schedule", 1, queued - 3, r.last + 40, {}, inner),
+             _span(ids.tid, ids.sid(), "queued", 1, queued, batch, {}, sch)]
+    start = batch
+    for g in gens:
+        inf = ids.sid()
+        spans.append(_span(ids.tid, inf, "infer", 1, start, g + 100, {}, sch))
+        spans.append(_span(ids.tid, ids.sid(), "send_generation", 1, g, g + 30,
+                           {"generation": "Generation { .. }"}, inf))
+        start = g + 200
+    return [_doc(_TGI, "opentelemetry-otlp", spans)] + ([_loadgen_client(ids, r, cid)] if client else [])
+
+
+# --- Triton -----------------------------------------------------------------------------------------------------
+
+def triton(r: Timeline, client: bool) -> list[dict]:
+    """`--trace-config mode=opentelemetry`: `InferRequest` → a span named after the model → `compute`, all SERVER
+    kind, the timestamps as events (which the archive does not keep). The model's compute holds prefill and
+    decode: Triton cannot tell them apart."""
+    ids = _Ids(7, r.k)
+    root, model, comp, cid = ids.sid(), ids.sid(), ids.sid(), ids.sid() if client else None
+    m0, c0 = r.arrival + r.frontend, r.arrival + r.frontend + r.queue
+    spans = [_span(ids.tid, root, "InferRequest", 2, r.arrival, r.end, {}, cid,
+                   [("HTTP_RECV_START", r.arrival - 80, {}), ("HTTP_RECV_END", r.arrival - 40, {}),
+                    ("INFER_RESPONSE_COMPLETE", r.last, {})]),
+             _span(ids.tid, model, "llama3", 2, m0, r.last + 100, {
+                 "triton.model_name": "llama3", "triton.model_version": "1", "triton.trace_id": str(r.k + 1),
+                 "triton.trace_parent_id": "0", "triton.request_id": f"req-{r.k}"}, root,
+                 [("REQUEST_START", m0, {}), ("QUEUE_START", m0 + 6, {}), ("REQUEST_END", r.last + 100, {})]),
+             _span(ids.tid, comp, "compute", 2, c0, r.last, {}, model,
+                   [("COMPUTE_START", c0, {}), ("COMPUTE_END", r.last, {})])]
+    docs = [_doc({"service.name": "triton-inference-server"}, "triton-server", spans)]
+    return docs + ([_loadgen_client(ids, r, cid)] if client else [])
