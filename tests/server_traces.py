@@ -13,7 +13,7 @@ import random
 import zlib
 from dataclasses import dataclass, field
 
-from otlp_wire import any_value, attrs
+from otlp_wire import attrs
 
 T0 = 1_800_000_000_000_000_000
 US = 1_000
@@ -22,7 +22,8 @@ CAUSES = ("queue", "prefill", "decode", "network")
 
 @dataclass
 class Timeline:
-    """One request's truth, in µs after T0 (server receive = `arrival`); `itls_us` are the gaps between tokens."""
+    """One request's truth, in µs after T0 (server receive = `arrival`); `itls_us` are the gaps between tokens.
+    `injected`: the case's cause was added to it; `failed`: each writer makes it fail the way its server says so."""
 
     k: int
     arrival: int
@@ -64,7 +65,7 @@ class Timeline:
 
 @dataclass
 class Mix:
-    """N requests at a drawn arrival rate, `cause` injected into a drawn share, `failed_share` of them failed."""
+    """The drawn requests of a case: their arrival rate (req/s) and the share of them `cause` was injected into."""
 
     name: str
     cause: str
@@ -243,7 +244,9 @@ def vllm_journey(r: Timeline, client: bool) -> list[dict]:
     ids = _Ids(3, r.k)
     api, core, cid = ids.sid(), ids.sid(), ids.sid() if client else None
     handoff, queued, sched = r.arrival + r.frontend // 2, r.arrival + r.frontend, r.arrival + r.frontend + r.queue
-    api_a = {"gen_ai.request.id": f"chatcmpl-{ids.tid[:16]}", "gen_ai.response.model": "m",
+    rid = f"chatcmpl-{ids.tid[:16]}"
+    core_a = {"gen_ai.request.id": f"{rid}-{r.k:08x}"}  # the engine's id: the API's with a random suffix
+    api_a = {"gen_ai.request.id": rid, "gen_ai.response.model": "m",
              "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.request.max_tokens": 256}
     ev = [_journey("QUEUED", queued + 20, 1, "waiting", r),
           _journey("SCHEDULED", sched, 2, "prefill", r, {"schedule.kind": "FIRST"})]
@@ -254,7 +257,7 @@ def vllm_journey(r: Timeline, client: bool) -> list[dict]:
         ev.append(_journey("FINISHED", gone + 2_000, 3, "prefill", r, {"finish.status": "aborted"}))
         spans = [_span(ids.tid, api, "llm_request", 2, r.arrival, gone + 50, api_a, cid, api_ev,
                        error="Client disconnected"),
-                 _span(ids.tid, core, "llm_core", 1, queued, gone + 2_010, {"gen_ai.request.id": "x"}, api, ev)]
+                 _span(ids.tid, core, "llm_core", 1, queued, gone + 2_010, core_a, api, ev)]
     else:
         api_a["gen_ai.usage.completion_tokens"] = r.output_tokens
         api_ev = [("api.ARRIVED", r.arrival, {}), ("api.HANDOFF_TO_CORE", handoff, {}),
@@ -262,7 +265,7 @@ def vllm_journey(r: Timeline, client: bool) -> list[dict]:
         ev += [_journey("FIRST_TOKEN", r.first, 3, "decode", r),
                _journey("FINISHED", r.last, 4, "decode", r, {"finish.status": "length"})]
         spans = [_span(ids.tid, api, "llm_request", 2, r.arrival, r.end, api_a, cid, api_ev),
-                 _span(ids.tid, core, "llm_core", 1, queued, r.last + 50, {"gen_ai.request.id": "x"}, api, ev)]
+                 _span(ids.tid, core, "llm_core", 1, queued, r.last + 50, core_a, api, ev)]
     docs = [_doc(_VLLM, "vllm.api", spans[:1]), _doc(_VLLM, "vllm.scheduler", spans[1:])]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
 
