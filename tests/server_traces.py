@@ -347,13 +347,15 @@ def sglang(r: Timeline, client: bool, level: int | None = None) -> list[dict]:
 
 
 def sglang_pd(r: Timeline, client: bool) -> list[dict]:
-    """A PD pair (roles `prefill` and `decode`, one `bootstrap_room`) in one trace, both roots children of the
-    client span (a router that forwards `traceparent`); level 3. The queue is the prefill instance's wait."""
+    """A PD pair (roles `prefill` and `decode`, one `bootstrap_room`), level 3. Under a client span both roots
+    are its children, in its trace (a router that forwards `traceparent`); without one each instance writes a
+    trace of its own (`mini_lb` forwards no trace header). The queue is the prefill instance's wait."""
     ids = _Ids(5, r.k)
-    sg, room = _Sg(ids), f"0x{r.k:016x}"
+    d_ids = ids if client else _Ids(8, r.k)
+    sg, dg, room = _Sg(ids), _Sg(d_ids), f"0x{r.k:016x}"
     cid = ids.sid() if client else None
     p_root, p_tok, p_sch = ids.sid(), ids.sid(), ids.sid()
-    d_root, d_tok, d_sch = ids.sid(), ids.sid(), ids.sid()
+    d_root, d_tok, d_sch = d_ids.sid(), d_ids.sid(), d_ids.sid()
     host = "(host:3f9a1c2e | pid:{})"
     boot_end = r.arrival + r.frontend + 1_000
     waited, forward_end = boot_end + r.queue, r.first - 2_000
@@ -372,24 +374,24 @@ def sglang_pd(r: Timeline, client: bool) -> list[dict]:
            _sg_root_attrs(r, "p" + ids.tid[:31], forward_end - r.arrival, forward_end - waited, room), sid=p_root)
     # decode instance: bootstrap, wait for the transferred KV, a short decode wait, forward (fake output first)
     d0 = r.arrival + 150
-    sg.add("tokenize", d0, d0 + 200, d_tok)
-    sg.add(f"DecodeTokenizer{host.format(6101)}", d0, d0 + 250, d_root, {"thread_label": "DecodeTokenizer"},
+    dg.add("tokenize", d0, d0 + 200, d_tok)
+    dg.add(f"DecodeTokenizer{host.format(6101)}", d0, d0 + 250, d_root, {"thread_label": "DecodeTokenizer"},
            sid=d_tok)
-    sg.add("decode_prepare", d0 + 300, d0 + 600, d_sch)
-    sg.add("decode_bootstrap", d0 + 600, boot_end, d_sch)
-    sg.add("decode_transferred", boot_end, forward_end + 1_000, d_sch)
-    sg.add("decode_waiting", forward_end + 1_000, forward_end + 1_200, d_sch)
-    df = sg.add("decode_forward", forward_end + 1_200, r.last, d_sch)
-    sg.add("fake_output", forward_end + 1_200, r.first, df)
+    dg.add("decode_prepare", d0 + 300, d0 + 600, d_sch)
+    dg.add("decode_bootstrap", d0 + 600, boot_end, d_sch)
+    dg.add("decode_transferred", boot_end, forward_end + 1_000, d_sch)
+    dg.add("decode_waiting", forward_end + 1_000, forward_end + 1_200, d_sch)
+    df = dg.add("decode_forward", forward_end + 1_200, r.last, d_sch)
+    dg.add("fake_output", forward_end + 1_200, r.first, df)
     t = r.first
     for i, gap in enumerate(r.itls_us):
-        sg.add("decode_loop", t, t + gap, df, {"decode_ct": i})
+        dg.add("decode_loop", t, t + gap, df, {"decode_ct": i})
         t += gap
-    sg.add(f"Decode Scheduler [TP 0] {host.format(6150)}", d0 + 250, r.last, d_root,
+    dg.add(f"Decode Scheduler [TP 0] {host.format(6150)}", d0 + 250, r.last, d_root,
            {"thread_label": "Decode Scheduler", "tp_rank": 0}, sid=d_sch)
-    sg.add(f"decode Req {ids.tid[8:16]}", d0, r.end, cid,
+    dg.add(f"decode Req {ids.tid[8:16]}", d0, r.end, cid,
            _sg_root_attrs(r, "d" + ids.tid[:31], r.first - d0, r.first - forward_end - 1_200, room), sid=d_root)
-    docs = [_doc(_SGLANG, "sglang server", sg.spans)]
+    docs = [_doc(_SGLANG, "sglang server", sg.spans), _doc(_SGLANG, "sglang server", dg.spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
 
 
