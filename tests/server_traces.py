@@ -23,7 +23,8 @@ CAUSES = ("queue", "prefill", "decode", "network")
 @dataclass
 class Timeline:
     """One request's truth, in µs after T0 (server receive = `arrival`); `itls_us` are the gaps between tokens.
-    `injected`: the case's cause was added to it; `failed`: each writer makes it fail the way its server says so."""
+    `injected`: the case's cause was added to it; `failed`: each writer makes it fail the way its server says so;
+    `preempted`: part of one gap was a re-queue, which only vLLM journey tracing tells apart."""
 
     k: int
     arrival: int
@@ -37,6 +38,7 @@ class Timeline:
     downlink: int
     injected: bool = False
     failed: bool = False
+    preempted: tuple[int, int] | None = None  # (token gap, µs of it spent back in the queue): a decode preemption
 
     @property
     def first(self) -> int:
@@ -94,6 +96,9 @@ def draw(name: str, cause: str, n: int, failed_share: float = 0.0) -> Mix:
         r = Timeline(k, t, rng.randint(300, 4_000), rng.randint(0, 30_000), 5_000 + prompt * 30,
                      [rng.randint(8_000, 16_000) for _ in range(rng.randint(3, 63))], rng.randint(200, 3_000),
                      prompt, rng.randint(500, 3_000), rng.randint(500, 3_000), k in injected, k in failed)
+        if rng.random() < 0.1:
+            r.preempted = (rng.randrange(len(r.itls_us)), rng.randint(5_000, 40_000))
+            r.itls_us[r.preempted[0]] += r.preempted[1]
         if r.injected:
             _inject(rng, r, cause)
         mix.requests.append(r)
@@ -111,6 +116,8 @@ def _inject(rng: random.Random, r: Timeline, cause: str) -> None:
     else:
         slow = rng.uniform(5, 10)
         r.itls_us = [int(x * slow) for x in r.itls_us]
+        if r.preempted:
+            r.itls_us[r.preempted[0]] -= int(r.preempted[1] * (slow - 1))  # the steps slow down, not the re-queue
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -200,6 +207,11 @@ def native(r: Timeline, client: bool) -> list[dict]:
 _VLLM = {"service.name": "vllm", "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry"}
 
 
+def vllm_request_id(r: Timeline) -> str:
+    """The OpenAI-style id vLLM gives request `r`."""
+    return f"chatcmpl-{r.k:016x}"
+
+
 def _httpx_client(ids: _Ids, r: Timeline, sid: str, sent_us: int) -> dict:
     """A plain OpenTelemetry httpx CLIENT span (old HTTP semconv names), non-streamed: it ends once the response,
     sent at `sent_us`, is read."""
@@ -223,7 +235,7 @@ def vllm_classic(r: Timeline, client: bool) -> list[dict]:
         "gen_ai.latency.time_in_queue": s(r.queue), "gen_ai.usage.prompt_tokens": r.prompt_tokens,
         "gen_ai.usage.completion_tokens": r.output_tokens, "gen_ai.latency.time_in_model_prefill": s(r.prefill),
         "gen_ai.latency.time_in_model_decode": s(decode), "gen_ai.latency.time_in_model_inference":
-        s(r.prefill + decode), "gen_ai.request.id": f"chatcmpl-{ids.tid[:16]}", "gen_ai.request.max_tokens": 256},
+        s(r.prefill + decode), "gen_ai.request.id": vllm_request_id(r), "gen_ai.request.max_tokens": 256},
         cid)
     docs = [_doc(_VLLM, "vllm.llm_engine", [span])]
     return docs + ([_httpx_client(ids, r, cid, traced)] if client else [])
@@ -244,7 +256,7 @@ def vllm_journey(r: Timeline, client: bool) -> list[dict]:
     ids = _Ids(3, r.k)
     api, core, cid = ids.sid(), ids.sid(), ids.sid() if client else None
     handoff, queued, sched = r.arrival + r.frontend // 2, r.arrival + r.frontend, r.arrival + r.frontend + r.queue
-    rid = f"chatcmpl-{ids.tid[:16]}"
+    rid = vllm_request_id(r)
     core_a = {"gen_ai.request.id": f"{rid}-{r.k:08x}"}  # the engine's id: the API's with a random suffix
     api_a = {"gen_ai.request.id": rid, "gen_ai.response.model": "m",
              "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.request.max_tokens": 256}
@@ -262,8 +274,14 @@ def vllm_journey(r: Timeline, client: bool) -> list[dict]:
         api_a["gen_ai.usage.completion_tokens"] = r.output_tokens
         api_ev = [("api.ARRIVED", r.arrival, {}), ("api.HANDOFF_TO_CORE", handoff, {}),
                   ("api.FIRST_RESPONSE_FROM_CORE", r.first + 2_000, {}), ("api.DEPARTED", r.end - 100, {})]
-        ev += [_journey("FIRST_TOKEN", r.first, 3, "decode", r),
-               _journey("FINISHED", r.last, 4, "decode", r, {"finish.status": "length"})]
+        ev.append(_journey("FIRST_TOKEN", r.first, 3, "decode", r))
+        if r.preempted:
+            j, wait = r.preempted
+            out = r.first + sum(r.itls_us[:j])
+            ev += [_journey("PREEMPTED", out, 10, "decode", r, {"num_preemptions": 1}),
+                   _journey("SCHEDULED", out + wait, 12, "decode", r, {"num_preemptions": 1,
+                                                                     "schedule.kind": "RESUME"})]
+        ev.append(_journey("FINISHED", r.last, 40, "decode", r, {"finish.status": "length"}))
         spans = [_span(ids.tid, api, "llm_request", 2, r.arrival, r.end, api_a, cid, api_ev),
                  _span(ids.tid, core, "llm_core", 1, queued, r.last + 50, core_a, api, ev)]
     docs = [_doc(_VLLM, "vllm.api", spans[:1]), _doc(_VLLM, "vllm.scheduler", spans[1:])]

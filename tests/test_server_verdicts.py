@@ -11,7 +11,9 @@ from typing import Callable
 
 import pytest
 from click.testing import CliRunner
-from server_traces import Mix, draw, jsonl, native, quantile, sglang, sglang_pd, tgi, triton, vllm_classic, vllm_journey
+from conftest import rows
+from server_traces import (Mix, draw, jsonl, native, quantile, sglang, sglang_pd, tgi, triton, vllm_classic,
+                           vllm_journey, vllm_request_id)
 
 from budgetscope.cli import main
 
@@ -175,3 +177,17 @@ def test_a_budget_on_a_figure_the_format_cannot_see_is_unknown(tmp_path):
     assert (code, tier["status"], tier["requests"]) == (3, "UNKNOWN", N)
     assert "no ok request has a known TTFT" in tier["unknown_reason"]
     assert tier["attribution"]["e2e"]["dominant"] == "queue"
+
+
+def test_vllm_journey_rows_keep_their_requeues_in_a_mix(tmp_path):
+    """Some requests of the mix are preempted in decode: each row's queue holds its re-queue and its decode does
+    not, to the microsecond, and the others are untouched (the QUEUED event comes 20 µs after `llm_core` opens)."""
+    case = next(c for c in CASES if c.name == "vllm-journey-decode")
+    mix = draw(case.name, case.cause, N)
+    archive = _ingest(tmp_path, _docs(case, mix))
+    got = {r[0]: r[1:] for r in rows(archive, "SELECT request_id, queue_ms, decode_ms, queue_entries FROM requests")}
+    assert 0 < sum(1 for r in mix.requests if r.preempted) < N
+    for r in mix.requests:
+        wait = r.preempted[1] if r.preempted else 0
+        want = ((r.queue - 20 + wait) / 1e3, (sum(r.itls_us) - wait) / 1e3, 2 if r.preempted else 1)
+        assert got[vllm_request_id(r)] == pytest.approx(want, abs=1e-3), r
