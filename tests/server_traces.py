@@ -486,3 +486,23 @@ def triton(r: Timeline, client: bool) -> list[dict]:
                    [("COMPUTE_START", c0, {}), ("COMPUTE_END", r.last, {})])]
     docs = [_doc({"service.name": "triton-inference-server"}, "triton-server", spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
+
+
+def as_exported(docs: list[dict], batch: int = 512) -> list[dict]:
+    """The spans of `docs` as an SDK's BatchSpanProcessor sends them: each process (resource and scope) exports its
+    spans in the order they ended, up to `batch` a request, so a request's spans are split over exports and mixed
+    with those of the requests that overlapped it; the exports in the order they were sent."""
+    groups: dict[str, tuple[dict, dict, list[dict]]] = {}
+    for d in docs:
+        for rs in d["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                key = json.dumps([rs["resource"], ss["scope"]], sort_keys=True)
+                groups.setdefault(key, (rs["resource"], ss["scope"], []))[2].extend(ss["spans"])
+    out = []
+    for resource, scope, spans in groups.values():
+        spans.sort(key=lambda s: int(s["endTimeUnixNano"]))
+        for i in range(0, len(spans), batch):
+            part = spans[i:i + batch]
+            out.append((int(part[-1]["endTimeUnixNano"]), {"resourceSpans": [
+                {"resource": resource, "scopeSpans": [{"scope": scope, "spans": part}]}]}))
+    return [d for _, d in sorted(out, key=lambda x: x[0])]

@@ -1,6 +1,6 @@
 """End to end, per server: a few hundred requests in the server's own span shapes, at a rate and mix drawn from a
-seed nobody picked (a hash of the case name), one cause injected into a drawn share of them. Ingested and reported
-through the CLI, the tier must be BROKEN under a budget the cause breaks and KEPT under one it keeps, the
+seed nobody picked (a hash of the case name), one cause injected into a drawn share of them, exported as each
+process's SDK batches them (every request split over several exports). Ingested and reported through the CLI, the tier must be BROKEN under a budget the cause breaks and KEPT under one it keeps, the
 attribution must name the injected cause, and every request must be counted once."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Callable
 import pytest
 from click.testing import CliRunner
 from conftest import rows
-from server_traces import (Mix, draw, jsonl, native, quantile, sglang, sglang_pd, tgi, triton, vllm_classic,
+from server_traces import (Mix, as_exported, draw, jsonl, native, quantile, sglang, sglang_pd, tgi, triton, vllm_classic,
                            vllm_journey, vllm_request_id)
 
 from budgetscope.cli import main
@@ -118,7 +118,9 @@ def _report(tmp_path, archive, budgets: str, name: str) -> tuple[int, dict]:
 
 
 def _docs(case: Case, mix: Mix) -> list[dict]:
-    return [d for r in mix.requests for d in case.write(r, case.client)]
+    """The mix's spans as each process's exporter batches them (up to 64 spans: small batches split requests the
+    most)."""
+    return as_exported([d for r in mix.requests for d in case.write(r, case.client)], batch=64)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
