@@ -1,7 +1,8 @@
 """End to end, per server: a few hundred requests in the server's own span shapes, at a rate and mix drawn from a
 seed nobody picked (a hash of the case name), one cause injected into a drawn share of them, exported as each
-process's SDK batches them (every request split over several exports). Ingested and reported through the CLI, the tier must be BROKEN under a budget the cause breaks and KEPT under one it keeps, the
-attribution must name the injected cause, and every request must be counted once."""
+process's SDK batches them (every request split over several exports). Ingested and reported through the CLI,
+the tier must be BROKEN under a budget the cause breaks and KEPT under one it keeps, the attribution must name the
+injected cause, and every request must be counted once."""
 
 from __future__ import annotations
 
