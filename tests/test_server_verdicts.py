@@ -102,10 +102,13 @@ def _breaks(case: Case, mix: Mix) -> str:
 
 
 def _ingest(tmp_path, docs: list[dict]):
-    src, a = tmp_path / "traces.jsonl", tmp_path / "archive"
-    src.write_text(jsonl(docs))
-    r = CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)])
-    assert r.exit_code == 0, r.output
+    """`budgetscope ingest` twice, each run half the exports: requests whose spans straddle the two runs included."""
+    a = tmp_path / "archive"
+    for i, part in enumerate((docs[:len(docs) // 2], docs[len(docs) // 2:])):
+        src = tmp_path / f"traces-{i}.jsonl"
+        src.write_text(jsonl(part))
+        r = CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)])
+        assert r.exit_code == 0, r.output
     return a
 
 
