@@ -466,6 +466,23 @@ def tgi(r: Timeline, client: bool) -> list[dict]:
     return [_doc(_TGI, "opentelemetry-otlp", spans)] + ([_loadgen_client(ids, r, cid)] if client else [])
 
 
+def tgi_trace_filter(r: Timeline, client: bool) -> list[dict]:
+    """The same at `LOG_LEVEL=trace`: OtelAxumLayer's SERVER span `POST /generate_stream` (the only SERVER span)
+    opens 120 µs before the handler (the body read) and closes 1 µs after it. Without a client it is the handler's
+    parent; with one, both are children of the client span (the handler's `set_parent`)."""
+    docs = tgi(r, client)
+    spans = docs[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    handler, sid = spans[0], _Ids(9, r.k).sid()
+    end_us = (int(handler["endTimeUnixNano"]) - T0) // US
+    spans.insert(0, _span(handler["traceId"], sid, "POST /generate_stream", 2, r.arrival - 120, end_us + 1, {
+        "http.request.method": "POST", "http.route": "/generate_stream", "network.protocol.version": "1.1",
+        "otel.name": "POST /generate_stream", "otel.kind": "Server", "http.response.status_code":
+        422 if r.failed else 200}, handler.get("parentSpanId")))
+    if not client:
+        handler["parentSpanId"] = sid
+    return docs
+
+
 # --- Triton -----------------------------------------------------------------------------------------------------
 
 def triton(r: Timeline, client: bool) -> list[dict]:

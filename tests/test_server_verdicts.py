@@ -13,8 +13,8 @@ from typing import Callable
 import pytest
 from click.testing import CliRunner
 from conftest import rows
-from server_traces import (Mix, as_exported, draw, jsonl, native, quantile, sglang, sglang_pd, tgi, triton, vllm_classic,
-                           vllm_journey, vllm_request_id)
+from server_traces import (Mix, as_exported, draw, jsonl, native, quantile, sglang, sglang_pd, tgi, tgi_trace_filter,
+                           triton, vllm_classic, vllm_journey, vllm_request_id)
 
 from budgetscope.cli import main
 
@@ -64,6 +64,8 @@ CASES = [
     Case("sglang-pd-two-traces-queue", sglang_pd, "queue", seen_as="unaccounted"),
     Case("tgi-queue", tgi, "queue"),
     Case("tgi-decode", tgi, "decode", client=True),
+    Case("tgi-trace-filter-prefill", tgi_trace_filter, "prefill"),
+    Case("tgi-trace-filter-network", tgi_trace_filter, "network", client=True),
     Case("triton-otel-queue", triton, "queue", has_ttft=False),
 ]
 
@@ -142,7 +144,7 @@ def test_the_injected_cause_gets_the_right_verdict(case, tmp_path):
     assert tier["attribution"][case.metric]["dominant"] == case.dominant
 
 
-FAILING = [c for c in CASES if c.name in ("native-queue", "sglang-prefill", "tgi-queue")]
+FAILING = [c for c in CASES if c.name in ("native-queue", "sglang-prefill", "tgi-queue", "tgi-trace-filter-prefill")]
 
 
 @pytest.mark.parametrize("failed_share", [1.0, 0.5], ids=["all-error", "half-error"])
