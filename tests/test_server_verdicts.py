@@ -140,7 +140,7 @@ def test_the_injected_cause_gets_the_right_verdict(case, tmp_path):
     assert tier["metrics"][f"{case.metric}_ms"]["p99"] == pytest.approx(quantile(_truth(mix, case)[1], 0.99), abs=5)
     assert tier["attribution"][case.metric]["dominant"] == case.dominant, (mix.rate_per_s, mix.injected_share, tier)
     code, tier = _report(tmp_path, archive, _keeps(case, mix), "keeps")
-    assert (code, tier["status"], tier["requests"]) == (0, "KEPT", N), tier["verdict"]
+    assert (code, tier["status"], tier["requests"], tier["attainment"]) == (0, "KEPT", N, 1.0), tier["verdict"]
     assert tier["attribution"][case.metric]["dominant"] == case.dominant
 
 
