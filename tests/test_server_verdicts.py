@@ -115,6 +115,7 @@ def _ingest(tmp_path, docs: list[dict]):
 
 
 def _report(tmp_path, archive, budgets: str, name: str) -> tuple[int, dict]:
+    """`budgetscope report --format json` under `budgets`: its exit status and its one tier."""
     b = tmp_path / f"{name}.toml"
     b.write_text(budgets)
     r = CliRunner().invoke(main, ["report", "-a", str(archive), "-b", str(b), "--format", "json"])
@@ -131,6 +132,8 @@ def _docs(case: Case, mix: Mix) -> list[dict]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_injected_cause_gets_the_right_verdict(case, tmp_path):
+    """BROKEN (exit 1) under the budget the cause breaks, p99 as drawn, the cause dominant; KEPT (exit 0) under a
+    roomy one; N requests either way."""
     mix = draw(case.name, case.cause, N)
     archive = _ingest(tmp_path, _docs(case, mix))
     code, tier = _report(tmp_path, archive, _breaks(case, mix), "breaks")
