@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from conftest import rows
+from server_traces import rust_duration
 
 from budgetscope.sources.importers import KIND_CLIENT, KIND_SERVER, document, span
 
@@ -98,20 +99,10 @@ def test_tgi_requests_sharing_a_trace_are_told_apart(archive_path, ingest_text):
                    ("00000002000000a1", 3, pytest.approx(20.0), pytest.approx(100.0))]
 
 
-def _rust_duration(ns: int) -> str:
-    """`format!("{:?}", Duration::from_nanos(ns))`: the largest unit that keeps the value ≥ 1, trailing zeros cut."""
-    for unit, size in (("s", 10**9), ("ms", 10**6), ("µs", 10**3)):
-        if ns >= size:
-            whole, frac = divmod(ns, size)
-            digits = f"{frac:0{len(str(size)) - 1}d}".rstrip("0")
-            return f"{whole}.{digits}{unit}" if digits else f"{whole}{unit}"
-    return f"{ns}ns"
-
-
 @pytest.mark.parametrize("ns, text", [(2_500_000, "2.5ms"), (898_000, "898µs"), (20_057_001, "20.057001ms"),
                                       (1_200_000_000, "1.2s"), (120, "120ns"), (3_000_000, "3ms")])
 def test_rust_duration_text_of_the_generator(ns, text):
-    assert _rust_duration(ns) == text
+    assert rust_duration(ns) == text
 
 
 def _tgi_request(rng, k: int, tid: str, parent: str | None, t0: int) -> tuple[list[dict], dict]:
@@ -128,7 +119,7 @@ def _tgi_request(rng, k: int, tid: str, parent: str | None, t0: int) -> tuple[li
     end = last + 30 + post
     h = next(sid)
     name = rng.choice(("generate_stream", "chat_completions")) if stream else rng.choice(("generate", "completions"))
-    fields = {"validation_time": _rust_duration(v * us), "queue_time": _rust_duration(q * us), "seed": "None"}
+    fields = {"validation_time": rust_duration(v * us), "queue_time": rust_duration(q * us), "seed": "None"}
     out = [span(tid, h, name, 1, t0, t0 + end * us, fields, parent_span_id=parent)]
     wrapper, inner = next(sid), next(sid)
     out.append(span(tid, wrapper, "async_stream" if stream else "generate", 1, t0 + 10 * us, t0 + (last + 50) * us,
