@@ -182,3 +182,73 @@ def test_the_report_says_load_ttft_is_the_first_token_event_and_a_mix_is_mixed(t
     assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {
         "first non-empty chunk": 1, "first token event": 2}
     assert "client TTFT mixed: 1 to the first non-empty chunk, 2 to the first token event" in report("table")
+
+
+# -- AIPerf's raw export: the first-event time ----------------------------------------------------------------
+def _raw_run(tmp_path) -> dict[str, Path]:
+    """The second recorded run (tests/fixtures/tools/README.md): AIPerf with `--export-level raw`."""
+    out = {"spans": tmp_path / "spans.jsonl", "aiperf": tmp_path / "aiperf" / "profile_export.jsonl",
+           "raw": tmp_path / "aiperf" / "profile_export_raw.jsonl"}
+    out["aiperf"].parent.mkdir()
+    for key in out:
+        name = "aiperf-raw-" + ("engine-spans.jsonl" if key == "spans" else out[key].name) + ".gz"
+        out[key].write_bytes(gzip.decompress((FIXTURES / name).read_bytes()))
+    return out
+
+
+def test_aiperf_raw_export_beside_the_records_gives_the_ttft_network_share(tmp_path, archive_path):
+    files = _raw_run(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    r = cli.invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)])
+    assert r.exit_code == 0 and "40 records joined" in r.stdout, r.output
+    got = dict((rid, (ttft, net)) for rid, ttft, net in rows(
+        archive_path, "SELECT request_id, ttft_ms, ttft_network_ms FROM requests"))
+    assert len(got) == 40 and all(net is not None and net > 0 for _, net in got.values())
+    # by hand from the raw file: first response perf_ns − start_perf_ns, minus the server's TTFT
+    # 6959816039788 − 6959749108027 ns = 66.931761 ms; 6959864451233 − 6959757488941 ns = 106.962292 ms
+    for rid, first_event_ms in (("18e7beca-6422-48c5-ad85-83b8a56d8980", 66.931761),
+                                ("45ab22a0-2f3e-4a4d-9ed8-eecc0a20ff42", 106.962292)):
+        ttft, net = got[rid]
+        assert net == pytest.approx(first_event_ms - ttft, abs=1e-6)
+    # the first event comes before AIPerf's first non-empty chunk or is it, never after (to within the rounding
+    # of AIPerf's TTFT in float ms)
+    assert rows(archive_path, """SELECT count(*) FROM requests
+        WHERE client_ttft_ms >= ttft_ms + ttft_network_ms - 1e-5""") == [(40,)]
+
+
+def test_aiperf_without_its_raw_export_has_no_ttft_network_share(tmp_path, archive_path):
+    files = _raw_run(tmp_path)
+    files["raw"].unlink()
+    cli = CliRunner()
+    assert cli.invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    assert cli.invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)]).exit_code == 0
+    assert rows(archive_path, "SELECT count(*), count(ttft_network_ms), count(network_ms) FROM requests") == [
+        (40, 0, 40)]
+
+
+def test_an_aiperf_raw_export_of_another_run_is_one_line_and_lands_nothing(tmp_path, archive_path, ingest_text):
+    _server(ingest_text, archive_path, [("req-0", T0)])
+    files = _raw_run(tmp_path)
+    files["aiperf"].write_text(json.dumps(_aiperf_record(0, T0)) + "\n")  # records whose ids the raw file lacks
+    before = rows(archive_path, "SELECT count(*) FROM spans")
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)])
+    assert r.exit_code == 2 and r.stderr == (
+        f"budgetscope: {files['aiperf']}: none of the 40 records of profile_export_raw.jsonl beside it matches one "
+        "of its requests by x_request_id (another run's raw export?) (nothing from it landed)\n")
+    assert rows(archive_path, "SELECT count(*) FROM spans") == before
+
+
+def test_a_bad_aiperf_raw_export_is_one_line_and_lands_nothing(tmp_path, archive_path):
+    files = _raw_run(tmp_path)
+    files["raw"].write_bytes(files["raw"].read_bytes() + b"{truncated\n")
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)])
+    assert r.exit_code == 2 and r.stderr.startswith(
+        f"budgetscope: {files['aiperf']}: profile_export_raw.jsonl beside it, line 41: not JSON (")
+    assert len(r.stderr.splitlines()) == 1 and not archive_path.exists()
+    # given as the FILE itself, it is named for what it is
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(files["raw"]), "-a", str(archive_path)])
+    assert r.exit_code == 2 and r.stderr == (
+        f"budgetscope: {files['raw']}: line 1: AIPerf's raw export; import the profile_export.jsonl beside it, "
+        "which reads it (nothing from it landed)\n")
+    assert not archive_path.exists()

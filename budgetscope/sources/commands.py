@@ -56,8 +56,10 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     into `requests` like any ingest; Prometheus text goes to `server_metrics`. An archive this command created
     stays only if something landed in it. AIPerf and GuideLLM records join the server row of the same request
     already in the archive, by the id the tool recorded (AIPerf `x_request_id`, GuideLLM `response_id`): one row
-    a request, with network derived; import them after the server's spans. A file of another known format is
-    named in one line with the command that reads it.
+    a request, with network derived; import them after the server's spans. AIPerf's raw export
+    (`profile_export_raw.jsonl`, `--export-level raw`) beside `profile_export.jsonl` is read with it: each
+    request's first-event time, so the network share of TTFT. A file of another known format is named in one line
+    with the command that reads it.
 
     \b
       budgetscope import --format vllm-bench result.json --archive runs.duckdb

@@ -36,7 +36,8 @@ TOKEN_EVENT = "first_token_event"
 NONEMPTY_CHUNK = "first_nonempty_chunk"
 """The first stream chunk with non-empty text (AIPerf, GuideLLM)."""
 FIRST_EVENT = "budgetscope.client.first_event_unix_nano"
-"""Client span attribute: the first stream event of any kind, ns, where the tool's export has it (GuideLLM)."""
+"""Client span attribute: the first stream event of any kind, ns, where the tool's export has it (GuideLLM; AIPerf
+with its raw export beside the records)."""
 
 FORMATS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton")
 KIND_SERVER, KIND_CLIENT = 2, 3
@@ -233,12 +234,17 @@ def aiperf(path: Path, data: bytes) -> bytes:
                       `inter_token_latency` ((E2E − TTFT) / (output − 1)) as `aiperf.inter_token_latency_ms`;
                       neither is a per-token gap, so `client_itl_ms` is NULL
       model           the one model of the run's `profile_export_aiperf.json` beside the file, when there
+      first event     from the run's raw export beside the file (`profile_export_raw.jsonl`, `_aiperf_first_events`),
+                      when there; else unknown
     """
     seed = hashlib.blake2b(data, digest_size=16).digest()
     model = _aiperf_model(path)
     spans = []
     for n, where, rec in json_lines(path, data):
         meta, metrics = (rec.get("metadata"), rec.get("metrics")) if isinstance(rec, dict) else (None, None)
+        if isinstance(meta, dict) and "responses" in rec and "start_perf_ns" in rec:
+            raise ImportFormatError(f"{where}: AIPerf's raw export; import the profile_export.jsonl beside it, "
+                                    "which reads it")
         if not isinstance(meta, dict) or not isinstance(metrics, dict):
             raise ImportFormatError(f"{where}: not an AIPerf record (want metadata and metrics objects)")
         if meta.get("benchmark_phase") == "warmup":
@@ -269,7 +275,60 @@ def aiperf(path: Path, data: bytes) -> bytes:
                    "aiperf.inter_token_latency_ms": _metric(metrics, "inter_token_latency", where)}))
     if not spans:
         raise ImportFormatError(f"{path}: no AIPerf profiling records")
+    _add_first_events(path, spans)
     return document("aiperf", spans)
+
+
+def raw_export_of(path: Path) -> Path:
+    """Where AIPerf writes the raw export of the records file `path` (`profile_export.jsonl` →
+    `profile_export_raw.jsonl`, beside it)."""
+    return path.with_name(path.name.removesuffix(".jsonl") + "_raw.jsonl")
+
+
+def _add_first_events(path: Path, spans: list[dict]) -> None:
+    """Put each span's first-event time (FIRST_EVENT, ns) from the raw export beside `path`, matched by
+    `x_request_id`; nothing without the raw file. ImportFormatError when it matches none of the records."""
+    raw = raw_export_of(path)
+    if not raw.is_file():
+        return
+    firsts = _aiperf_first_events(raw, f"{path}: {raw.name} beside it")
+    matched = 0
+    for s in spans:
+        rid = next((a["value"].get("stringValue") for a in s["attributes"] if a["key"] == "aiperf.x_request_id"),
+                   None)
+        if rid in firsts:
+            s["attributes"].append({"key": FIRST_EVENT, "value": _value(firsts[rid])})
+            matched += 1
+    if not matched:
+        raise ImportFormatError(f"{path}: none of the {len(firsts):,} records of {raw.name} beside it matches one "
+                                "of its requests by x_request_id (another run's raw export?)")
+
+
+def _aiperf_first_events(raw: Path, name: str) -> dict[str, int]:
+    """{x_request_id: the first response's wall-clock time, ns} over AIPerf's raw export `raw`, called `name` in
+    errors (read a line at a time: it holds every chunk). One `RawRecordInfo` a line: `responses[i].perf_ns` and `start_perf_ns` are
+    perf_counter_ns, `metadata.request_start_ns` is the wall clock at `start_perf_ns`; AIPerf converts the same
+    way (`compute_time_ns`: start wall + perf − start perf). Records without a response are left out."""
+    firsts = {}
+    with raw.open("rb") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{name}, line {n}"
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
+            meta = rec.get("metadata") if isinstance(rec, dict) else None
+            if not isinstance(meta, dict) or not isinstance(rec.get("responses"), list):
+                raise ImportFormatError(f"{where}: not an AIPerf raw record (want metadata and responses)")
+            if not rec["responses"] or not isinstance(rec["responses"][0], dict):
+                continue
+            first_perf = integer(rec["responses"][0].get("perf_ns"), where + " responses[0].perf_ns")
+            start_perf = integer(rec.get("start_perf_ns"), where + " start_perf_ns")
+            firsts[meta.get("x_request_id")] = (integer(meta.get("request_start_ns"), where + " request_start_ns")
+                                                + first_perf - start_perf)
+    return firsts
 
 
 def _metric_list(metrics: dict, name: str, where: str) -> list[float] | None:
