@@ -202,8 +202,8 @@ def test_aiperf_raw_export_beside_the_records_gives_the_ttft_network_share(tmp_p
     assert cli.invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
     r = cli.invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)])
     assert r.exit_code == 0 and "40 records joined" in r.stdout, r.output
-    got = dict((rid, (ttft, net)) for rid, ttft, net in rows(
-        archive_path, "SELECT request_id, ttft_ms, ttft_network_ms FROM requests"))
+    got = {rid: (ttft, net) for rid, ttft, net in rows(
+        archive_path, "SELECT request_id, ttft_ms, ttft_network_ms FROM requests")}
     assert len(got) == 40 and all(net is not None and net > 0 for _, net in got.values())
     # by hand from the raw file: first response perf_ns − start_perf_ns, minus the server's TTFT
     # 6959816039788 − 6959749108027 ns = 66.931761 ms; 6959864451233 − 6959757488941 ns = 106.962292 ms

@@ -234,11 +234,12 @@ def aiperf(path: Path, data: bytes) -> bytes:
                       `inter_token_latency` ((E2E − TTFT) / (output − 1)) as `aiperf.inter_token_latency_ms`;
                       neither is a per-token gap, so `client_itl_ms` is NULL
       model           the one model of the run's `profile_export_aiperf.json` beside the file, when there
-      first event     from the run's raw export beside the file (`profile_export_raw.jsonl`, `_aiperf_first_events`),
-                      when there; else unknown
+      first event     the first response in the run's raw export beside the file (`profile_export_raw.jsonl`,
+                      `--export-level raw`), matched by `x_request_id`, when there; else unknown
     """
     seed = hashlib.blake2b(data, digest_size=16).digest()
     model = _aiperf_model(path)
+    firsts = _aiperf_first_events(path)
     spans = []
     for n, where, rec in json_lines(path, data):
         meta, metrics = (rec.get("metadata"), rec.get("metrics")) if isinstance(rec, dict) else (None, None)
@@ -271,11 +272,14 @@ def aiperf(path: Path, data: bytes) -> bytes:
             error_type="cancelled" if meta.get("was_cancelled") else "error",
             extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id"),
                    ID_ATTR: meta.get("x_request_id"), FIRST_TOKEN_DEFINITION: NONEMPTY_CHUNK,
+                   FIRST_EVENT: (firsts or {}).get(meta.get("x_request_id")),
                    "aiperf.inter_chunk_latency_ms": _metric_list(metrics, "inter_chunk_latency", where),
                    "aiperf.inter_token_latency_ms": _metric(metrics, "inter_token_latency", where)}))
     if not spans:
         raise ImportFormatError(f"{path}: no AIPerf profiling records")
-    _add_first_events(path, spans)
+    if firsts is not None and not any(a["key"] == FIRST_EVENT for s in spans for a in s["attributes"]):
+        raise ImportFormatError(f"{path}: none of the {len(firsts):,} records of {raw_export_of(path).name} beside "
+                                "it matches one of its requests by x_request_id (another run's raw export?)")
     return document("aiperf", spans)
 
 
@@ -285,50 +289,43 @@ def raw_export_of(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(".jsonl") + "_raw.jsonl")
 
 
-def _add_first_events(path: Path, spans: list[dict]) -> None:
-    """Put each span's first-event time (FIRST_EVENT, ns) from the raw export beside `path`, matched by
-    `x_request_id`; nothing without the raw file. ImportFormatError when it matches none of the records."""
+def _aiperf_first_events(path: Path) -> dict[str, int] | None:
+    """{x_request_id: the first response's wall-clock time, ns} from the raw export beside the records file
+    `path` (None without one), read a line at a time: it holds every chunk of every request.
+
+    One `RawRecordInfo` a line (aiperf/common/models/record_models.py and
+    aiperf/post_processors/raw_record_writer_processor.py of aiperf 0.13.0): `metadata` as in the records,
+    `start_perf_ns`, `responses[i].perf_ns` (perf_counter_ns). Records without a response are left out."""
     raw = raw_export_of(path)
     if not raw.is_file():
-        return
-    firsts = _aiperf_first_events(raw, f"{path}: {raw.name} beside it")
-    matched = 0
-    for s in spans:
-        rid = next((a["value"].get("stringValue") for a in s["attributes"] if a["key"] == "aiperf.x_request_id"),
-                   None)
-        if rid in firsts:
-            s["attributes"].append({"key": FIRST_EVENT, "value": _value(firsts[rid])})
-            matched += 1
-    if not matched:
-        raise ImportFormatError(f"{path}: none of the {len(firsts):,} records of {raw.name} beside it matches one "
-                                "of its requests by x_request_id (another run's raw export?)")
-
-
-def _aiperf_first_events(raw: Path, name: str) -> dict[str, int]:
-    """{x_request_id: the first response's wall-clock time, ns} over AIPerf's raw export `raw`, called `name` in
-    errors (read a line at a time: it holds every chunk). One `RawRecordInfo` a line: `responses[i].perf_ns` and `start_perf_ns` are
-    perf_counter_ns, `metadata.request_start_ns` is the wall clock at `start_perf_ns`; AIPerf converts the same
-    way (`compute_time_ns`: start wall + perf − start perf). Records without a response are left out."""
+        return None
     firsts = {}
     with raw.open("rb") as f:
         for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{name}, line {n}"
-            try:
-                rec = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
-            meta = rec.get("metadata") if isinstance(rec, dict) else None
-            if not isinstance(meta, dict) or not isinstance(rec.get("responses"), list):
-                raise ImportFormatError(f"{where}: not an AIPerf raw record (want metadata and responses)")
-            if not rec["responses"] or not isinstance(rec["responses"][0], dict):
-                continue
-            first_perf = integer(rec["responses"][0].get("perf_ns"), where + " responses[0].perf_ns")
-            start_perf = integer(rec.get("start_perf_ns"), where + " start_perf_ns")
-            firsts[meta.get("x_request_id")] = (integer(meta.get("request_start_ns"), where + " request_start_ns")
-                                                + first_perf - start_perf)
+            if line.strip():
+                rid, first_ns = _aiperf_first_event(line, f"{path}: {raw.name} beside it, line {n}")
+                if first_ns is not None:
+                    firsts[rid] = first_ns
     return firsts
+
+
+def _aiperf_first_event(line: bytes, where: str) -> tuple[Any, int | None]:
+    """(x_request_id, the first response's wall-clock time in ns or None) of one raw record. `request_start_ns`
+    is the wall clock at `start_perf_ns`; AIPerf converts a perf time the same way (`compute_time_ns` in
+    aiperf/common/utils.py: start wall + perf − start perf)."""
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
+    meta = rec.get("metadata") if isinstance(rec, dict) else None
+    if not isinstance(meta, dict) or not isinstance(rec.get("responses"), list):
+        raise ImportFormatError(f"{where}: not an AIPerf raw record (want metadata and responses)")
+    if not rec["responses"] or not isinstance(rec["responses"][0], dict):
+        return meta.get("x_request_id"), None
+    first_perf = integer(rec["responses"][0].get("perf_ns"), where + " responses[0].perf_ns")
+    start_perf = integer(rec.get("start_perf_ns"), where + " start_perf_ns")
+    start = integer(meta.get("request_start_ns"), where + " request_start_ns")
+    return meta.get("x_request_id"), start + first_perf - start_perf
 
 
 def _metric_list(metrics: dict, name: str, where: str) -> list[float] | None:
