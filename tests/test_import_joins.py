@@ -249,6 +249,7 @@ def test_a_bad_aiperf_raw_export_is_one_line_and_lands_nothing(tmp_path, archive
     # given as the FILE itself, it is named for what it is
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(files["raw"]), "-a", str(archive_path)])
     assert r.exit_code == 2 and r.stderr == (
-        f"budgetscope: {files['raw']}: line 1: AIPerf's raw export; import the profile_export.jsonl beside it, "
-        "which reads it (nothing from it landed)\n")
+        f"budgetscope: {files['raw']}: this is an AIPerf raw export (profile_export_raw.jsonl), not an AIPerf "
+        "profile_export.jsonl: read it with `budgetscope import --from aiperf` of the profile_export.jsonl beside it "
+        "(nothing from it landed)\n")
     assert not archive_path.exists()

@@ -17,6 +17,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tools"
 
 @pytest.mark.parametrize("head, kind", [
     (gzip.decompress((FIXTURES / "aiperf-profile_export.jsonl.gz").read_bytes())[:65536], "aiperf"),
+    (gzip.decompress((FIXTURES / "aiperf-raw-profile_export_raw.jsonl.gz").read_bytes())[:65536], "aiperf-raw"),
     (gzip.decompress((FIXTURES / "guidellm-benchmarks.json.gz").read_bytes())[:65536], "guidellm"),
     (gzip.decompress((FIXTURES / "engine-spans.jsonl.gz").read_bytes())[:65536], "otlp"),
     (b'{\n  "resourceSpans": [\n', "otlp"),
@@ -58,3 +59,15 @@ def test_ingest_of_a_tools_results_is_one_line(tmp_path, archive_path):
     # the spans beside it still landed (the recorded run's 1,830 spans, 80 requests); nothing of the AIPerf file did
     assert (out["counts"]["spans"], out["counts"]["requests"]) == (1830, 80)
     assert [e["rejected"] for e in out["files"]][0].startswith(f"{f}: this is an AIPerf")
+
+
+def test_ingest_or_a_wrong_import_of_aiperfs_raw_export_is_one_line(tmp_path, archive_path):
+    raw = tmp_path / "profile_export_raw.jsonl"
+    raw.write_bytes(gzip.decompress((FIXTURES / "aiperf-raw-profile_export_raw.jsonl.gz").read_bytes()))
+    said = (f"budgetscope: {raw}: this is an AIPerf raw export (profile_export_raw.jsonl), not {{}}: read it with "
+            "`budgetscope import --from aiperf` of the profile_export.jsonl beside it (nothing from it landed)\n")
+    r = CliRunner().invoke(main, ["ingest", str(raw), "-a", str(archive_path)])
+    assert (r.exit_code, r.stderr) == (2, said.format("an OTLP trace export"))
+    r = CliRunner().invoke(main, ["import", "--from", "guidellm", str(raw), "-a", str(archive_path)])
+    assert (r.exit_code, r.stderr) == (2, said.format("a GuideLLM benchmarks.json"))
+    assert not archive_path.exists()

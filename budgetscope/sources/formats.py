@@ -15,13 +15,15 @@ HEAD_BYTES = 1 << 16
 NAMES = {
     "otlp": "an OTLP trace export",
     "aiperf": "an AIPerf profile_export.jsonl",
+    "aiperf-raw": "an AIPerf raw export (profile_export_raw.jsonl)",
     "guidellm": "a GuideLLM benchmarks.json",
     "vllm-bench": "a vllm bench serve result",
     "vllm-metrics": "vLLM RequestOutput.metrics lines",
     "triton": "a Triton trace file",
     "prometheus": "Prometheus /metrics text",
 }
-"""Each recognised format → how a message names it. All but `otlp` are `budgetscope import --from` kinds."""
+"""Each recognised format → how a message names it. All but `otlp` and `aiperf-raw` (read with the
+`profile_export.jsonl` beside it) are `budgetscope import --from` kinds."""
 
 
 def recognise(path: str | Path) -> str | None:
@@ -60,6 +62,8 @@ def _by_keys(keys) -> str | None:
         return "otlp"
     if {"metadata", "metrics"} <= keys:
         return "aiperf"
+    if {"metadata", "start_perf_ns", "responses"} <= keys:
+        return "aiperf-raw"
     if "benchmarks" in keys or "guidellm_version" in keys:
         return "guidellm"
     if {"start_times", "ttfts"} <= keys or {"date", "model_id"} <= keys:
@@ -75,5 +79,7 @@ def wrong_format(path: str | Path, wanted: str) -> str | None:
     found = recognise(path)
     if found is None or found == wanted:
         return None
-    how = "`budgetscope ingest`" if found == "otlp" else f"`budgetscope import --from {found}`"
+    how = {"otlp": "`budgetscope ingest`",
+           "aiperf-raw": "`budgetscope import --from aiperf` of the profile_export.jsonl beside it"}.get(
+        found, f"`budgetscope import --from {found}`")
     return f"{path}: this is {NAMES[found]}, not {NAMES[wanted]}: read it with {how}"
