@@ -203,7 +203,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     """
     import os
 
-    from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_line
+    from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_in, unclaimed_line
     from budgetscope.archive.archive import Archive, ArchiveError
     from budgetscope.ingest.files import check, input_problem, read_batches
     from budgetscope.sources.formats import wrong_format
@@ -245,7 +245,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         raise _fail(e) from None
     except Exception as e:
         raise _io_failure(e, archive, new) from None
-    unclaimed = None if discarded else _unclaimed(archive)
+    unclaimed = None if discarded else unclaimed_in(archive)
     if fmt == "json":
         click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts,
                                "unclaimed_spans": unclaimed}))
@@ -264,15 +264,6 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
             click.echo(f"budgetscope: … and {len(rejected) - 20} more rejected batches", err=True)
     if rejected or failed_files:
         sys.exit(2)
-
-
-def _unclaimed(archive: str) -> dict:
-    """The spans of the archive, as committed, that no adapter claimed (`budgetscope.analysis.coverage`)."""
-    from budgetscope.analysis.coverage import unclaimed_spans
-    from budgetscope.archive.archive import Archive
-
-    with Archive(archive, read_only=True, create=False) as a:
-        return unclaimed_spans(a.con)
 
 
 # -- report ----------------------------------------------------------------------------------------------------

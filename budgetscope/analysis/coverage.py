@@ -53,6 +53,15 @@ _ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
 """A word of hex digits (and dashes) with at least one digit: a request id or a counter inside a span name."""
 
 
+
+def unclaimed_in(archive) -> dict:
+    """`unclaimed_spans` of the archive at `archive` (a path), as last committed; raises ArchiveError when it
+    cannot be read."""
+    from budgetscope.archive.archive import Archive
+
+    with Archive(archive, read_only=True, create=False) as a:
+        return unclaimed_spans(a.con)
+
 def id_free(name: str | None) -> str | None:
     """A span name with the ids in it replaced by `<id>`, so that SGLang's `" Req 1f3a9c2e"` roots group as one
     name (`" Req <id>"`), its leading space kept."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from budgetscope.analysis.gpu import KV_FULL
 from budgetscope.analysis.report import Selection
+from budgetscope.analysis.verdict import ms
 
 BOUND_SHARE = 0.5  # share of the overlapping steps at a limit for that limit to be what the queue waited on
 LONG_STEP_RATIO = 4.0  # a prefill-carrying step this many times a decode-only step's median is "long"
@@ -95,17 +96,13 @@ def waited_on(f: dict) -> list[str]:
     return out
 
 
-def _ms(v: float) -> str:
-    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.0f} ms" if v >= 10 else f"{v:.1f} ms"
-
-
 def sentence(q: dict) -> str:
     """One sentence for the verdict."""
     f = q["figures"]
     if not q["waited_on"]:
         return f"What the TTFT tail queued behind is unknown: {q['reason']}."
     words = {k: (f"{100 * v:.0f}%" if k.endswith("share") or k.startswith("kv_used") else
-                 _ms(v) if k.endswith("_ms") else f"{v:,}") for k, v in f.items() if isinstance(v, (int, float))}
+                 ms(v) if k.endswith("_ms") else f"{v:,}") for k, v in f.items() if isinstance(v, (int, float))}
     words["preemptions"] = f", {f['preempted']:,} preemptions" if f.get("preempted") else ""
     said = [REASON_WORDS[r].format(**words) for r in q["waited_on"]]
     text = "The TTFT tail queued behind " + "; and ".join(said)

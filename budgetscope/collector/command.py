@@ -161,12 +161,11 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
 def _unclaimed(archive: str) -> dict | None:
     """The spans of the archive no adapter claimed, read once the collector has closed it (None if it cannot
     be read: the summary then goes without)."""
-    from budgetscope.analysis.coverage import unclaimed_spans
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.analysis.coverage import unclaimed_in
+    from budgetscope.archive.archive import ArchiveError
 
     try:
-        with Archive(archive, read_only=True, create=False) as a:
-            return unclaimed_spans(a.con)
+        return unclaimed_in(archive)
     except ArchiveError:
         return None
 
