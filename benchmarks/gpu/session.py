@@ -1,0 +1,276 @@
+"""One GPU session's measurements for the reference engine, in one call, each phase bounded by its own timeout.
+
+    python3 benchmarks/gpu/session.py --out OUT [--phases env,attn,mixed,decode,inproc,served,record] \
+        [--baseline DIR] [--seconds 30]
+
+Phases (a failing phase prints its error and the next one runs):
+- env: the GPU, driver, torch, triton;
+- attn: benchmarks/gpu/attention_bench.py (one layer's attention: gather + SDPA, the Triton kernel, FlexAttention);
+- mixed: benchmarks/gpu/step_mix.py mixed, this engine (Triton attention, profiled) and, with --baseline, the same
+  script against the engine in DIR (an older checkout's `budgetscope/`, on PYTHONPATH);
+- decode: benchmarks/bench_gpu.py at batch 1 and 64 (copy bandwidth, tokens/s, bytes a step over step time), and
+  batch 1 of the baseline;
+- inproc: step_mix.py saturate, 64 sequences of 256 + 256 tokens (the in-process figure for the served one);
+- served: `engine serve --config 1b --max-seqs 64` with the GPU sampler; `load` at 12 req/s (256/256 tokens,
+  token ids), then a closed loop of 64 (saturation); the spans and samples come back as OUT/rec-served.tar.gz;
+- record: three recordings for sample_traces/ (bandwidth-bound, host-bound, KV preemptions), each
+  OUT/rec-<name>.tar.gz with the commands in its README.
+
+Figures go to OUT/figures.json (one entry per phase) and the console; the log of every command to OUT/log.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+FIGURES: dict = {}
+WORK = Path("/tmp/budgetscope-gpu-session")  # raw files; only logs, figures and tarballs go to OUT
+SMOKE = False  # --smoke: the same phases on CPU with the `tiny` model, for checking this script anywhere
+
+
+def log(out: Path, text: str) -> None:
+    print(text, flush=True)
+    with open(out / "log.txt", "a") as f:
+        f.write(text + "\n")
+
+
+def sh(out: Path, cmd: list[str], timeout: float, env: dict | None = None) -> str:
+    """Run cmd; its output goes to the log (and the last lines to the console); returns the output."""
+    log(out, "$ " + shlex.join(cmd))
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                           timeout=timeout)
+        text, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        text, rc = _text(e.stdout) + _text(e.stderr), "timeout"
+    with open(out / "log.txt", "a") as f:
+        f.write(text + f"\n[rc {rc} in {time.perf_counter() - t0:.1f} s]\n")
+    tail = [line for line in text.splitlines() if line.strip()][-6:]
+    print("\n".join("  " + line[:300] for line in tail) + f"\n  [rc {rc} in {time.perf_counter() - t0:.1f} s]",
+          flush=True)
+    return text
+
+
+def _text(b) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+
+def results(text: str) -> list[dict]:
+    return [json.loads(line[len("RESULT "):]) for line in text.splitlines() if line.startswith("RESULT ")]
+
+
+def _smoke_load(args: list[str]) -> list[str]:
+    """A load the `tiny` model on CPU can take: 2 requests/s, or 4 in flight."""
+    out = list(args)
+    for flag, value in (("--rate", "2"), ("--concurrency", "4")):
+        if flag in out:
+            out[out.index(flag) + 1] = value
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port: int, proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            return True
+        except Exception:
+            time.sleep(0.5)
+    return False
+
+
+def serve_and_load(out: Path, name: str, serve_args: list[str], loads: list[list[str]], what: str,
+                   env: dict | None = None, ready_s: float = 180) -> None:
+    """engine serve + gpu sample + each load in turn; the three files and a README into OUT/rec-<name>.tar.gz."""
+    rec = WORK / f"rec-{name}"
+    rec.mkdir(exist_ok=True)
+    port = free_port()
+    cli = [PY, "-m", "budgetscope"]
+    if SMOKE:
+        serve_args = [("tiny" if a in ("1b", "small") else a) for a in serve_args]
+        loads = [_smoke_load(la) for la in loads]
+    serve = cli + ["engine", "serve", "--device", "cpu" if SMOKE else "cuda", "--port", str(port),
+                   "--exporter", f"jsonl:{rec / 'engine.jsonl'}"] + serve_args
+    log(out, "$ " + shlex.join(serve))
+    elog = open(rec / "engine.log", "w")
+    engine = subprocess.Popen(serve, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=elog, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    sampler = None
+    try:
+        t0 = time.perf_counter()
+        if not wait_ready(port, engine, ready_s):
+            log(out, f"[{name}] engine not ready (rc {engine.poll()}); its log: "
+                     + (rec / "engine.log").read_text()[-2000:])
+            return
+        log(out, f"[{name}] engine ready in {time.perf_counter() - t0:.1f} s")
+        sampler = subprocess.Popen(cli + ["gpu", "sample", "--every", "100ms", "--out", f"jsonl:{rec / 'gpu.jsonl'}"],
+                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(rec / "gpu.log", "w"),
+                                   start_new_session=True)
+        summaries = []
+        for i, args in enumerate(loads):
+            load = cli + ["load", f"http://127.0.0.1:{port}", "--prompt-format", "token-ids",
+                          "--spans", f"jsonl:{rec / 'client.jsonl'}", "--out", str(rec / f"load{i}.json")] + args
+            text = sh(out, load, timeout=240)
+            summaries.append(text.strip().splitlines()[-12:] if text.strip() else [])
+        FIGURES.setdefault("served", {})[name] = {"loads": loads, "summaries": summaries}
+    finally:
+        for p in (sampler, engine):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (sampler, engine):
+            if p is not None:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+        elog.close()
+        (rec / "README.md").write_text(
+            f"# {name}\n\n{what}\n\n    " + shlex.join(["budgetscope"] + serve[3:]).replace(str(rec / "engine.jsonl"), "engine.jsonl") + "\n    budgetscope gpu sample "
+            "--every 100ms --out jsonl:gpu.jsonl\n" + "".join(
+                "    budgetscope load URL --prompt-format token-ids --spans jsonl:client.jsonl " + shlex.join(a) + "\n"
+                for a in loads) + f"\nengine exit code: {engine.returncode}\n")
+        with tarfile.open(out / f"rec-{name}.tar.gz", "w:gz") as tar:
+            tar.add(rec, arcname=name)
+        log(out, f"[{name}] engine exit {engine.returncode}; {sum(1 for _ in open(rec / 'engine.jsonl')) if (rec / 'engine.jsonl').exists() else 0} engine span lines")
+
+
+def baseline_env(args) -> dict:
+    """The older engine first on the path (the wheels this session installed still after it)."""
+    return {"PYTHONPATH": os.pathsep.join(p for p in (args.baseline, os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def phase_env(out, args):
+    sh(out, ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem", "--format=csv"], 30)
+    text = sh(out, [PY, "-c", "import torch, triton, platform; print('RESULT', __import__('json').dumps({'torch': "
+                    "torch.__version__, 'triton': triton.__version__, 'python': platform.python_version(), "
+                    "'gpu': torch.cuda.get_device_name(), 'cpus': __import__('os').cpu_count()}))"], 60)
+    FIGURES["env"] = results(text)
+
+
+def phase_attn(out, args):
+    script = ROOT / "benchmarks/gpu/attention_bench.py"
+    if script.exists():
+        FIGURES["attn"] = results(sh(out, [PY, str(script)], 120)) or "see log"
+
+
+def phase_mixed(out, args):
+    step_mix = str(ROOT / "benchmarks/gpu/step_mix.py")
+    FIGURES["mixed"] = results(sh(out, [PY, step_mix, "mixed", "--attention", "triton", "--steps", "300",
+                                        "--profile-steps", "100"], 180))
+    if args.baseline:
+        FIGURES["mixed"] += results(sh(out, [PY, step_mix, "mixed", "--steps", "300"], 150,
+                                       env=baseline_env(args)))
+
+
+def phase_decode(out, args):
+    bench = str(ROOT / "benchmarks/bench_gpu.py")
+    sh(out, [PY, bench, "--out", str(WORK / "bench"), "--batches", "1,64", "--modes", "graphs", "--no-tape",
+             "--no-sampler-cost", "--seconds", "3"], 180)
+    path = WORK / "bench" / "gpu_figures.json"
+    if path.exists():
+        f = json.loads(path.read_text())
+        FIGURES["decode"] = {"copy_bytes_per_s": f.get("copy_bytes_per_s"), "decode": f.get("decode")}
+    if args.baseline:
+        base_bench = str(Path(args.baseline) / "benchmarks/bench_gpu.py")
+        sh(out, [PY, base_bench, "--out", str(WORK / "base"), "--batches", "1", "--modes", "graphs", "--no-tape",
+                 "--no-sampler-cost", "--seconds", "3"], 150, env=baseline_env(args))
+        path = WORK / "base" / "gpu_figures.json"
+        if path.exists():
+            FIGURES["decode_baseline"] = json.loads(path.read_text()).get("decode")
+
+
+def phase_inproc(out, args):
+    FIGURES["inproc"] = results(sh(out, [PY, str(ROOT / "benchmarks/gpu/step_mix.py"), "saturate", "--attention",
+                                         "triton", "--max-seqs", "64", "--seconds", "15"], 150))
+
+
+def phase_served(out, args):
+    s = str(args.seconds)
+    serve_and_load(out, "served", ["--config", "1b", "--max-seqs", "64"],
+                   [["--rate", "12", "--duration", s, "--prompt-tokens", "256", "--output-tokens", "256"],
+                    ["--concurrency", "64", "--duration", s, "--warmup", "5s", "--prompt-tokens", "256",
+                     "--output-tokens", "256"]],
+                   "The `1b` engine on one GPU: 12 requests/s of 256 prompt / 256 output tokens, then a closed loop "
+                   "of 64 (saturation).")
+
+
+def phase_record(out, args):
+    s = str(args.seconds)
+    serve_and_load(
+        out, "bandwidth-bound",
+        ["--config", "1b", "--max-seqs", "256", "--max-batched-tokens", "8192", "--max-model-len", "4096",
+         "--kv-blocks", str(256 * 4096 // 16 + 64)],
+        [["--rate", "20", "--duration", s, "--prompt-tokens", "3000", "--output-tokens", "768"]],
+        "Long contexts and a large batch: ~200 sequences decode over 3,000–3,800-token contexts, so each decode "
+        "step reads ~25 GB of K/V beside 2 GB of weights: the decode tail should be DRAM-bandwidth-bound.")
+    serve_and_load(
+        out, "host-bound",
+        ["--config", "small", "--max-seqs", "64"],
+        [["--rate", "40", "--duration", s, "--prompt-tokens", "128", "--output-tokens", "128"]],
+        "A small model (25.7 M parameters) on a big GPU: a step's kernels take microseconds and the host's work "
+        "(scheduling, Python, launches) sets the pace: host-bound.")
+    serve_and_load(
+        out, "kv-preemption",
+        ["--config", "1b", "--max-seqs", "16", "--kv-blocks", "96"],
+        [["--rate", "6", "--duration", s, "--prompt-tokens", "64", "--output-tokens", "choice:48=0.7,400=0.3"]],
+        "Long outputs into a KV cache too small for them (96 blocks of 16 tokens, 16 sequences): sequences are "
+        "preempted and recomputed.")
+
+
+PHASES = {"env": phase_env, "attn": phase_attn, "mixed": phase_mixed, "decode": phase_decode,
+          "inproc": phase_inproc, "served": phase_served, "record": phase_record}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--baseline", default=None, help="a folder holding an older budgetscope/ to compare with")
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of each served load")
+    ap.add_argument("--smoke", action="store_true", help="CPU, `tiny` model: check this script without a GPU")
+    args = ap.parse_args()
+    global SMOKE
+    SMOKE = args.smoke
+    shutil.rmtree(WORK, ignore_errors=True)  # the jsonl exporters append: start from nothing
+    WORK.mkdir(parents=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.baseline:
+        args.baseline = str(Path(args.baseline).resolve())
+    for name in args.phases.split(","):
+        t0 = time.perf_counter()
+        log(out, f"== {name}")
+        try:
+            PHASES[name](out, args)
+        except Exception as e:  # one phase's failure must not cost the others
+            log(out, f"[{name}] failed: {type(e).__name__}: {e}")
+        log(out, f"== {name} done in {time.perf_counter() - t0:.0f} s")
+        (out / "figures.json").write_text(json.dumps(FIGURES, indent=1, default=str))
+    print(json.dumps(FIGURES, default=str)[-6000:], flush=True)
+
+
+if __name__ == "__main__":
+    main()
