@@ -15,32 +15,14 @@ grid has a fixed bound, `T // BLOCK_Q + S` programs per KV head: program p finds
 over `query_start_loc[s] // BLOCK_Q + s` (where sequence s's query blocks start); programs past the end of their
 sequence's queries, and sequences with no queries (padding), exit at once.
 
-The kernels are wrapped with `triton.jit` on first use, not at import: `TRITON_INTERPRET=1` (Triton's CPU
-interpreter, used by the tests) is read when a kernel is wrapped.
+The kernel is wrapped with `triton.jit` on first use (`triton_support.kernel`).
 """
 
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 
-try:  # optional: the "triton" attention backend and the tests that run the kernel need it
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the environment
-    triton = tl = None
-
-
-def triton_available() -> bool:
-    """True when Triton imports (its kernels run on CUDA, or on CPU under TRITON_INTERPRET=1)."""
-    return triton is not None
-
-
-def interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+from budgetscope.engine.triton_support import kernel, tl
 
 
 def _paged_attention_kernel(
@@ -114,33 +96,6 @@ def _paged_attention_kernel(
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
 
 
-@functools.cache
-def jit(fn, interpret: bool):
-    """fn wrapped by triton.jit (once per interpreter setting: Triton reads TRITON_INTERPRET when wrapping)."""
-    if interpret:
-        _interpreter_compat()
-    return triton.jit(fn)
-
-
-def _interpreter_compat() -> None:
-    """Let Triton 3.6's interpreter use a scalar as a loop bound with NumPy >= 2.4.
-
-    The interpreter keeps scalars as one-element arrays and converts them with int(array), which NumPy 2.4
-    refuses for arrays of one dimension; `range(0, n, TILE_N)` then fails in the interpreter only."""
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-    if getattr(original, "budgetscope_compat", False):
-        return
-
-    def patch(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patch.budgetscope_compat = True
-    interpreter._patch_lang_tensor = patch
-
-
 def _block_m(group: int) -> int:
     """Rows a program packs: 16 (the smallest tl.dot tile), or the whole GQA group when it is larger."""
     return max(16, 1 << (group - 1).bit_length())
@@ -167,7 +122,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     assert q.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1 and out.stride(2) == 1
     assert block_tables.stride(1) == 1
     grid = (tokens // block_q + num_seqs, kv_heads)
-    jit(_paged_attention_kernel, interpreting())[grid](
+    kernel(_paged_attention_kernel)[grid](
         q, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables,
         scale if scale is not None else dim ** -0.5, num_seqs,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
