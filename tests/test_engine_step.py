@@ -53,3 +53,54 @@ def test_seeded_sampling_through_launch_is_reproducible():
     first = _drive_with_launch(_engine(), _prompts(), params)
     assert first == _drive_with_launch(_engine(), _prompts(), params)
     assert all(len(ids) == 8 for ids in first)
+
+
+class _Seq:
+    """A fake sequence: just what pack_step reads."""
+
+    def __init__(self, token_ids, computed, table):
+        self.token_ids, self.num_computed_tokens, self.block_table = token_ids, computed, table
+
+
+def test_pack_step_lays_out_a_padded_mixed_step():
+    import numpy as np
+
+    from budgetscope.engine.batch import StepShape, pack_step
+
+    seqs = [_Seq(list(range(100, 120)), 19, [5, 9, 6, 4]),  # decode row at position 19 (third block)
+            _Seq(list(range(200, 210)), 4, [3]),  # chunk of 3 after 4 cached, not sampled
+            _Seq(list(range(300, 302)), 0, [7])]  # whole prompt of 2
+    shape = StepShape(tokens=8, seqs=5, width=3, logits=4)
+    out = np.full(shape.size + 3, -1, dtype=np.int64)
+    pack_step(out, shape, seqs, [1, 3, 2], [True, False, True], block_size=8, scratch_block=11)
+    b = shape.views(torch.from_numpy(out), 8)
+    assert b.input_ids.tolist() == [119, 204, 205, 206, 300, 301, 0, 0]
+    assert b.positions.tolist() == [19, 4, 5, 6, 0, 1, 0, 1]  # two padding tokens at the end
+    assert b.slot_mapping.tolist() == [6 * 8 + 3, 3 * 8 + 4, 3 * 8 + 5, 3 * 8 + 6, 7 * 8, 7 * 8 + 1, 88, 89]
+    assert b.query_start_loc.tolist() == [0, 1, 4, 6, 8, 8]  # then the padding sequence, then an empty one
+    assert b.seq_lens.tolist() == [20, 7, 2, 2, 0]
+    assert b.logits_rows.tolist() == [0, 5, 0, 0]
+    assert b.block_tables.tolist() == [[5, 9, 6], [3, 11, 11], [7, 11, 11], [11, 11, 11], [11, 11, 11]]
+    assert out[shape.size:].tolist() == [-1, -1, -1]  # nothing written past the shape
+
+
+def test_attention_backend_choice():
+    from budgetscope.engine.llm_engine import attention_backend
+
+    cpu = torch.device("cpu")
+    assert attention_backend(EngineConfig(), cpu) == "sdpa"  # auto on a CPU
+    assert attention_backend(EngineConfig(attention_backend="sdpa"), torch.device("cuda")) == "sdpa"
+    assert attention_backend(EngineConfig(compile=True), torch.device("cuda")) == "sdpa"
+    with pytest.raises(ValueError, match="attention_backend must be one of auto, triton, sdpa, not 'flash'"):
+        EngineConfig(attention_backend="flash")
+    with pytest.raises(ValueError, match="--compile works with --attention sdpa only"):
+        attention_backend(EngineConfig(attention_backend="triton", compile=True), cpu)
+
+
+def test_triton_backend_refused_on_a_cpu_without_the_interpreter(monkeypatch):
+    from budgetscope.engine import llm_engine
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    pytest.importorskip("triton")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        llm_engine.attention_backend(EngineConfig(attention_backend="triton"), torch.device("cpu"))

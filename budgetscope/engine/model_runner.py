@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from budgetscope.engine.batch import Batch
-from budgetscope.engine.cuda_graphs import DecodeGraphs
+from budgetscope.engine.batch import Batch, StepBuffer, StepShape
+from budgetscope.engine.cuda_graphs import DecodeGraphs, StepGraphs
 from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM
 from budgetscope.engine.sampler import Sampler
@@ -41,15 +41,29 @@ class PendingTokens:
 
 
 class ModelRunner:
+    """attention "sdpa": the plain-PyTorch gather path (decode-only steps through DecodeGraphs when given);
+    "triton": the paged-attention kernel, metadata packed in one buffer, every step through StepGraphs when given.
+    max_* bound the packed metadata buffer of eager "triton" steps."""
+
     def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
-                 graphs: DecodeGraphs | None = None):
+                 graphs: DecodeGraphs | StepGraphs | None = None, attention: str = "sdpa", max_num_seqs: int = 32,
+                 max_num_batched_tokens: int = 512, max_model_len: int = 2048):
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.device = device
         self.sampler = Sampler()
-        self.graphs = graphs  # decode-only steps go through these when they fit a bucket
+        self.attention = attention
+        self.graphs = graphs  # steps go through these when they fit a bucket
         self.graph_steps = 0  # steps that ran padded/static (as graphs on CUDA)
+        self.step_buffer = None
+        if attention == "triton":
+            if isinstance(graphs, StepGraphs):
+                self.step_buffer = graphs.buffer
+            else:
+                width = -(-max(max_model_len, max_num_batched_tokens) // self.block_size)
+                shape = StepShape(max_num_batched_tokens, max_num_seqs, width, max_num_seqs)
+                self.step_buffer = StepBuffer(shape.size, device)
 
     def run(self, scheduled: ScheduledBatch) -> list[int]:
         """Compute every scheduled token's KV; return one sampled id per sequence with is_sampled set."""
@@ -61,11 +75,15 @@ class ModelRunner:
 
         Steps must be waited for in launch order before the next step of the same sequences is scheduled
         (that step reads the tokens this one samples)."""
-        if self.graphs is not None and self._graphable(scheduled):
+        sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
+        if isinstance(self.graphs, StepGraphs) and self.graphs.bucket(scheduled.num_tokens, len(scheduled.seqs)):
+            logits, greedy = self.graphs.run(scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled)
+            self.graph_steps += 1
+            return PendingTokens(self.sampler.sample(logits, sampled, greedy=greedy) if sampled else None)
+        if isinstance(self.graphs, DecodeGraphs) and self._graphable(scheduled):
             return PendingTokens(self._run_graph(scheduled.seqs))
         batch = self.prepare(scheduled)
         hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
-        sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
         if not sampled:
             return PendingTokens(None)
         logits = self.model.compute_logits(hidden[batch.logits_rows])
@@ -89,6 +107,20 @@ class ModelRunner:
         return self.sampler.sample(logits, seqs, greedy=greedy)
 
     def prepare(self, scheduled: ScheduledBatch) -> Batch:
+        """The step's Batch in the layout of this runner's attention backend."""
+        if self.attention == "triton":
+            return self._prepare_paged(scheduled)
+        return self._prepare_sdpa(scheduled)
+
+    def _prepare_paged(self, scheduled: ScheduledBatch) -> Batch:
+        """Packed metadata, exactly sized (no padding): one host buffer, one non-blocking copy."""
+        size = self.block_size
+        width = max(-(-(s.num_computed_tokens + n) // size) for s, n in zip(scheduled.seqs, scheduled.num_new_tokens))
+        shape = StepShape(scheduled.num_tokens, len(scheduled.seqs), width, sum(scheduled.is_sampled))
+        return self.step_buffer.pack(shape, scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled, size,
+                                     self.kv_cache.scratch_block)
+
+    def _prepare_sdpa(self, scheduled: ScheduledBatch) -> Batch:
         size = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
