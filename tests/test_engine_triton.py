@@ -66,3 +66,16 @@ def test_token_buckets():
     assert token_buckets(4, 24) == [1, 2, 4, 24]
     assert token_buckets(64, 512) == [1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 192, 256, 320, 384, 448, 512]
     assert token_buckets(8, 1100)[-4:] == [512, 768, 1024, 1100]
+
+
+@pytest.mark.gpu
+def test_captured_step_graphs_give_the_eager_tokens_on_cuda():
+    """Every step (prefill chunks, mixed, decode) replayed from a CUDA graph gives the eager kernel's tokens."""
+    if DEVICE != "cuda":
+        pytest.skip("no CUDA GPU here")
+    want = _run(_engine("triton"))
+    engine = _engine("triton", enforce_eager=False)
+    graphs = engine.runner.graphs
+    assert isinstance(graphs, StepGraphs) and graphs.num_graphs == len(token_buckets(4, 24))
+    assert _run(engine) == want
+    assert engine.runner.graph_steps > 10

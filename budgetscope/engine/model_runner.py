@@ -73,8 +73,9 @@ class ModelRunner:
     def launch(self, scheduled: ScheduledBatch) -> PendingTokens:
         """Queue the step on the device and return at once; `.wait()` on the result gives run()'s ids.
 
-        Steps must be waited for in launch order before the next step of the same sequences is scheduled
-        (that step reads the tokens this one samples)."""
+        Contract: wait() a step before the next launch() (the next step reads the tokens this one samples, and
+        the sdpa decode graphs refill their one staging buffer). What overlaps the GPU is the host work between
+        launch() and wait(): scheduling the next step, detokenizing, streaming."""
         sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
         if isinstance(self.graphs, StepGraphs) and self.graphs.bucket(scheduled.num_tokens, len(scheduled.seqs)):
             logits, greedy = self.graphs.run(scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled)
