@@ -64,7 +64,7 @@ TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (4, 4)])
+@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (4, 4), (6, 2)])
 @pytest.mark.parametrize("dim", [64, 128])
 def test_kernel_matches_reference(dtype, heads, kv_heads, dim):
     q, k, v, meta = mixed_batch(heads * dim + (dtype == torch.float16), heads, kv_heads, dim, dtype, SPECS)

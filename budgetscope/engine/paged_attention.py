@@ -56,7 +56,8 @@ def _paged_attention_kernel(
     rows = tl.arange(0, BLOCK_M)
     query = q_first + rows // GROUP  # [BLOCK_M] query index within the sequence
     head = kv_head * GROUP + rows % GROUP
-    row_ok = query < q_len
+    # rows past BLOCK_Q x GROUP (a group that does not divide BLOCK_M) hold the next program's queries: not ours
+    row_ok = (query < q_len) & (rows < BLOCK_Q * GROUP)
     dims = tl.arange(0, HEAD_DIM_PAD)
     dim_ok = dims < HEAD_DIM
     token = q_begin + query
