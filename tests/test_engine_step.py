@@ -82,6 +82,7 @@ def test_pack_step_lays_out_a_padded_mixed_step():
     assert b.logits_rows.tolist() == [0, 5, 0, 0]
     assert b.block_tables.tolist() == [[5, 9, 6], [3, 11, 11], [7, 11, 11], [11, 11, 11], [11, 11, 11]]
     assert out[shape.size:].tolist() == [-1, -1, -1]  # nothing written past the shape
+    assert all(span.start % 2 == 0 for span in shape.spans().values())  # 16-byte aligned fields
 
 
 def test_attention_backend_choice():

@@ -38,32 +38,40 @@ class Batch:
     block_size: int = 0  # tokens per block (paged layout)
 
 
+FIELDS = ("input_ids", "positions", "slot_mapping", "query_start_loc", "seq_lens", "logits_rows", "block_tables")
+
+
 @dataclass(frozen=True, slots=True)
 class StepShape:
     """Sizes of one step's packed metadata: tokens, sequences, block-table width, sampled rows.
 
-    Buffer order: input ids, positions, slots [tokens each]; query_start_loc [seqs + 1]; seq_lens [seqs];
-    logits rows [logits]; block tables [seqs x width]."""
+    Buffer order (FIELDS): input ids, positions, slots [tokens each]; query_start_loc [seqs + 1]; seq_lens [seqs];
+    logits rows [logits]; block tables [seqs x width]. Each field starts at an even element (16 bytes), so a
+    kernel's pointer alignment, which Triton compiles for, is the same for every shape."""
 
     tokens: int
     seqs: int
     width: int
     logits: int
 
+    def spans(self) -> dict[str, slice]:
+        """Each field's elements in the buffer."""
+        t, s = self.tokens, self.seqs
+        out, at = {}, 0
+        for name, n in zip(FIELDS, (t, t, t, s + 1, s, self.logits, s * self.width)):
+            out[name] = slice(at, at + n)
+            at += n + (n & 1)
+        return out
+
     @property
     def size(self) -> int:
-        return 3 * self.tokens + 2 * self.seqs + 1 + self.logits + self.seqs * self.width
+        return self.spans()["block_tables"].stop
 
-    def views(self, buf: torch.Tensor, block_size: int) -> Batch:
+    def views(self, buf, block_size: int) -> Batch:
         """A paged Batch whose tensors are slices of buf (host or device)."""
-        t, s = self.tokens, self.seqs
-        qsl = 3 * t
-        lens = qsl + s + 1
-        rows = lens + s
-        tables = rows + self.logits
-        return Batch(input_ids=buf[:t], positions=buf[t:2 * t], slot_mapping=buf[2 * t:qsl],
-                     logits_rows=buf[rows:tables], query_start_loc=buf[qsl:lens], seq_lens=buf[lens:rows],
-                     block_tables=buf[tables:tables + s * self.width].view(s, self.width), block_size=block_size)
+        f = {name: buf[span] for name, span in self.spans().items()}
+        f["block_tables"] = f["block_tables"].reshape(self.seqs, self.width)
+        return Batch(logits_rows=f.pop("logits_rows"), block_size=block_size, **f)
 
 
 def pack_step(out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sampled, block_size: int,
@@ -73,7 +81,8 @@ def pack_step(out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sample
     Tokens beyond the real ones form one padding sequence right after the real sequences: positions 0.., K/V in
     the scratch block, attending only to it. Sequences beyond that have no tokens. Padded logits rows read row 0.
     """
-    t, s, w = shape.tokens, shape.seqs, shape.width
+    b = shape.views(out, block_size)
+    t, s = shape.tokens, shape.seqs
     n, real = sum(num_new_tokens), len(seqs)
     q_lens = np.zeros(s, dtype=np.int64)
     q_lens[:real] = num_new_tokens
@@ -81,27 +90,27 @@ def pack_step(out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sample
     starts[:real] = [seq.num_computed_tokens for seq in seqs]
     if t > n:  # the padding sequence
         q_lens[real] = t - n
-    qsl = out[3 * t:3 * t + s + 1]
+    qsl = b.query_start_loc
     qsl[0] = 0
     np.cumsum(q_lens, out=qsl[1:])
-    out[3 * t + s + 1:3 * t + 2 * s + 1] = starts + q_lens  # seq_lens
-    tables = out[3 * t + 2 * s + 1 + shape.logits:shape.size].reshape(s, w)
+    b.seq_lens[:] = starts + q_lens
+    tables = b.block_tables
     tables[:] = scratch_block
     for i, seq in enumerate(seqs):
-        table = seq.block_table[:w]
+        table = seq.block_table[:shape.width]
         tables[i, :len(table)] = table
     owner = np.repeat(np.arange(s), q_lens)  # sequence of each row
-    positions = out[t:2 * t]
+    positions = b.positions
     positions[:] = np.arange(t) - np.repeat(qsl[:-1] - starts, q_lens)
     positions[n:] %= block_size  # padding rows: one block of the scratch block, whatever their number
-    out[2 * t:3 * t] = tables[owner, positions // block_size] * block_size + positions % block_size
-    ids = out[:t]
+    b.slot_mapping[:] = tables[owner, positions // block_size] * block_size + positions % block_size
+    ids = b.input_ids
     row = 0
     for seq, num in zip(seqs, num_new_tokens):
         ids[row:row + num] = seq.token_ids[seq.num_computed_tokens:seq.num_computed_tokens + num]
         row += num
     ids[n:] = 0
-    logits = out[3 * t + 2 * s + 1:3 * t + 2 * s + 1 + shape.logits]
+    logits = b.logits_rows
     sampled = (qsl[1:real + 1] - 1)[np.asarray(is_sampled, dtype=bool)] if real else np.zeros(0, dtype=np.int64)
     logits[:len(sampled)] = sampled
     logits[len(sampled):] = 0

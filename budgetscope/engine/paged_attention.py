@@ -123,7 +123,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     assert q.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1 and out.stride(2) == 1
     assert block_tables.stride(1) == 1
     grid = (tokens // block_q + num_seqs, kv_heads)
-    kernel(_paged_attention_kernel)[grid](
+    kernel(_paged_attention_kernel, ("num_seqs",))[grid](
         q, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables,
         scale if scale is not None else dim ** -0.5, num_seqs,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),

@@ -36,16 +36,19 @@ def torch_device_type(device) -> str:
     return device.type if hasattr(device, "type") else str(device).split(":")[0]
 
 
-def kernel(fn):
-    """fn (a kernel written for triton.jit) wrapped for the current interpreter setting; cached."""
-    return _jit(fn, interpreting())
+def kernel(fn, do_not_specialize: tuple[str, ...] = ()):
+    """fn (a kernel written for triton.jit) wrapped for the current interpreter setting; cached.
+
+    do_not_specialize: integer arguments that vary step to step (Triton would otherwise compile a variant for
+    the value 1 and for multiples of 16: a compile in the middle of serving)."""
+    return _jit(fn, do_not_specialize, interpreting())
 
 
 @functools.cache
-def _jit(fn, interpret: bool):
+def _jit(fn, do_not_specialize: tuple[str, ...], interpret: bool):
     if interpret:
         _interpreter_compat()
-    return triton.jit(fn)
+    return triton.jit(fn, do_not_specialize=do_not_specialize)
 
 
 def _interpreter_compat() -> None:
