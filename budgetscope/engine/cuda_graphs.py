@@ -110,7 +110,7 @@ class StepGraphs:
         if not self.capture:
             return 0
         t0 = time.perf_counter()
-        for tokens in self.sizes:
+        for tokens in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory in the pool
             self._get(tokens)
         self.capture_s = time.perf_counter() - t0
         log.info("step CUDA graphs: %d captured (tokens %s, %d sequences) in %.1f s", len(self._graphs), self.sizes,
