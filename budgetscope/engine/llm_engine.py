@@ -44,6 +44,7 @@ class LLMEngine:
         self.device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
                                    ("cpu" if config.device == "auto" else config.device))
         self.dtype = _dtype(config.dtype, self.device)
+        self.attention_backend = attention_backend(config, self.device)  # refused before anything loads
         self.model_config = ModelConfig.from_hf_dir(config.checkpoint) if config.checkpoint else named_config(config.model)
         self.model_name = config.served_model_name or (
             config.checkpoint.rstrip("/").split("/")[-1] if config.checkpoint else config.model
@@ -55,7 +56,6 @@ class LLMEngine:
         self.kv_cache = KVCache(self.model_config, config.num_kv_blocks, config.block_size, self.dtype, self.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
-        self.attention_backend = attention_backend(config, self.device)
         if self.attention_backend == "triton":
             self.model.use_triton()
         graphs = None
