@@ -79,3 +79,26 @@ def test_captured_step_graphs_give_the_eager_tokens_on_cuda():
     assert isinstance(graphs, StepGraphs) and graphs.num_graphs == len(token_buckets(4, 24))
     assert _run(engine) == want
     assert engine.runner.graph_steps > 10
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("eager", [False, True])
+def test_launch_does_not_synchronise_on_cuda(eager):
+    """Nothing in a triton step waits for the GPU before wait(): torch's sync debug mode raises on any sync."""
+    if DEVICE != "cuda":
+        pytest.skip("no CUDA GPU here")
+    engine = _engine("triton", enforce_eager=eager)
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    for prompt in _prompts()[0]:
+        engine.add(engine.make_sequence(prompt, params))
+    launched = 0
+    while engine.has_work:
+        batch = engine.scheduler.schedule()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            pending = engine.runner.launch(batch)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        engine.scheduler.postprocess(batch, pending.wait(), engine.eos_token_ids)
+        launched += 1
+    assert launched > 5

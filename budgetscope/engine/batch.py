@@ -139,13 +139,14 @@ class StepBuffer:
                                                             scratch_block)
         i, self._turn = self._turn, 1 - self._turn
         host = self._host[i]
-        if self._events[i] is not None:
-            self._events[i].synchronize()
+        event = self._events[i]
+        if event is not None and not event.query():  # query: no wait (and no sync) in the usual case
+            event.synchronize()
         pack_step(host.numpy(), shape, seqs, num_new_tokens, is_sampled, block_size, scratch_block)
         if not self.on_cuda:
             return shape.views(host, block_size)
         self.dev[:shape.size].copy_(host[:shape.size], non_blocking=True)
-        event = self._events[i] = self._events[i] or torch.cuda.Event()
+        event = self._events[i] = event or torch.cuda.Event()
         event.record()
         return shape.views(self.dev, block_size)
 
