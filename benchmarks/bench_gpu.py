@@ -83,13 +83,17 @@ def kv_bytes_per_token(engine: LLMEngine) -> int:
     return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * torch.finfo(engine.dtype).bits // 8
 
 
+ATTENTION = "auto"  # --attention: the engine's attention backend (auto: triton on CUDA; sdpa with --compile)
+
+
 def make_engine(batch: int, mode: str, max_tokens: int, prompt_len: int) -> LLMEngine:
     """mode: `graphs` (the default engine on CUDA), `compiled` (graphs of the torch.compile'd step), `eager`."""
     need = batch * (prompt_len + max_tokens)
     return LLMEngine(EngineConfig(model="1b", max_model_len=2048, max_num_seqs=batch,
                                   max_num_batched_tokens=max(512, batch * prompt_len),
                                   num_kv_blocks=-(-need // 16) + 16, enforce_eager=mode == "eager",
-                                  compile=mode == "compiled", enable_prefix_caching=False))
+                                  compile=mode == "compiled", enable_prefix_caching=False,
+                                  attention_backend="auto" if mode == "compiled" else ATTENTION))
 
 
 def decode(engine: LLMEngine, batch: int, seconds: float, prompt_len: int, max_tokens: int, seed: int = 0) -> dict:
@@ -195,13 +199,23 @@ def step_phases(engine: LLMEngine, prompt_len: int, steps: int = 500) -> dict:
 
     sched, runner, graphs = engine.scheduler, engine.runner, engine.runner.graphs
     sched.schedule = timed("schedule", sched.schedule)
-    graphs._fill = timed("fill inputs", graphs._fill)
+    if hasattr(graphs, "_fill"):  # DecodeGraphs (sdpa)
+        graphs._fill = timed("fill inputs", graphs._fill)
+    else:  # StepGraphs (triton): numpy fill of the pinned buffer + the one copy
+        graphs.buffer.pack = timed("fill inputs + copy", graphs.buffer.pack)
     graphs.run = timed("graphs.run (fill + copy + replay launch)", graphs.run)
-    runner.sampler = timed("sample (waits for the GPU)", runner.sampler)
+    runner.launch = timed("runner.launch (all but the read-back)", runner.launch)
     sched.postprocess = timed("postprocess", sched.postprocess)
     engine.step = timed("engine.step", engine.step)
-    decode(engine, 1, 0, prompt_len, steps)
-    st = next(iter(graphs._static.values()))
+    from budgetscope.engine.model_runner import PendingTokens
+
+    wait = PendingTokens.wait
+    PendingTokens.wait = timed("wait for the sampled ids (the GPU)", wait)
+    try:
+        decode(engine, 1, 0, prompt_len, steps)
+    finally:
+        PendingTokens.wait = wait
+    st = next(iter(graphs._static.values())) if hasattr(graphs, "_static") else graphs._get(1)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
@@ -239,9 +253,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds of timed decode per configuration")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--modes", default="graphs,eager", help="graphs, compiled, eager (eager at batch 1 only)")
+    ap.add_argument("--attention", default="auto", choices=["auto", "triton", "sdpa"],
+                    help="the engine's attention backend (mode `compiled` always runs sdpa)")
     ap.add_argument("--no-tape", action="store_true", help="do not record the NVML tape")
     ap.add_argument("--no-sampler-cost", action="store_true")
     args = ap.parse_args()
+    global ATTENTION
+    ATTENTION = args.attention
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figures: dict = {"about": about()}

@@ -20,7 +20,7 @@ def test_group_and_serve_have_help():
     result = runner.invoke(engine, ["serve", "--help"])
     assert result.exit_code == 0
     for option in ("--config", "--port", "--host", "--max-batched-tokens", "--max-seqs", "--kv-blocks",
-                   "--no-chunked-prefill", "--checkpoint", "--max-waiting", "--tier-priority", "Example:"):
+                   "--no-chunked-prefill", "--checkpoint", "--max-waiting", "--tier-priority", "--attention", "Example:"):
         assert option in result.output
 
 
@@ -30,4 +30,13 @@ def test_bad_options_are_one_line_errors():
     assert result.exit_code == 2 and "TIER=N" in result.output
     result = runner.invoke(engine, ["serve", "--max-seqs", "64", "--max-batched-tokens", "8", "--no-instrument"])
     assert result.exit_code == 1 and "max_num_batched_tokens" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_attention_option_errors_are_one_line():
+    runner = CliRunner()
+    result = runner.invoke(engine, ["serve", "--attention", "flash", "--no-instrument"])
+    assert result.exit_code == 2 and "'flash' is not one of 'auto', 'triton', 'sdpa'" in result.output
+    result = runner.invoke(engine, ["serve", "--attention", "triton", "--device", "cpu", "--compile", "--no-instrument"])
+    assert result.exit_code == 1 and "--compile works with --attention sdpa only" in result.output
     assert "Traceback" not in result.output

@@ -93,13 +93,13 @@ def test_padded_logits_match_eager():
 def test_captured_graphs_match_eager_on_cuda():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU here")
-    engine = _engine(device="cuda", enforce_eager=True)
+    engine = _engine(device="cuda", enforce_eager=True, attention_backend="sdpa")
     graphs = DecodeGraphs(engine.model, engine.kv_cache, engine.device, 8, 256, context_step=64)
     assert graphs.capture_all() == len(batch_buckets(8)) * 4 and graphs.num_graphs == 16
     eager, replayed = _logits_both_ways(engine, graphs)
     torch.testing.assert_close(replayed, eager, rtol=1e-3, atol=1e-3)
-    captured = _engine(device="cuda")
-    assert captured.runner.graphs is not None and captured.runner.graphs.num_graphs > 0
+    captured = _engine(device="cuda", attention_backend="sdpa")
+    assert isinstance(captured.runner.graphs, DecodeGraphs) and captured.runner.graphs.num_graphs > 0
     params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
     assert [s.output_token_ids for s in captured.generate(_prompts(), params)] == \
         [s.output_token_ids for s in engine.generate(_prompts(), params)]

@@ -51,6 +51,10 @@ def engine():
               help="No CUDA graphs: run decode steps kernel by kernel (graphs are used on CUDA only).")
 @click.option("--compile", "compile_", is_flag=True,
               help="torch.compile the CUDA-graph decode step (fewer, fused kernels; a minute or more at start).")
+@click.option("--attention", type=click.Choice(["auto", "triton", "sdpa"]), default="auto", show_default=True,
+              help="Attention: triton (one paged kernel a layer for every step; CUDA graphs for every step), sdpa "
+                   "(PyTorch gather + SDPA; graphs for decode-only steps). auto: triton on CUDA when it imports "
+                   "and without --compile, sdpa otherwise.")
 @click.option("--instrument/--no-instrument", default=True, show_default=True,
               help="Emit budgetscope stage spans (exporter from OTEL_* variables or --exporter).")
 @click.option("--exporter", default=None, help='Span exporter: "otlp", "console", "jsonl:PATH" (default: OTEL_*).')
@@ -58,7 +62,7 @@ def engine():
 def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched_tokens, max_seqs, kv_blocks, block_size,
           max_model_len, max_waiting, max_prompt_tokens, max_output_tokens, request_timeout, deadline_admission,
           no_chunked_prefill,
-          no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, instrument, exporter, log_level):
+          no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, attention, instrument, exporter, log_level):
     """Serve /v1/completions and /v1/chat/completions (OpenAI-compatible, SSE streaming), /v1/models,
     /health and /metrics, with the engine stepping on its own thread. SIGTERM or Ctrl-C: the open requests
     finish, their spans are exported (within $BUDGETSCOPE_FLUSH_TIMEOUT_MS), and the process exits 0.
@@ -91,7 +95,7 @@ def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched
             enable_chunked_prefill=not no_chunked_prefill, enable_prefix_caching=not no_prefix_caching,
             max_waiting=max_waiting, max_prompt_tokens=max_prompt_tokens, max_output_tokens=max_output_tokens,
             request_timeout_s=request_timeout, deadline_admission=deadline_admission, tier_priorities=priorities, num_threads=threads,
-            enforce_eager=enforce_eager, compile=compile_,
+            enforce_eager=enforce_eager, compile=compile_, attention_backend=attention,
         )
         telemetry = Telemetry.create(enabled=instrument, exporter=exporter)
         llm = LLMEngine(config, telemetry)

@@ -1,4 +1,10 @@
-"""Decode steps replayed as CUDA graphs: one launch a step instead of ~35 kernel launches a layer.
+"""Steps replayed as CUDA graphs: one launch a step instead of ~35 kernel launches a layer.
+
+Two kinds, one per attention backend. `StepGraphs` ("triton" backend) holds every step — decode rows and
+prefill chunks alike — since its attention is one kernel whose shapes are only (tokens, sequences): a step is
+padded to a bucket of tokens (`token_buckets`) and a fixed number of sequences (`max_seqs` + one padding
+sequence), its metadata packed in one buffer (`batch.StepBuffer`). `DecodeGraphs` ("sdpa" backend, below) holds
+decode-only steps, whose gathered context also needs a context-length bucket; prefill and mixed steps run eager.
 
 At batch 1 a `1b` decode step reads ~2 GB of weights, ~0.7 ms of HBM time on an H100, while launching its ~560
 kernels one by one from Python costs several ms: eager decode leaves the GPU idle most of the step. A CUDA graph
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from budgetscope.engine.batch import Batch
+from budgetscope.engine.batch import Batch, StepBuffer, StepShape
 from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM
 
@@ -41,6 +47,116 @@ def batch_buckets(max_batch: int) -> list[int]:
         out.append(b)
         b = b * 2 if b < 8 else b + (8 if b < 32 else 16)
     return out + [max_batch]
+
+
+def token_buckets(max_seqs: int, max_tokens: int) -> list[int]:
+    """Token counts a StepGraphs step is padded to: batch_buckets up to max_seqs (decode-only steps), then
+    multiples of 64 up to 512 and of 256 beyond; the last is max_tokens itself."""
+    out = batch_buckets(min(max_seqs, max_tokens))
+    while out[-1] < max_tokens:
+        t = out[-1]
+        out.append(min((t // 64 + 1) * 64 if t < 512 else (t // 256 + 1) * 256, max_tokens))
+    return out
+
+
+@dataclass(slots=True)
+class _StepGraph:
+    batch: Batch  # static views of the device buffer for this bucket's shape
+    logits: torch.Tensor  # [max_seqs, vocab] float32, written by the replay
+    greedy: torch.Tensor  # [max_seqs] their argmax
+    graph: torch.cuda.CUDAGraph
+
+
+class StepGraphs:
+    """Every step (decode, prefill, mixed) padded to a token bucket, replayed from CUDA graphs when `capture`.
+
+    Shapes: `tokens` from token_buckets, max_seqs + 1 sequences (the last real one is followed by one padding
+    sequence that owns the padding tokens: K/V into the scratch block, attention over it alone), block tables of
+    `width` = max(max_model_len, max_tokens) / block_size entries, max_seqs logits rows. `capture=False` runs the
+    same padded forward without a graph (CPU tests, under Triton's interpreter)."""
+
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device, max_seqs: int,
+                 max_tokens: int, max_model_len: int, capture: bool | None = None):
+        self.model = model
+        self.kv_cache = kv_cache
+        self.device = device
+        self.block_size = kv_cache.block_size
+        self.capture = device.type == "cuda" if capture is None else capture
+        self.max_seqs = max_seqs
+        self.sizes = token_buckets(max_seqs, max_tokens)
+        self.width = -(-max(max_model_len, max_tokens) // self.block_size)
+        self.buffer = StepBuffer(self.shape(self.sizes[-1]).size, device)
+        self._graphs: dict[int, _StepGraph] = {}
+        self._pool = None
+        self.capture_s = 0.0
+
+    def shape(self, tokens: int) -> StepShape:
+        return StepShape(tokens, self.max_seqs + 1, self.width, self.max_seqs)
+
+    def bucket(self, num_tokens: int, num_seqs: int) -> int | None:
+        """The padded token count of a step of num_tokens tokens over num_seqs sequences; None: run it eager."""
+        if num_seqs > self.max_seqs or num_tokens > self.sizes[-1]:
+            return None
+        return next(t for t in self.sizes if t >= num_tokens)
+
+    def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
+        logits = self.model.compute_logits(hidden[batch.logits_rows])
+        return logits, logits.argmax(dim=-1)
+
+    @torch.inference_mode()
+    def capture_all(self) -> int:
+        """Capture every bucket's graph now (engine start): the Triton kernels compile during the warm-up."""
+        if not self.capture:
+            return 0
+        t0 = time.perf_counter()
+        for tokens in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory in the pool
+            self._get(tokens)
+        self.capture_s = time.perf_counter() - t0
+        log.info("step CUDA graphs: %d captured (tokens %s, %d sequences) in %.1f s", len(self._graphs), self.sizes,
+                 self.max_seqs, self.capture_s)
+        return len(self._graphs)
+
+    def _get(self, tokens: int) -> _StepGraph:
+        g = self._graphs.get(tokens)
+        if g is not None:
+            return g
+        shape = self.shape(tokens)
+        scratch = self.kv_cache.scratch_block
+        self.buffer.pack(shape, [], [], [], self.block_size, scratch)  # all padding: safe to run
+        batch = self.buffer.static_views(shape, self.block_size)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks its kernels
+            for _ in range(2):
+                self._forward(batch)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            logits, greedy = self._forward(batch)
+        g = self._graphs[tokens] = _StepGraph(batch, logits, greedy, graph)
+        return g
+
+    def run(self, seqs, num_new_tokens: list[int], is_sampled: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [R, vocab] float32, their argmax [R]) of the R sampled sequences; every token's K/V is cached."""
+        tokens = self.bucket(sum(num_new_tokens), len(seqs))
+        shape = self.shape(tokens)
+        rows = sum(is_sampled)
+        if self.capture:
+            g = self._get(tokens)
+            self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size, self.kv_cache.scratch_block)
+            g.graph.replay()
+            return g.logits[:rows], g.greedy[:rows]
+        batch = self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size,
+                                 self.kv_cache.scratch_block)
+        logits, greedy = self._forward(batch)
+        return logits[:rows], greedy[:rows]
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self._graphs)
 
 
 @dataclass(slots=True)

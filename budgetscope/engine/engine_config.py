@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+ATTENTION_BACKENDS = ("auto", "triton", "sdpa")
+
 DEFAULT_TIER_PRIORITIES = {"interactive": 0, "default": 1, "batch": 2}
 """Lower runs first. Tiers not listed take the priority of `default`."""
 
@@ -36,6 +38,7 @@ class EngineConfig:
     num_threads: int = 0  # torch intra-op threads on cpu; 0: leave torch's default
     enforce_eager: bool = False  # True: no CUDA graphs for decode steps (on cpu there are none anyway)
     compile: bool = False  # torch.compile the decode graphs' forward (fewer kernels; slower start)
+    attention_backend: str = "auto"  # "triton" (paged kernel), "sdpa" (PyTorch gather); auto: triton on CUDA
 
     def __post_init__(self):
         if self.block_size <= 0 or self.max_model_len <= 1:
@@ -54,6 +57,9 @@ class EngineConfig:
             self.max_prompt_tokens = self.max_model_len - 1
         if self.max_output_tokens == 0:
             self.max_output_tokens = self.max_model_len - 1
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
+                             f"not {self.attention_backend!r}")
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         if "default" not in self.tier_priorities:

@@ -10,7 +10,7 @@ import torch
 
 from budgetscope.engine.block_manager import BlockManager
 from budgetscope.engine.checkpoint import load_checkpoint
-from budgetscope.engine.cuda_graphs import DecodeGraphs
+from budgetscope.engine.cuda_graphs import DecodeGraphs, StepGraphs
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.engine_metrics import EngineMetrics
 from budgetscope.engine.errors import RequestError
@@ -44,6 +44,7 @@ class LLMEngine:
         self.device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
                                    ("cpu" if config.device == "auto" else config.device))
         self.dtype = _dtype(config.dtype, self.device)
+        self.attention_backend = attention_backend(config, self.device)  # refused before anything loads
         self.model_config = ModelConfig.from_hf_dir(config.checkpoint) if config.checkpoint else named_config(config.model)
         self.model_name = config.served_model_name or (
             config.checkpoint.rstrip("/").split("/")[-1] if config.checkpoint else config.model
@@ -55,15 +56,24 @@ class LLMEngine:
         self.kv_cache = KVCache(self.model_config, config.num_kv_blocks, config.block_size, self.dtype, self.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
+        if self.attention_backend == "triton":
+            self.model.use_triton()
         graphs = None
         if self.device.type == "cuda" and not config.enforce_eager:
-            graphs = DecodeGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs, self.max_model_len,
-                                  compile=config.compile)
+            if self.attention_backend == "triton":
+                graphs = StepGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs,
+                                    config.max_num_batched_tokens, self.max_model_len)
+            else:
+                graphs = DecodeGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs,
+                                      self.max_model_len, compile=config.compile)
             graphs.capture_all()
-        self.runner = ModelRunner(self.model, self.kv_cache, self.device, graphs)
-        log.info("engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB)",
+        self.runner = ModelRunner(self.model, self.kv_cache, self.device, graphs, attention=self.attention_backend,
+                                  max_num_seqs=config.max_num_seqs,
+                                  max_num_batched_tokens=config.max_num_batched_tokens,
+                                  max_model_len=self.max_model_len)
+        log.info("engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB), %s attention",
                  self.model_name, self.model_config.num_parameters / 1e6, self.device, self.dtype,
-                 config.num_kv_blocks, config.block_size, self.kv_cache.num_bytes / 2**20)
+                 config.num_kv_blocks, config.block_size, self.kv_cache.num_bytes / 2**20, self.attention_backend)
 
     def _load_model(self) -> LlamaForCausalLM:
         torch.manual_seed(self.config.seed)
@@ -201,6 +211,27 @@ class LLMEngine:
         seq.trace.set(A.GEN_AI_RESPONSE_MODEL, self.model_name)
         if seq.finish_reason is not None:
             seq.trace.set(A.GEN_AI_RESPONSE_FINISH_REASONS, [seq.finish_reason])
+
+
+def attention_backend(config: EngineConfig, device: torch.device) -> str:
+    """"triton" or "sdpa" for this config on this device; ValueError when "triton" cannot run here.
+
+    auto: triton on CUDA when Triton imports, unless --compile (which compiles the sdpa decode graphs);
+    sdpa elsewhere (a CPU engine never imports Triton)."""
+    choice = config.attention_backend
+    if choice == "sdpa" or (choice == "auto" and (device.type != "cuda" or config.compile)):
+        return "sdpa"
+    from budgetscope.engine import triton_support
+
+    if choice == "auto":
+        return "triton" if triton_support.available() else "sdpa"
+    if config.compile:
+        raise ValueError("--compile works with --attention sdpa only")
+    if not triton_support.available():
+        raise ValueError("--attention triton needs the triton package (pip install triton)")
+    if not triton_support.usable_on(device):
+        raise ValueError("--attention triton needs a CUDA device (or TRITON_INTERPRET=1, Triton's CPU interpreter)")
+    return "triton"
 
 
 def _dtype(name: str, device: torch.device) -> torch.dtype:

@@ -20,9 +20,18 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.fused = False  # set by LlamaForCausalLM.use_triton(): residual add + norm in one Triton kernel
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """rms_norm(x); with `residual`: (rms_norm(x + residual), x + residual)."""
+        if residual is None:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        if self.fused and not torch.compiler.is_compiling():  # inductor fuses the torch ops by itself
+            from budgetscope.engine.fused_norm import add_rms_norm
+
+            return add_rms_norm(x, residual, self.weight, self.eps)
+        total = x + residual
+        return F.rms_norm(total, self.weight.shape, self.weight, self.eps), total
 
 
 class RotaryEmbedding(nn.Module):
@@ -106,6 +115,11 @@ class LlamaAttention(nn.Module):
         k_cache, v_cache = kv_cache
         k_cache.index_copy_(0, batch.slot_mapping, k)
         v_cache.index_copy_(0, batch.slot_mapping, v)
+        if batch.block_tables is not None:  # the "triton" backend: one kernel reads the pages in place
+            from budgetscope.engine.paged_attention import paged_attention
+
+            return paged_attention(q, k_cache, v_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
+                                   batch.block_size)
         if batch.decode_rows is not None and not batch.prefill_segments:
             return self._decode(q, k_cache, v_cache, batch)
         out = torch.empty_like(q)
@@ -178,9 +192,15 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config)
 
-    def forward(self, x, rope, batch, kv_cache) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, batch, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, residual, rope, batch, kv_cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's MLP output, the residual stream before it); the next norm adds the two (fused)."""
+        if residual is None:
+            h, residual = self.input_layernorm(x), x
+        else:
+            h, residual = self.input_layernorm(x, residual)
+        h = self.self_attn(h, rope, batch, kv_cache)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
 
 
 class LlamaModel(nn.Module):
@@ -194,9 +214,10 @@ class LlamaModel(nn.Module):
     def forward(self, input_ids, positions, batch=None, kv_caches=None) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         rope = self.rotary_emb(positions, x.dtype)
+        residual = None
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope, batch, None if kv_caches is None else kv_caches[i])
-        return self.norm(x)
+            x, residual = layer(x, residual, rope, batch, None if kv_caches is None else kv_caches[i])
+        return self.norm(x, residual)[0]
 
 
 class LlamaForCausalLM(nn.Module):
@@ -220,6 +241,13 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.fuse()
             layer.mlp.fuse()
+        return self
+
+    def use_triton(self, enabled: bool = True) -> "LlamaForCausalLM":
+        """Fuse each residual add with the next RMSNorm in a Triton kernel (the "triton" attention backend)."""
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                module.fused = enabled
         return self
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from budgetscope.engine.batch import Batch
-from budgetscope.engine.cuda_graphs import DecodeGraphs
+from budgetscope.engine.batch import Batch, StepBuffer, StepShape
+from budgetscope.engine.cuda_graphs import DecodeGraphs, StepGraphs
 from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM
 from budgetscope.engine.sampler import Sampler
@@ -13,29 +13,82 @@ from budgetscope.engine.scheduler import ScheduledBatch
 from budgetscope.engine.sequence import Sequence
 
 
+class PendingTokens:
+    """The sampled ids of a launched step: `wait()` blocks until the device has them and returns them.
+
+    On CUDA the ids are copied (non-blocking) into pinned host memory behind a recorded event, so the host can
+    schedule the next step while the GPU still runs this one; elsewhere they are ready at once."""
+
+    __slots__ = ("_host", "_event")
+
+    def __init__(self, ids: torch.Tensor | None):
+        self._event = None
+        if ids is None or ids.device.type != "cuda":
+            self._host = ids
+            return
+        self._host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+        self._host.copy_(ids, non_blocking=True)
+        self._event = torch.cuda.Event()
+        self._event.record()
+
+    def wait(self) -> list[int]:
+        """One sampled id per sequence of the step with is_sampled set, in the step's order ([] when none)."""
+        if self._host is None:
+            return []
+        if self._event is not None:
+            self._event.synchronize()
+        return self._host.tolist()
+
+
 class ModelRunner:
+    """attention "sdpa": the plain-PyTorch gather path (decode-only steps through DecodeGraphs when given);
+    "triton": the paged-attention kernel, metadata packed in one buffer, every step through StepGraphs when given.
+    max_* bound the packed metadata buffer of eager "triton" steps."""
+
     def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
-                 graphs: DecodeGraphs | None = None):
+                 graphs: DecodeGraphs | StepGraphs | None = None, attention: str = "sdpa", max_num_seqs: int = 32,
+                 max_num_batched_tokens: int = 512, max_model_len: int = 2048):
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.device = device
         self.sampler = Sampler()
-        self.graphs = graphs  # decode-only steps go through these when they fit a bucket
+        self.attention = attention
+        self.graphs = graphs  # steps go through these when they fit a bucket
         self.graph_steps = 0  # steps that ran padded/static (as graphs on CUDA)
+        self.step_buffer = None
+        if attention == "triton":
+            if isinstance(graphs, StepGraphs):
+                self.step_buffer = graphs.buffer
+            else:
+                width = -(-max(max_model_len, max_num_batched_tokens) // self.block_size)
+                shape = StepShape(max_num_batched_tokens, max_num_seqs, width, max_num_seqs)
+                self.step_buffer = StepBuffer(shape.size, device)
 
-    @torch.inference_mode()
     def run(self, scheduled: ScheduledBatch) -> list[int]:
         """Compute every scheduled token's KV; return one sampled id per sequence with is_sampled set."""
-        if self.graphs is not None and self._graphable(scheduled):
-            return self._run_graph(scheduled.seqs)
+        return self.launch(scheduled).wait()
+
+    @torch.inference_mode()
+    def launch(self, scheduled: ScheduledBatch) -> PendingTokens:
+        """Queue the step on the device and return at once; `.wait()` on the result gives run()'s ids.
+
+        Contract: wait() a step before the next launch() (the next step reads the tokens this one samples, and
+        the sdpa decode graphs refill their one staging buffer). What overlaps the GPU is the host work between
+        launch() and wait(): scheduling the next step, detokenizing, streaming."""
+        sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
+        if isinstance(self.graphs, StepGraphs) and self.graphs.bucket(scheduled.num_tokens, len(scheduled.seqs)):
+            logits, greedy = self.graphs.run(scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled)
+            self.graph_steps += 1
+            return PendingTokens(self.sampler.sample(logits, sampled, greedy=greedy) if sampled else None)
+        if isinstance(self.graphs, DecodeGraphs) and self._graphable(scheduled):
+            return PendingTokens(self._run_graph(scheduled.seqs))
         batch = self.prepare(scheduled)
         hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
-        sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
         if not sampled:
-            return []
+            return PendingTokens(None)
         logits = self.model.compute_logits(hidden[batch.logits_rows])
-        return self.sampler(logits, sampled)
+        return PendingTokens(self.sampler.sample(logits, sampled))
 
     def _graphable(self, scheduled: ScheduledBatch) -> bool:
         """A decode-only step (one new token a sequence, every one sampled) that fits a graph bucket."""
@@ -44,7 +97,7 @@ class ModelRunner:
         longest = max(s.num_computed_tokens for s in scheduled.seqs) + 1
         return self.graphs.bucket(len(scheduled.seqs), longest) is not None
 
-    def _run_graph(self, seqs: list[Sequence]) -> list[int]:
+    def _run_graph(self, seqs: list[Sequence]) -> torch.Tensor:
         size = self.block_size
         pos = [s.num_computed_tokens for s in seqs]
         logits, greedy = self.graphs.run(
@@ -52,9 +105,23 @@ class ModelRunner:
             slot_mapping=[s.block_table[p // size] * size + p % size for s, p in zip(seqs, pos)],
             block_tables=[s.block_table for s in seqs], context_lens=[p + 1 for p in pos])
         self.graph_steps += 1
-        return self.sampler(logits, seqs, greedy=greedy)
+        return self.sampler.sample(logits, seqs, greedy=greedy)
 
     def prepare(self, scheduled: ScheduledBatch) -> Batch:
+        """The step's Batch in the layout of this runner's attention backend."""
+        if self.attention == "triton":
+            return self._prepare_paged(scheduled)
+        return self._prepare_sdpa(scheduled)
+
+    def _prepare_paged(self, scheduled: ScheduledBatch) -> Batch:
+        """Packed metadata, exactly sized (no padding): one host buffer, one non-blocking copy."""
+        size = self.block_size
+        width = max(-(-(s.num_computed_tokens + n) // size) for s, n in zip(scheduled.seqs, scheduled.num_new_tokens))
+        shape = StepShape(scheduled.num_tokens, len(scheduled.seqs), width, sum(scheduled.is_sampled))
+        return self.step_buffer.pack(shape, scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled, size,
+                                     self.kv_cache.scratch_block)
+
+    def _prepare_sdpa(self, scheduled: ScheduledBatch) -> Batch:
         size = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []

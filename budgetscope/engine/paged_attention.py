@@ -1,0 +1,159 @@
+"""Attention over the paged KV cache in one Triton launch a layer: decode rows and prefill chunks together.
+
+The step's query tokens are flattened: sequence s owns rows `query_start_loc[s]:query_start_loc[s+1]` of q, its
+context (cached tokens plus this step's) is `seq_lens[s]` tokens long, and token j of it lives in cache slot
+`block_tables[s, j // block_size] * block_size + j % block_size`. Query i of sequence s sits at position
+`seq_lens[s] - q_len + i` and sees keys up to there (causal), so one kernel serves a decode row (q_len 1), a
+prompt chunk with nothing cached, a chunk after cached context and a prefix-cache hit alike. K/V are read in
+place through the block table: nothing is gathered into padded tensors, and nothing is planned per shape on the
+host (the grid depends on the token and sequence counts only, so a CUDA graph can hold the launch).
+
+Each program takes BLOCK_Q query tokens of one sequence for one KV head and packs them with the GQA group's
+query heads into BLOCK_M = BLOCK_Q x group rows: the group shares each K/V tile it loads. It walks the context in
+tiles of TILE_N keys (the page of each key looked up in the block table) with an online softmax in float32. The
+grid has a fixed bound, `T // BLOCK_Q + S` programs per KV head: program p finds its sequence by binary search
+over `query_start_loc[s] // BLOCK_Q + s` (where sequence s's query blocks start); programs past the end of their
+sequence's queries, and sequences with no queries (padding), exit at once.
+
+The kernel is wrapped with `triton.jit` on first use (`triton_support.kernel`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from budgetscope.engine.triton_support import kernel, tl
+
+
+def _paged_attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
+    scale, num_seqs,
+    stride_qt, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_ot, stride_oh, stride_bt,
+    GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr, PAGE: tl.constexpr, TILE_N: tl.constexpr, PRECISION: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    # Which sequence: the last s with query_start_loc[s] // BLOCK_Q + s <= pid.
+    lo = 0
+    hi = num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        first_block = tl.load(query_start_loc_ptr + mid).to(tl.int32) // BLOCK_Q + mid
+        if first_block <= pid:
+            lo = mid + 1
+        else:
+            hi = mid
+    seq = lo - 1
+    q_begin = tl.load(query_start_loc_ptr + seq).to(tl.int32)
+    q_len = tl.load(query_start_loc_ptr + seq + 1).to(tl.int32) - q_begin
+    q_first = (pid - (q_begin // BLOCK_Q + seq)) * BLOCK_Q  # this program's first query of the sequence
+    if q_first >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    context = seq_len - q_len  # tokens cached before this step's queries
+
+    rows = tl.arange(0, BLOCK_M)
+    query = q_first + rows // GROUP  # [BLOCK_M] query index within the sequence
+    head = kv_head * GROUP + rows % GROUP
+    # rows past BLOCK_Q x GROUP (a group that does not divide BLOCK_M) hold the next program's queries: not ours
+    row_ok = (query < q_len) & (rows < BLOCK_Q * GROUP)
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    dim_ok = dims < HEAD_DIM
+    token = q_begin + query
+    q = tl.load(q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    query_pos = context + query  # absolute position: sees keys 0..query_pos
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+    qk_scale = scale * 1.4426950408889634  # log2(e): exp2 below
+    # Keys past the last query of this block are never seen by it.
+    num_keys = context + q_first + BLOCK_Q
+    if num_keys > seq_len:
+        num_keys = seq_len
+    for start in range(0, num_keys, TILE_N):
+        keys = start + tl.arange(0, TILE_N)
+        key_ok = keys < num_keys
+        page = tl.load(block_tables_ptr + seq * stride_bt + keys // PAGE, mask=key_ok, other=0).to(tl.int64)
+        slot = page * PAGE + keys % PAGE
+        k = tl.load(k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + dims[:, None],
+                    mask=key_ok[None, :] & dim_ok[:, None], other=0.0)  # [HEAD_DIM_PAD, TILE_N]
+        s = tl.dot(q, k, input_precision=PRECISION) * qk_scale
+        visible = key_ok[None, :] & (keys[None, :] <= query_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_new = tl.where(m_new > float("-inf"), m_new, 0.0)  # a row with nothing visible yet: no NaN
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + dims[None, :],
+                    mask=key_ok[:, None] & dim_ok[None, :], other=0.0)  # [TILE_N, HEAD_DIM_PAD]
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+
+
+def _block_m(group: int) -> int:
+    """Rows a program packs: 16 (the smallest tl.dot tile), or the whole GQA group when it is larger."""
+    return max(16, 1 << (group - 1).bit_length())
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, query_start_loc: torch.Tensor,
+                    seq_lens: torch.Tensor, block_tables: torch.Tensor, block_size: int, scale: float | None = None,
+                    out: torch.Tensor | None = None, tile_n: int = 32) -> torch.Tensor:
+    """Causal attention of q [T, H, D] over the paged cache k_cache/v_cache [slots, KVH, D]; returns [T, H, D].
+
+    query_start_loc [S+1] (cumulative query counts), seq_lens [S] (context incl. this step's tokens) and
+    block_tables [S, W] are integer tensors on q's device; this step's K/V must already be in the cache. S may
+    include padding sequences with no queries. Launches one kernel; reads no tensor value on the host.
+    """
+    tokens, heads, dim = q.shape
+    kv_heads = k_cache.shape[1]
+    group = heads // kv_heads
+    block_m = _block_m(group)
+    block_q = block_m // group
+    num_seqs = seq_lens.shape[0]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+    if tokens == 0:
+        return out
+    assert q.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1 and out.stride(2) == 1
+    assert block_tables.stride(1) == 1
+    grid = (tokens // block_q + num_seqs, kv_heads)
+    kernel(_paged_attention_kernel, ("num_seqs",))[grid](
+        q, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables,
+        scale if scale is not None else dim ** -0.5, num_seqs,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        out.stride(0), out.stride(1), block_tables.stride(0),
+        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD_DIM=dim, HEAD_DIM_PAD=max(16, 1 << (dim - 1).bit_length()),
+        PAGE=block_size, TILE_N=tile_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
+    return out
+
+
+def paged_attention_reference(q, k_cache, v_cache, query_start_loc, seq_lens, block_tables, block_size,
+                              scale: float | None = None) -> torch.Tensor:
+    """The same attention in plain float64 PyTorch, sequence by sequence (tests; reads the metadata on the host)."""
+    q, k_cache, v_cache = q.cpu(), k_cache.cpu(), v_cache.cpu()
+    heads, dim = q.shape[1], q.shape[2]
+    group = heads // k_cache.shape[1]
+    scale = scale if scale is not None else dim ** -0.5
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    starts, lens, tables = query_start_loc.tolist(), seq_lens.tolist(), block_tables.tolist()
+    for s, seq_len in enumerate(lens):
+        begin, end = starts[s], starts[s + 1]
+        if end == begin:
+            continue
+        pos = torch.arange(seq_len)
+        slots = torch.tensor(tables[s])[pos // block_size] * block_size + pos % block_size
+        k = k_cache[slots].double().repeat_interleave(group, dim=1)  # [L, H, D]
+        v = v_cache[slots].double().repeat_interleave(group, dim=1)
+        qs = q[begin:end].double()
+        scores = torch.einsum("qhd,khd->hqk", qs, k) * scale
+        query_pos = seq_len - (end - begin) + torch.arange(end - begin)
+        scores = scores.masked_fill(pos[None, None, :] > query_pos[None, :, None], float("-inf"))
+        out[begin:end] = torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v)
+    return out

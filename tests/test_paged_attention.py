@@ -1,0 +1,105 @@
+"""The paged-attention Triton kernel equals a float64 plain-softmax reference on mixed batches.
+
+Without a CUDA GPU the kernel runs in Triton's CPU interpreter (TRITON_INTERPRET=1; float32 and float16: the
+interpreter's bfloat16 tl.dot is not exact); with one, compiled on the GPU (bfloat16 too). Every batch mixes decode rows, prompt chunks with and without cached context, a prefix-cache
+hit (pages shared with another sequence), GQA groups, pages scattered over the cache and padding sequences with no
+queries. Skipped where Triton does not import.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from triton_setup import kernel_device
+
+DEVICE = kernel_device()
+torch = pytest.importorskip("torch")
+
+from budgetscope.engine.paged_attention import paged_attention, paged_attention_reference  # noqa: E402
+
+BLOCK = 16
+
+
+def mixed_batch(seed, heads, kv_heads, dim, dtype, specs, pad_seqs=2, num_blocks=64):
+    """q, caches and metadata for sequences of (new tokens, cached tokens); pages drawn at random.
+
+    A spec with a third item `share` reuses the first `share` pages of sequence 0 (a prefix-cache hit)."""
+    gen = torch.Generator().manual_seed(seed)
+    k_cache = torch.randn(num_blocks * BLOCK, kv_heads, dim, generator=gen).to(DEVICE, dtype)
+    v_cache = torch.randn(num_blocks * BLOCK, kv_heads, dim, generator=gen).to(DEVICE, dtype)
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    width = max(-(-(spec[0] + spec[1]) // BLOCK) for spec in specs) + 1
+    tables, lens, starts = [], [], [0]
+    for spec in specs:
+        new, cached, share = (*spec, 0)[:3]
+        pages = -(-(new + cached) // BLOCK)
+        table = (tables[0][:share] if share else []) + [free.pop() for _ in range(pages - share)]
+        tables.append(table + [free[-1]] * (width - len(table)))  # unused entries: some other block
+        lens.append(new + cached)
+        starts.append(starts[-1] + new)
+    for _ in range(pad_seqs):  # padding: no queries, no context
+        tables.append([0] * width)
+        lens.append(0)
+        starts.append(starts[-1])
+    q = torch.randn(starts[-1], heads, dim, generator=gen).to(DEVICE, dtype)
+    meta = (torch.tensor(starts, device=DEVICE), torch.tensor(lens, device=DEVICE),
+            torch.tensor(tables, dtype=torch.int32, device=DEVICE))
+    return q, k_cache, v_cache, meta
+
+
+SPECS = [
+    (1, 37),  # decode row
+    (20, 0),  # prompt chunk, nothing cached
+    (1, 1),  # decode row at position 1
+    (9, 33),  # chunk after cached context (mid-page start)
+    (21, 32, 2),  # prefix-cache hit: two full pages of sequence 0, then its own
+    (1, 16),  # decode row opening a new page
+    (3, 64),  # short chunk after four pages
+]
+
+
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=1e-2, atol=4e-3),
+             torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (4, 4), (6, 2)])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_kernel_matches_reference(dtype, heads, kv_heads, dim):
+    q, k, v, meta = mixed_batch(heads * dim + (dtype == torch.float16), heads, kv_heads, dim, dtype, SPECS)
+    got = paged_attention(q, k, v, *meta, BLOCK)
+    want = paged_attention_reference(q, k, v, *meta, BLOCK)
+    assert got.dtype == dtype and got.shape == q.shape
+    torch.testing.assert_close(got.cpu().double(), want, **TOLERANCE[dtype])
+
+
+def test_decode_only_and_prefill_only_batches():
+    for specs in ([(1, 5), (1, 70), (1, 15)], [(40, 0), (17, 0)]):
+        q, k, v, meta = mixed_batch(3, 8, 2, 64, torch.float32, specs, pad_seqs=0)
+        torch.testing.assert_close(paged_attention(q, k, v, *meta, BLOCK).cpu().double(),
+                                   paged_attention_reference(q, k, v, *meta, BLOCK), rtol=1e-5, atol=1e-5)
+
+
+def test_tile_of_one_page_and_strided_queries():
+    """A key tile of one page, and q as a slice of a wider tensor (as the rotary output is)."""
+    q, k, v, meta = mixed_batch(5, 8, 2, 64, torch.float32, SPECS)
+    wide = torch.cat((q, torch.zeros(q.shape[0], 2, 64, device=DEVICE)), dim=1)
+    got = paged_attention(wide[:, :8], k, v, *meta, BLOCK, tile_n=16)
+    torch.testing.assert_close(got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK), rtol=1e-5, atol=1e-5)
+
+
+def test_padding_rows_past_the_last_sequence_are_left_alone():
+    """Query rows no sequence owns (a padded step's tail) are not written; the real rows are right."""
+    q, k, v, meta = mixed_batch(9, 8, 2, 64, torch.float32, SPECS)
+    padded = torch.cat((q, torch.randn(13, 8, 64, device=DEVICE)))
+    out = torch.full_like(padded, 7.0)
+    paged_attention(padded, k, v, *meta, BLOCK, out=out)
+    torch.testing.assert_close(out[:q.shape[0]].cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK),
+                               rtol=1e-5, atol=1e-5)
+    assert bool((out[q.shape[0]:] == 7.0).all())
+
+
+def test_no_tokens_launches_nothing():
+    q, k, v, meta = mixed_batch(1, 8, 2, 64, torch.float32, [(1, 3)])
+    assert paged_attention(q[:0], k, v, *meta, BLOCK).shape == (0, 8, 64)
