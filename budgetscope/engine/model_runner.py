@@ -13,6 +13,33 @@ from budgetscope.engine.scheduler import ScheduledBatch
 from budgetscope.engine.sequence import Sequence
 
 
+class PendingTokens:
+    """The sampled ids of a launched step: `wait()` blocks until the device has them and returns them.
+
+    On CUDA the ids are copied (non-blocking) into pinned host memory behind a recorded event, so the host can
+    schedule the next step while the GPU still runs this one; elsewhere they are ready at once."""
+
+    __slots__ = ("_host", "_event")
+
+    def __init__(self, ids: torch.Tensor | None):
+        self._event = None
+        if ids is None or ids.device.type != "cuda":
+            self._host = ids
+            return
+        self._host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+        self._host.copy_(ids, non_blocking=True)
+        self._event = torch.cuda.Event()
+        self._event.record()
+
+    def wait(self) -> list[int]:
+        """One sampled id per sequence of the step with is_sampled set, in the step's order ([] when none)."""
+        if self._host is None:
+            return []
+        if self._event is not None:
+            self._event.synchronize()
+        return self._host.tolist()
+
+
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
                  graphs: DecodeGraphs | None = None):
@@ -24,18 +51,25 @@ class ModelRunner:
         self.graphs = graphs  # decode-only steps go through these when they fit a bucket
         self.graph_steps = 0  # steps that ran padded/static (as graphs on CUDA)
 
-    @torch.inference_mode()
     def run(self, scheduled: ScheduledBatch) -> list[int]:
         """Compute every scheduled token's KV; return one sampled id per sequence with is_sampled set."""
+        return self.launch(scheduled).wait()
+
+    @torch.inference_mode()
+    def launch(self, scheduled: ScheduledBatch) -> PendingTokens:
+        """Queue the step on the device and return at once; `.wait()` on the result gives run()'s ids.
+
+        Steps must be waited for in launch order before the next step of the same sequences is scheduled
+        (that step reads the tokens this one samples)."""
         if self.graphs is not None and self._graphable(scheduled):
-            return self._run_graph(scheduled.seqs)
+            return PendingTokens(self._run_graph(scheduled.seqs))
         batch = self.prepare(scheduled)
         hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
         sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
         if not sampled:
-            return []
+            return PendingTokens(None)
         logits = self.model.compute_logits(hidden[batch.logits_rows])
-        return self.sampler(logits, sampled)
+        return PendingTokens(self.sampler.sample(logits, sampled))
 
     def _graphable(self, scheduled: ScheduledBatch) -> bool:
         """A decode-only step (one new token a sequence, every one sampled) that fits a graph bucket."""
@@ -44,7 +78,7 @@ class ModelRunner:
         longest = max(s.num_computed_tokens for s in scheduled.seqs) + 1
         return self.graphs.bucket(len(scheduled.seqs), longest) is not None
 
-    def _run_graph(self, seqs: list[Sequence]) -> list[int]:
+    def _run_graph(self, seqs: list[Sequence]) -> torch.Tensor:
         size = self.block_size
         pos = [s.num_computed_tokens for s in seqs]
         logits, greedy = self.graphs.run(
@@ -52,7 +86,7 @@ class ModelRunner:
             slot_mapping=[s.block_table[p // size] * size + p % size for s, p in zip(seqs, pos)],
             block_tables=[s.block_table for s in seqs], context_lens=[p + 1 for p in pos])
         self.graph_steps += 1
-        return self.sampler(logits, seqs, greedy=greedy)
+        return self.sampler.sample(logits, seqs, greedy=greedy)
 
     def prepare(self, scheduled: ScheduledBatch) -> Batch:
         size = self.block_size

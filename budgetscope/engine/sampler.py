@@ -12,10 +12,14 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence], greedy: torch.Tensor | None = None) -> list[int]:
         """One token id per row of logits [S, vocab]; row i belongs to seqs[i]. `greedy`: their argmax, if known."""
+        return self.sample(logits, seqs, greedy).tolist()
+
+    def sample(self, logits: torch.Tensor, seqs: list[Sequence], greedy: torch.Tensor | None = None) -> torch.Tensor:
+        """The ids of __call__ as an int64 tensor on the logits' device, without waiting for them."""
         params = [s.params for s in seqs]
         greedy = logits.argmax(dim=-1) if greedy is None else greedy
         if all(p.is_greedy for p in params):
-            return greedy.tolist()
+            return greedy
         device, vocab = logits.device, logits.shape[-1]
         temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=device)
         logits = logits / temps[:, None]
@@ -29,7 +33,7 @@ class Sampler:
                     seq.generator = torch.Generator(device=device).manual_seed(p.seed)
                 drawn[i] = torch.multinomial(probs[i], 1, generator=seq.generator)[0]
         is_greedy = torch.tensor([p.is_greedy for p in params], device=device)
-        return torch.where(is_greedy, greedy, drawn).tolist()
+        return torch.where(is_greedy, greedy, drawn)
 
     @staticmethod
     def _filter(logits: torch.Tensor, params, vocab: int) -> torch.Tensor:
