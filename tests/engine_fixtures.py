@@ -6,6 +6,7 @@ it on a thread of the test's process (`--engine-in-process`).
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -22,7 +23,8 @@ from budgetscope.engine.telemetry import Telemetry
 
 class EngineProcessView:
     """What the tests read of an engine (`scheduler`, `block_manager`, `metrics`), for one in the engine process:
-    the state it sent with its last step, and the API process's metrics."""
+    the state it sent with its last step (requests sent but not yet taken count as waiting, as admission counts
+    them), and the API process's metrics."""
 
     def __init__(self, client: CoreClient):
         self.client = client
@@ -31,8 +33,8 @@ class EngineProcessView:
     @property
     def scheduler(self):
         g = self.client.state.gauges
-        return SimpleNamespace(num_waiting=g.num_waiting, num_running=g.num_running,
-                               has_work=bool(g.num_waiting or g.num_running))
+        waiting = g.num_waiting + self.client.num_in_transit
+        return SimpleNamespace(num_waiting=waiting, num_running=g.num_running, has_work=bool(waiting or g.num_running))
 
     @property
     def block_manager(self):
@@ -53,6 +55,8 @@ def running_server(config: EngineConfig | None = None, telemetry: Telemetry | No
         engine = LLMEngine(config, telemetry)
         loop = EngineLoop(engine).start()
     else:
+        if not config.num_threads:  # two intra-op threads spinning in the engine process starve the API process
+            config = dataclasses.replace(config, num_threads=1)  # on a 2-core machine (docs/engine.md)
         loop = CoreClient(Frontend(config, telemetry)).start()
         engine = EngineProcessView(loop)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -151,6 +151,13 @@ class CoreClient:
             if self._dead is None:
                 self._send([P.ABORT, seq.seq_id, outcome, reason])
 
+    @property
+    def num_in_transit(self) -> int:
+        """Requests sent that the engine had not taken into its scheduler at its last message."""
+        with self._lock:
+            self._trim_in_transit(self.state.received)
+            return len(self._in_transit)
+
     def _trim_in_transit(self, received: int) -> None:
         while self._taken < received and self._in_transit:
             self._in_transit.popleft()
