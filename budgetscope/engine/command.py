@@ -77,6 +77,9 @@ def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched
     import logging
 
     from budgetscope.auth import exposure_warning
+    from budgetscope.extras import require
+
+    require("engine", "engine")  # here: with the engine in its own process, this one never imports torch itself
     from budgetscope.engine.engine_config import DEFAULT_TIER_PRIORITIES, EngineConfig
     from budgetscope.engine.core_client import EngineCoreError
     from budgetscope.engine.frontend import Frontend
