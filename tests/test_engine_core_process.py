@@ -227,3 +227,69 @@ def _ready(base: str) -> bool:
         return httpx.get(f"{base}/health", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+class RecordingConn:
+    """A connection that notes every message sent, in one timeline with the model runner's launches and waits."""
+
+    def __init__(self, conn, timeline: list):
+        self.conn, self.timeline = conn, timeline
+
+    def poll(self, timeout=0.0):
+        return self.conn.poll(timeout)
+
+    def recv_bytes(self):
+        return self.conn.recv_bytes()
+
+    def send_bytes(self, data: bytes) -> None:
+        msg = P.unpack(data)
+        if msg[0] == P.STEP and msg[3] is not None:
+            self.timeline.append("send")
+        self.conn.send_bytes(data)
+
+
+def test_the_loop_sends_step_n_minus_1_while_step_n_runs():
+    """With overlap (a device that runs behind the host), step N-1's outputs leave between launch(N) and
+    wait(N), and the requests that arrive meanwhile are only read then, not handed to the scheduler."""
+    import multiprocessing
+
+    from budgetscope.engine.core_process import EngineCore
+
+    ours, theirs = multiprocessing.Pipe()
+    timeline: list[str] = []
+    core = EngineCore(EngineConfig(model="tiny", max_model_len=128, num_kv_blocks=16), RecordingConn(theirs, timeline))
+    core.overlap = True
+    launch = core.engine.runner.launch
+
+    class Pending:
+        def __init__(self, pending):
+            self.pending = pending
+
+        def wait(self):
+            timeline.append("wait")
+            return self.pending.wait()
+
+    def recording_launch(batch):
+        timeline.append("launch")
+        return Pending(launch(batch))
+
+    core.engine.runner.launch = recording_launch
+    thread = threading.Thread(target=core.run)
+    thread.start()
+    try:
+        assert P.unpack(ours.recv_bytes())[0] == P.READY
+        ours.send_bytes(P.pack([P.ADD, 1, "r", [1, 2, 3], [4, 0.0, 1.0, 0, None, True], "default", 1, time.time_ns(),
+                                None, None, None]))
+        tokens = []
+        while len(tokens) < 4:
+            _, _, entries, _, _ = P.unpack(ours.recv_bytes())
+            tokens += [t for e in entries for t in e[1]]
+        ours.send_bytes(P.pack([P.STOP]))
+        thread.join(30)
+    finally:
+        if thread.is_alive():
+            ours.close()
+            thread.join(10)
+    assert len(tokens) == 4
+    # four steps; each step's outputs leave after the next step's launch and before its wait, the last one at once
+    assert timeline == ["launch", "wait"] + ["launch", "send", "wait"] * 3 + ["send"]

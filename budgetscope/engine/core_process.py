@@ -126,6 +126,9 @@ class EngineCore:
                 observe_step(self.service, engine.finish_step(launched))
             except Exception:  # a failed step fails its requests, never the engine process
                 log.exception("engine step failed; failing every request in flight")
+                if out is not None:  # the step before's outputs first: they happened before the failure
+                    self._send(out)
+                    out = None
                 self._fail_all()
             self.service.observe_busy(engine.has_work)
             out = self._encode(self.recorder.last)
