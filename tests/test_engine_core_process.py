@@ -293,3 +293,17 @@ def test_the_loop_sends_step_n_minus_1_while_step_n_runs():
     assert len(tokens) == 4
     # four steps; each step's outputs leave after the next step's launch and before its wait, the last one at once
     assert timeline == ["launch", "wait"] + ["launch", "send", "wait"] * 3 + ["send"]
+
+
+def test_the_api_process_never_imports_torch():
+    """Its modules, and a Frontend made from a config, leave torch to the engine process."""
+    code = ("import sys\n"
+            "import budgetscope.engine.command, budgetscope.engine.server, budgetscope.engine.core_client\n"
+            "from budgetscope.engine.engine_config import EngineConfig\n"
+            "from budgetscope.engine.frontend import Frontend\n"
+            "Frontend(EngineConfig(model='1b'))\n"
+            "print('torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
