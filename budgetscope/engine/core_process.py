@@ -90,6 +90,7 @@ class EngineCore:
         from budgetscope.engine.llm_engine import LLMEngine
 
         self.conn = conn
+        self.parent_pid = os.getppid()
         self.recorder = StepRecorder()
         self.engine = LLMEngine(config, self.recorder)
         self.service = ServiceRate()
@@ -141,11 +142,15 @@ class EngineCore:
     # -- messages in ------------------------------------------------------------------------------------------------
     def _receive(self, block: bool) -> None:
         """Read every message waiting (with `block`, wait for one first). The API process gone: stop."""
-        timeout = None if block else 0
         try:
-            while self.conn.poll(timeout):
+            while not self.conn.poll(1.0 if block else 0):
+                if not block:
+                    return
+                if os.getppid() != self.parent_pid:  # the API process died, yet its socket did not close
+                    raise EOFError
+            self.inbox.append(P.unpack(self.conn.recv_bytes()))
+            while self.conn.poll(0):
                 self.inbox.append(P.unpack(self.conn.recv_bytes()))
-                timeout = 0
         except (EOFError, OSError):
             log.warning("the API server process is gone; the engine process stops")
             self.stopping = True
