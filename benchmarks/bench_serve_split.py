@@ -69,9 +69,8 @@ async def one_request(client: httpx.AsyncClient, url: str, args, rng: random.Ran
     body = {"prompt": prompt, "max_tokens": args.output_tokens, "ignore_eos": True, "temperature": 0, "stream": True}
     async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
         async for line in r.aiter_lines():
-            if line.startswith("data: {") and time.monotonic() < counts["end"]:
-                if counts["start"] <= time.monotonic():
-                    counts["tokens"] += 1
+            if line.startswith("data: {") and counts["start"] <= time.monotonic() < counts["end"]:
+                counts["tokens"] += 1
     counts["requests"] += 1
 
 
@@ -143,7 +142,7 @@ def main() -> None:
     args.concurrency = args.concurrency or args.max_seqs
     names = args.variants.split(",")
     results = {name: measure(args, name) for name in names}
-    load = "rate %.1f/s" % args.rate if args.rate else f"{args.concurrency} in flight"
+    load = f"rate {args.rate:.1f}/s" if args.rate else f"{args.concurrency} in flight"
     print(f"\nengine serve --config {args.config} --device {args.device} --max-seqs {args.max_seqs}; {load}, "
           f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens, {args.duration:.0f} s timed, "
           f"cpus {os.cpu_count()}")

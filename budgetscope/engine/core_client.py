@@ -15,7 +15,7 @@ import multiprocessing
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from budgetscope.engine import core_protocol as P
 from budgetscope.engine.admission import admit
@@ -58,9 +58,11 @@ class CoreClient:
         self._reader: threading.Thread | None = None
 
     # -- life -------------------------------------------------------------------------------------------------------
-    def start(self, timeout_s: float = 900.0) -> "CoreClient":
+    def start(self, timeout_s: float = 900.0) -> CoreClient:
         """Spawn the engine process and wait until its model is loaded; EngineCoreError when it cannot start."""
-        from budgetscope.engine.core_process import main  # torch-free at import; loads torch in the child only
+        from budgetscope.engine.core_process import (
+            main,  # torch-free at import; loads torch in the child only
+        )
 
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
@@ -134,12 +136,16 @@ class CoreClient:
                   num_waiting=state.gauges.num_waiting + len(self._in_transit),
                   ahead=lambda priority: self._ahead(state, priority), free_slots=state.free_slots)
             seq.trace.mark("queue")
-            self._live[seq.seq_id] = seq
             p = seq.params
-            self._send([P.ADD, seq.seq_id, seq.request_id, seq.token_ids,
-                        [p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.ignore_eos],
-                        seq.tier, seq.priority, seq.arrival_ns, seq.deadline_ns, seq.trace.traceparent,
-                        list(seq.wait_forecast) if seq.wait_forecast is not None else None])
+            self._live[seq.seq_id] = seq  # before it is sent: the reader may see its first output at once
+            try:
+                self._send([P.ADD, seq.seq_id, seq.request_id, seq.token_ids,
+                            [p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.ignore_eos],
+                            seq.tier, seq.priority, seq.arrival_ns, seq.deadline_ns, seq.trace.traceparent,
+                            list(seq.wait_forecast) if seq.wait_forecast is not None else None])
+            except RequestError:
+                self._live.pop(seq.seq_id, None)
+                raise
             self._in_transit.append(seq.priority)
 
     def abort(self, seq: Sequence, outcome: str = "cancelled", reason: str = "abort") -> None:
@@ -149,7 +155,10 @@ class CoreClient:
                 return  # finished or aborted already
             seq.finish_reason, seq.outcome, seq.status = reason, outcome, SequenceStatus.FINISHED
             if self._dead is None:
-                self._send([P.ABORT, seq.seq_id, outcome, reason])
+                try:
+                    self._send([P.ABORT, seq.seq_id, outcome, reason])
+                except RequestError:  # the engine process has gone: nothing of it is left to free
+                    pass
 
     @property
     def num_in_transit(self) -> int:
@@ -184,7 +193,7 @@ class CoreClient:
                     self._on_step(msg)
         except (EOFError, OSError):
             pass
-        except Exception:  # noqa: BLE001 - a message this side cannot take leaves it without an engine
+        except Exception:
             log.exception("could not read the engine process's output")
         if not self._stopping:
             self._proc.join(2)

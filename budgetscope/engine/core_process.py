@@ -17,7 +17,12 @@ import signal
 import time
 
 from budgetscope.engine import core_protocol as P
-from budgetscope.engine.admission import RateSnapshot, ServiceRate, observe_step, observe_wait
+from budgetscope.engine.admission import (
+    RateSnapshot,
+    ServiceRate,
+    observe_step,
+    observe_wait,
+)
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.engine_loop import freeze_heap
 from budgetscope.engine.engine_metrics import EngineGauges
@@ -32,7 +37,7 @@ class CoreTrace:
     """A request's trace inside the engine process: stage marks and token times, kept as events until the next
     STEP message carries them to the API process, whose RequestTrace replays them (`mark_at`, `token_at`)."""
 
-    __slots__ = ("handle", "traceparent", "events", "num_sent", "_dirty")
+    __slots__ = ("_dirty", "events", "handle", "num_sent", "traceparent")
 
     def __init__(self, handle: int, traceparent: str | None, num_prompt_tokens: int, dirty: list):
         self.handle = handle
@@ -237,7 +242,7 @@ def main(conn, config: EngineConfig, log_level: str = "warning") -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         core = EngineCore(config, conn)
-    except Exception as exc:  # noqa: BLE001 - whatever stops the engine from starting is told to the API process
+    except Exception as exc:
         log.exception("the engine could not start")
         conn.send_bytes(P.pack([P.FATAL, f"{type(exc).__name__}: {exc}"]))
         raise SystemExit(1) from None

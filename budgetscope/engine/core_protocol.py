@@ -71,7 +71,7 @@ class CoreState:
                 g.kv_blocks_used, g.kv_blocks_total, g.num_preemptions, g.num_steps, self.rate.as_list()]
 
     @classmethod
-    def from_list(cls, v: list) -> "CoreState":
+    def from_list(cls, v: list) -> CoreState:
         received, running, waiting, by_priority, free, used, total, preemptions, steps, rate = v
         return cls(received, EngineGauges(running, waiting, used, total, preemptions, steps),
                    {p: n for p, n in by_priority}, free, RateSnapshot(*rate))

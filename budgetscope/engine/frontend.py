@@ -5,7 +5,7 @@ the end of a request's trace. Torch-free, so that the API server process of `eng
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.engine_metrics import EngineMetrics
