@@ -310,3 +310,33 @@ def test_the_api_process_never_imports_torch():
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def test_an_ingested_served_run_has_one_row_per_request_with_its_stages(tmp_path):
+    """Streaming and not, completions and chat, through the engine process, to a jsonl file, then ingested."""
+    pytest.importorskip("opentelemetry.sdk")
+    from budgetscope.archive.archive import Archive
+    from budgetscope.engine.telemetry import Telemetry
+    from budgetscope.ingest.files import read_batches
+
+    spans = tmp_path / "spans.jsonl"
+    tel = Telemetry.create(exporter=f"jsonl:{spans}")
+    ids = set()
+    with running_server(CONFIG, tel) as (url, _):
+        for i in range(3):
+            r = httpx.post(f"{url}/v1/completions", json={"prompt": f"one {i}", "max_tokens": 4, "ignore_eos": True},
+                           timeout=60)
+            ids.add(r.json()["id"])
+            with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=60,
+                              json={"messages": [{"role": "user", "content": f"two {i}"}], "max_tokens": 3,
+                                    "ignore_eos": True, "stream": True}) as s:
+                ids.add(s.headers["x-request-id"])
+                list(s.iter_lines())
+    tel.shutdown()
+    with Archive(tmp_path / "archive") as a:
+        a.ingest(read_batches(spans))
+        rows = a.con.execute("SELECT request_id, queue_ms, prefill_ms, decode_ms, postprocess_ms, output_tokens "
+                             "FROM requests").fetchall()
+    assert sorted(r[0] for r in rows) == sorted(ids)  # one row each
+    assert all(q is not None and p is not None and d is not None and pp is not None for _, q, p, d, pp, _ in rows)
+    assert sorted(r[5] for r in rows) == [3, 3, 3, 4, 4, 4]
