@@ -7,7 +7,7 @@ from importlib.util import find_spec
 EXTRA_OF_MODULE = {
     # engine
     "torch": "engine", "numpy": "engine", "tokenizers": "engine", "safetensors": "engine",
-    "starlette": "engine", "uvicorn": "engine", "httpx": "engine",
+    "starlette": "engine", "uvicorn": "engine", "httpx": "engine", "msgpack": "engine",
     # instrument (the engine extra includes it)
     "opentelemetry.sdk": "instrument", "opentelemetry.exporter": "instrument",
     # the rest
@@ -17,7 +17,8 @@ EXTRA_OF_MODULE = {
 """Top-level module (or dotted prefix) → the extra that installs it."""
 
 MODULES_OF_EXTRA = {
-    "engine": ("torch", "numpy", "tokenizers", "safetensors", "starlette", "uvicorn", "httpx", "opentelemetry.sdk"),
+    "engine": ("torch", "numpy", "tokenizers", "safetensors", "starlette", "uvicorn", "httpx", "msgpack",
+               "opentelemetry.sdk"),
     "dashboard": ("streamlit", "plotly"),
     "gpu": ("pynvml",),
     "polars": ("polars",),

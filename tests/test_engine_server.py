@@ -12,9 +12,11 @@ from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
 from engine_fixtures import running_server, wait_for  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def served():
-    with running_server(EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=256, max_prompt_tokens=100)) as s:
+@pytest.fixture(scope="module", params=["engine process", "engine thread"])
+def served(request):
+    """The server with its engine in its own process (`engine serve`'s default), then on a thread (in process)."""
+    config = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=256, max_prompt_tokens=100)
+    with running_server(config, in_process=request.param == "engine thread") as s:
         yield s
 
 
@@ -118,8 +120,9 @@ def test_non_streaming_client_disconnect_frees_blocks():
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{url}/v1/completions", json={"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
                        timeout=httpx.Timeout(5.0, read=0.3))
+        # the outcome first: in the engine process's state the request may not have shown yet
+        assert wait_for(lambda: engine.metrics.outcomes.get("cancelled") == 1)
         assert wait_for(lambda: engine.block_manager.num_used_blocks == 0 and engine.scheduler.num_running == 0)
-        assert engine.metrics.outcomes.get("cancelled") == 1
 
 
 def test_deadline_gives_timeout(served):

@@ -32,6 +32,7 @@ import threading
 import time
 from collections import deque
 
+from budgetscope.engine.errors import RequestError
 from budgetscope.stats import quantile_nearest_rank
 
 MIN_FORECAST_S = 0.2
@@ -143,3 +144,84 @@ def refusal(rate: ServiceRate, deadline_s: float | None, wait_s: float | None) -
     # when enough of the queue ahead will have drained for a request like this one to fit
     excess_s = wait_s - max(slack_s, 0.0)
     return int(min(60, max(1, math.ceil(excess_s if math.isfinite(excess_s) else 60))))
+
+
+def admit(seq, config, metrics, rate, *, num_waiting: int, ahead, free_slots: int) -> None:
+    """Admit `seq` (a Sequence) or raise RequestError(429) with Retry-After: the waiting queue (`num_waiting` requests
+    waiting for their first schedule, handed over or not) is full, or, with deadline-aware admission, `seq` waits for
+    more finishes than its deadline allows. `ahead(priority)`: requests waiting at that priority or a more important
+    one; `free_slots`: sequence slots the running batch leaves free; `rate`: a ServiceRate (or a snapshot of one).
+    An admitted request forecast to wait gets `seq.wait_forecast` (its real wait calibrates later forecasts)."""
+    limit = config.max_waiting
+    if limit and num_waiting >= limit:
+        raise RequestError(429, f"the engine is overloaded: {limit} requests already waiting",
+                           type="rate_limit_exceeded", retry_after_s=retry_after_s(metrics, num_waiting, config.max_num_seqs))
+    if not config.deadline_admission or seq.deadline_ns is None:
+        return
+    num_ahead = ahead(seq.priority)
+    deadline_s = (seq.deadline_ns - time.time_ns()) / 1e9
+    wait_s = expected_wait_s(rate, finishes_to_wait(num_ahead, free_slots))
+    retry = refusal(rate, deadline_s, wait_s)
+    if retry is not None:
+        metrics.deadline_refusals += 1
+        per_s = rate.rate_per_s() or 0.0
+        raise RequestError(429, f"the engine cannot start this request within its deadline of {deadline_s:.2f} s: "
+                                f"{num_ahead} requests ahead at {per_s:.1f} requests/s",
+                           type="rate_limit_exceeded", retry_after_s=retry)
+    if wait_s:  # how long it really waits calibrates the next forecasts
+        seq.wait_forecast = (time.monotonic_ns(), wait_s)
+
+
+def retry_after_s(metrics, num_waiting: int, max_seqs: int) -> int:
+    """Seconds a rejected client should wait: the waiting queue drained at the observed request latency (1-60)."""
+    e2e = metrics.e2e
+    mean_s = e2e.sum / e2e.count if e2e.count else 1.0
+    per_slot = num_waiting / max(max_seqs, 1)
+    return int(min(60, max(1, math.ceil(per_slot * mean_s))))
+
+
+def observe_step(rate: ServiceRate, touched) -> None:
+    """Feed `rate` with the requests of a step (Sequences) that finished ok, and the calibration with the waits of
+    those first scheduled (or timed out unscheduled)."""
+    now = time.monotonic_ns()
+    for seq in touched:
+        observe_wait(rate, seq, now)
+        if seq.is_finished and seq.outcome == "ok" and seq.admitted_mono_ns is not None:
+            rate.observe_finish(now - seq.admitted_mono_ns, now)
+
+
+def observe_wait(rate: ServiceRate, seq, now: int | None = None) -> None:
+    """Once: how long seq waited for its first schedule against its forecast; one that left the queue
+    unscheduled (aborted, timed out) waited at least until now."""
+    if seq.wait_forecast is None or not (seq.admitted_mono_ns is not None or seq.is_finished):
+        return
+    submitted, forecast_s = seq.wait_forecast
+    seq.wait_forecast = None
+    end = seq.admitted_mono_ns if seq.admitted_mono_ns is not None else (now or time.monotonic_ns())
+    rate.observe_wait(forecast_s, (end - submitted) / 1e9)
+
+
+class RateSnapshot:
+    """What `admit` reads of a ServiceRate, as measured in another process (the engine process of `engine serve`)
+    at its last step: an idle engine sends none, and then nobody waits, so nothing is refused on a stale rate."""
+
+    __slots__ = ("_rate", "_run_s", "_factor")
+
+    def __init__(self, rate_per_s: float | None = None, run_s: float = 0.0, wait_factor: float = 1.0):
+        self._rate, self._run_s, self._factor = rate_per_s, run_s, wait_factor
+
+    @classmethod
+    def of(cls, rate: ServiceRate) -> "RateSnapshot":
+        return cls(rate.rate_per_s(), rate.run_s(), rate.wait_factor())
+
+    def as_list(self) -> list:
+        return [self._rate, self._run_s, self._factor]
+
+    def rate_per_s(self, now_ns: int | None = None) -> float | None:
+        return self._rate
+
+    def run_s(self, q: float = 0.9) -> float:
+        return self._run_s
+
+    def wait_factor(self, q: float = 0.9) -> float:
+        return self._factor

@@ -55,6 +55,9 @@ def engine():
               help="Attention: triton (one paged kernel a layer for every step; CUDA graphs for every step), sdpa "
                    "(PyTorch gather + SDPA; graphs for decode-only steps). auto: triton on CUDA when it imports "
                    "and without --compile, sdpa otherwise.")
+@click.option("--engine-in-process", is_flag=True,
+              help="Step the engine on a thread of the server's process (the layout before the engine process; for "
+                   "comparison and debugging). Default: the engine runs in its own process.")
 @click.option("--instrument/--no-instrument", default=True, show_default=True,
               help="Emit budgetscope stage spans (exporter from OTEL_* variables or --exporter).")
 @click.option("--exporter", default=None, help='Span exporter: "otlp", "console", "jsonl:PATH" (default: OTEL_*).')
@@ -62,10 +65,13 @@ def engine():
 def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched_tokens, max_seqs, kv_blocks, block_size,
           max_model_len, max_waiting, max_prompt_tokens, max_output_tokens, request_timeout, deadline_admission,
           no_chunked_prefill,
-          no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, attention, instrument, exporter, log_level):
+          no_prefix_caching, tier_priority, device, dtype, seed, threads, enforce_eager, compile_, attention,
+          engine_in_process, instrument, exporter, log_level):
     """Serve /v1/completions and /v1/chat/completions (OpenAI-compatible, SSE streaming), /v1/models,
-    /health and /metrics, with the engine stepping on its own thread. SIGTERM or Ctrl-C: the open requests
-    finish, their spans are exported (within $BUDGETSCOPE_FLUSH_TIMEOUT_MS), and the process exits 0.
+    /health and /metrics. The engine (scheduler and model) runs in its own process; this one does HTTP, SSE,
+    detokenization and span export. SIGTERM or Ctrl-C: the open requests finish, their spans are exported
+    (within $BUDGETSCOPE_FLUSH_TIMEOUT_MS), both processes stop, and the server exits 0. If the engine process
+    dies, requests in flight end with an error, later ones get 503, and the server exits 1.
 
     \b
     Example:
@@ -75,8 +81,12 @@ def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched
     import logging
 
     from budgetscope.auth import exposure_warning
+    from budgetscope.extras import require
+
+    require("engine", "engine")  # here: with the engine in its own process, this one never imports torch itself
     from budgetscope.engine.engine_config import DEFAULT_TIER_PRIORITIES, EngineConfig
-    from budgetscope.engine.llm_engine import LLMEngine
+    from budgetscope.engine.core_client import EngineCoreError
+    from budgetscope.engine.frontend import Frontend
     from budgetscope.engine.server import serve as run_server
     from budgetscope.engine.telemetry import Telemetry
 
@@ -98,7 +108,12 @@ def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched
             enforce_eager=enforce_eager, compile=compile_, attention_backend=attention,
         )
         telemetry = Telemetry.create(enabled=instrument, exporter=exporter)
-        llm = LLMEngine(config, telemetry)
+        if engine_in_process:
+            from budgetscope.engine.llm_engine import LLMEngine
+
+            llm = LLMEngine(config, telemetry)
+        else:  # the model loads in the engine process, when the server starts
+            llm = Frontend(config, telemetry)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"budgetscope engine: {llm.model_name} on http://{host}:{port}", err=True)
@@ -107,4 +122,8 @@ def serve(model, checkpoint, served_model_name, host, port, api_key, max_batched
                    "or --exporter)", err=True)
     if warning := exposure_warning(host, bool(api_key), False, "set --api-key or $BUDGETSCOPE_API_KEY"):
         click.echo(f"budgetscope engine: {warning}", err=True)
-    run_server(llm, host=host, port=port, log_level=log_level.lower(), api_key=api_key or None)
+    try:
+        run_server(llm, host=host, port=port, log_level=log_level.lower(), api_key=api_key or None)
+    except EngineCoreError as exc:
+        click.echo(f"budgetscope engine: {exc}", err=True)
+        raise SystemExit(1) from None

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import threading
-import time
+from typing import TYPE_CHECKING
 
-from budgetscope.engine.admission import ServiceRate, expected_wait_s, finishes_to_wait, refusal
-from budgetscope.engine.errors import RequestError
-from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.admission import ServiceRate, admit, observe_step, observe_wait
+from budgetscope.engine.engine_metrics import EngineGauges
 from budgetscope.engine.sequence import Sequence
 from budgetscope.gil import short_switch_interval
+
+if TYPE_CHECKING:  # the API process of `engine serve` imports this module and must not load torch
+    from budgetscope.engine.llm_engine import LLMEngine
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class EngineLoop:
         self._free_slots = engine.config.max_num_seqs  # sequence slots the running batch left free, the same
         self.service = ServiceRate()  # measured on this thread, read by submit() for deadline-aware admission
         self._stopping = False
+        self.on_dead = None  # as CoreClient's; never called: a failed step fails its requests, not the loop
         self._thread = threading.Thread(target=self._run, name="budgetscope-engine", daemon=True)
 
     def start(self) -> "EngineLoop":
@@ -56,6 +58,11 @@ class EngineLoop:
         gc.unfreeze()  # what start() froze is collectable again (and freed at exit)
 
     @property
+    def front(self):
+        """The engine's request-facing half (Frontend): what the HTTP server needs of it."""
+        return self.engine.front
+
+    @property
     def num_waiting(self) -> int:
         """Requests waiting for their first schedule (queued in the scheduler or not yet handed over)."""
         return self._num_waiting + len(self._inbox)
@@ -63,32 +70,17 @@ class EngineLoop:
     def submit(self, seq: Sequence) -> None:
         """Enqueue seq (marks its queue stage); RequestError(429) when the waiting queue is full, or when seq has
         a deadline that the measured service rate says it cannot start in time (engine/admission.py)."""
-        limit = self.engine.config.max_waiting
         with self._cond:
-            if limit and self._num_waiting + len(self._inbox) >= limit:
-                raise RequestError(429, f"the engine is overloaded: {limit} requests already waiting",
-                                   type="rate_limit_exceeded", retry_after_s=self.retry_after_s())
-            if self.engine.config.deadline_admission and seq.deadline_ns is not None:
-                self._admit_by_deadline(seq)
+            admit(seq, self.engine.config, self.engine.metrics, self.service,
+                  num_waiting=self._num_waiting + len(self._inbox), ahead=self._ahead, free_slots=self._free_slots)
             seq.trace.mark("queue")
             self._inbox.append(seq)
             self._cond.notify()
 
-    def _admit_by_deadline(self, seq: Sequence) -> None:
-        """RequestError(429) when the finishes seq waits for, at the measured service rate, outlast its deadline."""
-        ahead = sum(n for p, n in self._waiting_by_priority.items() if p <= seq.priority)
-        ahead += sum(1 for s in self._inbox if s.priority <= seq.priority)
-        deadline_s = (seq.deadline_ns - time.time_ns()) / 1e9
-        wait_s = expected_wait_s(self.service, finishes_to_wait(ahead, self._free_slots))
-        retry = refusal(self.service, deadline_s, wait_s)
-        if retry is not None:
-            self.engine.metrics.deadline_refusals += 1
-            rate = self.service.rate_per_s() or 0.0
-            raise RequestError(429, f"the engine cannot start this request within its deadline of {deadline_s:.2f} s: "
-                                    f"{ahead} requests ahead at {rate:.1f} requests/s",
-                               type="rate_limit_exceeded", retry_after_s=retry)
-        if wait_s:  # how long it really waits calibrates the next forecasts
-            seq.wait_forecast = (time.monotonic_ns(), wait_s)
+    def _ahead(self, priority: int) -> int:
+        """Requests waiting at `priority` or a more important one, handed over or not."""
+        return (sum(n for p, n in self._waiting_by_priority.items() if p <= priority)
+                + sum(1 for s in self._inbox if s.priority <= priority))
 
     def abort(self, seq: Sequence, outcome: str = "cancelled", reason: str = "abort") -> None:
         """Finish seq at the next step boundary and free its blocks."""
@@ -96,12 +88,13 @@ class EngineLoop:
             self._aborts.append((seq, outcome, reason))
             self._cond.notify()
 
-    def retry_after_s(self) -> int:
-        """Seconds a rejected client should wait: the waiting queue drained at the observed request rate."""
-        e2e = self.engine.metrics.e2e
-        mean_s = e2e.sum / e2e.count if e2e.count else 1.0
-        per_slot = self._num_waiting / max(self.engine.config.max_num_seqs, 1)
-        return int(min(60, max(1, math.ceil(per_slot * mean_s))))
+    def render_metrics(self) -> str:
+        """/metrics: the engine's Prometheus text, gauges read now."""
+        return self.engine.metrics.render(EngineGauges.of(self.engine))
+
+    def health(self) -> str | None:
+        """None while the engine serves; why not otherwise (never, in process: a failed step fails its requests)."""
+        return None
 
     def _run(self) -> None:
         # The HTTP thread and the span export thread share the GIL with this one: a short switch interval
@@ -136,23 +129,10 @@ class EngineLoop:
             self.service.observe_busy(engine.has_work)
 
     def _observe(self, touched: list[Sequence]) -> None:
-        """Feed the service rate with the requests that finished ok in this step, and the calibration with the
-        waits of those first scheduled (or timed out unscheduled)."""
-        now = time.monotonic_ns()
-        for seq in touched:
-            self._observe_wait(seq, now)
-            if seq.is_finished and seq.outcome == "ok" and seq.admitted_mono_ns is not None:
-                self.service.observe_finish(now - seq.admitted_mono_ns, now)
+        observe_step(self.service, touched)
 
     def _observe_wait(self, seq: Sequence, now: int | None = None) -> None:
-        """Once: how long seq waited for its first schedule against its forecast; one that left the queue
-        unscheduled (aborted, timed out) waited at least until now."""
-        if seq.wait_forecast is None or not (seq.admitted_mono_ns is not None or seq.is_finished):
-            return
-        submitted, forecast_s = seq.wait_forecast
-        seq.wait_forecast = None
-        end = seq.admitted_mono_ns if seq.admitted_mono_ns is not None else (now or time.monotonic_ns())
-        self.service.observe_wait(forecast_s, (end - submitted) / 1e9)
+        observe_wait(self.service, seq, now)
 
     def _fail_all(self) -> None:
         sched = self.engine.scheduler

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from dataclasses import dataclass
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -31,6 +32,29 @@ class Histogram:
         out.append(f"{name}_sum {self.sum}")
         out.append(f"{name}_count {self.count}")
         return out
+
+
+@dataclass(slots=True)
+class EngineGauges:
+    """The engine's state at one instant: read from the engine in process, or sent by the engine process."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    num_preemptions: int = 0
+    num_steps: int = 0
+
+    @classmethod
+    def of(cls, engine) -> "EngineGauges":
+        """Read now from an LLMEngine's scheduler, block manager and metrics."""
+        sched, blocks = engine.scheduler, engine.block_manager
+        return cls(sched.num_running, sched.num_waiting, blocks.num_used_blocks, blocks.num_blocks,
+                   sched.num_preemptions, engine.metrics.steps)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
 
 
 class EngineMetrics:
@@ -64,9 +88,9 @@ class EngineMetrics:
             self.prompt_tokens += prompt_tokens
             self.cached_tokens += cached_tokens
 
-    def render(self, engine) -> str:
-        """The exposition text; gauges read from engine's scheduler and block manager now."""
-        sched, blocks = engine.scheduler, engine.block_manager
+    def render(self, gauges: EngineGauges) -> str:
+        """The exposition text: these counters and histograms, and the engine's state `gauges`."""
+        g = gauges
         lines = []
 
         def metric(name, kind, help_text, samples):
@@ -74,14 +98,14 @@ class EngineMetrics:
             lines.append(f"# TYPE {PREFIX}{name} {kind}")
             lines.extend(samples)
 
-        metric("requests_running", "gauge", "Sequences in the running batch.", [f"{PREFIX}requests_running {sched.num_running}"])
-        metric("requests_waiting", "gauge", "Sequences in the waiting queue.", [f"{PREFIX}requests_waiting {sched.num_waiting}"])
-        metric("kv_cache_usage_ratio", "gauge", "Share of KV blocks held by sequences (0-1).", [f"{PREFIX}kv_cache_usage_ratio {blocks.usage}"])
-        metric("kv_blocks_used", "gauge", "KV blocks held by sequences.", [f"{PREFIX}kv_blocks_used {blocks.num_used_blocks}"])
-        metric("kv_blocks_total", "gauge", "KV blocks in the cache.", [f"{PREFIX}kv_blocks_total {blocks.num_blocks}"])
+        metric("requests_running", "gauge", "Sequences in the running batch.", [f"{PREFIX}requests_running {g.num_running}"])
+        metric("requests_waiting", "gauge", "Sequences in the waiting queue.", [f"{PREFIX}requests_waiting {g.num_waiting}"])
+        metric("kv_cache_usage_ratio", "gauge", "Share of KV blocks held by sequences (0-1).", [f"{PREFIX}kv_cache_usage_ratio {g.kv_usage}"])
+        metric("kv_blocks_used", "gauge", "KV blocks held by sequences.", [f"{PREFIX}kv_blocks_used {g.kv_blocks_used}"])
+        metric("kv_blocks_total", "gauge", "KV blocks in the cache.", [f"{PREFIX}kv_blocks_total {g.kv_blocks_total}"])
         with self.lock:
-            metric("preemptions_total", "counter", "Sequences preempted (recompute).", [f"{PREFIX}preemptions_total {sched.num_preemptions}"])
-            metric("steps_total", "counter", "Engine steps run.", [f"{PREFIX}steps_total {self.steps}"])
+            metric("preemptions_total", "counter", "Sequences preempted (recompute).", [f"{PREFIX}preemptions_total {g.num_preemptions}"])
+            metric("steps_total", "counter", "Engine steps run.", [f"{PREFIX}steps_total {g.num_steps}"])
             metric("deadline_refusals_total", "counter", "Requests refused at once: not startable within their deadline.",
                    [f"{PREFIX}deadline_refusals_total {self.deadline_refusals}"])
             metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [f"{PREFIX}prompt_tokens_total {self.prompt_tokens}"])

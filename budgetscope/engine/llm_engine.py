@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -13,19 +13,26 @@ from budgetscope.engine.checkpoint import load_checkpoint
 from budgetscope.engine.cuda_graphs import DecodeGraphs, StepGraphs
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.engine_metrics import EngineMetrics
-from budgetscope.engine.errors import RequestError
+from budgetscope.engine.frontend import Frontend
 from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM
-from budgetscope.engine.model_config import ModelConfig, named_config
-from budgetscope.engine.model_runner import ModelRunner
+from budgetscope.engine.model_runner import ModelRunner, PendingTokens
 from budgetscope.engine.sampling_params import SamplingParams
-from budgetscope.engine.scheduler import Scheduler
+from budgetscope.engine.scheduler import ScheduledBatch, Scheduler
 from budgetscope.engine.sequence import Sequence
-from budgetscope.engine.telemetry import NULL_TRACE, Telemetry
-from budgetscope.engine.tokenizer import load_tokenizer
-from budgetscope.instrument import attributes as A
+from budgetscope.engine.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LaunchedStep:
+    """A step between its two halves: launched on the device, its tokens not yet read back."""
+
+    start_ns: int  # Unix-epoch ns the step began
+    expired: list[Sequence]  # sequences whose deadline passed at the start of the step
+    batch: ScheduledBatch
+    pending: PendingTokens | None  # None when nothing was scheduled
 
 
 class LLMEngine:
@@ -45,13 +52,12 @@ class LLMEngine:
                                    ("cpu" if config.device == "auto" else config.device))
         self.dtype = _dtype(config.dtype, self.device)
         self.attention_backend = attention_backend(config, self.device)  # refused before anything loads
-        self.model_config = ModelConfig.from_hf_dir(config.checkpoint) if config.checkpoint else named_config(config.model)
-        self.model_name = config.served_model_name or (
-            config.checkpoint.rstrip("/").split("/")[-1] if config.checkpoint else config.model
-        )
-        self.tokenizer = load_tokenizer(config.checkpoint, self.model_config.eos_token_id)
-        self.eos_token_ids = set(self.tokenizer.eos_token_ids) | set(self.model_config.eos_token_id)
-        self.max_model_len = min(config.max_model_len, self.model_config.max_position_embeddings)
+        self.front = Frontend(config, self.telemetry, self.metrics)
+        self.model_config = self.front.model_config
+        self.model_name = self.front.model_name
+        self.tokenizer = self.front.tokenizer
+        self.eos_token_ids = self.front.eos_token_ids
+        self.max_model_len = self.front.max_model_len
         self.model = self._load_model()
         self.kv_cache = KVCache(self.model_config, config.num_kv_blocks, config.block_size, self.dtype, self.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
@@ -86,46 +92,12 @@ class LLMEngine:
         return model.to(device=self.device, dtype=self.dtype).eval().fuse_projections()
 
     # -- requests ---------------------------------------------------------------------------------
-    def make_sequence(
-        self,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        *,
-        request_id: str | None = None,
-        tier: str = "default",
-        tenant: str | None = None,
-        arrival_ns: int | None = None,
-        timeout_s: float | None = None,
-        trace=NULL_TRACE,
-        on_output: Callable | None = None,
-    ) -> Sequence:
-        """A validated Sequence; RequestError(400) when the prompt or max_tokens breaks a limit."""
-        self.validate(prompt_token_ids, params)
-        arrival_ns = arrival_ns or time.time_ns()
-        timeout_s = timeout_s or self.config.request_timeout_s
-        return Sequence(
-            prompt_token_ids, params, request_id=request_id, tier=tier, tenant=tenant,
-            priority=self.config.priority_of(tier), arrival_ns=arrival_ns,
-            deadline_ns=arrival_ns + int(timeout_s * 1e9) if timeout_s else None,
-            trace=trace, on_output=on_output,
-        )
+    def make_sequence(self, prompt_token_ids: list[int], params: SamplingParams, **fields) -> Sequence:
+        """A validated Sequence (Frontend.make_sequence); RequestError(400) when a limit is broken."""
+        return self.front.make_sequence(prompt_token_ids, params, **fields)
 
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        cfg, num = self.config, len(prompt_token_ids)
-        if num == 0:
-            raise RequestError(400, "the prompt is empty")
-        if num > cfg.max_prompt_tokens:
-            raise RequestError(400, f"prompt has {num} tokens; the limit is {cfg.max_prompt_tokens}")
-        if params.max_tokens > cfg.max_output_tokens:
-            raise RequestError(400, f"max_tokens {params.max_tokens} exceeds the limit {cfg.max_output_tokens}")
-        if num + params.max_tokens > self.max_model_len:
-            raise RequestError(400, f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                                    f"the model's context of {self.max_model_len} tokens")
-        if self.block_manager.blocks_needed(num + params.max_tokens) > self.block_manager.num_blocks:
-            raise RequestError(400, f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) cannot fit "
-                                    f"the KV cache of {self.block_manager.num_blocks * cfg.block_size} tokens")
-        if any(t < 0 or t >= self.model_config.vocab_size for t in prompt_token_ids):
-            raise RequestError(400, "prompt token id out of the vocabulary")
+        self.front.validate(prompt_token_ids, params)
 
     def add(self, seq: Sequence) -> None:
         """Enqueue seq now (marks the queue stage)."""
@@ -146,14 +118,25 @@ class LLMEngine:
     # -- one step -------------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
         """Run one batch. Returns sequences that got a token or finished; their on_output was called."""
+        return self.finish_step(self.launch_step())
+
+    def launch_step(self) -> LaunchedStep:
+        """First half of a step: expire deadlines, schedule, and queue the batch on the device (ModelRunner.launch);
+        returns at once on a GPU. finish_step() must follow before the next launch_step()."""
         start_ns = time.time_ns()
-        touched = self.scheduler.expire(start_ns)
-        for seq in touched:
+        expired = self.scheduler.expire(start_ns)
+        for seq in expired:
             seq.trace.mark("postprocess")
         batch = self.scheduler.schedule()
-        if not batch.is_empty:
-            sampled_ids = self.runner.run(batch)
-            finished = self.scheduler.postprocess(batch, sampled_ids, self.eos_token_ids)
+        pending = None if batch.is_empty else self.runner.launch(batch)
+        return LaunchedStep(start_ns, expired, batch, pending)
+
+    def finish_step(self, launched: LaunchedStep) -> list[Sequence]:
+        """Second half: wait for the sampled tokens, append them, finish what ended, record the step. Returns the
+        sequences that got a token or finished; their on_output was called."""
+        touched, batch = launched.expired, launched.batch
+        if launched.pending is not None:
+            finished = self.scheduler.postprocess(batch, launched.pending.wait(), self.eos_token_ids)
             now_ns = time.time_ns()
             for seq, is_sampled in zip(batch.seqs, batch.is_sampled):
                 if is_sampled:
@@ -166,7 +149,7 @@ class LLMEngine:
                 seq.trace.mark("postprocess")
             self.metrics.steps += 1
             self.telemetry.step(
-                start_ns=start_ns, end_ns=time.time_ns(), batch_size=len(batch.seqs),
+                start_ns=launched.start_ns, end_ns=time.time_ns(), batch_size=len(batch.seqs),
                 prefill_tokens=batch.num_prefill_tokens, decode_seqs=batch.num_decode_seqs,
                 kv_blocks_used=self.block_manager.num_used_blocks, kv_blocks_total=self.block_manager.num_blocks,
                 queue_depth=self.scheduler.num_waiting, preempted=len(batch.preempted),
@@ -198,19 +181,7 @@ class LLMEngine:
 
     def finish_trace(self, seq: Sequence, outcome: str | None = None) -> None:
         """End seq's request trace and count it in the metrics (once the response is complete)."""
-        outcome = outcome or seq.outcome or "ok"
-        self._response_attributes(seq)
-        seq.trace.finish(outcome=outcome, input_tokens=seq.num_prompt_tokens,
-                         output_tokens=seq.num_output_tokens, cached_tokens=seq.num_cached_tokens)
-        self.metrics.observe_finish(outcome, seq.arrival_ns, time.time_ns(), seq.num_prompt_tokens, seq.num_cached_tokens)
-
-
-    def _response_attributes(self, seq: Sequence) -> None:
-        """The GenAI request/response attributes only the engine knows: max tokens, finish reason, model."""
-        seq.trace.set(A.GEN_AI_REQUEST_MAX_TOKENS, seq.params.max_tokens)
-        seq.trace.set(A.GEN_AI_RESPONSE_MODEL, self.model_name)
-        if seq.finish_reason is not None:
-            seq.trace.set(A.GEN_AI_RESPONSE_FINISH_REASONS, [seq.finish_reason])
+        self.front.finish_trace(seq, outcome)
 
 
 def attention_backend(config: EngineConfig, device: torch.device) -> str:

@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.
 
-Each request: the frontend (parse, tokenize, validate) runs on the event loop, then the sequence goes to
-the EngineLoop thread; tokens come back through an asyncio queue, one SSE chunk per output token.
+Each request: the frontend (parse, tokenize, validate) runs on the event loop, then the sequence goes to the
+engine — the engine process through a CoreClient (the default), or the EngineLoop thread in this process
+(`--engine-in-process`); tokens come back through an asyncio queue, one SSE chunk per output token.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import json
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,6 +25,9 @@ from budgetscope.engine.engine_loop import EngineLoop
 from budgetscope.engine.errors import RequestError
 from budgetscope.engine.protocol import ParsedRequest
 
+if TYPE_CHECKING:
+    from budgetscope.engine.core_client import CoreClient
+
 
 class TokenEvents:
     """Carries (token count, finished) from the engine thread to the request's coroutine."""
@@ -31,7 +36,7 @@ class TokenEvents:
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
 
-    def on_output(self, seq) -> None:  # engine thread
+    def on_output(self, seq) -> None:  # engine thread, or the engine process's reader thread
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (seq.num_tokens, seq.is_finished))
 
 
@@ -79,13 +84,14 @@ class ApiKeyGate:
 
 
 class Server:
-    """Routes bound to one EngineLoop. `app` is the ASGI application (Starlette; behind `ApiKeyGate` when an
-    `api_key` is set)."""
+    """Routes bound to one engine: an EngineLoop (in process) or a CoreClient (the engine process); both offer
+    `front` (the Frontend), `submit`, `abort`, `render_metrics` and `health`. `app` is the ASGI application
+    (Starlette; behind `ApiKeyGate` when an `api_key` is set)."""
 
-    def __init__(self, loop: EngineLoop, api_key: str | None = None):
+    def __init__(self, loop: "EngineLoop | CoreClient", api_key: str | None = None):
         self.loop = loop
-        self.engine = loop.engine
-        self.telemetry = loop.engine.telemetry
+        self.engine = loop.front
+        self.telemetry = loop.front.telemetry
         self.app = Starlette(routes=[
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
@@ -97,6 +103,10 @@ class Server:
             self.app = ApiKeyGate(self.app, api_key)
 
     async def health(self, request: Request) -> Response:
+        down = self.loop.health()
+        if down is not None:
+            err = RequestError(503, f"the engine is not running: {down}", type="service_unavailable")
+            return JSONResponse(err.body(), status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def models(self, request: Request) -> Response:
@@ -105,7 +115,7 @@ class Server:
         return JSONResponse({"object": "list", "data": [card]})
 
     async def metrics(self, request: Request) -> Response:
-        text = self.engine.metrics.render(self.engine)
+        text = self.loop.render_metrics()
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def completions(self, request: Request) -> Response:
@@ -295,13 +305,28 @@ def _sse(payload: dict) -> str:
 
 def serve(engine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
           api_key: str | None = None) -> None:
-    """Run the engine's loop thread and the HTTP server until interrupted; then stop and flush telemetry.
-    `api_key`: /v1/* requests must carry `Authorization: Bearer <api_key>`."""
+    """Serve until interrupted, then stop the engine and flush telemetry. `engine`: a Frontend, whose engine then
+    runs in its own process (CoreClient), or an LLMEngine, stepped on a thread of this process (EngineLoop).
+    `api_key`: /v1/* requests must carry `Authorization: Bearer <api_key>`. EngineCoreError when the engine
+    process cannot start, or dies while serving (the server then stops: its requests in flight ended `error`)."""
     import uvicorn
 
-    loop = EngineLoop(engine).start()
+    from budgetscope.engine.core_client import CoreClient, EngineCoreError
+    from budgetscope.engine.frontend import Frontend
+
+    core = CoreClient(engine, log_level).start() if isinstance(engine, Frontend) else EngineLoop(engine).start()
+    server = uvicorn.Server(uvicorn.Config(Server(core, api_key).app, host=host, port=port, log_level=log_level))
+    died: list[str] = []
+
+    def stop_serving(reason: str) -> None:
+        died.append(reason)
+        server.should_exit = True
+
+    core.on_dead = stop_serving
     try:
-        uvicorn.run(Server(loop, api_key).app, host=host, port=port, log_level=log_level)
+        server.run()
     finally:
-        loop.stop()
+        core.stop()
         engine.telemetry.shutdown()
+    if died:
+        raise EngineCoreError(died[0])

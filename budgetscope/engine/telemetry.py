@@ -20,6 +20,12 @@ class NullTrace:
     def token(self) -> None:
         pass
 
+    def mark_at(self, stage: str, t: int) -> None:
+        pass
+
+    def token_at(self, t: int) -> None:
+        pass
+
     def set(self, key: str, value: Any) -> None:
         pass
 

@@ -50,6 +50,12 @@ class NoopRequestTrace:
     def token(self) -> None:
         return None
 
+    def mark_at(self, stage: str, t: int) -> None:
+        return None
+
+    def token_at(self, t: int) -> None:
+        return None
+
     def set(self, key: str, value: Any) -> None:
         return None
 

@@ -84,17 +84,24 @@ class RequestTrace:
 
         Raises ValueError for a name outside frontend, queue, prefill, decode, postprocess.
         """
-        t = now_ns()
+        self.mark_at(stage, now_ns())
+
+    def token(self) -> None:
+        """One output token emitted now. A token outside `decode` (the first one, or the first after a
+        preemption re-queue) ends the current stage and starts `decode`."""
+        self.token_at(now_ns())
+
+    def mark_at(self, stage: str, t: int) -> None:
+        """`mark(stage)` taken at `t`, a `perf_counter_ns()` reading of this host (CLOCK_MONOTONIC: the same in
+        every process), e.g. by the engine process of `engine serve`. Readings must come in time order."""
         if stage != self._stage:
             if stage not in _STAGES:
                 raise unknown_stage_error(stage)
             self._stage = stage
             self._marks.append((stage, t, len(self._tokens)))
 
-    def token(self) -> None:
-        """One output token emitted now. A token outside `decode` (the first one, or the first after a
-        preemption re-queue) ends the current stage and starts `decode`."""
-        t = now_ns()
+    def token_at(self, t: int) -> None:
+        """`token()` taken at `t`, a `perf_counter_ns()` reading (as `mark_at`)."""
         if self._stage != "decode":
             self._stage = "decode"
             self._marks.append(("decode", t, len(self._tokens)))
