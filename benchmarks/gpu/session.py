@@ -1,20 +1,22 @@
 """One GPU session's measurements for the reference engine, in one call, each phase bounded by its own timeout.
 
-    python3 benchmarks/gpu/session.py --out OUT [--phases env,attn,mixed,decode,inproc,served,record] \
-        [--baseline DIR] [--seconds 30]
+    python3 benchmarks/gpu/session.py --out OUT [--phases env,attn,mixed,served,...] [--baseline DIR] \
+        [--seconds 20] [--record-seconds 20] [--budget-s 560] [--smoke]
 
-Phases (a failing phase prints its error and the next one runs):
+Phases, in the order they run (a failing phase prints its error and the next one runs; a phase starts only if
+--budget-s leaves it its usual time; if the Triton attention fails in `mixed`, the later phases use sdpa):
 - env: the GPU, driver, torch, triton;
 - attn: benchmarks/gpu/attention_bench.py (one layer's attention: gather + SDPA, the Triton kernel, FlexAttention);
-- mixed: benchmarks/gpu/step_mix.py mixed, this engine (Triton attention, profiled) and, with --baseline, the same
-  script against the engine in DIR (an older checkout's `budgetscope/`, on PYTHONPATH);
-- decode: benchmarks/bench_gpu.py at batch 1 and 64 (copy bandwidth, tokens/s, bytes a step over step time), and
-  batch 1 of the baseline;
-- inproc: step_mix.py saturate, 64 sequences of 256 + 256 tokens (the in-process figure for the served one);
+- mixed: benchmarks/gpu/step_mix.py mixed, this engine (Triton attention, profiled);
 - served: `engine serve --config 1b --max-seqs 64` with the GPU sampler; `load` at 12 req/s (256/256 tokens,
   token ids), then a closed loop of 64 (saturation); the spans and samples come back as OUT/rec-served.tar.gz;
-- record: three recordings for sample_traces/ (bandwidth-bound, host-bound, KV preemptions), each
-  OUT/rec-<name>.tar.gz with the commands in its README.
+- baseline: with --baseline, step_mix.py mixed against the engine in DIR (an older checkout's `budgetscope/`);
+- decode: benchmarks/bench_gpu.py at batch 1 (copy bandwidth, tokens/s, bytes a step over step time), and the
+  baseline's batch 1;
+- inproc: step_mix.py saturate, 64 sequences of 256 + 256 tokens (the in-process figure for the served one);
+- record: three recordings for sample_traces/ (bandwidth-bound, KV preemptions, host-bound), each
+  OUT/rec-<name>.tar.gz with the commands in its README;
+- tests: the GPU step's tests (the kernels against their references, graphs against eager) on the GPU.
 
 Figures go to OUT/figures.json (one entry per phase) and the console; the log of every command to OUT/log.txt.
 """
@@ -40,6 +42,10 @@ PY = sys.executable
 FIGURES: dict = {}
 WORK = Path("/tmp/budgetscope-gpu-session")  # raw files; only logs, figures and tarballs go to OUT
 SMOKE = False  # --smoke: the same phases on CPU with the `tiny` model, for checking this script anywhere
+DEADLINE = float("inf")  # time.monotonic() by which the session must end (--budget-s)
+ATTENTION = ["triton"]  # the new engine's backend; "sdpa" once the Triton path failed in `mixed`
+COST_S = {"env": 10, "tests": 90, "attn": 40, "mixed": 70, "baseline": 60, "decode": 45, "inproc": 45,
+          "served": 100, "record": 60}  # a phase starts only if this much time is left (record: per recording)
 
 
 def log(out: Path, text: str) -> None:
@@ -48,8 +54,13 @@ def log(out: Path, text: str) -> None:
         f.write(text + "\n")
 
 
+def left_s() -> float:
+    return DEADLINE - time.monotonic()
+
+
 def sh(out: Path, cmd: list[str], timeout: float, env: dict | None = None) -> str:
     """Run cmd; its output goes to the log (and the last lines to the console); returns the output."""
+    timeout = max(5.0, min(timeout, left_s() - 5))
     log(out, "$ " + shlex.join(cmd))
     t0 = time.perf_counter()
     try:
@@ -172,31 +183,46 @@ def phase_env(out, args):
 
 def phase_attn(out, args):
     script = ROOT / "benchmarks/gpu/attention_bench.py"
-    if script.exists():
-        FIGURES["attn"] = results(sh(out, [PY, str(script)], 120)) or "see log"
+    FIGURES["attn"] = sh(out, [PY, str(script), "--iters", "50"], 90).strip().splitlines()[-12:]
+
+
+def phase_tests(out, args):
+    text = sh(out, [PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_paged_attention.py",
+                    "tests/test_fused_norm.py", "tests/test_engine_triton.py", "tests/test_engine_cuda_graphs.py",
+                    "tests/test_engine_step.py"], 150)
+    FIGURES["tests"] = text.strip().splitlines()[-3:]
 
 
 def phase_mixed(out, args):
     step_mix = str(ROOT / "benchmarks/gpu/step_mix.py")
-    FIGURES["mixed"] = results(sh(out, [PY, step_mix, "mixed", "--attention", "triton", "--steps", "300",
-                                        "--profile-steps", "100"], 180))
+    got = results(sh(out, [PY, step_mix, "mixed", "--attention", "triton", "--steps", "300",
+                           "--profile-steps", "100"], 150))
+    if not got:  # the Triton path failed here: measure the rest of the engine (process split, graphs) on sdpa
+        ATTENTION[0] = "sdpa"
+        log(out, "[mixed] the Triton path failed: later phases use --attention sdpa")
+        got = results(sh(out, [PY, step_mix, "mixed", "--attention", "sdpa", "--steps", "300"], 120))
+    FIGURES["mixed"] = got
+
+
+def phase_baseline(out, args):
     if args.baseline:
-        FIGURES["mixed"] += results(sh(out, [PY, step_mix, "mixed", "--steps", "300"], 150,
-                                       env=baseline_env(args)))
+        FIGURES["mixed_baseline"] = results(sh(out, [PY, str(ROOT / "benchmarks/gpu/step_mix.py"), "mixed",
+                                                     "--steps", "300"], 120, env=baseline_env(args)))
 
 
 def phase_decode(out, args):
     bench = str(ROOT / "benchmarks/bench_gpu.py")
-    sh(out, [PY, bench, "--out", str(WORK / "bench"), "--batches", "1,64", "--modes", "graphs", "--no-tape",
-             "--no-sampler-cost", "--seconds", "3"], 180)
+    sh(out, [PY, bench, "--out", str(WORK / "bench"), "--batches", "1", "--modes", "graphs", "--no-tape",
+             "--no-sampler-cost", "--seconds", "3", "--attention", ATTENTION[0]], 120)
     path = WORK / "bench" / "gpu_figures.json"
     if path.exists():
         f = json.loads(path.read_text())
-        FIGURES["decode"] = {"copy_bytes_per_s": f.get("copy_bytes_per_s"), "decode": f.get("decode")}
-    if args.baseline:
+        FIGURES["decode"] = {"copy_bytes_per_s": f.get("copy_bytes_per_s"), "decode": f.get("decode"),
+                             "step_phases_ms": f.get("step_phases_ms")}
+    if args.baseline and left_s() > COST_S["decode"] + 60:
         base_bench = str(Path(args.baseline) / "benchmarks/bench_gpu.py")
         sh(out, [PY, base_bench, "--out", str(WORK / "base"), "--batches", "1", "--modes", "graphs", "--no-tape",
-                 "--no-sampler-cost", "--seconds", "3"], 150, env=baseline_env(args))
+                 "--no-sampler-cost", "--seconds", "3"], 100, env=baseline_env(args))
         path = WORK / "base" / "gpu_figures.json"
         if path.exists():
             FIGURES["decode_baseline"] = json.loads(path.read_text()).get("decode")
@@ -204,12 +230,12 @@ def phase_decode(out, args):
 
 def phase_inproc(out, args):
     FIGURES["inproc"] = results(sh(out, [PY, str(ROOT / "benchmarks/gpu/step_mix.py"), "saturate", "--attention",
-                                         "triton", "--max-seqs", "64", "--seconds", "15"], 150))
+                                         ATTENTION[0], "--max-seqs", "64", "--seconds", "15"], 100))
 
 
 def phase_served(out, args):
     s = str(args.seconds)
-    serve_and_load(out, "served", ["--config", "1b", "--max-seqs", "64"],
+    serve_and_load(out, "served", ["--config", "1b", "--max-seqs", "64", "--attention", ATTENTION[0]],
                    [["--rate", "12", "--duration", s, "--prompt-tokens", "256", "--output-tokens", "256"],
                     ["--concurrency", "64", "--duration", s, "--warmup", "5s", "--prompt-tokens", "256",
                      "--output-tokens", "256"]],
@@ -217,31 +243,38 @@ def phase_served(out, args):
                    "of 64 (saturation).")
 
 
-def phase_record(out, args):
-    s = str(args.seconds)
-    serve_and_load(
-        out, "bandwidth-bound",
-        ["--config", "1b", "--max-seqs", "256", "--max-batched-tokens", "8192", "--max-model-len", "4096",
+RECORDINGS = {
+    "bandwidth-bound": (
+        ["--config", "1b", "--max-seqs", "256", "--max-batched-tokens", "4096", "--max-model-len", "4096",
          "--kv-blocks", str(256 * 4096 // 16 + 64)],
-        [["--rate", "20", "--duration", s, "--prompt-tokens", "3000", "--output-tokens", "768"]],
-        "Long contexts and a large batch: ~200 sequences decode over 3,000–3,800-token contexts, so each decode "
-        "step reads ~25 GB of K/V beside 2 GB of weights: the decode tail should be DRAM-bandwidth-bound.")
-    serve_and_load(
-        out, "host-bound",
-        ["--config", "small", "--max-seqs", "64"],
-        [["--rate", "40", "--duration", s, "--prompt-tokens", "128", "--output-tokens", "128"]],
-        "A small model (25.7 M parameters) on a big GPU: a step's kernels take microseconds and the host's work "
-        "(scheduling, Python, launches) sets the pace: host-bound.")
-    serve_and_load(
-        out, "kv-preemption",
+        ["--rate", "20", "--prompt-tokens", "3000", "--output-tokens", "768"],
+        "Long contexts and a large batch: up to 256 sequences decode over 3,000–3,800-token contexts, so a decode "
+        "step reads tens of GB of K/V beside 2 GB of weights: the decode tail should be DRAM-bandwidth-bound."),
+    "kv-preemption": (
         ["--config", "1b", "--max-seqs", "16", "--kv-blocks", "96"],
-        [["--rate", "6", "--duration", s, "--prompt-tokens", "64", "--output-tokens", "choice:48=0.7,400=0.3"]],
+        ["--rate", "6", "--prompt-tokens", "64", "--output-tokens", "choice:48=0.7,400=0.3"],
         "Long outputs into a KV cache too small for them (96 blocks of 16 tokens, 16 sequences): sequences are "
-        "preempted and recomputed.")
+        "preempted and recomputed."),
+    "host-bound": (
+        ["--config", "small", "--max-seqs", "64"],
+        ["--rate", "40", "--prompt-tokens", "128", "--output-tokens", "128"],
+        "A small model (25.7 M parameters) on a big GPU: a step's kernels take microseconds and the host's work "
+        "(scheduling, Python, launches) sets the pace: host-bound."),
+}
 
 
-PHASES = {"env": phase_env, "attn": phase_attn, "mixed": phase_mixed, "decode": phase_decode,
-          "inproc": phase_inproc, "served": phase_served, "record": phase_record}
+def phase_record(out, args):
+    for name, (serve_args, load, what) in RECORDINGS.items():
+        if left_s() < COST_S["record"]:
+            log(out, f"[record] no time left for {name}")
+            continue
+        serve_and_load(out, name, serve_args + ["--attention", ATTENTION[0]],
+                       [load + ["--duration", str(args.record_seconds)]], what, ready_s=min(120, left_s() - 30))
+
+
+PHASES = {"env": phase_env, "attn": phase_attn, "mixed": phase_mixed, "served": phase_served,
+          "baseline": phase_baseline, "decode": phase_decode, "inproc": phase_inproc, "record": phase_record,
+          "tests": phase_tests}  # in the order of what matters most when time runs out
 
 
 def main() -> None:
@@ -249,11 +282,16 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--phases", default=",".join(PHASES))
     ap.add_argument("--baseline", default=None, help="a folder holding an older budgetscope/ to compare with")
-    ap.add_argument("--seconds", type=float, default=30.0, help="length of each served load")
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of each served load")
+    ap.add_argument("--record-seconds", type=float, default=20.0, help="length of each recording's load")
+    ap.add_argument("--budget-s", type=float, default=float("inf"), help="end the session within this many seconds")
     ap.add_argument("--smoke", action="store_true", help="CPU, `tiny` model: check this script without a GPU")
     args = ap.parse_args()
-    global SMOKE
+    global SMOKE, DEADLINE
     SMOKE = args.smoke
+    if SMOKE:
+        ATTENTION[0] = "sdpa"  # Triton runs on CPU only under its interpreter
+    DEADLINE = time.monotonic() + args.budget_s
     shutil.rmtree(WORK, ignore_errors=True)  # the jsonl exporters append: start from nothing
     WORK.mkdir(parents=True)
     out = Path(args.out)
@@ -261,6 +299,9 @@ def main() -> None:
     if args.baseline:
         args.baseline = str(Path(args.baseline).resolve())
     for name in args.phases.split(","):
+        if left_s() < COST_S[name]:
+            log(out, f"== {name} skipped: {left_s():.0f} s left")
+            continue
         t0 = time.perf_counter()
         log(out, f"== {name}")
         try:
