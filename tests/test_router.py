@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -93,7 +95,7 @@ def shard_urls(cs) -> list[str]:
 def test_exports_through_the_router_land_each_span_once_on_its_shard(fleet, tmp_path):
     root, cs = fleet
     docs = [many_traces(30, 3, first=1 + 30 * k) for k in range(4)]
-    with TraceRouter(shard_urls(cs), port=0, forwarders=2) as router, httpx.Client(timeout=30) as client:
+    with TraceRouter(shard_urls(cs), port=0, connections=1) as router, httpx.Client(timeout=30) as client:
         url = f"http://127.0.0.1:{router.port}/v1/traces"
         for k, doc in enumerate(docs):
             if k % 2:
@@ -112,16 +114,20 @@ def test_exports_through_the_router_land_each_span_once_on_its_shard(fleet, tmp_
 
 
 class FakeShard(http.server.ThreadingHTTPServer):
-    """A fake collector that answers every POST with `status` and an OTLP/JSON Status naming it."""
+    """A fake collector that answers every POST with `status` and an OTLP/JSON Status naming it; 400 for a body
+    that holds `reject`; the first answer after `first_delay_s`."""
 
-    def __init__(self, status: int):
+    def __init__(self, status: int, reject: bytes | None = None, first_delay_s: float = 0.0):
         self.status, self.bodies = status, []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(h):  # noqa: N802
                 self.bodies.append(h.rfile.read(int(h.headers["content-length"])))
-                body = b"{}" if self.status == 200 else json.dumps({"code": 3, "message": f"fake {self.status}"}).encode()
-                h.send_response(self.status)
+                if len(self.bodies) == 1:
+                    time.sleep(first_delay_s)
+                status = 400 if reject is not None and reject in self.bodies[-1] else self.status
+                body = b"{}" if status == 200 else json.dumps({"code": 3, "message": f"fake {status}"}).encode()
+                h.send_response(status)
                 h.send_header("Content-Type", "application/json")
                 h.send_header("Content-Length", str(len(body)))
                 h.end_headers()
@@ -145,7 +151,7 @@ def test_the_answer_is_the_union_of_the_shards_answers(statuses, want, retry_aft
     fakes = [FakeShard(s) for s in statuses]
     try:
         urls = [f"http://127.0.0.1:{f.server_port}" for f in fakes]
-        with TraceRouter(urls, port=0, forwarders=1) as router:
+        with TraceRouter(urls, port=0, connections=1) as router:
             r = httpx.post(f"http://127.0.0.1:{router.port}/v1/traces", json=many_traces(), timeout=30)
         assert r.status_code == want
         assert ("retry-after" in r.headers) is retry_after
@@ -168,7 +174,7 @@ def test_spans_rejected_by_one_shard_are_a_partial_success(fmt):
         urls = [f"http://127.0.0.1:{f.server_port}" for f in fakes]
         doc = many_traces()
         on_b = sum(1 for x in ids_of(doc) if shard_of(bytes.fromhex(x[0]), 2) == 1)
-        with TraceRouter(urls, port=0, forwarders=1) as router:
+        with TraceRouter(urls, port=0, connections=1) as router:
             url = f"http://127.0.0.1:{router.port}/v1/traces"
             r = (httpx.post(url, json=doc) if fmt == "json" else
                  httpx.post(url, content=to_proto(doc), headers={"content-type": "application/x-protobuf"}))
@@ -189,7 +195,7 @@ def test_a_shard_down_is_503_and_the_retry_lands_every_span_once(fleet):
     port_b = cs[1].http_port
     cs[1].stop()  # shard b is down: its port refuses connections
     doc = many_traces()
-    with TraceRouter(shard_urls(cs[:1]) + [f"http://127.0.0.1:{port_b}"], port=0, forwarders=1) as router:
+    with TraceRouter(shard_urls(cs[:1]) + [f"http://127.0.0.1:{port_b}"], port=0, connections=1) as router:
         url = f"http://127.0.0.1:{router.port}/v1/traces"
         r = httpx.post(url, json=doc, timeout=30)
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
@@ -203,6 +209,50 @@ def test_a_shard_down_is_503_and_the_retry_lands_every_span_once(fleet):
             b.stop()
     cs[0].stop()
     assert rows(root, SPANS) == sorted((x[0], x[1]) for x in ids_of(doc))
+
+
+def post_proto(url: str, doc: dict) -> httpx.Response:
+    return httpx.post(url, content=to_proto(doc), headers={"content-type": "application/x-protobuf"}, timeout=30)
+
+
+def test_parts_waiting_for_a_shard_go_as_one_export_each_span_once():
+    fakes = [FakeShard(200, first_delay_s=1.5), FakeShard(200, first_delay_s=1.5)]
+    docs = [many_traces(20, 3, first=1 + 20 * k) for k in range(6)]
+    try:
+        with TraceRouter([f"http://127.0.0.1:{f.server_port}" for f in fakes], port=0, connections=1) as router:
+            url = f"http://127.0.0.1:{router.port}/v1/traces"
+            with ThreadPoolExecutor(6) as pool:
+                first = pool.submit(post_proto, url, docs[0])
+                time.sleep(0.2)  # the first is at the shards (answered after 1.5 s): the others wait meanwhile
+                assert [r.status_code for r in pool.map(lambda d: post_proto(url, d), docs[1:])] == [200] * 5
+                assert first.result().status_code == 200
+        for i, f in enumerate(fakes):
+            assert len(f.bodies) < 6  # fewer exports than requests: the parts that waited went together
+            got = [x for b in f.bodies for x in proto_ids(b)]
+            assert sorted(got) == sorted(x for d in docs for x in ids_of(d) if shard_of(bytes.fromhex(x[0]), 2) == i)
+        assert router.stats.spans_landed == 6 * 60 and all(s.parts == 6 for s in router.shards)
+    finally:
+        for f in fakes:
+            f.shutdown()
+
+
+def test_a_rejected_export_of_several_parts_lands_the_good_ones():
+    bad = many_traces(5, 2, first=900)
+    bad["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "bad-span"
+    fake = FakeShard(200, reject=b"bad-span", first_delay_s=1.5)
+    try:
+        with TraceRouter([f"http://127.0.0.1:{fake.server_port}"], port=0, connections=1) as router:
+            url = f"http://127.0.0.1:{router.port}/v1/traces"
+            with ThreadPoolExecutor(4) as pool:
+                first = pool.submit(post_proto, url, many_traces(5, 2, first=1))
+                time.sleep(0.2)  # the first export is at the shard: the next three wait, then go as one
+                rest = list(pool.map(lambda d: post_proto(url, d), [many_traces(5, 2, first=100), bad,
+                                                                    many_traces(5, 2, first=200)]))
+        assert first.result().status_code == 200
+        assert [r.status_code for r in rest] == [200, 400, 200]
+        assert len(fake.bodies) == 1 + 1 + 3  # the first; the three together (400); each alone
+    finally:
+        fake.shutdown()
 
 
 RUN = [sys.executable, "-m", "budgetscope.cli", "collect-router"]

@@ -3,8 +3,9 @@
 Each `ExportTraceServiceRequest` (protobuf or JSON, as the collector's own OTLP/HTTP receiver takes it: the
 same `OtlpHttpReceiver`, its bounds and statuses) is split by `shard_of(trace_id, n)` = crc32 of the trace id's
 16 bytes mod n, resource and scope kept with each part, and each part is POSTed to its shard's
-`/v1/traces` over a keep-alive connection, in the encoding it came in (uncompressed). The parts go out together
-and their answers are read after: a request costs the slowest shard's time, not the sum.
+`/v1/traces` over keep-alive connections, in the encoding it came in (uncompressed). Protobuf parts that wait
+for the same shard go as one export (see `_Lane`): a split does not shrink the exports a shard receives, which
+would cost it more CPU a span (docs/scale.md, "Shards across processes").
 
 The exporter's answer is the union of the shards' (OTLP/HTTP semantics):
 
@@ -27,6 +28,7 @@ import logging
 import socket
 import threading
 import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -39,6 +41,7 @@ from budgetscope.ingest.spanbatch import BadBatch
 
 log = logging.getLogger("budgetscope.collector")
 
+MAX_POST_BYTES = 4 << 20  # protobuf parts waiting for a shard go as one export up to this size
 FORWARD_TIMEOUT_S = 30.0  # a shard that has not answered a part this long counts as unavailable (503)
 RETRYABLE = (429, 502, 503, 504)
 
@@ -159,6 +162,7 @@ class Shard:
     url: str
     host: str = ""
     port: int = 0
+    posts: int = 0  # exports sent (each the parts that were waiting, concatenated)
     parts: int = 0
     spans: int = 0
     failed: int = 0  # parts not landed: refused, unreachable, timed out
@@ -170,51 +174,103 @@ class Shard:
         self.host, self.port = u.hostname, u.port or 4318
 
 
-class _Links:
-    """One forwarding thread's keep-alive connections, one per shard."""
+class _Link:
+    """One keep-alive connection to one shard."""
 
-    def __init__(self, shards: list[Shard], timeout_s: float):
-        self.shards = shards
+    def __init__(self, shard: Shard, timeout_s: float):
+        self.shard = shard
         self.timeout_s = timeout_s
-        self.conns: list[http.client.HTTPConnection | None] = [None] * len(shards)
+        self.conn: http.client.HTTPConnection | None = None
 
-    def send(self, i: int, body: bytes, fmt: str) -> bool:
-        """Write one part to shard i; False if it could not be written (even on a fresh connection)."""
-        for attempt in (0, 1):
-            fresh = self.conns[i] is None
+    def post(self, body: bytes, fmt: str) -> Answer:
+        """POST one export to the shard and read its answer. A reused connection that the shard had closed
+        (idle) is opened again once and the export sent again: the shard stores a part it already had once."""
+        for _ in (0, 1):
+            fresh = self.conn is None
             if fresh:
-                self.conns[i] = http.client.HTTPConnection(self.shards[i].host, self.shards[i].port,
-                                                           timeout=self.timeout_s)
+                self.conn = http.client.HTTPConnection(self.shard.host, self.shard.port, timeout=self.timeout_s)
             try:
-                self.conns[i].request("POST", TRACES_PATH, body, {"Content-Type": CONTENT_TYPE[fmt]})
-                return True
-            except OSError:
-                self.close(i)
-                if fresh:  # a reused connection may have been closed idle by the shard: one more, fresh
-                    return False
-        return False
+                self.conn.request("POST", TRACES_PATH, body, {"Content-Type": CONTENT_TYPE[fmt]})
+                r = self.conn.getresponse()
+                answer_body = r.read()
+            except socket.timeout:
+                self.close()
+                return Answer(0, f"shard {self.shard.url} did not answer in {self.timeout_s:g} s")
+            except (OSError, http.client.HTTPException) as e:
+                self.close()
+                if fresh:
+                    return Answer(0, f"shard {self.shard.url} is unreachable ({type(e).__name__})")
+                continue
+            if r.will_close:
+                self.close()
+            return Answer(r.status, "" if r.status == 200 else _message(answer_body, fmt))
+        return Answer(0, f"shard {self.shard.url} is unreachable")
 
-    def answer(self, i: int, fmt: str) -> Answer:
-        """Shard i's answer to the part just written."""
-        try:
-            r = self.conns[i].getresponse()
-            body = r.read()
-        except (OSError, http.client.HTTPException) as e:
-            self.close(i)
-            kind = "timed out" if isinstance(e, socket.timeout) else f"did not answer ({type(e).__name__})"
-            return Answer(0, f"shard {self.shards[i].url} {kind}")
-        if r.will_close:
-            self.close(i)
-        return Answer(r.status, "" if r.status == 200 else _message(body, fmt))
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
-    def close(self, i: int) -> None:
-        if self.conns[i] is not None:
-            self.conns[i].close()
-            self.conns[i] = None
 
-    def close_all(self) -> None:
-        for i in range(len(self.conns)):
-            self.close(i)
+@dataclass(eq=False)
+class _Request:
+    """One exporter request in flight: its parts by shard, and the shards' answers so far."""
+
+    ticket: Ticket
+    parts: dict[int, Part]
+    answers: dict[int, Answer] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    """One part of a request, waiting for its shard."""
+
+    request: _Request
+    shard: int
+
+    @property
+    def part(self) -> Part:
+        return self.request.parts[self.shard]
+
+    @property
+    def format(self) -> str:
+        return self.request.ticket.format
+
+
+class _Lane:
+    """The parts waiting for one shard. A sender takes every protobuf part waiting (up to MAX_POST_BYTES) as one
+    export: serialized `ExportTraceServiceRequest`s concatenate into one whose `resource_spans` are theirs, so a
+    shard gets exports as large as the exporters' while its senders are busy, and each at once when idle."""
+
+    def __init__(self) -> None:
+        self._jobs: deque[_Job] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, job: _Job) -> None:
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def take(self) -> list[_Job]:
+        """The next export's parts; [] once closed and drained."""
+        with self._cond:
+            while not self._jobs and not self._closed:
+                self._cond.wait()
+            if not self._jobs:
+                return []
+            group = [self._jobs.popleft()]
+            size = len(group[0].part.body)
+            while (group[0].format == "otlp-proto" and self._jobs and self._jobs[0].format == "otlp-proto"
+                   and size + len(self._jobs[0].part.body) <= MAX_POST_BYTES):
+                group.append(self._jobs.popleft())
+                size += len(group[-1].part.body)
+            return group
 
 
 def verdict(parts: dict[int, Part], answers: dict[int, Answer], shards: list[Shard]) -> tuple[Outcome, str, int]:
@@ -234,9 +290,11 @@ def verdict(parts: dict[int, Part], answers: dict[int, Answer], shards: list[Sha
     return Outcome.LANDED, message, sum(parts[i].spans for i in rejected)
 
 
+
 @dataclass
 class RouterStats:
-    """What the router did: requests answered by outcome, spans routed (landed on their shard)."""
+    """What the router did: requests answered by outcome, spans landed on their shard (a retried request's
+    parts count again; the shard stores them once)."""
 
     requests: int = 0
     landed: int = 0
@@ -250,23 +308,26 @@ class RouterStats:
 class TraceRouter:
     """Serves OTLP/HTTP traces on (host, port) and forwards each request's spans to `shard_urls` by trace id.
 
-    `forwarders`: requests forwarded at once (threads, each with its keep-alive connections to every shard).
-    The bounds of the receiver (pending bytes, message size, connections) are the collector's."""
+    One thread splits the requests (CPU-bound: more would only share the GIL); `connections` exports are in
+    flight to each shard at once, each on its own keep-alive connection. The bounds of the receiver (pending
+    bytes, message size, connections) are the collector's."""
 
-    def __init__(self, shard_urls: list[str], host: str = "127.0.0.1", port: int = 4318, *, forwarders: int = 8,
+    def __init__(self, shard_urls: list[str], host: str = "127.0.0.1", port: int = 4318, *, connections: int = 2,
                  max_pending_bytes: int = 64 << 20, max_message_bytes: int = 16 << 20, retry_after_s: float = 1.0,
                  max_connections: int = 512, timeout_s: float = FORWARD_TIMEOUT_S):
         if not shard_urls:
             raise ValueError("give at least one shard")
         self.shards = [Shard(u) for u in shard_urls]
-        self.timeout_s = timeout_s
         self.stats = RouterStats(by_shard=self.shards)
         self._lock = threading.Lock()
         self.queue = PendingQueue(max_pending_bytes)
         self.receiver = OtlpHttpReceiver(host, port, self.queue, max_message_bytes, retry_after_s,
                                          max_connections=max_connections)
-        self._threads = [threading.Thread(target=self._forward_loop, name=f"budgetscope-router-{k}", daemon=True)
-                         for k in range(forwarders)]
+        self._lanes = [_Lane() for _ in self.shards]
+        self._splitter = threading.Thread(target=self._split_loop, name="budgetscope-router-split", daemon=True)
+        self._senders = [threading.Thread(target=self._send_loop, args=(i, timeout_s), daemon=True,
+                                          name=f"budgetscope-router-{i}-{k}")
+                         for i in range(len(self.shards)) for k in range(connections)]
 
     @property
     def port(self) -> int:
@@ -280,7 +341,7 @@ class TraceRouter:
         self.stop()
 
     def start(self) -> None:
-        for t in self._threads:
+        for t in (self._splitter, *self._senders):
             t.start()
         self.receiver.start()
 
@@ -288,52 +349,74 @@ class TraceRouter:
         """Stop accepting, answer every request already read (forwarded or refused), then close."""
         self.receiver.stop_accepting(0)
         self.queue.close()
-        for t in self._threads:
+        self._splitter.join(timeout_s)
+        for lane in self._lanes:
+            lane.close()
+        for t in self._senders:
             t.join(timeout_s)
         self.receiver.close(timeout_s)
         return self.stats
 
-    def _forward_loop(self) -> None:
-        links = _Links(self.shards, self.timeout_s)
-        try:
-            while group := self.queue.take(0.0, 1):  # one request at a time per thread
-                for ticket in group:
-                    self._route(ticket, links)
-        finally:
-            links.close_all()
+    def _split_loop(self) -> None:
+        while group := self.queue.take(0.0, 1):
+            for ticket in group:
+                self._split(ticket)
 
-    def _route(self, ticket: Ticket, links: _Links) -> None:
-        """Split, forward and resolve one request."""
+    def _split(self, ticket: Ticket) -> None:
+        """Split one request onto the shards' lanes (or reject it: not OTLP)."""
         try:
             parts = split(ticket.payload, ticket.format, len(self.shards))
         except BadBatch as e:
-            outcome, message, rejected, parts, answers = Outcome.REJECTED, str(e), 0, {}, {}
-        else:
-            sent = {i: links.send(i, p.body, ticket.format) for i, p in parts.items()}
-            answers = {i: links.answer(i, ticket.format) if ok else
-                       Answer(0, f"shard {self.shards[i].url} is unreachable") for i, ok in sent.items()}
-            outcome, message, rejected = verdict(parts, answers, self.shards)
-        self._count(outcome, rejected, parts, answers)
+            self._resolve(ticket, Outcome.REJECTED, str(e), 0)
+            return
+        request = _Request(ticket, parts)
+        for i in parts:
+            self._lanes[i].put(_Job(request, i))
+
+    def _send_loop(self, i: int, timeout_s: float) -> None:
+        link = _Link(self.shards[i], timeout_s)
+        try:
+            while jobs := self._lanes[i].take():
+                answer = link.post(b"".join(j.part.body for j in jobs), jobs[0].format)
+                # a rejected export of several parts: find the parts that are bad, land the others
+                answers = ([link.post(j.part.body, j.format) for j in jobs] if answer.status == 400 and len(jobs) > 1
+                           else [answer] * len(jobs))
+                self._count_post(i, jobs, answers)
+                for job, a in zip(jobs, answers):
+                    self._answered(job, a)
+        finally:
+            link.close()
+
+    def _answered(self, job: _Job, answer: Answer) -> None:
+        """A shard answered one part; the request is resolved once every part is answered."""
+        request = job.request
+        with self._lock:
+            request.answers[job.shard] = answer
+            if len(request.answers) < len(request.parts):
+                return
+        outcome, message, rejected = verdict(request.parts, request.answers, self.shards)
+        self._resolve(request.ticket, outcome, message, rejected)
+
+    def _resolve(self, ticket: Ticket, outcome: Outcome, message: str, rejected: int) -> None:
+        with self._lock:
+            s = self.stats
+            s.requests += 1
+            s.landed += outcome is Outcome.LANDED
+            s.partial += outcome is Outcome.LANDED and bool(rejected)
+            s.rejected += outcome is Outcome.REJECTED
+            s.retryable += outcome in (Outcome.BUSY, Outcome.FAILED)
         self.queue.release(ticket.reserved)
         ticket.rejected_spans = rejected
         ticket.resolve(outcome, message)
 
-    def _count(self, outcome: Outcome, rejected: int, parts: dict[int, Part], answers: dict[int, Answer]) -> None:
+    def _count_post(self, i: int, jobs: list[_Job], answers: list[Answer]) -> None:
         with self._lock:
-            s = self.stats
-            s.requests += 1
-            if outcome is Outcome.LANDED:
-                s.landed += 1
-                s.partial += bool(rejected)
-            elif outcome is Outcome.REJECTED:
-                s.rejected += 1
-            else:
-                s.retryable += 1
-            for i, a in answers.items():
-                shard = self.shards[i]
+            shard = self.shards[i]
+            shard.posts += 1
+            for job, a in zip(jobs, answers):
                 shard.parts += 1
                 if a.status == 200:
-                    shard.spans += parts[i].spans
-                    s.spans_landed += parts[i].spans
+                    shard.spans += job.part.spans
+                    self.stats.spans_landed += job.part.spans
                 elif a.status == 0 or a.status in RETRYABLE:
                     shard.failed += 1
