@@ -7,7 +7,8 @@ Every configuration gets the same OTLP/HTTP protobuf exports (synthetic traces, 
 keep-alive connection, waiting for each answer before the next (an exporter's way; 429/503 are retried after
 Retry-After). "direct": the senders post to one `budgetscope collect --shard s0` process. "router N": they post
 to one `budgetscope collect-router` process, which splits each export by trace id to N `collect --shard sI`
-processes under one sharded root.
+processes under one sharded root (and sends the protobuf parts waiting for a shard as one export: the mean
+export size each shard received is printed).
 
 Prints, per configuration: accepted spans/s at the senders (all answers in), landed spans/s (the spans the
 archive reads back, over the time until every collector had stopped and published all it acknowledged: never
@@ -113,6 +114,8 @@ class Run:
     retries: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
     load: tuple[float, float] = (0.0, 0.0)
+    exports: list[tuple[int, int]] = field(default_factory=list)  # per shard behind the router: (spans, exports)
+    ingests: list[int] = field(default_factory=list)  # per shard: the groups its writer landed
 
 
 def run(name: str, root: Path, n: int, routed: bool, clients: int, pool) -> Run:
@@ -131,8 +134,13 @@ def run(name: str, root: Path, n: int, routed: bool, clients: int, pool) -> Run:
     r.accepted_s = time.perf_counter() - t0
     if router is not None:
         r.cpu["router"] = _stop(router)
+        summary = router.stdout.read()  # per shard: "N spans in P parts, E exports"
+        r.exports = [(int(a.replace(",", "")), int(b.replace(",", "")))
+                     for a, b in re.findall(r"([\d,]+) spans in [\d,]+ parts, ([\d,]+) exports", summary)]
     for i, (p, _) in enumerate(shards):
         r.cpu[f"shard s{i}"] = _stop(p)
+        m = re.search(r"in ([\d,]+) ingests", p.stdout.read())  # the summary's count of ingests (groups) only
+        r.ingests.append(int(m.group(1).replace(",", "")) if m else 0)
     r.landed_s = time.perf_counter() - t0
     r.cpu["senders"] = sum(d[3] for d in done)
     r.latencies = sorted(x for d in done for x in d[0])
@@ -189,6 +197,10 @@ def show(r: Run) -> None:
           f"(total {sum(r.cpu.values()):.1f} = {sum(r.cpu.values()) / r.landed_s:.2f} cores; µs a span: "
           f"{', '.join(f'{k} {v / r.spans_read * 1e6:.1f}' for k, v in r.cpu.items())}); "
           f"load {r.load[0]:.1f} → {r.load[1]:.1f}", flush=True)
+    sizes = "" if not r.exports else "; spans an export reaching each shard: " + ", ".join(
+        f"s{i} {spans / max(n, 1):,.0f}" for i, (spans, n) in enumerate(r.exports))
+    print(f"  ingests (groups landed) per shard: {', '.join(f'{x:,}' for x in r.ingests)} = "
+          f"{r.spans_read / max(sum(r.ingests), 1):,.0f} spans an ingest{sizes}", flush=True)
 
 
 def main() -> None:
