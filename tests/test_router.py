@@ -114,10 +114,10 @@ def test_exports_through_the_router_land_each_span_once_on_its_shard(fleet, tmp_
 
 
 class FakeShard(http.server.ThreadingHTTPServer):
-    """A fake collector that answers every POST with `status` and an OTLP/JSON Status naming it; 400 for a body
-    that holds `reject`; the first answer after `first_delay_s`."""
+    """A fake collector that answers every POST with `status` and an OTLP/JSON Status naming it; `reject_status`
+    for a body that holds `reject`; the first answer after `first_delay_s`."""
 
-    def __init__(self, status: int, reject: bytes | None = None, first_delay_s: float = 0.0):
+    def __init__(self, status: int, reject: bytes | None = None, first_delay_s: float = 0.0, reject_status: int = 400):
         self.status, self.bodies = status, []
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -125,7 +125,7 @@ class FakeShard(http.server.ThreadingHTTPServer):
                 self.bodies.append(h.rfile.read(int(h.headers["content-length"])))
                 if len(self.bodies) == 1:
                     time.sleep(first_delay_s)
-                status = 400 if reject is not None and reject in self.bodies[-1] else self.status
+                status = reject_status if reject is not None and reject in self.bodies[-1] else self.status
                 body = b"{}" if status == 200 else json.dumps({"code": 3, "message": f"fake {status}"}).encode()
                 h.send_response(status)
                 h.send_header("Content-Type", "application/json")
@@ -236,10 +236,11 @@ def test_parts_waiting_for_a_shard_go_as_one_export_each_span_once():
             f.shutdown()
 
 
-def test_a_rejected_export_of_several_parts_lands_the_good_ones():
+@pytest.mark.parametrize("refusal", [400, 413])
+def test_a_rejected_export_of_several_parts_lands_the_good_ones(refusal):
     bad = many_traces(5, 2, first=900)
     bad["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "bad-span"
-    fake = FakeShard(200, reject=b"bad-span", first_delay_s=1.5)
+    fake = FakeShard(200, reject=b"bad-span", first_delay_s=1.5, reject_status=refusal)
     try:
         with TraceRouter([f"http://127.0.0.1:{fake.server_port}"], port=0, connections=1) as router:
             url = f"http://127.0.0.1:{router.port}/v1/traces"

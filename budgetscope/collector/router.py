@@ -378,8 +378,9 @@ class TraceRouter:
         try:
             while jobs := self._lanes[i].take():
                 answer = link.post(b"".join(j.part.body for j in jobs), jobs[0].format)
-                # a rejected export of several parts: find the parts that are bad, land the others
-                answers = ([link.post(j.part.body, j.format) for j in jobs] if answer.status == 400 and len(jobs) > 1
+                # refused for good (a bad span, too large for the shard): send its parts alone, to land the good
+                refused = answer.status not in (0, 200, *RETRYABLE)
+                answers = ([link.post(j.part.body, j.format) for j in jobs] if refused and len(jobs) > 1
                            else [answer] * len(jobs))
                 self._count_post(i, jobs, answers)
                 for job, a in zip(jobs, answers):
