@@ -267,6 +267,15 @@ def test_collect_router_help_and_bad_shards_in_one_line(tmp_path):
         out = subprocess.run([*RUN, "--port", "0", *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith("budgetscope: ") and msg in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        out = subprocess.run([*RUN, "--port", str(taken.getsockname()[1]), "--shard", "http://127.0.0.1:9"],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("budgetscope: cannot listen on 127.0.0.1:"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
 
 
 def test_collect_router_command_routes_and_summarises(fleet):

@@ -230,8 +230,8 @@ def collect_router(shards: tuple[str, ...], host: str, port: int, connections: i
     the shards store what they already had once); 200 with an OTLP partial success when a shard rejected its
     part as bad and the others landed theirs; 400 when every part was rejected. One process uses about one
     core: run one router per core (each with the same --shard list) behind the exporters' own balancing.
-    GPU metrics are not routed: send them to one shard. Ctrl-C (or SIGTERM) answers what was read and exits
-    with a summary.
+    GPU metrics are not routed: send them to one shard. No TLS and no bearer token, on either side: run it on a
+    trusted network. Ctrl-C (or SIGTERM) answers what was read and exits with a summary.
 
     \b
       budgetscope collect --archive fleet/ --shard a --http-port 5001 --no-grpc
