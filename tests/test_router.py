@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -41,7 +40,9 @@ def ids_of(doc: dict) -> list[tuple[str, str, str, str]]:
 
 
 def proto_ids(body: bytes) -> list[tuple[str, str, str, str]]:
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
 
     m = ExportTraceServiceRequest.FromString(body)
     return [(s.trace_id.hex(), s.span_id.hex(), rs.resource.attributes[0].value.string_value, ss.scope.name)
@@ -121,7 +122,7 @@ class FakeShard(http.server.ThreadingHTTPServer):
         self.status, self.bodies = status, []
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(h):  # noqa: N802
+            def do_POST(h):
                 self.bodies.append(h.rfile.read(int(h.headers["content-length"])))
                 if len(self.bodies) == 1:
                     time.sleep(first_delay_s)
@@ -167,7 +168,9 @@ def test_the_answer_is_the_union_of_the_shards_answers(statuses, want, retry_aft
 
 @pytest.mark.parametrize("fmt", ["json", "proto"])
 def test_spans_rejected_by_one_shard_are_a_partial_success(fmt):
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
 
     fakes = [FakeShard(200), FakeShard(400)]
     try:
@@ -260,11 +263,11 @@ RUN = [sys.executable, "-m", "budgetscope.cli", "collect-router"]
 
 
 def test_collect_router_help_and_bad_shards_in_one_line(tmp_path):
-    out = subprocess.run([*RUN, "--help"], capture_output=True, text=True)
+    out = subprocess.run([*RUN, "--help"], check=False, capture_output=True, text=True)
     assert out.returncode == 0 and "--shard" in out.stdout and "crc32" in out.stdout
     for args, msg in [([], "give at least one --shard"),
                       (["--shard", "ftp://x:1"], "shard 'ftp://x:1': give http://HOST:PORT")]:
-        out = subprocess.run([*RUN, "--port", "0", *args], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([*RUN, "--port", "0", *args], check=False, capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith("budgetscope: ") and msg in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
     import socket
@@ -273,7 +276,7 @@ def test_collect_router_help_and_bad_shards_in_one_line(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         out = subprocess.run([*RUN, "--port", str(taken.getsockname()[1]), "--shard", "http://127.0.0.1:9"],
-                             capture_output=True, text=True, timeout=60)
+                             check=False, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.startswith("budgetscope: cannot listen on 127.0.0.1:"), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import http.client
 import logging
-import socket
 import threading
 import zlib
 from collections import deque
@@ -34,7 +33,11 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from budgetscope.collector.http_receiver import CONTENT_TYPE, TRACES_PATH, OtlpHttpReceiver
+from budgetscope.collector.http_receiver import (
+    CONTENT_TYPE,
+    TRACES_PATH,
+    OtlpHttpReceiver,
+)
 from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 from budgetscope.ingest.otlp_json import parse as parse_json
 from budgetscope.ingest.spanbatch import BadBatch
@@ -71,7 +74,9 @@ class Part:
 def split_proto(payload: bytes, n: int) -> dict[int, Part]:
     """An `ExportTraceServiceRequest` (protobuf) as one part per shard that has spans; BadBatch if not OTLP."""
     from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
 
     msg = ExportTraceServiceRequest()
     try:
@@ -193,7 +198,7 @@ class _Link:
                 self.conn.request("POST", TRACES_PATH, body, {"Content-Type": CONTENT_TYPE[fmt]})
                 r = self.conn.getresponse()
                 answer_body = r.read()
-            except socket.timeout:
+            except TimeoutError:
                 self.close()
                 return Answer(0, f"shard {self.shard.url} did not answer in {self.timeout_s:g} s")
             except (OSError, http.client.HTTPException) as e:
@@ -333,7 +338,7 @@ class TraceRouter:
     def port(self) -> int:
         return self.receiver.port
 
-    def __enter__(self) -> "TraceRouter":
+    def __enter__(self) -> TraceRouter:
         self.start()
         return self
 

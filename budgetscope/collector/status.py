@@ -65,7 +65,9 @@ def status_json(code: int, message: str, retry_after_s: float | None = None) -> 
 def partial_success_proto(rejected_spans: int, message: str) -> bytes:
     """A serialized `ExportTraceServiceResponse` whose `partial_success` says `rejected_spans` were refused
     and why."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
 
     return ExportTraceServiceResponse(partial_success={"rejected_spans": rejected_spans,
                                                       "error_message": message}).SerializeToString()
