@@ -30,6 +30,7 @@ def _fail(e: Exception) -> UsageError:
 LAZY_COMMANDS = {
     "engine": "budgetscope.engine.command:engine",
     "collect": "budgetscope.collector.command:collect",
+    "collect-router": "budgetscope.collector.command:collect_router",
     "load": "budgetscope.loadgen.command:load",
     "dashboard": "budgetscope.dashboard_command:dashboard",
     "postmortem": "budgetscope.dashboard_command:postmortem",

@@ -203,3 +203,67 @@ def _on_signals(stop: threading.Event) -> dict:
         stop.set()
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+@click.command("collect-router")
+@click.option("--shard", "shards", metavar="URL", multiple=True,
+              help="A shard's OTLP/HTTP receiver, http://HOST:PORT (`collect --shard ID`); repeat, in the same "
+                   "order on every router: the order is the routing.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=4318, show_default=True,
+              help="OTLP/HTTP port; 0 picks a free one (printed).")
+@click.option("--connections", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Exports in flight to each shard at once, each on its own keep-alive connection (protobuf "
+                   "parts waiting meanwhile go together as one export).")
+@click.option("--max-pending-mb", type=click.FloatRange(min=1), default=64, show_default=True,
+              help="Request bytes held in memory before new requests are refused with 429.")
+@click.option("--max-message-mb", type=click.FloatRange(min=0.001), default=16, show_default=True,
+              help="Largest request accepted (after decompression).")
+def collect_router(shards: tuple[str, ...], host: str, port: int, connections: int, max_pending_mb: float,
+                   max_message_mb: float) -> None:
+    """Route OTLP/HTTP traces to collector shards by trace id: every span of a trace to one shard.
+
+    Each export (POST /v1/traces, protobuf or JSON) is split by crc32(trace id) mod the number of shards and
+    each part is forwarded to its shard's /v1/traces over keep-alive connections (protobuf parts waiting for
+    the same shard go as one export). The exporter gets 200 once
+    every part landed; 429 / 503 with Retry-After when a shard was busy, down or slow (its retry lands the rest;
+    the shards store what they already had once); 200 with an OTLP partial success when a shard rejected its
+    part as bad and the others landed theirs; 400 when every part was rejected. One process uses about one
+    core: run one router per core (each with the same --shard list) behind the exporters' own balancing.
+    GPU metrics are not routed: send them to one shard. No TLS and no bearer token, on either side: run it on a
+    trusted network. Ctrl-C (or SIGTERM) answers what was read and exits with a summary.
+
+    \b
+      budgetscope collect --archive fleet/ --shard a --http-port 5001 --no-grpc
+      budgetscope collect --archive fleet/ --shard b --http-port 5002 --no-grpc
+      budgetscope collect-router --shard http://127.0.0.1:5001 --shard http://127.0.0.1:5002
+    """
+    from budgetscope.collector.router import TraceRouter
+
+    if not shards:
+        raise _StartError("give at least one --shard http://HOST:PORT")
+    try:
+        router = TraceRouter(list(shards), host, port, connections=connections,
+                             max_pending_bytes=int(max_pending_mb * (1 << 20)),
+                             max_message_bytes=int(max_message_mb * (1 << 20)))
+    except ValueError as e:
+        raise _StartError(str(e)) from None
+    except OSError as e:
+        raise _StartError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    router.start()
+    stop = threading.Event()
+    previous = _on_signals(stop)
+    click.echo(f"budgetscope collect-router: OTLP/HTTP http://{host}:{router.port}/v1/traces → {len(shards)} shards "
+               f"by crc32(trace id) mod {len(shards)}: {', '.join(shards)} (Ctrl-C to stop)")
+    sys.stdout.flush()
+    try:
+        stop.wait()
+        s = router.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    per_shard = "; ".join(f"{x.url}: {x.spans:,} spans in {x.parts:,} parts, {x.posts:,} exports, {x.failed:,} "
+                          "not landed"
+                          for x in s.by_shard)
+    click.echo(f"budgetscope collect-router: {s.requests:,} requests ({s.landed:,} landed, {s.partial:,} partial, "
+               f"{s.rejected:,} rejected, {s.retryable:,} retryable), {s.spans_landed:,} spans landed ({per_shard})")

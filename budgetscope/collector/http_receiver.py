@@ -371,7 +371,7 @@ class _Connection:
             del payload
             if not ticket.wait(0):
                 await done
-            return self._outcome(ticket.outcome, fmt, ticket.error)
+            return self._outcome(ticket.outcome, fmt, ticket.error, rejected_spans=ticket.rejected_spans)
         finally:
             if reserved:
                 r.queue.release(reserved)
@@ -387,9 +387,10 @@ class _Connection:
         return True
 
     # -- answering ---------------------------------------------------------------------------------------------
-    def _outcome(self, outcome: Outcome, fmt: str, error: str, close: bool = False) -> bool:
+    def _outcome(self, outcome: Outcome, fmt: str, error: str, close: bool = False, rejected_spans: int = 0) -> bool:
         if outcome is Outcome.LANDED:
-            return self._send(200, fmt, SUCCESS_BODY[fmt])
+            encode = st.partial_success_json if fmt == "otlp-json" else st.partial_success_proto
+            return self._send(200, fmt, encode(rejected_spans, error) if rejected_spans else SUCCESS_BODY[fmt])
         message = error or {Outcome.BUSY: "the collector is busy (pending bytes at their limit); retry later",
                             Outcome.CLOSED: "the collector is shutting down; retry later"}.get(outcome, "")
         return self._error(ERROR_STATUS[outcome], fmt, message, close=close or outcome is Outcome.CLOSED)

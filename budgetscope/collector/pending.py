@@ -44,6 +44,7 @@ class Ticket:
     queued_ns: int = 0
     outcome: Outcome | None = None
     error: str = ""
+    rejected_spans: int = 0  # LANDED with this many spans rejected: an OTLP partial success (the router's)
     on_done: Callable[[], None] | None = None  # called once resolved, on the resolving thread (must not block)
     _done: threading.Event = field(default_factory=threading.Event)
 

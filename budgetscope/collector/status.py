@@ -1,6 +1,7 @@
 """The `google.rpc.Status` (with an optional `google.rpc.RetryInfo`) that OTLP error responses carry.
 
-Encoded by hand: three tiny, frozen messages, so that the HTTP receiver needs no googleapis protos.
+Encoded by hand: three tiny, frozen messages, so that the HTTP receiver needs no googleapis protos. The partial
+success of an `ExportTraceServiceResponse` (the router's) is opentelemetry-proto's own message.
 Wire layout (proto3): Status{1 code int32, 2 message string, 3 details repeated Any}, Any{1 type_url, 2 value},
 RetryInfo{1 retry_delay Duration}, Duration{1 seconds int64, 2 nanos int32}.
 """
@@ -59,3 +60,19 @@ def status_json(code: int, message: str, retry_after_s: float | None = None) -> 
     if retry_after_s is not None:
         doc["details"] = [{"@type": RETRY_INFO_TYPE, "retryDelay": f"{retry_after_s:g}s"}]
     return orjson.dumps(doc)
+
+
+def partial_success_proto(rejected_spans: int, message: str) -> bytes:
+    """A serialized `ExportTraceServiceResponse` whose `partial_success` says `rejected_spans` were refused
+    and why."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
+    return ExportTraceServiceResponse(partial_success={"rejected_spans": rejected_spans,
+                                                      "error_message": message}).SerializeToString()
+
+
+def partial_success_json(rejected_spans: int, message: str) -> bytes:
+    """The same response in OTLP/JSON (int64 as a string, as proto3 JSON writes it)."""
+    return orjson.dumps({"partialSuccess": {"rejectedSpans": str(rejected_spans), "errorMessage": message}})
