@@ -27,7 +27,7 @@ SERVICE = "text-generation-inference.router"
 def test_rust_duration_debug_text(text, ms):
     import duckdb
 
-    from budgetscope.sources.tgi import duration_ms
+    from budgetscope.derive.tgi import duration_ms
 
     (got,) = duckdb.execute(f"SELECT {duration_ms('x')} FROM (SELECT ?::VARCHAR AS x)", [text]).fetchone()
     assert got == (None if ms is None else pytest.approx(ms))

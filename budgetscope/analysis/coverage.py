@@ -1,7 +1,7 @@
 """What the archive could read: the spans no adapter claimed, and which requests have server and client spans.
 
 A span is *unclaimed* when no adapter reads its name (`spans.source` = 'other', decided at ingest by
-`budgetscope/sources/classify.py`) and its trace produced no request. Spans of another kind in a request's
+`budgetscope/derive/classify.py`) and its trace produced no request. Spans of another kind in a request's
 trace (an HTTP framework's own span beside `llm.request`) are context, not lost data, so they do not count;
 `engine.step` spans are claimed (the `engine_steps` view reads them) though they belong to no request.
 """

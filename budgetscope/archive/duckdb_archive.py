@@ -359,7 +359,7 @@ class DuckDBArchive(TableAccess):
         Runs in one transaction with the removal of those traces from `pending_traces`, so a crash between an
         ingest and its derivation loses nothing: the next writer derives them.
         """
-        from budgetscope.sources.requests import requests_sql
+        from budgetscope.derive.requests import requests_sql
 
         con = self.con
         (pending,) = one(con, "SELECT count(*) FROM pending_traces")

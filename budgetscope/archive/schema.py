@@ -124,7 +124,7 @@ REQUESTS = Table(
 
 REPLICA_COLUMNS = {"service_instance_id": "service.instance.id", "host_name": "host.name",
                    "k8s_pod_name": "k8s.pod.name"}
-"""`requests` column → the resource attribute of the server root span it keeps (sources/requests.py)."""
+"""`requests` column → the resource attribute of the server root span it keeps (derive/requests.py)."""
 
 INGEST_BATCHES = Table(
     "ingest_batches",

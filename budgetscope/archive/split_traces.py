@@ -48,7 +48,7 @@ def split_spans_sql(spans: str, split: str) -> str:
 def join_split_traces(con, root: Path, groups: list[dict], stored: str) -> tuple[str, int]:
     """(`requests` as the SELECT `stored` with the rows of split traces replaced by rows derived from all their
     spans, the number of split traces). Creates the tables above in the DuckDB connection `con`."""
-    from budgetscope.sources.requests import requests_sql  # the writer's derivation, imported only when needed
+    from budgetscope.derive.requests import requests_sql  # the writer's derivation, imported only when needed
 
     if sum(1 for g in groups if g["spans"]) < 2:  # one shard with spans: nothing can be split
         return stored, 0

@@ -203,7 +203,7 @@ class SparkArchive:
         from pyspark.sql import functions as F
 
         from budgetscope.archive.split_traces import split_spans_sql
-        from budgetscope.sources.requests import requests_sql
+        from budgetscope.derive.requests import requests_sql
 
         groups = [g for g in self.segments._by_group if g["spans"]]
         if len(groups) < 2:
