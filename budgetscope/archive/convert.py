@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import schema, segments
+from budgetscope import schema
+from budgetscope.archive import segments
 from budgetscope.archive.errors import ArchiveError
 
 

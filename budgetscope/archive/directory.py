@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import schema, segments
+from budgetscope import schema
+from budgetscope.archive import segments
 from budgetscope.archive.duckdb_archive import DuckDBArchive, IngestReport, RawBatch, one
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import requests_sql

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from budgetscope.archive import schema
+from budgetscope import schema
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, otlp_metrics, otlp_proto, staging
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.ingest.batches import Chunk, Decoded, RawBatch, chunks, decoded_chunk, prefetch

@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from budgetscope.archive import schema
+from budgetscope import schema
 from budgetscope.archive.archive import Archive, ArchiveError
 from budgetscope.archive.reader import STALE
 

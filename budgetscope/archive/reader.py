@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import schema
+from budgetscope import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.segments import sql_list
 from budgetscope.archive.tables import TableAccess, polars

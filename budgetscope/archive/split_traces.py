@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from budgetscope.archive import schema
+from budgetscope import schema
 from budgetscope.archive.segments import sql_list
 
 SPLIT_TABLE = "bs_reader.split_traces"

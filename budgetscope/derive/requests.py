@@ -33,7 +33,7 @@ Replicas: the server root span's resource gives `service_instance_id`, `host_nam
 
 from __future__ import annotations
 
-from budgetscope.archive.schema import REPLICA_COLUMNS, REQUESTS
+from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 from budgetscope.derive import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.derive.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
 from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK

@@ -38,7 +38,7 @@ spans imported from offline `RequestOutput.metrics` (sources/vllm_offline.py, `n
 
 from __future__ import annotations
 
-from budgetscope.ingest.otlp_json import EVENTS_KEY
+from budgetscope.schema import EVENTS_KEY
 from budgetscope.derive.classify import VLLM_CORE, VLLM_ROOT
 from budgetscope.derive.server_row import SERVER_COLUMNS, select_list
 

@@ -20,7 +20,7 @@ import re
 from datetime import timezone
 from pathlib import Path
 
-from budgetscope.archive import schema
+from budgetscope import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader, affected_segments, check_segment
 from budgetscope.spark.dialect import DialectError, archive_columns, spark_type, to_spark
