@@ -13,7 +13,7 @@ from conftest import rows
 from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 from budgetscope.archive.compaction import merge_sql
 from budgetscope.schema import REPLICA_COLUMNS
 from budgetscope.cli import main

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from budgetscope import schema
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 
 DOC = Path(__file__).parent.parent / "docs" / "archive.md"
 

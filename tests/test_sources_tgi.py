@@ -196,7 +196,7 @@ class _FakeTGI(BaseHTTPRequestHandler):
 def test_load_generator_keeps_tgi_headers_and_they_feed_stages(tmp_path, archive_path):
     from click.testing import CliRunner
 
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
     from budgetscope.cli import main
 

@@ -57,7 +57,7 @@ _ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
 def unclaimed_in(archive) -> dict:
     """`unclaimed_spans` of the archive at `archive` (a path), as last committed; raises ArchiveError when it
     cannot be read."""
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False) as a:
         return unclaimed_spans(a.con)

@@ -12,9 +12,13 @@ Exports load on first use, so that `budgetscope collect --help` does not import 
 
 from budgetscope._lazy import lazy_exports
 
+# `Archive`, `open`, `IngestReport`, `Rejected` and `read_batches` are the documented way in (above), kept here by
+# name only: they live in the layers above the store (budgetscope/opener.py, budgetscope/ingest/), which this
+# package never imports.
 _EXPORTS = {
-    "Archive": "archive", "open": "archive", "ArchiveError": "errors", "IngestReport": "duckdb_archive",
-    "RawBatch": "budgetscope.ingest.batches", "Rejected": "duckdb_archive", "read_batches": "budgetscope.ingest.files", "run_query": "query",
+    "Archive": "budgetscope.opener", "open": "budgetscope.opener", "ArchiveError": "errors",
+    "IngestReport": "budgetscope.ingest.lander", "RawBatch": "spool", "Rejected": "budgetscope.ingest.lander",
+    "read_batches": "budgetscope.ingest.files", "run_query": "query",
     "QueryError": "query", "QueryResult": "query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
     "DuckDBArchive": "duckdb_archive", "convert": "convert",
 }

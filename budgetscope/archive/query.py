@@ -16,7 +16,8 @@ import threading
 from dataclasses import dataclass
 
 from budgetscope import schema
-from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.opener import Archive
 from budgetscope.archive.reader import STALE
 
 READ_ONLY = "the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"

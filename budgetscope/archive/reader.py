@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from budgetscope.archive import manifest as mf
 from budgetscope import schema
@@ -125,7 +126,9 @@ class ArchiveReader(TableAccess):
     docs/archive.md. `since_ns`/`until_ns` keep only the segments that can hold rows of that window."""
 
     def __init__(self, path: str | os.PathLike, *, since_ns: int | None = None, until_ns: int | None = None,
-                 sandbox: bool = False):
+                 sandbox: bool = False, derive_sql: Callable[[str, set[str]], str] | None = None):
+        """`derive_sql(spans, sources)`: the writer's derivation (`derive.requests.requests_sql`), for the traces
+        of a sharded root split across shards; without it, reading a root with such traces is an error."""
         import duckdb
 
         self.path = Path(path)
@@ -137,6 +140,7 @@ class ArchiveReader(TableAccess):
         self.manifest = self._groups[0][1] if len(self._groups) == 1 else _union(self._groups)
         self.read_only = True
         self.split_traces: int | None = None  # of a sharded root: traces with spans on several shards (joined)
+        self._derive_sql = derive_sql
         self.con = duckdb.connect()
         self.con.execute("SET enable_progress_bar = false")
         # segments are immutable (a path is never reused), so their footers may be cached for the reader's life
@@ -210,7 +214,7 @@ class ArchiveReader(TableAccess):
             return stored
         from budgetscope.archive.split_traces import join_split_traces
 
-        sql, self.split_traces = join_split_traces(self.con, self.path, self._by_group, stored)
+        sql, self.split_traces = join_split_traces(self.con, self.path, self._by_group, stored, self._derive_sql)
         return sql
 
     def _stored_requests_view(self) -> str:

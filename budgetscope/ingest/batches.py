@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from budgetscope.archive.spool import RawBatch
 from budgetscope.ingest import otlp_fast, otlp_json, otlp_metrics
 
 CHUNK_BYTES = 128 << 20
@@ -19,16 +20,6 @@ CHUNK_BYTES = 128 << 20
 Large enough that DuckDB writes whole row groups straight to the file instead of through its WAL. Chunks
 that started small and doubled (so DuckDB could start sooner) were measured: they left 0.6 s of checkpoint
 to the archive's close and a file 15 % larger, for no gain to the ingest itself."""
-
-
-@dataclass(slots=True)
-class RawBatch:
-    """One batch as it arrived: an OTLP/JSON document or a serialized protobuf `ExportTraceServiceRequest`."""
-
-    payload: bytes | memoryview  # bytes-like: the lines of a trace file are views of the buffers it was read into
-    format: str  # "otlp-json" | "otlp-proto" | "otlp-metrics-json" | "otlp-metrics-proto" (GPU samples)
-    origin: str
-    position: str
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from budgetscope.archive.duckdb_archive import RawBatch
+from budgetscope.archive.spool import RawBatch
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.ingest import otlp_metrics
 from budgetscope.ingest.otlp_proto import split_messages

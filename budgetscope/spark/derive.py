@@ -42,7 +42,7 @@ def _out_dir(out: str | os.PathLike, archive: str | os.PathLike) -> Path:
 
 def derive_duckdb(archive: str | os.PathLike, out: str | os.PathLike) -> int:
     """Derive into `out/requests.parquet` with DuckDB; returns the rows written."""
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     dest = _out_dir(out, archive)
     with Archive(archive, read_only=True, create=False) as a:
