@@ -408,7 +408,7 @@ def query(sql: str, archive: str, fmt: str, max_rows: int | None, timeout_s: flo
     \b
       budgetscope query -a prod/ "SELECT tier, quantile_cont(queue_ms, 0.99) FROM requests GROUP BY 1"
     """
-    from budgetscope.archive.query import ArchiveError, QueryError, run_query
+    from budgetscope.query import ArchiveError, QueryError, run_query
 
     if spark_master and engine != "spark":
         raise UsageError("--spark-master needs --engine spark")

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from budgetscope import schema
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.opener import Archive
 from budgetscope.archive.reader import STALE
+from budgetscope.opener import Archive
 
 READ_ONLY = "the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"
 # table functions that read no file and no setting

@@ -366,7 +366,7 @@ _sandbox = None
 
 
 def query(data: bytes) -> None:
-    from budgetscope.archive.query import QueryError, run_query
+    from budgetscope.query import QueryError, run_query
 
     global _sandbox
     if _sandbox is None:

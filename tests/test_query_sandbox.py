@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from budgetscope.archive.query import QueryError, run_query
+from budgetscope.query import QueryError, run_query
 from budgetscope.cli import main
 
 WRITES = [

@@ -14,7 +14,7 @@ from conftest import rows
 from otlp_wire import T0, export, jsonl, native_request
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import query as query_module
+from budgetscope import query as query_module
 from budgetscope.opener import Archive
 from budgetscope.archive.reader import STALE, last_commit
 from budgetscope.cli import main

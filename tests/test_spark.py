@@ -263,7 +263,7 @@ def test_split_traces_are_joined_on_spark_as_on_duckdb(spark, tmp_path):
 
 @needs_spark
 def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
-    from budgetscope.archive.query import run_query
+    from budgetscope.query import run_query
     from budgetscope.spark.commands import run_query as run_on_spark
 
     sql = ("SELECT tier, count(*) AS n, quantile_cont(queue_ms, 0.99) AS q99, "
@@ -278,7 +278,7 @@ def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
 @needs_spark
 def test_query_on_spark_carries_duckdb_functions_over(spark, sharded_archive, capfd):
     """epoch_ns, len of a list, to_timestamp (its time zone kept); a function Spark lacks: one line of ours."""
-    from budgetscope.archive.query import run_query
+    from budgetscope.query import run_query
     from budgetscope.spark.commands import run_query as run_on_spark
     from budgetscope.spark.session import SparkError
 

@@ -12,14 +12,14 @@ Exports load on first use, so that `budgetscope collect --help` does not import 
 
 from budgetscope._lazy import lazy_exports
 
-# `Archive`, `open`, `IngestReport`, `Rejected` and `read_batches` are the documented way in (above), kept here by
-# name only: they live in the layers above the store (budgetscope/opener.py, budgetscope/ingest/), which this
-# package never imports.
+# `Archive`, `open`, `IngestReport`, `Rejected`, `read_batches` and the query names are the documented way in,
+# kept here by name only: they live in the layers above the store (budgetscope/opener.py, budgetscope/ingest/,
+# budgetscope/query.py), which this package never imports.
 _EXPORTS = {
     "Archive": "budgetscope.opener", "open": "budgetscope.opener", "ArchiveError": "errors",
     "IngestReport": "budgetscope.ingest.lander", "RawBatch": "spool", "Rejected": "budgetscope.ingest.lander",
-    "read_batches": "budgetscope.ingest.files", "run_query": "query",
-    "QueryError": "query", "QueryResult": "query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
+    "read_batches": "budgetscope.ingest.files", "run_query": "budgetscope.query", "QueryError": "budgetscope.query",
+    "QueryResult": "budgetscope.query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
     "DuckDBArchive": "duckdb_archive", "convert": "convert",
 }
 
