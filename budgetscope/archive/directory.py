@@ -29,7 +29,7 @@ from budgetscope.archive.compaction import Compactor
 from budgetscope.archive.duckdb_archive import DuckDBArchive, one
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.protocol import Landing
-from budgetscope.archive.reader import requests_sql
+from budgetscope.archive.reader import ArchiveReader, requests_sql
 from budgetscope.archive.shards import is_sharded
 from budgetscope.archive.spool import Spool
 
@@ -462,8 +462,6 @@ class DirectoryArchive:
 
     def counts(self) -> dict[str, int]:
         """Row counts of the public tables, as committed."""
-        from budgetscope.archive.reader import ArchiveReader
-
         with ArchiveReader(self.path) as r:
             return r.counts()
 

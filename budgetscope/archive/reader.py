@@ -21,10 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from budgetscope.archive import manifest as mf
 from budgetscope import schema
+from budgetscope.archive import manifest as mf
+from budgetscope.archive.archive import is_single_file
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.segments import sql_list
+from budgetscope.archive.shards import is_sharded, shards
+from budgetscope.archive.split_traces import join_split_traces
 from budgetscope.archive.tables import TableAccess, polars
 
 WINDOW_MARGIN_NS = mf.HOUR_NS
@@ -132,8 +135,6 @@ class ArchiveReader(TableAccess):
         import duckdb
 
         self.path = Path(path)
-        from budgetscope.archive.archive import is_single_file
-
         if is_single_file(self.path):
             raise ArchiveError(f"{self.path} is a single-file archive: open it with budgetscope.archive.open")
         self._groups = self._manifests()  # (path prefix, manifest): one, or one a shard
@@ -158,8 +159,6 @@ class ArchiveReader(TableAccess):
             self._lock_down()
 
     def _manifests(self) -> list[tuple[str, mf.Manifest]]:
-        from budgetscope.archive.shards import is_sharded, shards
-
         if is_sharded(self.path):
             out = []
             for d in shards(self.path):
@@ -212,8 +211,6 @@ class ArchiveReader(TableAccess):
         stored = self._stored_requests_view()
         if len(self._by_group) < 2:
             return stored
-        from budgetscope.archive.split_traces import join_split_traces
-
         sql, self.split_traces = join_split_traces(self.con, self.path, self._by_group, stored, self._derive_sql)
         return sql
 
@@ -323,8 +320,6 @@ def last_commit(path: str | os.PathLike) -> int:
     """The commit a reader opened now would read (`ArchiveReader(path).manifest.seq`, without opening one): a
     folder's manifest `seq`, the sum of its shards' for a sharded root; 0 where there is none yet, or for a
     single-file archive."""
-    from budgetscope.archive.shards import is_sharded, shards
-
     total = 0
     for root in shards(path) if is_sharded(path) else [Path(path)]:
         try:
