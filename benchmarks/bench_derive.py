@@ -1,4 +1,4 @@
-"""Derivation time: the `requests` SELECT (sources/requests.py) over an archive's spans, alone.
+"""Derivation time: the `requests` SELECT (derive/requests.py) over an archive's spans, alone.
 
     python benchmarks/bench_derive.py [--requests 50000] [--runs 5] [--base COMMIT]
 
@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine  # noqa: E402
 
-from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.files import read_batches  # noqa: E402
-from budgetscope.sources import requests as current  # noqa: E402
+from budgetscope.derive import requests as current  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 

@@ -25,7 +25,8 @@ from otlp_wire import export, native_request  # noqa: E402
 
 import httpx  # noqa: E402
 
-from budgetscope.archive.archive import Archive, ArchiveError  # noqa: E402
+from budgetscope.archive.errors import ArchiveError  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.collector import Collector  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, peak_rss_mb  # noqa: E402
 
-from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.files import read_batches  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 

@@ -25,7 +25,7 @@ from common import machine, peak_rss_mb  # noqa: E402
 
 from budgetscope.analysis.budgets import parse_budgets  # noqa: E402
 from budgetscope.analysis.report import build_report  # noqa: E402
-from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.files import read_batches  # noqa: E402
 from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl  # noqa: E402
 

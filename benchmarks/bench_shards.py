@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_collector import protobuf  # noqa: E402
 from common import machine  # noqa: E402
 
-from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 _WORK: list[tuple[bytes, int]] = []  # (protobuf export, spans), set before the senders fork

@@ -24,7 +24,7 @@ from common import machine  # noqa: E402
 
 from budgetscope.analysis.budgets import parse_budgets  # noqa: E402
 from budgetscope.analysis.report import build_report  # noqa: E402
-from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.synthetic import BUDGETS  # noqa: E402
 
 

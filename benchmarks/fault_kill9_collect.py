@@ -29,7 +29,8 @@ import httpx  # noqa: E402
 from common import free_port, machine  # noqa: E402
 from otlp_wire import export, native_request  # noqa: E402
 
-from budgetscope.archive.archive import Archive, ArchiveError  # noqa: E402
+from budgetscope.archive.errors import ArchiveError  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 
 RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
 

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine  # noqa: E402
 
-from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.otlp_json import count_spans  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 

@@ -82,9 +82,9 @@ print(json.dumps(out))
 
 def build(root: Path, spans: int, spool_spans: int) -> None:
     """An archive of `spans` published spans and a spool of `spool_spans` acknowledged ones (as after kill -9)."""
-    from budgetscope.archive.directory import DirectoryArchive
+    from budgetscope.opener import Archive
     from budgetscope.archive.spool import Spool
-    from budgetscope.ingest.batches import RawBatch
+    from budgetscope.archive.spool import RawBatch
 
     def batches(first: int, n_spans: int, origin: str) -> list:
         docs, i = [], first
@@ -96,7 +96,7 @@ def build(root: Path, spans: int, spool_spans: int) -> None:
         return [RawBatch(json.dumps(d).encode(), "otlp-json", origin, f"request {n}") for n, d in enumerate(docs)], i
 
     published, nxt = batches(0, spans, "otlp-http")
-    with DirectoryArchive(root, durable=True) as a:
+    with Archive(root, durable=True) as a:
         for k in range(0, len(published), 200):
             a.ingest(published[k:k + 200], derive=False)
             a.commit()

@@ -124,7 +124,7 @@ class NewArchive:
 
     def discard_if_unused(self) -> bool:
         """After a failure: `discard_if_empty`, with the counts of what was committed (True if removed)."""
-        from budgetscope.archive.archive import Archive
+        from budgetscope.opener import Archive
 
         try:
             with Archive(self.path, read_only=True, create=False) as a:
@@ -205,7 +205,8 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
     import os
 
     from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_in, unclaimed_line
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import check, input_problem, read_batches
     from budgetscope.sources.formats import wrong_format
 
@@ -286,7 +287,7 @@ def _reader(archive: str, engine: str, spark_master: str | None, since_ns=None, 
         from budgetscope.spark.commands import spark_archive
 
         return spark_archive(archive, spark_master, since_ns, until_ns)
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     return Archive(archive, read_only=True, create=False, since_ns=since_ns, until_ns=until_ns)
 
@@ -323,7 +324,7 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
     from budgetscope.analysis.budgets import BudgetError, load_budgets
     from budgetscope.analysis.render import render_markdown, render_text
     from budgetscope.analysis.report import build_report
-    from budgetscope.archive.archive import ArchiveError
+    from budgetscope.archive.errors import ArchiveError
     from budgetscope.archive.reader import STALE
 
     try:
@@ -408,7 +409,7 @@ def query(sql: str, archive: str, fmt: str, max_rows: int | None, timeout_s: flo
     \b
       budgetscope query -a prod/ "SELECT tier, quantile_cont(queue_ms, 0.99) FROM requests GROUP BY 1"
     """
-    from budgetscope.archive.query import ArchiveError, QueryError, run_query
+    from budgetscope.query import ArchiveError, QueryError, run_query
 
     if spark_master and engine != "spark":
         raise UsageError("--spark-master needs --engine spark")

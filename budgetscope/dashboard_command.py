@@ -21,7 +21,8 @@ def _usage(message: str):
 def _check_inputs(archive: str, budgets: str | None):
     """Open the archive read-only and parse the budgets once, so that bad input fails here in one line."""
     from budgetscope.analysis.budgets import BudgetError, load_budgets
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.opener import Archive
 
     try:
         b = load_budgets(budgets) if budgets else None
@@ -101,7 +102,7 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     except MissingExtra as e:
         raise _usage(str(e)) from None
     from budgetscope.analysis.postmortem import build_postmortem, render_html
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False, since_ns=since, until_ns=until) as a:
         pm = build_postmortem(a.con, b, since, until)

@@ -14,7 +14,8 @@ from budgetscope.analysis import charts, explore, overview, request_view, timeli
 from budgetscope.analysis.budgets import BudgetError, Budgets, TierBudget, load_budgets, parse_budgets
 from budgetscope.analysis.report import Selection, build_report, tier_report
 from budgetscope.analysis.whatif import to_toml
-from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.opener import Archive
 
 NONE_TENANT = "(none)"
 

@@ -343,7 +343,7 @@ class _Sandbox:
         self.root = Path(tempfile.mkdtemp(prefix="budgetscope-fuzz-query-", dir=os.environ.get(SCRATCH)))
         atexit.register(shutil.rmtree, self.root, True)
         self.archive = self.root / "archive"
-        from budgetscope.archive.archive import Archive
+        from budgetscope.opener import Archive
         from budgetscope.ingest.files import read_batches
         from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
@@ -366,7 +366,7 @@ _sandbox = None
 
 
 def query(data: bytes) -> None:
-    from budgetscope.archive.query import QueryError, run_query
+    from budgetscope.query import QueryError, run_query
 
     global _sandbox
     if _sandbox is None:

@@ -18,7 +18,7 @@ def archive_path(tmp_path) -> Path:
 @pytest.fixture
 def ingest_text(tmp_path):
     """Write `text` (or bytes) to a file and ingest it into `archive`; returns the IngestReport."""
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
 
     counter = iter(range(10_000))
@@ -33,7 +33,7 @@ def ingest_text(tmp_path):
 
 
 def rows(archive: Path, sql: str, params=None) -> list[tuple]:
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False) as a:
         return a.con.execute(sql, params or []).fetchall()

@@ -127,7 +127,7 @@ def test_leaving_out_absent_adapters_changes_no_row(tmp_path, ingest_text, kinds
     """`derive_pending` builds the requests query with only the adapters whose spans are in scope (each costs
     its fixed share of a small batch's derivation); the rows are those of the query with every adapter."""
     from budgetscope.sources.importers import document
-    from budgetscope.sources.requests import requests_sql
+    from budgetscope.derive.requests import requests_sql
     from test_sources_sglang import _trace as sglang_trace
     from test_sources_tgi import SERVICE as TGI_SERVICE, _tgi_trace
 

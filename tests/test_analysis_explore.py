@@ -9,7 +9,7 @@ from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trac
 from budgetscope.analysis import explore
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import Selection, build_report
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 
 FAST, SLOW = (("frontend", 2), ("queue", 10), ("prefill", 50)), (("frontend", 2), ("queue", 510), ("prefill", 50))
 

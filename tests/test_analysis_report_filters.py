@@ -7,7 +7,7 @@ from otlp_wire import MS, T0, export, jsonl, native_request
 
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import Selection, build_report
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 
 BUDGETS = parse_budgets("[tiers.interactive]\nttft_ms = 100\n[tiers.batch]\nttft_ms = 1000\n")
 

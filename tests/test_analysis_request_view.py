@@ -7,7 +7,7 @@ from otlp_wire import MS, T0, export, jsonl, native_request
 
 from budgetscope.analysis import request_view
 from budgetscope.analysis.report import Selection
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 
 STAGES = (("frontend", 2), ("queue", 10), ("prefill", 50), ("decode", 30), ("postprocess", 3))
 

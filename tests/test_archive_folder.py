@@ -4,16 +4,19 @@ the writer lock, crash leftovers, conversion."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request
 
-from budgetscope.archive import compaction, directory, duckdb_archive
+from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
-from budgetscope.archive.archive import Archive, ArchiveError
-from budgetscope.ingest import batches
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.collector.tuning import HOLDING
+from budgetscope.ingest import batches, lander
 from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 ROWS = "SELECT * FROM requests ORDER BY trace_id, server_span_id"
@@ -43,7 +46,7 @@ def small_parts(monkeypatch):
     """Many commits per file, and a working set emptied after each: traces straddle commits, are read back
     from the segments and re-derived (which writes requests_deletes)."""
     monkeypatch.setattr(batches, "CHUNK_BYTES", 32 << 10)
-    monkeypatch.setattr(duckdb_archive, "DERIVE_EVERY_SPANS", 700)
+    monkeypatch.setattr(lander, "DERIVE_EVERY_SPANS", 700)
     monkeypatch.setattr(directory, "MEMORY_SPANS", 1)
 
 
@@ -154,7 +157,7 @@ def test_a_crash_between_segments_and_manifest_leaves_nothing_visible(tmp_path, 
     def crash(*_):
         raise OSError("disk gone")
 
-    a = directory.DirectoryArchive(path, durable=True, compact=False)
+    a = Archive(path, durable=True, compact=False)
     a.ingest(read_batches(f), derive=False)  # landed in the durable working set, as the collector acks
     with monkeypatch.context() as m:
         m.setattr(mf, "write", crash)
@@ -182,7 +185,7 @@ def test_what_was_acknowledged_survives_a_crash_before_its_commit(tmp_path):
     writer that dies before publishing them leaves them to the next, which lands them once."""
     path, f = tmp_path / "a", tmp_path / "t.jsonl"
     f.write_text(jsonl(export(native_request()[1]), export(native_request(arrival=T0 + 9 * MS, tier="batch")[1])))
-    a = directory.DirectoryArchive(path, durable=True, compact=False)
+    a = Archive(path, durable=True, compact=False)
     rep = a.ingest(read_batches(f), derive=False)
     assert rep.batches_landed == 2 and rows(path, "SELECT count(*) FROM spans") == [(0,)]
     assert len(list(a.spool.batches())) == 2
@@ -197,7 +200,7 @@ def test_what_was_acknowledged_survives_a_crash_before_its_commit(tmp_path):
 def test_a_crash_after_the_manifest_but_before_the_spool_was_emptied_lands_nothing_twice(tmp_path, monkeypatch):
     path, f = tmp_path / "a", tmp_path / "t.jsonl"
     f.write_text(jsonl(export(native_request()[1])))
-    a = directory.DirectoryArchive(path, durable=True, compact=False)
+    a = Archive(path, durable=True, compact=False)
     a.ingest(read_batches(f), derive=False)
     monkeypatch.setattr(a.spool, "clear", lambda upto=None: None)  # the process dies right after the manifest
     a.commit()
@@ -211,7 +214,7 @@ def test_a_crash_after_the_manifest_but_before_the_spool_was_emptied_lands_nothi
 
 def test_a_torn_spool_record_was_never_acknowledged_and_is_ignored(tmp_path):
     from budgetscope.archive.spool import Spool
-    from budgetscope.ingest.batches import RawBatch
+    from budgetscope.archive.spool import RawBatch
 
     sp = Spool(tmp_path / "spool")
     sp.append([RawBatch(b"one", "otlp-json", "otlp-http", "request 1"), RawBatch(b"two", "otlp-proto", "g", "r 2")])
@@ -313,7 +316,7 @@ def test_a_late_span_of_a_trace_the_working_set_dropped_is_read_back_whatever_it
 
     arrival = T0 if ahead_s is None else time.time_ns() + ahead_s * 10**9
     server, client = _server_then_client(tmp_path, arrival)
-    a = directory.DirectoryArchive(tmp_path / "a", durable=True, hold_s=0, compact=False)
+    a = Archive(tmp_path / "a", durable=True, holding=replace(HOLDING, hold_s=0), compact=False)
     try:
         a.ingest(read_batches(server), derive=False)
         a.commit()
@@ -331,7 +334,7 @@ def test_a_restarted_collector_reads_back_a_trace_the_last_one_published(tmp_pat
     import time
 
     for f in _server_then_client(tmp_path, time.time_ns() + 60 * 10**9):
-        a = directory.DirectoryArchive(tmp_path / "a", durable=True, compact=False)
+        a = Archive(tmp_path / "a", durable=True, compact=False)
         try:
             a.ingest(read_batches(f), derive=False)
         finally:
@@ -349,7 +352,7 @@ def test_a_writer_that_fails_to_open_holds_no_lock(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(directory.DirectoryArchive, "commit", full)
+        m.setattr(directory.DirectoryArchive, "after_derive", full)
         with pytest.raises(OSError, match="No space"):
-            directory.DirectoryArchive(root, durable=True)
-    directory.DirectoryArchive(root, durable=True).close()  # the lock is free
+            Archive(root, durable=True)
+    Archive(root, durable=True).close()  # the lock is free

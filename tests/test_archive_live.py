@@ -16,7 +16,8 @@ import httpx
 import pytest
 from otlp_wire import export, native_request
 
-from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.opener import Archive
 
 grpc = pytest.importorskip("grpc")
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter  # noqa: E402

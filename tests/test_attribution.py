@@ -53,7 +53,7 @@ def test_tail_widens_to_the_ten_slowest_and_is_mixed(archive_path, ingest_text):
     # p99 = 312 holds 5 requests < 10, so the tail is the 10 slowest; median = 182, so the body is the 10 normal.
     # Tail means: frontend 42, queue 110, prefill 155; body: 2, 10, 50 → excess 40, 100, 105 of 245.
     _ingest(archive_path, ingest_text, [(2, 10, 50)] * 10 + [(42, 210, 60)] * 5 + [(42, 10, 250)] * 5)
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive_path, read_only=True) as a:
         rep = build_report(a.con, parse_budgets(BUDGETS.format(p=99)))
@@ -70,7 +70,7 @@ def test_tail_widens_to_the_ten_slowest_and_is_mixed(archive_path, ingest_text):
 def test_dominated_tail_attainment_and_exit_state(archive_path, ingest_text):
     # 30 normal (62 ms), 10 slow by queue (562 ms). p75 = 62 + 0.25 * 500 = 187: tail = the 10 slow.
     _ingest(archive_path, ingest_text, [(2, 10, 50)] * 30 + [(2, 510, 50)] * 10)
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive_path, read_only=True) as a:
         rep = build_report(a.con, parse_budgets(BUDGETS.format(p=75)))
@@ -87,7 +87,7 @@ def test_dominated_tail_attainment_and_exit_state(archive_path, ingest_text):
 
 
 def test_network_is_attributed_only_when_every_request_has_a_client_span(archive_path, ingest_text, tmp_path):
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     # slow requests also have a slow uplink: 20 ms more network in the tail
     _ingest(archive_path, ingest_text, [(2, 10, 50)] * 30 + [(2, 510, 50)] * 10,
@@ -114,7 +114,7 @@ def test_a_request_that_did_not_end_ok_misses_its_slo(archive_path, ingest_text)
     _, s = native_request(arrival=T0 + 9000 * MS, stages=(("frontend", 1),),
                           extra_root={"budgetscope.outcome": "rejected"})
     ingest_text(archive_path, jsonl(export(s)))
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive_path, read_only=True) as a:
         (t,) = build_report(a.con, parse_budgets(BUDGETS.format(p=99)))["tiers"]

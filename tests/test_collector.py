@@ -188,9 +188,9 @@ def _wait_for(predicate, timeout_s: float = 10.0) -> None:
 def through_ingest(monkeypatch):
     """Every batch answered after `Archive.ingest` (the path these tests hold up or break), none from the spool
     alone."""
-    from budgetscope.archive.directory import DirectoryArchive
+    from budgetscope.ingest.lander import Lander
 
-    monkeypatch.setattr(DirectoryArchive, "accept", lambda self, batches: [False] * len(batches))
+    monkeypatch.setattr(Lander, "accept", lambda self, batches: [False] * len(batches))
 
 
 def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_path, through_ingest):
@@ -298,15 +298,15 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
 def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_path, monkeypatch):
     """Batches answered from the spool wait in memory until the lander lands them: past max_pending_bytes of
     them, nothing more is taken from the queue, which fills, and receivers answer busy."""
-    from budgetscope.archive.directory import DirectoryArchive
+    from budgetscope.ingest.lander import Lander
 
     gate = threading.Event()
-    land = DirectoryArchive.land_deferred
+    land = Lander.land_deferred
     bodies = [_bodies()[0] for _ in range(4)]
     size = max(map(len, bodies))
     with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=size + 100,
                    max_message_bytes=size + 100, linger_s=0) as c:
-        monkeypatch.setattr(DirectoryArchive, "land_deferred", lambda self: gate.wait(30) and land(self))
+        monkeypatch.setattr(Lander, "land_deferred", lambda self: gate.wait(30) and land(self))
         assert [_post(c.http_port, b).status_code for b in bodies[:2]] == [200, 200]  # answered from the spool
         third: list = []
         t = _post_in_thread(c.http_port, bodies[2], third)

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import rows
 
-from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.opener import Archive
 from budgetscope.collector.command import collect
 
 RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"

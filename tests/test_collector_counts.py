@@ -15,7 +15,7 @@ from budgetscope.archive import manifest as mf
 from budgetscope.archive.directory import SPOOL_DIR, DirectoryArchive
 from budgetscope.archive.spool import Spool
 from budgetscope.collector import Collector
-from budgetscope.ingest.batches import RawBatch
+from budgetscope.archive.spool import RawBatch
 
 
 def _doc(i: int) -> dict:

@@ -15,7 +15,7 @@ from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
 from budgetscope.analysis.coverage import unclaimed_spans
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 
 ROOT = Path(__file__).parent / "conformance"
 CASES = sorted(p.parent for p in ROOT.glob("*/*/expected.json"))

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from budgetscope.analysis import build_report, load_budgets  # noqa: E402
 from budgetscope.analysis.overview import headline  # noqa: E402
-from budgetscope.archive.archive import Archive  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -178,7 +178,7 @@ def test_capacity_page_draws_a_recorded_sweep(browser):
     against the rate, the per-rate and signal tables; no error."""
     from budgetscope.analysis import capacity
     from budgetscope.analysis.budgets import load_budgets
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(SWEEP, read_only=True, create=False) as a:
         res = capacity.analyze(a.con, load_budgets(SWEEP_BUDGETS))

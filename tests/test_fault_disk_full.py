@@ -16,7 +16,7 @@ import httpx
 import pytest
 from otlp_wire import export, native_request
 
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 from budgetscope.collector import Collector
 
 pytest.importorskip("grpc")
@@ -111,7 +111,7 @@ def test_a_spool_write_cut_short_by_a_full_disk_loses_no_later_record(tmp_path, 
     """ENOSPC in the middle of a record (injected at os.write: a fake) must not hide the records acknowledged
     after it: the torn record is cut off and the next append starts a new file."""
     from budgetscope.archive import spool as spool_module
-    from budgetscope.ingest.batches import RawBatch
+    from budgetscope.archive.spool import RawBatch
 
     spool = spool_module.Spool(tmp_path / "spool")
     first, second, third = (RawBatch(bytes([i]) * 5000, "otlp-json", "test", f"b{i}") for i in range(3))

@@ -16,17 +16,17 @@ import pytest
 from otlp_wire import export, jsonl, native_request
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive.archive import Archive
-from budgetscope.archive.directory import DirectoryArchive
+from budgetscope.opener import Archive
 from budgetscope.ingest.files import read_batches
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 # `ingest` commits every DERIVE_EVERY_SPANS spans of a file (2M by default), checked at each part it reads
 # (CHUNK_BYTES): both set lower here so that a 210,000-span file has several commits for the kill to fall between.
 RUN_INGEST = """import sys
-from budgetscope.archive import directory, duckdb_archive
+from budgetscope.archive import directory
+from budgetscope.ingest import lander
 from budgetscope.ingest import batches
-directory.MEMORY_SPANS = duckdb_archive.DERIVE_EVERY_SPANS = 30_000
+directory.MEMORY_SPANS = lander.DERIVE_EVERY_SPANS = 30_000
 batches.CHUNK_BYTES = 1 << 20
 from budgetscope.cli import main
 sys.argv = ["budgetscope", *sys.argv[1:]]
@@ -93,7 +93,7 @@ def _small_commits(archive, n: int) -> None:
                 for k in range(50)]
         p = archive.parent / f"part-{i}.jsonl"
         p.write_text(jsonl(*docs))
-        with DirectoryArchive(archive, compact=False) as a:
+        with Archive(archive, compact=False) as a:
             a.ingest(read_batches(p))
 
 

@@ -127,8 +127,8 @@ def test_metrics_points_past_the_tables_types_are_a_bad_batch(point, error):
 
 def test_a_query_of_no_statement_is_a_query_error(tmp_path):
     """Blank SQL (or only a comment) made DuckDB return no cursor: an AttributeError traceback."""
-    from budgetscope.archive.archive import Archive
-    from budgetscope.archive.query import QueryError, run_query
+    from budgetscope.opener import Archive
+    from budgetscope.query import QueryError, run_query
 
     Archive(tmp_path / "a").close()
     for sql in ("", "  ", "-- nothing\n"):

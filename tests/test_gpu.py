@@ -8,7 +8,8 @@ import orjson
 import pytest
 
 from budgetscope.analysis.gpu import NO_DRAM_BANDWIDTH, NO_GPU_SAMPLES, classify, interval_figures, window_figures
-from budgetscope.archive.archive import Archive, RawBatch
+from budgetscope.archive.spool import RawBatch
+from budgetscope.opener import Archive
 from budgetscope.instrument import gpu
 from budgetscope.instrument.gpu import GpuSampler, Point, otlp_json, peak_bandwidth_bytes_per_s, power_watts
 

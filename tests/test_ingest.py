@@ -64,7 +64,7 @@ def test_every_anyvalue_kind_and_int_forms(archive_path, ingest_text):
 def test_fast_path_and_reference_decoder_agree(archive_path, tmp_path, ingest_text):
     """The DuckDB fast path and the Python reference decoder store identical rows for the same spans."""
     from budgetscope.ingest import otlp_json
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     _, a = native_request(client=(4, 2), itl=[10.0, 12.5, 9.75], tenant="t1")
     a[0]["kind"] = "SPAN_KIND_SERVER"
@@ -204,7 +204,8 @@ def test_orphan_stage_spans_wait_for_their_root(archive_path, ingest_text):
 
 
 def test_archive_path_that_is_a_folder_of_other_files(tmp_path):
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.opener import Archive
 
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ArchiveError, match=r"is a folder with other files in it, not a budgetscope archive$"):
@@ -213,7 +214,8 @@ def test_archive_path_that_is_a_folder_of_other_files(tmp_path):
 
 
 def test_missing_archive_is_not_created_for_reading(tmp_path):
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.opener import Archive
 
     with pytest.raises(ArchiveError, match="no archive at"):
         Archive(tmp_path / "nope.duckdb", read_only=True, create=False)
@@ -221,7 +223,8 @@ def test_missing_archive_is_not_created_for_reading(tmp_path):
 
 
 def test_a_file_that_is_not_an_archive(tmp_path):
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.opener import Archive
 
     p = tmp_path / "x.duckdb"
     p.write_text("hello")
@@ -237,7 +240,7 @@ def test_large_file_streams_in_chunks(archive_path, ingest_text, monkeypatch):
     monkeypatch.setattr(batches, "CHUNK_BYTES", 4096)
     docs = [export(native_request(arrival=T0 + i * MS)[1]) for i in range(40)]
     seen = []
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
 
     p = archive_path.parent / "big.jsonl"
@@ -265,7 +268,7 @@ def test_protobuf_of_unknown_fields_only_is_rejected(archive_path, ingest_text):
 
 
 def test_ingest_without_derive_leaves_requests_pending(archive_path, tmp_path):
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
 
     p = tmp_path / "t.jsonl"
@@ -312,7 +315,7 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
     """A call that derives every few spans (here after every batch) ends with the same `requests` rows, and
     reports the same derived rows and orphans, as one derivation at the end; traces that straddle batches
     are derived again when the rest of their spans arrive."""
-    from budgetscope.archive import duckdb_archive as arch
+    from budgetscope.ingest import lander as arch
     from budgetscope.ingest import batches
 
     _, a = native_request(client=(2, 1))
@@ -342,7 +345,7 @@ def test_gzip_files_land_as_their_plain_bytes_do(tmp_path, name):
     """Compression is told by the first bytes (any name); the rows are those of the plain file."""
     import gzip
 
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
 
     plain, packed = tmp_path / "plain.jsonl", tmp_path / name
@@ -360,7 +363,7 @@ def test_gzip_protobuf_by_its_inner_suffix(tmp_path):
 
     from otlp_wire import to_proto
 
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
 
     p = tmp_path / "traces.pb.gz"

@@ -245,7 +245,7 @@ def test_cli_json_summary_has_vllm_bench_keys(server):
 
 def test_tpot_is_vllms_definition_in_results_and_requests(server, tmp_path):
     """(E2E − TTFT) / (output tokens − 1) per request, the same in `load`'s results and the derived rows."""
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.cli import main
 
     server.token_delay_s = 0.01

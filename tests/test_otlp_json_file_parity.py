@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import rows
 
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 from budgetscope.ingest.files import read_batches
 
 pytestmark = pytest.mark.slow

@@ -510,7 +510,7 @@ def test_spans_join_the_same_span_set_as_json():
 def _ingest(path, batches, monkeypatch, available: bool, taken: dict | None = None):
     """Ingest `batches` into a new archive with the C decoders on or off: (spans, ingest_batches, rejected,
     counts, requests). `taken` collects the protobuf batches the C decoder took."""
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
     real = otlp_fast.decode_proto
@@ -543,7 +543,7 @@ def _mixed_batches(one_per_chunk: bool):
     batch is its own chunk: without the C decoder, the copy would win."""
     import json
 
-    from budgetscope.archive.archive import RawBatch
+    from budgetscope.archive.spool import RawBatch
 
     _, a = native_request(client=(3, 1))
     _, b = native_request(itl=[1.0, 2.0])
@@ -590,7 +590,7 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, mo
 def test_copies_across_chunks_of_one_call_are_found(tmp_path, monkeypatch, limit):
     """Protobuf batches only, each its own chunk, all taken by the C decoder: the span set skips the look for
     copies while no pair repeats; a full set (limit 3) looks always."""
-    from budgetscope.archive.archive import RawBatch
+    from budgetscope.archive.spool import RawBatch
     from budgetscope.ingest import batches
 
     monkeypatch.setattr(batches, "CHUNK_BYTES", 1)
@@ -611,7 +611,7 @@ def test_copies_across_chunks_of_one_call_are_found(tmp_path, monkeypatch, limit
 def test_a_chunk_mixing_formats_keeps_expected_and_c_only():
     import json
 
-    from budgetscope.archive.archive import RawBatch
+    from budgetscope.archive.spool import RawBatch
     from budgetscope.ingest.batches import chunk
 
     seen = otlp_fast.span_set()

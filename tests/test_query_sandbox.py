@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from budgetscope.archive.query import QueryError, run_query
+from budgetscope.query import QueryError, run_query
 from budgetscope.cli import main
 
 WRITES = [
@@ -74,7 +74,7 @@ WRITES += [f"{e} {w}" for e in ("EXPLAIN", "EXPLAIN ANALYZE") for w in WRITES[:1
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory) -> Path:
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
     from budgetscope.synthetic import SyntheticSpec, write_jsonl
 

@@ -3,9 +3,10 @@ the anti-join on `trace_id` that docs/archive.md gives other engines."""
 
 from __future__ import annotations
 
-from budgetscope.archive import compaction, directory, duckdb_archive
+from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
-from budgetscope.archive.archive import Archive
+from budgetscope.ingest import lander
+from budgetscope.opener import Archive
 from budgetscope.archive.reader import affected_segments, requests_sql
 from budgetscope.ingest import batches
 from budgetscope.ingest.files import read_batches
@@ -30,7 +31,7 @@ def test_which_segments_a_delete_can_reach():
 
 def test_reader_drops_what_the_trace_anti_join_drops(tmp_path, monkeypatch):
     monkeypatch.setattr(batches, "CHUNK_BYTES", 32 << 10)
-    monkeypatch.setattr(duckdb_archive, "DERIVE_EVERY_SPANS", 700)
+    monkeypatch.setattr(lander, "DERIVE_EVERY_SPANS", 700)
     monkeypatch.setattr(directory, "MEMORY_SPANS", 1)
     monkeypatch.setattr(compaction, "plan", lambda *a: [])  # keep every delete for the reader to apply
     f = tmp_path / "t.jsonl"

@@ -14,8 +14,8 @@ from conftest import rows
 from otlp_wire import T0, export, jsonl, native_request
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import query as query_module
-from budgetscope.archive.archive import Archive
+from budgetscope import query as query_module
+from budgetscope.opener import Archive
 from budgetscope.archive.reader import STALE, last_commit
 from budgetscope.cli import main
 from budgetscope.ingest.files import read_batches

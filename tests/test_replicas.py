@@ -13,9 +13,9 @@ from conftest import rows
 from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 from budgetscope.archive.compaction import merge_sql
-from budgetscope.archive.schema import REPLICA_COLUMNS
+from budgetscope.schema import REPLICA_COLUMNS
 from budgetscope.cli import main
 
 REPLICAS = 4

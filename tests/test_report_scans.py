@@ -14,7 +14,7 @@ import pytest
 from budgetscope.analysis import attribution, contrast
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import CLIENT_METRIC, STAGE_COLUMNS, build_report, pkey
-from budgetscope.archive import schema
+from budgetscope import schema
 
 BUDGETS = """
 [tiers.big]

@@ -13,7 +13,7 @@ from otlp_wire import T0, export, jsonl, native_request
 
 from budgetscope.archive import directory, retention
 from budgetscope.archive import manifest as mf
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 from budgetscope.cli import main
 from budgetscope.ingest.files import read_batches
 
@@ -82,7 +82,7 @@ def test_expire_waits_the_grace_then_deletes(tmp_path, monkeypatch):
 def test_a_collectors_writer_expires_as_it_goes(tmp_path):
     root = tmp_path / "a"
     _fill(root, tmp_path, [T0, NOW])
-    w = directory.DirectoryArchive(root, create=False, durable=True, retention_ns=retention.parse_retention("7d"))
+    w = Archive(root, create=False, durable=True, retention_ns=retention.parse_retention("7d"))
     try:
         f = tmp_path / "late.jsonl"
         f.write_text(jsonl(export(native_request(arrival=T0 + 5 * 10**9)[1]), export(native_request(arrival=NOW)[1])))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from budgetscope.archive import schema
-from budgetscope.archive.archive import Archive
+from budgetscope import schema
+from budgetscope.opener import Archive
 
 DOC = Path(__file__).parent.parent / "docs" / "archive.md"
 
 
 def test_docs_contain_the_generated_schema_tables():
-    assert schema.markdown() in DOC.read_text(), "regenerate with: python -m budgetscope.archive.schema"
+    assert schema.markdown() in DOC.read_text(), "regenerate with: python -m budgetscope.schema"
 
 
 import pytest

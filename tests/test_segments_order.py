@@ -8,7 +8,7 @@ import pytest
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 from budgetscope.ingest.files import read_batches
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 

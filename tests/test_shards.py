@@ -15,7 +15,8 @@ import pytest
 from conftest import rows
 from otlp_wire import export, native_request
 
-from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.opener import Archive
 from budgetscope.archive.shards import ShardError, shard_path
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
@@ -108,7 +109,7 @@ def test_a_trace_re_derived_in_one_shard_and_seen_in_another_is_one_row(tmp_path
 
 
 def _batch(doc: dict, position: str):
-    from budgetscope.ingest.batches import RawBatch
+    from budgetscope.archive.spool import RawBatch
 
     return RawBatch(json.dumps(doc).encode(), "otlp-json", "test", position)
 

@@ -63,7 +63,7 @@ class Sink:
         """Rows of `sql` over what arrived (the collector stopped, or the file ingested, first)."""
         self.close()
         if self.kind == "jsonl" and not self.archive.exists():
-            from budgetscope.archive.archive import Archive
+            from budgetscope.opener import Archive
             from budgetscope.ingest.files import read_batches
 
             assert self.path.exists(), "the process wrote no span at all"

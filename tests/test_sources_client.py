@@ -72,7 +72,7 @@ def test_outcomes_from_status_and_error(archive_path, ingest_text):
 
 def test_report_on_client_only_rows_attributes_the_tail_to_unaccounted(archive_path, ingest_text):
     from budgetscope.analysis import build_report
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     ingest(archive_path, ingest_text, [client(i, ttft_ms=10 + i, e2e_ms=50 + i) for i in range(40)])
     with Archive(archive_path, read_only=True, create=False) as a:

@@ -12,7 +12,7 @@ from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id
 
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import build_report
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 
 OLD = {"http.method": "POST", "http.url": "http://engine:8000/v1/completions", "http.status_code": 200}
 STABLE = {"http.request.method": "POST", "url.full": "http://engine:8000/v1/completions",

@@ -149,7 +149,7 @@ def _load(url: str, spans: Path, *extra: str) -> None:
 
 
 def _ingest(archive: Path, *files: Path) -> None:
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
 
     with Archive(archive) as a:
@@ -159,7 +159,7 @@ def _ingest(archive: Path, *files: Path) -> None:
 
 def _report(archive: Path) -> dict:
     from budgetscope.analysis import build_report
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False) as a:
         return build_report(a.con)

@@ -134,7 +134,7 @@ def test_looping_parent_links_end_the_walk():
     its own parent, would walk forever. The walk stops at a bounded depth and the row stays right."""
     import duckdb
 
-    from budgetscope.sources import sglang
+    from budgetscope.derive import sglang
 
     con = duckdb.connect()
     con.execute("""CREATE TABLE s (trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,

@@ -27,7 +27,7 @@ SERVICE = "text-generation-inference.router"
 def test_rust_duration_debug_text(text, ms):
     import duckdb
 
-    from budgetscope.sources.tgi import duration_ms
+    from budgetscope.derive.tgi import duration_ms
 
     (got,) = duckdb.execute(f"SELECT {duration_ms('x')} FROM (SELECT ?::VARCHAR AS x)", [text]).fetchone()
     assert got == (None if ms is None else pytest.approx(ms))
@@ -196,7 +196,7 @@ class _FakeTGI(BaseHTTPRequestHandler):
 def test_load_generator_keeps_tgi_headers_and_they_feed_stages(tmp_path, archive_path):
     from click.testing import CliRunner
 
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
     from budgetscope.cli import main
 

@@ -19,9 +19,10 @@ import pytest
 
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import build_report
-from budgetscope.archive import compaction, directory, duckdb_archive
+from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
-from budgetscope.archive.archive import Archive
+from budgetscope.ingest import lander
+from budgetscope.opener import Archive
 from budgetscope.archive.shards import shard_path
 from budgetscope.ingest import batches
 from budgetscope.ingest.files import read_batches
@@ -78,7 +79,7 @@ def sharded_archive(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("spark-shards")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(batches, "CHUNK_BYTES", 32 << 10)
-        mp.setattr(duckdb_archive, "DERIVE_EVERY_SPANS", 700)
+        mp.setattr(lander, "DERIVE_EVERY_SPANS", 700)
         mp.setattr(directory, "MEMORY_SPANS", 1)
         mp.setattr(compaction, "plan", lambda *a: [])  # keep every delete for the readers to apply
         for i, shard in enumerate(("gpu-1", "gpu-2")):
@@ -262,7 +263,7 @@ def test_split_traces_are_joined_on_spark_as_on_duckdb(spark, tmp_path):
 
 @needs_spark
 def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
-    from budgetscope.archive.query import run_query
+    from budgetscope.query import run_query
     from budgetscope.spark.commands import run_query as run_on_spark
 
     sql = ("SELECT tier, count(*) AS n, quantile_cont(queue_ms, 0.99) AS q99, "
@@ -277,7 +278,7 @@ def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
 @needs_spark
 def test_query_on_spark_carries_duckdb_functions_over(spark, sharded_archive, capfd):
     """epoch_ns, len of a list, to_timestamp (its time zone kept); a function Spark lacks: one line of ours."""
-    from budgetscope.archive.query import run_query
+    from budgetscope.query import run_query
     from budgetscope.spark.commands import run_query as run_on_spark
     from budgetscope.spark.session import SparkError
 

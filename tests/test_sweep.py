@@ -199,7 +199,7 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     # the table form of the same archive, as the dashboard reads it
     from budgetscope.analysis import capacity
     from budgetscope.analysis.budgets import load_budgets
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(cap, read_only=True, create=False) as a:
         again = capacity.analyze(a.con, load_budgets(budgets))
@@ -229,7 +229,7 @@ def test_tiny_engine_concurrency_sweep_with_warmup_repeats_and_plots(budgets, tm
     assert tier["unit"] == "concurrent requests" and len(tier["repeats"]["by_repeat"]) == 2
     assert "capacity_concurrency" in tier and "capacity_rps" not in tier
     from budgetscope.analysis.capacity import RUN
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.loadgen.runner import CLIENT_WARMUP
 
     with Archive(cap, read_only=True, create=False) as a:

@@ -13,7 +13,7 @@ from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trac
 from otlp_wire import outcome_requests as _requests
 
 from budgetscope.analysis.coverage import id_free, unclaimed_spans
-from budgetscope.archive.archive import Archive
+from budgetscope.opener import Archive
 from budgetscope.cli import main
 
 BUDGETS = "[tiers.interactive]\nttft_ms = 500\ne2e_ms = 2000\n"

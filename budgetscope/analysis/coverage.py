@@ -1,7 +1,7 @@
 """What the archive could read: the spans no adapter claimed, and which requests have server and client spans.
 
 A span is *unclaimed* when no adapter reads its name (`spans.source` = 'other', decided at ingest by
-`budgetscope/sources/classify.py`) and its trace produced no request. Spans of another kind in a request's
+`budgetscope/derive/classify.py`) and its trace produced no request. Spans of another kind in a request's
 trace (an HTTP framework's own span beside `llm.request`) are context, not lost data, so they do not count;
 `engine.step` spans are claimed (the `engine_steps` view reads them) though they belong to no request.
 """
@@ -57,7 +57,7 @@ _ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
 def unclaimed_in(archive) -> dict:
     """`unclaimed_spans` of the archive at `archive` (a path), as last committed; raises ArchiveError when it
     cannot be read."""
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False) as a:
         return unclaimed_spans(a.con)

@@ -73,7 +73,7 @@ def _nan_to_none(x):
 
 def _attainment_condition(tb: TierBudget | None) -> str:
     """A request that ended ok and met every request-level SLO (the client figure when the request has it,
-    the server figure otherwise: an HTTP client span has no client TTFT, sources/requests.py)."""
+    the server figure otherwise: an HTTP client span has no client TTFT, derive/requests.py)."""
     conds = ["outcome = 'ok'"]
     if tb is not None:
         for m in METRICS:

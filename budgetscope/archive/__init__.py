@@ -12,10 +12,14 @@ Exports load on first use, so that `budgetscope collect --help` does not import 
 
 from budgetscope._lazy import lazy_exports
 
+# `Archive`, `open`, `IngestReport`, `Rejected`, `read_batches` and the query names are the documented way in,
+# kept here by name only: they live in the layers above the store (budgetscope/opener.py, budgetscope/ingest/,
+# budgetscope/query.py), which this package never imports.
 _EXPORTS = {
-    "Archive": "archive", "open": "archive", "ArchiveError": "errors", "IngestReport": "duckdb_archive",
-    "RawBatch": "budgetscope.ingest.batches", "Rejected": "duckdb_archive", "read_batches": "budgetscope.ingest.files", "run_query": "query",
-    "QueryError": "query", "QueryResult": "query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
+    "Archive": "budgetscope.opener", "open": "budgetscope.opener", "ArchiveError": "errors",
+    "IngestReport": "budgetscope.ingest.lander", "RawBatch": "spool", "Rejected": "budgetscope.ingest.lander",
+    "read_batches": "budgetscope.ingest.files", "run_query": "budgetscope.query", "QueryError": "budgetscope.query",
+    "QueryResult": "budgetscope.query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
     "DuckDBArchive": "duckdb_archive", "convert": "convert",
 }
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
+from budgetscope.archive.retention import expire
 
 log = logging.getLogger("budgetscope.archive")
 
@@ -156,9 +157,7 @@ class Compactor:
 
     def _run_jobs(self, con) -> int:
         done = 0
-        if getattr(self.writer, "retention_ns", None):  # first: no merge is spent on hours about to go
-            from budgetscope.archive.retention import expire
-
+        if self.writer.retention_ns:  # first: no merge is spent on hours about to go
             gone = expire(self.writer, self.writer.retention_ns, time.time_ns())
             if gone.segments:
                 log.info("%s", gone.summary())

@@ -6,17 +6,17 @@ import os
 import time
 from pathlib import Path
 
+from budgetscope import schema
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import schema, segments
+from budgetscope.archive import segments
+from budgetscope.archive.directory import WriterLock
+from budgetscope.archive.duckdb_archive import DuckDBArchive
 from budgetscope.archive.errors import ArchiveError
 
 
 def convert(source: str | os.PathLike, dest: str | os.PathLike) -> mf.Manifest:
     """Write every table of the DuckDB archive `source` as segments of a new folder archive `dest` (which must
     not exist, or be empty), in one commit; return its manifest. The source is only read."""
-    from budgetscope.archive.directory import WriterLock
-    from budgetscope.archive.duckdb_archive import DuckDBArchive
-
     src, root = Path(source), Path(dest)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise ArchiveError(f"{root} already exists; convert writes a new archive")

@@ -19,37 +19,37 @@ import fcntl
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable
 
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import schema, segments
-from budgetscope.archive.duckdb_archive import DuckDBArchive, IngestReport, RawBatch, one
+from budgetscope import schema
+from budgetscope.archive import segments
+from budgetscope.archive.compaction import Compactor
+from budgetscope.archive.duckdb_archive import DuckDBArchive, one
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.archive.reader import requests_sql
-from budgetscope.ingest.batches import Decoded, content_hash
+from budgetscope.archive.protocol import Landing
+from budgetscope.archive.reader import ArchiveReader, requests_sql
+from budgetscope.archive.shards import is_sharded
+from budgetscope.archive.spool import Spool
 
 SPOOL_DIR = "spool"
-HOLD_S = 3600.0
-"""How long the collector's working set keeps spans after they landed, at most HOT_SPANS of them
-(deduplication against them is exact, and a late span of such a trace is derived without reading segments
-back)."""
 MEMORY_SPANS = 2_000_000
 """`ingest`'s working set is emptied of published rows once it holds this many spans."""
-HOT_SPANS = 300_000
-"""The collector's, once it holds this many: each commit (about every second) derives and publishes from it, and
-that cost grows with what it holds (with 2M spans held, the collector stored 66,000-80,000 spans/s over gRPC; with
-300,000, 105,000, docs/benchmarks.md). Published traces of which a span arrives later are read back."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
-DROPPED_MAX = 2_000_000
-"""The collector's working set remembers (by a 64-bit hash, 16 bytes each) this many of the traces it dropped
-most recently: a new span of one of them brings the trace's published spans back whatever its timestamps say.
-A trace dropped before those is looked for only if its new spans started before it was forgotten."""
-SEED_SPANS = 2_000_000
-"""A collector opening an archive remembers the traces of its newest span segments, up to this many spans, as
-dropped (a restart must not derive the rest of a trace without its first spans)."""
+
+
+@dataclass(frozen=True)
+class Holding:
+    """How a durable writer's working set holds what it published (the collector's tuning, with the reasons for
+    its figures: budgetscope/collector/tuning.py)."""
+
+    hold_s: float  # spans stay this long after they landed (exact deduplication, no read-back for late spans)
+    max_spans: int  # ... but no more than this many: each commit's cost grows with what it holds
+    dropped_max: int  # traces let go of, remembered by a 64-bit hash: a late span of one reads the trace back
+    seed_spans: int  # an opening writer remembers the traces of its newest segments, up to this many spans
+
 
 _STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS bs_derived (trace_id VARCHAR)",
@@ -105,14 +105,14 @@ class DirectoryArchive:
     collector acknowledges then); the next writer lands what a crashed one left in the spool."""
 
     def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
-                 hold_s: float = HOLD_S, compact: bool = True, retention_ns: int | None = None,
-                 reader_grace_s: float | None = None, recover: bool = True):
+                 holding: Holding | None = None, compact: bool = True, retention_ns: int | None = None,
+                 reader_grace_s: float | None = None):
         self.path = root = Path(root)
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
+        if durable and holding is None:
+            raise ValueError("a durable writer needs its `holding` (collector/tuning.py)")
         if not mf.is_directory_archive(root):
-            from budgetscope.archive.shards import is_sharded
-
             if is_sharded(root):
                 raise ArchiveError(f"{root} is a sharded archive: read it as a whole, write one shard of it "
                                    "(`budgetscope collect --shard ID`)")
@@ -120,25 +120,20 @@ class DirectoryArchive:
                 raise ArchiveError(f"no archive at {root} (create one with `budgetscope ingest FILE --archive {root}`)")
             create_archive(root)
         self.read_only = False
+        self.single_file = False
+        self.track_derivations = True  # what a derivation replaced, the next `after_derive` supersedes
+        self.lander: Landing | None = None  # what lands and derives (budgetscope.opener sets it)
         self.retention_ns = retention_ns  # the compactor drops hours older than this (retention.py)
-        self.republished = 0  # spans of the current ingest call dropped as copies of published ones
+        self.republished = 0  # spans of the current landing dropped as copies of published ones
         self.durable = durable
-        self.hold_s = hold_s
+        self.holding = holding
         self.spool = None
-        self._deferred: list[Decoded] = []  # accepted (spooled) but not yet landed, decoded
-        self._deferred_repeated = False  # a (trace_id, span_id) pair came twice among them (or may have)
-        self._deferred_seen = None  # the span set they were decoded with (otlp_fast.span_set), made on first use
-        self._deferred_gen = 0  # bumped when a landing takes the deferred batches (and their span set)
-        self.deferred_spans = 0
-        self.deferred_bytes = 0
-        self._spool_lock = threading.Lock()  # `accept` may run on another thread than the rest
-        self._spool_cut = 0  # spool files up to this number hold only batches landed in the working set
-        self._forgot_until_ns = 0  # traces dropped before this may have left `bs_dropped` (see DROPPED_MAX)
+        self.spool_cut = 0  # spool files up to this number hold only batches landed in the working set
+        self._forgot_until_ns = 0  # traces dropped before this may have left `bs_dropped` (see `Holding.dropped_max`)
         self.published_batches = 0  # batches this writer published (a spool's it landed when it opened included)
         self.published_spans = 0  # the spans new to the archive that they brought
         self.recovered = (0, 0)  # (batches, spans) of those that an earlier writer had left in the spool
         self._recover_upto = 0  # the spool files up to this number were there when this writer opened
-        self.copies_landed = 0  # accepted batches found already stored when they landed (a retry's bytes)
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
         self.hot = self.compactor = None
@@ -153,49 +148,47 @@ class DirectoryArchive:
                 self.manifest = replace(self.manifest, reader_grace_s=grace)
                 mf.write(root, self.manifest)
             _remove_orphans(root, self.manifest)
-            self.hot = DuckDBArchive(":memory:", finish_pending=False)
+            self.hot = DuckDBArchive(":memory:")
             if durable:
-                from budgetscope.archive.spool import Spool
-
                 self.spool = Spool(root / mf.WRITER_DIR / SPOOL_DIR)
             self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
-            self.hot.track_derivations = True
             self._setup_state()
             if durable:
                 self._seed_dropped()
-            from budgetscope.archive.compaction import Compactor
-
             self.compactor = Compactor(self) if compact else None
             self._recover_upto = self.spool.rotate() if self.spool is not None else 0  # files before this open
-            if recover:
-                self.recover()
         except BaseException:  # nothing opened stays open: a writer that failed to open (a full disk) holds no lock
-            self._abandon()
+            self.abandon()
             raise
 
-    def recover(self) -> int:
-        """Land and publish what a collector acknowledged but had not published (it crashed, or stopped while
-        the disk was full): the spool files there were when this writer opened. The constructor does it unless
-        `recover=False`; then the caller does, once (the collector, on its lander thread, while it already
-        accepts: new batches go to newer spool files). A writer that keeps no spool of its own (`ingest`,
-        `expire`) lands it too, and empties it with this first commit. Returns the `requests` rows derived."""
+    def spooled(self):
+        """The batches a collector acknowledged but had not published (it crashed, or stopped while the disk was
+        full): those in the spool files there were when this writer opened, for `Lander.recover` to land; None
+        if there are none. A writer that keeps no spool of its own (`ingest`, `expire`) lands them too, and
+        empties the spool with its next commit (then `recovered_done`)."""
         folder = self.path / mf.WRITER_DIR / SPOOL_DIR
-        spool = self.spool
-        if spool is None and folder.is_dir() and any(folder.glob("*.spool")):
-            from budgetscope.archive.spool import Spool
+        if self.spool is None and folder.is_dir() and any(folder.glob("*.spool")):
+            self.spool = Spool(folder)
+            self._recover_upto = self.spool.rotate()
+        return self.spool.batches(upto=self._recover_upto) if self.spool is not None else None
 
-            spool = self.spool = Spool(folder)
-            self._recover_upto = spool.rotate()
-        if spool is not None:
-            rep = self.hot.ingest(spool.batches(upto=self._recover_upto), derive=False)
-            self.recovered = (rep.batches_landed, rep.spans_inserted)
-        derived, _ = self.commit()
-        if not self.durable and self.spool is not None:  # published and emptied: this writer keeps no spool
+    def recovered_done(self) -> None:
+        """What the spool held is published and emptied: a writer that keeps no spool lets go of it."""
+        if not self.durable and self.spool is not None:
             self.spool.close()
             self.spool = None
-        return derived
 
-    def _abandon(self) -> None:
+    def recover(self) -> int:
+        """Land and publish what the spool holds (`Lander.recover`); the `requests` rows derived."""
+        return self._landing().recover()
+
+    def _landing(self) -> Landing:
+        if self.lander is None:
+            raise ArchiveError(f"{self.path}: this writer was opened without a lander (open it with "
+                               "`budgetscope.opener.Archive`)")
+        return self.lander
+
+    def abandon(self) -> None:
         """Let go after a failure (a full disk, a read-only file system): close what is open, delete the files
         no commit lists (segments half-written, or written but not committed), release the lock. The last
         commit stays as it was; a durable writer's spool keeps what it acknowledged."""
@@ -221,7 +214,7 @@ class DirectoryArchive:
         if exc_type is None:
             self.close()
         else:  # what failed would fail again: publish nothing more, leave nothing half-written
-            self._abandon()
+            self.abandon()
 
     def close(self) -> None:
         """Commit what is pending, let compaction finish, release the archive."""
@@ -229,7 +222,7 @@ class DirectoryArchive:
             if self.hot is not None:
                 self.commit()
         except BaseException:
-            self._abandon()
+            self.abandon()
             raise
         finally:
             if self.compactor is not None:
@@ -269,119 +262,48 @@ class DirectoryArchive:
         con.execute("UPDATE bs_state SET value = ? WHERE key = 'published_seq'", [seq])
         con.execute("COMMIT")
 
-    # -- writing ---------------------------------------------------------------------------------------------
-    def ingest(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None,
-               derive: bool = True) -> IngestReport:
-        """Land the batches (as `DuckDBArchive.ingest`). With `derive`, commit them: derive their requests and
-        publish, every DERIVE_EVERY_SPANS spans and at the end; without, they wait in the working set for the
-        next `commit()` (and, when the archive is durable, their bytes are in the spool when this returns)."""
-        self.republished = 0
-        derived = [0, 0]  # rows derived, orphan stage spans: summed over the commits of the call
+    # -- writing (the `Writer` protocol, protocol.py) ----------------------------------------------------------
+    def refuse_writes(self) -> None:
+        raise ArchiveError(f"{self.path} is open read-only")
 
-        def commit() -> None:
-            n, orphans = self.commit()
-            derived[0] += n
-            derived[1] += orphans
+    def transaction(self):
+        return self.hot.transaction()
 
-        spool = self.spool is not None and not derive
-        if spool:
-            batches = list(batches)
-        rep = self.hot.ingest(batches, progress, derive=False, every_part=commit if derive else None)
-        if spool:
-            bad = {(r.origin, r.position) for r in rep.rejected}
-            with self._spool_lock:
-                self.spool.append(b for b in batches if (b.origin, b.position) not in bad)
-        if derive:
-            t0 = time.perf_counter()
-            commit()
-            rep.requests_derived, rep.orphan_stage_spans = derived
-            rep.seconds += time.perf_counter() - t0
-        rep.spans_inserted -= self.republished  # found among the published spans when their traces were read back
-        rep.duplicate_spans += self.republished
-        return rep
-
-    def accept(self, batches: list[RawBatch]) -> list[bool]:
-        """The collector's fast acknowledgement (durable archives only): take now each batch that will land
-        whatever else the archive holds — OTLP (JSON or protobuf) the C decoder takes whole: nothing in it can be rejected,
-        and copies of stored spans are dropped when it lands — spool it (fsync), and keep it for
-        `land_deferred()`; a flag per batch. The batches not taken need `ingest` to know their outcome.
-
-        Safe to call from one thread while another lands, commits and ingests (it touches only the spool and
-        the deferred list, under a lock)."""
-        from budgetscope.ingest import otlp_fast
-
-        if self.spool is None or not otlp_fast.AVAILABLE:
-            return [False] * len(batches)
-        with self._spool_lock:
-            if self._deferred_seen is None:
-                self._deferred_seen = otlp_fast.span_set()
-            seen, gen = self._deferred_seen, self._deferred_gen
-        taken: dict[int, int] = {}  # batch index -> spans
-        parts, repeated = [], False
-        for fmt, decode in (("otlp-json", otlp_fast.decode), ("otlp-proto", otlp_fast.decode_proto)):
-            ids = [i for i, b in enumerate(batches) if b.format == fmt]
-            if ids:
-                table, took, _, rep = decode([batches[i].payload for i in ids], ids, seen)
-                if table is not None:
-                    parts.append((table, [i for i in ids if i in took]))
-                taken.update(took)
-                repeated |= rep
-        if not taken:
-            return [False] * len(batches)
-        order = sorted(taken)
-        took = [batches[i] for i in order]
-        index = {i: k for k, i in enumerate(order)}
-        entry = Decoded(took, [content_hash(b) for b in took], [taken[i] for i in order],
-                        [(t, [index[i] for i in members]) for t, members in parts])
-        with self._spool_lock:
-            self.spool.append(took)
-            self._deferred.append(entry)
-            # decoded with a span set a landing has taken since: its pairs were not checked against the others'
-            self._deferred_repeated |= repeated or gen != self._deferred_gen
-            self.deferred_spans += sum(entry.spans)
-            self.deferred_bytes += sum(len(b.payload) for b in took)
-        return [i in taken for i in range(len(batches))]
-
-    def land_deferred(self) -> IngestReport | None:
-        """Land what `accept` took, as it decoded it, in one `ingest` (the fast path of a file's); None if there
-        was nothing. Should it fail, the batches are still in the spool: the next writer (or a reopened one)
-        lands them."""
-        if self.spool is None:
-            return None
-        with self._spool_lock:  # what is spooled so far is landed below (or was already)
-            entries, repeated = self._deferred, self._deferred_repeated
-            self._deferred, self._deferred_repeated, self._deferred_seen = [], False, None
-            self._deferred_gen += 1
-            self.deferred_spans = self.deferred_bytes = 0
-            self._spool_cut = self.spool.rotate()
-        if not entries:
-            return None
-        rep = self.hot.ingest((), derive=False, decoded=(entries, repeated))
-        self.copies_landed += rep.batches_already_ingested
-        return rep
-
-    def derive_pending(self, count_orphans: bool = True) -> tuple[int, int]:
-        """Derive and publish what is pending; (requests rows derived, orphan stage spans)."""
-        return self.commit(count_orphans)
+    def ingest(self, batches, progress=None, derive: bool = True):
+        """Land the batches (`Lander.land`). With `derive`, commit them: derive their requests and publish, every
+        DERIVE_EVERY_SPANS spans and at the end; without, they wait in the working set for the next `commit()`
+        (and, when the archive is durable, their bytes are in the spool when this returns)."""
+        return self._landing().land(batches, progress, derive)
 
     def commit(self, count_orphans: bool = True) -> tuple[int, int]:
         """Derive the pending traces (their published spans read back first) and publish everything new in one
-        manifest commit. Returns (requests rows derived, orphan stage spans; 0 without `count_orphans`)."""
-        self.land_deferred()
-        if self.hot.pending_traces():
-            self._rehydrate()
-        n, orphans = self.hot.derive_pending(count_orphans)
-        self._publish()
-        if self.spool is not None:
-            self.spool.clear(upto=self._spool_cut)  # every batch those held is in the manifest now
-        if self.compactor is not None:
-            self.compactor.poke()
-        self._prune()
-        return n, orphans
+        manifest commit (`Lander.commit`). Returns (requests rows derived, orphan stage spans; 0 without
+        `count_orphans`). A writer without a lander has landed nothing: it publishes what was written straight
+        into its working set."""
+        if self.lander is None:
+            self.after_derive()
+            return 0, 0
+        return self.lander.commit(count_orphans)
+
+    derive_pending = commit
 
     def publish(self) -> None:
         """Publish what was written straight into the working set (`server_metrics.land`)."""
         self.commit()
+
+    def before_derive(self) -> None:
+        """Read back the published spans of the pending traces (`_rehydrate`)."""
+        self._rehydrate()
+
+    def after_derive(self) -> None:
+        """Publish what is new in one manifest commit, empty the spool of what it published, let compaction
+        know, and let go of what the working set need not hold."""
+        self._publish()
+        if self.spool is not None:
+            self.spool.clear(upto=self.spool_cut)  # every batch those held is in the manifest now
+        if self.compactor is not None:
+            self.compactor.poke()
+        self._prune()
 
     def _rehydrate(self) -> None:
         """Bring back into the working set the published spans (and live requests rows) of pending traces
@@ -477,13 +399,14 @@ class DirectoryArchive:
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:
-        """Drop published rows from the working set: everything once it holds MEMORY_SPANS spans (HOT_SPANS in
+        """Drop published rows from the working set: everything once it holds MEMORY_SPANS spans (`holding.max_spans` in
         the collector's; a later part of a large file reads back what it needs); in the collector's, also the
         traces, samples and scrapes whose batches landed more than `hold_s` ago."""
         con = self.hot.con
         (held,) = one(con, "SELECT count(*) FROM spans")
-        last = self.manifest.published_batch if held >= (HOT_SPANS if self.durable else MEMORY_SPANS) else 0
-        cutoff = time.time_ns() if last else time.time_ns() - int(self.hold_s * 1e9)
+        h = self.holding
+        last = self.manifest.published_batch if held >= (h.max_spans if self.durable else MEMORY_SPANS) else 0
+        cutoff = time.time_ns() if last else time.time_ns() - int((h.hold_s if self.durable else 0) * 1e9)
         if self.durable and not last:
             (last,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches WHERE received_ns < ?",
                           [cutoff])
@@ -508,22 +431,22 @@ class DirectoryArchive:
             self._forget_dropped()
 
     def _forget_dropped(self) -> None:
-        """Keep the newest DROPPED_MAX of the dropped traces (trimmed once a tenth more are held)."""
-        con = self.hot.con
+        """Keep the newest `holding.dropped_max` of the dropped traces (trimmed once a tenth more are held)."""
+        con, most = self.hot.con, self.holding.dropped_max
         (n,) = one(con, "SELECT count(*) FROM bs_dropped")
-        if n <= DROPPED_MAX * 1.1:
+        if n <= most * 1.1:
             return
-        (until,) = one(con, f"SELECT at_ns FROM bs_dropped ORDER BY at_ns DESC LIMIT 1 OFFSET {DROPPED_MAX}")
+        (until,) = one(con, f"SELECT at_ns FROM bs_dropped ORDER BY at_ns DESC LIMIT 1 OFFSET {most}")
         con.execute("DELETE FROM bs_dropped WHERE at_ns <= ?", [until])
         self._forgot_until_ns = max(self._forgot_until_ns, until)
 
     def _seed_dropped(self) -> None:
         """A new working set holds none of the published traces: remember those of the newest span segments
-        as dropped (up to SEED_SPANS spans), and that any older one may have been forgotten."""
+        as dropped (up to `holding.seed_spans` spans), and that any older one may have been forgotten."""
         segs = sorted(self.manifest.files("spans"), key=lambda s: s.max_ns, reverse=True)
         take, spans = [], 0
         for s in segs:
-            if spans >= SEED_SPANS:
+            if spans >= self.holding.seed_spans:
                 break
             take.append(s)
             spans += s.rows
@@ -539,8 +462,6 @@ class DirectoryArchive:
 
     def counts(self) -> dict[str, int]:
         """Row counts of the public tables, as committed."""
-        from budgetscope.archive.reader import ArchiveReader
-
         with ArchiveReader(self.path) as r:
             return r.counts()
 

@@ -1,5 +1,9 @@
 """The store's one error type, importable without DuckDB."""
 
+import errno
+import os
+import re
+
 
 class ArchiveError(Exception):
     """A problem with the archive itself (missing, not an archive, locked). The message is one line."""
@@ -8,10 +12,6 @@ class ArchiveError(Exception):
 def io_reason(e: BaseException) -> str | None:
     """The one-line reason of a failure to read or write files (an OSError, or a DuckDB error that quotes the
     system's: `No space left on device`, `Read-only file system`), None for any other exception."""
-    import errno
-    import os
-    import re
-
     if isinstance(e, OSError):
         return e.strerror or str(e).splitlines()[0]
     if not type(e).__module__.lstrip("_").startswith("duckdb"):

@@ -52,11 +52,13 @@ def _free(roots: list[Path]) -> None:
 
 
 def _expire_once(root: Path, keep_ns: int) -> "Expired":
-    """Open the archive's writer with the retention: its compactor expires as the writer opens."""
-    from budgetscope.archive.directory import DirectoryArchive
+    """Open the archive's writer with the retention: its compactor expires as the writer opens (after it landed
+    what a collector left in the spool)."""
     from budgetscope.archive.retention import Expired
+    # A command, not the store: it opens a writer as every command does (it moves to the commands/ package).
+    from budgetscope.opener import Archive
 
-    w = DirectoryArchive(root, create=False, retention_ns=keep_ns)
+    w = Archive(root, create=False, retention_ns=keep_ns)
     compactor = w.compactor
     w.close()  # lets the compactor finish
     gone = compactor.expired if compactor is not None else []

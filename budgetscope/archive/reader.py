@@ -19,12 +19,18 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
+from budgetscope import schema
 from budgetscope.archive import manifest as mf
-from budgetscope.archive import schema
+from budgetscope.archive.archive import is_single_file
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.segments import sql_list
+from budgetscope.archive.shards import is_sharded, shards
+from budgetscope.archive.split_traces import join_split_traces
 from budgetscope.archive.tables import TableAccess, polars
+
+# duckdb is imported where a connection is made: 175 ms to import (python -X importtime, 2 cores).
 
 WINDOW_MARGIN_NS = mf.HOUR_NS
 """With a time window, tables other than `requests` keep the segments within this much of it: a request's
@@ -125,18 +131,19 @@ class ArchiveReader(TableAccess):
     docs/archive.md. `since_ns`/`until_ns` keep only the segments that can hold rows of that window."""
 
     def __init__(self, path: str | os.PathLike, *, since_ns: int | None = None, until_ns: int | None = None,
-                 sandbox: bool = False):
+                 sandbox: bool = False, derive_sql: Callable[[str, set[str]], str] | None = None):
+        """`derive_sql(spans, sources)`: the writer's derivation (`derive.requests.requests_sql`), for the traces
+        of a sharded root split across shards; without it, reading a root with such traces is an error."""
         import duckdb
 
         self.path = Path(path)
-        from budgetscope.archive.archive import is_single_file
-
         if is_single_file(self.path):
             raise ArchiveError(f"{self.path} is a single-file archive: open it with budgetscope.archive.open")
         self._groups = self._manifests()  # (path prefix, manifest): one, or one a shard
         self.manifest = self._groups[0][1] if len(self._groups) == 1 else _union(self._groups)
         self.read_only = True
         self.split_traces: int | None = None  # of a sharded root: traces with spans on several shards (joined)
+        self._derive_sql = derive_sql
         self.con = duckdb.connect()
         self.con.execute("SET enable_progress_bar = false")
         # segments are immutable (a path is never reused), so their footers may be cached for the reader's life
@@ -154,8 +161,6 @@ class ArchiveReader(TableAccess):
             self._lock_down()
 
     def _manifests(self) -> list[tuple[str, mf.Manifest]]:
-        from budgetscope.archive.shards import is_sharded, shards
-
         if is_sharded(self.path):
             out = []
             for d in shards(self.path):
@@ -208,9 +213,7 @@ class ArchiveReader(TableAccess):
         stored = self._stored_requests_view()
         if len(self._by_group) < 2:
             return stored
-        from budgetscope.archive.split_traces import join_split_traces
-
-        sql, self.split_traces = join_split_traces(self.con, self.path, self._by_group, stored)
+        sql, self.split_traces = join_split_traces(self.con, self.path, self._by_group, stored, self._derive_sql)
         return sql
 
     def _stored_requests_view(self) -> str:
@@ -319,8 +322,6 @@ def last_commit(path: str | os.PathLike) -> int:
     """The commit a reader opened now would read (`ArchiveReader(path).manifest.seq`, without opening one): a
     folder's manifest `seq`, the sum of its shards' for a sharded root; 0 where there is none yet, or for a
     single-file archive."""
-    from budgetscope.archive.shards import is_sharded, shards
-
     total = 0
     for root in shards(path) if is_sharded(path) else [Path(path)]:
         try:

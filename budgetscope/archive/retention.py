@@ -15,6 +15,7 @@ is, expiry never races one.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from budgetscope.archive import manifest as mf
@@ -63,8 +64,6 @@ class Expired:
     before_ns: int = 0  # every hour partition that ended at or before this was dropped
 
     def summary(self, dry_run: bool = False) -> str:
-        import time
-
         if not self.segments:
             return "nothing to expire"
         when = time.strftime("%Y-%m-%dT%H:00Z", time.gmtime(self.before_ns / 1e9))

@@ -16,8 +16,10 @@ the derivation runs over the split traces' spans only.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
-from budgetscope.archive import schema
+from budgetscope import schema
+from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.segments import sql_list
 
 SPLIT_TABLE = "bs_reader.split_traces"
@@ -45,10 +47,11 @@ def split_spans_sql(spans: str, split: str) -> str:
             "WHERE bs_n = 1")
 
 
-def join_split_traces(con, root: Path, groups: list[dict], stored: str) -> tuple[str, int]:
+def join_split_traces(con, root: Path, groups: list[dict], stored: str,
+                      requests_sql: Callable[[str, set[str]], str] | None) -> tuple[str, int]:
     """(`requests` as the SELECT `stored` with the rows of split traces replaced by rows derived from all their
-    spans, the number of split traces). Creates the tables above in the DuckDB connection `con`."""
-    from budgetscope.sources.requests import requests_sql  # the writer's derivation, imported only when needed
+    spans by `requests_sql` (the writer's derivation, `derive.requests.requests_sql`), the number of split
+    traces). Creates the tables above in the DuckDB connection `con`."""
 
     if sum(1 for g in groups if g["spans"]) < 2:  # one shard with spans: nothing can be split
         return stored, 0
@@ -57,6 +60,9 @@ def join_split_traces(con, root: Path, groups: list[dict], stored: str) -> tuple
     (n,) = con.execute(f"SELECT count(*) FROM {SPLIT_TABLE}").fetchone()
     if not n:
         return stored, 0
+    if requests_sql is None:
+        raise ArchiveError(f"{root}: {n:,} traces have spans on several shards; reading them needs the "
+                           "derivation (open the root with budgetscope.archive.open)")
     spans_cols = ", ".join(c.name for c in schema.SPANS.columns)
     every = " UNION ALL ".join(f"SELECT {spans_cols} FROM read_parquet({sql_list(root, g['spans'])}, "
                                "hive_partitioning = false)" for g in groups if g["spans"])

@@ -21,15 +21,25 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from budgetscope.archive.manifest import fsync_dir
-from budgetscope.ingest.batches import RawBatch
 
 MAGIC = b"BSP1"
 _HEAD = struct.Struct("<4sI")
 _LENS = struct.Struct("<HHHQ")
+
+
+@dataclass(slots=True)
+class RawBatch:
+    """One batch as it arrived: an OTLP/JSON document or a serialized protobuf `ExportTraceServiceRequest`."""
+
+    payload: bytes | memoryview  # bytes-like: the lines of a trace file are views of the buffers it was read into
+    format: str  # "otlp-json" | "otlp-proto" | "otlp-metrics-json" | "otlp-metrics-proto" (GPU samples)
+    origin: str
+    position: str
 
 
 def _record(b: RawBatch) -> bytes:

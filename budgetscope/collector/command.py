@@ -162,7 +162,7 @@ def _unclaimed(archive: str) -> dict | None:
     """The spans of the archive no adapter claimed, read once the collector has closed it (None if it cannot
     be read: the summary then goes without)."""
     from budgetscope.analysis.coverage import unclaimed_in
-    from budgetscope.archive.archive import ArchiveError
+    from budgetscope.archive.errors import ArchiveError
 
     try:
         return unclaimed_in(archive)

@@ -1,7 +1,7 @@
 """`ArchiveWriter`: the two threads that drain the collector's queue into its `Archive`.
 
 The acceptor takes groups of queued requests (every request queued while it was busy, or within the linger)
-and answers at once each batch the archive accepts from its spool alone (`Archive.accept`: decoded by the C
+and answers at once each batch the archive accepts from its spool alone (`Lander.accept`: decoded by the C
 decoder, written and fsynced). The lander owns the archive's working set: it lands the accepted batches in large
 groups, derives and publishes about once a second, and ingests the batches `accept` did not take (which may be
 rejected), answering those after `ingest` returned. Landing and publishing no longer stop acknowledgements.
@@ -16,9 +16,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from budgetscope.archive.archive import Archive, ArchiveError, IngestReport, RawBatch
 from budgetscope.archive.directory import SPOOL_DIR
+from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.manifest import WRITER_DIR
+from budgetscope.archive.protocol import Writer
+from budgetscope.archive.spool import RawBatch, Spool
+from budgetscope.ingest import otlp_fast
+from budgetscope.ingest.lander import IngestReport
+from budgetscope.opener import Archive
 from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 
 log = logging.getLogger("budgetscope.collector")
@@ -81,7 +86,7 @@ class CollectorStats:
 DERIVE_EVERY_S = 1.0
 REOPEN_EVERY_S = 1.0  # while the archive cannot be written (a full disk): how often reopening is tried
 LAND_EVERY_SPANS = 65_536
-"""Batches acknowledged on the spool alone (`Archive.accept`) are landed in one ingest once this many spans
+"""Batches acknowledged on the spool alone (`Lander.accept`) are landed in one ingest once this many spans
 wait, and before every derivation: landing costs less a span in large groups."""
 
 
@@ -108,7 +113,7 @@ class ArchiveWriter:
         self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
         self.unavailable: str | None = None  # set while an I/O failure (a full disk) keeps it closed: 503s
         self._retry_at = 0.0
-        self._archive: Archive | None = None
+        self._archive: Writer | None = None
         self._counts_published = False  # a folder archive's landed batches are counted when published
         self._seen = (0, 0, 0)  # its published batches, their spans, copies skipped: as last counted
         self._opened = threading.Event()
@@ -163,7 +168,7 @@ class ArchiveWriter:
     def _wait_for_lander(self) -> None:
         """Back-pressure: while more than `max_deferred_bytes` of acknowledged batches wait to land, take no
         more from the queue (which fills, and receivers answer busy)."""
-        while getattr(self._archive, "deferred_bytes", 0) >= self.max_deferred_bytes and self._thread.is_alive():
+        while self._deferred()[1] >= self.max_deferred_bytes and self._thread.is_alive():
             self._landed.clear()
             self._slow.put(_LAND)
             self._landed.wait(0.1)
@@ -172,15 +177,15 @@ class ArchiveWriter:
         """Answer the tickets whose batches the archive accepts from its spool; the others, for the lander."""
         with self._archive_lock:
             archive = self._archive
-            if not hasattr(archive, "accept"):  # a single .duckdb file (or broken): everything through ingest
+            if archive is None or archive.single_file:  # broken, or a .duckdb file: everything through ingest
                 return group
             batches, firsts = _batches(group)
             try:
-                accepted = archive.accept(batches)
+                accepted = archive.lander.accept(batches)
             except Exception as e:  # noqa: BLE001 - the lander's ingest answers them instead
                 log.error("spooling %d batches failed: %s", len(batches), (str(e).splitlines() or [type(e).__name__])[0])
                 return group
-            waiting = archive.deferred_spans
+            waiting = archive.lander.deferred_spans
         rest = []
         for b, ok in zip(batches, accepted):
             tickets = firsts[b.position]
@@ -262,7 +267,7 @@ class ArchiveWriter:
         the receivers already listen and the acceptor already answers (into newer spool files): a restart
         listens without waiting for it. Counted apart: this collector did not receive it (what a reopened
         archive lands from the spool is this one's)."""
-        self._counts_published = hasattr(archive, "published_batches")
+        self._counts_published = not archive.single_file
         if not self._counts_published:
             return
         try:
@@ -283,7 +288,7 @@ class ArchiveWriter:
         once a commit has published them: then readers see them) and the copies it skipped when landing."""
         if not self._counts_published or archive is None:
             return
-        now = (archive.published_batches, archive.published_spans, archive.copies_landed)
+        now = (archive.published_batches, archive.published_spans, archive.lander.copies_landed)
         with self._lock:
             self.stats.batches_landed += now[0] - self._seen[0]
             self.stats.spans += now[1] - self._seen[1]
@@ -296,7 +301,7 @@ class ArchiveWriter:
             return
         self._land_deferred()
         try:
-            n, _ = self._archive.derive_pending(count_orphans=False)
+            n, _ = self._archive.commit(count_orphans=False)
         except Exception as e:  # noqa: BLE001 - the spans are safe; the next derive retries
             log.error("deriving requests failed (will retry): %s", (str(e).splitlines() or [type(e).__name__])[0])
             self._reopen()
@@ -307,11 +312,11 @@ class ArchiveWriter:
             self.stats.last_commit_ns = time.monotonic_ns()
 
     def _land_deferred(self) -> None:
-        if not getattr(self._archive, "deferred_spans", 0):
+        if not self._deferred()[0]:
             return
         t0 = time.perf_counter_ns()
         try:
-            rep = self._archive.land_deferred()
+            rep = self._archive.lander.land_deferred()
             self._landed.set()
         except Exception as e:  # noqa: BLE001 - acknowledged and spooled: a reopened archive lands them
             log.error("landing acknowledged batches failed (the spool keeps them; reopening): %s",
@@ -322,6 +327,11 @@ class ArchiveWriter:
             self._count_ingest(t0)
         for r in rep.rejected if rep is not None else ():  # only if the C decoder and the reference one disagree
             log.error("an acknowledged batch was rejected when it landed: %s", r)
+
+    def _deferred(self) -> tuple[int, int]:
+        """(spans, bytes) the open archive's lander accepted and has not landed yet."""
+        archive = self._archive
+        return (0, 0) if archive is None else (archive.lander.deferred_spans, archive.lander.deferred_bytes)
 
     def _ingest(self, group: list[Ticket]) -> None:
         batches, firsts = _batches(group)
@@ -438,9 +448,6 @@ def _batches(group: list[Ticket]) -> tuple[list[RawBatch], dict[str, list[Ticket
 def spooled(root: Path) -> tuple[int, int | None]:
     """(batches, spans) in the spool of the archive at `root`: acknowledged by a collector, not yet published,
     landed by the next writer to open the archive. Spans are None when the C decoder cannot count them all."""
-    from budgetscope.archive.spool import Spool
-    from budgetscope.ingest import otlp_fast
-
     folder = root / WRITER_DIR / SPOOL_DIR
     held = list(Spool.read(folder)) if folder.is_dir() else []
     spans = 0

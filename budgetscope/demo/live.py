@@ -103,7 +103,7 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
     `model`: the engine's named config (`tiny` everywhere; `1b` on a GPU)."""
     from budgetscope.analysis.attribution import tail_label
     from budgetscope.analysis.report import build_report
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.collector import Collector
     from budgetscope.demo.netdelay import DelayProxy
 

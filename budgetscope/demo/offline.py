@@ -27,7 +27,7 @@ def run_offline_demo(out: str | Path, num_requests: int = 5000, cause: str = "qu
     from budgetscope.analysis.budgets import load_budgets
     from budgetscope.analysis.render import render_text
     from budgetscope.analysis.report import build_report
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
     from budgetscope.synthetic import SyntheticSpec, write_jsonl
 

@@ -9,26 +9,24 @@ thread.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import queue
+import threading
+from array import array
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from budgetscope.archive.spool import RawBatch
 from budgetscope.ingest import otlp_fast, otlp_json, otlp_metrics
+
+# pyarrow is imported in the functions that build tables: 180 ms to import (python -X importtime, 2 cores),
+# paid only by a process that decodes.
 
 CHUNK_BYTES = 128 << 20
 """Payload bytes gathered before a chunk is staged and committed: bounds memory and transaction size.
 Large enough that DuckDB writes whole row groups straight to the file instead of through its WAL. Chunks
 that started small and doubled (so DuckDB could start sooner) were measured: they left 0.6 s of checkpoint
 to the archive's close and a file 15 % larger, for no gain to the ingest itself."""
-
-
-@dataclass(slots=True)
-class RawBatch:
-    """One batch as it arrived: an OTLP/JSON document or a serialized protobuf `ExportTraceServiceRequest`."""
-
-    payload: bytes | memoryview  # bytes-like: the lines of a trace file are views of the buffers it was read into
-    format: str  # "otlp-json" | "otlp-proto" | "otlp-metrics-json" | "otlp-metrics-proto" (GPU samples)
-    origin: str
-    position: str
 
 
 @dataclass(slots=True)
@@ -53,8 +51,6 @@ def _binary_column(payloads: list[bytes]):
 
     No UTF-8 check here: a payload that is not UTF-8 is not valid JSON to DuckDB either, so it falls to the
     reference decoder, which rejects it with its exact message."""
-    import itertools
-
     import pyarrow as pa
 
     offsets = _int64_column([0, *itertools.accumulate(map(len, payloads))])
@@ -64,8 +60,6 @@ def _binary_column(payloads: list[bytes]):
 
 def _int64_column(values: list[int]):
     """An Arrow int64 column over the buffer of an `array` (`pa.array` on Python objects imports pandas: 0.3 s)."""
-    from array import array
-
     import pyarrow as pa
 
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))])
@@ -132,8 +126,6 @@ def decoded_chunk(entries: list[Decoded], known: set[str], next_id: int, repeate
     """One chunk of already decoded batches: each new to the archive gets the next batch id (its rows are
     renumbered), those seen before are skipped with their rows. `repeated`: as `chunk`'s, for the span set they
     were decoded with."""
-    from array import array
-
     import pyarrow as pa
 
     items: list[tuple[int, str, RawBatch]] = []
@@ -198,9 +190,6 @@ def chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_see
 
 def prefetch(it: Iterator[Chunk]) -> Iterator[Chunk]:
     """Run `it` one chunk ahead in a thread (at most two chunks in memory); re-raise its errors here."""
-    import queue
-    import threading
-
     q: queue.Queue = queue.Queue(maxsize=1)
     done = object()
     stop = threading.Event()

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from budgetscope.archive.duckdb_archive import RawBatch
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.ingest import otlp_metrics
+from budgetscope.archive.spool import RawBatch
+from budgetscope.ingest import otlp_fast, otlp_metrics
 from budgetscope.ingest.otlp_proto import split_messages
 
 PROTO_SUFFIXES = (".pb", ".binpb", ".proto", ".protobuf", ".otlp")
@@ -190,8 +190,6 @@ def _lines(f) -> Iterator[tuple[int, memoryview, int]]:
     The file is read in blocks straight into buffers that the lines are views of: one copy of the bytes, where
     iterating the file object costs two (its own buffer, then each line), 0.3 s more for 450 MB here. A line
     longer than a block grows the next block. Each buffer lives as long as a line viewing it."""
-    from budgetscope.ingest import otlp_fast
-
     # the C module's blocks are not zeroed before the read overwrites them (bytearray(n) writes n zeros)
     new_block = otlp_fast.block if otlp_fast.AVAILABLE else bytearray
     n = done = 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import duckdb
 
 from budgetscope.ingest import staging
-from budgetscope.sources.classify import SOURCE_SQL
+from budgetscope.derive.classify import SOURCE_SQL
 
 _VALUE = ('{"stringValue":"VARCHAR","intValue":"VARCHAR","doubleValue":"DOUBLE","boolValue":"BOOLEAN",'
           '"bytesValue":"VARCHAR","arrayValue":"JSON","kvlistValue":"JSON"}')

@@ -10,6 +10,7 @@ from __future__ import annotations
 import orjson
 
 from budgetscope.ingest.spanbatch import BadBatch, SpanBatch
+from budgetscope.schema import EVENTS_KEY
 
 _EMPTY: dict = {}
 
@@ -60,11 +61,6 @@ def attributes(kvs) -> dict:
     """OTLP KeyValue list → dict. A KeyValue without a key is dropped, as the DuckDB path drops it (an attribute
     key must not be empty; this decoder had failed the whole batch with a KeyError: fuzz/targets.py otlpjson_diff)."""
     return {kv["key"]: any_value(kv.get("value") or _EMPTY) for kv in kvs if kv.get("key") is not None}
-
-
-EVENTS_KEY = "budgetscope.events"
-"""The attribute under which a span's events are kept: a list of {"name", "time_unix_nano", "attributes"}, in
-the order sent. The `spans` table has no column for them; the vLLM journey-tracing adapter reads them."""
 
 
 def _event_ns(x) -> int | None:

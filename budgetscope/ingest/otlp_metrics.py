@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from budgetscope.ingest.otlp_json import attributes as json_attributes
+from budgetscope.ingest.otlp_proto import _attrs
 from budgetscope.ingest.spanbatch import BadBatch
 
 JSON = "otlp-metrics-json"
@@ -157,8 +158,6 @@ def _parse_proto(payload: bytes):
 
 def decode_proto(payload: bytes) -> PointRows:
     """Decode one serialized `ExportMetricsServiceRequest`."""
-    from budgetscope.ingest.otlp_proto import _attrs
-
     msg = _parse_proto(payload)
     if payload and not msg.resource_metrics:
         raise BadBatch("not an OTLP protobuf metrics export (no resource metrics in a non-empty message)")

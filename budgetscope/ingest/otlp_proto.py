@@ -8,7 +8,8 @@ import struct
 import orjson
 from google.protobuf.message import DecodeError
 
-from budgetscope.ingest.otlp_json import EVENTS_KEY, double
+from budgetscope.ingest.otlp_json import double
+from budgetscope.schema import EVENTS_KEY
 from budgetscope.ingest.spanbatch import BadBatch, SpanBatch
 
 

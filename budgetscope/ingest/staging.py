@@ -3,7 +3,7 @@ and the good batches of a chunk land in `spans` in one transaction (atomic; dupl
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import SOURCE_SQL
+from budgetscope.derive.classify import SOURCE_SQL
 
 STAGED_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS staged (

@@ -73,7 +73,9 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     import json
     from pathlib import Path
 
-    from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.archive.spool import RawBatch
+    from budgetscope.opener import Archive
     from budgetscope.cli import NewArchive
     from budgetscope.ingest.files import input_problem
     from budgetscope.sources import guidellm, importers, joins, vllm_offline
@@ -201,7 +203,8 @@ def scrape(urls, archive, every, duration, count, service_name, timeout, out_fmt
     import urllib.request
     from urllib.parse import urlsplit
 
-    from budgetscope.archive.archive import Archive, ArchiveError
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.opener import Archive
     from budgetscope.sources.prometheus import PrometheusError
     from budgetscope.sources.server_metrics import land
 

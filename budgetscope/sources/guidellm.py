@@ -40,7 +40,7 @@ from budgetscope.sources.importers import (
     number,
     seconds_to_ns,
 )
-from budgetscope.sources.joins import ID_ATTR
+from budgetscope.derive.client import ID_ATTR
 
 REPORT_VERSIONS = (1, 2)
 """`metadata.version` values read (absent in GuideLLM 0.4, 1 in 0.5–0.6, 2 from 0.7)."""

@@ -9,7 +9,7 @@ naming the file and the line (or record) and the first problem.
               one `llm.client.request` span per request.
   aiperf      AIPerf `profile_export.jsonl` (one record a line: `metadata`, `metrics`, `error`): client data.
   triton      Triton trace file (`--trace-config mode=triton,file=...`): one span `InferRequest` per traced
-              request with Triton's timestamps as `triton.timestamp.<NAME>` attributes (sources/triton.py).
+              request with Triton's timestamps as `triton.timestamp.<NAME>` attributes (derive/triton.py).
   guidellm    GuideLLM `benchmarks.json`: client data (sources/guidellm.py).
   vllm-metrics  vLLM offline `RequestOutput.metrics` as JSON lines: vLLM `llm_request` spans
               (sources/vllm_offline.py).
@@ -25,19 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from budgetscope.sources.classify import CLIENT_ROOT
-from budgetscope.sources.joins import ID_ATTR
-
-FIRST_TOKEN_DEFINITION = "budgetscope.client.first_token_definition"
-"""Client span attribute: what the client counted as the first token (the anchor of `client_ttft_ms`)."""
-TOKEN_EVENT = "first_token_event"
-"""The first stream event carrying a token, its text possibly empty (`load`; vLLM bench: the first chunk with
-`choices`)."""
-NONEMPTY_CHUNK = "first_nonempty_chunk"
-"""The first stream chunk with non-empty text (AIPerf, GuideLLM)."""
-FIRST_EVENT = "budgetscope.client.first_event_unix_nano"
-"""Client span attribute: the first stream event of any kind, ns, where the tool's export has it (GuideLLM; AIPerf
-with its raw export beside the records)."""
+from budgetscope.derive.classify import CLIENT_ROOT
+from budgetscope.derive.client import (FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR,
+                                       NONEMPTY_CHUNK, TOKEN_EVENT)
+from budgetscope.derive.triton import TRITON_RESPONSE, TRITON_ROOT, TRITON_TS_PREFIX
 
 FORMATS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton")
 KIND_SERVER, KIND_CLIENT = 2, 3
@@ -134,7 +125,7 @@ def client_span(seed: bytes, i: int, *, sent_ns: int, end_ns: int, first_token_n
                 scheduled_ns: int | None = None, cached_tokens: int | None = None) -> dict:
     """One `llm.client.request` span (record `i` of the file hashed to `seed`); times in ns since the epoch.
 
-    `error` (a message) marks it failed: `error_type` is `error`, `cancelled` or `timeout` (sources/client.py maps
+    `error` (a message) marks it failed: `error_type` is `error`, `cancelled` or `timeout` (derive/client.py maps
     it to the outcome); `status_code` defaults to 200 without an error."""
     trace_id, span_id = span_ids(seed, i)
     attrs = {"budgetscope.client.first_token_unix_nano": first_token_ns,
@@ -360,9 +351,6 @@ def _aiperf_model(path: Path) -> str | None:
 
 
 # -- Triton trace file ----------------------------------------------------------------------------------------
-TRITON_ROOT = "InferRequest"
-TRITON_TS_PREFIX = "triton.timestamp."
-TRITON_RESPONSE = "INFER_RESPONSE_COMPLETE"
 
 
 def _triton_records(path: Path, obj: Any) -> dict[Any, dict]:

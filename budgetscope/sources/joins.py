@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import json
 
-ID_ATTR = "budgetscope.client.request_id"
-"""Client span attribute: the server's request id as the client recorded it (imports without trace context)."""
+from budgetscope.derive.client import ID_ATTR
 
 
 def request_ids(doc: dict) -> dict[str, str]:

@@ -11,7 +11,7 @@ import hashlib
 import time
 
 from budgetscope.ingest.rows import insert_rows
-from budgetscope.archive.schema import SERVER_METRICS
+from budgetscope.schema import SERVER_METRICS
 from budgetscope.sources.prometheus import parse
 
 

@@ -1,4 +1,4 @@
-"""vLLM offline `RequestOutput.metrics`, dumped one request a line → vLLM `llm_request` spans (sources/vllm.py).
+"""vLLM offline `RequestOutput.metrics`, dumped one request a line → vLLM `llm_request` spans (derive/vllm.py).
 
 `LLM(..., disable_log_stats=False).generate(...)` fills `RequestOutput.metrics` (None otherwise). The kit's
 snippet (instrumentation/vllm/README.md) writes one JSON object a line: `request_id`, `model`, `prompt_tokens`,
@@ -29,7 +29,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from budgetscope.sources.classify import VLLM_ROOT
+from budgetscope.derive.classify import VLLM_ROOT
 from budgetscope.sources.importers import (
     KIND_SERVER,
     ImportFormatError,

@@ -20,7 +20,7 @@ import re
 from datetime import timezone
 from pathlib import Path
 
-from budgetscope.archive import schema
+from budgetscope import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader, affected_segments, check_segment
 from budgetscope.spark.dialect import DialectError, archive_columns, spark_type, to_spark
@@ -203,7 +203,7 @@ class SparkArchive:
         from pyspark.sql import functions as F
 
         from budgetscope.archive.split_traces import split_spans_sql
-        from budgetscope.sources.requests import requests_sql
+        from budgetscope.derive.requests import requests_sql
 
         groups = [g for g in self.segments._by_group if g["spans"]]
         if len(groups) < 2:

@@ -72,8 +72,8 @@ def check_read_only(sql: str, views) -> None:
 
 def run_query(path: str | os.PathLike, sql: str, master: str | None = None, *, max_rows: int | None = None):
     """`budgetscope query --engine spark`: the statement (DuckDB's dialect, as for `--engine duckdb`) transpiled
-    and run on Spark over the archive's views. Returns archive.query.QueryResult, at most `max_rows` rows."""
-    from budgetscope.archive.query import QueryResult
+    and run on Spark over the archive's views. Returns budgetscope.query.QueryResult, at most `max_rows` rows."""
+    from budgetscope.query import QueryResult
     from budgetscope.archive.reader import STALE
     from budgetscope.spark.archive import VIEWS
 

@@ -4,7 +4,7 @@ new folder of Parquet files (the archive itself is never written).
     budgetscope derive --archive fleet/ --out requests-rederived/ --engine spark --spark-master spark://head:7077
 
 For archives filled in bulk (the OpenTelemetry Collector's file exporter, copied to object storage), where
-deriving every trace on one machine is the slow part. The derivation is `sources.requests.requests_sql`, the
+deriving every trace on one machine is the slow part. The derivation is `derive.requests.requests_sql`, the
 one the writer runs at each commit, transpiled for Spark (spark/dialect.py): both engines give the same rows.
 All spans of the root are read as one: a trace whose spans reached two shards gives one row here, as a reader
 of the root gives (the shards' own `requests` hold a partial row each, see docs/archive.md).
@@ -23,7 +23,7 @@ from budgetscope.archive.errors import ArchiveError
 def derivation_sql(con) -> str:
     """The `requests` SELECT over the view `spans` of `con` (DuckDB or SparkConnection), with only the adapters
     whose spans are present (as the writer does)."""
-    from budgetscope.sources.requests import requests_sql
+    from budgetscope.derive.requests import requests_sql
 
     present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
     return requests_sql("spans", present)
@@ -42,7 +42,7 @@ def _out_dir(out: str | os.PathLike, archive: str | os.PathLike) -> Path:
 
 def derive_duckdb(archive: str | os.PathLike, out: str | os.PathLike) -> int:
     """Derive into `out/requests.parquet` with DuckDB; returns the rows written."""
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
 
     dest = _out_dir(out, archive)
     with Archive(archive, read_only=True, create=False) as a:

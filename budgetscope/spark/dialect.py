@@ -110,14 +110,14 @@ def bind(sql: str, params=None) -> tuple[str, list[str]]:
 
 
 def archive_columns() -> dict[str, list[str]]:
-    from budgetscope.archive import schema
+    from budgetscope import schema
 
     return {t.name: [c.name for c in t.columns] for t in schema.PUBLIC}
 
 
 def schema_types(tables: dict[str, list[str]]) -> dict[str, dict[str, str]]:
     """`tables` with each column's DuckDB type where the archive's schema has it (VARCHAR otherwise)."""
-    from budgetscope.archive import schema
+    from budgetscope import schema
 
     known = {t.name: {c.name: c.type for c in t.columns} for t in schema.PUBLIC}
     return {t: {c: known.get(t, {}).get(c, "VARCHAR") for c in cols} for t, cols in tables.items()}

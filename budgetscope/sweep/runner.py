@@ -232,7 +232,7 @@ class Sweep:
         return self.result()
 
     def result(self) -> dict:
-        from budgetscope.archive.archive import Archive
+        from budgetscope.opener import Archive
 
         with Archive(self.config.archive, read_only=True, create=False) as a:
             out = capacity.analyze(a.con, self.config.budgets, self.run_id, self.config.target_attainment)
@@ -314,7 +314,8 @@ class Sweep:
     def _settle_and_read(self, index: int, sent: int) -> dict:
         """Wait until the step's client spans are all in the archive and the server's stop arriving, then
         return the step's figures."""
-        from budgetscope.archive.archive import Archive, ArchiveError
+        from budgetscope.archive.errors import ArchiveError
+        from budgetscope.opener import Archive
 
         deadline = time.monotonic() + self.config.settle_s
         last, stable_since = None, time.monotonic()
@@ -415,7 +416,7 @@ class Sweep:
 
     def _land_scrapes(self, scraper: _MetricsScraper, target) -> None:
         """Land the /metrics samples of every step in server_metrics (the collector has stopped)."""
-        from budgetscope.archive.archive import Archive
+        from budgetscope.opener import Archive
         from budgetscope.sources import server_metrics
         from budgetscope.sources.prometheus import PrometheusError
 

@@ -6,7 +6,7 @@ import io
 import streamlit as st
 
 import state
-from budgetscope.archive.query import QueryError, run_query
+from budgetscope.query import QueryError, run_query
 
 ov, f, text, bpath = state.start_page("SQL")
 MAX_ROWS, TIMEOUT_S = 100_000, 30  # what one query may return and how long it may run: the page holds rows in memory

@@ -15,9 +15,10 @@ import os
 import threading
 from dataclasses import dataclass
 
-from budgetscope.archive import schema
-from budgetscope.archive.archive import Archive, ArchiveError
+from budgetscope import schema
+from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import STALE
+from budgetscope.opener import Archive
 
 READ_ONLY = "the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"
 # table functions that read no file and no setting

@@ -10,7 +10,7 @@ token counts in `queue_ms` but not in `ttft_queue_ms`.
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import NATIVE_ROOT_SQL, STAGE_PREFIX
+from budgetscope.derive.classify import NATIVE_ROOT_SQL, STAGE_PREFIX
 
 ROOT_ATTRS = (
     '{"gen_ai.request.model":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.response.id":"VARCHAR",'

@@ -1,6 +1,6 @@
 """The archive's tables: one definition that both creates them and documents them.
 
-`docs/archive.md` is generated from `TABLES` (``python -m budgetscope.archive.schema``) and a test keeps the
+`docs/archive.md` is generated from `TABLES` (``python -m budgetscope.schema``) and a test keeps the
 two, and the real DuckDB schema, in step. Times are int64 ns since the Unix epoch (`*_ns`), durations are
 milliseconds (`*_ms`).
 """
@@ -32,6 +32,11 @@ class Table:
 
 
 C = Column
+
+EVENTS_KEY = "budgetscope.events"
+"""The attribute under which a span's events are kept: a list of {"name", "time_unix_nano", "attributes"}, in
+the order sent. The `spans` table has no column for them; the vLLM journey-tracing adapter reads them."""
+
 
 SPANS = Table(
     "spans",
@@ -124,7 +129,7 @@ REQUESTS = Table(
 
 REPLICA_COLUMNS = {"service_instance_id": "service.instance.id", "host_name": "host.name",
                    "k8s_pod_name": "k8s.pod.name"}
-"""`requests` column → the resource attribute of the server root span it keeps (sources/requests.py)."""
+"""`requests` column → the resource attribute of the server root span it keeps (derive/requests.py)."""
 
 INGEST_BATCHES = Table(
     "ingest_batches",

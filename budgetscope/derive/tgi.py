@@ -24,10 +24,10 @@ Headers (non-streaming responses only; `budgetscope load --no-stream` keeps them
 
 from __future__ import annotations
 
-from budgetscope.sources import client
-from budgetscope.sources.classify import TGI_ROOTS, TGI_SERVICE_PREFIX, TGI_STREAM_WRAPPER
-from budgetscope.sources.server_row import select_list
-from budgetscope.sources.span_tree import descendants
+from budgetscope.derive import client
+from budgetscope.derive.classify import TGI_ROOTS, TGI_SERVICE_PREFIX, TGI_STREAM_WRAPPER
+from budgetscope.derive.server_row import select_list
+from budgetscope.derive.span_tree import descendants
 
 H = "http.response.header."
 HEADER_ATTRS = client.ATTRS[:-1] + "".join(

@@ -38,9 +38,9 @@ spans imported from offline `RequestOutput.metrics` (sources/vllm_offline.py, `n
 
 from __future__ import annotations
 
-from budgetscope.ingest.otlp_json import EVENTS_KEY
-from budgetscope.sources.classify import VLLM_CORE, VLLM_ROOT
-from budgetscope.sources.server_row import SERVER_COLUMNS, select_list
+from budgetscope.schema import EVENTS_KEY
+from budgetscope.derive.classify import VLLM_CORE, VLLM_ROOT
+from budgetscope.derive.server_row import SERVER_COLUMNS, select_list
 
 EVENT_ATTRS = ('{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT",'
                '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]}')

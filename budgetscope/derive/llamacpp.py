@@ -14,8 +14,8 @@ E2E − prefill − decode) in `unaccounted`: network, the HTTP layer, waiting f
 
 from __future__ import annotations
 
-from budgetscope.sources import client
-from budgetscope.sources.server_row import select_list
+from budgetscope.derive import client
+from budgetscope.derive.server_row import select_list
 
 PREFIX = "llama_cpp.timings."
 ATTRS = client.ATTRS[:-1] + (

@@ -31,8 +31,8 @@ Mapping (ns times; a stage whose slices are missing is NULL):
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import SGLANG_ROOT_SQL
-from budgetscope.sources.server_row import select_list
+from budgetscope.derive.classify import SGLANG_ROOT_SQL
+from budgetscope.derive.server_row import select_list
 
 ATTRS = ('{"rid":"VARCHAR","bootstrap_room":"VARCHAR","gen_ai.request.id":"VARCHAR",'
          '"gen_ai.response.model":"VARCHAR","gen_ai.request.model":"VARCHAR",'

@@ -18,8 +18,21 @@ span's `gen_ai.usage.*` attributes
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import CLIENT_ROOT_SQL
-from budgetscope.sources.server_row import select_list
+from budgetscope.derive.classify import CLIENT_ROOT_SQL
+from budgetscope.derive.server_row import select_list
+
+FIRST_TOKEN_DEFINITION = "budgetscope.client.first_token_definition"
+"""Client span attribute: what the client counted as the first token (the anchor of `client_ttft_ms`)."""
+TOKEN_EVENT = "first_token_event"
+"""The first stream event carrying a token, its text possibly empty (`load`; vLLM bench: the first chunk with
+`choices`)."""
+NONEMPTY_CHUNK = "first_nonempty_chunk"
+"""The first stream chunk with non-empty text (AIPerf, GuideLLM)."""
+FIRST_EVENT = "budgetscope.client.first_event_unix_nano"
+"""Client span attribute: the first stream event of any kind, ns, where the tool's export has it (GuideLLM; AIPerf
+with its raw export beside the records)."""
+ID_ATTR = "budgetscope.client.request_id"
+"""Client span attribute: the server's request id as the client recorded it (imports without trace context)."""
 
 ATTRS = (
     '{"gen_ai.request.model":"VARCHAR","gen_ai.usage.input_tokens":"BIGINT","gen_ai.usage.output_tokens":"BIGINT",'

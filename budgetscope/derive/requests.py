@@ -14,7 +14,7 @@ Server rows come in three kinds, and a request (a client span) gets the first ki
   1. span adapters (`SPAN_ADAPTERS`): the server sent its own spans, children of the client span;
   2. reported adapters (`REPORTED_ADAPTERS`): the server sent no span but reported timings in its response,
      which the load generator kept on the client span (llama.cpp `timings`, TGI `x-*-time` headers);
-  3. the client-only adapter (`sources/client.py`): nothing but the client span.
+  3. the client-only adapter (`derive/client.py`): nothing but the client span.
 Rows of kinds 2 and 3 have no server timeline (`server_span_id` NULL). Where their server E2E is unknown too,
 network cannot be split from unreported server time, so `network_ms` is NULL and `unaccounted_ms` is the
 client figure minus the stages the server did report: unknown time is shown as unaccounted, never guessed.
@@ -33,17 +33,16 @@ Replicas: the server root span's resource gives `service_instance_id`, `host_nam
 
 from __future__ import annotations
 
-from budgetscope.archive.schema import REPLICA_COLUMNS, REQUESTS
-from budgetscope.sources import client, llamacpp, native, sglang, tgi, triton, vllm
-from budgetscope.sources.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
-from budgetscope.sources.importers import FIRST_EVENT, FIRST_TOKEN_DEFINITION, NONEMPTY_CHUNK
-from budgetscope.sources.joins import ID_ATTR
+from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
+from budgetscope.derive import client, llamacpp, native, sglang, tgi, triton, vllm
+from budgetscope.derive.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
+from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
 SPAN_ADAPTERS = (("native", native.server_rows), ("vllm", vllm.server_rows), ("tgi", tgi.span_rows),
                  ("sglang", sglang.server_rows), ("triton", triton.server_rows))
-"""Each span adapter, with the `spans.source` it reads (sources/classify.py)."""
+"""Each span adapter, with the `spans.source` it reads (derive/classify.py)."""
 REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 """These read client spans (`source` 'client')."""
 

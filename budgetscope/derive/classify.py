@@ -16,7 +16,7 @@ one instrumentations still write by default (opentelemetry-python-contrib `_semc
 HTTP_CLIENT_SQL = ("(kind = 'CLIENT' AND (" +
                    " OR ".join(f"json_exists(attributes, '$.\"{k}\"')" for k in HTTP_METHOD_KEYS) + "))")
 """SQL over a stored span (`kind` normalised): an OpenTelemetry HTTP client span (httpx, requests, aiohttp, …).
-It is a request's client span only when it is the parent of a server root (sources/requests.py)."""
+It is a request's client span only when it is the parent of a server root (derive/requests.py)."""
 VLLM_ROOT = "llm_request"
 VLLM_CORE = "llm_core"
 """vLLM journey tracing's engine-core span, child of `llm_request`: its span events hold the request's timings."""

@@ -23,10 +23,14 @@ Triton sees model executions, not tokens: prefill and decode are NULL and comput
 
 from __future__ import annotations
 
-from budgetscope.sources.classify import TRITON_SERVICE_PREFIX
-from budgetscope.sources.importers import TRITON_RESPONSE, TRITON_ROOT, TRITON_TS_PREFIX
-from budgetscope.sources.server_row import select_list
-from budgetscope.sources.span_tree import descendants
+from budgetscope.derive.classify import TRITON_SERVICE_PREFIX
+from budgetscope.derive.server_row import select_list
+from budgetscope.derive.span_tree import descendants
+
+TRITON_ROOT = "InferRequest"
+"""The root span of a Triton request, as `budgetscope import --from triton` writes it."""
+TRITON_TS_PREFIX = "triton.timestamp."
+TRITON_RESPONSE = "INFER_RESPONSE_COMPLETE"
 
 _TS = ("HTTP_RECV_START", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END",
        TRITON_RESPONSE, "REQUEST_END", "HTTP_SEND_END", "GRPC_SEND_END")

@@ -1,0 +1,25 @@
+"""How the collector's writer holds what it published in its working set (`archive.directory.Holding`), and why
+these figures (measured in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from budgetscope.archive.directory import Holding
+
+HOLD_S = 3600.0
+"""How long the collector's working set keeps spans after they landed, at most HOT_SPANS of them
+(deduplication against them is exact, and a late span of such a trace is derived without reading segments
+back)."""
+HOT_SPANS = 300_000
+"""The collector's working set is emptied of published rows once it holds this many spans: each commit (about
+every second) derives and publishes from it, and that cost grows with what it holds (with 2M spans held, the
+collector stored 66,000-80,000 spans/s over gRPC; with 300,000, 105,000, docs/benchmarks.md). Published traces
+of which a span arrives later are read back."""
+DROPPED_MAX = 2_000_000
+"""The collector's working set remembers (by a 64-bit hash, 16 bytes each) this many of the traces it dropped
+most recently: a new span of one of them brings the trace's published spans back whatever its timestamps say.
+A trace dropped before those is looked for only if its new spans started before it was forgotten."""
+SEED_SPANS = 2_000_000
+"""A collector opening an archive remembers the traces of its newest span segments, up to this many spans, as
+dropped (a restart must not derive the rest of a trace without its first spans)."""
+
+HOLDING = Holding(hold_s=HOLD_S, max_spans=HOT_SPANS, dropped_max=DROPPED_MAX, seed_spans=SEED_SPANS)

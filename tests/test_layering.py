@@ -1,0 +1,186 @@
+"""The import graph of `budgetscope`, read statically (every `import` in every module, function-level ones
+included): the store imports nothing above it, the analysis nothing of the command line, and no two of the
+package's folders import each other, directly or round a longer loop (docs/design.md, "Layout")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "budgetscope"
+
+FORBIDDEN = {
+    "archive": ("ingest", "derive", "sources", "opener"),  # the store stores; landing and deriving are above it
+    "analysis": ("cli", "commands"),  # the command line is a face on the analysis, never under it
+}
+"""folder (or root module) → what it must not import (a subpackage or a root module, by its first name)."""
+EXCEPTIONS = {
+    ("budgetscope.archive.expire_command", "budgetscope.opener"):
+        "`budgetscope expire`, a command that opens a writer as every command does; it leaves archive/ for the "
+        "commands/ package",
+}
+"""(module, import) → why it may break a rule, for now."""
+
+
+def imports(root: Path, package: str) -> dict[str, set[str]]:
+    """module → the modules of `package` it imports, for every .py file under `root` (the package's folder)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        parts = [package, *rel.parts]
+        is_init = parts[-1] == "__init__"
+        if is_init:
+            parts = parts[:-1]
+        name = ".".join(parts)
+        here = parts if is_init else parts[:-1]  # the package a relative import starts from
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*here[:len(here) - node.level + 1], *([base] if base else [])])
+                # `from budgetscope.archive import manifest` imports the module budgetscope.archive.manifest
+                found |= {f"{base}.{a.name}" for a in node.names} | {base}
+        graph[name] = {m for m in found if m == package or m.startswith(package + ".")} - {name}
+    return graph
+
+
+def room(module: str, package: str) -> str:
+    """The first name under the package: a subpackage (`archive`) or a root module (`cli`, `opener`)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else package
+
+
+def violations(graph: dict[str, set[str]], package: str, folders: set[str]) -> list[str]:
+    """What breaks the rules: a forbidden import, or a cycle between the package's folders."""
+    found = []
+    for mod, targets in graph.items():
+        for t in targets:
+            if t in graph or any(g.startswith(t + ".") for g in graph):
+                if room(t, package) in FORBIDDEN.get(room(mod, package), ()) and (mod, t) not in EXCEPTIONS:
+                    found.append(f"{mod} imports {t}")
+    edges: dict[str, set[str]] = {f: set() for f in folders}
+    for mod, targets in graph.items():
+        a = room(mod, package)
+        if a not in folders:
+            continue
+        for t in targets:
+            b = room(t, package)
+            if b in folders and b != a:
+                edges[a].add(b)
+    found += [f"folder cycle: {' → '.join(c)}" for c in _cycles(edges)]
+    return found
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each strongly connected set of more than one node (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                out.append(sorted(scc) + [sorted(scc)[0]])
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def folders_of(root: Path) -> set[str]:
+    return {p.parent.name for p in root.glob("*/__init__.py")}
+
+
+def test_budgetscope_keeps_its_layers():
+    graph = imports(PACKAGE, "budgetscope")
+    assert "budgetscope.archive.directory" in graph and "budgetscope.ingest.lander" in graph  # it read the package
+    assert violations(graph, "budgetscope", folders_of(PACKAGE)) == []
+
+
+WRITE_PATH = ("collector", "ingest", "archive", "derive", "sources", "opener", "schema")
+"""The rooms a span passes on its way down; no two of their modules import each other round a loop."""
+
+
+def module_cycles(graph: dict[str, set[str]], package: str, rooms: tuple[str, ...]) -> list[list[str]]:
+    keep = {m for m in graph if room(m, package) in rooms or m.split(".")[-1] in rooms}
+    return _cycles({m: {t for t in graph[m] if t in keep} for m in keep})
+
+
+def test_the_write_path_has_no_circle_between_modules():
+    assert module_cycles(imports(PACKAGE, "budgetscope"), "budgetscope", WRITE_PATH) == []
+
+
+FAKE = {  # a fake package, planted with one violation of each rule
+    "__init__.py": "",
+    "cli.py": "",
+    "commands/__init__.py": "",
+    "commands/report.py": "",
+    "archive/__init__.py": "",
+    "archive/store.py": "def land():\n    from fakescope.ingest.lander import Lander  # hidden in a function\n",
+    "ingest/__init__.py": "",
+    "ingest/lander.py": "from fakescope.archive import store\n",
+    "derive/__init__.py": "",
+    "derive/rows.py": "",
+    "analysis/__init__.py": "",
+    "analysis/report.py": "from fakescope import cli\nfrom ..commands import report\n",
+    "sweep/__init__.py": "from fakescope.loadgen import plan\n",
+    "loadgen/__init__.py": "",
+    "loadgen/plan.py": "from fakescope.sweep import runner\n",
+    "sweep/runner.py": "",
+}
+
+
+@pytest.fixture
+def fakescope(tmp_path: Path) -> Path:
+    root = tmp_path / "fakescope"
+    for name, text in FAKE.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_each_rule_fails_on_a_fake_package_that_breaks_it(fakescope):
+    found = violations(imports(fakescope, "fakescope"), "fakescope", folders_of(fakescope))
+    assert sorted(found) == sorted([
+        "fakescope.archive.store imports fakescope.ingest.lander",
+        "fakescope.analysis.report imports fakescope.cli",
+        "fakescope.analysis.report imports fakescope.commands.report",
+        "fakescope.analysis.report imports fakescope.commands",
+        "folder cycle: archive → ingest → archive",
+        "folder cycle: loadgen → sweep → loadgen",
+    ])
+
+
+def test_a_circle_between_modules_of_a_fake_package_is_found(fakescope):
+    (fakescope / "ingest/decode.py").write_text("from fakescope.ingest import lander\n")
+    (fakescope / "ingest/lander.py").write_text("from fakescope.ingest.decode import x\n")
+    assert module_cycles(imports(fakescope, "fakescope"), "fakescope", ("ingest",)) == [
+        ["fakescope.ingest.decode", "fakescope.ingest.lander", "fakescope.ingest.decode"]]
+
+
+def test_a_clean_fake_package_passes(fakescope):
+    (fakescope / "archive/store.py").write_text("")
+    (fakescope / "analysis/report.py").write_text("from fakescope.derive import rows\n")
+    (fakescope / "loadgen/plan.py").write_text("")
+    assert violations(imports(fakescope, "fakescope"), "fakescope", folders_of(fakescope)) == []
