@@ -10,16 +10,11 @@ import threading
 
 import click
 
+from budgetscope.commands.options import UsageError
+
 TOKEN_ENV = "BUDGETSCOPE_COLLECT_TOKEN"
 
 
-class _StartError(click.ClickException):
-    """Cannot start: one line on stderr, exit status 2, no traceback (as the rest of the CLI)."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
 
 
 @click.command()
@@ -99,7 +94,7 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
         try:
             archive = str(shard_path(archive, shard))
         except ShardError as e:
-            raise _StartError(str(e)) from None
+            raise UsageError(str(e)) from None
     try:
         token = read_token(auth_token_file, TOKEN_ENV)
         from budgetscope.archive.archive import is_single_file
@@ -112,7 +107,7 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
                 raise ValueError(f"{archive}: {flag} applies to folder archives (convert this one with "
                                  "`budgetscope convert`)")
     except ValueError as e:
-        raise _StartError(str(e)) from None
+        raise UsageError(str(e)) from None
     try:
         collector = Collector(archive, host=host, grpc_port=None if no_grpc else grpc_port,
                               http_port=None if no_http else http_port,
@@ -123,7 +118,7 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
                               reader_grace_s=reader_grace_s)
         collector.start()
     except CollectorError as e:
-        raise _StartError(str(e)) from None
+        raise UsageError(str(e)) from None
     if warning := exposure_warning(host, token is not None, tls_cert is not None,
                                    f"set --auth-token-file or ${TOKEN_ENV}, and --tls-cert/--tls-key"):
         click.echo(f"budgetscope collect: {warning}", err=True)

@@ -14,12 +14,9 @@ import click
 
 from budgetscope.archive.errors import ArchiveError
 
+from budgetscope.commands.options import UsageError
 
-class _Fail(click.ClickException):
-    exit_code = 2
 
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
 
 
 def _roots(archive: str) -> list[Path]:
@@ -114,13 +111,13 @@ def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str)
                 for r in roots:  # a writer's compactor deletes the retired files whose grace has passed
                     _expire_once(r, keep_ns)
     except (ArchiveError, ValueError) as e:
-        raise _Fail(str(e)) from None
+        raise UsageError(str(e)) from None
     except Exception as e:
         from budgetscope.archive.errors import write_failure
 
         if (line := write_failure(e, archive)) is None:
             raise
-        raise _Fail(line) from None
+        raise UsageError(line) from None
     if fmt == "json":
         click.echo(json.dumps({"dry_run": dry_run, "archives": {
             r: {"segments": e.segments, "rows": e.rows or {}, "bytes": e.bytes, "before_ns": e.before_ns}

@@ -1,32 +1,14 @@
-"""`budgetscope import` and `budgetscope scrape`: third-party files and `/metrics` into an archive.
-
-Registered lazily in budgetscope/cli.py; importing this module loads only click.
-"""
+"""`budgetscope import`: third-party files (benchmark exports, Triton traces, `/metrics` text) into an archive."""
 
 from __future__ import annotations
 
 import sys
-import time
 
 import click
 
-
-class _InputError(click.ClickException):
-    """Bad input: one line on stderr, exit status 2."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
+from budgetscope.commands.options import NEW_ARCHIVE, UsageError, time_ns
 
 
-def _start_ns(value: str | None) -> int | None:
-    from budgetscope.times import parse_time_ns
-
-    try:
-        return parse_time_ns(value, "--start")
-    except ValueError as e:
-        raise _InputError(str(e)) from None
 
 
 KINDS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus")
@@ -40,7 +22,7 @@ JOINED = ("aiperf", "guidellm")
 @click.option("--format", "formats", multiple=True, type=click.Choice([*KINDS, "table", "json"]),
               help="table|json: the summary on stdout (default table). Also takes what the files are, as --from "
                    "does: `--format vllm-bench --format json`.")
-@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
+@NEW_ARCHIVE
 @click.option("--start", help="vllm-bench: when the run started (ISO-8601 or ns; default its `date`, as UTC); "
                               "prometheus: the scrape time (default the file's modification time).")
 @click.option("--clock-offset-ns", type=int,
@@ -74,20 +56,20 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     from pathlib import Path
 
     from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
-    from budgetscope.cli import NewArchive
+    from budgetscope.commands.new_archive import NewArchive
     from budgetscope.ingest.files import input_problem
     from budgetscope.sources import guidellm, importers, joins, vllm_offline
     from budgetscope.sources.formats import wrong_format
     from budgetscope.sources.prometheus import PrometheusError
 
     fmt, out_fmt = _import_kinds(kind, formats)
-    anchor = _start_ns(start)
+    anchor = time_ns(start, "start")
     rejected, entries, samples = False, [], 0
     say = click.echo if out_fmt == "table" else (lambda *a, **k: None)
     try:
         for f in files:
             if problem := input_problem(f, "results file"):
-                raise _InputError(f"{f}: {problem}")
+                raise UsageError(f"{f}: {problem}")
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
@@ -139,7 +121,7 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
             counts = a.counts()
         discarded = new.discard_if_empty({**counts, "server_metrics": samples})
     except ArchiveError as e:
-        raise _InputError(str(e)) from None
+        raise UsageError(str(e)) from None
     if out_fmt == "json":
         click.echo(json.dumps({"archive": archive, "kept": not discarded, "format": fmt, "files": entries,
                                "counts": counts}))
@@ -169,89 +151,8 @@ def _import_kinds(kind: str | None, formats: tuple[str, ...]) -> tuple[str, str]
     kinds = {kind} - {None} | {f for f in formats if f in KINDS}
     outputs = {f for f in formats if f not in KINDS}
     if len(kinds) != 1:
-        raise _InputError("say what the files are: --from vllm-bench|aiperf|guidellm|vllm-metrics|triton|prometheus"
+        raise UsageError("say what the files are: --from vllm-bench|aiperf|guidellm|vllm-metrics|triton|prometheus"
                           if not kinds else f"the files are one kind, not {' and '.join(sorted(kinds))}")
     if len(outputs) > 1:
-        raise _InputError("--format: table or json, not both")
+        raise UsageError("--format: table or json, not both")
     return kinds.pop(), outputs.pop() if outputs else "table"
-
-
-@click.command("scrape")
-@click.argument("urls", nargs=-1, required=True)
-@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
-@click.option("--every", default="1s", show_default=True, help="Scrape interval: 500ms, 1s, 1.5s, 1m.")
-@click.option("--duration", type=float, help="Stop after this many seconds (default: until interrupted).")
-@click.option("--count", type=int, help="Stop after this many scrapes of each URL.")
-@click.option("--service-name", help="Name of the server in server_metrics (default: the URL's host:port).")
-@click.option("--timeout", type=float, default=5.0, show_default=True, help="Per-request timeout, seconds.")
-@click.option("--format", "out_fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="The summary on stdout at the end: a line, or one JSON document.")
-def scrape(urls, archive, every, duration, count, service_name, timeout, out_fmt) -> None:
-    """Scrape Prometheus `/metrics` (vLLM, SGLang, TGI, llama.cpp, Triton) into the archive's server_metrics.
-
-    Each scrape is one batch (atomic, recorded in ingest_batches). A scrape that fails (refused, timeout, HTTP
-    error, a line that is not Prometheus text) is reported on stderr and skipped; the next one goes on. The
-    archive is held while scraping: DuckDB allows one writer per file, so scrape into an archive no collector
-    holds (or point the OpenTelemetry Collector's prometheus receiver at budgetscope collect instead).
-
-    \b
-      budgetscope scrape http://127.0.0.1:8000/metrics --archive prod.duckdb --every 1s --duration 600
-    """
-    import urllib.error
-    import urllib.request
-    from urllib.parse import urlsplit
-
-    from budgetscope.archive.archive import Archive, ArchiveError
-    from budgetscope.sources.prometheus import PrometheusError
-    from budgetscope.sources.server_metrics import land
-
-    interval = _interval(every)
-    for u in urls:
-        if urlsplit(u).scheme not in ("http", "https"):
-            raise _InputError(f"bad URL {u!r}; expected http://host:port/metrics")
-    t_end = None if duration is None else time.monotonic() + duration
-    done = failures = rows = 0
-    try:
-        with Archive(archive) as a:
-            next_at = time.monotonic()
-            while (count is None or done < count) and (t_end is None or time.monotonic() < t_end):
-                for u in urls:
-                    ts = time.time_ns()
-                    try:
-                        with urllib.request.urlopen(u, timeout=timeout) as resp:
-                            body = resp.read().decode("utf-8", "replace")
-                        rows += land(a, body, instance=u, service_name=service_name or urlsplit(u).netloc,
-                                     ts_ns=ts, origin=u)
-                    except (OSError, urllib.error.URLError, PrometheusError) as e:
-                        failures += 1
-                        click.echo(f"budgetscope: {u}: scrape failed: {getattr(e, 'reason', None) or e}", err=True)
-                done += 1
-                next_at += interval
-                time.sleep(max(0.0, next_at - time.monotonic()))
-    except ArchiveError as e:
-        raise _InputError(str(e)) from None
-    except KeyboardInterrupt:
-        pass
-    if out_fmt == "json":
-        import json
-
-        click.echo(json.dumps({"archive": archive, "scrapes": done, "urls": list(urls), "samples": rows,
-                               "failed": failures}))
-    else:
-        click.echo(f"{archive}: {done} scrapes of {len(urls)} URL(s), {rows:,} samples, {failures} failed")
-    if failures and failures == done * len(urls):
-        sys.exit(2)
-
-
-def _interval(text: str) -> float:
-    units = (("ms", 1e-3), ("s", 1.0), ("m", 60.0))
-    for suffix, scale in units:
-        if text.endswith(suffix):
-            try:
-                value = float(text[: -len(suffix)]) * scale
-            except ValueError:
-                break
-            if value > 0:
-                return value
-            break
-    raise _InputError(f"--every: {text!r} is not an interval like 500ms, 1s or 1m")

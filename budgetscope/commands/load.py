@@ -1,4 +1,4 @@
-"""`budgetscope load`: the CLI face of the load generator (registered in budgetscope/cli.py)."""
+"""`budgetscope load`: the CLI face of the load generator (registered in budgetscope/commands/)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,12 @@ import click
 
 from budgetscope.loadgen.errors import LoadgenError
 
+from budgetscope.commands.options import UsageError
+
 DEADLINE_HEADER = "x-budgetscope-deadline-ms"
 """The reference engine's deadline header (budgetscope.engine.protocol; loadgen imports nothing of the engine)."""
 
 
-class _InputError(click.ClickException):
-    """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
 
 
 class _Progress:
@@ -180,7 +175,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
             raise
         target.model = model or probed
     except (LoadgenError, ValueError, TypeError, ImportError, MissingExtra) as err:
-        raise _InputError(str(err)) from None
+        raise UsageError(str(err)) from None
     size = f"{duration:g} s" if plan.more is not None else f"{len(plan)} requests"
     click.echo(f"budgetscope load: {size} to {target.url} - {plan.description}", err=True)
     progress = _Progress(len(plan))
@@ -191,7 +186,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
                           on_progress=progress if progress.enabled else None, warmup=warm,
                           duration_s=duration if plan.is_closed_loop else None, honour_retry_after=honour_retry_after)
     except LoadgenError as err:
-        raise _InputError(str(err)) from None
+        raise UsageError(str(err)) from None
     except Terminated:  # SIGTERM: the handler exported the spans of every finished request
         click.echo("budgetscope load: stopped by SIGTERM", err=True)
         return

@@ -1,4 +1,4 @@
-"""`budgetscope sweep`: the CLI face of the capacity sweep (registered in budgetscope/cli.py)."""
+"""`budgetscope sweep`: the CLI face of the capacity sweep (registered in budgetscope/commands/)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,9 @@ import json
 
 import click
 
+from budgetscope.commands.options import UsageError
 
-class _InputError(click.ClickException):
-    """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
 
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
 
 
 @click.command("sweep")
@@ -128,7 +123,7 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
         Arrivals.parse(arrivals, 1.0)  # a bad spec fails here, before anything is sent
         res = Sweep(config, say=lambda line: click.echo(line, err=True)).run()
     except (SweepError, BudgetError, LoadgenError, ValueError, MissingExtra) as e:
-        raise _InputError(str(e)) from None
+        raise UsageError(str(e)) from None
     except Terminated:  # SIGTERM: the client spans were flushed, the collector landed them on the way out
         click.echo(f"budgetscope sweep: stopped by SIGTERM; the steps run so far are in {archive}", err=True)
         return
