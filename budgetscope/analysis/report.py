@@ -315,10 +315,8 @@ def tier_selected(tb: TierBudget, filters: dict | None) -> bool:
 
 
 def _tier_reports(con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, filters) -> list[dict]:
-    """`tier_report` of each (tier, budgeted), in order. Tiers are independent, and much of a tier's time is
-    spent where DuckDB runs on one thread (a quantile's selection over the tier's values): several tiers run
-    at once, each on its own cursor, as many as DuckDB has threads (1M requests in two tiers, two cores:
-    0.74 -> 0.61 s on a folder, 0.59 -> 0.38 s on a single file)."""
+    """`tier_report` of each (tier, budgeted), in order; several tiers at once, each on its own cursor, as many as
+    DuckDB has threads (docs/benchmarks.md, "Tiers in parallel")."""
     def one(c, tb: TierBudget, budgeted: bool) -> dict:
         return tier_report(c, tb, since_ns, until_ns, budgeted=budgeted, filters=filters)
 

@@ -38,9 +38,8 @@ back)."""
 MEMORY_SPANS = 2_000_000
 """`ingest`'s working set is emptied of published rows once it holds this many spans."""
 HOT_SPANS = 300_000
-"""The collector's, once it holds this many: each commit (about every second) derives and publishes from it, and
-that cost grows with what it holds (with 2M spans held, the collector stored 66,000-80,000 spans/s over gRPC; with
-300,000, 105,000, docs/benchmarks.md). Published traces of which a span arrives later are read back."""
+"""The collector's working set is emptied of published rows once it holds this many spans; a published trace of
+which a span arrives later is read back (docs/benchmarks.md, "HOT_SPANS")."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
 DROPPED_MAX = 2_000_000

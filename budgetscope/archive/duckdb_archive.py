@@ -26,9 +26,7 @@ from budgetscope.ingest.spanbatch import BadBatch
 
 DERIVE_EVERY_SPANS = 2_000_000
 """An ingest call derives the `requests` rows of what it has landed each time it has landed this many more
-spans, and once more at the end. Deriving holds the requests in DuckDB's hash tables, so a file of any size
-keeps to about the memory of this many spans (peak RSS 2.3 GB for 3M spans in one derivation here); a trace
-whose spans straddle two derivations is derived again by the second."""
+spans, and once more at the end (docs/benchmarks.md, "DERIVE_EVERY_SPANS")."""
 
 
 @dataclass(slots=True)
