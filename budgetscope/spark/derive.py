@@ -62,5 +62,5 @@ def derive_spark(archive: str | os.PathLike, out: str | os.PathLike, master: str
         try:
             df.write.mode("errorifexists").parquet(str(dest))
             return a.spark.read.parquet(str(dest)).count()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - py4j, pyspark and JVM errors alike: one line
             raise SparkError(f"Spark: {one_line(e)}") from None
