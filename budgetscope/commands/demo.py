@@ -52,7 +52,7 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
     from budgetscope.analysis.render import render_text
     from budgetscope.demo.live import DemoError, run_scenario
     from budgetscope.demo.scenarios import SCENARIOS
-
+    from budgetscope.demo.summary import explore_lines, shown_archive, summary_row, summary_table
     from budgetscope.extras import MissingExtra, require
 
     try:
@@ -69,21 +69,11 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
             raise fail(e) from None
         click.echo(f"\n### scenario {name}: {run.scenario.what}\n")
         click.echo(render_text(run.report), nl=False)
-        t = run.report["tiers"][0]
-        expect = run.scenario.expect or "nothing (budgets hold)"
-        found = run.tail if run.scenario.expect else {"KEPT": "budgets held", "BROKEN": "a budget broke",
-                                                      "UNKNOWN": "unknown"}[t["status"]]
-        rows.append([name, expect, f"{run.scenario.metric.upper()}: {found}",
-                     "-" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%", str(run.archive)])
-    from budgetscope.analysis.render import _table
-
+        rows.append(summary_row(name, run))
     click.echo("\n### summary\n")
-    click.echo("\n".join(_table(["scenario", "injected", "dominant stage of the tail", "attainment", "archive"], rows)))
-    shown = next((r[4] for r in rows if r[0] == "burst"), rows[0][4])
-    bpath = budgets or str(demo_budgets_path())
-    click.echo(f"\nExplore:\n  budgetscope report -a {shown} --budgets {bpath} --format json\n"
-               f"  budgetscope query -a {shown} \"SELECT * FROM requests LIMIT 5\"\n"
-               f"  budgetscope dashboard -a {shown} --budgets {bpath}")
+    click.echo(summary_table(rows))
+    shown, bpath = shown_archive(rows), budgets or str(demo_budgets_path())
+    click.echo("\n" + explore_lines(shown, bpath))
     # The dashboard serves until Ctrl-C: open it only for a person at a terminal, never in CI or a pipe.
     if not no_dashboard and sys.stdin.isatty() and sys.stdout.isatty():
         from budgetscope.commands.dashboard import dashboard

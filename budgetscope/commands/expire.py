@@ -13,10 +13,8 @@ from pathlib import Path
 import click
 
 from budgetscope.archive.errors import ArchiveError
-
-from budgetscope.commands.options import UsageError
-
-
+from budgetscope.archive.retention import Expired
+from budgetscope.commands.options import UsageError, format_option
 
 
 def _roots(archive: str) -> list[Path]:
@@ -48,10 +46,9 @@ def _free(roots: list[Path]) -> None:
             raise ArchiveError(f"{e}; a running collector expires with `collect --retention`") from None
 
 
-def _expire_once(root: Path, keep_ns: int) -> "Expired":
+def _expire_once(root: Path, keep_ns: int) -> Expired:
     """Open the archive's writer with the retention: its compactor expires as the writer opens."""
     from budgetscope.archive.directory import DirectoryArchive
-    from budgetscope.archive.retention import Expired
 
     w = DirectoryArchive(root, create=False, retention_ns=keep_ns)
     compactor = w.compactor
@@ -72,7 +69,7 @@ def _expire_once(root: Path, keep_ns: int) -> "Expired":
 @click.option("--dry-run", is_flag=True, help="Say what would be dropped; change nothing.")
 @click.option("--no-wait", is_flag=True, help="Do not wait the readers' grace to delete the files (the archive's "
               "next writer, or `expire` run, deletes them).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option("table", "json")
 def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str) -> None:
     """Drop the hour partitions of ARCHIVE older than --retention, in one commit per archive (or shard).
 
@@ -87,7 +84,7 @@ def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str)
       budgetscope expire --archive /shared/fleet/ --retention 14d      # every shard
     """
     from budgetscope.archive import manifest as mf
-    from budgetscope.archive.retention import Expired, due, parse_retention
+    from budgetscope.archive.retention import due, parse_retention
 
     try:
         keep_ns = parse_retention(retention)

@@ -69,5 +69,6 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
         pass
     sampler.stop()
     share = sampler.cpu_ns / max(1, time.monotonic_ns() - int(t0 * 1e9))
-    click.echo(f"{sampler.num_ticks:,} ticks, {sampler.num_points:,} points; sampler CPU {100 * share:.2f}% of one core",
+    click.echo(f"{sampler.num_ticks:,} ticks, {sampler.num_points:,} points; "
+               f"sampler CPU {100 * share:.2f}% of one core",
                err=True)

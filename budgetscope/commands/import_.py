@@ -7,19 +7,13 @@ import sys
 import click
 
 from budgetscope.commands.options import NEW_ARCHIVE, UsageError, time_ns
-
-
-
-
-KINDS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus")
-JOINED = ("aiperf", "guidellm")
-"""Formats whose records carry the server's request id: joined to its server spans (sources/joins.py)."""
+from budgetscope.sources.formats import IMPORT_KINDS, JOINED
 
 
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--from", "kind", type=click.Choice(KINDS), help="What the files are (see docs/sources.md).")
-@click.option("--format", "formats", multiple=True, type=click.Choice([*KINDS, "table", "json"]),
+@click.option("--from", "kind", type=click.Choice(IMPORT_KINDS), help="What the files are (see docs/sources.md).")
+@click.option("--format", "formats", multiple=True, type=click.Choice([*IMPORT_KINDS, "table", "json"]),
               help="table|json: the summary on stdout (default table). Also takes what the files are, as --from "
                    "does: `--format vllm-bench --format json`.")
 @NEW_ARCHIVE
@@ -55,17 +49,14 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     import json
     from pathlib import Path
 
-    from budgetscope.archive.archive import Archive, ArchiveError, RawBatch
+    from budgetscope.archive.archive import Archive, ArchiveError
     from budgetscope.commands.new_archive import NewArchive
     from budgetscope.ingest.files import input_problem
-    from budgetscope.sources import guidellm, importers, joins, vllm_offline
-    from budgetscope.sources.formats import wrong_format
-    from budgetscope.sources.prometheus import PrometheusError
+    from budgetscope.sources.import_files import NotImported, import_file
 
-    fmt, out_fmt = _import_kinds(kind, formats)
-    anchor = time_ns(start, "start")
-    rejected, entries, samples = False, [], 0
-    say = click.echo if out_fmt == "table" else (lambda *a, **k: None)
+    kind, out_fmt = _import_kinds(kind, formats)
+    start_ns = time_ns(start, "start")
+    rejected, entries = False, []
     try:
         for f in files:
             if problem := input_problem(f, "results file"):
@@ -73,57 +64,28 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
         new = NewArchive(archive)
         with Archive(archive) as a:
             for f in files:
-                path = Path(f)
-                data = path.read_bytes()
-                joined = 0
                 try:
-                    if fmt == "prometheus":
-                        from budgetscope.sources.server_metrics import land
-
-                        n = land(a, data.decode("utf-8", "replace"), instance=str(path),
-                                 service_name=service_name or path.stem,
-                                 ts_ns=anchor if anchor is not None else path.stat().st_mtime_ns, origin=str(path),
-                                 position="document")
-                        samples += n
-                        entries.append({"file": f, "samples": n, "rejected": None})
-                        say(f"{f}: {n:,} samples" + ("" if n else " (already imported, or empty)"))
-                        continue
-                    if fmt == "vllm-bench":
-                        doc = importers.vllm_bench(path, data, anchor)
-                    elif fmt == "aiperf":
-                        doc = importers.aiperf(path, data)
-                    elif fmt == "guidellm":
-                        doc = guidellm.guidellm(path, data)
-                    elif fmt == "vllm-metrics":
-                        doc = vllm_offline.vllm_metrics(path, data)
-                    else:
-                        doc = importers.triton(path, data, clock_offset_ns)
-                    if fmt in JOINED:
-                        doc, joined = joins.join(doc, _server_lookup(a, archive))
-                except (importers.ImportFormatError, PrometheusError) as e:
-                    msg = wrong_format(path, fmt) or (str(e) if str(e).startswith(str(path)) else f"{path}: {e}")
-                    click.echo(f"budgetscope: {msg} (nothing from it landed)", err=True)
-                    entries.append({"file": f, "rejected": msg})
+                    entry = import_file(a, archive, Path(f), kind, start_ns=start_ns,
+                                        clock_offset_ns=clock_offset_ns, service_name=service_name)
+                except NotImported as e:
+                    entry = {"file": f, "rejected": str(e)}
+                    click.echo(f"budgetscope: {e} (nothing from it landed)", err=True)
+                    entries.append(entry)
                     rejected = True
                     continue
-                report = a.ingest([RawBatch(doc, "otlp-json", str(path), f"{fmt} file")])
-                for r in report.rejected:
-                    click.echo(f"budgetscope: {r} (nothing from it landed)", err=True)
+                if entry["rejected"]:
+                    click.echo(f"budgetscope: {entry['rejected']} (nothing from it landed)", err=True)
                     rejected = True
-                entries.append({"file": f, "spans": report.spans, "spans_inserted": report.spans_inserted,
-                                "already_imported": report.batches_already_ingested > 0,
-                                "requests_derived": report.requests_derived, "joined_to_server_rows": joined,
-                                "rejected": str(report.rejected[0]) if report.rejected else None})
-                say(f"{f}: {report.spans:,} spans ({report.spans_inserted:,} new), "
-                    f"{report.batches_already_ingested:,} already imported; "
-                    f"{report.requests_derived:,} requests derived"
-                    + (f"; {joined:,} records joined to their server spans by request id" if fmt in JOINED else ""))
+                entries.append(entry)
+                if out_fmt == "table":
+                    click.echo(_summary_line(entry, kind in JOINED))
             counts = a.counts()
+        samples = sum(e.get("samples", 0) for e in entries)
         discarded = new.discard_if_empty({**counts, "server_metrics": samples})
     except ArchiveError as e:
         raise UsageError(str(e)) from None
     if out_fmt == "json":
-        click.echo(json.dumps({"archive": archive, "kept": not discarded, "format": fmt, "files": entries,
+        click.echo(json.dumps({"archive": archive, "kept": not discarded, "format": kind, "files": entries,
                                "counts": counts}))
     elif discarded:
         click.echo(f"{archive}: nothing landed; not created")
@@ -131,25 +93,21 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
         sys.exit(2)
 
 
-def _server_lookup(a, archive: str):
-    """`ids → {id: trace id}` over the server rows already in the archive `a` (open at `archive`)."""
-    from budgetscope.archive.archive import is_single_file
-    from budgetscope.sources import joins
-
-    def lookup(ids: list[str]) -> dict[str, str]:
-        if is_single_file(archive):
-            return joins.server_traces(a.con, ids)
-        from budgetscope.archive.reader import ArchiveReader
-
-        with ArchiveReader(archive) as r:
-            return joins.server_traces(r.con, ids)
-    return lookup
+def _summary_line(entry: dict, joined: bool) -> str:
+    """One file's line of the table summary."""
+    f = entry["file"]
+    if "samples" in entry:
+        return f"{f}: {entry['samples']:,} samples" + ("" if entry["samples"] else " (already imported, or empty)")
+    return (f"{f}: {entry['spans']:,} spans ({entry['spans_inserted']:,} new), {int(entry['already_imported']):,} "
+            f"already imported; {entry['requests_derived']:,} requests derived"
+            + (f"; {entry['joined_to_server_rows']:,} records joined to their server spans by request id"
+               if joined else ""))
 
 
 def _import_kinds(kind: str | None, formats: tuple[str, ...]) -> tuple[str, str]:
     """(what the files are, the summary format) from --from and the --format values."""
-    kinds = {kind} - {None} | {f for f in formats if f in KINDS}
-    outputs = {f for f in formats if f not in KINDS}
+    kinds = {kind} - {None} | {f for f in formats if f in IMPORT_KINDS}
+    outputs = {f for f in formats if f not in IMPORT_KINDS}
     if len(kinds) != 1:
         raise UsageError("say what the files are: --from vllm-bench|aiperf|guidellm|vllm-metrics|triton|prometheus"
                           if not kinds else f"the files are one kind, not {' and '.join(sorted(kinds))}")

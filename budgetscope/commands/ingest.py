@@ -26,7 +26,8 @@ class _Progress:
     def show(self, report=None) -> None:
         if self.enabled:
             rate = f", {report.spans_per_s:,.0f} spans/s" if report and report.seconds else ""
-            click.echo(f"\r  {100 * self.done / self.total:5.1f}% of {self.total / 1e6:,.1f} MB{rate}   ", err=True, nl=False)
+            click.echo(f"\r  {100 * self.done / self.total:5.1f}% of {self.total / 1e6:,.1f} MB{rate}   ", err=True,
+                       nl=False)
 
     def close(self) -> None:
         if self.enabled:

@@ -49,7 +49,7 @@ class NewArchive:
         return True
 
 
-def io_failure(e: Exception, archive: str, new: "NewArchive | None") -> Exception:
+def io_failure(e: Exception, archive: str, new: NewArchive | None) -> Exception:
     """A write that failed (a full disk, a read-only file system) as one line; the exception itself otherwise.
     The archive keeps its last commit (the writer deleted what it had half-written); one this command created
     is removed if nothing of it was committed."""

@@ -117,7 +117,7 @@ def _cell(v) -> str:
 def output_rows(columns: list[str], rows: list, fmt: str) -> None:
     """Rows on stdout as a table with a count line, a JSON list of objects, or CSV with a header."""
     if fmt == "json":
-        click.echo(json.dumps([dict(zip(columns, r)) for r in rows], default=str))
+        click.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], default=str))
     elif fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import click
 
-from budgetscope.commands.options import (ARCHIVE, ENGINE, SPARK_MASTER, UsageError, check_engine, fail, format_option,
-                                          output_rows)
+from budgetscope.commands.options import (
+    ARCHIVE,
+    ENGINE,
+    SPARK_MASTER,
+    UsageError,
+    check_engine,
+    fail,
+    format_option,
+    output_rows,
+)
 
 
 @click.command()
@@ -33,14 +41,15 @@ def query(sql: str, archive: str, fmt: str, max_rows: int | None, timeout_s: flo
     from budgetscope.archive.query import ArchiveError, QueryError, run_query
 
     check_engine(engine, spark_master)
-    if engine == "spark":
-        from budgetscope.spark.commands import run_query as run_on_spark
-
-        if timeout_s is not None:
-            raise UsageError("--timeout applies to the DuckDB engine only")
-        run_query = lambda a, q, max_rows, timeout_s: run_on_spark(a, q, spark_master, max_rows=max_rows)  # noqa: E731
+    if engine == "spark" and timeout_s is not None:
+        raise UsageError("--timeout applies to the DuckDB engine only")
     try:
-        res = run_query(archive, sql, max_rows=max_rows, timeout_s=timeout_s)
+        if engine == "spark":
+            from budgetscope.spark.commands import run_query as run_on_spark
+
+            res = run_on_spark(archive, sql, spark_master, max_rows=max_rows)
+        else:
+            res = run_query(archive, sql, max_rows=max_rows, timeout_s=timeout_s)
     except (QueryError, ArchiveError) as e:
         raise fail(e) from None
     if res.truncated:

@@ -7,7 +7,16 @@ import sys
 
 import click
 
-from budgetscope.commands.options import ARCHIVE, BUDGETS, ENGINE, SPARK_MASTER, fail, format_option, open_reader, time_ns
+from budgetscope.commands.options import (
+    ARCHIVE,
+    BUDGETS,
+    ENGINE,
+    SPARK_MASTER,
+    fail,
+    format_option,
+    open_reader,
+    time_ns,
+)
 
 REPORT_EXIT = {"KEPT": 0, "BROKEN": 1, "UNKNOWN": 3}
 """`report`'s exit status by the report's status (2 stays for bad input)."""

@@ -6,9 +6,7 @@ import json
 
 import click
 
-from budgetscope.commands.options import UsageError
-
-
+from budgetscope.commands.options import UsageError, format_option
 
 
 @click.command("sweep")
@@ -67,7 +65,7 @@ from budgetscope.commands.options import UsageError
               help="At most this many seconds after a step for its spans to land.")
 @click.option("--scrape/--no-scrape", default=True, show_default=True,
               help="Scrape the target's /metrics once a second during each step (saturation signals).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option("table", "json")
 def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, warmup, start_rate, max_rate, tolerance,
           max_steps, target_attainment, arrivals, prompt_tokens, output_tokens, tiers, prompt_format, tokenizer,
           dataset, plots_dir, api, model, headers, seed, timeout, deadline, otlp_port, otlp_grpc_port, settle, scrape,
@@ -93,6 +91,7 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
     from budgetscope.extras import MissingExtra, require
     from budgetscope.instrument.process_exit import Terminated
     from budgetscope.loadgen import Distribution, LoadgenError, Mix, Workload
+    from budgetscope.loadgen.options import parse_header
     from budgetscope.loadgen.warmup import Warmup
     from budgetscope.sweep.runner import Sweep, SweepConfig, SweepError, parse_concurrencies, parse_rates
 
@@ -109,7 +108,7 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
         b = load_budgets(budgets)
         mix = tiers or ",".join(f"{tb.name}=1" for tb in b.tiers)
         workload = Workload(Distribution.parse(prompt_tokens), Distribution.parse(output_tokens), Mix.parse(mix))
-        extra = dict(_header(h) for h in headers)
+        extra = dict(parse_header(h) for h in headers)
         config = SweepConfig(
             url=url, archive=archive, budgets=b, rates=rate_list, concurrencies=levels, search=search,
             start_rate=start_rate,
@@ -150,15 +149,6 @@ def _prompts_source(tokenizer: str | None, dataset: str | None):
 
         data = read_dataset(dataset, tok)
     return tok, data
-
-
-def _header(text: str) -> tuple[str, str]:
-    from budgetscope.sweep.runner import SweepError
-
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise SweepError(f"bad header {text!r}; use 'Name: value'")
-    return name.strip(), value.strip()
 
 
 def _clean(x):
