@@ -6,4 +6,4 @@ from budgetscope.commands import main
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    main(prog_name="budgetscope")
+    main()
