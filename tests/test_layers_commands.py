@@ -60,3 +60,18 @@ def test_analysis_modules_import_each_other_without_a_circle():
 def test_the_circle_finder_finds_a_circle():
     with pytest.raises(AssertionError, match="a → b → a"):
         find_circle({"a": {"b"}, "b": {"a"}})
+
+
+def _click_exception_classes() -> list[str]:
+    """`path:Class` of every class in the package derived from click's ClickException."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("ClickException") for b in node.bases):
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.name}")
+    return found
+
+
+def test_one_usage_error_for_every_command():
+    """Bad input is one line and exit 2 through the one `commands.options.UsageError`, not a copy a command."""
+    assert _click_exception_classes() == ["commands/options.py:UsageError"]
