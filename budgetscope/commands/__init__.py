@@ -2,7 +2,9 @@
 and exit 2 (`options.UsageError`).
 
 Every command's module loads only when the command runs (or `--help` lists it), so that `budgetscope report`
-never imports torch, servers or gRPC.
+never imports torch, servers or gRPC. `budgetscope --help` loads every one of them, so each imports the library
+inside its function, when it runs: measured on 2 shared cores, `--help` takes 0.8 s, while importing DuckDB and
+pyarrow alone takes 2.0-2.3 s.
 """
 
 from __future__ import annotations
