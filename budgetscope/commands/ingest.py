@@ -93,13 +93,7 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
                 progress.close()
                 entries.append(_ingest_entry(f, report))
                 if fmt == "table":
-                    click.echo(f"{f}: {report.batches:,} batches, {report.spans:,} spans "
-                               f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
-                               f"{report.batches_already_ingested:,} batches already ingested; "
-                               f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
-                               f"({report.spans_per_s:,.0f} spans/s)"
-                               + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
-                                  if report.gpu_points else ""))
+                    click.echo(_file_line(f, report))
                 if report.orphan_stage_spans:
                     click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no request root yet; "
                                "they join their request when it arrives", err=True)
@@ -122,12 +116,25 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
             click.echo(f"{archive}: {line}")
     if not discarded and (warning := nothing_derived_warning(counts["spans"], counts["requests"], unclaimed)):
         click.echo(f"budgetscope: {archive}: {warning}", err=True)
-    if rejected:
-        for r in rejected[:20]:
-            click.echo(f"budgetscope: {r} (batch rejected; nothing from it landed)", err=True)
-        if len(rejected) > 20:
-            click.echo(f"budgetscope: … and {len(rejected) - 20} more rejected batches", err=True)
+    _say_rejected(rejected)
     if rejected or failed_files:
         sys.exit(2)
 
 
+def _file_line(f: str, report) -> str:
+    """One file's line of the table summary."""
+    return (f"{f}: {report.batches:,} batches, {report.spans:,} spans "
+            f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
+            f"{report.batches_already_ingested:,} batches already ingested; "
+            f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
+            f"({report.spans_per_s:,.0f} spans/s)"
+            + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
+               if report.gpu_points else ""))
+
+
+def _say_rejected(rejected: list, shown: int = 20) -> None:
+    """The first `shown` rejected batches on stderr, one line each, and how many more."""
+    for r in rejected[:shown]:
+        click.echo(f"budgetscope: {r} (batch rejected; nothing from it landed)", err=True)
+    if len(rejected) > shown:
+        click.echo(f"budgetscope: … and {len(rejected) - shown} more rejected batches", err=True)
