@@ -7,7 +7,7 @@ import time
 
 import click
 
-from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option
+from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option, period_s
 
 
 @click.command("scrape")
@@ -38,7 +38,7 @@ def scrape(urls, archive, every, duration, count, service_name, timeout, fmt) ->
     from budgetscope.sources.prometheus import PrometheusError
     from budgetscope.sources.server_metrics import land
 
-    interval = _interval(every)
+    interval = period_s(every, "every")
     for u in urls:
         if urlsplit(u).scheme not in ("http", "https"):
             raise UsageError(f"bad URL {u!r}; expected http://host:port/metrics")
@@ -75,16 +75,3 @@ def scrape(urls, archive, every, duration, count, service_name, timeout, fmt) ->
     if failures and failures == done * len(urls):
         sys.exit(2)
 
-
-def _interval(text: str) -> float:
-    units = (("ms", 1e-3), ("s", 1.0), ("m", 60.0))
-    for suffix, scale in units:
-        if text.endswith(suffix):
-            try:
-                value = float(text[: -len(suffix)]) * scale
-            except ValueError:
-                break
-            if value > 0:
-                return value
-            break
-    raise UsageError(f"--every: {text!r} is not an interval like 500ms, 1s or 1m")

@@ -15,6 +15,7 @@ from budgetscope.sources.formats import JOINED, wrong_format
 from budgetscope.sources.prometheus import PrometheusError
 from budgetscope.sources.server_metrics import land
 
+
 class NotImported(Exception):
     """A file that is not what it was said to be: one line naming it (and the command that reads it, when it is
     another known format). Nothing of it landed."""
@@ -34,7 +35,8 @@ def import_file(a, archive: str, path: Path, kind: str, *, start_ns: int | None 
         if kind in JOINED:
             doc, joined = joins.join(doc, server_lookup(a, archive))
     except (importers.ImportFormatError, PrometheusError) as e:
-        raise NotImported(wrong_format(path, kind) or (str(e) if str(e).startswith(str(path)) else f"{path}: {e}")) from None
+        said = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+        raise NotImported(wrong_format(path, kind) or said) from None
     report = a.ingest([RawBatch(doc, "otlp-json", str(path), f"{kind} file")])
     return {"file": str(path), "spans": report.spans, "spans_inserted": report.spans_inserted,
             "already_imported": report.batches_already_ingested > 0, "requests_derived": report.requests_derived,
