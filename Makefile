@@ -34,6 +34,9 @@ demo: $(STAMP) $(EXT)
 # oldest declared Python (3.10) and once on the newest (3.13), each found on PATH or under pyenv; a missing one is
 # one SKIPPED line. Both: 2.5 minutes on 2 shared cores, pip's cache warm (was 1.5 for one); `make wheel-check` alone.
 test: $(STAMP) $(EXT)
+	$(VENV)/bin/ruff check .
+# once the tree is formatted:
+#	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q
 
 wheel-check: $(STAMP) $(EXT)

@@ -48,7 +48,7 @@ from otlp_wire import export, native_request, to_proto  # noqa: E402
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 CHECKS = ("bomb", "length", "dribble", "cap", "idle", "chunked", "silent")
 
-RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 
 
 def proc_status(pid: int) -> dict[str, str]:

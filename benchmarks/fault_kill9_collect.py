@@ -32,7 +32,7 @@ from otlp_wire import export, native_request  # noqa: E402
 from budgetscope.archive.errors import ArchiveError  # noqa: E402
 from budgetscope.opener import Archive  # noqa: E402
 
-RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 
 
 def start(archive: Path, port: int) -> subprocess.Popen:

@@ -36,7 +36,7 @@ from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.otlp_json import count_spans  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
-RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 _BODIES: list[bytes] = []  # set before the senders fork
 _TRACE_AT: list[list[int]] = []  # where each body's trace ids begin
 TRACE_KEY = b'"traceId":"'

@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import machine  # noqa: E402
 from otlp_wire import export, native_request  # noqa: E402
 
-RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 
 PHASES = r'''
 import json, sys, time
 t0 = time.perf_counter()
 out = {}
-from budgetscope.collector.command import collect  # what `budgetscope collect` imports before anything
+from budgetscope.commands.collect import collect  # what `budgetscope collect` imports before anything
 out["import the command"] = time.perf_counter() - t0
 from budgetscope.collector import Collector
 out["import the collector"] = time.perf_counter() - t0 - out["import the command"]

@@ -24,7 +24,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: E402
 from test_collector import _clean_otlp_env, _export  # noqa: E402,F401 - the fixture is used by name
 
-RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 WHOLE = """SELECT
   (SELECT count(*) FROM spans s WHERE s.name = 'llm.request' AND NOT EXISTS (
      SELECT 1 FROM requests q WHERE q.trace_id = s.trace_id AND q.server_span_id = s.span_id)),

@@ -18,7 +18,7 @@ from conftest import rows
 from test_collector_cli import JSON_DOC, RUN_COLLECT
 
 from budgetscope.cli import main
-from budgetscope.sources.commands import scrape
+from budgetscope.commands.scrape import scrape
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from conftest import rows
 
 from budgetscope.archive.errors import ArchiveError
+from budgetscope.commands.collect import collect
 from budgetscope.opener import Archive
-from budgetscope.collector.command import collect
 
-RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 JSON_DOC = (b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},'
             b'"scopeSpans":[{"scope":{"name":"budgetscope"},"spans":['
             b'{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331","name":"llm.request",'

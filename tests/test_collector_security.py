@@ -133,7 +133,7 @@ def test_collect_warns_when_reachable_without_a_token(archive_path, monkeypatch)
     from click.testing import CliRunner
 
     import budgetscope.auth as auth
-    from budgetscope.collector import command
+    from budgetscope.commands import collect as command
 
     def fake_is_loopback(host: str) -> bool:
         return False

@@ -40,7 +40,7 @@ def test_v1_needs_the_key_health_and_metrics_do_not(served):
 
 @pytest.mark.parametrize("how", ["env", "header"])
 def test_the_load_generator_sends_the_key(served, how, monkeypatch, tmp_path):
-    from budgetscope.loadgen.command import load
+    from budgetscope.commands.load import load
 
     url, _ = served
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -56,7 +56,7 @@ def test_the_load_generator_sends_the_key(served, how, monkeypatch, tmp_path):
 
 
 def test_without_the_key_the_load_generator_sees_401(served, monkeypatch):
-    from budgetscope.loadgen.command import load
+    from budgetscope.commands.load import load
 
     url, _ = served
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

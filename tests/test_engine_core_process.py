@@ -315,7 +315,7 @@ def test_the_api_process_never_imports_torch():
 def test_an_ingested_served_run_has_one_row_per_request_with_its_stages(tmp_path):
     """Streaming and not, completions and chat, through the engine process, to a jsonl file, then ingested."""
     pytest.importorskip("opentelemetry.sdk")
-    from budgetscope.archive.archive import Archive
+    from budgetscope.opener import Archive
     from budgetscope.engine.telemetry import Telemetry
     from budgetscope.ingest.files import read_batches
 

@@ -138,7 +138,7 @@ def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_nex
     from budgetscope.collector.writer import spooled
 
     archive = small_disk / "prod"
-    run = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+    run = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
     proc = subprocess.Popen([sys.executable, "-c", run, "--archive", str(archive), "--no-grpc", "--http-port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acked: list[list[dict]] = []

@@ -16,11 +16,7 @@ FORBIDDEN = {
     "analysis": ("cli", "commands"),  # the command line is a face on the analysis, never under it
 }
 """folder (or root module) → what it must not import (a subpackage or a root module, by its first name)."""
-EXCEPTIONS = {
-    ("budgetscope.archive.expire_command", "budgetscope.opener"):
-        "`budgetscope expire`, a command that opens a writer as every command does; it leaves archive/ for the "
-        "commands/ package",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 """(module, import) → why it may break a rule, for now."""
 
 

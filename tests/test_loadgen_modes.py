@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from budgetscope.loadgen import Arrivals, Distribution, Mix, Target, Workload, build_plan, run_load
-from budgetscope.loadgen.command import load
+from budgetscope.commands.load import load
 from budgetscope.loadgen.dataset import Dataset, DatasetPrompt, apply_dataset
 from budgetscope.loadgen.plan import build_closed_plan
 from budgetscope.loadgen.records_csv import columns

@@ -15,7 +15,7 @@ from budgetscope.instrument import client as C
 from budgetscope.instrument.traceparent import parse_traceparent
 from budgetscope.loadgen import (Arrivals, Distribution, LoadgenError, Mix, Plan, PlannedRequest, Target, Workload,
                                  build_plan, run_load)
-from budgetscope.loadgen.command import load
+from budgetscope.commands.load import load
 from budgetscope.stats import quantile_linear as quantile
 from budgetscope.loadgen.stub_server import StubServer
 
@@ -300,7 +300,7 @@ def test_the_command_module_stays_light():
     import subprocess
     import sys
 
-    code = ("import sys, budgetscope.loadgen.command; "
+    code = ("import sys, budgetscope.commands.load; "
             "print(sorted(m for m in ('torch', 'opentelemetry.sdk', 'asyncio', 'budgetscope.loadgen.runner') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from budgetscope.loadgen import Arrivals, Distribution, Workload, build_plan
-from budgetscope.loadgen.command import load
+from budgetscope.commands.load import load
 from budgetscope.loadgen.dataset import apply_dataset, read_dataset
 from budgetscope.loadgen.prompts import _WORDS, Prompts
 from budgetscope.loadgen.stub_server import StubServer

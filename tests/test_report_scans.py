@@ -11,7 +11,7 @@ import random
 import duckdb
 import pytest
 
-from budgetscope.analysis import attribution, contrast
+from budgetscope.analysis import attribution, contrast, selection
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import CLIENT_METRIC, STAGE_COLUMNS, build_report, pkey
 from budgetscope import schema
@@ -100,15 +100,15 @@ def _reference_attribution(con, tier: str, kind: str, with_client: bool, q: floa
         return None
     means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
     (n_tail,) = _one(con, f"SELECT count(*) FROM requests {base} AND {m} >= ?", [tier, tq])
-    if n_tail < attribution.MIN_TAIL:
+    if n_tail < selection.MIN_TAIL:
         *tail, size, tail_min = _one(con, f"SELECT {means}, count(*), min({m}) FROM (SELECT * FROM requests {base} "
-                                          f"ORDER BY {m} DESC LIMIT {attribution.MIN_TAIL})", [tier])
+                                          f"ORDER BY {m} DESC LIMIT {selection.MIN_TAIL})", [tier])
     else:
         *tail, size, tail_min = _one(con, f"SELECT {means}, count(*), min({m}) FROM requests {base} AND {m} >= ?",
                                      [tier, tq])
     *body, body_size = _one(con, f"SELECT {means}, count(*) FROM requests {base} AND {m} <= ?", [tier, med])
     seps = contrast.separators(con, base, [tier], m, tail_min, med)
-    return {"metric": m, "tail_size": size, "tail_widened": n_tail < attribution.MIN_TAIL, "body_size": body_size,
+    return {"metric": m, "tail_size": size, "tail_widened": n_tail < selection.MIN_TAIL, "body_size": body_size,
             "threshold_ms": tq, "median_ms": med, "tail_min_ms": tail_min,
             "tail_mean_ms": dict(zip(comps, tail)), "body_mean_ms": dict(zip(comps, body))}, seps
 

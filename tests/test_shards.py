@@ -20,7 +20,7 @@ from budgetscope.opener import Archive
 from budgetscope.archive.shards import ShardError, shard_path
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
-RUN_COLLECT = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 SHARDS = ("a", "b", "c")
 REQUESTS = "SELECT * FROM requests ORDER BY trace_id, server_span_id"
 

@@ -244,7 +244,7 @@ def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
     import subprocess
     import sys
 
-    run = "import sys; from budgetscope.collector.command import collect; collect(sys.argv[1:])"
+    run = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
     proc = subprocess.Popen([sys.executable, "-c", run, "--archive", str(tmp_path / "live"), "--grpc-port", "0",
                              "--http-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIN_TAIL = 10
 DOMINATED = 0.5
 
 TTFT_COMPONENTS = {  # stage → requests column, for TTFT (server figure; network added with client spans)

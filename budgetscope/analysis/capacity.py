@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from budgetscope.analysis.budgets import Budgets
-from budgetscope.analysis.report import build_report, pkey
+from budgetscope.analysis.budgets import Budgets, TierBudget
+from budgetscope.analysis.report import build_report, discovered_tiers, pkey
 
 RUN, STEP, REPEAT, RATE, DURATION = ("budgetscope.sweep.run", "budgetscope.sweep.step", "budgetscope.sweep.repeat",
                                      "budgetscope.sweep.rate_rps", "budgetscope.sweep.duration_s")
@@ -406,9 +406,6 @@ def analyze(con, budgets: Budgets | None, run: str | None = None, target_attainm
     capacity, knee and takeover. `{"run": None, ...}` with no steps when the archive holds no sweep. Without
     budgets, every tier found is analysed with none (it keeps them; attainment is then the share that ended ok)."""
     if budgets is None:
-        from budgetscope.analysis.budgets import TierBudget
-        from budgetscope.analysis.report import discovered_tiers
-
         budgets = Budgets(tuple(TierBudget(name=t) for t in discovered_tiers(con)))
     runs = sweep_runs(con)
     if run is None:

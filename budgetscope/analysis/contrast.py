@@ -8,6 +8,8 @@ moves the mix by several points, and a separator that is noise must not reach th
 
 from __future__ import annotations
 
+from budgetscope.analysis.selection import BODY, TAIL, split_class
+
 MIN_DISTANCE = 0.2
 
 REPLICA_SQL = "coalesce(service_instance_id, k8s_pod_name, host_name)"
@@ -56,10 +58,8 @@ def mixes_of_splits(con, dims: dict[str, str], source: str, where: str, params: 
     """`mixes` for several splits of the same rows, from one scan: split name → (metric, tail_min, median) →
     what `mixes` gives for `where` narrowed to the rows whose metric is neither NULL nor NaN.
 
-    The rows are counted by every dimension and every split's class (report.split_class) at once, and those
+    The rows are counted by every dimension and every split's class (selection.split_class) at once, and those
     counts (few: one per combination that occurs) are then summed up per dimension."""
-    from budgetscope.analysis.report import BODY, TAIL, split_class
-
     names, keys = list(dims), list(splits)
     ds = [f"d{i}" for i in range(len(names))]
     cs = [f"c{j}" for j in range(len(keys))]

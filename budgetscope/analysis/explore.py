@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from budgetscope.analysis import attribution, contrast
-from budgetscope.analysis.report import Selection
+from budgetscope.analysis import contrast
+from budgetscope.analysis.selection import Selection, ok_where, slowest, widened
 
 BATCH_BUCKETS = """CASE WHEN s_batch IS NULL THEN 'unknown' WHEN s_batch <= 1 THEN '1' WHEN s_batch <= 4 THEN '2-4'
     WHEN s_batch <= 8 THEN '5-8' WHEN s_batch <= 16 THEN '9-16' WHEN s_batch <= 32 THEN '17-32'
@@ -42,19 +42,18 @@ class Split:
 
 def split(con, sel: Selection, metric: str, q: float) -> Split | None:
     """The tail/body split of `metric` over the selection's ok requests; None when there are none."""
-    base = sel.where("outcome = 'ok'", f"{metric} IS NOT NULL", f"NOT isnan({metric})")
+    base = ok_where(sel, metric)
     n, tq, med = con.execute(f"SELECT count(*), quantile_cont({metric}, {float(q)}), quantile_cont({metric}, 0.5) "
                              f"FROM requests {base}", sel.params).fetchone()
     if not n:
         return None
     n_tail, tail_min = con.execute(f"SELECT count(*), min({metric}) FROM requests {base} AND {metric} >= ?",
                                    [*sel.params, tq]).fetchone()
-    widened = n_tail < attribution.MIN_TAIL
-    if widened:
-        n_tail, tail_min = con.execute(f"SELECT count(*), min(m) FROM (SELECT {metric} AS m FROM requests {base} "
-                                       f"ORDER BY m DESC LIMIT {attribution.MIN_TAIL})", sel.params).fetchone()
+    is_widened = widened(n_tail)
+    if is_widened:
+        n_tail, tail_min = slowest(con, sel, metric, f"count(*), min({metric})")
     (n_body,) = con.execute(f"SELECT count(*) FROM requests {base} AND {metric} <= ?", [*sel.params, med]).fetchone()
-    return Split(metric, n, tq, med, tail_min, n_tail, n_body, widened)
+    return Split(metric, n, tq, med, tail_min, n_tail, n_body, is_widened)
 
 
 def _has_engine_steps(con) -> bool:
@@ -68,7 +67,7 @@ def distributions(con, sel: Selection, sp: Split) -> list[dict]:
     dimension is left out when the archive has no engine steps."""
     dims = {k: v for k, v in DIMENSIONS.items() if k != "batch_size" or _has_engine_steps(con)}
     names = list(dims)
-    base = sel.where("outcome = 'ok'", f"{sp.metric} IS NOT NULL", f"NOT isnan({sp.metric})")
+    base = ok_where(sel, sp.metric)
     if "batch_size" in dims:
         source = f"""(SELECT r.*, s.batch_size AS s_batch FROM (SELECT * FROM requests {base}) r
                       ASOF LEFT JOIN (SELECT service_name AS s_service, start_ns AS s_start, batch_size FROM engine_steps) s

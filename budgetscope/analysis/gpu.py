@@ -19,7 +19,7 @@ tail is then called, from the data only (docs/gpu.md, "Classification"):
 
 from __future__ import annotations
 
-from budgetscope.analysis.report import Selection
+from budgetscope.analysis.selection import Selection, ok_where
 from budgetscope.instrument.gpu import (DRAM_BANDWIDTH, GPU_UTILIZATION, HBM_LIMIT, HBM_USED, MEMORY_ACTIVITY,
                                        PEAK_BANDWIDTH)
 
@@ -149,7 +149,7 @@ def tail_gpu(con, sel: Selection, entry: dict) -> dict:
     if a is None or a["shares"] is None:
         return {"classification": "unknown", "reason": "no E2E tail to examine", "decode_dominated": None}
     metric = a["metric"]
-    base = sel.where("outcome = 'ok'", f"{metric} IS NOT NULL", f"NOT isnan({metric})")
+    base = ok_where(sel, metric)
     tail = interval_figures(con, _INTERVALS.format(where=base) + f" AND {metric} >= ?", [*sel.params, a["tail_min_ms"]])
     body = interval_figures(con, _INTERVALS.format(where=base) + f" AND {metric} <= ?", [*sel.params, a["median_ms"]])
     dominated = a["top"][0] == "decode"

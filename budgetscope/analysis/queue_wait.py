@@ -21,7 +21,7 @@ older `vllm:gpu_cache_usage_perc`, SGLang `sglang:token_usage`) answers `kv_bloc
 from __future__ import annotations
 
 from budgetscope.analysis.gpu import KV_FULL
-from budgetscope.analysis.report import Selection
+from budgetscope.analysis.selection import Selection, ok_where
 from budgetscope.analysis.verdict import ms
 
 BOUND_SHARE = 0.5  # share of the overlapping steps at a limit for that limit to be what the queue waited on
@@ -117,7 +117,7 @@ def tail_queue_wait(con, sel: Selection, entry: dict) -> dict | None:
     a = (entry.get("attribution") or {}).get("ttft")
     if a is None or a["shares"] is None or a["top"][0] != "queue":
         return None
-    where = sel.where("outcome = 'ok'", f"{a['metric']} IS NOT NULL", f"NOT isnan({a['metric']})")
+    where = ok_where(sel, a["metric"])
     intervals = _INTERVALS.format(where=where) + f" AND {a['metric']} >= ?"
     params = [*sel.params, a["tail_min_ms"]]
     f = step_figures(con, intervals, params)

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from budgetscope.analysis import attribution, contrast, coverage
 from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
+from budgetscope.analysis.gpu import tail_gpu
+from budgetscope.analysis.queue_wait import tail_queue_wait
+from budgetscope.analysis.selection import (BODY, FILTER_COLUMNS, TAIL, Selection, slowest, split_class,
+                                           widened)
 from budgetscope.analysis.verdict import verdict
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
@@ -26,41 +30,6 @@ STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT s
 def pkey(p: float) -> str:
     """99.0 → "p99", 99.9 → "p99.9"."""
     return f"p{p:g}"
-
-
-FILTER_COLUMNS = ("tier", "model", "tenant", "service_name")
-"""Columns a report (and the dashboard) may be narrowed by, besides the time range."""
-
-
-class Selection:
-    """The requests of one tier (and optional time range and filters), as a SQL WHERE clause with its parameters.
-
-    `extra` narrows further: column (one of FILTER_COLUMNS) → a value or a list of values, None meaning NULL.
-    """
-
-    def __init__(self, filters: dict[str, str], since_ns: int | None = None, until_ns: int | None = None,
-                 extra: dict | None = None):
-        self.clauses = [f"{col} = ?" for col in filters]
-        self.params: list = list(filters.values())
-        for col, want in (extra or {}).items():
-            if col not in FILTER_COLUMNS:
-                raise ValueError(f"cannot filter requests by {col!r} (expected one of: {', '.join(FILTER_COLUMNS)})")
-            values = [want] if want is None or isinstance(want, str) else list(want)
-            named = [v for v in values if v is not None]
-            alts = [f"{col} IN ({', '.join('?' * len(named))})"] if named else []
-            alts += [f"{col} IS NULL"] if None in values else []
-            self.clauses.append("(" + " OR ".join(alts) + ")" if alts else "false")
-            self.params.extend(named)
-        if since_ns is not None:
-            self.clauses.append("arrival_ns >= ?")
-            self.params.append(since_ns)
-        if until_ns is not None:
-            self.clauses.append("arrival_ns < ?")
-            self.params.append(until_ns)
-
-    def where(self, *extra: str) -> str:
-        parts = self.clauses + list(extra)
-        return "WHERE " + " AND ".join(parts) if parts else ""
 
 
 def _rows(con, sql: str, params) -> list[tuple]:
@@ -179,18 +148,6 @@ def _quantiles(con, sel: Selection, groups: list[tuple[dict[str, str], list[floa
     return out, bounds
 
 
-TAIL, BODY = (1, 3), (2, 3)
-"""Classes of `split_class`: 1 tail, 2 body, 3 both (a quantile at or under the median), 0 neither."""
-
-
-def split_class(metric: str, tail_from: str, body_to: str) -> str:
-    """SQL: the class (TAIL, BODY) of a request by its metric; NULL when the metric is NULL or NaN. Grouping by
-    classes is how the tail and body of several splits come out of one scan without FILTER clauses."""
-    return (f"CASE WHEN {metric} IS NULL OR isnan({metric}) THEN NULL "
-            f"WHEN {metric} >= {tail_from} AND {metric} <= {body_to} THEN 3 "
-            f"WHEN {metric} >= {tail_from} THEN 1 WHEN {metric} <= {body_to} THEN 2 ELSE 0 END")
-
-
 def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict) -> dict:
     """kind → the attribution of its tail (None without requests): tail T = metric ≥ its quantile (the MIN_TAIL
     slowest when that is fewer), body B = metric ≤ its median. Every kind's T and B from one scan, grouped by
@@ -219,13 +176,10 @@ def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict
         cols = range(at, at + len(comps))
         at += len(comps)
         n_tail, n_body = sum(r[k] for r in tail), sum(r[k] for r in body)
-        widened = n_tail < attribution.MIN_TAIL
-        if widened:
+        is_widened = widened(n_tail)
+        if is_widened:
             means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
-            base = sel.where("outcome = 'ok'", f"{metric} IS NOT NULL", f"NOT isnan({metric})")
-            (*tail_vals, tail_size, tail_min), = _rows(
-                con, f"SELECT {means}, count(*), min({metric}) FROM (SELECT * FROM requests {base} "
-                     f"ORDER BY {metric} DESC LIMIT {attribution.MIN_TAIL})", sel.params)
+            *tail_vals, tail_size, tail_min = slowest(con, sel, metric, f"{means}, count(*), min({metric})")
         else:
             tail_vals = [sum(r[i] for r in tail) / n_tail for i in cols]
             tail_size, tail_min = n_tail, min(r[k + 1 + j] for r in tail)
@@ -234,7 +188,7 @@ def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict
         body_mean = dict(zip(comps, body_vals))
         sh = attribution.shares(tail_mean, body_mean)
         out[kind] = {
-            "metric": metric, "tail_size": tail_size, "tail_widened": widened, "body_size": n_body,
+            "metric": metric, "tail_size": tail_size, "tail_widened": is_widened, "body_size": n_body,
             "threshold_ms": tq, "median_ms": med, "tail_min_ms": tail_min,
             "shares": sh.shares, "dominant": sh.dominant, "verdict": sh.verdict, "top": sh.top,
             "tail_mean_ms": tail_mean, "body_mean_ms": body_mean,
@@ -288,9 +242,6 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
     if splits:
         found = contrast.separators_of_splits(con, sel.where("outcome = 'ok'"), sel.params, splits)
         entry["contrast"] = {kind: found[kind] for kind in ("ttft", "e2e") if kind in found}
-    from budgetscope.analysis.gpu import tail_gpu
-    from budgetscope.analysis.queue_wait import tail_queue_wait
-
     entry["gpu"] = tail_gpu(con, sel, entry) if counts["ok"] else None
     entry["queue_wait"] = tail_queue_wait(con, sel, entry) if counts["ok"] else None
     entry["breaches"] = breaches(entry)
@@ -364,10 +315,8 @@ def tier_selected(tb: TierBudget, filters: dict | None) -> bool:
 
 
 def _tier_reports(con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, filters) -> list[dict]:
-    """`tier_report` of each (tier, budgeted), in order. Tiers are independent, and much of a tier's time is
-    spent where DuckDB runs on one thread (a quantile's selection over the tier's values): several tiers run
-    at once, each on its own cursor, as many as DuckDB has threads (1M requests in two tiers, two cores:
-    0.74 -> 0.61 s on a folder, 0.59 -> 0.38 s on a single file)."""
+    """`tier_report` of each (tier, budgeted), in order; several tiers at once, each on its own cursor, as many as
+    DuckDB has threads (docs/benchmarks.md, "Tiers in parallel")."""
     def one(c, tb: TierBudget, budgeted: bool) -> dict:
         return tier_report(c, tb, since_ns, until_ns, budgeted=budgeted, filters=filters)
 

@@ -7,7 +7,7 @@ segments are shown as measured (see docs/metrics.md).
 
 from __future__ import annotations
 
-from budgetscope.analysis.report import Selection
+from budgetscope.analysis.selection import Selection, ok_where
 
 REQUEST_COLUMNS = ("request_id", "trace_id", "source", "service_name", "model", "tier", "tenant", "outcome",
                    "server_span_id", "client_span_id", "arrival_ns", "first_token_ns", "end_ns", "client_sent_ns",
@@ -28,7 +28,7 @@ def slowest_requests(con, sel: Selection, column: str = "e2e_ms", limit: int = 5
     """(request_id, value) of the slowest ok requests of a selection by `column` (a `requests` column)."""
     if column not in REQUEST_COLUMNS:
         raise ValueError(f"cannot rank by {column!r}")
-    where = sel.where("outcome = 'ok'", f"{column} IS NOT NULL", f"NOT isnan({column})")
+    where = ok_where(sel, column)
     return con.execute(f"SELECT request_id, {column} FROM requests {where} ORDER BY {column} DESC LIMIT {int(limit)}",
                        sel.params).fetchall()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from budgetscope.analysis.budgets import TierBudget
-from budgetscope.analysis.report import Selection
+from budgetscope.analysis.selection import Selection
 
 NICE_BUCKETS_NS = [int(x * 1e9) for x in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
                                            3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400)]

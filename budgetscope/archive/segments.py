@@ -14,18 +14,16 @@ from pathlib import Path
 from budgetscope.archive.manifest import HOUR_NS, TIME_COLUMN, TMP_DIR, Segment, fsync_dir, partition_dir
 
 PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 122880"
-"""zstd level 1: for 1.05M spans, 30 MB in 0.63 s, against 32 MB in 0.82 s at DuckDB's default level 3 (snappy:
-54 MB in 0.75 s); measured on the benchmark's file."""
+"""How every segment is written: zstd level 1 (docs/benchmarks.md, "PARQUET_OPTIONS")."""
 
 PARTITIONED_FROM = 5
 """Rows of up to this many hours are written one COPY an hour (each runs on every core); more, by one COPY
 with PARTITION_BY (which writes its partitions one at a time)."""
 
 ORDER = {"requests": "tier, arrival_ns"}
-"""The order rows of these tables are written in (whoever writes them: a commit, compaction, convert). A report
-reads one tier at a time: sorted by tier, a tier's rows fill row groups of their own, which the others skip by
-their statistics (a report over 1M requests in two tiers: 0.85 -> 0.72 s), and within a tier by time, so that
-a window skips the rest of the hour. PARTITION_BY does not keep an order, so these tables never use it."""
+"""The order rows of these tables are written in (whoever writes them: a commit, compaction, convert): a report
+reads one tier, then one window, at a time (docs/benchmarks.md, "ORDER"). PARTITION_BY does not keep an order, so
+these tables never use it."""
 
 
 def write(con, root: Path, table: str, select_sql: str, seq: int, level: int = 0) -> list[tuple[Path, Segment]]:

@@ -1,5 +1,5 @@
 """The OTLP collector: gRPC and HTTP receivers, a byte-bounded queue, and the one writer thread that lands
-groups of export requests in a `budgetscope.archive.Archive`. `budgetscope collect` is `command.collect`.
+groups of export requests in a `budgetscope.archive.Archive`. `budgetscope collect` is `budgetscope.commands.collect`.
 
     from budgetscope.collector import Collector
 """

@@ -210,7 +210,7 @@ class Nvml:
         if HBM_USED not in g.broken:
             try:
                 mem = nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - NVMLError and kin: unknown from now on, never zero
                 g.broken |= {HBM_USED, HBM_LIMIT}
                 log.info("GPU %d: HBM use unknown from now on (%s)", g.index, _why(nv, e))
         if mem is not None:
@@ -219,7 +219,7 @@ class Nvml:
         if GPU_UTILIZATION not in g.broken:  # one call gives both, over NVML's own sample period
             try:
                 u, ts = nv.nvmlDeviceGetUtilizationRates(h), now_ns()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - NVMLError and kin: unknown from now on, never zero
                 g.broken |= {GPU_UTILIZATION, MEMORY_ACTIVITY}
                 log.info("GPU %d: utilization unknown from now on (%s)", g.index, _why(nv, e))
             else:
@@ -257,7 +257,7 @@ class Nvml:
             mg.metrics[0].metricId = nv.NVML_GPM_METRIC_DRAM_BW_UTIL
             mg.metrics[1].metricId = nv.NVML_GPM_METRIC_SM_OCCUPANCY
             nv.nvmlGpmMetricsGet(mg)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - GPM unsupported or failing: bandwidth unknown, the rest goes on
             g.has_gpm = False
             log.info("GPU %d: GPM stopped (%s): DRAM bandwidth unknown from now on", g.index, _why(nv, e))
             return []

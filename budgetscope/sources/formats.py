@@ -25,6 +25,11 @@ NAMES = {
 """Each recognised format → how a message names it. All but `otlp` and `aiperf-raw` (read with the
 `profile_export.jsonl` beside it) are `budgetscope import --from` kinds."""
 
+IMPORT_KINDS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus")
+"""The kinds `budgetscope import --from` takes (sources/import_files.py)."""
+JOINED = ("aiperf", "guidellm")
+"""Kinds whose records carry the server's request id: joined to its server spans (sources/joins.py)."""
+
 
 def recognise(path: str | Path) -> str | None:
     """The format of the file at `path` (a key of NAMES), or None when it is none of them (or unreadable)."""

@@ -36,7 +36,7 @@ SPLIT_VIEWS = ("bs_split_traces", "bs_split_spans")
 class Segments(ArchiveReader):
     """The segments an `ArchiveReader` of `path` would read (no DuckDB connection, no views)."""
 
-    def __init__(self, path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: D107
+    def __init__(self, path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: D107 - the class says it
         from budgetscope.archive.archive import is_single_file
 
         self.path = Path(path)
@@ -140,7 +140,7 @@ class SparkArchive:
                                                                        "CREATE OR REPLACE TEMPORARY VIEW")))
         except ArchiveError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
             raise SparkError(f"Spark cannot read {self.path}: {one_line(e)}") from None
 
     def files(self, table: str) -> list[Path]:

@@ -1,4 +1,4 @@
-"""`budgetscope derive`: re-derive `requests` from an archive's `spans` segments, on DuckDB or on Spark, into a
+"""What `budgetscope derive` runs: re-derive `requests` from an archive's `spans` segments, on DuckDB or on Spark, into a
 new folder of Parquet files (the archive itself is never written).
 
     budgetscope derive --archive fleet/ --out requests-rederived/ --engine spark --spark-master spark://head:7077
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import click
 
 from budgetscope.archive.errors import ArchiveError
 
@@ -64,29 +62,5 @@ def derive_spark(archive: str | os.PathLike, out: str | os.PathLike, master: str
         try:
             df.write.mode("errorifexists").parquet(str(dest))
             return a.spark.read.parquet(str(dest)).count()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - py4j, pyspark and JVM errors alike: one line
             raise SparkError(f"Spark: {one_line(e)}") from None
-
-
-@click.command()
-@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder or sharded root.")
-@click.option("--out", "-o", required=True, type=click.Path(), help="New folder for the derived requests (Parquet).")
-@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True)
-@click.option("--spark-master", metavar="URL", help="Spark master for --engine spark (default local[2]).")
-def derive(archive: str, out: str, engine: str, spark_master: str | None) -> None:
-    """Re-derive `requests` from the archive's spans into a new folder of Parquet (the archive is only read).
-
-    The same derivation as ingest and collect, on DuckDB here or on Spark (transpiled): the same rows.
-
-    \b
-      budgetscope derive -a fleet/ -o rederived/ --engine spark --spark-master spark://head:7077
-    """
-    from budgetscope.cli import UsageError
-
-    if spark_master and engine != "spark":
-        raise UsageError("--spark-master needs --engine spark")
-    try:
-        n = derive_spark(archive, out, spark_master) if engine == "spark" else derive_duckdb(archive, out)
-    except ArchiveError as e:
-        raise UsageError(str(e)) from None
-    click.echo(f"{out}: {n:,} requests derived from the spans of {archive} ({engine})")

@@ -28,9 +28,7 @@ What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
 
 Why SQLGlot and not Ibis: with SQLGlot the report's SQL in `budgetscope.analysis` stays the one copy and runs on
 DuckDB untouched; Ibis would have meant rewriting every query as Ibis expressions (a second formulation, and
-DuckDB's path would change too). The cost, measured: transpiling the 11 statements of a two-tier report takes
-~0.19 s (0.28 s for the whole `requests` derivation), against 13 s (DuckDB) and 585 s (Spark local[2]) to run
-them over 10M requests (docs/benchmarks.md, "Fleet scale").
+DuckDB's path would change too). What transpiling costs: docs/benchmarks.md, "Transpiling".
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
-"""`budgetscope load`: the CLI face of the load generator (registered in budgetscope/cli.py)."""
+"""`budgetscope load`: the CLI face of the load generator (registered in budgetscope/commands/)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import click
 
+from budgetscope.commands.options import UsageError, format_option
 from budgetscope.loadgen.errors import LoadgenError
-
-DEADLINE_HEADER = "x-budgetscope-deadline-ms"
-"""The reference engine's deadline header (budgetscope.engine.protocol; loadgen imports nothing of the engine)."""
-
-
-class _InputError(click.ClickException):
-    """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
 
 
 class _Progress:
@@ -48,8 +36,10 @@ class _Progress:
 @click.option("--arrivals", default="poisson", show_default=True, help="poisson | gamma:cv=C | constant.")
 @click.option("--requests", "num_requests", type=int, help="Number of requests in the plan.")
 @click.option("--duration", type=float, help="Plan length in seconds (arrivals due before it).")
-@click.option("--replay", type=click.Path(), help="Replay a JSON-lines trace (timestamp/offset, lengths, tier, tenant).")
-@click.option("--time-scale", type=float, default=1.0, show_default=True, help="Replay speed-up factor.")
+@click.option("--replay", type=click.Path(),
+              help="Replay a JSON-lines trace (timestamp/offset, lengths, tier, tenant).")
+@click.option("--time-scale", type=float, default=1.0, show_default=True,
+              help="Replay speed-up factor.")
 @click.option("--prompt-tokens", default="128", show_default=True,
               help="Prompt length: N | uniform:LO,HI | lognormal:median=M,sigma=S[,max=B].")
 @click.option("--output-tokens", default="64", show_default=True, help="max_tokens, same forms as --prompt-tokens.")
@@ -90,13 +80,15 @@ class _Progress:
               help="Extra request header 'Name: value' (repeatable). OPENAI_API_KEY, when set, is sent as "
                    "'Authorization: Bearer …' unless a header gives Authorization.")
 @click.option("--spans", help="Client span exporter: otlp | jsonl:<path> | console | none "
-                              "(default: OTEL_TRACES_EXPORTER; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else none).")
-@click.option("--service-name", default="budgetscope-loadgen", show_default=True, help="service.name of client spans.")
+                              "(default: OTEL_TRACES_EXPORTER; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, "
+                              "else none).")
+@click.option("--service-name", default="budgetscope-loadgen", show_default=True,
+              help="service.name of client spans.")
 @click.option("--out", "out_path", type=click.Path(), help="Write per-request records and the summary as JSON, or "
                                                            "the records as CSV when the name ends in .csv.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="On stdout: the summary (table; json, which also has vllm bench's flat keys mean_ttft_ms, "
-                   "p99_tpot_ms, ...) or one CSV row a request (csv).")
+@format_option("table", "json", "csv",
+               help="On stdout: the summary (table; json, which also has vllm bench's flat keys mean_ttft_ms, "
+                    "p99_tpot_ms, ...) or one CSV row a request (csv).")
 @click.option("--dry-run", is_flag=True, help="Draw the plan, print what it holds, send nothing.")
 def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt_tokens, output_tokens, tiers,
          tenants, shared_prefix, prompt_format, tokenizer, dataset, api, model, concurrency, warmup, honour_retry_after,
@@ -125,8 +117,8 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     from budgetscope.extras import MissingExtra
     from budgetscope.instrument.client import ClientTracer
     from budgetscope.instrument.process_exit import Terminated
-    from budgetscope.loadgen import (Arrivals, Distribution, Mix, Prompts, SharedPrefix, Target, Workload,
-                                     build_plan, read_replay, run_load)
+    from budgetscope.loadgen import Distribution, Mix, Prompts, SharedPrefix, Target, Workload, run_load
+    from budgetscope.loadgen.options import check_out_path, load_plan, plan_lines, request_headers, write_out
     from budgetscope.loadgen.warmup import Warmup
 
     try:
@@ -135,42 +127,20 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
             from budgetscope.loadgen.tokenizer import TargetTokenizer
 
             tok = TargetTokenizer(tokenizer)
-        if dataset and (replay or shared_prefix):
-            raise LoadgenError("--dataset gives the prompts; drop --replay/--shared-prefix")
         workload = Workload(Distribution.parse(prompt_tokens), Distribution.parse(output_tokens), Mix.parse(tiers),
                             Mix.parse(tenants), SharedPrefix.parse(shared_prefix))
-        if replay:
-            if rate is not None or num_requests is not None or duration is not None:
-                raise LoadgenError("--replay takes its times from the file; drop --rate/--requests/--duration")
-            plan = read_replay(replay, workload, seed=seed, time_scale=time_scale)
-        elif rate is None and concurrency is not None:
-            plan = _closed_plan(workload, concurrency, seed, num_requests, duration, arrivals)
-        else:
-            if rate is None:
-                raise LoadgenError("give --rate (requests/s), --concurrency N (closed loop) or --replay FILE")
-            if (num_requests is None) == (duration is None):
-                raise LoadgenError("give exactly one of --requests or --duration")
-            plan = build_plan(Arrivals.parse(arrivals, rate), workload, seed=seed, num_requests=num_requests,
-                              duration_s=duration)
-        if dataset:
-            from budgetscope.loadgen.dataset import apply_dataset, read_dataset
-
-            plan = apply_dataset(plan, read_dataset(dataset, tok))
+        plan = load_plan(workload, rate=rate, arrivals=arrivals, num_requests=num_requests, duration_s=duration,
+                         replay=replay, time_scale=time_scale, concurrency=concurrency, seed=seed, dataset=dataset,
+                         tokenizer=tok)
         warm = Warmup.parse(warmup)
-        if out_path and not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
-            raise LoadgenError(f"--out {out_path}: its folder does not exist")
-        extra_headers = dict(_header(h) for h in headers)
-        api_key = os.environ.get("OPENAI_API_KEY", "").strip()
-        if api_key and not any(k.lower() == "authorization" for k in extra_headers):
-            extra_headers["Authorization"] = f"Bearer {api_key}"
-        if send_deadline and not any(k.lower() == DEADLINE_HEADER for k in extra_headers):
-            extra_headers[DEADLINE_HEADER] = str(int(timeout * 1000))
+        check_out_path(out_path)
         target = Target(url, api=api, model=model, ignore_eos=ignore_eos, body_hints=body_hints,
-                        headers=extra_headers, stream=stream)
+                        headers=request_headers(headers, send_deadline=send_deadline, timeout_s=timeout),
+                        stream=stream)
         if prompt_format == "token-ids" and target.api == "chat":
             raise LoadgenError("--prompt-format token-ids needs the completions API")
         if dry_run:
-            _print_plan(plan)
+            click.echo("\n".join(plan_lines(plan)))
             return
         tracer = ClientTracer(service_name=service_name, exporter=spans)
         try:
@@ -180,7 +150,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
             raise
         target.model = model or probed
     except (LoadgenError, ValueError, TypeError, ImportError, MissingExtra) as err:
-        raise _InputError(str(err)) from None
+        raise UsageError(str(err)) from None
     size = f"{duration:g} s" if plan.more is not None else f"{len(plan)} requests"
     click.echo(f"budgetscope load: {size} to {target.url} - {plan.description}", err=True)
     progress = _Progress(len(plan))
@@ -191,7 +161,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
                           on_progress=progress if progress.enabled else None, warmup=warm,
                           duration_s=duration if plan.is_closed_loop else None, honour_retry_after=honour_retry_after)
     except LoadgenError as err:
-        raise _InputError(str(err)) from None
+        raise UsageError(str(err)) from None
     except Terminated:  # SIGTERM: the handler exported the spans of every finished request
         click.echo("budgetscope load: stopped by SIGTERM", err=True)
         return
@@ -201,7 +171,7 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     if tracer.dropped_requests:
         click.echo(f"budgetscope: {tracer.dropped_requests} client spans dropped (export queue full)", err=True)
     if out_path:
-        _write_out(result, out_path)
+        write_out(result, out_path)
     if fmt == "csv":
         from budgetscope.loadgen.records_csv import write_csv
 
@@ -211,57 +181,3 @@ def load(url, rate, arrivals, num_requests, duration, replay, time_scale, prompt
     else:
         click.echo(result.table())
 
-
-def _closed_plan(workload, concurrency: int, seed: int, num_requests: int | None, duration: float | None,
-                 arrivals: str):
-    """The closed-loop plan of `load --concurrency N` without --rate: --requests and/or --duration end it."""
-    from budgetscope.loadgen.plan import build_closed_plan
-
-    if concurrency < 1:
-        raise LoadgenError(f"--concurrency must be >= 1, got {concurrency}")
-    if num_requests is None and duration is None:
-        raise LoadgenError("a closed loop needs --requests N or --duration S (or both)")
-    if arrivals != "poisson":
-        raise LoadgenError("--arrivals shapes an open loop; give --rate with it, or drop it for a closed loop")
-    return build_closed_plan(workload, concurrency, seed=seed, num_requests=num_requests)
-
-
-def _write_out(result, path: str) -> None:
-    """--out: CSV records when the name ends in .csv, else the JSON of records and summary."""
-    if path.lower().endswith(".csv"):
-        from budgetscope.loadgen.records_csv import write_csv
-
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            write_csv(result, f)
-    else:
-        result.write_json(path)
-
-
-def _header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise LoadgenError(f"bad header {text!r}; use 'Name: value'")
-    return name.strip(), value.strip()
-
-
-def _print_plan(plan) -> None:
-    import collections
-
-    reqs = plan.requests
-    tiers = collections.Counter(r.tier or "default" for r in reqs)
-    prompt = sorted(r.prompt_tokens for r in reqs)
-    output = sorted(r.output_tokens for r in reqs)
-    click.echo(f"plan: {plan.description}")
-    if plan.is_closed_loop:  # no due times: the run's pace is the server's
-        size = "drawn as the run goes, until --duration" if plan.more is not None else f"{len(reqs)}"
-        click.echo(f"requests {size}, {plan.meta['concurrency']} in flight, seed {plan.seed}")
-    else:
-        click.echo(f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), "
-                   f"seed {plan.seed}")
-    if reqs:
-        click.echo(f"prompt tokens p50 {prompt[len(prompt) // 2]} max {prompt[-1]}; "
-                   f"output tokens p50 {output[len(output) // 2]} max {output[-1]}")
-    click.echo("tiers " + ", ".join(f"{k} {v}" for k, v in tiers.most_common()))
-    shared = sum(r.prefix_id >= 0 for r in reqs)
-    if shared:
-        click.echo(f"shared prefix on {shared} requests")

@@ -13,13 +13,8 @@ from pathlib import Path
 import click
 
 from budgetscope.archive.errors import ArchiveError
-
-
-class _Fail(click.ClickException):
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
+from budgetscope.archive.retention import Expired
+from budgetscope.commands.options import UsageError, format_option
 
 
 def _roots(archive: str) -> list[Path]:
@@ -51,12 +46,10 @@ def _free(roots: list[Path]) -> None:
             raise ArchiveError(f"{e}; a running collector expires with `collect --retention`") from None
 
 
-def _expire_once(root: Path, keep_ns: int) -> "Expired":
+def _expire_once(root: Path, keep_ns: int) -> Expired:
     """Open the archive's writer with the retention: its compactor expires as the writer opens (after it landed
     what a collector left in the spool)."""
-    from budgetscope.archive.retention import Expired
-    # A command, not the store: it opens a writer as every command does (it moves to the commands/ package).
-    from budgetscope.opener import Archive
+    from budgetscope.opener import Archive  # the opener imports ingest/ and derive/: only when expiring
 
     w = Archive(root, create=False, retention_ns=keep_ns)
     compactor = w.compactor
@@ -77,7 +70,7 @@ def _expire_once(root: Path, keep_ns: int) -> "Expired":
 @click.option("--dry-run", is_flag=True, help="Say what would be dropped; change nothing.")
 @click.option("--no-wait", is_flag=True, help="Do not wait the readers' grace to delete the files (the archive's "
               "next writer, or `expire` run, deletes them).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option("table", "json")
 def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str) -> None:
     """Drop the hour partitions of ARCHIVE older than --retention, in one commit per archive (or shard).
 
@@ -92,7 +85,7 @@ def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str)
       budgetscope expire --archive /shared/fleet/ --retention 14d      # every shard
     """
     from budgetscope.archive import manifest as mf
-    from budgetscope.archive.retention import Expired, due, parse_retention
+    from budgetscope.archive.retention import due, parse_retention
 
     try:
         keep_ns = parse_retention(retention)
@@ -116,13 +109,13 @@ def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str)
                 for r in roots:  # a writer's compactor deletes the retired files whose grace has passed
                     _expire_once(r, keep_ns)
     except (ArchiveError, ValueError) as e:
-        raise _Fail(str(e)) from None
+        raise UsageError(str(e)) from None
     except Exception as e:
         from budgetscope.archive.errors import write_failure
 
         if (line := write_failure(e, archive)) is None:
             raise
-        raise _Fail(line) from None
+        raise UsageError(line) from None
     if fmt == "json":
         click.echo(json.dumps({"dry_run": dry_run, "archives": {
             r: {"segments": e.segments, "rows": e.rows or {}, "bytes": e.bytes, "before_ns": e.before_ns}

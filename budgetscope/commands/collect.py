@@ -10,20 +10,12 @@ import threading
 
 import click
 
-TOKEN_ENV = "BUDGETSCOPE_COLLECT_TOKEN"
-
-
-class _StartError(click.ClickException):
-    """Cannot start: one line on stderr, exit status 2, no traceback (as the rest of the CLI)."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
+from budgetscope.collector.options import TOKEN_ENV
+from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option
 
 
 @click.command()
-@click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file.")
+@NEW_ARCHIVE
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address both receivers listen on (0.0.0.0 for every interface: set a token and TLS; without "
                    "a token it warns).")
@@ -59,22 +51,22 @@ class _StartError(click.ClickException):
               "archive for every later writer. Default: as the archive has it (60 s when never set).")
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="The summary at exit: a line, or one JSON document on stdout (the banner then goes to stderr).")
+@format_option("table", "json",
+               help="The summary at exit: a line, or one JSON document on stdout (the banner then goes to stderr).")
 def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool, shard: str | None,
             max_pending_mb: float, max_message_mb: float, linger_ms: float, max_connections: int,
             tls_cert: str | None, tls_key: str | None, auth_token_file: str | None, retention: str | None,
             reader_grace: str | None, no_metrics: bool, verbose: bool, fmt: str) -> None:
     """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
-    Each export is answered success only once it is safe on disk (and known to be good); the `requests` rows of
-    the traces it touched are derived and published within about a second (and always before the collector
-    exits). Metrics
-    land as GPU samples in `gpu_samples`. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when too many bytes are pending
-    the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or SIGTERM) stops accepting,
-    lands everything already accepted, prints a summary and exits (stopped while the disk is full, it says how
-    many acknowledged batches wait in the spool for the next writer). GET /metrics on the HTTP port serves the
-    collector's own figures (received, landed, rejected, refused, pending bytes, commit lag) in Prometheus text.
+    Each export is answered success only once it is safe on disk (and known to be good); the `requests` rows of the
+    traces it touched are derived and published within about a second (and always before the collector exits).
+    Metrics land as GPU samples in `gpu_samples`. Bad payloads get 400 / INVALID_ARGUMENT and change nothing; when
+    too many bytes are pending the collector answers 429 / RESOURCE_EXHAUSTED with a retry delay. Ctrl-C (or
+    SIGTERM) stops accepting, lands everything already accepted, prints a summary and exits (stopped while the disk
+    is full, it says how many acknowledged batches wait in the spool for the next writer). GET /metrics on the HTTP
+    port serves the collector's own figures (received, landed, rejected, refused, pending bytes, commit lag) in
+    Prometheus text.
 
     Beyond this machine (--host 0.0.0.0): --tls-cert/--tls-key and a bearer token (--auth-token-file, or
     $BUDGETSCOPE_COLLECT_TOKEN), which OTLP exporters send with
@@ -90,40 +82,29 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
       budgetscope collect --archive /shared/prod/ --shard "$(hostname)"  # one of several shards
       budgetscope collect --archive prod/ --host 0.0.0.0 --tls-cert c.pem --tls-key k.pem --auth-token-file t
     """
-    from budgetscope.archive.shards import ShardError, shard_path
-    from budgetscope.auth import exposure_warning, read_token
+    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.auth import exposure_warning
     from budgetscope.collector import Collector, CollectorError
+    from budgetscope.collector.options import check
 
     _log_to_stderr(verbose)
-    if shard is not None:
-        try:
-            archive = str(shard_path(archive, shard))
-        except ShardError as e:
-            raise _StartError(str(e)) from None
     try:
-        token = read_token(auth_token_file, TOKEN_ENV)
-        from budgetscope.archive.archive import is_single_file
-        from budgetscope.archive.retention import parse_grace, parse_retention
-
-        retention_ns = None if retention is None else parse_retention(retention)
-        reader_grace_s = None if reader_grace is None else parse_grace(reader_grace)
-        for given, flag in ((retention, "--retention"), (reader_grace, "--reader-grace")):
-            if given is not None and is_single_file(archive):
-                raise ValueError(f"{archive}: {flag} applies to folder archives (convert this one with "
-                                 "`budgetscope convert`)")
-    except ValueError as e:
-        raise _StartError(str(e)) from None
+        opts = check(archive, shard=shard, auth_token_file=auth_token_file, retention=retention,
+                     reader_grace=reader_grace)
+    except (ValueError, ArchiveError) as e:
+        raise UsageError(str(e)) from None
     try:
-        collector = Collector(archive, host=host, grpc_port=None if no_grpc else grpc_port,
+        collector = Collector(opts.archive, host=host, grpc_port=None if no_grpc else grpc_port,
                               http_port=None if no_http else http_port,
                               max_pending_bytes=int(max_pending_mb * (1 << 20)),
                               max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000,
                               metrics=not no_metrics, max_connections=max_connections, tls_cert=tls_cert,
-                              tls_key=tls_key, auth_token=token, retention_ns=retention_ns,
-                              reader_grace_s=reader_grace_s)
+                              tls_key=tls_key, auth_token=opts.token, retention_ns=opts.retention_ns,
+                              reader_grace_s=opts.reader_grace_s)
         collector.start()
     except CollectorError as e:
-        raise _StartError(str(e)) from None
+        raise UsageError(str(e)) from None
+    archive, token = opts.archive, opts.token
     if warning := exposure_warning(host, token is not None, tls_cert is not None,
                                    f"set --auth-token-file or ${TOKEN_ENV}, and --tls-cert/--tls-key"):
         click.echo(f"budgetscope collect: {warning}", err=True)
@@ -241,15 +222,15 @@ def collect_router(shards: tuple[str, ...], host: str, port: int, connections: i
     from budgetscope.collector.router import TraceRouter
 
     if not shards:
-        raise _StartError("give at least one --shard http://HOST:PORT")
+        raise UsageError("give at least one --shard http://HOST:PORT")
     try:
         router = TraceRouter(list(shards), host, port, connections=connections,
                              max_pending_bytes=int(max_pending_mb * (1 << 20)),
                              max_message_bytes=int(max_message_mb * (1 << 20)))
     except ValueError as e:
-        raise _StartError(str(e)) from None
+        raise UsageError(str(e)) from None
     except OSError as e:
-        raise _StartError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     router.start()
     stop = threading.Event()
     previous = _on_signals(stop)

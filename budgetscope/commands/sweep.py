@@ -1,4 +1,4 @@
-"""`budgetscope sweep`: the CLI face of the capacity sweep (registered in budgetscope/cli.py)."""
+"""`budgetscope sweep`: the CLI face of the capacity sweep (registered in budgetscope/commands/)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,7 @@ import json
 
 import click
 
-
-class _InputError(click.ClickException):
-    """Bad input or an unusable target: one line on stderr, exit status 2, no traceback."""
-
-    exit_code = 2
-
-    def show(self, file=None) -> None:
-        click.echo(f"budgetscope: {self.format_message()}", err=True)
+from budgetscope.commands.options import UsageError, format_option
 
 
 @click.command("sweep")
@@ -72,7 +65,7 @@ class _InputError(click.ClickException):
               help="At most this many seconds after a step for its spans to land.")
 @click.option("--scrape/--no-scrape", default=True, show_default=True,
               help="Scrape the target's /metrics once a second during each step (saturation signals).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option("table", "json")
 def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, warmup, start_rate, max_rate, tolerance,
           max_steps, target_attainment, arrivals, prompt_tokens, output_tokens, tiers, prompt_format, tokenizer,
           dataset, plots_dir, api, model, headers, seed, timeout, deadline, otlp_port, otlp_grpc_port, settle, scrape,
@@ -98,6 +91,7 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
     from budgetscope.extras import MissingExtra, require
     from budgetscope.instrument.process_exit import Terminated
     from budgetscope.loadgen import Distribution, LoadgenError, Mix, Workload
+    from budgetscope.loadgen.options import parse_header
     from budgetscope.loadgen.warmup import Warmup
     from budgetscope.sweep.runner import Sweep, SweepConfig, SweepError, parse_concurrencies, parse_rates
 
@@ -114,7 +108,7 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
         b = load_budgets(budgets)
         mix = tiers or ",".join(f"{tb.name}=1" for tb in b.tiers)
         workload = Workload(Distribution.parse(prompt_tokens), Distribution.parse(output_tokens), Mix.parse(mix))
-        extra = dict(_header(h) for h in headers)
+        extra = dict(parse_header(h) for h in headers)
         config = SweepConfig(
             url=url, archive=archive, budgets=b, rates=rate_list, concurrencies=levels, search=search,
             start_rate=start_rate,
@@ -128,7 +122,7 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
         Arrivals.parse(arrivals, 1.0)  # a bad spec fails here, before anything is sent
         res = Sweep(config, say=lambda line: click.echo(line, err=True)).run()
     except (SweepError, BudgetError, LoadgenError, ValueError, MissingExtra) as e:
-        raise _InputError(str(e)) from None
+        raise UsageError(str(e)) from None
     except Terminated:  # SIGTERM: the client spans were flushed, the collector landed them on the way out
         click.echo(f"budgetscope sweep: stopped by SIGTERM; the steps run so far are in {archive}", err=True)
         return
@@ -155,15 +149,6 @@ def _prompts_source(tokenizer: str | None, dataset: str | None):
 
         data = read_dataset(dataset, tok)
     return tok, data
-
-
-def _header(text: str) -> tuple[str, str]:
-    from budgetscope.sweep.runner import SweepError
-
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise SweepError(f"bad header {text!r}; use 'Name: value'")
-    return name.strip(), value.strip()
 
 
 def _clean(x):

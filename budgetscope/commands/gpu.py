@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 import click
 
-_UNITS = {"ms": 1e-3, "s": 1.0, "": 1.0}
-
-
-def parse_every(text: str) -> float:
-    """'100ms', '0.5s', '2' (seconds) → seconds; click.BadParameter otherwise."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|)\s*", text)
-    if not m or float(m.group(1)) <= 0:
-        raise click.BadParameter(f"{text!r} is not a positive duration like 100ms or 0.5s")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+from budgetscope.commands.options import period_s
 
 
 @click.group()
@@ -49,8 +39,8 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
         raise click.UsageError("give exactly one of --out jsonl:PATH or --otlp")
     if out and not (out.startswith("jsonl:") and len(out) > 6):
         raise click.BadParameter(f"{out!r}: want jsonl:PATH", param_hint="--out")
-    period = parse_every(every)
-    stop_after = parse_every(duration) if duration else None
+    period = period_s(every, "every")
+    stop_after = period_s(duration, "duration") if duration else None
     sampler = GpuSampler(every_s=period, sink=out or "otlp")
     if not sampler.open():
         click.echo(f"budgetscope: {sampler.unavailable}", err=True)
@@ -69,5 +59,6 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
         pass
     sampler.stop()
     share = sampler.cpu_ns / max(1, time.monotonic_ns() - int(t0 * 1e9))
-    click.echo(f"{sampler.num_ticks:,} ticks, {sampler.num_points:,} points; sampler CPU {100 * share:.2f}% of one core",
+    click.echo(f"{sampler.num_ticks:,} ticks, {sampler.num_points:,} points; "
+               f"sampler CPU {100 * share:.2f}% of one core",
                err=True)
