@@ -16,7 +16,10 @@ Phases, in the order they run (a failing phase prints its error and the next one
 - inproc: step_mix.py saturate, 64 sequences of 256 + 256 tokens (the in-process figure for the served one);
 - record: three recordings for sample_traces/ (bandwidth-bound, KV preemptions, host-bound), each
   OUT/rec-<name>.tar.gz with the commands in its README;
-- tests: the GPU step's tests (the kernels against their references, graphs against eager) on the GPU.
+- tests: the GPU step's tests (the kernels against their references, graphs against eager) on the GPU;
+- sweep: benchmarks/gpu/attention_sweep.py (the attention kernel's launch configurations on a long-context decode
+  step); its best configuration is exported (BUDGETSCOPE_ATTN_*) to the phases after it;
+- gemv: benchmarks/gpu/gemv_bw.py (bf16 F.linear at batch 1 on the `1b` weight shapes, against a copy).
 
 Figures go to OUT/figures.json (one entry per phase) and the console; the log of every command to OUT/log.txt.
 """
@@ -45,7 +48,7 @@ SMOKE = False  # --smoke: the same phases on CPU with the `tiny` model, for chec
 DEADLINE = float("inf")  # time.monotonic() by which the session must end (--budget-s)
 ATTENTION = ["triton"]  # the new engine's backend; "sdpa" once the Triton path failed in `mixed`
 COST_S = {"env": 10, "tests": 90, "attn": 40, "mixed": 70, "baseline": 60, "decode": 45, "inproc": 45,
-          "served": 100, "record": 60}  # a phase starts only if this much time is left (record: per recording)
+          "served": 100, "record": 60, "sweep": 70, "gemv": 20}  # a phase starts only if this much time is left (record: per recording)
 
 
 def log(out: Path, text: str) -> None:
@@ -186,6 +189,26 @@ def phase_attn(out, args):
     FIGURES["attn"] = sh(out, [PY, str(script), "--iters", "50"], 90).strip().splitlines()[-12:]
 
 
+def phase_sweep(out, args):
+    """The attention kernel's launch configurations on a long-context decode step; the best one is exported
+    (BUDGETSCOPE_ATTN_*) to every later phase's engine."""
+    text = sh(out, [PY, str(ROOT / "benchmarks/gpu/attention_sweep.py")], 90)
+    FIGURES["sweep"] = text.strip().splitlines()[-16:]
+    best = [line for line in text.splitlines() if line.startswith("BEST ")]
+    if best:
+        fields = dict(kv.split("=", 1) for kv in best[-1].split()[1:])
+        for key, env in (("tile_n", "BUDGETSCOPE_ATTN_TILE_N"), ("num_warps", "BUDGETSCOPE_ATTN_WARPS"),
+                         ("num_stages", "BUDGETSCOPE_ATTN_STAGES")):
+            if key in fields:
+                os.environ[env] = fields[key]
+        log(out, "[sweep] later phases run with " + " ".join(f"{k}={v}" for k, v in os.environ.items()
+                                                             if k.startswith("BUDGETSCOPE_ATTN_")))
+
+
+def phase_gemv(out, args):
+    FIGURES["gemv"] = sh(out, [PY, str(ROOT / "benchmarks/gpu/gemv_bw.py")], 60).strip().splitlines()[-7:]
+
+
 def phase_tests(out, args):
     text = sh(out, [PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_paged_attention.py",
                     "tests/test_fused_norm.py", "tests/test_engine_triton.py", "tests/test_engine_cuda_graphs.py",
@@ -265,6 +288,8 @@ RECORDINGS = {
 
 def phase_record(out, args):
     for name, (serve_args, load, what) in RECORDINGS.items():
+        if args.recordings and name not in args.recordings.split(","):
+            continue
         if left_s() < COST_S["record"]:
             log(out, f"[record] no time left for {name}")
             continue
@@ -274,7 +299,7 @@ def phase_record(out, args):
 
 PHASES = {"env": phase_env, "attn": phase_attn, "mixed": phase_mixed, "served": phase_served,
           "baseline": phase_baseline, "decode": phase_decode, "inproc": phase_inproc, "record": phase_record,
-          "tests": phase_tests}  # in the order of what matters most when time runs out
+          "tests": phase_tests, "sweep": phase_sweep, "gemv": phase_gemv}  # in the order of what matters most when time runs out
 
 
 def main() -> None:
@@ -284,6 +309,7 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, help="a folder holding an older budgetscope/ to compare with")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each served load")
     ap.add_argument("--record-seconds", type=float, default=20.0, help="length of each recording's load")
+    ap.add_argument("--recordings", default=None, help="comma-separated names of RECORDINGS (default: all)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="end the session within this many seconds")
     ap.add_argument("--smoke", action="store_true", help="CPU, `tiny` model: check this script without a GPU")
     args = ap.parse_args()
