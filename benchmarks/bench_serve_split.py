@@ -133,7 +133,7 @@ def main() -> None:
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--duration", type=float, default=20.0, help="timed seconds per variant")
     p.add_argument("--warmup", type=float, default=5.0, help="untimed seconds of load first")
-    p.add_argument("--threads", type=int, default=1, help="--threads of the server (0: torch's default)")
+    p.add_argument("--threads", type=int, default=1, help="--threads of the server (0: the server's default)")
     p.add_argument("--instrument", action="store_true", help="spans on (exported nowhere unless OTEL_* say)")
     p.add_argument("--variants", default="thread,process")
     p.add_argument("--start-timeout", type=float, default=600.0)

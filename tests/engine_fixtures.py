@@ -6,7 +6,6 @@ it on a thread of the test's process (`--engine-in-process`).
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import threading
 import time
@@ -55,8 +54,6 @@ def running_server(config: EngineConfig | None = None, telemetry: Telemetry | No
         engine = LLMEngine(config, telemetry)
         loop = EngineLoop(engine).start()
     else:
-        if not config.num_threads:  # two intra-op threads spinning in the engine process starve the API process
-            config = dataclasses.replace(config, num_threads=1)  # on a 2-core machine (docs/engine.md)
         loop = CoreClient(Frontend(config, telemetry)).start()
         engine = EngineProcessView(loop)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -206,3 +206,30 @@ def test_stop_reasons_eos_and_length():
     run_step(sched)
     run_step(sched)
     assert length_seq.finish_reason == "length" and length_seq.num_output_tokens == 2
+
+
+def test_a_waiting_sequence_that_preempts_a_later_one_of_its_tier_is_admitted_and_schedule_returns():
+    """The victim used to go to the front of the queue, before the one that preempted it: it was admitted again
+    at once, preempted again, and schedule() never returned (an engine spinning at 100 % CPU)."""
+    import threading
+
+    from budgetscope.engine.block_manager import BlockManager
+    from budgetscope.engine.engine_config import EngineConfig
+    from budgetscope.engine.scheduler import Scheduler
+    from budgetscope.engine.sequence import Sequence
+
+    config = EngineConfig(model="tiny", num_kv_blocks=4, block_size=16, max_model_len=128, max_num_seqs=4,
+                          enable_prefix_caching=False)
+    sched = Scheduler(config, BlockManager(4, 16, False))
+    later = Sequence(list(range(1, 41)), arrival_ns=2)
+    sched.add(later)
+    sched.schedule()
+    assert sched.running == [later]  # 3 of the 4 blocks
+    earlier = Sequence(list(range(1, 41)), arrival_ns=1)  # more important: it arrived first
+    sched.add(earlier)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(sched.schedule()), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert result, "schedule() did not return"
+    assert sched.running == [earlier] and sched.waiting[1][0] is later

@@ -46,7 +46,9 @@ def engine():
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1 … (auto: cuda if present).")
 @click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch's default).")
+@click.option("--threads", type=int, default=0,
+              help="torch CPU threads (0: one fewer than the cores in the engine process, at least 1; all with "
+                   "--engine-in-process).")
 @click.option("--enforce-eager", is_flag=True,
               help="No CUDA graphs: run decode steps kernel by kernel (graphs are used on CUDA only).")
 @click.option("--compile", "compile_", is_flag=True,

@@ -98,6 +98,8 @@ class EngineCore:
         self.parent_pid = os.getppid()
         self.recorder = StepRecorder()
         self.engine = LLMEngine(config, self.recorder)
+        if self.engine.device.type == "cpu" and not config.num_threads:
+            _leave_a_core_to_the_api_process()
         self.service = ServiceRate()
         self.seqs: dict[int, Sequence] = {}  # by the API process's handle
         self.dirty: list[CoreTrace] = []  # traces with something to send
@@ -117,9 +119,11 @@ class EngineCore:
             if self.stopping:
                 break
             if not engine.has_work:
-                if out is not None or changed or self.dirty:
-                    self._send(out if out is not None else self._encode(None))
+                if out is not None:
+                    self._send(out)
                     out = None
+                if changed or self.dirty:  # aborts or requests taken since: the API process sees the state now
+                    self._send(self._encode(None))
                 self._receive(block=True)
                 continue
             self.recorder.last = None
@@ -232,6 +236,15 @@ class EngineCore:
         for seq in sched.running + [s for q in sched.waiting.values() for s in q]:
             sched.finish(seq, "error", "error")
             seq.trace.touch()
+
+
+def _leave_a_core_to_the_api_process() -> None:
+    """On a CPU, torch's intra-op threads default to every core; with the API process busy on one of them, each
+    parallel region then waits for a descheduled thread (OpenMP barriers: steps 10-100x slower on 2 cores)."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, cores - 1))
 
 
 def main(conn, config: EngineConfig, log_level: str = "warning") -> None:

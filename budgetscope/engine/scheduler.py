@@ -166,6 +166,10 @@ class Scheduler:
                 if victim is None:
                     return
                 self._preempt(victim, batch)
+                queue = self.waiting[seq.priority]
+                if queue[0] is victim:  # same tier: the less important victim queues behind seq, not before it,
+                    queue.popleft()  # else it is admitted again at once and preempted again, for ever
+                    queue.insert(1, victim)
                 continue
             self.waiting[seq.priority].popleft()
             seq.status = SequenceStatus.RUNNING
