@@ -53,9 +53,9 @@ CHECK_SEQS = 8
 def sizes(tiny: bool) -> dict:
     """The scenario's sizes: the real ones, or a few pages for the CPU dry run."""
     if tiny:
-        return dict(seqs=4, max_context=96, context=(60, 96), short_rows=3, short_context=(30, 40), chunk=20)
-    return dict(seqs=256, max_context=3456, context=(3344, 3456), short_rows=56, short_context=(900, 1100),
-                chunk=256)
+        return {"seqs": 4, "max_context": 96, "context": (60, 96), "short_rows": 3, "short_context": (30, 40), "chunk": 20}
+    return {"seqs": 256, "max_context": 3456, "context": (3344, 3456), "short_rows": 56, "short_context": (900, 1100),
+            "chunk": 256}
 
 
 class Cache:
