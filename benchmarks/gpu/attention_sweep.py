@@ -8,7 +8,9 @@ K and V of every context once, plus q, plus out written — over that time. The 
 best three are checked against the float64 reference on the first 8 sequences (max abs error). Then the best
 configuration and today's default (tile 32, Triton's 4 warps, 3 stages) are timed on the engine's short steps:
 56 decode rows at ~1k context, and those plus one 256-token prompt chunk, so a config that wins at long context
-is seen not to lose there.
+is seen not to lose there. For each binary the table adds its registers, spills and shared memory a program,
+and from them an estimate of the programs resident on an SM and of the waves the step's programs make (a step
+of 1.1 waves runs its last wave nearly empty: a reason a configuration loses that is not its inner loop).
 
 A configuration that fails (e.g. out of shared memory) prints its reason and the sweep goes on; configurations
 not reached within --budget-s are listed as skipped. Compiling (~1 s a configuration) is done first by
@@ -39,9 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-
 from attention_bench import time_it  # noqa: E402
-from budgetscope.engine.paged_attention import check_launch, paged_attention, paged_attention_reference  # noqa: E402
+
+from budgetscope.engine.paged_attention import (  # noqa: E402
+    check_launch,
+    paged_attention,
+    paged_attention_reference,
+)
 
 BLOCK = 16
 HEADS, KV_HEADS, DIM = 32, 8, 64  # the `1b` model's attention
@@ -49,6 +55,7 @@ COPY_TBPS = 4.25  # measured device-to-device copy bandwidth of the H200 the eng
 TILES, WARPS, STAGES = (16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4)
 DEFAULT = (32, 4, 3)  # today's launch: TILE_N 32, Triton's default num_warps and num_stages on NVIDIA
 CHECK_SEQS = 8
+RESOURCES: dict[tuple, tuple[str, str, str]] = {}  # config -> resources() of its binary, as first loaded
 
 
 def sizes(tiny: bool) -> dict:
@@ -90,6 +97,33 @@ def bytes_read(q: torch.Tensor, seq_lens: torch.Tensor) -> int:
     return (kv + 2 * q.numel()) * q.element_size()
 
 
+def compiled_kernels() -> dict:
+    """The paged-attention binaries this process has loaded, by Triton's cache key (empty if Triton hides them)."""
+    from budgetscope.engine.paged_attention import _paged_attention_kernel
+    from budgetscope.engine.triton_support import kernel
+
+    try:
+        caches = kernel(_paged_attention_kernel, ("num_seqs",)).device_caches.values()
+        return {key: binary for cache in caches for key, binary in cache[0].items()}
+    except (AttributeError, IndexError, TypeError):  # another Triton version: no resources column
+        return {}
+
+
+def resources(binary, num_warps: int, working: int) -> tuple[str, str, str]:
+    """(regs/spills/shared KB, est. CTAs an SM, est. waves) of one binary, as text (CUDA only; '-' where unknown).
+
+    The estimate takes the tightest of Hopper's limits (32 CTAs, 64 warps, 64 K registers, 227 KB shared memory
+    an SM, 1 KB of it reserved a CTA), ignoring allocation granularity; waves: working programs / (SMs x CTAs)."""
+    try:
+        binary._init_handles()  # loads the binary if the launch has not (it sets n_regs, n_spills)
+        regs, spills, shared = binary.n_regs, binary.n_spills, binary.metadata.shared
+        per_sm = min(32, 64 // num_warps, 65536 // max(1, regs * 32 * num_warps), 227 * 1024 // (shared + 1024))
+        waves = working / (torch.cuda.get_device_properties(0).multi_processor_count * max(per_sm, 1))
+        return f"{regs}/{spills}/{shared / 1024:.0f}", str(per_sm), f"{waves:.2f}"
+    except Exception:  # noqa: BLE001 - a column of context, never a reason to fail the configuration
+        return "-", "-", "-"
+
+
 def run_config(cache: Cache, step: tuple, config: tuple, args) -> tuple[float, torch.Tensor]:
     """(median GPU ms, output) of paged_attention on `step` with (tile_n, num_warps, num_stages)."""
     q, starts, lens, tables = step
@@ -100,8 +134,12 @@ def run_config(cache: Cache, step: tuple, config: tuple, args) -> tuple[float, t
         return paged_attention(q, cache.k, cache.v, starts, lens, tables, BLOCK, out=out, tile_n=tile_n,
                                num_warps=num_warps, num_stages=num_stages)
 
-    fn()  # compiles
+    before = compiled_kernels().keys()
+    fn()  # compiles, or loads the binary compiled ahead
+    added = [b for key, b in compiled_kernels().items() if key not in before]
     ms, _ = time_it(fn, args.iters, warmup=args.warmup)
+    working = KV_HEADS * int((starts[1:] > starts[:-1]).sum())  # a decode row's program per KV head
+    RESOURCES[config] = resources(added[0], num_warps, working) if len(added) == 1 else ("-", "-", "-")
     return ms, out
 
 
@@ -249,9 +287,11 @@ def main() -> None:
         sys.exit(1)
     rows.sort(key=lambda r: -r[2])
     base = next((r for r in rows if r[0] == DEFAULT), None)
-    print_table(("tile_n", "warps", "stages", "GPU ms", "GB/s", f"of {COPY_TBPS} TB/s", "vs default"),
+    print_table(("tile_n", "warps", "stages", "GPU ms", "GB/s", f"of {COPY_TBPS} TB/s", "vs default",
+                 "regs/spills/smem KB", "est CTAs/SM", "est waves"),
                 [(*c, f"{ms:.4f}", f"{gbps:.0f}", f"{gbps / COPY_TBPS / 1e3:.1%}",
-                  f"{base[1] / ms:.2f}x" if base else "-") for c, ms, gbps in rows])
+                  f"{base[1] / ms:.2f}x" if base else "-", *RESOURCES.get(c, ("-", "-", "-")))
+                 for c, ms, gbps in rows])
 
     for config, ms, gbps in rows[:3]:
         try:
