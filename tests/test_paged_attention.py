@@ -103,3 +103,47 @@ def test_padding_rows_past_the_last_sequence_are_left_alone():
 def test_no_tokens_launches_nothing():
     q, k, v, meta = mixed_batch(1, 8, 2, 64, torch.float32, [(1, 3)])
     assert paged_attention(q[:0], k, v, *meta, BLOCK).shape == (0, 8, 64)
+
+
+LONG_SPECS = [(1, 300), (1, 129), (1, 16), (5, 200), (40, 0), (1, 0)]  # decode rows over many pages, chunks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("tile_n,num_warps,num_stages", [(16, 2, 1), (64, 4, 2), (128, 8, 3)])
+def test_launch_configurations_agree(dtype, tile_n, num_warps, num_stages):
+    """Every tile width (one page, several pages, more keys than some contexts) with explicit warps and stages."""
+    q, k, v, meta = mixed_batch(11, 8, 2, 64, dtype, LONG_SPECS, num_blocks=64)
+    got = paged_attention(q, k, v, *meta, BLOCK, tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)
+    torch.testing.assert_close(got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK),
+                               **TOLERANCE[dtype])
+
+
+def test_launch_defaults_from_environment():
+    from budgetscope.engine.paged_attention import launch_defaults
+
+    assert launch_defaults({}) == {"tile_n": None, "num_warps": None, "num_stages": None}
+    env = {"BUDGETSCOPE_ATTN_TILE_N": "128", "BUDGETSCOPE_ATTN_WARPS": " 8", "BUDGETSCOPE_ATTN_STAGES": ""}
+    assert launch_defaults(env) == {"tile_n": 128, "num_warps": 8, "num_stages": None}
+
+
+@pytest.mark.parametrize("var,value,message", [
+    ("BUDGETSCOPE_ATTN_TILE_N", "48", "BUDGETSCOPE_ATTN_TILE_N='48': tile_n must be a power of two >= 16"),
+    ("BUDGETSCOPE_ATTN_TILE_N", "8", "BUDGETSCOPE_ATTN_TILE_N='8': tile_n must be a power of two >= 16"),
+    ("BUDGETSCOPE_ATTN_WARPS", "3", "BUDGETSCOPE_ATTN_WARPS='3': num_warps must be a power of two"),
+    ("BUDGETSCOPE_ATTN_STAGES", "0", "BUDGETSCOPE_ATTN_STAGES='0': num_stages must be >= 1"),
+    ("BUDGETSCOPE_ATTN_STAGES", "two", "BUDGETSCOPE_ATTN_STAGES='two': invalid literal"),
+])
+def test_bad_launch_environment_is_refused_by_name(var, value, message):
+    from budgetscope.engine.paged_attention import launch_defaults
+
+    with pytest.raises(ValueError) as caught:
+        launch_defaults({var: value})
+    assert str(caught.value).startswith(message)
+
+
+def test_bad_launch_argument_is_refused_before_launching():
+    q, k, v, meta = mixed_batch(1, 8, 2, 64, torch.float32, [(1, 3)])
+    out = torch.full_like(q, 7.0)
+    with pytest.raises(ValueError, match=r"tile_n must be a power of two >= 16 \(the smallest tl.dot tile\), got 24"):
+        paged_attention(q, k, v, *meta, BLOCK, out=out, tile_n=24)
+    assert bool((out == 7.0).all())  # nothing ran

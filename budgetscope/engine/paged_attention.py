@@ -15,10 +15,15 @@ grid has a fixed bound, `T // BLOCK_Q + S` programs per KV head: program p finds
 over `query_start_loc[s] // BLOCK_Q + s` (where sequence s's query blocks start); programs past the end of their
 sequence's queries, and sequences with no queries (padding), exit at once.
 
-The kernel is wrapped with `triton.jit` on first use (`triton_support.kernel`).
+The kernel is wrapped with `triton.jit` on first use (`triton_support.kernel`). Its launch configuration (TILE_N,
+num_warps, num_stages) is a keyword argument of `paged_attention`, defaulting to the environment variables
+BUDGETSCOPE_ATTN_TILE_N, BUDGETSCOPE_ATTN_WARPS and BUDGETSCOPE_ATTN_STAGES read once at import, so that a
+process (and the CUDA graphs it captures) keeps one configuration; unset, Triton's defaults and TILE_N 32.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -97,6 +102,40 @@ def _paged_attention_kernel(
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
 
 
+DEFAULT_TILE_N = 32
+ENV_VARS = {"tile_n": "BUDGETSCOPE_ATTN_TILE_N", "num_warps": "BUDGETSCOPE_ATTN_WARPS",
+            "num_stages": "BUDGETSCOPE_ATTN_STAGES"}
+
+
+def check_launch(tile_n: int | None, num_warps: int | None, num_stages: int | None) -> None:
+    """Raise ValueError naming the first value a launch cannot take (None: the default, always fine)."""
+    if tile_n is not None and (tile_n < 16 or tile_n & (tile_n - 1)):
+        raise ValueError(f"tile_n must be a power of two >= 16 (the smallest tl.dot tile), got {tile_n}")
+    if num_warps is not None and (num_warps < 1 or num_warps > 32 or num_warps & (num_warps - 1)):
+        raise ValueError(f"num_warps must be a power of two in 1..32, got {num_warps}")
+    if num_stages is not None and num_stages < 1:
+        raise ValueError(f"num_stages must be >= 1, got {num_stages}")
+
+
+def launch_defaults(environ=os.environ) -> dict[str, int | None]:
+    """{tile_n, num_warps, num_stages} from the BUDGETSCOPE_ATTN_* variables; None where unset (Triton's default).
+
+    An unreadable value raises ValueError naming the variable (at import: a misconfigured process fails at once,
+    not mid-serving)."""
+    values: dict[str, int | None] = {}
+    for key, var in ENV_VARS.items():
+        text = environ.get(var, "").strip()
+        try:
+            values[key] = int(text) if text else None
+            check_launch(**{"tile_n": None, "num_warps": None, "num_stages": None, key: values[key]})
+        except ValueError as e:
+            raise ValueError(f"{var}={text!r}: {e}") from None
+    return values
+
+
+LAUNCH = launch_defaults()  # read once: every launch of this process has the same configuration
+
+
 def _block_m(group: int) -> int:
     """Rows a program packs: 16 (the smallest tl.dot tile), or the whole GQA group when it is larger."""
     return max(16, 1 << (group - 1).bit_length())
@@ -104,13 +143,22 @@ def _block_m(group: int) -> int:
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, query_start_loc: torch.Tensor,
                     seq_lens: torch.Tensor, block_tables: torch.Tensor, block_size: int, scale: float | None = None,
-                    out: torch.Tensor | None = None, tile_n: int = 32) -> torch.Tensor:
+                    out: torch.Tensor | None = None, tile_n: int | None = None, num_warps: int | None = None,
+                    num_stages: int | None = None) -> torch.Tensor:
     """Causal attention of q [T, H, D] over the paged cache k_cache/v_cache [slots, KVH, D]; returns [T, H, D].
 
     query_start_loc [S+1] (cumulative query counts), seq_lens [S] (context incl. this step's tokens) and
     block_tables [S, W] are integer tensors on q's device; this step's K/V must already be in the cache. S may
     include padding sequences with no queries. Launches one kernel; reads no tensor value on the host.
+    tile_n (keys a program loads per iteration), num_warps, num_stages: the launch configuration; None takes
+    the process default (`LAUNCH`, from the BUDGETSCOPE_ATTN_* environment variables; else TILE_N 32 and
+    Triton's num_warps/num_stages).
     """
+    tile_n = tile_n if tile_n is not None else LAUNCH["tile_n"] or DEFAULT_TILE_N
+    num_warps = num_warps if num_warps is not None else LAUNCH["num_warps"]
+    num_stages = num_stages if num_stages is not None else LAUNCH["num_stages"]
+    check_launch(tile_n, num_warps, num_stages)
+    options = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
     tokens, heads, dim = q.shape
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads
@@ -129,7 +177,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         out.stride(0), out.stride(1), block_tables.stride(0),
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD_DIM=dim, HEAD_DIM_PAD=max(16, 1 << (dim - 1).bit_length()),
-        PAGE=block_size, TILE_N=tile_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PAGE=block_size, TILE_N=tile_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **options,
     )
     return out
 
