@@ -176,8 +176,8 @@ def test_report_on_spark_equals_duckdb_over_100k_requests(spark, big_archive):
 
 QUANTILE_SQL = [
     "SELECT quantile_cont(x, [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0]), count(x), quantile_cont(y, 0.37), count(*) FROM q",
-    "SELECT quantile_cont(nullif(y, 'NaN'::DOUBLE), [0.5, 0.99]) FILTER (WHERE g = 1), min(x), "
-    "quantile_cont(x, 0.25) FROM q WHERE g < 2",
+    ("SELECT quantile_cont(nullif(y, 'NaN'::DOUBLE), [0.5, 0.99]) FILTER (WHERE g = 1), min(x), "
+     "quantile_cont(x, 0.25) FROM q WHERE g < 2"),
     "SELECT quantile_cont(x, [0.5]), count(x) FROM q WHERE g = 7",  # no rows
 ]
 

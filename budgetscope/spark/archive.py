@@ -103,7 +103,7 @@ class SparkConnection:
         self.spark = spark
         self.statements = [] if statements is None else statements  # the Spark SQL run, for tests and debugging
 
-    def cursor(self) -> "SparkConnection":
+    def cursor(self) -> SparkConnection:
         """A connection for another thread, on the same session (its statements are recorded with these)."""
         return SparkConnection(self.spark, self.statements)
 

@@ -22,6 +22,7 @@ aggregate of the statement is one more statement, with the quantiles left out.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 COLLECT_MAX = 200_000
@@ -143,7 +144,7 @@ def ranks(n: int, fraction: float) -> tuple[int, ...]:
 
 
 def _same(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b)
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 class Mismatch(RuntimeError):
@@ -229,8 +230,8 @@ def _cells(rows) -> dict[int, _Cells]:
     out = {}
     for k, v in by.items():
         cells = [(lo, hi, n) for _, lo, hi, n in sorted(v, key=lambda x: x[0])]
-        for (_, a_hi, _), (b_lo, _, _) in zip(cells, cells[1:]):
-            if not (a_hi < b_lo or (b_lo != b_lo and a_hi == a_hi)):
+        for (_, a_hi, _), (b_lo, _, _) in itertools.pairwise(cells):
+            if not (a_hi < b_lo or (math.isnan(b_lo) and not math.isnan(a_hi))):
                 raise Mismatch(f"buckets out of value order: {a_hi!r} then {b_lo!r}")
         out[k] = _Cells(cells)
     return out
