@@ -41,6 +41,10 @@ def worst_difference(a, b) -> float:
     return 0.0 if a == b else math.inf
 
 
+def loads() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def runs(con, budgets, n: int) -> tuple[list[float], dict]:
     times, rep = [], None
     for _ in range(n):
@@ -82,7 +86,7 @@ def main() -> None:
         files = a.files("requests")
         size = sum(f.stat().st_size for f in files)
         d_times, d_rep = runs(a.con, budgets, args.runs)
-    print(f"machine: {machine()}; load average {load:.2f} before")
+    print(f"machine: {machine()}; load average {load:.2f} before (1/5/15 min: {loads()})")
     print(f"archive: {n:,} requests; requests segments {len(files)} files, {size / 1e6:,.0f} MB")
     print(f"duckdb: open {opened:.2f} s; report first {d_times[0]:.2f} s, warm median "
           f"{statistics.median(d_times[1:] or d_times):.2f} s ({d_times})", flush=True)
@@ -103,14 +107,15 @@ def main() -> None:
     warm = statistics.median(s_times[1:] or s_times)
     print(f"spark {args.master} ({cores} cores): session start {started:.1f} s, views {opened:.1f} s; report first "
           f"{s_times[0]:.2f} s, warm median {warm:.2f} s ({[round(x, 2) for x in s_times]}); {scans} statements a report")
-    # each statement of the report scans the tiers' requests once (the tier's selection narrows, not the files)
+    # each statement of the report scans the tiers' requests once (the tier's selection narrows, not the files);
+    # a statement with quantiles runs as two or three (spark/quantiles.py), each counted
     per_core = size * scans / warm / cores
     print(f"spark scan rate: {scans} scans of {size / 1e6:,.0f} MB ({n:,} rows) in {warm:.2f} s on {cores} cores = "
           f"{per_core / 1e6:,.1f} MB/s and {n * scans / warm / cores:,.0f} rows/s per core")
     diff = worst_difference(d_rep, s_rep)
     same_verdicts = [t["verdict"] for t in d_rep["tiers"]] == [t["verdict"] for t in s_rep["tiers"]]
     print(f"reports: largest relative difference {diff:.2e}; verdicts identical: {same_verdicts}")
-    print(f"load average {os.getloadavg()[0]:.2f} after")
+    print(f"load average {loads()} after (1/5/15 min): other work on the same cores slows every figure")
 
 
 if __name__ == "__main__":

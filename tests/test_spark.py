@@ -175,6 +175,87 @@ def test_report_on_spark_equals_duckdb_over_100k_requests(spark, big_archive):
     assert_same(want, got)
 
 
+QUANTILE_SQL = [
+    "SELECT quantile_cont(x, [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0]), count(x), quantile_cont(y, 0.37), count(*) FROM q",
+    ("SELECT quantile_cont(nullif(y, 'NaN'::DOUBLE), [0.5, 0.99]) FILTER (WHERE g = 1), min(x), "
+     "quantile_cont(x, 0.25) FROM q WHERE g < 2"),
+    "SELECT quantile_cont(x, [0.5]), count(x) FROM q WHERE g = 7",  # no rows
+]
+
+
+def _quantile_table(con_or_spark, rows):
+    """The table `q` (x, y DOUBLE; g INT) on DuckDB (a connection) or Spark (a session)."""
+    if hasattr(con_or_spark, "createDataFrame"):
+        con_or_spark.createDataFrame(rows, "x DOUBLE, y DOUBLE, g INT").createOrReplaceTempView("q")
+    else:
+        con_or_spark.execute("CREATE TABLE q (x DOUBLE, y DOUBLE, g INTEGER)")
+        con_or_spark.executemany("INSERT INTO q VALUES (?, ?, ?)", rows)
+
+
+def _quantile_rows() -> list[tuple]:
+    """Ties (a block of one value, many zeros, −0.0), negatives, tiny and huge values, NULLs, NaN and ±Infinity."""
+    import random
+
+    rnd = random.Random(5)
+    rows = [(rnd.lognormvariate(3, 2) * rnd.choice([1, 1, 1, -1]), rnd.gauss(0, 1e-300) if i % 7 else float("nan"),
+             i % 3) for i in range(6000)]
+    rows += [(0.0, 0.0, 0)] * 700 + [(-0.0, 5.5, 1)] * 3 + [(12.25, 12.25, 1)] * 900 + [(None, None, 2)] * 50
+    rows += [(float("inf"), float("-inf"), 0), (1e300, float("inf"), 1), (5e-324, None, 1)]
+    return rows
+
+
+def _same_values(a, b) -> bool:
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+@needs_spark
+@pytest.mark.parametrize("collect_max,octave", [(200_000, 1024), (0, 1)], ids=["collected", "split-then-collected"])
+def test_quantiles_on_spark_are_duckdbs_to_the_bit(spark, collect_max, octave, monkeypatch):
+    """quantile_cont on Spark by selection (spark/quantiles.py), not `percentile`: DuckDB's figures, bit for bit,
+    over ties, zeros, NaN and infinities, with FILTER, and none; a window too large to collect is split first."""
+    import duckdb
+
+    from budgetscope.spark import quantiles
+    from budgetscope.spark.archive import SparkConnection
+
+    monkeypatch.setattr(quantiles, "COLLECT_MAX", collect_max)  # 0: every window is split, MAX_PASSES times
+    monkeypatch.setattr(quantiles, "LOG_BUCKETS", octave)
+    rows = _quantile_rows()
+    con = duckdb.connect()
+    _quantile_table(con, rows)
+    _quantile_table(spark, rows)
+    sc = SparkConnection(spark)
+    for sql in QUANTILE_SQL:
+        want = con.execute(sql).fetchall()
+        got = sc.execute(sql).fetchall()
+        assert _same_values(want, got), (sql, want, got)
+    assert not any("percentile" in t.lower() for t in sc.statements), "a statement fell back to percentile"
+
+
+@needs_spark
+def test_quantiles_out_of_order_buckets_fall_back_to_percentile(spark, monkeypatch):
+    """A bucket function that is not monotone is caught (ranges out of order) and the statement runs with
+    Spark's exact `percentile`: the same figures to 1e-9, never wrong ones."""
+    import duckdb
+
+    from budgetscope.spark import quantiles
+    from budgetscope.spark.archive import SparkConnection
+
+    monkeypatch.setattr(quantiles, "log_bucket", lambda v: f"-CAST(floor({v}) AS BIGINT)")
+    rows = [(float(i % 97) + i / 1e4, 1.0, 0) for i in range(3000)]
+    con = duckdb.connect()
+    _quantile_table(con, rows)
+    _quantile_table(spark, rows)
+    sc = SparkConnection(spark)
+    sql = "SELECT quantile_cont(x, [0.5, 0.9]), count(x) FROM q"
+    assert_same(list(con.execute(sql).fetchall()[0]), list(sc.execute(sql).fetchall()[0]))
+    assert "percentile" in sc.statements[-1].lower()
+
+
 @needs_spark
 @pytest.mark.parametrize("name", SAMPLE_ARCHIVES)
 def test_every_sample_archive_reports_on_spark_as_on_duckdb(spark, sample_folders, name):

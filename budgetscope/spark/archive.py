@@ -23,7 +23,7 @@ from pathlib import Path
 from budgetscope import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader, affected_segments, check_segment
-from budgetscope.spark.dialect import DialectError, archive_columns, spark_type, to_spark
+from budgetscope.spark.dialect import DialectError, archive_columns, emit, parse, spark_type, to_spark
 from budgetscope.spark.session import SparkError, one_line
 
 STORED = {t.name: t for t in (schema.SPANS, schema.REQUESTS, schema.INGEST_BATCHES, schema.GPU_SAMPLES,
@@ -95,24 +95,69 @@ def not_on_spark(e: BaseException) -> str | None:
 class SparkConnection:
     """`execute(sql, params)` of budgetscope's DuckDB SQL on Spark: transpiled once per statement."""
 
-    def __init__(self, spark):
+    threads = 2
+    """Tiers the report runs at once (report._tier_reports): while one waits on its job's last task or is
+    planned here, the other's tasks run."""
+
+    def __init__(self, spark, statements: list[str] | None = None):
         self.spark = spark
-        self.statements: list[str] = []  # the Spark SQL run, for tests and --explain-like debugging
+        self.statements = [] if statements is None else statements  # the Spark SQL run, for tests and debugging
+
+    def cursor(self) -> SparkConnection:
+        """A connection for another thread, on the same session (its statements are recorded with these)."""
+        return SparkConnection(self.spark, self.statements)
+
+    def close(self) -> None:  # a cursor holds nothing of its own
+        pass
 
     def execute(self, sql: str, params=None) -> Cursor:
+        from budgetscope.spark import quantiles
+
         try:
-            text = to_spark(sql, params)
+            tree, bound = parse(sql, params)
+            text = emit(tree, bound)
         except DialectError as e:
             raise SparkError(str(e)) from None
+        p = quantiles.plan(tree)
+        if p is not None:
+            try:
+                return self._selected(p, bound)
+            except quantiles.Mismatch:
+                pass  # exact all the same, with Spark's percentile
         self.statements.append(text)
-        try:
-            df = self.spark.sql(text)
-            rows = df.collect()
-        except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
-            raise SparkError(f"Spark: {not_on_spark(e) or one_line(e)}") from None
+        df, rows = self._run(text)
         zoned = [f.dataType.typeName() == "timestamp" for f in df.schema.fields]
         described = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
         return Cursor([_in_utc(r, zoned) for r in rows], described)
+
+    def _run(self, text: str):
+        """(the DataFrame of Spark SQL `text`, its rows collected); a failure is one line."""
+        try:
+            df = self.spark.sql(text)
+            return df, df.collect()
+        except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
+            raise SparkError(f"Spark: {not_on_spark(e) or one_line(e)}") from None
+
+    def _selected(self, p, bound: list[str]) -> Cursor:
+        """A global aggregate with quantile_cont, its quantiles selected exactly (spark/quantiles.py)."""
+        from budgetscope.spark import quantiles
+
+        def execute(tree) -> list[tuple]:
+            text = emit(tree, bound)
+            self.statements.append(text)
+            return [tuple(r) for r in self._run(text)[1]]
+
+        row = quantiles.run(p, execute)
+        described = [(e.alias_or_name, "double") for e in p.tree.expressions]
+        if p.rest is not None:
+            rest, positions = p.rest
+            text = emit(rest, bound)
+            self.statements.append(text)
+            df, (got,) = self._run(text)
+            for pos, v, f in zip(positions, got, df.schema.fields):
+                row[pos] = v
+                described[pos] = (f.name, f.dataType.simpleString())
+        return Cursor([tuple(row)], described)
 
     def sql(self, text: str):
         """A Spark DataFrame of Spark SQL (no transpiling)."""

@@ -8,7 +8,9 @@ What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
 - `?` parameters are bound as literals (Spark SQL has no positional parameters in every version); a float as
   `CAST('<repr>' AS DOUBLE)`, so it is the same double on both engines (Spark reads `1.5` as a DECIMAL).
 - `quantile_cont(x, p)` / `quantile_cont(x, [p, ...])` → `percentile(x, p)` / `percentile(x, array(...))`
-  with DOUBLE fractions: both interpolate linearly between the two closest ranks, (n − 1)·p.
+  with DOUBLE fractions: both interpolate linearly between the two closest ranks, (n − 1)·p. A global aggregate
+  with quantiles is run by selection instead (`quantiles.py`, from `SparkConnection.execute`): `percentile` is
+  exact but slow; it stays for what selection does not take (GROUP BY, CTEs).
 - `json->>'key'` / `json->'key'`: a DuckDB key without `$` is one key, dots included
   (`'gen_ai.request.model'`), not a path; SQLGlot reads it as a path, so it is quoted first.
 - `json_exists(json, path)` → `get_json_object(json, path) IS NOT NULL` (a key whose value is null differs); a
@@ -380,6 +382,12 @@ def _null_if_empty(arr, value):
 def to_spark(sql: str, params=None, tables: dict[str, list[str]] | None = None) -> str:
     """One statement of budgetscope's DuckDB SQL (with `?` parameters bound from `params`) as Spark SQL.
     `tables`: base table → its columns, for `SELECT *` under UNION BY NAME (default: the archive's tables)."""
+    tree, bound = parse(sql, params)
+    return emit(tree, bound, tables)
+
+
+def parse(sql: str, params=None):
+    """(the statement's DuckDB tree, its parameters as Spark literals): the tree holds `__bs_pN__` for each."""
     import sqlglot
     from sqlglot.errors import ParseError
 
@@ -390,9 +398,13 @@ def to_spark(sql: str, params=None, tables: dict[str, list[str]] | None = None) 
         raise DialectError(f"SQL not understood: {str(e).splitlines()[0]}") from None
     if len(trees) != 1:
         raise DialectError("one statement at a time")
-    tree = _fix_filters(_rewrite(trees[0], tables if tables is not None else archive_columns()))
+    return trees[0], bound
+
+
+def emit(tree, bound: list[str], tables: dict[str, list[str]] | None = None) -> str:
+    """A DuckDB tree of `parse` as Spark SQL, its parameters bound (the tree is left as it was)."""
+    tree = _fix_filters(_rewrite(tree.copy(), tables if tables is not None else archive_columns()))
     out = tree.sql(dialect="spark")
     for j in range(len(bound) - 1, -1, -1):
         out = out.replace(f"__bs_p{j}__", bound[j])
     return out
-
