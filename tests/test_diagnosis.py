@@ -99,3 +99,19 @@ def test_the_h100_kv_pressure_recording_queued_behind_kv_blocks():
         (t,) = build_report(a.con)["tiers"]
     q = t["queue_wait"]
     assert q["waited_on"][0] == "kv_blocks" and q["figures"]["preempted"] > 0
+
+
+@pytest.mark.parametrize("name, classification, phrase", [
+    ("h200-host-bound", "host_bound", "host-bound"),  # the `small` model at 40 req/s: kernels take microseconds
+    ("h200-kv-preemption", "kv_pressure", "under KV-cache pressure"),  # 96 KV blocks for 16 long-output sequences
+])
+def test_the_h200_engine_process_recordings_are_named_for_what_held_their_decode(name, classification, phrase):
+    with Archive(SAMPLES / name, read_only=True) as a:
+        (t,) = build_report(a.con)["tiers"]
+    g = t["gpu"]
+    assert g["decode_dominated"] and g["classification"] == classification
+    assert phrase in t["verdict"]
+    if classification == "host_bound":
+        assert g["tail"]["gpu_busy"] < 0.5 and g["tail"]["dram_bandwidth"] < 0.05
+    else:
+        assert g["tail"]["kv_used_max"] == 1.0 > g["body"]["kv_used_max"] and g["tail"]["preempted"] >= 1
