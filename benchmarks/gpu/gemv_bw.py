@@ -33,33 +33,42 @@ def timed(fn, reps: int = 50) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    dev = torch.device("cuda")
-    n = 1 << 30
+def copy_bandwidth(dev: torch.device, n: int = 1 << 30) -> float:
+    """Bytes read + written per second by a device-to-device copy of n bytes."""
     src, dst = torch.empty(n, dtype=torch.uint8, device=dev), torch.empty(n, dtype=torch.uint8, device=dev)
     for _ in range(3):
         dst.copy_(src)
-    copy = 2 * n / timed(lambda: dst.copy_(src), 20)
-    del src, dst
+    return 2 * n / timed(lambda: dst.copy_(src), 20)
+
+
+def gemv_seconds(dev: torch.device, rows: int, cols: int) -> float:
+    """Median seconds of one token's F.linear through a [rows, cols] bf16 weight, none of it in L2."""
+    copies = max(2, -(-256 * 2**20 // (rows * cols * 2)))  # > 4x the L2 in all
+    ws = [torch.randn(rows, cols, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
+    x = torch.randn(1, cols, device=dev, dtype=torch.bfloat16)
+    k = [0]
+
+    def call():
+        F.linear(x, ws[k[0] % copies])
+        k[0] += 1
+
+    for _ in range(10):
+        call()
+    return timed(call)
+
+
+def main() -> None:
+    dev = torch.device("cuda")
+    copy = copy_bandwidth(dev)
+    torch.cuda.empty_cache()
     print(f"copy (read + written): {copy / 1e12:.2f} TB/s")
     print(f"{'weight':<24} {'MB':>7} {'us':>8} {'TB/s':>6} {'of copy':>8}")
     for name, (rows, cols) in SHAPES.items():
         nbytes = rows * cols * 2
-        copies = max(2, -(-256 * 2**20 // nbytes))  # > 4x the L2 in all
-        ws = [torch.randn(rows, cols, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
-        x = torch.randn(1, cols, device=dev, dtype=torch.bfloat16)
-        k = [0]
-
-        def call():
-            F.linear(x, ws[k[0] % copies])
-            k[0] += 1
-
-        for _ in range(10):
-            call()
-        s = timed(call)
+        s = gemv_seconds(dev, rows, cols)
+        torch.cuda.empty_cache()
         print(f"{name:<24} {nbytes / 1e6:>7.1f} {s * 1e6:>8.1f} {nbytes / s / 1e12:>6.2f} {nbytes / s / copy:>8.1%}",
               flush=True)
-        del ws
 
 
 if __name__ == "__main__":

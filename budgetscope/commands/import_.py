@@ -50,9 +50,9 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     from pathlib import Path
 
     from budgetscope.archive.errors import ArchiveError
-    from budgetscope.opener import Archive
     from budgetscope.commands.new_archive import NewArchive
     from budgetscope.ingest.files import input_problem
+    from budgetscope.opener import Archive
     from budgetscope.sources.import_files import NotImported, import_file
 
     kind, out_fmt = _import_kinds(kind, formats)

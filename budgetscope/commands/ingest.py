@@ -70,8 +70,8 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
 
     from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_in, unclaimed_line
     from budgetscope.archive.errors import ArchiveError
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import check, input_problem, read_batches
+    from budgetscope.opener import Archive
     from budgetscope.sources.formats import wrong_format
 
     rejected, entries, new, failed_files = [], [], None, False

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from budgetscope.archive.archive import is_single_file
-from budgetscope.archive.spool import RawBatch
 from budgetscope.archive.reader import ArchiveReader
+from budgetscope.archive.spool import RawBatch
 from budgetscope.sources import guidellm, importers, joins, vllm_offline
 from budgetscope.sources.formats import JOINED, wrong_format
 from budgetscope.sources.prometheus import PrometheusError
