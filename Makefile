@@ -35,8 +35,7 @@ demo: $(STAMP) $(EXT)
 # one SKIPPED line. Both: 2.5 minutes on 2 shared cores, pip's cache warm (was 1.5 for one); `make wheel-check` alone.
 test: $(STAMP) $(EXT)
 	$(VENV)/bin/ruff check .
-# once the tree is formatted:
-#	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q
 
 wheel-check: $(STAMP) $(EXT)

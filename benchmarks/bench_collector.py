@@ -73,8 +73,9 @@ def _send(args: tuple) -> list[str]:
                     errors.append(f"{e.code()} {e.details()}")
         return errors
     for body in bodies:
-        r = _CLIENT.post(f"http://127.0.0.1:{port}/v1/traces", content=body,
-                         headers={"content-type": "application/json"})
+        r = _CLIENT.post(
+            f"http://127.0.0.1:{port}/v1/traces", content=body, headers={"content-type": "application/json"}
+        )
         if r.status_code != 200:
             errors.append(f"{r.status_code} {r.text[:200]}")
     return errors
@@ -126,22 +127,32 @@ def main() -> None:
     # Spans of the last minutes, as a collector receives them (spans of months ago are a backfill: each of
     # their traces is looked for among the published segments, in case it began before this run).
     traces = out / f"collector-{args.requests}-now.jsonl"
-    write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch"),
-                                      start_ns=time.time_ns() - 120 * 10**9))
+    write_jsonl(
+        traces,
+        SyntheticSpec(
+            num_requests=args.requests, tiers=("interactive", "batch"), start_ns=time.time_ns() - 120 * 10**9
+        ),
+    )
     lines = [line for line in traces.read_bytes().splitlines() if line.strip()]
     spans = sum(count_spans(line) for line in lines)
     print(f"machine: {machine()}")
     print(f"{len(lines)} export requests, {spans:,} spans, {args.clients} exporter processes")
-    for name, kind, bodies in (("OTLP/HTTP JSON", "http", lines),
-                               ("OTLP/gRPC protobuf", "grpc", [protobuf(x) for x in lines] if args.only != "http" else [])):
+    for name, kind, bodies in (
+        ("OTLP/HTTP JSON", "http", lines),
+        ("OTLP/gRPC protobuf", "grpc", [protobuf(x) for x in lines] if args.only != "http" else []),
+    ):
         if args.only not in (None, kind):
             continue
         load = os.getloadavg()[0]
-        answered, stored, cpu, exporters = run(bodies, kind, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector"))
-        print(f"{name}: {sum(map(len, bodies)) / 1e6:,.0f} MB; answered in {answered:.2f} s = "
-              f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s; "
-              f"collector CPU {cpu:.1f} s ({cpu / spans * 1e6:.1f} µs a span), exporters' CPU {exporters:.1f} s; "
-              f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
+        answered, stored, cpu, exporters = run(
+            bodies, kind, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector")
+        )
+        print(
+            f"{name}: {sum(map(len, bodies)) / 1e6:,.0f} MB; answered in {answered:.2f} s = "
+            f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s; "
+            f"collector CPU {cpu:.1f} s ({cpu / spans * 1e6:.1f} µs a span), exporters' CPU {exporters:.1f} s; "
+            f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after"
+        )
     print(f"peak RSS {peak_rss_mb():,.0f} MB")
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine  # noqa: E402
 
-from budgetscope.opener import Archive  # noqa: E402
-from budgetscope.ingest.files import read_batches  # noqa: E402
 from budgetscope.derive import requests as current  # noqa: E402
+from budgetscope.ingest.files import read_batches  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 
@@ -36,9 +36,13 @@ def _base(commit: str) -> types.ModuleType:
     """requests.py at `commit`, deriving the `requests` columns of that commit's schema.py."""
     mods = {}
     for name in ("archive/schema", "sources/requests"):
-        mod = mods[name] = sys.modules[f"base_{name.replace('/', '_')}"] = types.ModuleType(f"base_{name.replace('/', '_')}")
-        exec(compile(_git_show(commit, f"budgetscope/{name}.py"), f"{commit}:{name}.py", "exec"),  # noqa: S102
-             mod.__dict__)  # our own files, from git
+        mod = mods[name] = sys.modules[f"base_{name.replace('/', '_')}"] = types.ModuleType(
+            f"base_{name.replace('/', '_')}"
+        )
+        exec(
+            compile(_git_show(commit, f"budgetscope/{name}.py"), f"{commit}:{name}.py", "exec"),  # noqa: S102
+            mod.__dict__,
+        )  # our own files, from git
     mods["sources/requests"].REQUESTS = mods["archive/schema"].REQUESTS
     return mods["sources/requests"]
 
@@ -71,7 +75,9 @@ def main() -> None:
                     times[name].append(time.perf_counter() - t)
     print(f"{spans:,} spans, {args.requests:,} requests, median of {args.runs} runs")
     for name, ts in times.items():
-        print(f"  {name:>12}: {statistics.median(ts):.3f} s per derivation ({spans / statistics.median(ts):,.0f} spans/s)")
+        print(
+            f"  {name:>12}: {statistics.median(ts):.3f} s per derivation ({spans / statistics.median(ts):,.0f} spans/s)"
+        )
 
 
 if __name__ == "__main__":

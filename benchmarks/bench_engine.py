@@ -48,17 +48,26 @@ def run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, con
     cpu_s = time.process_time() - cpu_start  # every thread of this process (export thread included)
     tokens = len(prompts) * params.max_tokens
     steps = len(arm.step_ns)
-    return {"tok_s": tokens / elapsed_s, "elapsed_s": elapsed_s, "steps": steps,
-            "step_ms": elapsed_s * 1e3 / steps, "itl": arm.itl_ms(), "cpu_ms_per_tok": cpu_s * 1e3 / tokens}
+    return {
+        "tok_s": tokens / elapsed_s,
+        "elapsed_s": elapsed_s,
+        "steps": steps,
+        "step_ms": elapsed_s * 1e3 / steps,
+        "itl": arm.itl_ms(),
+        "cpu_ms_per_tok": cpu_s * 1e3 / tokens,
+    }
 
 
 def summary(results: list[dict]) -> dict:
     """Median throughput and step time over rounds; ITL quantiles over every gap of every round."""
     itl = sorted(x for r in results for x in r["itl"])
-    return {"tok_s": statistics.median(r["tok_s"] for r in results),
-            "cpu_ms_per_tok": statistics.median(r["cpu_ms_per_tok"] for r in results),
-            "step_ms": statistics.median(r["step_ms"] for r in results),
-            "itl_p50": quantile_linear(itl, 0.5), "itl_p99": quantile_linear(itl, 0.99)}
+    return {
+        "tok_s": statistics.median(r["tok_s"] for r in results),
+        "cpu_ms_per_tok": statistics.median(r["cpu_ms_per_tok"] for r in results),
+        "step_ms": statistics.median(r["step_ms"] for r in results),
+        "itl_p50": quantile_linear(itl, 0.5),
+        "itl_p99": quantile_linear(itl, 0.99),
+    }
 
 
 def prompts_for(round_no: int, n: int, length: int, vocab: int = 256) -> list[list[int]]:
@@ -67,10 +76,18 @@ def prompts_for(round_no: int, n: int, length: int, vocab: int = 256) -> list[li
 
 
 def make_engine(args, telemetry=None, prefix_caching: bool = True) -> LLMEngine:
-    return LLMEngine(EngineConfig(model=args.config, max_model_len=1024, max_num_seqs=args.requests,
-                                  max_num_batched_tokens=512, num_kv_blocks=1024, num_threads=args.threads,
-                                  enable_prefix_caching=prefix_caching),
-                     telemetry)
+    return LLMEngine(
+        EngineConfig(
+            model=args.config,
+            max_model_len=1024,
+            max_num_seqs=args.requests,
+            max_num_batched_tokens=512,
+            num_kv_blocks=1024,
+            num_threads=args.threads,
+            enable_prefix_caching=prefix_caching,
+        ),
+        telemetry,
+    )
 
 
 def bench_batching(args) -> list[tuple]:
@@ -135,12 +152,24 @@ def bench_overhead(args) -> list[tuple]:
         _row("instrumentation off", off_s),
         _row("on, record only", rec_s),
         _row("on, JSONL export", on_s),
-        ("record only vs off", f"{d_rec:+.2f}%", "", "", f"{d_rec_itl:+.2f}%",
-         f"engine-thread cost alone; process CPU per token {d_rec_cpu:+.2f}%"),
-        ("export vs off", f"{d_tput:+.2f}%", "", "", f"{d_itl:+.2f}%",
-         f"target within 1%; median of {args.ab_rounds} paired ratios (IQR {(q1 - 1) * 100:+.2f}% to "
-         f"{(q3 - 1) * 100:+.2f}%); off-arm round spread {spread:.1f}%; "
-         f"process CPU per token {d_cpu:+.2f}%; {lines} JSONL lines"),
+        (
+            "record only vs off",
+            f"{d_rec:+.2f}%",
+            "",
+            "",
+            f"{d_rec_itl:+.2f}%",
+            f"engine-thread cost alone; process CPU per token {d_rec_cpu:+.2f}%",
+        ),
+        (
+            "export vs off",
+            f"{d_tput:+.2f}%",
+            "",
+            "",
+            f"{d_itl:+.2f}%",
+            f"target within 1%; median of {args.ab_rounds} paired ratios (IQR {(q1 - 1) * 100:+.2f}% to "
+            f"{(q3 - 1) * 100:+.2f}%); off-arm round spread {spread:.1f}%; "
+            f"process CPU per token {d_cpu:+.2f}%; {lines} JSONL lines",
+        ),
         hot,
     ]
 
@@ -170,8 +199,14 @@ class Arm:
         t0 = self._t0 = time.perf_counter_ns()
         engine = self.engine
         while self.pending and len(self.live) < self.concurrency:
-            trace = engine.telemetry.start_request(model=engine.model_name, tier="default", tenant=None,
-                                                   traceparent=None, request_id=None, operation="text_completion")
+            trace = engine.telemetry.start_request(
+                model=engine.model_name,
+                tier="default",
+                tenant=None,
+                traceparent=None,
+                request_id=None,
+                operation="text_completion",
+            )
             seq = engine.make_sequence(self.pending.pop(0), self.params, trace=trace, on_output=self._on_output)
             engine.add(seq)
             self.live.append(seq)
@@ -196,8 +231,10 @@ def bench_interleaved(args) -> list[tuple]:
     on = Telemetry.create(enabled=True, exporter=f"jsonl:{path}")
     if not on.enabled:
         return [("instrumentation (interleaved)", "unavailable", "", "", "", "budgetscope.instrument missing")]
-    engines = {"off": make_engine(args, Telemetry(None), prefix_caching=False),
-               "on": make_engine(args, on, prefix_caching=False)}
+    engines = {
+        "off": make_engine(args, Telemetry(None), prefix_caching=False),
+        "on": make_engine(args, on, prefix_caching=False),
+    }
     params = SamplingParams(max_tokens=args.output_tokens, temperature=0, ignore_eos=True)
     for engine in engines.values():  # warm-up
         run(engine, prompts_for(-4, args.requests, args.prompt_tokens), params, args.requests)
@@ -232,22 +269,38 @@ def bench_interleaved(args) -> list[tuple]:
     rows = []
     for name in ("off", "on"):
         steps = [x for a in arms[name] for x in a.step_ns]
-        rows.append((f"interleaved, instrumentation {name}", f"{tok_s[name]:,.0f}",
-                     f"{statistics.median(steps) / 1e6:.2f}", f"{quantile_linear(itl[name], 0.5):.2f}",
-                     f"{quantile_linear(itl[name], 0.99):.2f}",
-                     f"{len(steps)} steps on its own clock"))
+        rows.append(
+            (
+                f"interleaved, instrumentation {name}",
+                f"{tok_s[name]:,.0f}",
+                f"{statistics.median(steps) / 1e6:.2f}",
+                f"{quantile_linear(itl[name], 0.5):.2f}",
+                f"{quantile_linear(itl[name], 0.99):.2f}",
+                f"{len(steps)} steps on its own clock",
+            )
+        )
     d_tput = (tok_s["on"] / tok_s["off"] - 1) * 100
     d_itl = (quantile_linear(itl["on"], 0.99) / quantile_linear(itl["off"], 0.99) - 1) * 100
     # p99 ITL of the pooled gaps moves with a handful of machine hiccups; the per-round p99s paired round by
     # round, and their median, is the steadier figure
-    p99 = [quantile_linear(sorted(b.itl_ms()), 0.99) / quantile_linear(sorted(a.itl_ms()), 0.99)
-           for a, b in zip(arms["off"], arms["on"])]
+    p99 = [
+        quantile_linear(sorted(b.itl_ms()), 0.99) / quantile_linear(sorted(a.itl_ms()), 0.99)
+        for a, b in zip(arms["off"], arms["on"])
+    ]
     p1, pm, p3 = statistics.quantiles(p99, n=4)
-    rows.append(("interleaved on vs off", f"{d_tput:+.2f}%", "", "", f"{d_itl:+.2f}%",
-                 f"target within 1%; {args.ab_rounds} rounds, per-round time ratio median {(med - 1) * 100:+.2f}% "
-                 f"(IQR {(q1 - 1) * 100:+.2f}% to {(q3 - 1) * 100:+.2f}%); per-round p99 ITL ratio median {(pm - 1) * 100:+.2f}% "
-                 f"(IQR {(p1 - 1) * 100:+.2f}% to {(p3 - 1) * 100:+.2f}%); export thread {export_cpu:.2f}% of one core "
-                 f"(off both clocks)"))
+    rows.append(
+        (
+            "interleaved on vs off",
+            f"{d_tput:+.2f}%",
+            "",
+            "",
+            f"{d_itl:+.2f}%",
+            f"target within 1%; {args.ab_rounds} rounds, per-round time ratio median {(med - 1) * 100:+.2f}% "
+            f"(IQR {(q1 - 1) * 100:+.2f}% to {(q3 - 1) * 100:+.2f}%); per-round p99 ITL ratio median {(pm - 1) * 100:+.2f}% "
+            f"(IQR {(p1 - 1) * 100:+.2f}% to {(p3 - 1) * 100:+.2f}%); export thread {export_cpu:.2f}% of one core "
+            f"(off both clocks)",
+        )
+    )
     return rows
 
 
@@ -266,19 +319,38 @@ def thread_cpu_s(name: str) -> float:
 def hot_path_row(on: Telemetry) -> tuple:
     """What the instrumentation calls of one 16-sequence decode step cost, timed alone (no model)."""
     n, reps = 16, 1000
-    traces = [on.start_request(model="tiny", tier="default", tenant=None, traceparent=None, request_id=None,
-                               operation="text_completion") for _ in range(n)]
+    traces = [
+        on.start_request(
+            model="tiny", tier="default", tenant=None, traceparent=None, request_id=None, operation="text_completion"
+        )
+        for _ in range(n)
+    ]
     t0 = time.perf_counter_ns()
     for _ in range(reps):
         for tr in traces:
             tr.token()
-        on.step(start_ns=1, end_ns=2, batch_size=n, prefill_tokens=0, decode_seqs=n, kv_blocks_used=1,
-                kv_blocks_total=2, queue_depth=0, preempted=0)
+        on.step(
+            start_ns=1,
+            end_ns=2,
+            batch_size=n,
+            prefill_tokens=0,
+            decode_seqs=n,
+            kv_blocks_used=1,
+            kv_blocks_total=2,
+            queue_depth=0,
+            preempted=0,
+        )
     per_step_us = (time.perf_counter_ns() - t0) / reps / 1e3
     for tr in traces:
         tr.finish(outcome="ok")
-    return ("hot path per step", f"{per_step_us:.1f} us", "", "", "",
-            f"16 token() + 1 step() calls; vs the measured step time this is the deterministic overhead")
+    return (
+        "hot path per step",
+        f"{per_step_us:.1f} us",
+        "",
+        "",
+        "",
+        "16 token() + 1 step() calls; vs the measured step time this is the deterministic overhead",
+    )
 
 
 def _row(name: str, s: dict) -> tuple:
@@ -293,21 +365,31 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ab-rounds", type=int, default=24, help="A/B rounds (a multiple of 6 puts every arm in every position equally) for the overhead figure")
+    parser.add_argument(
+        "--ab-rounds",
+        type=int,
+        default=24,
+        help="A/B rounds (a multiple of 6 puts every arm in every position equally) for the overhead figure",
+    )
     # One intra-op thread by default: on a 2-core box a second torch thread makes every op wait whenever
     # anything else (the export thread, another process) holds a core, and p99 ITL measures that instead.
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--skip-batching", action="store_true")
-    parser.add_argument("--skip-rounds", action="store_true",
-                        help="overhead: only the step-interleaved A/B, not the whole-round one")
+    parser.add_argument(
+        "--skip-rounds", action="store_true", help="overhead: only the step-interleaved A/B, not the whole-round one"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), {'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}")
-    print(f"workload: config {args.config}, prompt {args.prompt_tokens} tokens, {args.output_tokens} output tokens, "
-          f"greedy, median of {args.rounds} rounds (batching) / {args.ab_rounds} A/B pairs (overhead)\n")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), {'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}"
+    )
+    print(
+        f"workload: config {args.config}, prompt {args.prompt_tokens} tokens, {args.output_tokens} output tokens, "
+        f"greedy, median of {args.rounds} rounds (batching) / {args.ab_rounds} A/B pairs (overhead)\n"
+    )
     rows = [] if args.skip_batching else bench_batching(args)
     if not args.skip_overhead:
         with short_switch_interval():  # as the engine's serving loop runs (EngineLoop)

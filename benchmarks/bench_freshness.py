@@ -20,14 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+import httpx  # noqa: E402
 from common import machine  # noqa: E402
 from otlp_wire import export, native_request  # noqa: E402
 
-import httpx  # noqa: E402
-
 from budgetscope.archive.errors import ArchiveError  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.collector import Collector  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 
 
 def main() -> None:
@@ -54,8 +53,9 @@ def main() -> None:
                 continue
             try:
                 with Archive(archive, read_only=True) as r:
-                    found = r.con.execute("SELECT trace_id FROM requests WHERE trace_id IN (SELECT unnest(?))",
-                                          [waiting]).fetchall()
+                    found = r.con.execute(
+                        "SELECT trace_id FROM requests WHERE trace_id IN (SELECT unnest(?))", [waiting]
+                    ).fetchall()
             except ArchiveError:
                 continue
             now = time.time_ns()
@@ -71,8 +71,11 @@ def main() -> None:
             nxt = time.monotonic()
             while time.monotonic() < end:
                 tid, spans = native_request(arrival=time.time_ns(), client=(1, 1))
-                r = h.post(f"http://127.0.0.1:{c.http_port}/v1/traces", content=json.dumps(export(spans)),
-                           headers={"Content-Type": "application/json"})
+                r = h.post(
+                    f"http://127.0.0.1:{c.http_port}/v1/traces",
+                    content=json.dumps(export(spans)),
+                    headers={"Content-Type": "application/json"},
+                )
                 if r.status_code == 200:
                     with lock:
                         acked[tid] = time.time_ns()
@@ -83,8 +86,10 @@ def main() -> None:
     lags = sorted((visible[t] - acked[t]) / 1e6 for t in acked if t in visible)
     q = statistics.quantiles(lags, n=100, method="inclusive")
     print(f"machine: {machine()}")
-    print(f"{len(acked):,} traces acknowledged at {args.rate:g}/s over {args.seconds:g} s, {len(lags):,} seen by "
-          f"{reads[0]:,} reader opens")
+    print(
+        f"{len(acked):,} traces acknowledged at {args.rate:g}/s over {args.seconds:g} s, {len(lags):,} seen by "
+        f"{reads[0]:,} reader opens"
+    )
     print(f"ack -> visible in requests: p50 {q[49]:.0f} ms, p99 {q[98]:.0f} ms, max {lags[-1]:.0f} ms")
 
 

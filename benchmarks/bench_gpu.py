@@ -89,11 +89,19 @@ ATTENTION = "auto"  # --attention: the engine's attention backend (auto: triton 
 def make_engine(batch: int, mode: str, max_tokens: int, prompt_len: int) -> LLMEngine:
     """mode: `graphs` (the default engine on CUDA), `compiled` (graphs of the torch.compile'd step), `eager`."""
     need = batch * (prompt_len + max_tokens)
-    return LLMEngine(EngineConfig(model="1b", max_model_len=2048, max_num_seqs=batch,
-                                  max_num_batched_tokens=max(512, batch * prompt_len),
-                                  num_kv_blocks=-(-need // 16) + 16, enforce_eager=mode == "eager",
-                                  compile=mode == "compiled", enable_prefix_caching=False,
-                                  attention_backend="auto" if mode == "compiled" else ATTENTION))
+    return LLMEngine(
+        EngineConfig(
+            model="1b",
+            max_model_len=2048,
+            max_num_seqs=batch,
+            max_num_batched_tokens=max(512, batch * prompt_len),
+            num_kv_blocks=-(-need // 16) + 16,
+            enforce_eager=mode == "eager",
+            compile=mode == "compiled",
+            enable_prefix_caching=False,
+            attention_backend="auto" if mode == "compiled" else ATTENTION,
+        )
+    )
 
 
 def decode(engine: LLMEngine, batch: int, seconds: float, prompt_len: int, max_tokens: int, seed: int = 0) -> dict:
@@ -129,25 +137,44 @@ def decode(engine: LLMEngine, batch: int, seconds: float, prompt_len: int, max_t
         windows.append((window_start, time.time_ns()))
         rounds += 1
     total_s, total_bytes = sum(step_s), sum(step_bytes)
-    return {"batch": batch, "steps": len(step_s), "rounds": rounds, "step_ms_median": 1e3 * statistics.median(step_s),
-            "step_ms_p99": 1e3 * sorted(step_s)[int(0.99 * (len(step_s) - 1))],
-            "tokens_per_s": batch * len(step_s) / total_s, "bytes_per_step_mean": total_bytes / len(step_s),
-            "estimated_bytes_per_s": total_bytes / total_s, "weight_bytes": wbytes, "windows": windows,
-            "graph_steps": engine.runner.graph_steps}
+    return {
+        "batch": batch,
+        "steps": len(step_s),
+        "rounds": rounds,
+        "step_ms_median": 1e3 * statistics.median(step_s),
+        "step_ms_p99": 1e3 * sorted(step_s)[int(0.99 * (len(step_s) - 1))],
+        "tokens_per_s": batch * len(step_s) / total_s,
+        "bytes_per_step_mean": total_bytes / len(step_s),
+        "estimated_bytes_per_s": total_bytes / total_s,
+        "weight_bytes": wbytes,
+        "windows": windows,
+        "graph_steps": engine.runner.graph_steps,
+    }
 
 
 def gpm_over(points, windows) -> dict:
     """Mean GPM DRAM bandwidth utilization of the samples inside the decode windows, and the peak it is of."""
     peak = next((p.value for p in points if p.metric == gpu.PEAK_BANDWIDTH), None)
-    inside = [p.value for p in points if p.metric == gpu.DRAM_BANDWIDTH
-              and any(a is not None and a + 150_000_000 <= p.ts_ns <= b for a, b in windows)]  # a sample covers 100 ms before it
+    inside = [
+        p.value
+        for p in points
+        if p.metric == gpu.DRAM_BANDWIDTH and any(a is not None and a + 150_000_000 <= p.ts_ns <= b for a, b in windows)
+    ]  # a sample covers 100 ms before it
     hbm = [p.value for p in points if p.metric == gpu.HBM_USED]
-    occ = [p.value for p in points if p.metric == gpu.SM_OCCUPANCY and any(
-        a is not None and a + 150_000_000 <= p.ts_ns <= b for a, b in windows)]
+    occ = [
+        p.value
+        for p in points
+        if p.metric == gpu.SM_OCCUPANCY and any(a is not None and a + 150_000_000 <= p.ts_ns <= b for a, b in windows)
+    ]
     util = statistics.mean(inside) if inside else None
-    return {"samples": len(inside), "dram_util_mean": util, "peak_bytes_per_s": peak,
-            "gpm_bytes_per_s": util * peak if util is not None and peak else None,
-            "sm_occupancy_mean": statistics.mean(occ) if occ else None, "hbm_used_max": max(hbm) if hbm else None}
+    return {
+        "samples": len(inside),
+        "dram_util_mean": util,
+        "peak_bytes_per_s": peak,
+        "gpm_bytes_per_s": util * peak if util is not None and peak else None,
+        "sm_occupancy_mean": statistics.mean(occ) if occ else None,
+        "hbm_used_max": max(hbm) if hbm else None,
+    }
 
 
 def sampler_cost(seconds: float, gpm: bool) -> dict:
@@ -161,8 +188,14 @@ def sampler_cost(seconds: float, gpm: bool) -> dict:
     time.sleep(seconds)
     s.stop()
     wall = time.perf_counter_ns() - t0
-    return {"gpm": gpm, "ticks": s.num_ticks, "cpu_ms": s.cpu_ns / 1e6, "share_of_one_core": s.cpu_ns / wall,
-            "us_per_tick": s.cpu_ns / max(1, s.num_ticks) / 1e3, "wall_us_per_tick": s.wall_ns / max(1, s.num_ticks) / 1e3}
+    return {
+        "gpm": gpm,
+        "ticks": s.num_ticks,
+        "cpu_ms": s.cpu_ns / 1e6,
+        "share_of_one_core": s.cpu_ns / wall,
+        "us_per_tick": s.cpu_ns / max(1, s.num_ticks) / 1e3,
+        "wall_us_per_tick": s.wall_ns / max(1, s.num_ticks) / 1e3,
+    }
 
 
 def cuda_call_costs() -> dict:
@@ -172,10 +205,12 @@ def cuda_call_costs() -> dict:
     dev = torch.zeros(512, dtype=torch.long, device="cuda")
     torch.cuda.synchronize()
     out = {}
-    for name, fn, n in (("launch_us", lambda: x.add_(1), 2000),
-                        ("pinned_h2d_4kB_us", lambda: dev.copy_(pinned, non_blocking=True), 1000),
-                        ("pageable_h2d_4kB_us", lambda: dev.copy_(pinned.clone(), non_blocking=True), 300),
-                        ("launch_and_item_us", lambda: x.add_(1).item(), 500)):
+    for name, fn, n in (
+        ("launch_us", lambda: x.add_(1), 2000),
+        ("pinned_h2d_4kB_us", lambda: dev.copy_(pinned, non_blocking=True), 1000),
+        ("pageable_h2d_4kB_us", lambda: dev.copy_(pinned.clone(), non_blocking=True), 300),
+        ("launch_and_item_us", lambda: x.add_(1).item(), 500),
+    ):
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
@@ -195,6 +230,7 @@ def step_phases(engine: LLMEngine, prompt_len: int, steps: int = 500) -> dict:
                 return fn(*a, **k)
             finally:
                 acc.setdefault(name, []).append(time.perf_counter() - t0)
+
         return wrapper
 
     sched, runner, graphs = engine.scheduler, engine.runner, engine.runner.graphs
@@ -233,10 +269,17 @@ def about() -> dict:
 
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
-    out = {"gpu": pynvml.nvmlDeviceGetName(h), "driver": pynvml.nvmlSystemGetDriverVersion(),
-           "nvml": pynvml.nvmlSystemGetNVMLVersion(), "cuda_driver": pynvml.nvmlSystemGetCudaDriverVersion(),
-           "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-           "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    out = {
+        "gpu": pynvml.nvmlDeviceGetName(h),
+        "driver": pynvml.nvmlSystemGetDriverVersion(),
+        "nvml": pynvml.nvmlSystemGetNVMLVersion(),
+        "cuda_driver": pynvml.nvmlSystemGetCudaDriverVersion(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+    }
     try:
         from importlib.metadata import version
 
@@ -253,8 +296,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds of timed decode per configuration")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--modes", default="graphs,eager", help="graphs, compiled, eager (eager at batch 1 only)")
-    ap.add_argument("--attention", default="auto", choices=["auto", "triton", "sdpa"],
-                    help="the engine's attention backend (mode `compiled` always runs sdpa)")
+    ap.add_argument(
+        "--attention",
+        default="auto",
+        choices=["auto", "triton", "sdpa"],
+        help="the engine's attention backend (mode `compiled` always runs sdpa)",
+    )
     ap.add_argument("--no-tape", action="store_true", help="do not record the NVML tape")
     ap.add_argument("--no-sampler-cost", action="store_true")
     args = ap.parse_args()
@@ -304,19 +351,27 @@ def main() -> None:
                 tape.join()
                 holder["tape"].save(str(out / "nvml_tape.json"))
             sampler.stop()
-            r.update(mode=mode, eager=eager, build_s=build_s, fraction_of_copy=r["estimated_bytes_per_s"] / bw,
-                     graphs=engine.runner.graphs.num_graphs if engine.runner.graphs else 0,
-                     capture_s=engine.runner.graphs.capture_s if engine.runner.graphs else 0.0)
+            r.update(
+                mode=mode,
+                eager=eager,
+                build_s=build_s,
+                fraction_of_copy=r["estimated_bytes_per_s"] / bw,
+                graphs=engine.runner.graphs.num_graphs if engine.runner.graphs else 0,
+                capture_s=engine.runner.graphs.capture_s if engine.runner.graphs else 0.0,
+            )
             r["gpm"] = gpm_over(sink.points, r.pop("windows"))
             g = r["gpm"]
             if g["gpm_bytes_per_s"]:
                 r["gpm_over_estimate"] = g["gpm_bytes_per_s"] / r["estimated_bytes_per_s"]
             figures["decode"].append(r)
-            print(f"1b batch {batch:>2} {mode:>8}: {r['tokens_per_s']:,.0f} tok/s, step "
-                  f"{r['step_ms_median']:.3f} ms (p99 {r['step_ms_p99']:.3f}), {r['bytes_per_step_mean'] / 1e9:.3f} GB "
-                  f"a step -> {r['estimated_bytes_per_s'] / 1e12:.3f} TB/s = {100 * r['fraction_of_copy']:.1f}% of copy; "
-                  f"GPM DRAM {g['dram_util_mean']} of peak {g['peak_bytes_per_s']} over {g['samples']} samples "
-                  f"-> GPM/estimate {r.get('gpm_over_estimate')}; graphs {r['graphs']} in {r['capture_s']:.1f} s", flush=True)
+            print(
+                f"1b batch {batch:>2} {mode:>8}: {r['tokens_per_s']:,.0f} tok/s, step "
+                f"{r['step_ms_median']:.3f} ms (p99 {r['step_ms_p99']:.3f}), {r['bytes_per_step_mean'] / 1e9:.3f} GB "
+                f"a step -> {r['estimated_bytes_per_s'] / 1e12:.3f} TB/s = {100 * r['fraction_of_copy']:.1f}% of copy; "
+                f"GPM DRAM {g['dram_util_mean']} of peak {g['peak_bytes_per_s']} over {g['samples']} samples "
+                f"-> GPM/estimate {r.get('gpm_over_estimate')}; graphs {r['graphs']} in {r['capture_s']:.1f} s",
+                flush=True,
+            )
             del engine
             torch.cuda.empty_cache()
 
@@ -325,8 +380,10 @@ def main() -> None:
     first = args.modes.split(",")[0]
     engine = make_engine(1, first, 600, prompt_len)
     figures["step_phases_ms"] = step_phases(engine, prompt_len)
-    print("batch-1 step phases (ms a step): " + ", ".join(f"{k} {v:.3f}" for k, v in figures["step_phases_ms"].items()),
-          flush=True)
+    print(
+        "batch-1 step phases (ms a step): " + ", ".join(f"{k} {v:.3f}" for k, v in figures["step_phases_ms"].items()),
+        flush=True,
+    )
     del engine
     torch.cuda.empty_cache()
 
@@ -352,9 +409,12 @@ def main() -> None:
     torch.cuda.empty_cache()
     figures["sampler_cost"] = [sampler_cost(10.0, gpm=True), sampler_cost(10.0, gpm=False)]
     for c in figures["sampler_cost"]:
-        print(f"sampler 10 Hz {'with' if c['gpm'] else 'without'} GPM: {c['ticks']} ticks, CPU {c['cpu_ms']:.1f} ms = "
-              f"{100 * c['share_of_one_core']:.3f}% of one core ({c['us_per_tick']:.0f} us CPU, "
-              f"{c['wall_us_per_tick']:.0f} us wall a tick)", flush=True)
+        print(
+            f"sampler 10 Hz {'with' if c['gpm'] else 'without'} GPM: {c['ticks']} ticks, CPU {c['cpu_ms']:.1f} ms = "
+            f"{100 * c['share_of_one_core']:.3f}% of one core ({c['us_per_tick']:.0f} us CPU, "
+            f"{c['wall_us_per_tick']:.0f} us wall a tick)",
+            flush=True,
+        )
     if (out / "nvml_tape.json").exists():  # what each NVML call cost on this machine
         from budgetscope.instrument.nvml_tape import NvmlTape
 

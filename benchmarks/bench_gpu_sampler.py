@@ -35,10 +35,12 @@ def main() -> None:
         s.stop()
         wall = time.perf_counter_ns() - t0
         size = os.path.getsize(f"{d}/gpu.jsonl")
-    print(f"GPU sampler (fake NVML, {args.gpus} GPUs, 10 Hz, jsonl sink) over {wall / 1e9:.1f} s: "
-          f"{s.num_ticks} ticks, {s.num_points:,} points, {size / 1e3:,.0f} kB written; "
-          f"CPU {s.cpu_ns / 1e6:.1f} ms = {100 * s.cpu_ns / wall:.3f}% of one core "
-          f"({s.cpu_ns / max(1, s.num_ticks) / 1e3:.0f} µs a tick)")
+    print(
+        f"GPU sampler (fake NVML, {args.gpus} GPUs, 10 Hz, jsonl sink) over {wall / 1e9:.1f} s: "
+        f"{s.num_ticks} ticks, {s.num_points:,} points, {size / 1e3:,.0f} kB written; "
+        f"CPU {s.cpu_ns / 1e6:.1f} ms = {100 * s.cpu_ns / wall:.3f}% of one core "
+        f"({s.cpu_ns / max(1, s.num_ticks) / 1e3:.0f} µs a tick)"
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine, peak_rss_mb  # noqa: E402
 
-from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.files import read_batches  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 
@@ -61,10 +61,17 @@ def main() -> None:
 
         m = manifest.read(archive)
         size = sum(s.bytes for s in m.segments)
-        print("segments: " + ", ".join(f"{t} {sum(s.bytes for s in m.files(t)) / 1e6:,.1f} MB in {len(m.files(t))}"
-                                        for t in ("spans", "requests", "ingest_batches")))
-    print(f"archive ({args.format}): {size / 1e6:,.0f} MB = {size / rep.spans:,.1f} bytes per span (requests and "
-          f"batch records included); peak RSS {rss_ingest:,.0f} MB ({peak_rss_mb():,.0f} MB after the re-ingest)")
+        print(
+            "segments: "
+            + ", ".join(
+                f"{t} {sum(s.bytes for s in m.files(t)) / 1e6:,.1f} MB in {len(m.files(t))}"
+                for t in ("spans", "requests", "ingest_batches")
+            )
+        )
+    print(
+        f"archive ({args.format}): {size / 1e6:,.0f} MB = {size / rep.spans:,.1f} bytes per span (requests and "
+        f"batch records included); peak RSS {rss_ingest:,.0f} MB ({peak_rss_mb():,.0f} MB after the re-ingest)"
+    )
 
 
 if __name__ == "__main__":

@@ -113,8 +113,8 @@ def hot_path(instr: Instrumentation, args: argparse.Namespace) -> dict[str, floa
 
 
 def background(args: argparse.Namespace) -> dict[str, float]:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     import orjson
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from budgetscope.instrument.instrumentation import _resource
     from budgetscope.instrument.otlp_json import encode_request
@@ -200,8 +200,10 @@ def main() -> None:
     rows.append(("background: export thread, build+export (per span)", f"{flush_ns:,.0f} ns", ""))
     rows.append(("reference: OTel SDK span start+end (per span)", f"{otel_sdk_reference(args):,.0f} ns", ""))
 
-    print(f"budgetscope.instrument overhead -- {platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, {platform.machine()}, best of {args.repeat}")
+    print(
+        f"budgetscope.instrument overhead -- {platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}, best of {args.repeat}"
+    )
     width = max(len(r[0]) for r in rows)
     print(f"{'what':<{width}}  {'enabled':>12}  {'disabled':>12}")
     print(f"{'-' * width}  {'-' * 12}  {'-' * 12}")

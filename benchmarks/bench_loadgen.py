@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -29,17 +28,25 @@ from budgetscope.loadgen import Arrivals, Distribution, Target, Workload, build_
 
 
 def start_server(port: int, tokens: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "budgetscope.loadgen.stub_server", "--port", str(port),
-                             "--tokens", str(tokens)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "budgetscope.loadgen.stub_server", "--port", str(port), "--tokens", str(tokens)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     proc.stdout.readline()  # "stub server on ..."
     return proc
 
 
 def one_run(url: str, args, seed: int) -> dict:
-    plan = build_plan(Arrivals.parse(args.arrivals, args.rate),
-                      Workload(prompt_tokens=Distribution.parse(str(args.prompt_tokens)),
-                               output_tokens=Distribution.parse(str(args.tokens))),
-                      seed=seed, num_requests=args.requests)
+    plan = build_plan(
+        Arrivals.parse(args.arrivals, args.rate),
+        Workload(
+            prompt_tokens=Distribution.parse(str(args.prompt_tokens)),
+            output_tokens=Distribution.parse(str(args.tokens)),
+        ),
+        seed=seed,
+        num_requests=args.requests,
+    )
     tracer = None
     if args.spans:
         path = os.path.join(tempfile.mkdtemp(), "client.jsonl")
@@ -51,9 +58,17 @@ def one_run(url: str, args, seed: int) -> dict:
         tracer.shutdown()
     s = result.summary()
     lag = s["figures"]["schedule_lag_ms"]
-    return {"ok": s["ok"], "requests": s["requests"], "send_rps": s["achieved_send_rate_rps"],
-            "ok_rps": s["ok_throughput_rps"], "lag_p50": lag["p50"], "lag_p99": lag["p99"], "lag_max": lag["max"],
-            "ttft_p50": s["figures"]["client_ttft_ms"]["p50"], "cpu_us_per_req": cpu / max(1, s["requests"]) * 1e6}
+    return {
+        "ok": s["ok"],
+        "requests": s["requests"],
+        "send_rps": s["achieved_send_rate_rps"],
+        "ok_rps": s["ok_throughput_rps"],
+        "lag_p50": lag["p50"],
+        "lag_p99": lag["p99"],
+        "lag_max": lag["max"],
+        "ttft_p50": s["figures"]["client_ttft_ms"]["p50"],
+        "cpu_us_per_req": cpu / max(1, s["requests"]) * 1e6,
+    }
 
 
 def _cpu_s() -> float:
@@ -78,20 +93,29 @@ def main() -> None:
     try:
         url = f"http://127.0.0.1:{port}/v1/completions"
         one_run(url, argparse.Namespace(**{**vars(args), "requests": 200}), seed=999)  # warm-up
-        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
-              f"plan: {args.arrivals} at {args.rate:g}/s, {args.requests} requests, {args.tokens} tokens each; "
-              f"spans {'on' if args.spans else 'off'}; spin {args.spin_us} us")
+        print(
+            f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
+            f"plan: {args.arrivals} at {args.rate:g}/s, {args.requests} requests, {args.tokens} tokens each; "
+            f"spans {'on' if args.spans else 'off'}; spin {args.spin_us} us"
+        )
         runs = []
         for i in range(args.repeat):
             r = one_run(url, args, seed=i)
             runs.append(r)
-            print(f"run {i + 1}: ok {r['ok']}/{r['requests']}  sent {r['send_rps']:.1f}/s  ok {r['ok_rps']:.1f}/s  "
-                  f"lag p50 {r['lag_p50']:.3f} ms  p99 {r['lag_p99']:.3f} ms  max {r['lag_max']:.2f} ms  "
-                  f"ttft p50 {r['ttft_p50']:.3f} ms  cpu {r['cpu_us_per_req']:.0f} us/request", flush=True)
+            print(
+                f"run {i + 1}: ok {r['ok']}/{r['requests']}  sent {r['send_rps']:.1f}/s  ok {r['ok_rps']:.1f}/s  "
+                f"lag p50 {r['lag_p50']:.3f} ms  p99 {r['lag_p99']:.3f} ms  max {r['lag_max']:.2f} ms  "
+                f"ttft p50 {r['ttft_p50']:.3f} ms  cpu {r['cpu_us_per_req']:.0f} us/request",
+                flush=True,
+            )
         print("median (min-max) over runs:")
-        for key, label in (("send_rps", "sustained send req/s"), ("ok_rps", "ok completions/s"),
-                           ("lag_p50", "schedule lag p50 ms"), ("lag_p99", "schedule lag p99 ms"),
-                           ("cpu_us_per_req", "client CPU us/request")):
+        for key, label in (
+            ("send_rps", "sustained send req/s"),
+            ("ok_rps", "ok completions/s"),
+            ("lag_p50", "schedule lag p50 ms"),
+            ("lag_p99", "schedule lag p99 ms"),
+            ("cpu_us_per_req", "client CPU us/request"),
+        ):
             values = [r[key] for r in runs]
             print(f"  {label:<24} {statistics.median(values):9.3f}  ({min(values):.3f}-{max(values):.3f})")
     finally:

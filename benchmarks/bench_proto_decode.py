@@ -22,8 +22,8 @@ from bench_collector import protobuf  # noqa: E402
 from common import machine, peak_rss_mb  # noqa: E402
 
 from budgetscope.archive.spool import RawBatch  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest import otlp_fast, otlp_proto  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 
@@ -80,11 +80,17 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"{len(payloads)} export requests, {spans:,} spans, {mb:,.0f} MB of protobuf ({mb * 1e6 / spans:.0f} B/span)")
     print(f"decode, reference (otlp_proto): {ref:.2f} s = {spans / ref:,.0f} spans/s ({ref / spans * 1e6:.1f} us/span)")
-    print(f"decode, C (decode_proto):       {c:.3f} s = {spans / c:,.0f} spans/s ({c / spans * 1e6:.2f} us/span), "
-          f"{ref / c:,.0f}x")
-    print(f"Archive.ingest ({args.format}), reference: {without.seconds:.2f} s = {spans / without.seconds:,.0f} spans/s")
-    print(f"Archive.ingest ({args.format}), C:         {with_c.seconds:.2f} s = {spans / with_c.seconds:,.0f} spans/s, "
-          f"{without.seconds / with_c.seconds:.1f}x")
+    print(
+        f"decode, C (decode_proto):       {c:.3f} s = {spans / c:,.0f} spans/s ({c / spans * 1e6:.2f} us/span), "
+        f"{ref / c:,.0f}x"
+    )
+    print(
+        f"Archive.ingest ({args.format}), reference: {without.seconds:.2f} s = {spans / without.seconds:,.0f} spans/s"
+    )
+    print(
+        f"Archive.ingest ({args.format}), C:         {with_c.seconds:.2f} s = {spans / with_c.seconds:,.0f} spans/s, "
+        f"{without.seconds / with_c.seconds:.1f}x"
+    )
     print(f"peak RSS {peak_rss_mb():,.0f} MB")
 
 

@@ -25,8 +25,8 @@ from common import machine, peak_rss_mb  # noqa: E402
 
 from budgetscope.analysis.budgets import parse_budgets  # noqa: E402
 from budgetscope.analysis.report import build_report  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.files import read_batches  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl  # noqa: E402
 
 HOUR_NS = 3_600_000_000_000
@@ -38,20 +38,33 @@ def build(archive: Path, n: int, out: Path, parts: int = 1) -> None:
     total_spans = total_s = 0.0
     for i in range(parts):
         traces = out / f"report-{n}-part{i}.jsonl"
-        spec = (SyntheticSpec(num_requests=n, tiers=("interactive", "batch"), rate_per_s=500) if parts == 1 else
-                SyntheticSpec(num_requests=per, tiers=("interactive", "batch"), rate_per_s=per / 3600,
-                              seed=7 + i, start_ns=START_NS + i * HOUR_NS))
+        spec = (
+            SyntheticSpec(num_requests=n, tiers=("interactive", "batch"), rate_per_s=500)
+            if parts == 1
+            else SyntheticSpec(
+                num_requests=per,
+                tiers=("interactive", "batch"),
+                rate_per_s=per / 3600,
+                seed=7 + i,
+                start_ns=START_NS + i * HOUR_NS,
+            )
+        )
         t = time.perf_counter()
         write_jsonl(traces, spec)
-        print(f"part {i + 1}/{parts}: generated {traces.stat().st_size / 1e9:.1f} GB in {time.perf_counter() - t:.0f} s",
-              flush=True)
+        print(
+            f"part {i + 1}/{parts}: generated {traces.stat().st_size / 1e9:.1f} GB in {time.perf_counter() - t:.0f} s",
+            flush=True,
+        )
         with Archive(archive) as a:
             rep = a.ingest(read_batches(traces))
         traces.unlink()
         total_spans += rep.spans
         total_s += rep.seconds
-        print(f"  ingested {rep.spans:,} spans, {rep.requests_derived:,} requests in {rep.seconds:.0f} s "
-              f"({rep.spans_per_s:,.0f} spans/s)", flush=True)
+        print(
+            f"  ingested {rep.spans:,} spans, {rep.requests_derived:,} requests in {rep.seconds:.0f} s "
+            f"({rep.spans_per_s:,.0f} spans/s)",
+            flush=True,
+        )
     if parts > 1:
         print(f"ingested {total_spans:,.0f} spans in {total_s:.0f} s ({total_spans / total_s:,.0f} spans/s)")
 
@@ -84,18 +97,26 @@ def timed(archive: Path, budgets, runs: int, since_ns: int | None = None, until_
             for table in ("requests", "requests_deletes", "spans", "gpu_samples"):
                 files = a.files(table)
                 chosen[table] = (len(files), sum(f.stat().st_size for f in files))
-    return {"open": opened, "times": times, "cpu": cpu, "requests": sum(t["requests"] for t in rep["tiers"]) +
-            sum(rep["unbudgeted_tiers"].values()), "files": chosen, "read": read}
+    return {
+        "open": opened,
+        "times": times,
+        "cpu": cpu,
+        "requests": sum(t["requests"] for t in rep["tiers"]) + sum(rep["unbudgeted_tiers"].values()),
+        "files": chosen,
+        "read": read,
+    }
 
 
 def describe(label: str, r: dict) -> str:
     ts = r["times"]
     warm = ts[1:] or ts
-    return (f"{label}: {r['requests']:,} requests; open {r['open']:.2f} s, first {ts[0]:.2f} s, "
-            f"warm median {statistics.median(warm):.2f} s (min {min(warm):.2f}, max {max(warm):.2f}, {len(warm)} runs; "
-            f"CPU {statistics.median(r['cpu'][1:] or r['cpu']):.2f} s a warm run, every thread); "
-            f"read {r['read'][0] / 1e6:,.0f} MB from files in the first, {statistics.median(r['read'][1:] or r['read']) / 1e6:,.0f} "
-            "MB in a warm one")
+    return (
+        f"{label}: {r['requests']:,} requests; open {r['open']:.2f} s, first {ts[0]:.2f} s, "
+        f"warm median {statistics.median(warm):.2f} s (min {min(warm):.2f}, max {max(warm):.2f}, {len(warm)} runs; "
+        f"CPU {statistics.median(r['cpu'][1:] or r['cpu']):.2f} s a warm run, every thread); "
+        f"read {r['read'][0] / 1e6:,.0f} MB from files in the first, {statistics.median(r['read'][1:] or r['read']) / 1e6:,.0f} "
+        "MB in a warm one"
+    )
 
 
 def main() -> None:
@@ -117,8 +138,14 @@ def main() -> None:
     load = os.getloadavg()[0]
     with Archive(archive, read_only=True) as a:
         counts = a.counts()
-        everything = {t: (len(a.files(t)), sum(f.stat().st_size for f in a.files(t)))
-                      for t in ("requests", "requests_deletes", "spans", "gpu_samples")} if hasattr(a, "files") else {}
+        everything = (
+            {
+                t: (len(a.files(t)), sum(f.stat().st_size for f in a.files(t)))
+                for t in ("requests", "requests_deletes", "spans", "gpu_samples")
+            }
+            if hasattr(a, "files")
+            else {}
+        )
     whole = timed(archive, budgets, args.runs)
     print(f"machine: {machine()}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"archive ({args.format}): {counts['requests']:,} requests, {counts['spans']:,} spans")
@@ -126,8 +153,13 @@ def main() -> None:
     if args.window_hour is not None:
         lo = START_NS + args.window_hour * HOUR_NS
         win = timed(archive, budgets, args.runs, lo, lo + HOUR_NS)
-        print(describe(f"report, hour {args.window_hour} ({time.strftime('%Y-%m-%dT%H:00Z', time.gmtime(lo / 1e9))} "
-                       f"for one hour)", win))
+        print(
+            describe(
+                f"report, hour {args.window_hour} ({time.strftime('%Y-%m-%dT%H:00Z', time.gmtime(lo / 1e9))} "
+                f"for one hour)",
+                win,
+            )
+        )
         print("  the window's reader holds (the report reads requests, and gpu_samples when there are any):")
         for table, (n, size) in win["files"].items():
             all_n, all_size = everything[table]

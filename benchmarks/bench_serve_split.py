@@ -40,10 +40,32 @@ def free_port() -> int:
 def start_server(args, extra: list[str]) -> tuple[subprocess.Popen, str]:
     """`engine serve` with the benchmark's knobs; returns once /health answers."""
     port = free_port()
-    cmd = [sys.executable, "-m", "budgetscope.cli", "engine", "serve", "--config", args.config, "--device", args.device,
-           "--port", str(port), "--max-seqs", str(args.max_seqs), "--max-batched-tokens", str(args.max_batched_tokens),
-           "--max-model-len", str(args.prompt_tokens + args.output_tokens + 16), "--max-waiting", "0",
-           "--no-prefix-caching", "--log-level", "warning", *extra, *args.serve_arg]
+    cmd = [
+        sys.executable,
+        "-m",
+        "budgetscope.cli",
+        "engine",
+        "serve",
+        "--config",
+        args.config,
+        "--device",
+        args.device,
+        "--port",
+        str(port),
+        "--max-seqs",
+        str(args.max_seqs),
+        "--max-batched-tokens",
+        str(args.max_batched_tokens),
+        "--max-model-len",
+        str(args.prompt_tokens + args.output_tokens + 16),
+        "--max-waiting",
+        "0",
+        "--no-prefix-caching",
+        "--log-level",
+        "warning",
+        *extra,
+        *args.serve_arg,
+    ]
     if not args.instrument:
         cmd.append("--no-instrument")
     if args.threads:
@@ -87,9 +109,11 @@ async def drive(url: str, args, duration_s: float) -> dict:
                 tasks.add(asyncio.create_task(one_request(client, url, args, rng, counts)))
                 await asyncio.sleep(rng.expovariate(args.rate))
         else:
+
             async def worker():
                 while time.monotonic() < counts["end"]:
                     await one_request(client, url, args, rng, counts)
+
             tasks = {asyncio.create_task(worker()) for _ in range(args.concurrency)}
             await asyncio.sleep(counts["end"] - time.monotonic())
         for t in tasks:
@@ -100,7 +124,9 @@ async def drive(url: str, args, duration_s: float) -> dict:
 
 def engine_steps(url: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=5).text
-    return next(float(line.split()[1]) for line in text.splitlines() if line.startswith("budgetscope_engine_steps_total "))
+    return next(
+        float(line.split()[1]) for line in text.splitlines() if line.startswith("budgetscope_engine_steps_total ")
+    )
 
 
 def measure(args, name: str) -> dict:
@@ -143,15 +169,19 @@ def main() -> None:
     names = args.variants.split(",")
     results = {name: measure(args, name) for name in names}
     load = f"rate {args.rate:.1f}/s" if args.rate else f"{args.concurrency} in flight"
-    print(f"\nengine serve --config {args.config} --device {args.device} --max-seqs {args.max_seqs}; {load}, "
-          f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens, {args.duration:.0f} s timed, "
-          f"cpus {os.cpu_count()}")
+    print(
+        f"\nengine serve --config {args.config} --device {args.device} --max-seqs {args.max_seqs}; {load}, "
+        f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens, {args.duration:.0f} s timed, "
+        f"cpus {os.cpu_count()}"
+    )
     print(f"{'engine':<10} {'output tok/s':>12} {'steps/s':>8} {'load avg 1m (start, end)':>26}")
     for name, r in results.items():
         print(f"{name:<10} {r['tok_s']:>12,.0f} {r['steps_s']:>8,.1f} {r['load'][0]:>12.2f}, {r['load'][1]:.2f}")
     if {"thread", "process"} <= results.keys() and results["thread"]["tok_s"]:
         print(f"process / thread: {results['process']['tok_s'] / results['thread']['tok_s']:.2f}x")
-    print(json.dumps({k: {"tok_s": round(v["tok_s"], 1), "steps_s": round(v["steps_s"], 1)} for k, v in results.items()}))
+    print(
+        json.dumps({k: {"tok_s": round(v["tok_s"], 1), "steps_s": round(v["steps_s"], 1)} for k, v in results.items()})
+    )
 
 
 if __name__ == "__main__":

@@ -121,22 +121,30 @@ class Run:
 def run(name: str, root: Path, n: int, routed: bool, clients: int, pool) -> Run:
     shutil.rmtree(root, ignore_errors=True)
     r = Run(name, root, n, load=(os.getloadavg()[0], 0.0))
-    shards = [_start(["collect", "--archive", str(root), "--shard", f"s{i}", "--no-grpc", "--http-port", "0"],
-                     r"http://127\.0\.0\.1:(\d+)/v1/traces") for i in range(n)]
+    shards = [
+        _start(
+            ["collect", "--archive", str(root), "--shard", f"s{i}", "--no-grpc", "--http-port", "0"],
+            r"http://127\.0\.0\.1:(\d+)/v1/traces",
+        )
+        for i in range(n)
+    ]
     router = None
     port = shards[0][1]
     if routed:
-        router, port = _start(["collect-router", "--port", "0",
-                               *[a for _, p in shards for a in ("--shard", f"http://127.0.0.1:{p}")]],
-                              r"http://127\.0\.0\.1:(\d+)/v1/traces")
+        router, port = _start(
+            ["collect-router", "--port", "0", *[a for _, p in shards for a in ("--shard", f"http://127.0.0.1:{p}")]],
+            r"http://127\.0\.0\.1:(\d+)/v1/traces",
+        )
     t0 = time.perf_counter()
     done = pool.map(_send, [(port, k, clients) for k in range(clients)], chunksize=1)
     r.accepted_s = time.perf_counter() - t0
     if router is not None:
         r.cpu["router"] = _stop(router)
         summary = router.stdout.read()  # per shard: "N spans in P parts, E exports"
-        r.exports = [(int(a.replace(",", "")), int(b.replace(",", "")))
-                     for a, b in re.findall(r"([\d,]+) spans in [\d,]+ parts, ([\d,]+) exports", summary)]
+        r.exports = [
+            (int(a.replace(",", "")), int(b.replace(",", "")))
+            for a, b in re.findall(r"([\d,]+) spans in [\d,]+ parts, ([\d,]+) exports", summary)
+        ]
     for i, (p, _) in enumerate(shards):
         r.cpu[f"shard s{i}"] = _stop(p)
         m = re.search(r"in ([\d,]+) ingests", p.stdout.read())  # the summary's count of ingests (groups) only
@@ -168,8 +176,10 @@ def check(r: Run, sent: set[tuple[str, str]], reference: dict | None) -> dict:
             sys.exit(f"{r.name}: shard s{i} holds a trace routed elsewhere")
     rep = json.loads(json.dumps(rep, default=str))
     if reference is not None and _diff(rep, reference):
-        sys.exit(f"{r.name}: the report over the sharded root differs from the one-archive report: "
-                 f"{'; '.join(_diff(rep, reference))[:2000]}")
+        sys.exit(
+            f"{r.name}: the report over the sharded root differs from the one-archive report: "
+            f"{'; '.join(_diff(rep, reference))[:2000]}"
+        )
     if split:
         sys.exit(f"{r.name}: {split} traces split across shards")
     return rep
@@ -191,16 +201,26 @@ def show(r: Run) -> None:
     lat = r.latencies
     p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
     cpu = ", ".join(f"{k} {v:.1f}" for k, v in r.cpu.items())
-    print(f"{r.name}: accepted {r.spans_sent / r.accepted_s:,.0f} spans/s ({r.accepted_s:.1f} s); landed "
-          f"{r.spans_read / r.landed_s:,.0f} spans/s ({r.spans_read:,} spans read back, {r.landed_s:.1f} s); "
-          f"export p50 {p50:.1f} ms p99 {p99:.1f} ms, {r.retries} retries; CPU s: {cpu} "
-          f"(total {sum(r.cpu.values()):.1f} = {sum(r.cpu.values()) / r.landed_s:.2f} cores; µs a span: "
-          f"{', '.join(f'{k} {v / r.spans_read * 1e6:.1f}' for k, v in r.cpu.items())}); "
-          f"load {r.load[0]:.1f} → {r.load[1]:.1f}", flush=True)
-    sizes = "" if not r.exports else "; spans an export reaching each shard: " + ", ".join(
-        f"s{i} {spans / max(n, 1):,.0f}" for i, (spans, n) in enumerate(r.exports))
-    print(f"  ingests (groups landed) per shard: {', '.join(f'{x:,}' for x in r.ingests)} = "
-          f"{r.spans_read / max(sum(r.ingests), 1):,.0f} spans an ingest{sizes}", flush=True)
+    print(
+        f"{r.name}: accepted {r.spans_sent / r.accepted_s:,.0f} spans/s ({r.accepted_s:.1f} s); landed "
+        f"{r.spans_read / r.landed_s:,.0f} spans/s ({r.spans_read:,} spans read back, {r.landed_s:.1f} s); "
+        f"export p50 {p50:.1f} ms p99 {p99:.1f} ms, {r.retries} retries; CPU s: {cpu} "
+        f"(total {sum(r.cpu.values()):.1f} = {sum(r.cpu.values()) / r.landed_s:.2f} cores; µs a span: "
+        f"{', '.join(f'{k} {v / r.spans_read * 1e6:.1f}' for k, v in r.cpu.items())}); "
+        f"load {r.load[0]:.1f} → {r.load[1]:.1f}",
+        flush=True,
+    )
+    sizes = (
+        ""
+        if not r.exports
+        else "; spans an export reaching each shard: "
+        + ", ".join(f"s{i} {spans / max(n, 1):,.0f}" for i, (spans, n) in enumerate(r.exports))
+    )
+    print(
+        f"  ingests (groups landed) per shard: {', '.join(f'{x:,}' for x in r.ingests)} = "
+        f"{r.spans_read / max(sum(r.ingests), 1):,.0f} spans an ingest{sizes}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -209,8 +229,13 @@ def main() -> None:
     global _WORK
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=60_000, help="synthetic requests (7 spans each)")
-    ap.add_argument("--shards", type=int, nargs="*", default=[1, 2, 4],
-                    help="shard counts behind the router (none: the direct run only)")
+    ap.add_argument(
+        "--shards",
+        type=int,
+        nargs="*",
+        default=[1, 2, 4],
+        help="shard counts behind the router (none: the direct run only)",
+    )
     ap.add_argument("--clients", type=int, default=4, help="sender processes")
     ap.add_argument("--spans-per-export", type=int, default=256)
     ap.add_argument("--out", default="bench-out")
@@ -218,19 +243,32 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     traces = out / f"shards-{args.requests}-now.jsonl"
-    spans = write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch"),
-                                              spans_per_line=args.spans_per_export,
-                                              start_ns=time.time_ns() - 120 * 10**9))
+    spans = write_jsonl(
+        traces,
+        SyntheticSpec(
+            num_requests=args.requests,
+            tiers=("interactive", "batch"),
+            spans_per_line=args.spans_per_export,
+            start_ns=time.time_ns() - 120 * 10**9,
+        ),
+    )
     lines = [x for x in traces.read_bytes().splitlines() if x.strip()]
     traces.unlink()
-    sent = {(s["traceId"], s["spanId"]) for line in lines for rs in json.loads(line)["resourceSpans"]
-            for ss in rs["scopeSpans"] for s in ss["spans"]}
+    sent = {
+        (s["traceId"], s["spanId"])
+        for line in lines
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    }
     with mp.get_context("fork").Pool(2) as pool:
         _WORK = pool.map(_convert, lines, chunksize=16)
     del lines
     print(f"machine: {machine()}; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{len(_WORK):,} OTLP/HTTP protobuf exports, {spans:,} spans ({args.spans_per_export} an export, "
-          f"{args.requests:,} traces), {args.clients} sender processes")
+    print(
+        f"{len(_WORK):,} OTLP/HTTP protobuf exports, {spans:,} spans ({args.spans_per_export} an export, "
+        f"{args.requests:,} traces), {args.clients} sender processes"
+    )
     runs = [("direct", 1, False)] + [(f"router → {n} shard{'s' * (n > 1)}", n, True) for n in args.shards]
     reference = None
     with mp.get_context("fork").Pool(args.clients) as pool:

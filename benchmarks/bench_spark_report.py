@@ -57,13 +57,19 @@ def runs(con, budgets, n: int) -> tuple[list[float], dict]:
 def sizes(archive: str) -> None:
     """Bytes on disk per table (the manifest's committed segments), per span and per request."""
     with Archive(archive, read_only=True) as a:
-        by = {t: sum(f.stat().st_size for f in a.files(t))
-              for t in ("spans", "requests", "requests_deletes", "ingest_batches", "gpu_samples", "server_metrics")}
-        spans, requests = a.con.execute("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM requests)").fetchone()
+        by = {
+            t: sum(f.stat().st_size for f in a.files(t))
+            for t in ("spans", "requests", "requests_deletes", "ingest_batches", "gpu_samples", "server_metrics")
+        }
+        spans, requests = a.con.execute(
+            "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM requests)"
+        ).fetchone()
     total = sum(by.values())
-    print(f"on disk: {total / 1e6:,.0f} MB for {spans:,} spans and {requests:,} requests = {total / spans:.1f} B a span "
-          f"all-in; spans {by['spans'] / spans:.1f} B a span, requests {by['requests'] / requests:.1f} B a request "
-          f"({by['requests'] / spans:.1f} B a span); " + ", ".join(f"{t} {b / 1e6:,.1f} MB" for t, b in by.items()))
+    print(
+        f"on disk: {total / 1e6:,.0f} MB for {spans:,} spans and {requests:,} requests = {total / spans:.1f} B a span "
+        f"all-in; spans {by['spans'] / spans:.1f} B a span, requests {by['requests'] / requests:.1f} B a request "
+        f"({by['requests'] / spans:.1f} B a span); " + ", ".join(f"{t} {b / 1e6:,.1f} MB" for t, b in by.items())
+    )
 
 
 def main() -> None:
@@ -71,7 +77,9 @@ def main() -> None:
     ap.add_argument("--archive", required=True)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--runs", type=int, default=3, help="reports per engine (the first is the cold one)")
-    ap.add_argument("--sizes-only", action="store_true", help="print the archive's bytes per table and per span, and stop")
+    ap.add_argument(
+        "--sizes-only", action="store_true", help="print the archive's bytes per table and per span, and stop"
+    )
     args = ap.parse_args()
     sizes(args.archive)
     if args.sizes_only:
@@ -88,8 +96,11 @@ def main() -> None:
         d_times, d_rep = runs(a.con, budgets, args.runs)
     print(f"machine: {machine()}; load average {load:.2f} before (1/5/15 min: {loads()})")
     print(f"archive: {n:,} requests; requests segments {len(files)} files, {size / 1e6:,.0f} MB")
-    print(f"duckdb: open {opened:.2f} s; report first {d_times[0]:.2f} s, warm median "
-          f"{statistics.median(d_times[1:] or d_times):.2f} s ({d_times})", flush=True)
+    print(
+        f"duckdb: open {opened:.2f} s; report first {d_times[0]:.2f} s, warm median "
+        f"{statistics.median(d_times[1:] or d_times):.2f} s ({d_times})",
+        flush=True,
+    )
 
     from budgetscope.spark.archive import SparkArchive
     from budgetscope.spark.session import session, stop
@@ -105,13 +116,17 @@ def main() -> None:
         scans = len(s.con.statements) // args.runs
     stop(spark)
     warm = statistics.median(s_times[1:] or s_times)
-    print(f"spark {args.master} ({cores} cores): session start {started:.1f} s, views {opened:.1f} s; report first "
-          f"{s_times[0]:.2f} s, warm median {warm:.2f} s ({[round(x, 2) for x in s_times]}); {scans} statements a report")
+    print(
+        f"spark {args.master} ({cores} cores): session start {started:.1f} s, views {opened:.1f} s; report first "
+        f"{s_times[0]:.2f} s, warm median {warm:.2f} s ({[round(x, 2) for x in s_times]}); {scans} statements a report"
+    )
     # each statement of the report scans the tiers' requests once (the tier's selection narrows, not the files);
     # a statement with quantiles runs as two or three (spark/quantiles.py), each counted
     per_core = size * scans / warm / cores
-    print(f"spark scan rate: {scans} scans of {size / 1e6:,.0f} MB ({n:,} rows) in {warm:.2f} s on {cores} cores = "
-          f"{per_core / 1e6:,.1f} MB/s and {n * scans / warm / cores:,.0f} rows/s per core")
+    print(
+        f"spark scan rate: {scans} scans of {size / 1e6:,.0f} MB ({n:,} rows) in {warm:.2f} s on {cores} cores = "
+        f"{per_core / 1e6:,.1f} MB/s and {n * scans / warm / cores:,.0f} rows/s per core"
+    )
     diff = worst_difference(d_rep, s_rep)
     same_verdicts = [t["verdict"] for t in d_rep["tiers"]] == [t["verdict"] for t in s_rep["tiers"]]
     print(f"reports: largest relative difference {diff:.2e}; verdicts identical: {same_verdicts}")

@@ -71,10 +71,26 @@ def reset_peak(pid: int) -> None:
 
 def start(archive: Path, max_connections: int, max_pending_mb: float) -> tuple[subprocess.Popen, int, int]:
     """A `budgetscope collect` process: (it, its HTTP port, its gRPC port)."""
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--grpc-port", "0",
-                             "--http-port", "0", "--max-connections", str(max_connections),
-                             "--max-pending-mb", str(max_pending_mb)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RUN_COLLECT,
+            "--archive",
+            str(archive),
+            "--grpc-port",
+            "0",
+            "--http-port",
+            "0",
+            "--max-connections",
+            str(max_connections),
+            "--max-pending-mb",
+            str(max_pending_mb),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     banner = proc.stdout.readline()
     m = re.search(r"OTLP/gRPC 127\.0\.0\.1:(\d+).*http://127\.0\.0\.1:(\d+)/v1/traces", banner)
     if not m:
@@ -102,8 +118,10 @@ def request(port: int, head: bytes, body: bytes = b"", timeout: float = 60) -> t
 
 
 def post_head(length: int, extra: str = "") -> bytes:
-    return (f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
-            f"Content-Length: {length}\r\n\r\n").encode()
+    return (
+        f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def real_body() -> dict:
@@ -115,8 +133,12 @@ def main() -> None:
     ap.add_argument("--dribblers", type=int, default=400)
     ap.add_argument("--dribble-s", type=float, default=30.0)
     ap.add_argument("--bomb-gib", type=int, default=2)
-    ap.add_argument("--max-growth-mb", type=float, default=48.0,
-                    help="the collector's peak RSS over its idle RSS allowed (3 x --max-message-mb 16)")
+    ap.add_argument(
+        "--max-growth-mb",
+        type=float,
+        default=48.0,
+        help="the collector's peak RSS over its idle RSS allowed (3 x --max-message-mb 16)",
+    )
     ap.add_argument("--max-answer-s", type=float, default=1.0, help="a real export's answer among the abusers")
     ap.add_argument("--max-connections", type=int, default=512)
     ap.add_argument("--max-pending-mb", type=float, default=64)
@@ -125,10 +147,18 @@ def main() -> None:
     ap.add_argument("--chunked", type=int, default=60)
     ap.add_argument("--chunked-mib", type=int, default=15)
     ap.add_argument("--silent", type=int, default=1000)
-    ap.add_argument("--silent-reconnect-s", type=float, default=1.0,
-                    help="a closed silent connection is opened again this much later (0: at once)")
-    ap.add_argument("--rss-slack-mb", type=float, default=64.0,
-                    help="the collector's peak RSS may pass its RSS before by --max-pending-mb plus this")
+    ap.add_argument(
+        "--silent-reconnect-s",
+        type=float,
+        default=1.0,
+        help="a closed silent connection is opened again this much later (0: at once)",
+    )
+    ap.add_argument(
+        "--rss-slack-mb",
+        type=float,
+        default=64.0,
+        help="the collector's peak RSS may pass its RSS before by --max-pending-mb plus this",
+    )
     ap.add_argument("--only", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -139,9 +169,15 @@ def main() -> None:
         try:
             idle_threads, idle_rss = threads(proc.pid), rss_mb(proc.pid)
             print(f"collector idle: {idle_threads} threads, RSS {idle_rss:.0f} MB")
-            for name, check in (("bomb", check_bomb), ("length", check_length), ("dribble", check_dribblers),
-                                ("cap", check_cap), ("idle", check_idle_bodies), ("chunked", check_chunked),
-                                ("silent", check_silent)):
+            for name, check in (
+                ("bomb", check_bomb),
+                ("length", check_length),
+                ("dribble", check_dribblers),
+                ("cap", check_cap),
+                ("idle", check_idle_bodies),
+                ("chunked", check_chunked),
+                ("silent", check_silent),
+            ):
                 if name in only and not check(args, proc, port, grpc_port):
                     broken.append(name)
         finally:
@@ -160,8 +196,10 @@ def check_bomb(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
     bomb = member * (args.bomb_gib * 64)
     status, secs = request(port, post_head(len(bomb), "Content-Encoding: gzip\r\n"), bomb)
     peak = rss_mb(proc.pid, "VmHWM")
-    print(f"gzip bomb: {len(bomb) / 1e6:.1f} MB inflating to {args.bomb_gib} GiB -> {status} in {secs:.2f} s; "
-          f"collector peak RSS {peak:.0f} MB, {peak - idle_rss:.0f} MB over idle (limit {args.max_growth_mb:.0f})")
+    print(
+        f"gzip bomb: {len(bomb) / 1e6:.1f} MB inflating to {args.bomb_gib} GiB -> {status} in {secs:.2f} s; "
+        f"collector peak RSS {peak:.0f} MB, {peak - idle_rss:.0f} MB over idle (limit {args.max_growth_mb:.0f})"
+    )
     return status == 413 and peak - idle_rss <= args.max_growth_mb
 
 
@@ -197,13 +235,19 @@ def check_dribblers(args, proc: subprocess.Popen, port: int, grpc_port: int) -> 
         time.sleep(5)
     cut = sum(1 for s in socks if _closed(s))
     worst = max(secs for _, secs in answers)
-    print(f"{args.dribblers} connections dribbling a byte every 5 s for {args.dribble_s:.0f} s: collector threads "
-          f"{idle_threads} idle, at most {most_threads} meanwhile; {len(answers)} real exports answered "
-          f"{sorted({st for st, _ in answers})} in at most {worst:.3f} s; {cut} dribblers cut by the collector")
+    print(
+        f"{args.dribblers} connections dribbling a byte every 5 s for {args.dribble_s:.0f} s: collector threads "
+        f"{idle_threads} idle, at most {most_threads} meanwhile; {len(answers)} real exports answered "
+        f"{sorted({st for st, _ in answers})} in at most {worst:.3f} s; {cut} dribblers cut by the collector"
+    )
     for s in socks:
         s.close()
-    return not (most_threads > idle_threads + 2 or worst > args.max_answer_s or any(st != 200 for st, _ in answers)
-                or (args.dribble_s > 12 and cut < args.dribblers))
+    return not (
+        most_threads > idle_threads + 2
+        or worst > args.max_answer_s
+        or any(st != 200 for st, _ in answers)
+        or (args.dribble_s > 12 and cut < args.dribblers)
+    )
 
 
 def check_cap(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
@@ -271,8 +315,10 @@ class Prober:
         for proto, answers in self.answers.items():
             codes = sorted({c for c, _ in answers})
             secs = sorted(s for _, s in answers)
-            out.append(f"{len(answers)} real {proto.upper()} exports answered {'/'.join(codes)}, median "
-                       f"{secs[len(secs) // 2]:.3f} s, at most {secs[-1]:.3f} s")
+            out.append(
+                f"{len(answers)} real {proto.upper()} exports answered {'/'.join(codes)}, median "
+                f"{secs[len(secs) // 2]:.3f} s, at most {secs[-1]:.3f} s"
+            )
         return "; ".join(out)
 
 
@@ -292,7 +338,7 @@ def _wait_closed(s: socket.socket, stop: threading.Event) -> None:
         try:
             if not s.recv(65536):
                 return
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             continue
         except OSError:
             return
@@ -300,6 +346,7 @@ def _wait_closed(s: socket.socket, stop: threading.Event) -> None:
 
 def check_idle_bodies(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
     """Connections that declare a 16 MiB body and send none of it, reconnecting when cut."""
+
     def attacker(stop: threading.Event, counter: list[int]) -> None:
         while not stop.is_set():
             try:
@@ -310,17 +357,26 @@ def check_idle_bodies(args, proc: subprocess.Popen, port: int, grpc_port: int) -
             except OSError:
                 time.sleep(0.1)
 
-    return _under_abuse(args, proc, port, grpc_port, attacker, args.idle_bodies,
-                        f"{args.idle_bodies} connections declaring Content-Length 16,777,216 and sending nothing",
-                        "bodies declared")
+    return _under_abuse(
+        args,
+        proc,
+        port,
+        grpc_port,
+        attacker,
+        args.idle_bodies,
+        f"{args.idle_bodies} connections declaring Content-Length 16,777,216 and sending nothing",
+        "bodies declared",
+    )
 
 
 def check_chunked(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
     """Chunked bodies of --chunked-mib MiB that never end: all their data, then silence, reconnecting when cut."""
     size = args.chunked_mib << 20
     piece = bytes(1 << 20)
-    head = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % size)
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % size
+    )
 
     def attacker(stop: threading.Event, counter: list[int]) -> None:
         while not stop.is_set():
@@ -337,14 +393,23 @@ def check_chunked(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bo
                 pass
             time.sleep(0.1)
 
-    return _under_abuse(args, proc, port, grpc_port, attacker, args.chunked,
-                        f"{args.chunked} unfinished {args.chunked_mib} MiB chunked bodies",
-                        "bodies sent whole but for their end", check_rss=True)
+    return _under_abuse(
+        args,
+        proc,
+        port,
+        grpc_port,
+        attacker,
+        args.chunked,
+        f"{args.chunked} unfinished {args.chunked_mib} MiB chunked bodies",
+        "bodies sent whole but for their end",
+        check_rss=True,
+    )
 
 
 def check_silent(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
     """--silent connections that send nothing, each opened again --silent-reconnect-s after the collector
     closed it (0: at once, a connection flood at the attacker's full speed)."""
+
     def attacker(stop: threading.Event, counter: list[int]) -> None:
         socks: list[socket.socket] = []
         closed_at: list[float] = [0.0] * args.silent  # when each missing connection was closed
@@ -366,13 +431,30 @@ def check_silent(args, proc: subprocess.Popen, port: int, grpc_port: int) -> boo
         for s in socks:
             s.close()
 
-    return _under_abuse(args, proc, port, grpc_port, attacker, 1,
-                        f"{args.silent} silent connections ({args.max_connections} allowed), each opened again "
-                        f"{args.silent_reconnect_s:g} s after it is closed", "connections opened")
+    return _under_abuse(
+        args,
+        proc,
+        port,
+        grpc_port,
+        attacker,
+        1,
+        f"{args.silent} silent connections ({args.max_connections} allowed), each opened again "
+        f"{args.silent_reconnect_s:g} s after it is closed",
+        "connections opened",
+    )
 
 
-def _under_abuse(args, proc: subprocess.Popen, port: int, grpc_port: int, attacker, count: int, what: str,
-                 counted: str, check_rss: bool = False) -> bool:
+def _under_abuse(
+    args,
+    proc: subprocess.Popen,
+    port: int,
+    grpc_port: int,
+    attacker,
+    count: int,
+    what: str,
+    counted: str,
+    check_rss: bool = False,
+) -> bool:
     """Run `count` attacker threads for --abuse-s seconds while a `Prober` exports; print the figures."""
     prober = Prober(port, grpc_port, proc.pid)
     for _ in range(12):  # warm: the archive's own memory for real exports is not the abuse's
@@ -389,9 +471,11 @@ def _under_abuse(args, proc: subprocess.Popen, port: int, grpc_port: int, attack
         w.join(10)
     peak = rss_mb(proc.pid, "VmHWM")
     bound = before_rss + args.max_pending_mb + args.rss_slack_mb
-    print(f"{what}, {args.abuse_s:.0f} s ({counter[0]:,} {counted}): {prober.summary()}; collector RSS "
-          f"{before_rss:.0f} MB before, peak {peak:.0f} MB (bound {bound:.0f} = before + "
-          f"{args.max_pending_mb:.0f} pending + {args.rss_slack_mb:.0f})")
+    print(
+        f"{what}, {args.abuse_s:.0f} s ({counter[0]:,} {counted}): {prober.summary()}; collector RSS "
+        f"{before_rss:.0f} MB before, peak {peak:.0f} MB (bound {bound:.0f} = before + "
+        f"{args.max_pending_mb:.0f} pending + {args.rss_slack_mb:.0f})"
+    )
     return prober.held(args.max_answer_s) and (not check_rss or peak <= bound)
 
 
@@ -399,7 +483,7 @@ def _closed(s: socket.socket) -> bool:
     s.settimeout(0.5)
     try:
         return s.recv(1) == b""
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return False
     except OSError:
         return True

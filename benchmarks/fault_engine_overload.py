@@ -39,8 +39,12 @@ SHAPE = ["--prompt-tokens", "128", "--output-tokens", "32"]
 
 
 def load(url: str, out: Path, *args: str) -> dict:
-    r = subprocess.run([*BS, "load", url, *SHAPE, "--format", "json", "--out", str(out), *args],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [*BS, "load", url, *SHAPE, "--format", "json", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if r.returncode != 0:
         sys.exit(f"budgetscope load failed: {r.stderr.strip()[-500:]}")
     return json.loads(r.stdout)
@@ -73,9 +77,27 @@ def main() -> None:
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    engine = subprocess.Popen([*BS, "engine", "serve", "--config", "tiny", "--port", str(port), "--max-seqs", "4",
-                               "--threads", "1", "--no-instrument", "--log-level", "warning"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    engine = subprocess.Popen(
+        [
+            *BS,
+            "engine",
+            "serve",
+            "--config",
+            "tiny",
+            "--port",
+            str(port),
+            "--max-seqs",
+            "4",
+            "--threads",
+            "1",
+            "--no-instrument",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -91,12 +113,23 @@ def main() -> None:
             warm = load(url, Path(tmp) / "warm.json", "--rate", "50", "--requests", "8", "--concurrency", "4")
             cap = load(url, Path(tmp) / "cap.json", "--concurrency", "4", "--requests", str(args.capacity_requests))
             capacity = cap["ok_throughput_rps"]
-            offered = (["--concurrency", str(args.closed)] + (["--no-retry-after"] if args.no_retry_after else [])
-                       if args.closed else ["--rate", f"{args.factor * capacity:.2f}"])
+            offered = (
+                ["--concurrency", str(args.closed)] + (["--no-retry-after"] if args.no_retry_after else [])
+                if args.closed
+                else ["--rate", f"{args.factor * capacity:.2f}"]
+            )
             deadline = ["--no-deadline"] if args.no_deadline else []  # load sends --timeout as the deadline
             ok_before = _engine_ok(url)
-            over = load(url, Path(tmp) / "over.json", *offered, "--duration", str(args.seconds),
-                        "--timeout", str(args.deadline_ms / 1000), *deadline)
+            over = load(
+                url,
+                Path(tmp) / "over.json",
+                *offered,
+                "--duration",
+                str(args.seconds),
+                "--timeout",
+                str(args.deadline_ms / 1000),
+                *deadline,
+            )
             engine_ok = _engine_ok(url) - ok_before
             records = json.loads((Path(tmp) / "over.json").read_text())["requests"]
         del warm
@@ -108,27 +141,36 @@ def main() -> None:
         late_at = sorted((r["sent_unix_nano"] - t0) / 1e9 for r in late if r["sent_unix_nano"] is not None)
         time.sleep(args.deadline_ms / 1000 + 1)  # what was admitted finishes or times out
         text = httpx.get(f"{url}/metrics", timeout=10).text
-        kv, running, waiting = (metric(text, n) for n in ("kv_cache_usage_ratio", "requests_running", "requests_waiting"))
+        kv, running, waiting = (
+            metric(text, n) for n in ("kv_cache_usage_ratio", "requests_running", "requests_waiting")
+        )
         ends = dict(re.findall(r'^budgetscope_engine_requests_total\{outcome="(\w+)"\} (\S+)$', text, re.M))
     finally:
         engine.terminate()
         engine.wait(30)
     served = over["ok_throughput_rps"]
     print(f"capacity (4 in flight, {args.capacity_requests} requests): {capacity:.2f} req/s ok")
-    how = (f"a closed loop of {args.closed} ({'ignoring' if args.no_retry_after else 'honouring'} Retry-After)"
-           if args.closed else f"{over['achieved_send_rate_rps'] / capacity:.1f}x")
-    print(f"offered {over['achieved_send_rate_rps']:.1f} req/s ({how}) for "
-          f"{args.seconds:g} s with {'no' if args.no_deadline else f'a {args.deadline_ms} ms'} deadline: "
-          f"served {served:.2f} req/s ok "
-          f"({served / capacity:.2f} of capacity); statuses {over['status_codes']}; outcomes {over['outcomes']}; "
-          f"429 answered in p99 {p99:.1f} ms ({len(refusals)} of them); the engine finished {engine_ok:.0f} ok "
-          f"({engine_ok / over['duration_s']:.2f} req/s over the run's {over['duration_s']:.1f} s)")
+    how = (
+        f"a closed loop of {args.closed} ({'ignoring' if args.no_retry_after else 'honouring'} Retry-After)"
+        if args.closed
+        else f"{over['achieved_send_rate_rps'] / capacity:.1f}x"
+    )
+    print(
+        f"offered {over['achieved_send_rate_rps']:.1f} req/s ({how}) for "
+        f"{args.seconds:g} s with {'no' if args.no_deadline else f'a {args.deadline_ms} ms'} deadline: "
+        f"served {served:.2f} req/s ok "
+        f"({served / capacity:.2f} of capacity); statuses {over['status_codes']}; outcomes {over['outcomes']}; "
+        f"429 answered in p99 {p99:.1f} ms ({len(refusals)} of them); the engine finished {engine_ok:.0f} ok "
+        f"({engine_ok / over['duration_s']:.2f} req/s over the run's {over['duration_s']:.1f} s)"
+    )
     if late:  # when in the run admission misjudged, and how long those requests waited
         ttfts = ", ".join(f"{t:.0f}" for t in late_started[:12])
         sent = ", ".join(f"{t:.1f}" for t in late_at[:12])
-        print(f"the clients gave up on {len(late)} admitted requests ({len(late_started)} had their first token: "
-              f"client TTFT {ttfts} ms); sent at {sent} s into the run, {sum(t >= 3 for t in late_at)} of them 3 s "
-              f"or more in; the engine's ends (warm-up and capacity runs included): {ends}")
+        print(
+            f"the clients gave up on {len(late)} admitted requests ({len(late_started)} had their first token: "
+            f"client TTFT {ttfts} ms); sent at {sent} s into the run, {sum(t >= 3 for t in late_at)} of them 3 s "
+            f"or more in; the engine's ends (warm-up and capacity runs included): {ends}"
+        )
     print(f"after: KV usage {kv:g}, running {running:g}, waiting {waiting:g}; load average {os.getloadavg()[0]:.1f}")
     broken = []
     if served < 0.8 * capacity:

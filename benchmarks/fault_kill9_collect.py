@@ -36,8 +36,12 @@ RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; col
 
 
 def start(archive: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc",
-                             "--http-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc", "--http-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     banner = proc.stdout.readline()
     if not re.match(r"budgetscope collect: OTLP/HTTP http://127\.0\.0\.1:\d+/v1/traces;", banner):
         sys.exit(f"collect did not start: {banner}{proc.stderr.read() if proc.poll() is not None else ''}")
@@ -77,8 +81,11 @@ def main() -> None:
                 while not stop.is_set():
                     spans = [s for _ in range(20) for s in native_request(arrival=time.time_ns(), client=(2, 1))[1]]
                     try:
-                        r = h.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(export(spans)),
-                                   headers={"Content-Type": "application/json"})
+                        r = h.post(
+                            f"http://127.0.0.1:{port}/v1/traces",
+                            content=json.dumps(export(spans)),
+                            headers={"Content-Type": "application/json"},
+                        )
                     except httpx.HTTPError:
                         unanswered[0] += 1
                         return  # the collector died under us: this one was not acknowledged
@@ -119,11 +126,13 @@ def main() -> None:
     stored = {(t, s) for t, s, _ in got}
     lost, doubled = len(want - stored), sum(1 for *_, n in got if n > 1)
     underived = len(roots - derived)
-    print(f"{args.kills} x kill -9 under {args.clients} OTLP/HTTP clients ({args.seconds:g} s each): "
-          f"{lost:,} of {len(want):,} acknowledged spans lost, {doubled:,} doubled, {underived:,} of {len(roots):,} "
-          f"acknowledged requests not derived; {unanswered[0]} exports cut by the kills (not acknowledged); "
-          f"restart to banner {max(restarts):.2f} s at most; reader: {reads[0]} reads, {len(reader_errors)} errors; "
-          f"load average {os.getloadavg()[0]:.1f} after")
+    print(
+        f"{args.kills} x kill -9 under {args.clients} OTLP/HTTP clients ({args.seconds:g} s each): "
+        f"{lost:,} of {len(want):,} acknowledged spans lost, {doubled:,} doubled, {underived:,} of {len(roots):,} "
+        f"acknowledged requests not derived; {unanswered[0]} exports cut by the kills (not acknowledged); "
+        f"restart to banner {max(restarts):.2f} s at most; reader: {reads[0]} reads, {len(reader_errors)} errors; "
+        f"load average {os.getloadavg()[0]:.1f} after"
+    )
     if lost or doubled or underived or reader_errors or not acked:
         sys.exit(f"BROKEN{': ' + reader_errors[0] if reader_errors else ''}")
     print("all held")

@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine  # noqa: E402
 
-from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.ingest.otlp_json import count_spans  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
@@ -48,7 +48,7 @@ def fresh(k: int, send: int) -> bytes:
     out = bytearray(_BODIES[k])
     tag = b"%08x" % send
     for at in _TRACE_AT[k]:
-        out[at:at + 8] = tag
+        out[at : at + 8] = tag
     return bytes(out)
 
 
@@ -72,8 +72,10 @@ def cpu_cgroup(cores: float) -> Path:
         period = int((group / "cpu.cfs_period_us").read_text())
         (group / "cpu.cfs_quota_us").write_text(str(int(cores * period)))
     except OSError as e:
-        sys.exit(f"cannot limit the collector's CPU with a cgroup at {root} ({e.strerror or e}): run as root, "
-                 "or give --collector-cpu 0 on a machine with more cores than the senders need")
+        sys.exit(
+            f"cannot limit the collector's CPU with a cgroup at {root} ({e.strerror or e}): run as root, "
+            "or give --collector-cpu 0 on a machine with more cores than the senders need"
+        )
     return group
 
 
@@ -140,23 +142,39 @@ def main() -> None:
     ap.add_argument("--factor", type=float, default=5.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--max-pending-mb", type=float, default=16.0)
-    ap.add_argument("--max-rss-mb", type=float, default=1024.0,
-                    help="the collector's peak RSS allowed during the overload (request bytes are bounded by "
-                         "--max-pending-mb; the rest is the archive's DuckDB working set and merges)")
-    ap.add_argument("--requests", type=int, default=30_000, help="synthetic requests (7 spans each, 512 a body), "
-                    "sent again under new trace ids as often as the plan needs")
+    ap.add_argument(
+        "--max-rss-mb",
+        type=float,
+        default=1024.0,
+        help="the collector's peak RSS allowed during the overload (request bytes are bounded by "
+        "--max-pending-mb; the rest is the archive's DuckDB working set and merges)",
+    )
+    ap.add_argument(
+        "--requests",
+        type=int,
+        default=30_000,
+        help="synthetic requests (7 spans each, 512 a body), sent again under new trace ids as often as the plan needs",
+    )
     ap.add_argument("--senders", type=int, default=4, help="sender processes in the overload phase")
     ap.add_argument("--connections", type=int, default=64, help="keep-alive connections per sender process")
-    ap.add_argument("--collector-cpu", type=float, default=0.25,
-                    help="cores the collector may use (a cgroup v1 CPU quota; needs root; 0: no limit). Senders "
-                         "that build every export anew cannot offer 5x of an unlimited collector from the same "
-                         "2 cores; with a quota its sustained rate is measured under the same quota")
+    ap.add_argument(
+        "--collector-cpu",
+        type=float,
+        default=0.25,
+        help="cores the collector may use (a cgroup v1 CPU quota; needs root; 0: no limit). Senders "
+        "that build every export anew cannot offer 5x of an unlimited collector from the same "
+        "2 cores; with a quota its sustained rate is measured under the same quota",
+    )
     args = ap.parse_args()
     global _BODIES
     with tempfile.TemporaryDirectory() as tmp:
         traces = Path(tmp) / "t.jsonl"
-        write_jsonl(traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch"),
-                                          start_ns=time.time_ns() - 120 * 10**9))
+        write_jsonl(
+            traces,
+            SyntheticSpec(
+                num_requests=args.requests, tiers=("interactive", "batch"), start_ns=time.time_ns() - 120 * 10**9
+            ),
+        )
         _BODIES = [x for x in traces.read_bytes().splitlines() if x.strip()]
         _TRACE_AT.extend([m.end() for m in re.finditer(re.escape(TRACE_KEY), b)] for b in _BODIES)
         spans_in = [count_spans(b) for b in _BODIES]
@@ -167,11 +185,24 @@ def main() -> None:
         with ctx.Pool(8) as closed_pool, ctx.Pool(args.senders) as open_pool:
             closed_pool.map(abs, range(8))
             open_pool.map(abs, range(args.senders))
-            proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc",
-                                     "--http-port", "0", "--max-pending-mb", str(args.max_pending_mb)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    preexec_fn=(lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid())))
-                                    if cgroup else None)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    RUN_COLLECT,
+                    "--archive",
+                    str(archive),
+                    "--no-grpc",
+                    "--http-port",
+                    "0",
+                    "--max-pending-mb",
+                    str(args.max_pending_mb),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=(lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None,
+            )
             m = re.search(r"http://127\.0\.0\.1:(\d+)/v1/traces", proc.stdout.readline())
             if not m:
                 sys.exit(f"collect did not start: {proc.stderr.read()}")
@@ -190,14 +221,22 @@ def main() -> None:
             first = max(k for k, _, _ in closed) + 1  # send numbers go on from the sustained phase's
             plan = [[first + p + j * args.senders for j in range(n_each)] for p in range(args.senders)]
             t1 = time.time() + 0.5
-            overload = sum(open_pool.map(_open_loop, [(port, plan[p], interval_s, t1 + p * interval_s / args.senders,
-                                                       args.connections) for p in range(args.senders)]), [])
+            overload = sum(
+                open_pool.map(
+                    _open_loop,
+                    [
+                        (port, plan[p], interval_s, t1 + p * interval_s / args.senders, args.connections)
+                        for p in range(args.senders)
+                    ],
+                ),
+                [],
+            )
             overload_s = time.time() - t1
             peak_overload = peak_rss_mb(proc.pid)
             load1 = os.getloadavg()[0]
             proc.terminate()
             out, err = proc.communicate(timeout=300)
-    # -- what came back, and what the archive holds --------------------------------------------------------
+        # -- what came back, and what the archive holds --------------------------------------------------------
         results = closed + overload
         acked = {k for k, st, _ in results if st == 200}
         statuses: dict[int, int] = {}
@@ -208,19 +247,27 @@ def main() -> None:
         offered = sum(spans_of[k] for k, _, _ in overload) / overload_s
         accepted = sum(spans_of[k] for k, st, _ in overload if st == 200) / overload_s
         with Archive(archive, read_only=True) as r:
-            stored, distinct = r.con.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans").fetchone()
+            stored, distinct = r.con.execute(
+                "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans"
+            ).fetchone()
         want = sum(spans_of[k] for k in acked)
     if cgroup:
         print(f"collector limited to {args.collector_cpu:g} core (cgroup {cgroup})")
         cgroup.rmdir()
-    print(f"sustained (8 exporters waiting for answers, {sustained_s:.0f} s): {sustained:,.0f} spans/s acknowledged; "
-          f"collector peak RSS {peak_sustained:.0f} MB; load average {load0:.1f} before")
-    print(f"overload ({args.senders} x {args.connections} connections, open loop, {overload_s:.0f} s): offered "
-          f"{offered:,.0f} spans/s = {offered / sustained:.1f}x, accepted {accepted:,.0f} spans/s; answers {statuses}; "
-          f"collector peak RSS {peak_overload:.0f} MB (sustained peak + {peak_overload - peak_sustained:.0f} MB; "
-          f"limit {args.max_rss_mb:.0f}); load average {load1:.1f} after")
-    print(f"archive: {stored:,} spans ({distinct:,} distinct), acknowledged {want:,}: "
-          f"{max(0, want - distinct):,} lost; {refused_without_retry} refusals without Retry-After")
+    print(
+        f"sustained (8 exporters waiting for answers, {sustained_s:.0f} s): {sustained:,.0f} spans/s acknowledged; "
+        f"collector peak RSS {peak_sustained:.0f} MB; load average {load0:.1f} before"
+    )
+    print(
+        f"overload ({args.senders} x {args.connections} connections, open loop, {overload_s:.0f} s): offered "
+        f"{offered:,.0f} spans/s = {offered / sustained:.1f}x, accepted {accepted:,.0f} spans/s; answers {statuses}; "
+        f"collector peak RSS {peak_overload:.0f} MB (sustained peak + {peak_overload - peak_sustained:.0f} MB; "
+        f"limit {args.max_rss_mb:.0f}); load average {load1:.1f} after"
+    )
+    print(
+        f"archive: {stored:,} spans ({distinct:,} distinct), acknowledged {want:,}: "
+        f"{max(0, want - distinct):,} lost; {refused_without_retry} refusals without Retry-After"
+    )
     print(f"collector: {out.strip().splitlines()[-1] if out.strip() else err.strip()[-300:]}")
     broken = []
     if statuses.get(0):

@@ -30,13 +30,21 @@ from budgetscope.demo.scenarios import SCENARIOS  # noqa: E402
 def scenarios() -> list:
     long = SCENARIOS["long-outputs"]
     kv = dataclasses.replace(
-        long, name="kv-pressure", what="long outputs into a KV cache too small for them: preemptions",
-        rate=6.0, engine_args=("--kv-blocks", "96", "--max-seqs", "16"),
-        load_args=("--prompt-tokens", "64", "--output-tokens", "choice:48=0.7,400=0.3"))
+        long,
+        name="kv-pressure",
+        what="long outputs into a KV cache too small for them: preemptions",
+        rate=6.0,
+        engine_args=("--kv-blocks", "96", "--max-seqs", "16"),
+        load_args=("--prompt-tokens", "64", "--output-tokens", "choice:48=0.7,400=0.3"),
+    )
     ctx = dataclasses.replace(
-        long, name="long-context", what="64 sequences decode at once over 1,500-token contexts: K/V reads dominate",
-        rate=20.0, engine_args=("--max-seqs", "64", "--max-batched-tokens", "4096", "--kv-blocks", "8192"),
-        load_args=("--prompt-tokens", "1500", "--output-tokens", "choice:40=0.7,400=0.3"))
+        long,
+        name="long-context",
+        what="64 sequences decode at once over 1,500-token contexts: K/V reads dominate",
+        rate=20.0,
+        engine_args=("--max-seqs", "64", "--max-batched-tokens", "4096", "--kv-blocks", "8192"),
+        load_args=("--prompt-tokens", "1500", "--output-tokens", "choice:40=0.7,400=0.3"),
+    )
     return [long, SCENARIOS["burst"], kv, ctx]
 
 
@@ -55,10 +63,18 @@ def main() -> None:
             continue
         run = run_scenario(sc, out, budgets, args.duration, model=args.model)
         tier = next((t for t in run.report["tiers"] if t["name"] == "interactive"), run.report["tiers"][0])
-        reports[sc.name] = {"dominant": run.dominant, "expect": sc.expect, "seconds": run.seconds,
-                            "gpu": tier.get("gpu"), "load": run.load_summary}
-        print(f"[{sc.name}] dominant {run.dominant} (expected {sc.expect}) in {run.seconds:.0f} s; "
-              f"gpu: {json.dumps(tier.get('gpu'), default=str)}", flush=True)
+        reports[sc.name] = {
+            "dominant": run.dominant,
+            "expect": sc.expect,
+            "seconds": run.seconds,
+            "gpu": tier.get("gpu"),
+            "load": run.load_summary,
+        }
+        print(
+            f"[{sc.name}] dominant {run.dominant} (expected {sc.expect}) in {run.seconds:.0f} s; "
+            f"gpu: {json.dumps(tier.get('gpu'), default=str)}",
+            flush=True,
+        )
     (out / "gpu_reports.json").write_text(json.dumps(reports, indent=2, default=str))
 
 

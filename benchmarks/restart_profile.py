@@ -29,7 +29,7 @@ from otlp_wire import export, native_request  # noqa: E402
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 
-PHASES = r'''
+PHASES = r"""
 import json, sys, time
 t0 = time.perf_counter()
 out = {}
@@ -77,28 +77,34 @@ assert r.status_code == 200, r.text
 out["process to the first export answered"] = time.perf_counter() - t0
 c.stop()
 print(json.dumps(out))
-'''
+"""
 
 
 def build(root: Path, spans: int, spool_spans: int) -> None:
     """An archive of `spans` published spans and a spool of `spool_spans` acknowledged ones (as after kill -9)."""
+    from budgetscope.archive.spool import RawBatch, Spool
     from budgetscope.opener import Archive
-    from budgetscope.archive.spool import Spool
-    from budgetscope.archive.spool import RawBatch
 
     def batches(first: int, n_spans: int, origin: str) -> list:
         docs, i = [], first
         per = 20 * 6  # 20 requests of 6 spans an export, as the kill -9 benchmark sends
         for _ in range(max(1, n_spans // per)):
-            docs.append(export([s for k in range(20) for s in native_request(arrival=time.time_ns() - 3600 * 10**9
-                                                                             + (i + k) * 10**6)[1]]))
+            docs.append(
+                export(
+                    [
+                        s
+                        for k in range(20)
+                        for s in native_request(arrival=time.time_ns() - 3600 * 10**9 + (i + k) * 10**6)[1]
+                    ]
+                )
+            )
             i += 20
         return [RawBatch(json.dumps(d).encode(), "otlp-json", origin, f"request {n}") for n, d in enumerate(docs)], i
 
     published, nxt = batches(0, spans, "otlp-http")
     with Archive(root, durable=True) as a:
         for k in range(0, len(published), 200):
-            a.ingest(published[k:k + 200], derive=False)
+            a.ingest(published[k : k + 200], derive=False)
             a.commit()
     acked, _ = batches(nxt, spool_spans, "otlp-http")
     Spool(root / "_writer" / "spool").append(acked)
@@ -109,9 +115,14 @@ def _banner(tree: str, root: Path) -> float:
     import os
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(root), "--no-grpc", "--http-port",
-                             "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tree,
-                            env={**os.environ, "PYTHONPATH": tree})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_COLLECT, "--archive", str(root), "--no-grpc", "--http-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": tree},
+    )
     proc.stdout.readline()
     took = time.perf_counter() - t0
     proc.terminate()
@@ -127,8 +138,12 @@ def killed(root: Path, seconds: float, clients: int = 4) -> int:
 
     import httpx
 
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(root), "--no-grpc", "--http-port",
-                             "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_COLLECT, "--archive", str(root), "--no-grpc", "--http-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     port = int(re.search(r":(\d+)/v1/traces", proc.stdout.readline()).group(1))
     acked, stop = [0], threading.Event()
 
@@ -137,8 +152,11 @@ def killed(root: Path, seconds: float, clients: int = 4) -> int:
             while not stop.is_set():
                 doc = export([s for _ in range(20) for s in native_request(arrival=time.time_ns())[1]])
                 try:
-                    r = h.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(doc),
-                               headers={"Content-Type": "application/json"})
+                    r = h.post(
+                        f"http://127.0.0.1:{port}/v1/traces",
+                        content=json.dumps(doc),
+                        headers={"Content-Type": "application/json"},
+                    )
                     acked[0] += 120 if r.status_code == 200 else 0
                 except httpx.HTTPError:
                     return
@@ -160,10 +178,19 @@ def main() -> None:
     ap.add_argument("--spans", type=int, default=300_000)
     ap.add_argument("--spool-spans", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--kill-after", type=float, metavar="S", help="instead of building the archive, run `collect` "
-                    "under 4 senders for S seconds and kill -9 it (the state `fault_kill9_collect.py` restarts on)")
-    ap.add_argument("--also", metavar="TREE", help="another checkout of budgetscope (e.g. `git worktree add` of an "
-                    "older commit, with its compiled decoders): its spawn-to-banner is timed too, runs interleaved")
+    ap.add_argument(
+        "--kill-after",
+        type=float,
+        metavar="S",
+        help="instead of building the archive, run `collect` "
+        "under 4 senders for S seconds and kill -9 it (the state `fault_kill9_collect.py` restarts on)",
+    )
+    ap.add_argument(
+        "--also",
+        metavar="TREE",
+        help="another checkout of budgetscope (e.g. `git worktree add` of an "
+        "older commit, with its compiled decoders): its spawn-to-banner is timed too, runs interleaved",
+    )
     args = ap.parse_args()
     import os
 
@@ -171,13 +198,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
         if args.kill_after:
-            print(f"archive: collect killed after {args.kill_after:g} s under load, "
-                  f"{killed(base, args.kill_after):,} spans acknowledged")
+            print(
+                f"archive: collect killed after {args.kill_after:g} s under load, "
+                f"{killed(base, args.kill_after):,} spans acknowledged"
+            )
         else:
             build(base, args.spans, args.spool_spans)
             print(f"archive: {args.spans:,} spans published, {args.spool_spans:,} in the spool")
-        (Path(tmp) / "export.json").write_text(json.dumps(export([s for k in range(20) for s in native_request(
-            arrival=time.time_ns() + k * 10**6)[1]])))
+        (Path(tmp) / "export.json").write_text(
+            json.dumps(export([s for k in range(20) for s in native_request(arrival=time.time_ns() + k * 10**6)[1]]))
+        )
         here = str(Path(__file__).resolve().parent.parent)
         trees = [here] + ([str(Path(args.also).resolve())] if args.also else [])
         banners: dict[str, list[float]] = {t: [] for t in trees}
@@ -189,9 +219,14 @@ def main() -> None:
                 if kind != "phases":
                     banners[kind].append(_banner(kind, root))
                 else:
-                    r = subprocess.run([sys.executable, "-c", PHASES, str(root), str(Path(tmp) / "export.json")],
-                                       capture_output=True, text=True, timeout=120, cwd=here,
-                                       env={**os.environ, "PYTHONPATH": here})
+                    r = subprocess.run(
+                        [sys.executable, "-c", PHASES, str(root), str(Path(tmp) / "export.json")],
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                        cwd=here,
+                        env={**os.environ, "PYTHONPATH": here},
+                    )
                     if r.returncode:
                         sys.exit(r.stderr)
                     phases.append(json.loads(r.stdout.strip().splitlines()[-1]))
@@ -199,8 +234,10 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         bare = time.perf_counter() - t0
     for tree, banner in banners.items():
-        print(f"spawn to banner (collect, --no-grpc) of {tree}: median {statistics.median(banner) * 1e3:,.0f} ms, "
-              f"max {max(banner) * 1e3:,.0f} ms over {args.runs} runs")
+        print(
+            f"spawn to banner (collect, --no-grpc) of {tree}: median {statistics.median(banner) * 1e3:,.0f} ms, "
+            f"max {max(banner) * 1e3:,.0f} ms over {args.runs} runs"
+        )
     print(f"  a bare interpreter: {bare * 1e3:,.0f} ms")
     for name in phases[0]:
         print(f"  {name}: {statistics.median(p.get(name, 0.0) for p in phases) * 1e3:,.0f} ms")

@@ -7,8 +7,15 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-BENCHES = ["bench_instrument.py", "bench_ingest.py", "bench_collector.py", "bench_report.py", "bench_engine.py",
-           "bench_loadgen.py", "bench_dashboard.py"]
+BENCHES = [
+    "bench_instrument.py",
+    "bench_ingest.py",
+    "bench_collector.py",
+    "bench_report.py",
+    "bench_engine.py",
+    "bench_loadgen.py",
+    "bench_dashboard.py",
+]
 
 if __name__ == "__main__":
     failed = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 
 def lazy_exports(package: str, exports: dict[str, str], namespace: dict) -> Callable[[str], object]:

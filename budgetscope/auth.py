@@ -34,8 +34,7 @@ def exposure_warning(host: str, has_auth: bool, has_tls: bool, how: str) -> str 
     if is_loopback(host):
         return None
     if not has_auth:
-        return (f"warning: listening on {host} without authentication: anyone who can reach this port can use "
-                f"it ({how})")
+        return f"warning: listening on {host} without authentication: anyone who can reach this port can use it ({how})"
     if not has_tls:
         return f"warning: listening on {host} without TLS: the bearer token crosses the network in clear"
     return None

@@ -6,19 +6,39 @@ from importlib.util import find_spec
 
 EXTRA_OF_MODULE = {
     # engine
-    "torch": "engine", "numpy": "engine", "tokenizers": "engine", "safetensors": "engine",
-    "starlette": "engine", "uvicorn": "engine", "httpx": "engine", "msgpack": "engine",
+    "torch": "engine",
+    "numpy": "engine",
+    "tokenizers": "engine",
+    "safetensors": "engine",
+    "starlette": "engine",
+    "uvicorn": "engine",
+    "httpx": "engine",
+    "msgpack": "engine",
     # instrument (the engine extra includes it)
-    "opentelemetry.sdk": "instrument", "opentelemetry.exporter": "instrument",
+    "opentelemetry.sdk": "instrument",
+    "opentelemetry.exporter": "instrument",
     # the rest
-    "streamlit": "dashboard", "plotly": "dashboard", "pynvml": "gpu", "polars": "polars",
-    "pyspark": "spark", "sqlglot": "spark",
+    "streamlit": "dashboard",
+    "plotly": "dashboard",
+    "pynvml": "gpu",
+    "polars": "polars",
+    "pyspark": "spark",
+    "sqlglot": "spark",
 }
 """Top-level module (or dotted prefix) → the extra that installs it."""
 
 MODULES_OF_EXTRA = {
-    "engine": ("torch", "numpy", "tokenizers", "safetensors", "starlette", "uvicorn", "httpx", "msgpack",
-               "opentelemetry.sdk"),
+    "engine": (
+        "torch",
+        "numpy",
+        "tokenizers",
+        "safetensors",
+        "starlette",
+        "uvicorn",
+        "httpx",
+        "msgpack",
+        "opentelemetry.sdk",
+    ),
     "dashboard": ("streamlit", "plotly"),
     "gpu": ("pynvml",),
     "polars": ("polars",),
@@ -31,8 +51,10 @@ class MissingExtra(ImportError):
 
     def __init__(self, extra: str, what: str, module: str, hint: str = ""):
         self.extra, self.module = extra, module
-        super().__init__(f"{what} needs the '{extra}' extra ({module} is not installed): "
-                         f"pip install 'budgetscope[{extra}]'" + (f" ({hint})" if hint else ""))
+        super().__init__(
+            f"{what} needs the '{extra}' extra ({module} is not installed): "
+            f"pip install 'budgetscope[{extra}]'" + (f" ({hint})" if hint else "")
+        )
 
 
 def _present(module: str) -> bool:

@@ -24,10 +24,21 @@ from budgetscope.derive.requests import requests_sql
 from budgetscope.ingest.lander import Lander
 
 
-def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = True, sandbox: bool = False,
-            durable: bool = False, since_ns: int | None = None, until_ns: int | None = None,
-            retention_ns: int | None = None, reader_grace_s: float | None = None, recover: bool = True,
-            compact: bool = True, holding: Holding | None = None):  # noqa: N802
+def Archive(
+    path: str | os.PathLike,
+    *,
+    read_only: bool = False,
+    create: bool = True,
+    sandbox: bool = False,
+    durable: bool = False,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    retention_ns: int | None = None,
+    reader_grace_s: float | None = None,
+    recover: bool = True,
+    compact: bool = True,
+    holding: Holding | None = None,
+):  # noqa: N802
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
     `sandbox`: no file access but the archive's own, for `budgetscope query`) a reader.
 
@@ -42,8 +53,9 @@ def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = 
     if is_single_file(path):
         for given, what in ((retention_ns, "retention"), (reader_grace_s, "a readers' grace")):
             if given and not (read_only or sandbox):
-                raise ArchiveError(f"{path}: {what} applies to folder archives (convert this one with "
-                                   "`budgetscope convert`)")
+                raise ArchiveError(
+                    f"{path}: {what} applies to folder archives (convert this one with `budgetscope convert`)"
+                )
         store = DuckDBArchive(path, read_only=read_only, create=create, sandbox=sandbox)
         if not store.read_only:
             _attach(store)
@@ -55,8 +67,15 @@ def Archive(path: str | os.PathLike, *, read_only: bool = False, create: bool = 
         return store
     if read_only or sandbox:
         return ArchiveReader(path, since_ns=since_ns, until_ns=until_ns, sandbox=sandbox, derive_sql=requests_sql)
-    store = DirectoryArchive(path, create=create, durable=durable, compact=compact, retention_ns=retention_ns,
-                             reader_grace_s=reader_grace_s, holding=(holding or HOLDING) if durable else None)
+    store = DirectoryArchive(
+        path,
+        create=create,
+        durable=durable,
+        compact=compact,
+        retention_ns=retention_ns,
+        reader_grace_s=reader_grace_s,
+        holding=(holding or HOLDING) if durable else None,
+    )
     try:
         _attach(store)
         if recover:

@@ -39,8 +39,9 @@ class QueryResult:
     truncated: bool = False  # more rows than `max_rows` matched; `rows` holds the first `max_rows`
 
 
-def run_query(archive: str | os.PathLike, sql: str, *, max_rows: int | None = None,
-              timeout_s: float | None = None) -> QueryResult:
+def run_query(
+    archive: str | os.PathLike, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None
+) -> QueryResult:
     """Run `sql` (one SELECT) against the archive opened read-only, external access disabled and the configuration
     locked. At most `max_rows` rows come back (`truncated` says whether more matched); a query still running after
     `timeout_s` seconds is interrupted (QueryError)."""
@@ -99,15 +100,21 @@ def check_select(con, sql: str) -> None:
         kind = node.get("type")
         if kind == "BASE_TABLE":
             name = node["table_name"]
-            if node.get("catalog_name") or node.get("schema_name") not in ("", "main") or (
-                    name.lower() not in tables | ctes):
-                raise QueryError(f"queries read only the archive's tables ({', '.join(sorted(tables))}): "
-                                 f"{_quoted(node)} is not one")
+            if (
+                node.get("catalog_name")
+                or node.get("schema_name") not in ("", "main")
+                or (name.lower() not in tables | ctes)
+            ):
+                raise QueryError(
+                    f"queries read only the archive's tables ({', '.join(sorted(tables))}): {_quoted(node)} is not one"
+                )
         elif kind == "TABLE_FUNCTION":
             fn = node["function"].get("function_name", "").lower()
             if fn not in TABLE_FUNCTIONS:
-                raise QueryError(f"queries may not touch files or settings: {fn}() is not allowed (tables: "
-                                 f"{', '.join(sorted(tables))})")
+                raise QueryError(
+                    f"queries may not touch files or settings: {fn}() is not allowed (tables: "
+                    f"{', '.join(sorted(tables))})"
+                )
         elif node.get("class") == "FUNCTION" and node.get("function_name", "").lower() in HIDDEN_FUNCTIONS:
             raise QueryError(f"queries may not read settings: {node['function_name']}() is not allowed")
 
@@ -125,8 +132,12 @@ def _nodes(tree):
 
 
 def _cte_names(tree) -> list[str]:
-    return [entry["key"] for node in _nodes(tree) if isinstance(node.get("cte_map"), dict)
-            for entry in node["cte_map"].get("map", [])]
+    return [
+        entry["key"]
+        for node in _nodes(tree)
+        if isinstance(node.get("cte_map"), dict)
+        for entry in node["cte_map"].get("map", [])
+    ]
 
 
 def _quoted(node: dict) -> str:

@@ -45,15 +45,23 @@ SPANS = Table(
         C("trace_id", "VARCHAR", "W3C trace id, 32 lowercase hex digits"),
         C("span_id", "VARCHAR", "span id, 16 lowercase hex digits"),
         C("parent_span_id", "VARCHAR", "parent span id (hex), NULL for a root span"),
-        C("name", "VARCHAR", "span name, e.g. `chat llama-3-8b` (a request: `{operation} {model}`), `stage.queue`, `llm_request`"),
+        C(
+            "name",
+            "VARCHAR",
+            "span name, e.g. `chat llama-3-8b` (a request: `{operation} {model}`), `stage.queue`, `llm_request`",
+        ),
         C("kind", "VARCHAR", "SERVER, CLIENT, INTERNAL, PRODUCER, CONSUMER or UNSPECIFIED"),
         C("start_ns", "BIGINT", "start time, ns since the Unix epoch"),
         C("end_ns", "BIGINT", "end time, ns since the Unix epoch"),
         C("service_name", "VARCHAR", "resource attribute `service.name`"),
         C("scope_name", "VARCHAR", "instrumentation scope name, e.g. `budgetscope`, `vllm.llm_engine`"),
         C("status_code", "VARCHAR", "UNSET, OK or ERROR"),
-        C("attributes", "JSON", "span attributes as one JSON object; ints, doubles, bools, arrays and maps keep their types;"
-                                 " the span's events, if any, under `budgetscope.events` (name, time_unix_nano, attributes)"),
+        C(
+            "attributes",
+            "JSON",
+            "span attributes as one JSON object; ints, doubles, bools, arrays and maps keep their types;"
+            " the span's events, if any, under `budgetscope.events` (name, time_unix_nano, attributes)",
+        ),
         C("resource", "JSON", "resource attributes as one JSON object"),
         C("source", "VARCHAR", "adapter that claims the span: native, vllm, client, or other"),
         C("batch_id", "BIGINT", "the `ingest_batches` row that brought it"),
@@ -61,8 +69,12 @@ SPANS = Table(
 )
 
 _STAGE_COLS = (
-    C("network_ms", "DOUBLE", "client span − server span (uplink + downlink), ms; NULL without a client span, or when "
-      "an HTTP client span ended before the server span (it timed the response headers only)"),
+    C(
+        "network_ms",
+        "DOUBLE",
+        "client span − server span (uplink + downlink), ms; NULL without a client span, or when "
+        "an HTTP client span ended before the server span (it timed the response headers only)",
+    ),
     C("frontend_ms", "DOUBLE", "server receive → enqueued (parse, tokenize, validate), ms, summed over its spans"),
     C("queue_ms", "DOUBLE", "waiting to be scheduled, re-queues after preemption included, ms"),
     C("prefill_ms", "DOUBLE", "first scheduled → first output token (chunk waits included), ms"),
@@ -72,7 +84,11 @@ _STAGE_COLS = (
 )
 
 _TTFT_COLS = (
-    C("ttft_network_ms", "DOUBLE", "client TTFT − server TTFT: the network part of the client TTFT, ms; NULL without a client span"),
+    C(
+        "ttft_network_ms",
+        "DOUBLE",
+        "client TTFT − server TTFT: the network part of the client TTFT, ms; NULL without a client span",
+    ),
     C("ttft_frontend_ms", "DOUBLE", "frontend time before the first token, ms"),
     C("ttft_queue_ms", "DOUBLE", "queue time before the first token, ms"),
     C("ttft_prefill_ms", "DOUBLE", "prefill time before the first token, ms"),
@@ -84,10 +100,17 @@ REQUESTS = Table(
     "One row per request, whatever its source; one column per stage. Derived from `spans` at ingest.",
     (
         C("trace_id", "VARCHAR", "trace of the server root span"),
-        C("request_id", "VARCHAR", "the server's request/response id (`gen_ai.response.id`, vLLM `gen_ai.request.id`), else the root span id"),
+        C(
+            "request_id",
+            "VARCHAR",
+            "the server's request/response id (`gen_ai.response.id`, vLLM `gen_ai.request.id`), else the root span id",
+        ),
         C("source", "VARCHAR", "adapter that produced the row: native, vllm"),
-        C("service_name", "VARCHAR",
-          "server `service.name`; on a client-only row (source `client`) the client's: the tool"),
+        C(
+            "service_name",
+            "VARCHAR",
+            "server `service.name`; on a client-only row (source `client`) the client's: the tool",
+        ),
         C("model", "VARCHAR", "model name"),
         C("tier", "VARCHAR", "`budgetscope.tier`, `default` when absent"),
         C("tenant", "VARCHAR", "`budgetscope.tenant`, NULL when absent"),
@@ -106,8 +129,12 @@ REQUESTS = Table(
         C("tpot_ms", "DOUBLE", "decode_ms / (output_tokens − 1), ms; NaN for one token"),
         C("itl_ms", "DOUBLE[]", "server inter-token gaps, ms, when the source records them"),
         C("queue_entries", "INTEGER", "number of queue spans (> 1 means re-queued after preemption)"),
-        C("has_client_span", "BOOLEAN", "a client span (`{operation} {model}` or `llm.client.request` of kind CLIENT, "
-          "or an OpenTelemetry HTTP client span) is the parent of the server root"),
+        C(
+            "has_client_span",
+            "BOOLEAN",
+            "a client span (`{operation} {model}` or `llm.client.request` of kind CLIENT, "
+            "or an OpenTelemetry HTTP client span) is the parent of the server root",
+        ),
         C("client_span_id", "VARCHAR", "span id of the client span"),
         C("client_scheduled_ns", "BIGINT", "when the open-loop plan meant to send it, ns"),
         C("client_sent_ns", "BIGINT", "when the client sent it, ns (client clock)"),
@@ -120,15 +147,22 @@ REQUESTS = Table(
         C("schedule_lag_ms", "DOUBLE", "sent − scheduled, ms (coordinated omission made visible)"),
         C("http_status", "INTEGER", "HTTP status the client saw"),
         # added after the first release: segments written before them read these as NULL (reader.requests_scan)
-        C("service_instance_id", "VARCHAR", "resource `service.instance.id` of the server root span (the replica); "
-          "NULL when the server does not set it or the row has no server span"),
+        C(
+            "service_instance_id",
+            "VARCHAR",
+            "resource `service.instance.id` of the server root span (the replica); "
+            "NULL when the server does not set it or the row has no server span",
+        ),
         C("host_name", "VARCHAR", "resource `host.name` of the server root span; NULL when absent"),
         C("k8s_pod_name", "VARCHAR", "resource `k8s.pod.name` of the server root span; NULL when absent"),
     ),
 )
 
-REPLICA_COLUMNS = {"service_instance_id": "service.instance.id", "host_name": "host.name",
-                   "k8s_pod_name": "k8s.pod.name"}
+REPLICA_COLUMNS = {
+    "service_instance_id": "service.instance.id",
+    "host_name": "host.name",
+    "k8s_pod_name": "k8s.pod.name",
+}
 """`requests` column → the resource attribute of the server root span it keeps (derive/requests.py)."""
 
 INGEST_BATCHES = Table(
@@ -171,8 +205,12 @@ SERVER_METRICS = Table(
         C("ts_ns", "BIGINT", "scrape time (or the sample's own timestamp), ns since the Unix epoch"),
         C("service_name", "VARCHAR", "server the samples came from (`--service-name`, default the URL's host:port)"),
         C("instance", "VARCHAR", "where it was scraped: the URL, or the file path"),
-        C("metric", "VARCHAR", "metric name as exposed, e.g. `vllm:num_requests_waiting`, `llamacpp:requests_deferred`"),
-        C("labels", "JSON", "the series' labels as one JSON object (e.g. `{\"model_name\": \"m\", \"le\": \"0.5\"}`)"),
+        C(
+            "metric",
+            "VARCHAR",
+            "metric name as exposed, e.g. `vllm:num_requests_waiting`, `llamacpp:requests_deferred`",
+        ),
+        C("labels", "JSON", 'the series\' labels as one JSON object (e.g. `{"model_name": "m", "le": "0.5"}`)'),
         C("value", "DOUBLE", "the sample value, in the metric's own unit (vLLM: seconds and ratios 0–1)"),
         C("batch_id", "BIGINT", "the `ingest_batches` row of the scrape"),
     ),
@@ -204,7 +242,11 @@ ENGINE_STEPS = Table(
         C("kv_blocks_total", "BIGINT", "KV blocks in the pool"),
         C("queue_depth", "BIGINT", "requests waiting after the step"),
         C("preempted", "BIGINT", "sequences preempted in the step"),
-        C("max_seqs", "BIGINT", "the engine's running-sequence limit (batch slots); NULL in recordings before it was kept"),
+        C(
+            "max_seqs",
+            "BIGINT",
+            "the engine's running-sequence limit (batch slots); NULL in recordings before it was kept",
+        ),
         C("token_budget", "BIGINT", "the engine's token budget of one step; NULL in recordings before it was kept"),
     ),
     kind="view",

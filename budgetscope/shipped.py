@@ -28,8 +28,10 @@ def _find(folder: str, name: str) -> Path:
     for path in (installed, _IN_TREE[folder] / name):
         if path.is_file():
             return path
-    raise MissingFile(f"{installed}: missing from this installation of budgetscope; reinstall it "
-                      "(pip install --force-reinstall budgetscope)")
+    raise MissingFile(
+        f"{installed}: missing from this installation of budgetscope; reinstall it "
+        "(pip install --force-reinstall budgetscope)"
+    )
 
 
 def dashboard_app() -> Path:

@@ -11,7 +11,7 @@ Both take values already sorted, ascending, and q in [0, 1]; both give NaN for n
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def quantile_linear(sorted_values: Sequence[float], q: float) -> float:

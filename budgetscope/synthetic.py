@@ -69,14 +69,18 @@ def _kv(key: str, value) -> str:
 def _span(tid: str, sid: str, parent: str, name: str, kind: int, start: int, end: int, attrs: dict) -> str:
     a = ",".join(_kv(k, v) for k, v in attrs.items())
     p = f',"parentSpanId":"{parent}"' if parent else ""
-    return (f'{{"traceId":"{tid}","spanId":"{sid}"{p},"name":"{name}","kind":{kind},'
-            f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","attributes":[{a}]}}')
+    return (
+        f'{{"traceId":"{tid}","spanId":"{sid}"{p},"name":"{name}","kind":{kind},'
+        f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","attributes":[{a}]}}'
+    )
 
 
 def _line(service: str, scope: str, spans: list[str]) -> str:
     res = ",".join((_kv("service.name", service), _kv("budgetscope.synthetic", True)))
-    return (f'{{"resourceSpans":[{{"resource":{{"attributes":[{res}]}},'
-            f'"scopeSpans":[{{"scope":{{"name":"{scope}"}},"spans":[{",".join(spans)}]}}]}}]}}')
+    return (
+        f'{{"resourceSpans":[{{"resource":{{"attributes":[{res}]}},'
+        f'"scopeSpans":[{{"scope":{{"name":"{scope}"}},"spans":[{",".join(spans)}]}}]}}]}}'
+    )
 
 
 def _request_spans(rng: random.Random, spec: SyntheticSpec, i: int, arrival: int):
@@ -116,10 +120,15 @@ def _request_spans(rng: random.Random, spec: SyntheticSpec, i: int, arrival: int
         t = end
     end = t
     root_attrs = {
-        "gen_ai.operation.name": "text_completion", "gen_ai.request.model": spec.model,
-        "gen_ai.response.id": f"cmpl-{i}", "gen_ai.usage.input_tokens": rng.randint(32, 2048),
-        "gen_ai.usage.output_tokens": out_tokens, "gen_ai.usage.cache_read.input_tokens": 0,
-        "budgetscope.tier": tier, "budgetscope.tenant": f"tenant-{i % 3}", "budgetscope.outcome": "ok",
+        "gen_ai.operation.name": "text_completion",
+        "gen_ai.request.model": spec.model,
+        "gen_ai.response.id": f"cmpl-{i}",
+        "gen_ai.usage.input_tokens": rng.randint(32, 2048),
+        "gen_ai.usage.output_tokens": out_tokens,
+        "gen_ai.usage.cache_read.input_tokens": 0,
+        "budgetscope.tier": tier,
+        "budgetscope.tenant": f"tenant-{i % 3}",
+        "budgetscope.outcome": "ok",
     }
     spans.insert(0, _span(tid, root, client if spec.client_spans else "", "llm.request", 2, arrival, end, root_attrs))
     if not spec.client_spans:
@@ -128,7 +137,9 @@ def _request_spans(rng: random.Random, spec: SyntheticSpec, i: int, arrival: int
     c_attrs = {
         "budgetscope.client.scheduled_unix_nano": sent - int(rng.random() * 200_000),
         "budgetscope.client.first_token_unix_nano": first_token + int(down * ms),
-        "http.response.status_code": 200, "gen_ai.usage.output_tokens": out_tokens, "budgetscope.tier": tier,
+        "http.response.status_code": 200,
+        "gen_ai.usage.output_tokens": out_tokens,
+        "budgetscope.tier": tier,
     }
     return spans, [_span(tid, client, "", "llm.client.request", 3, sent, end + int(down * ms), c_attrs)]
 

@@ -99,8 +99,10 @@ def watch_for_commits(key: str) -> None:
     if not is_live():
         was = _pinned(path).get("was")
         if was is not None:
-            st.sidebar.caption(f"Reading commit {seq}: the files of commit {was}, read until then, were replaced by "
-                               "the writer's compaction or expiry (`--live` follows every commit)")
+            st.sidebar.caption(
+                f"Reading commit {seq}: the files of commit {was}, read until then, were replaced by "
+                "the writer's compaction or expiry (`--live` follows every commit)"
+            )
         return
 
     @st.fragment(run_every=LIVE_EVERY_S)
@@ -151,7 +153,7 @@ def report(path: str, text: str, f: Filters, budgets_file: str | None = None) ->
 
 def tier_budget(text: str, name: str) -> TierBudget:
     b = budgets_from(text)
-    for tb in (b.tiers if b else ()):
+    for tb in b.tiers if b else ():
         if tb.name == name:
             return tb
     return TierBudget(name=name)
@@ -160,19 +162,23 @@ def tier_budget(text: str, name: str) -> TierBudget:
 @st.cache_data(show_spinner="Attributing the tail…", max_entries=32)
 def tier_at(path: str, text: str, name: str, percentile: float, f: Filters) -> dict:
     tb = replace(tier_budget(text, name), percentile=percentile)
-    return tier_report(_archive(path).con.cursor(), tb, f.since_ns, f.until_ns, budgeted=bool(text), filters=f.as_dict())
+    return tier_report(
+        _archive(path).con.cursor(), tb, f.since_ns, f.until_ns, budgeted=bool(text), filters=f.as_dict()
+    )
 
 
 @st.cache_data(show_spinner="Building the timeline…", max_entries=32)
 def tier_timeline(path: str, text: str, name: str, f: Filters, entry: dict) -> dict:
-    return timeline.tier_timeline(_archive(path).con.cursor(), tier_budget(text, name), entry, f.since_ns,
-                                  f.until_ns, f.as_dict())
+    return timeline.tier_timeline(
+        _archive(path).con.cursor(), tier_budget(text, name), entry, f.since_ns, f.until_ns, f.as_dict()
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def window_requests(path: str, text: str, name: str, start_ns: int, end_ns: int, f: Filters, order_by: str):
-    return timeline.window_requests(_archive(path).con.cursor(), tier_budget(text, name), start_ns, end_ns,
-                                    f.as_dict(), order_by)
+    return timeline.window_requests(
+        _archive(path).con.cursor(), tier_budget(text, name), start_ns, end_ns, f.as_dict(), order_by
+    )
 
 
 @st.cache_data(show_spinner="Comparing the tail with the body…", max_entries=32)
@@ -224,8 +230,15 @@ def sidebar_filters(ov: dict) -> Filters:
         # the labels under the slider must fit the sidebar: the time of day alone when the archive spans one day
         # (the day goes in the caption), minutes and the day when it spans several
         one_day = start.date() == end.date()
-        picked = sb.slider("Arrival time (UTC)", min_value=start, max_value=end, value=(start, end), step=step,
-                           format="HH:mm:ss" if one_day else "MM-DD HH:mm", key="f_time")
+        picked = sb.slider(
+            "Arrival time (UTC)",
+            min_value=start,
+            max_value=end,
+            value=(start, end),
+            step=step,
+            format="HH:mm:ss" if one_day else "MM-DD HH:mm",
+            key="f_time",
+        )
         sb.caption(f"{start:%Y-%m-%d}, UTC" if one_day else f"{start:%Y-%m-%d} → {end:%Y-%m-%d}, UTC")
         if picked != (start, end):
             since = int(picked[0].timestamp() * 1e9)

@@ -51,7 +51,11 @@ def asan_runtime() -> str | None:
 def cxx_runtime() -> str | None:
     """libstdc++, preloaded with the ASan runtime (see fuzz/run.py)."""
     cc = compiler()
-    out = subprocess.run([cc, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True).stdout.strip() if cc else ""
+    out = (
+        subprocess.run([cc, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True).stdout.strip()
+        if cc
+        else ""
+    )
     return out if out and os.path.isabs(out) and os.path.exists(out) else None
 
 

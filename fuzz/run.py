@@ -29,11 +29,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import build  # noqa: E402
 import targets  # noqa: E402
 
-ASAN_OPTIONS = ("detect_leaks=0:handle_abort=1:handle_segv=1:allocator_may_return_null=1:"
-                "malloc_context_size=20:symbolize=1")
+import build  # noqa: E402
+
+ASAN_OPTIONS = (
+    "detect_leaks=0:handle_abort=1:handle_segv=1:allocator_may_return_null=1:malloc_context_size=20:symbolize=1"
+)
 UBSAN_OPTIONS = "print_stacktrace=1:halt_on_error=1:abort_on_error=1"
 SCRATCH = targets.SCRATCH
 
@@ -48,9 +50,14 @@ def sanitized_env() -> dict[str, str]:
     # libstdc++ too: ASan wraps __cxa_throw and finds the real one only in a library loaded before it starts
     # (DuckDB's C++ exceptions, in the differential targets, otherwise abort the process)
     preload = [runtime, *filter(None, [build.cxx_runtime()])]
-    env.update(LD_PRELOAD=":".join(preload), ASAN_OPTIONS=ASAN_OPTIONS, UBSAN_OPTIONS=UBSAN_OPTIONS,
-               # every allocation through malloc, so ASan's redzones surround Python's buffers too
-               PYTHONMALLOC="malloc", BUDGETSCOPE_FUZZ_SANITIZED="1")
+    env.update(
+        LD_PRELOAD=":".join(preload),
+        ASAN_OPTIONS=ASAN_OPTIONS,
+        UBSAN_OPTIONS=UBSAN_OPTIONS,
+        # every allocation through malloc, so ASan's redzones surround Python's buffers too
+        PYTHONMALLOC="malloc",
+        BUDGETSCOPE_FUZZ_SANITIZED="1",
+    )
     spec = importlib.util.find_spec("atheris.core_with_libfuzzer")
     if spec is not None:
         env["BUDGETSCOPE_FUZZ_LIBFUZZER"] = spec.origin
@@ -77,8 +84,14 @@ def fuzz(name: str, check, seconds: int | None, runs: int | None, extra: list[st
     crashes = ROOT / "build/fuzz/crashes" / name
     work.mkdir(parents=True, exist_ok=True)
     crashes.mkdir(parents=True, exist_ok=True)
-    args = [sys.argv[0], f"-artifact_prefix={crashes}/", "-print_final_stats=1", "-timeout=20", "-max_len=16384",
-            "-rss_limit_mb=4096"]
+    args = [
+        sys.argv[0],
+        f"-artifact_prefix={crashes}/",
+        "-print_final_stats=1",
+        "-timeout=20",
+        "-max_len=16384",
+        "-rss_limit_mb=4096",
+    ]
     if seconds is not None:
         args.append(f"-max_total_time={seconds}")
     if runs is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import struct
 import sys
 from pathlib import Path
 
@@ -27,20 +26,32 @@ def dumps(doc) -> bytes:
 def trace_docs() -> list[dict]:
     one = lambda **f: export([dict(span(trace_id(), span_id(), "op", T0, T0 + MS, parent=span_id()), **f)])  # noqa: E731
     scalars = attrs({"s": "x", "b": True, "i": -12, "d": 1.5, "arr": [1, 2.5, "z", True], "raw": b"\x00\xff"})
-    scalars += [{"key": "empty", "value": {}}, {"key": "big", "value": {"intValue": "-9223372036854775808"}},
-                {"key": "dexp", "value": {"doubleValue": 1.25e-3}}, {"key": "dup", "value": {"stringValue": "a"}},
-                {"key": "dup", "value": {"stringValue": "b"}}]
-    escapes = [{"key": f"k{i}", "value": {"stringValue": t}}
-               for i, t in enumerate(["tab\there", 'q"uote', "back\\slash", "\x01\x1f", "é 漢字 😀", "\u2028"])]
+    scalars += [
+        {"key": "empty", "value": {}},
+        {"key": "big", "value": {"intValue": "-9223372036854775808"}},
+        {"key": "dexp", "value": {"doubleValue": 1.25e-3}},
+        {"key": "dup", "value": {"stringValue": "a"}},
+        {"key": "dup", "value": {"stringValue": "b"}},
+    ]
+    escapes = [
+        {"key": f"k{i}", "value": {"stringValue": t}}
+        for i, t in enumerate(["tab\there", 'q"uote', "back\\slash", "\x01\x1f", "é 漢字 😀", "\u2028"])
+    ]
     no_resource = {"resourceSpans": [{"scopeSpans": [{"spans": [span(trace_id(), span_id(), "a", T0, T0)]}]}]}
     return [
         export(native_request(client=(4, 2), tenant="t", itl=[1.0, 2.5])[1]),
         export(native_request()[1], service="engine-2", scope="other"),
         one(attributes=scalars),
-        one(attributes=escapes, name="naïve \"name\"\n"),
+        one(attributes=escapes, name='naïve "name"\n'),
         one(kind="SPAN_KIND_SERVER", status={"code": "STATUS_CODE_ERROR", "message": "boom"}),
-        one(kind=3, status={"code": 1}, traceState="k=v", flags=257,
-            events=[{"timeUnixNano": str(T0), "name": "e"}], links=[]),
+        one(
+            kind=3,
+            status={"code": 1},
+            traceState="k=v",
+            flags=257,
+            events=[{"timeUnixNano": str(T0), "name": "e"}],
+            links=[],
+        ),
         one(attributes=[{"key": "m", "value": {"kvlistValue": {"values": attrs({"x": 1})}}}]),
         one(attributes=[{"key": "d", "value": {"doubleValue": v}} for v in (0.1, 1e20, 1e-6, 123456789012345.0)]),
         no_resource,
@@ -68,19 +79,54 @@ def trace_proto_seeds() -> list[bytes]:
 def metrics_docs() -> list[dict]:
     point = lambda v, **a: {"timeUnixNano": str(T0), **v, "attributes": attrs(a)}  # noqa: E731
     return [
-        {"resourceMetrics": [{"resource": {"attributes": attrs({"host.name": "h", "service.name": "gpu"})},
-                              "scopeMetrics": [{"scope": {"name": "budgetscope"}, "metrics": [
-                                  {"name": "hw.gpu.utilization", "unit": "1", "gauge": {"dataPoints": [
-                                      point({"asDouble": 0.5}, **{"gpu.uuid": "GPU-1", "gpu.index": 0}),
-                                      point({"asInt": "7"}, **{"hw.id": "GPU-2", "gpu.index": "1"})]}},
-                                  {"name": "hw.gpu.memory.usage", "unit": "By", "sum": {"dataPoints": [
-                                      point({"asInt": "1024"}, **{"gpu.uuid": "GPU-1"})]}},
-                                  {"name": "sdk.own", "gauge": {"dataPoints": [point({"asDouble": 1.0})]}},
-                                  {"name": "h", "histogram": {"dataPoints": []}}]}]}]},
-        {"resourceMetrics": [{"resource": {"attributes": attrs({"gpu.uuid": "GPU-9", "gpu.index": 3})},
-                              "scopeMetrics": [{"metrics": [{"name": "budgetscope.gpu.memory.activity",
-                                                             "gauge": {"dataPoints": [
-                                                                 point({"asDouble": "NaN"})]}}]}]}]},
+        {
+            "resourceMetrics": [
+                {
+                    "resource": {"attributes": attrs({"host.name": "h", "service.name": "gpu"})},
+                    "scopeMetrics": [
+                        {
+                            "scope": {"name": "budgetscope"},
+                            "metrics": [
+                                {
+                                    "name": "hw.gpu.utilization",
+                                    "unit": "1",
+                                    "gauge": {
+                                        "dataPoints": [
+                                            point({"asDouble": 0.5}, **{"gpu.uuid": "GPU-1", "gpu.index": 0}),
+                                            point({"asInt": "7"}, **{"hw.id": "GPU-2", "gpu.index": "1"}),
+                                        ]
+                                    },
+                                },
+                                {
+                                    "name": "hw.gpu.memory.usage",
+                                    "unit": "By",
+                                    "sum": {"dataPoints": [point({"asInt": "1024"}, **{"gpu.uuid": "GPU-1"})]},
+                                },
+                                {"name": "sdk.own", "gauge": {"dataPoints": [point({"asDouble": 1.0})]}},
+                                {"name": "h", "histogram": {"dataPoints": []}},
+                            ],
+                        }
+                    ],
+                }
+            ]
+        },
+        {
+            "resourceMetrics": [
+                {
+                    "resource": {"attributes": attrs({"gpu.uuid": "GPU-9", "gpu.index": 3})},
+                    "scopeMetrics": [
+                        {
+                            "metrics": [
+                                {
+                                    "name": "budgetscope.gpu.memory.activity",
+                                    "gauge": {"dataPoints": [point({"asDouble": "NaN"})]},
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ]
+        },
     ]
 
 

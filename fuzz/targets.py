@@ -26,8 +26,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
-COLS = ("batch_id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "service_name",
-        "scope_name", "status_code", "attributes", "resource")
+COLS = (
+    "batch_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "service_name",
+    "scope_name",
+    "status_code",
+    "attributes",
+    "resource",
+)
 SCRATCH = "BUDGETSCOPE_FUZZ_SCRATCH"  # names the scratch folder fuzz/run.py makes for a target's process
 
 
@@ -143,14 +156,15 @@ def _duckdb_rows(data: bytes):
     decides: a row count other than the `"spanId"` keys in the bytes, a nested value, no span at all, a bad
     span). The document goes in as the ingest passes it: bytes in a string column, unchecked."""
     import duckdb
+    import pyarrow as pa
 
     from budgetscope.ingest import jsonsql, otlp_json, staging
     from budgetscope.ingest.batches import _binary_column, _int64_column
 
-    import pyarrow as pa
-
     con = _duckdb()
-    con.register("bs_raw", pa.Table.from_arrays([_int64_column([1]), _binary_column([data])], names=["batch_id", "doc"]))
+    con.register(
+        "bs_raw", pa.Table.from_arrays([_int64_column([1]), _binary_column([data])], names=["batch_id", "doc"])
+    )
     try:
         # Not JSON to DuckDB: the flattening fails and its retry keeps only valid documents. Asked first, as
         # it is 200 times cheaper than the flattening and most mutated inputs are not JSON.
@@ -211,6 +225,7 @@ def otlpproto_diff(data: bytes) -> None:
 
 # -- OTLP metrics ----------------------------------------------------------------------------------------------
 
+
 def otlp_metrics(data: bytes) -> None:
     """First byte even: OTLP/JSON, odd: protobuf; the rest is the export."""
     from budgetscope.ingest import otlp_metrics as m
@@ -238,9 +253,9 @@ def otlp_metrics(data: bytes) -> None:
 
 # -- budgets TOML ----------------------------------------------------------------------------------------------
 
+
 def budgets(data: bytes) -> None:
-    from budgetscope.analysis.budgets import (BUDGETABLE_STAGES, MATCH_KEYS, TTFT_STAGES, BudgetError,
-                                              parse_budgets)
+    from budgetscope.analysis.budgets import BUDGETABLE_STAGES, MATCH_KEYS, TTFT_STAGES, BudgetError, parse_budgets
 
     text = data.decode("utf-8", "replace")
     try:
@@ -268,6 +283,7 @@ def budgets(data: bytes) -> None:
 
 
 # -- Prometheus text -------------------------------------------------------------------------------------------
+
 
 def _client_samples(text: str):
     """prometheus_client's samples for a body without `#` lines, as (name, labels, value, ts in µs), or None
@@ -324,8 +340,8 @@ def prometheus(data: bytes) -> None:
         return
     mine = [(s.metric, s.labels, s.value, None if s.ts_ns is None else round(s.ts_ns / 1000)) for s in ours]
     if len(mine) != len(theirs) or not all(
-            a[0] == b[0] and a[1] == b[1] and _same_value(a[2], b[2]) and _same_ts(a[3], b[3])
-            for a, b in zip(mine, theirs)):
+        a[0] == b[0] and a[1] == b[1] and _same_value(a[2], b[2]) and _same_ts(a[3], b[3]) for a, b in zip(mine, theirs)
+    ):
         raise Finding(f"different samples from prometheus_client:\n{mine}\n{theirs}")
 
 
@@ -343,8 +359,8 @@ class _Sandbox:
         self.root = Path(tempfile.mkdtemp(prefix="budgetscope-fuzz-query-", dir=os.environ.get(SCRATCH)))
         atexit.register(shutil.rmtree, self.root, True)
         self.archive = self.root / "archive"
-        from budgetscope.opener import Archive
         from budgetscope.ingest.files import read_batches
+        from budgetscope.opener import Archive
         from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
         traces = self.root / "traces.jsonl"
@@ -358,8 +374,11 @@ class _Sandbox:
         self.files = self.snapshot()
 
     def snapshot(self) -> dict:
-        return {str(p.relative_to(self.root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
-                for p in sorted(self.root.rglob("*")) if p.is_file()}
+        return {
+            str(p.relative_to(self.root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(self.root.rglob("*"))
+            if p.is_file()
+        }
 
 
 _sandbox = None
@@ -372,8 +391,12 @@ def query(data: bytes) -> None:
     if _sandbox is None:
         _sandbox = _Sandbox()
     # the paths a reader may read, which DuckDB would let a statement write too: the first hole wrote a segment
-    sql = (data.decode("utf-8", "replace").replace("@SECRET@", str(_sandbox.root / "secret"))
-           .replace("@SEGMENT@", str(_sandbox.segment)).replace("@ARCHIVE@", str(_sandbox.archive)))
+    sql = (
+        data.decode("utf-8", "replace")
+        .replace("@SECRET@", str(_sandbox.root / "secret"))
+        .replace("@SEGMENT@", str(_sandbox.segment))
+        .replace("@ARCHIVE@", str(_sandbox.archive))
+    )
     try:
         result = run_query(_sandbox.archive, sql)
     except QueryError as e:

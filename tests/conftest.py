@@ -18,8 +18,8 @@ def archive_path(tmp_path) -> Path:
 @pytest.fixture
 def ingest_text(tmp_path):
     """Write `text` (or bytes) to a file and ingest it into `archive`; returns the IngestReport."""
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
 
     counter = iter(range(10_000))
 

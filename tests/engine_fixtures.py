@@ -41,8 +41,12 @@ class EngineProcessView:
 
 
 @contextmanager
-def running_server(config: EngineConfig | None = None, telemetry: Telemetry | None = None, api_key: str | None = None,
-                   in_process: bool = False):
+def running_server(
+    config: EngineConfig | None = None,
+    telemetry: Telemetry | None = None,
+    api_key: str | None = None,
+    in_process: bool = False,
+):
     """Yield (base_url, engine); the server and the engine stop on exit. `api_key`: as `--api-key`. `engine` is the
     LLMEngine in process, else an EngineProcessView of the engine process (with `.client`, its CoreClient)."""
     import uvicorn

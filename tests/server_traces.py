@@ -93,9 +93,20 @@ def draw(name: str, cause: str, n: int, failed_share: float = 0.0) -> Mix:
     for k in range(n):
         t += int(rng.expovariate(rate) * 1e6)
         prompt = rng.randint(32, 2048)
-        r = Timeline(k, t, rng.randint(300, 4_000), rng.randint(0, 30_000), 5_000 + prompt * 30,
-                     [rng.randint(8_000, 16_000) for _ in range(rng.randint(3, 63))], rng.randint(200, 3_000),
-                     prompt, rng.randint(500, 3_000), rng.randint(500, 3_000), k in injected, k in failed)
+        r = Timeline(
+            k,
+            t,
+            rng.randint(300, 4_000),
+            rng.randint(0, 30_000),
+            5_000 + prompt * 30,
+            [rng.randint(8_000, 16_000) for _ in range(rng.randint(3, 63))],
+            rng.randint(200, 3_000),
+            prompt,
+            rng.randint(500, 3_000),
+            rng.randint(500, 3_000),
+            k in injected,
+            k in failed,
+        )
         if rng.random() < 0.1:
             r.preempted = (rng.randrange(len(r.itls_us)), rng.randint(5_000, 40_000))
             r.itls_us[r.preempted[0]] += r.preempted[1]
@@ -131,15 +142,32 @@ def quantile(values: list[float], q: float) -> float:
 
 # --- OTLP/JSON pieces --------------------------------------------------------------------------------------------
 
+
 def _ns(us: int) -> int:
     return T0 + us * US
 
 
-def _span(tid: str, sid: str, name: str, kind: int, a_us: int, b_us: int, attributes: dict | None = None,
-          parent: str | None = None, events: list[tuple[str, int, dict]] | None = None,
-          error: str | None = None) -> dict:
-    s = {"traceId": tid, "spanId": sid, "name": name, "kind": kind, "startTimeUnixNano": str(_ns(a_us)),
-         "endTimeUnixNano": str(_ns(b_us)), "attributes": attrs(attributes or {})}
+def _span(
+    tid: str,
+    sid: str,
+    name: str,
+    kind: int,
+    a_us: int,
+    b_us: int,
+    attributes: dict | None = None,
+    parent: str | None = None,
+    events: list[tuple[str, int, dict]] | None = None,
+    error: str | None = None,
+) -> dict:
+    s = {
+        "traceId": tid,
+        "spanId": sid,
+        "name": name,
+        "kind": kind,
+        "startTimeUnixNano": str(_ns(a_us)),
+        "endTimeUnixNano": str(_ns(b_us)),
+        "attributes": attrs(attributes or {}),
+    }
     if parent:
         s["parentSpanId"] = parent
     if events:
@@ -150,15 +178,18 @@ def _span(tid: str, sid: str, name: str, kind: int, a_us: int, b_us: int, attrib
 
 
 def _doc(resource: dict, scope: str, spans: list[dict]) -> dict:
-    return {"resourceSpans": [{"resource": {"attributes": attrs(resource)},
-                               "scopeSpans": [{"scope": {"name": scope}, "spans": spans}]}]}
+    return {
+        "resourceSpans": [
+            {"resource": {"attributes": attrs(resource)}, "scopeSpans": [{"scope": {"name": scope}, "spans": spans}]}
+        ]
+    }
 
 
 class _Ids:
     """Trace and span ids of request k: distinct per request and per server, stable per run."""
 
     def __init__(self, server: int, k: int):
-        self.tid = f"{server:08x}{k:08x}{0xabcdef:016x}"
+        self.tid = f"{server:08x}{k:08x}{0xABCDEF:016x}"
         self.base, self.n = (server << 24) | k, 0
 
     def sid(self) -> str:
@@ -168,11 +199,26 @@ class _Ids:
 
 def _loadgen_client(ids: _Ids, r: Timeline, sid: str) -> dict:
     """budgetscope's own client span (`llm.client.request`), around the server's handling of `r`."""
-    return _doc({"service.name": "budgetscope-loadgen"}, "budgetscope", [_span(
-        ids.tid, sid, "llm.client.request", 3, r.arrival - r.uplink, r.end + r.downlink, {
-            "budgetscope.client.scheduled_unix_nano": _ns(r.arrival - r.uplink),
-            "budgetscope.client.first_token_unix_nano": _ns(r.first + r.downlink),
-            "http.response.status_code": 500 if r.failed else 200, "gen_ai.usage.output_tokens": r.output_tokens})])
+    return _doc(
+        {"service.name": "budgetscope-loadgen"},
+        "budgetscope",
+        [
+            _span(
+                ids.tid,
+                sid,
+                "llm.client.request",
+                3,
+                r.arrival - r.uplink,
+                r.end + r.downlink,
+                {
+                    "budgetscope.client.scheduled_unix_nano": _ns(r.arrival - r.uplink),
+                    "budgetscope.client.first_token_unix_nano": _ns(r.first + r.downlink),
+                    "http.response.status_code": 500 if r.failed else 200,
+                    "gen_ai.usage.output_tokens": r.output_tokens,
+                },
+            )
+        ],
+    )
 
 
 def jsonl(docs: list[dict]) -> str:
@@ -182,22 +228,44 @@ def jsonl(docs: list[dict]) -> str:
 
 # --- budgetscope's native engine (the control) ------------------------------------------------------------------
 
+
 def native(r: Timeline, client: bool) -> list[dict]:
     """`llm.request` SERVER root with `stage.*` children (the native span contract), optionally under a client
     span; a failed request ends with `budgetscope.outcome` error."""
     ids = _Ids(1, r.k)
     root, cid = ids.sid(), ids.sid() if client else None
     spans, t = [], r.arrival
-    for stage, us in (("frontend", r.frontend), ("queue", r.queue), ("prefill", r.prefill),
-                      ("decode", sum(r.itls_us)), ("postprocess", r.post)):
+    for stage, us in (
+        ("frontend", r.frontend),
+        ("queue", r.queue),
+        ("prefill", r.prefill),
+        ("decode", sum(r.itls_us)),
+        ("postprocess", r.post),
+    ):
         a = {"budgetscope.stage": stage}
         if stage == "decode":
             a["budgetscope.decode.itl_ms"] = [x / 1e3 for x in r.itls_us]
         spans.append(_span(ids.tid, ids.sid(), f"stage.{stage}", 1, t, t + us, a, root))
         t += us
-    spans.insert(0, _span(ids.tid, root, "llm.request", 2, r.arrival, r.end, {
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": r.prompt_tokens,
-        "gen_ai.usage.output_tokens": r.output_tokens, "budgetscope.outcome": "error" if r.failed else "ok"}, cid))
+    spans.insert(
+        0,
+        _span(
+            ids.tid,
+            root,
+            "llm.request",
+            2,
+            r.arrival,
+            r.end,
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "m",
+                "gen_ai.usage.input_tokens": r.prompt_tokens,
+                "gen_ai.usage.output_tokens": r.output_tokens,
+                "budgetscope.outcome": "error" if r.failed else "ok",
+            },
+            cid,
+        ),
+    )
     docs = [_doc({"service.name": "engine"}, "budgetscope", spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
 
@@ -215,10 +283,25 @@ def vllm_request_id(r: Timeline) -> str:
 def _httpx_client(ids: _Ids, r: Timeline, sid: str, sent_us: int) -> dict:
     """A plain OpenTelemetry httpx CLIENT span (old HTTP semconv names), non-streamed: it ends once the response,
     sent at `sent_us`, is read."""
-    return _doc({"service.name": "chat-frontend"}, "opentelemetry.instrumentation.httpx", [_span(
-        ids.tid, sid, "POST", 3, r.arrival - r.uplink, sent_us + r.downlink,
-        {"http.method": "POST", "http.url": "http://vllm-0.serving:8000/v1/chat/completions",
-         "http.status_code": 200})])
+    return _doc(
+        {"service.name": "chat-frontend"},
+        "opentelemetry.instrumentation.httpx",
+        [
+            _span(
+                ids.tid,
+                sid,
+                "POST",
+                3,
+                r.arrival - r.uplink,
+                sent_us + r.downlink,
+                {
+                    "http.method": "POST",
+                    "http.url": "http://vllm-0.serving:8000/v1/chat/completions",
+                    "http.status_code": 200,
+                },
+            )
+        ],
+    )
 
 
 def vllm_classic(r: Timeline, client: bool) -> list[dict]:
@@ -230,21 +313,43 @@ def vllm_classic(r: Timeline, client: bool) -> list[dict]:
     s = lambda us: us / 1e6  # noqa: E731
     decode = sum(r.itls_us)
     traced = r.end + 1_200
-    span = _span(ids.tid, sid, "llm_request", 2, r.arrival, traced, {
-        "gen_ai.latency.time_to_first_token": s(r.first - r.arrival), "gen_ai.latency.e2e": s(r.end - r.arrival),
-        "gen_ai.latency.time_in_queue": s(r.queue), "gen_ai.usage.prompt_tokens": r.prompt_tokens,
-        "gen_ai.usage.completion_tokens": r.output_tokens, "gen_ai.latency.time_in_model_prefill": s(r.prefill),
-        "gen_ai.latency.time_in_model_decode": s(decode), "gen_ai.latency.time_in_model_inference":
-        s(r.prefill + decode), "gen_ai.request.id": vllm_request_id(r), "gen_ai.request.max_tokens": 256},
-        cid)
+    span = _span(
+        ids.tid,
+        sid,
+        "llm_request",
+        2,
+        r.arrival,
+        traced,
+        {
+            "gen_ai.latency.time_to_first_token": s(r.first - r.arrival),
+            "gen_ai.latency.e2e": s(r.end - r.arrival),
+            "gen_ai.latency.time_in_queue": s(r.queue),
+            "gen_ai.usage.prompt_tokens": r.prompt_tokens,
+            "gen_ai.usage.completion_tokens": r.output_tokens,
+            "gen_ai.latency.time_in_model_prefill": s(r.prefill),
+            "gen_ai.latency.time_in_model_decode": s(decode),
+            "gen_ai.latency.time_in_model_inference": s(r.prefill + decode),
+            "gen_ai.request.id": vllm_request_id(r),
+            "gen_ai.request.max_tokens": 256,
+        },
+        cid,
+    )
     docs = [_doc(_VLLM, "vllm.llm_engine", [span])]
     return docs + ([_httpx_client(ids, r, cid, traced)] if client else [])
 
 
 def _journey(name: str, t: int, step: int, phase: str, r: Timeline, extra: dict | None = None) -> tuple:
-    a = {"event.type": name, "ts.monotonic": 8e4 + t / 1e6, "scheduler.step": step, "phase": phase,
-         "prefill.done_tokens": 0 if phase == "waiting" else r.prompt_tokens, "prefill.total_tokens": r.prompt_tokens,
-         "decode.done_tokens": 0, "decode.max_tokens": 256, "num_preemptions": 0}
+    a = {
+        "event.type": name,
+        "ts.monotonic": 8e4 + t / 1e6,
+        "scheduler.step": step,
+        "phase": phase,
+        "prefill.done_tokens": 0 if phase == "waiting" else r.prompt_tokens,
+        "prefill.total_tokens": r.prompt_tokens,
+        "decode.done_tokens": 0,
+        "decode.max_tokens": 256,
+        "num_preemptions": 0,
+    }
     return f"journey.{name}", t, a | (extra or {})
 
 
@@ -258,32 +363,51 @@ def vllm_journey(r: Timeline, client: bool) -> list[dict]:
     handoff, queued, sched = r.arrival + r.frontend // 2, r.arrival + r.frontend, r.arrival + r.frontend + r.queue
     rid = vllm_request_id(r)
     core_a = {"gen_ai.request.id": f"{rid}-{r.k:08x}"}  # the engine's id: the API's with a random suffix
-    api_a = {"gen_ai.request.id": rid, "gen_ai.response.model": "m",
-             "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.request.max_tokens": 256}
-    ev = [_journey("QUEUED", queued + 20, 1, "waiting", r),
-          _journey("SCHEDULED", sched, 2, "prefill", r, {"schedule.kind": "FIRST"})]
+    api_a = {
+        "gen_ai.request.id": rid,
+        "gen_ai.response.model": "m",
+        "gen_ai.usage.prompt_tokens": r.prompt_tokens,
+        "gen_ai.request.max_tokens": 256,
+    }
+    ev = [
+        _journey("QUEUED", queued + 20, 1, "waiting", r),
+        _journey("SCHEDULED", sched, 2, "prefill", r, {"schedule.kind": "FIRST"}),
+    ]
     if r.failed:
         gone = sched + r.prefill // 2
-        api_ev = [("api.ARRIVED", r.arrival, {}), ("api.HANDOFF_TO_CORE", handoff, {}),
-                  ("api.ABORTED", gone, {"error": "Client disconnected", "reason": "client_disconnect"})]
+        api_ev = [
+            ("api.ARRIVED", r.arrival, {}),
+            ("api.HANDOFF_TO_CORE", handoff, {}),
+            ("api.ABORTED", gone, {"error": "Client disconnected", "reason": "client_disconnect"}),
+        ]
         ev.append(_journey("FINISHED", gone + 2_000, 3, "prefill", r, {"finish.status": "aborted"}))
-        spans = [_span(ids.tid, api, "llm_request", 2, r.arrival, gone + 50, api_a, cid, api_ev,
-                       error="Client disconnected"),
-                 _span(ids.tid, core, "llm_core", 1, queued, gone + 2_010, core_a, api, ev)]
+        spans = [
+            _span(
+                ids.tid, api, "llm_request", 2, r.arrival, gone + 50, api_a, cid, api_ev, error="Client disconnected"
+            ),
+            _span(ids.tid, core, "llm_core", 1, queued, gone + 2_010, core_a, api, ev),
+        ]
     else:
         api_a["gen_ai.usage.completion_tokens"] = r.output_tokens
-        api_ev = [("api.ARRIVED", r.arrival, {}), ("api.HANDOFF_TO_CORE", handoff, {}),
-                  ("api.FIRST_RESPONSE_FROM_CORE", r.first + 2_000, {}), ("api.DEPARTED", r.end - 100, {})]
+        api_ev = [
+            ("api.ARRIVED", r.arrival, {}),
+            ("api.HANDOFF_TO_CORE", handoff, {}),
+            ("api.FIRST_RESPONSE_FROM_CORE", r.first + 2_000, {}),
+            ("api.DEPARTED", r.end - 100, {}),
+        ]
         ev.append(_journey("FIRST_TOKEN", r.first, 3, "decode", r))
         if r.preempted:
             j, wait = r.preempted
             out = r.first + sum(r.itls_us[:j])
-            ev += [_journey("PREEMPTED", out, 10, "decode", r, {"num_preemptions": 1}),
-                   _journey("SCHEDULED", out + wait, 12, "decode", r, {"num_preemptions": 1,
-                                                                     "schedule.kind": "RESUME"})]
+            ev += [
+                _journey("PREEMPTED", out, 10, "decode", r, {"num_preemptions": 1}),
+                _journey("SCHEDULED", out + wait, 12, "decode", r, {"num_preemptions": 1, "schedule.kind": "RESUME"}),
+            ]
         ev.append(_journey("FINISHED", r.last, 40, "decode", r, {"finish.status": "length"}))
-        spans = [_span(ids.tid, api, "llm_request", 2, r.arrival, r.end, api_a, cid, api_ev),
-                 _span(ids.tid, core, "llm_core", 1, queued, r.last + 50, core_a, api, ev)]
+        spans = [
+            _span(ids.tid, api, "llm_request", 2, r.arrival, r.end, api_a, cid, api_ev),
+            _span(ids.tid, core, "llm_core", 1, queued, r.last + 50, core_a, api, ev),
+        ]
     docs = [_doc(_VLLM, "vllm.api", spans[:1]), _doc(_VLLM, "vllm.scheduler", spans[1:])]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
 
@@ -299,18 +423,34 @@ class _Sg:
     def __init__(self, ids: _Ids):
         self.ids, self.spans = ids, []
 
-    def add(self, name: str, a: int, b: int, parent: str, attributes: dict | None = None,
-            sid: str | None = None, error: str | None = None) -> str:
+    def add(
+        self,
+        name: str,
+        a: int,
+        b: int,
+        parent: str,
+        attributes: dict | None = None,
+        sid: str | None = None,
+        error: str | None = None,
+    ) -> str:
         sid = sid or self.ids.sid()
         self.spans.append(_span(self.ids.tid, sid, name, 1, a, b, attributes, parent, error=error))
         return sid
 
 
 def _sg_root_attrs(r: Timeline, rid: str, ttft_us: int, prefill_us: int, room: str | None = None) -> dict:
-    a = {"rid": rid, "module": "sglang::request", "bootstrap_room": room,
-         "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.request.id": rid, "gen_ai.response.model": "m",
-         "gen_ai.usage.completion_tokens": r.output_tokens, "gen_ai.response.finish_reasons": '["length"]',
-         "gen_ai.latency.time_to_first_token": ttft_us / 1e6, "gen_ai.latency.time_in_model_prefill": prefill_us / 1e6}
+    a = {
+        "rid": rid,
+        "module": "sglang::request",
+        "bootstrap_room": room,
+        "gen_ai.usage.prompt_tokens": r.prompt_tokens,
+        "gen_ai.request.id": rid,
+        "gen_ai.response.model": "m",
+        "gen_ai.usage.completion_tokens": r.output_tokens,
+        "gen_ai.response.finish_reasons": '["length"]',
+        "gen_ai.latency.time_to_first_token": ttft_us / 1e6,
+        "gen_ai.latency.time_in_model_prefill": prefill_us / 1e6,
+    }
     return {k: v for k, v in a.items() if v is not None}
 
 
@@ -343,11 +483,29 @@ def sglang(r: Timeline, client: bool, level: int | None = None) -> list[dict]:
         sg.add("request_process", recv, enq, sch)
     sg.add(f"Tokenizer{host}", r.arrival, tok_end + 50, root, {"thread_label": "Tokenizer"}, sid=tok)
     if r.failed:
-        sg.add(f"Scheduler [TP 0] {host}", recv, sched, root, {"thread_label": "Scheduler", "tp_rank": 0,
-               "type": "abort", "message": "Abort in waiting queue"}, sid=sch, error="")
-        sg.add(f" Req {rid[:8]}", r.arrival, sched + 2_000, cid, {
-            "rid": rid, "module": "sglang::request", "gen_ai.usage.completion_tokens": 0,
-            "gen_ai.usage.prompt_tokens": r.prompt_tokens, "gen_ai.response.finish_reasons": '["abort"]'}, sid=root)
+        sg.add(
+            f"Scheduler [TP 0] {host}",
+            recv,
+            sched,
+            root,
+            {"thread_label": "Scheduler", "tp_rank": 0, "type": "abort", "message": "Abort in waiting queue"},
+            sid=sch,
+            error="",
+        )
+        sg.add(
+            f" Req {rid[:8]}",
+            r.arrival,
+            sched + 2_000,
+            cid,
+            {
+                "rid": rid,
+                "module": "sglang::request",
+                "gen_ai.usage.completion_tokens": 0,
+                "gen_ai.usage.prompt_tokens": r.prompt_tokens,
+                "gen_ai.response.finish_reasons": '["abort"]',
+            },
+            sid=root,
+        )
         return [_doc(_SGLANG, "sglang server", sg.spans)] + ([_loadgen_client(ids, r, cid)] if client else [])
     sg.add("prefill_waiting", enq, sched, sch)
     pf = sg.add("prefill_forward", sched, prefilled, sch)
@@ -358,8 +516,9 @@ def sglang(r: Timeline, client: bool, level: int | None = None) -> list[dict]:
     sg.add("decode_waiting", prefilled, prefilled + 100, sch)
     _sg_decode(sg, r, prefilled + 100, sch, level)
     sg.add(f"Scheduler [TP 0] {host}", recv, r.last, root, {"thread_label": "Scheduler", "tp_rank": 0}, sid=sch)
-    sg.add(f" Req {rid[:8]}", r.arrival, r.end, cid,
-           _sg_root_attrs(r, rid, r.first - r.arrival, r.first - sched), sid=root)
+    sg.add(
+        f" Req {rid[:8]}", r.arrival, r.end, cid, _sg_root_attrs(r, rid, r.first - r.arrival, r.first - sched), sid=root
+    )
     docs = [_doc(_SGLANG, "sglang server", sg.spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
 
@@ -379,22 +538,39 @@ def sglang_pd(r: Timeline, client: bool) -> list[dict]:
     waited, forward_end = boot_end + r.queue, r.first - 2_000
     # prefill instance: tokenize, bootstrap (a fixed 1 ms), wait, forward, KV transfer
     sg.add("tokenize", r.arrival, r.arrival + 200, p_tok)
-    sg.add(f"PrefillTokenizer{host.format(5101)}", r.arrival, r.arrival + 250, p_root,
-           {"thread_label": "PrefillTokenizer"}, sid=p_tok)
+    sg.add(
+        f"PrefillTokenizer{host.format(5101)}",
+        r.arrival,
+        r.arrival + 250,
+        p_root,
+        {"thread_label": "PrefillTokenizer"},
+        sid=p_tok,
+    )
     sg.add("prefill_prepare", r.arrival + 300, r.arrival + r.frontend, p_sch)
     sg.add("prefill_bootstrap", r.arrival + r.frontend, boot_end, p_sch)
     sg.add("prefill_waiting", boot_end, waited, p_sch)
     sg.add("prefill_forward", waited, forward_end, p_sch)
     sg.add("prefill_transfer_kv_cache", forward_end + 100, forward_end + 1_000, p_sch)
-    sg.add(f"Prefill Scheduler [TP 0] {host.format(5150)}", r.arrival + 250, forward_end + 1_100, p_root,
-           {"thread_label": "Prefill Scheduler", "tp_rank": 0}, sid=p_sch)
-    sg.add(f"prefill Req {ids.tid[:8]}", r.arrival, forward_end + 1_500, cid,
-           _sg_root_attrs(r, "p" + ids.tid[:31], forward_end - r.arrival, forward_end - waited, room), sid=p_root)
+    sg.add(
+        f"Prefill Scheduler [TP 0] {host.format(5150)}",
+        r.arrival + 250,
+        forward_end + 1_100,
+        p_root,
+        {"thread_label": "Prefill Scheduler", "tp_rank": 0},
+        sid=p_sch,
+    )
+    sg.add(
+        f"prefill Req {ids.tid[:8]}",
+        r.arrival,
+        forward_end + 1_500,
+        cid,
+        _sg_root_attrs(r, "p" + ids.tid[:31], forward_end - r.arrival, forward_end - waited, room),
+        sid=p_root,
+    )
     # decode instance: bootstrap, wait for the transferred KV, a short decode wait, forward (fake output first)
     d0 = r.arrival + 150
     dg.add("tokenize", d0, d0 + 200, d_tok)
-    dg.add(f"DecodeTokenizer{host.format(6101)}", d0, d0 + 250, d_root, {"thread_label": "DecodeTokenizer"},
-           sid=d_tok)
+    dg.add(f"DecodeTokenizer{host.format(6101)}", d0, d0 + 250, d_root, {"thread_label": "DecodeTokenizer"}, sid=d_tok)
     dg.add("decode_prepare", d0 + 300, d0 + 600, d_sch)
     dg.add("decode_bootstrap", d0 + 600, boot_end, d_sch)
     dg.add("decode_transferred", boot_end, forward_end + 1_000, d_sch)
@@ -405,10 +581,22 @@ def sglang_pd(r: Timeline, client: bool) -> list[dict]:
     for i, gap in enumerate(r.itls_us):
         dg.add("decode_loop", t, t + gap, df, {"decode_ct": i})
         t += gap
-    dg.add(f"Decode Scheduler [TP 0] {host.format(6150)}", d0 + 250, r.last, d_root,
-           {"thread_label": "Decode Scheduler", "tp_rank": 0}, sid=d_sch)
-    dg.add(f"decode Req {ids.tid[8:16]}", d0, r.end, cid,
-           _sg_root_attrs(r, "d" + ids.tid[:31], r.first - d0, r.first - forward_end - 1_200, room), sid=d_root)
+    dg.add(
+        f"Decode Scheduler [TP 0] {host.format(6150)}",
+        d0 + 250,
+        r.last,
+        d_root,
+        {"thread_label": "Decode Scheduler", "tp_rank": 0},
+        sid=d_sch,
+    )
+    dg.add(
+        f"decode Req {ids.tid[8:16]}",
+        d0,
+        r.end,
+        cid,
+        _sg_root_attrs(r, "d" + ids.tid[:31], r.first - d0, r.first - forward_end - 1_200, room),
+        sid=d_root,
+    )
     docs = [_doc(_SGLANG, "sglang server", sg.spans), _doc(_SGLANG, "sglang server", dg.spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
 
@@ -437,31 +625,55 @@ def tgi(r: Timeline, client: bool) -> list[dict]:
     h, w, inner, sch, cid = ids.sid(), ids.sid(), ids.sid(), ids.sid(), ids.sid() if client else None
     a0 = r.arrival
     if r.failed:
-        spans = [_span(ids.tid, h, "generate_stream", 1, a0, a0 + r.frontend + 300, {"seed": "None"}, cid),
-                 _span(ids.tid, w, "async_stream", 1, a0 + 10, a0 + r.frontend + 100, {}, h),
-                 _span(ids.tid, inner, "generate_stream", 1, a0 + 15, a0 + r.frontend + 90, {}, w,
-                       [("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096", a0 +
-                         r.frontend + 80, {"level": "ERROR", "target": "text_generation_router::infer"})],
-                       error="validation"),
-                 _span(ids.tid, ids.sid(), "validate", 1, a0 + 20, a0 + r.frontend + 60, {}, inner)]
+        spans = [
+            _span(ids.tid, h, "generate_stream", 1, a0, a0 + r.frontend + 300, {"seed": "None"}, cid),
+            _span(ids.tid, w, "async_stream", 1, a0 + 10, a0 + r.frontend + 100, {}, h),
+            _span(
+                ids.tid,
+                inner,
+                "generate_stream",
+                1,
+                a0 + 15,
+                a0 + r.frontend + 90,
+                {},
+                w,
+                [
+                    (
+                        "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096",
+                        a0 + r.frontend + 80,
+                        {"level": "ERROR", "target": "text_generation_router::infer"},
+                    )
+                ],
+                error="validation",
+            ),
+            _span(ids.tid, ids.sid(), "validate", 1, a0 + 20, a0 + r.frontend + 60, {}, inner),
+        ]
         return [_doc(_TGI, "opentelemetry-otlp", spans)] + ([_loadgen_client(ids, r, cid)] if client else [])
     queued, batch = a0 + r.frontend, a0 + r.frontend + r.queue
-    fields = {"validation_time": rust_duration(r.frontend * US), "queue_time": rust_duration(r.queue * US),
-              "inference_time": rust_duration((r.last - batch) * US), "total_time": rust_duration((r.end - a0) * US),
-              "time_per_token": rust_duration(sum(r.itls_us) * US // max(len(r.itls_us), 1)), "seed": "None"}
-    gens = [r.first] + [r.first + sum(r.itls_us[:j + 1]) for j in range(len(r.itls_us))]
-    spans = [_span(ids.tid, h, "generate_stream", 1, a0, r.end, fields, cid),
-             _span(ids.tid, w, "async_stream", 1, a0 + 10, r.last + 50, {}, h),
-             _span(ids.tid, inner, "generate_stream", 1, a0 + 15, r.last + 45, {}, w),
-             _span(ids.tid, ids.sid(), "validate", 1, a0 + 20, queued - 50, {}, inner),
-             _span(ids.tid, sch, "schedule", 1, queued - 3, r.last + 40, {}, inner),
-             _span(ids.tid, ids.sid(), "queued", 1, queued, batch, {}, sch)]
+    fields = {
+        "validation_time": rust_duration(r.frontend * US),
+        "queue_time": rust_duration(r.queue * US),
+        "inference_time": rust_duration((r.last - batch) * US),
+        "total_time": rust_duration((r.end - a0) * US),
+        "time_per_token": rust_duration(sum(r.itls_us) * US // max(len(r.itls_us), 1)),
+        "seed": "None",
+    }
+    gens = [r.first] + [r.first + sum(r.itls_us[: j + 1]) for j in range(len(r.itls_us))]
+    spans = [
+        _span(ids.tid, h, "generate_stream", 1, a0, r.end, fields, cid),
+        _span(ids.tid, w, "async_stream", 1, a0 + 10, r.last + 50, {}, h),
+        _span(ids.tid, inner, "generate_stream", 1, a0 + 15, r.last + 45, {}, w),
+        _span(ids.tid, ids.sid(), "validate", 1, a0 + 20, queued - 50, {}, inner),
+        _span(ids.tid, sch, "schedule", 1, queued - 3, r.last + 40, {}, inner),
+        _span(ids.tid, ids.sid(), "queued", 1, queued, batch, {}, sch),
+    ]
     start = batch
     for g in gens:
         inf = ids.sid()
         spans.append(_span(ids.tid, inf, "infer", 1, start, g + 100, {}, sch))
-        spans.append(_span(ids.tid, ids.sid(), "send_generation", 1, g, g + 30,
-                           {"generation": "Generation { .. }"}, inf))
+        spans.append(
+            _span(ids.tid, ids.sid(), "send_generation", 1, g, g + 30, {"generation": "Generation { .. }"}, inf)
+        )
         start = g + 200
     return [_doc(_TGI, "opentelemetry-otlp", spans)] + ([_loadgen_client(ids, r, cid)] if client else [])
 
@@ -474,16 +686,33 @@ def tgi_trace_filter(r: Timeline, client: bool) -> list[dict]:
     spans = docs[0]["resourceSpans"][0]["scopeSpans"][0]["spans"]
     handler, sid = spans[0], _Ids(9, r.k).sid()
     end_us = (int(handler["endTimeUnixNano"]) - T0) // US
-    spans.insert(0, _span(handler["traceId"], sid, "POST /generate_stream", 2, r.arrival - 120, end_us + 1, {
-        "http.request.method": "POST", "http.route": "/generate_stream", "network.protocol.version": "1.1",
-        "otel.name": "POST /generate_stream", "otel.kind": "Server", "http.response.status_code":
-        422 if r.failed else 200}, handler.get("parentSpanId")))
+    spans.insert(
+        0,
+        _span(
+            handler["traceId"],
+            sid,
+            "POST /generate_stream",
+            2,
+            r.arrival - 120,
+            end_us + 1,
+            {
+                "http.request.method": "POST",
+                "http.route": "/generate_stream",
+                "network.protocol.version": "1.1",
+                "otel.name": "POST /generate_stream",
+                "otel.kind": "Server",
+                "http.response.status_code": 422 if r.failed else 200,
+            },
+            handler.get("parentSpanId"),
+        ),
+    )
     if not client:
         handler["parentSpanId"] = sid
     return docs
 
 
 # --- Triton -----------------------------------------------------------------------------------------------------
+
 
 def triton(r: Timeline, client: bool) -> list[dict]:
     """`--trace-config mode=opentelemetry`: `InferRequest` → a span named after the model → `compute`, all SERVER
@@ -492,15 +721,43 @@ def triton(r: Timeline, client: bool) -> list[dict]:
     ids = _Ids(7, r.k)
     root, model, comp, cid = ids.sid(), ids.sid(), ids.sid(), ids.sid() if client else None
     m0, c0 = r.arrival + r.frontend, r.arrival + r.frontend + r.queue
-    spans = [_span(ids.tid, root, "InferRequest", 2, r.arrival, r.end, {}, cid,
-                   [("HTTP_RECV_START", r.arrival - 80, {}), ("HTTP_RECV_END", r.arrival - 40, {}),
-                    ("INFER_RESPONSE_COMPLETE", r.last, {})]),
-             _span(ids.tid, model, "llama3", 2, m0, r.last + 100, {
-                 "triton.model_name": "llama3", "triton.model_version": "1", "triton.trace_id": str(r.k + 1),
-                 "triton.trace_parent_id": "0", "triton.request_id": f"req-{r.k}"}, root,
-                 [("REQUEST_START", m0, {}), ("QUEUE_START", m0 + 6, {}), ("REQUEST_END", r.last + 100, {})]),
-             _span(ids.tid, comp, "compute", 2, c0, r.last, {}, model,
-                   [("COMPUTE_START", c0, {}), ("COMPUTE_END", r.last, {})])]
+    spans = [
+        _span(
+            ids.tid,
+            root,
+            "InferRequest",
+            2,
+            r.arrival,
+            r.end,
+            {},
+            cid,
+            [
+                ("HTTP_RECV_START", r.arrival - 80, {}),
+                ("HTTP_RECV_END", r.arrival - 40, {}),
+                ("INFER_RESPONSE_COMPLETE", r.last, {}),
+            ],
+        ),
+        _span(
+            ids.tid,
+            model,
+            "llama3",
+            2,
+            m0,
+            r.last + 100,
+            {
+                "triton.model_name": "llama3",
+                "triton.model_version": "1",
+                "triton.trace_id": str(r.k + 1),
+                "triton.trace_parent_id": "0",
+                "triton.request_id": f"req-{r.k}",
+            },
+            root,
+            [("REQUEST_START", m0, {}), ("QUEUE_START", m0 + 6, {}), ("REQUEST_END", r.last + 100, {})],
+        ),
+        _span(
+            ids.tid, comp, "compute", 2, c0, r.last, {}, model, [("COMPUTE_START", c0, {}), ("COMPUTE_END", r.last, {})]
+        ),
+    ]
     docs = [_doc({"service.name": "triton-inference-server"}, "triton-server", spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
 
@@ -519,7 +776,11 @@ def as_exported(docs: list[dict], batch: int = 512) -> list[dict]:
     for resource, scope, spans in groups.values():
         spans.sort(key=lambda s: int(s["endTimeUnixNano"]))
         for i in range(0, len(spans), batch):
-            part = spans[i:i + batch]
-            out.append((int(part[-1]["endTimeUnixNano"]), {"resourceSpans": [
-                {"resource": resource, "scopeSpans": [{"scope": scope, "spans": part}]}]}))
+            part = spans[i : i + batch]
+            out.append(
+                (
+                    int(part[-1]["endTimeUnixNano"]),
+                    {"resourceSpans": [{"resource": resource, "scopeSpans": [{"scope": scope, "spans": part}]}]},
+                )
+            )
     return [d for _, d in sorted(out, key=lambda x: x[0])]

@@ -22,11 +22,31 @@ def archive(archive_path, ingest_text):
     for i in range(40):
         slow = i >= 30
         arrival = T0 + i * 100 * MS
-        docs.append(export(native_request(arrival=arrival, tenant="b" if slow else "a",
-                                          stages=(SLOW if slow else FAST) + (("decode", 100), ("postprocess", 1)))[1],
-                           service="engine"))
-        docs.append(export([span(trace_id(), span_id(), "engine.step", arrival - 5 * MS, arrival - 4 * MS,
-                                 attributes={"budgetscope.step.batch_size": 20 if slow else 2})], service="engine"))
+        docs.append(
+            export(
+                native_request(
+                    arrival=arrival,
+                    tenant="b" if slow else "a",
+                    stages=(SLOW if slow else FAST) + (("decode", 100), ("postprocess", 1)),
+                )[1],
+                service="engine",
+            )
+        )
+        docs.append(
+            export(
+                [
+                    span(
+                        trace_id(),
+                        span_id(),
+                        "engine.step",
+                        arrival - 5 * MS,
+                        arrival - 4 * MS,
+                        attributes={"budgetscope.step.batch_size": 20 if slow else 2},
+                    )
+                ],
+                service="engine",
+            )
+        )
     ingest_text(archive_path, jsonl(*docs))
     return archive_path
 
@@ -44,7 +64,9 @@ def test_split_matches_the_attribution(archive):
 
 def test_split_widens_to_the_ten_slowest(archive_path, ingest_text):
     # TTFT 2, 3, …, 21 ms: p90 = 19.1 holds 2 requests, so the tail is the 10 slowest (12 … 21 ms)
-    docs = [export(native_request(arrival=T0 + i * MS, stages=(("queue", i + 1), ("prefill", 1)))[1]) for i in range(20)]
+    docs = [
+        export(native_request(arrival=T0 + i * MS, stages=(("queue", i + 1), ("prefill", 1)))[1]) for i in range(20)
+    ]
     ingest_text(archive_path, jsonl(*docs))
     with Archive(archive_path, read_only=True) as a:
         sp = explore.split(a.con, Selection({}), "ttft_ms", 0.9)
@@ -59,8 +81,10 @@ def test_every_dimension_ranked_with_both_mixes(archive):
     by = {d["dimension"]: d for d in dists}
     assert [d["dimension"] for d in dists[:2]] == ["batch_size", "tenant"]  # both 1.0; ties by name
     assert by["tenant"]["distance"] == pytest.approx(1.0) and by["tenant"]["top_value"] == "b"
-    assert by["tenant"]["values"] == [{"value": "a", "tail": 0, "body": 30, "tail_share": 0.0, "body_share": 1.0},
-                                      {"value": "b", "tail": 10, "body": 0, "tail_share": 1.0, "body_share": 0.0}]
+    assert by["tenant"]["values"] == [
+        {"value": "a", "tail": 0, "body": 30, "tail_share": 0.0, "body_share": 1.0},
+        {"value": "b", "tail": 10, "body": 0, "tail_share": 1.0, "body_share": 0.0},
+    ]
     assert [v["value"] for v in by["batch_size"]["values"]] == ["2-4", "17-32"]  # bucket order, not by name
     assert by["prompt_length"]["distance"] == 0.0 and by["tier"]["values"][0]["value"] == "interactive"
     assert set(by) == set(explore.DIMENSIONS)
@@ -76,7 +100,8 @@ def test_agrees_with_the_report_contrast(archive):
         d = next(d for d in dists if d["dimension"] == c["dimension"])
         v = next(v for v in d["values"] if v["value"] == c["value"])
         assert (d["distance"], d["top_value"], v["tail_share"], v["body_share"]) == pytest.approx(
-            (c["distance"], c["value"], c["tail_share"], c["body_share"]))
+            (c["distance"], c["value"], c["tail_share"], c["body_share"])
+        )
 
 
 def test_no_engine_steps_means_no_batch_dimension(archive_path, ingest_text):

@@ -16,9 +16,17 @@ BUDGETS = parse_budgets("[tiers.interactive]\nttft_ms = 100\n[tiers.batch]\nttft
 def archive(archive_path, ingest_text):
     # tenant a: 10 fast (62 ms) on model m1; tenant b: 10 slow (262 ms) on model m2; 5 batch requests, no tenant
     docs = [export(native_request(arrival=T0 + i * 10 * MS, tenant="a", model="m1")[1]) for i in range(10)]
-    docs += [export(native_request(arrival=T0 + (10 + i) * 10 * MS, tenant="b", model="m2",
-                                   stages=(("frontend", 2), ("queue", 210), ("prefill", 50), ("decode", 10)))[1])
-             for i in range(10)]
+    docs += [
+        export(
+            native_request(
+                arrival=T0 + (10 + i) * 10 * MS,
+                tenant="b",
+                model="m2",
+                stages=(("frontend", 2), ("queue", 210), ("prefill", 50), ("decode", 10)),
+            )[1]
+        )
+        for i in range(10)
+    ]
     docs += [export(native_request(arrival=T0 + (20 + i) * 10 * MS, tier="batch")[1]) for i in range(5)]
     ingest_text(archive_path, jsonl(*docs))
     return archive_path

@@ -43,8 +43,10 @@ def test_without_client_span_says_what_is_unknown(archive_path, ingest_text):
 
 
 def test_slowest_requests_rank_by_a_column(archive_path, ingest_text):
-    docs = [export(native_request(arrival=T0 + i * 100 * MS, stages=(("queue", q), ("prefill", 5)))[1])
-            for i, q in enumerate([30, 10, 20])]
+    docs = [
+        export(native_request(arrival=T0 + i * 100 * MS, stages=(("queue", q), ("prefill", 5)))[1])
+        for i, q in enumerate([30, 10, 20])
+    ]
     ingest_text(archive_path, jsonl(*docs))
     with Archive(archive_path, read_only=True) as a:
         got = request_view.slowest_requests(a.con, Selection({}), "ttft_ms", limit=2)

@@ -17,18 +17,39 @@ QUEUES = [10, 10, 210, 210, 10, 10]  # TTFT = 2 + q + 50: 62, 62, 262, 262, 62, 
 
 def _steps(n: int, service: str = "engine") -> dict:
     """n engine.step spans, one every 500 ms from T0: queue depth i, batch size i + 1, KV i of 10 blocks."""
-    spans = [span(trace_id(), span_id(), "engine.step", T0 + i * 500 * MS, T0 + i * 500 * MS + 10 * MS, attributes={
-        "budgetscope.step.batch_size": i + 1, "budgetscope.step.queue_depth": i, "budgetscope.step.kv_blocks_used": i,
-        "budgetscope.step.kv_blocks_total": 10, "budgetscope.step.prefill_tokens": 0,
-        "budgetscope.step.decode_seqs": 1, "budgetscope.step.preempted": 0}) for i in range(n)]
+    spans = [
+        span(
+            trace_id(),
+            span_id(),
+            "engine.step",
+            T0 + i * 500 * MS,
+            T0 + i * 500 * MS + 10 * MS,
+            attributes={
+                "budgetscope.step.batch_size": i + 1,
+                "budgetscope.step.queue_depth": i,
+                "budgetscope.step.kv_blocks_used": i,
+                "budgetscope.step.kv_blocks_total": 10,
+                "budgetscope.step.prefill_tokens": 0,
+                "budgetscope.step.decode_seqs": 1,
+                "budgetscope.step.preempted": 0,
+            },
+        )
+        for i in range(n)
+    ]
     return export(spans, service=service)
 
 
 @pytest.fixture
 def archive(archive_path, ingest_text):
-    docs = [export(native_request(arrival=T0 + i * S, stages=(("frontend", 2), ("queue", q), ("prefill", 50),
-                                                                ("decode", 100), ("postprocess", 1)))[1])
-            for i, q in enumerate(QUEUES)]
+    docs = [
+        export(
+            native_request(
+                arrival=T0 + i * S,
+                stages=(("frontend", 2), ("queue", q), ("prefill", 50), ("decode", 100), ("postprocess", 1)),
+            )[1]
+        )
+        for i, q in enumerate(QUEUES)
+    ]
     ingest_text(archive_path, jsonl(*docs, _steps(12)))
     return archive_path
 
@@ -44,14 +65,17 @@ def test_bucket_width_is_round_and_fits_the_target():
 def test_rolling_quantile_arrivals_and_breach_window(archive):
     with Archive(archive, read_only=True) as a:
         grid = timeline.Grid.covering(T0, T0 + 5 * S, S)
-        s = timeline.request_series(a.con, Selection({"tier": "interactive"}), grid, {"ttft_ms": "ttft_ms"}, 0.5,
-                                    window_buckets=2)
+        s = timeline.request_series(
+            a.con, Selection({"tier": "interactive"}), grid, {"ttft_ms": "ttft_ms"}, 0.5, window_buckets=2
+        )
     assert s["t_ns"] == [T0 + k * S for k in range(6)]
     assert s["requests"] == [1] * 6 and s["arrivals_per_s"] == [1.0] * 6
     # the median over the two buckets ending at k: 62, (62+62)/2, (62+262)/2, 262, (262+62)/2, 62
     assert s["ttft_ms"] == pytest.approx([62, 62, 162, 262, 162, 62])
     windows = timeline.breach_windows(s, {"ttft_ms": 100.0}, S)
-    assert windows == [{"start_ns": T0 + 2 * S, "end_ns": T0 + 5 * S, "buckets": 3, "peaks": {"ttft_ms": pytest.approx(262)}}]
+    assert windows == [
+        {"start_ns": T0 + 2 * S, "end_ns": T0 + 5 * S, "buckets": 3, "peaks": {"ttft_ms": pytest.approx(262)}}
+    ]
     assert timeline.breach_windows(s, {"ttft_ms": None}, S) == []
 
 
@@ -89,9 +113,12 @@ def test_missing_engine_steps_and_gpu_samples_in_range(tmp_path, ingest_text):
     archive_path = tmp_path / "a.duckdb"  # rows written straight into a table: the single-file format allows it
     ingest_text(archive_path, jsonl(export(native_request(arrival=T0)[1])))
     with Archive(archive_path) as a:  # GPU samples as the sampler's metrics land them, one GPU, 1 s apart
-        a.con.execute("INSERT INTO gpu_samples (ts_ns, host_name, gpu_uuid, gpu_index, metric, value, unit, batch_id) "
-                      "VALUES (?, 'h', 'GPU-0', 0, 'hw.gpu.memory.usage', 4e9, 'By', 0), "
-                      "(?, 'h', 'GPU-0', 0, 'hw.gpu.memory.usage', 6e9, 'By', 0)", [T0, T0 + 100 * MS])
+        a.con.execute(
+            "INSERT INTO gpu_samples (ts_ns, host_name, gpu_uuid, gpu_index, metric, value, unit, batch_id) "
+            "VALUES (?, 'h', 'GPU-0', 0, 'hw.gpu.memory.usage', 4e9, 'By', 0), "
+            "(?, 'h', 'GPU-0', 0, 'hw.gpu.memory.usage', 6e9, 'By', 0)",
+            [T0, T0 + 100 * MS],
+        )
     with Archive(archive_path, read_only=True) as a:
         grid = timeline.Grid.covering(T0, T0 + S, S)
         assert timeline.engine_series(a.con, grid) == (None, timeline.NO_ENGINE_STEPS)
@@ -104,8 +131,9 @@ def test_missing_engine_steps_and_gpu_samples_in_range(tmp_path, ingest_text):
 
 def test_window_requests_are_the_slowest_of_the_window(archive):
     with Archive(archive, read_only=True) as a:
-        cols, rows, total = timeline.window_requests(a.con, TierBudget("interactive"), T0 + S, T0 + 4 * S,
-                                                     order_by="ttft_ms", limit=2)
+        cols, rows, total = timeline.window_requests(
+            a.con, TierBudget("interactive"), T0 + S, T0 + 4 * S, order_by="ttft_ms", limit=2
+        )
     assert total == 3
     ttft = [r[cols.index("ttft_ms")] for r in rows]
     assert ttft == pytest.approx([262, 262])

@@ -79,7 +79,9 @@ def test_client_and_server_spans_ingested_apart_join(tmp_path):
     assert rows(tmp_path / "a", ROWS) == rows(tmp_path / "a.duckdb", ROWS)
     _ingest(tmp_path / "a", server, client)  # again: nothing changes
     assert rows(tmp_path / "a", ROWS) == rows(tmp_path / "a.duckdb", ROWS)
-    assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == rows(tmp_path / "a.duckdb", "SELECT count(*) FROM spans")
+    assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == rows(
+        tmp_path / "a.duckdb", "SELECT count(*) FROM spans"
+    )
 
 
 def test_compaction_leaves_one_segment_an_ended_hour_and_the_same_rows(tmp_path, small_parts, monkeypatch):
@@ -140,8 +142,11 @@ def _duckdb():
 
 def test_one_writer_and_a_clear_error_for_a_second(archive_path):
     with Archive(archive_path):
-        with pytest.raises(ArchiveError, match=r"is being written by another process \(pid \d+\); an archive has "
-                                               r"one writer, and readers need no lock$"):
+        with pytest.raises(
+            ArchiveError,
+            match=r"is being written by another process \(pid \d+\); an archive has "
+            r"one writer, and readers need no lock$",
+        ):
             Archive(archive_path)
         with Archive(archive_path, read_only=True) as r:  # readers need no lock
             assert r.counts()["spans"] == 0
@@ -213,8 +218,7 @@ def test_a_crash_after_the_manifest_but_before_the_spool_was_emptied_lands_nothi
 
 
 def test_a_torn_spool_record_was_never_acknowledged_and_is_ignored(tmp_path):
-    from budgetscope.archive.spool import Spool
-    from budgetscope.archive.spool import RawBatch
+    from budgetscope.archive.spool import RawBatch, Spool
 
     sp = Spool(tmp_path / "spool")
     sp.append([RawBatch(b"one", "otlp-json", "otlp-http", "request 1"), RawBatch(b"two", "otlp-proto", "g", "r 2")])
@@ -223,8 +227,10 @@ def test_a_torn_spool_record_was_never_acknowledged_and_is_ignored(tmp_path):
     (f,) = (tmp_path / "spool").iterdir()
     whole = f.read_bytes()
     assert [(b.payload, b.format, b.origin, b.position) for b in Spool(f.parent).batches()] == [
-        (b"one", "otlp-json", "otlp-http", "request 1"), (b"two", "otlp-proto", "g", "r 2"),
-        (b"three" * 100, "otlp-json", "otlp-http", "request 3")]
+        (b"one", "otlp-json", "otlp-http", "request 1"),
+        (b"two", "otlp-proto", "g", "r 2"),
+        (b"three" * 100, "otlp-json", "otlp-http", "request 3"),
+    ]
     f.write_bytes(whole[:-7])  # cut short
     assert [b.payload for b in Spool(f.parent).batches()] == [b"one", b"two"]
     f.write_bytes(whole[:-7] + b"x" * 7)  # the right length, the wrong bytes
@@ -258,13 +264,18 @@ def test_convert_keeps_rows_and_report(tmp_path):
     _ingest(sample, f, _one(tmp_path))
     convert(sample, tmp_path / "c")
     for table in ("spans", "ingest_batches", "gpu_samples"):
-        assert rows(tmp_path / "c", f"SELECT * FROM {table} ORDER BY ALL") == rows(sample, f"SELECT * FROM {table} ORDER BY ALL")
+        assert rows(tmp_path / "c", f"SELECT * FROM {table} ORDER BY ALL") == rows(
+            sample, f"SELECT * FROM {table} ORDER BY ALL"
+        )
     assert rows(tmp_path / "c", ROWS) == rows(sample, ROWS)
     assert _report(tmp_path / "c") == _report(sample)
     with pytest.raises(ArchiveError, match="already exists; convert writes a new archive$"):
         convert(sample, tmp_path / "c")
     _ingest(tmp_path / "c", _one(tmp_path))  # a converted archive takes new batches
-    assert rows(tmp_path / "c", "SELECT count(*) FROM requests")[0][0] == rows(sample, "SELECT count(*) FROM requests")[0][0] + 2
+    assert (
+        rows(tmp_path / "c", "SELECT count(*) FROM requests")[0][0]
+        == rows(sample, "SELECT count(*) FROM requests")[0][0] + 2
+    )
 
 
 def test_polars_and_duckdb_read_the_same_requests(tmp_path, small_parts):
@@ -289,10 +300,17 @@ def test_a_scrape_is_readable_while_its_writer_is_open(archive_path):
     from budgetscope.sources.server_metrics import land
 
     with Archive(archive_path) as a:
-        n = land(a, "vllm:num_requests_waiting 3\n", instance="http://h:8000/metrics", service_name="h:8000",
-                 ts_ns=T0, origin="scrape")
+        n = land(
+            a,
+            "vllm:num_requests_waiting 3\n",
+            instance="http://h:8000/metrics",
+            service_name="h:8000",
+            ts_ns=T0,
+            origin="scrape",
+        )
         assert n == 1 and rows(archive_path, "SELECT metric, value FROM server_metrics") == [
-            ("vllm:num_requests_waiting", 3.0)]
+            ("vllm:num_requests_waiting", 3.0)
+        ]
 
 
 def _server_then_client(tmp_path, arrival: int):

@@ -48,10 +48,14 @@ def test_readers_see_whole_commits_while_collect_writes(archive_path, tmp_path):
     sent = {"http": 0, "grpc": 0}
     stop = threading.Event()
     with Collector(archive_path, grpc_port=0, http_port=0) as c:
+
         def send(kind: str) -> None:
             while not stop.is_set():
-                exporter = (HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces") if kind == "http"
-                            else GrpcExporter(endpoint=f"127.0.0.1:{c.grpc_port}", insecure=True))
+                exporter = (
+                    HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces")
+                    if kind == "http"
+                    else GrpcExporter(endpoint=f"127.0.0.1:{c.grpc_port}", insecure=True)
+                )
                 _export(exporter, 5)
                 sent[kind] += 5
 
@@ -95,11 +99,16 @@ def _free_port() -> int:
 
 
 def _start(archive, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc",
-                             "--http-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc", "--http-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     banner = proc.stdout.readline()
     assert re.match(r"budgetscope collect: OTLP/HTTP http://127\.0\.0\.1:\d+/v1/traces;", banner), (
-        banner + proc.stderr.read() if proc.poll() is not None else banner)
+        banner + proc.stderr.read() if proc.poll() is not None else banner
+    )
     return proc
 
 
@@ -130,8 +139,11 @@ def test_kill9_of_collect_loses_no_acknowledged_span(archive_path):
             while not stop.is_set():
                 _, spans = native_request(arrival=time.time_ns(), client=(2, 1))
                 try:
-                    r = h.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(export(spans)),
-                               headers={"Content-Type": "application/json"})
+                    r = h.post(
+                        f"http://127.0.0.1:{port}/v1/traces",
+                        content=json.dumps(export(spans)),
+                        headers={"Content-Type": "application/json"},
+                    )
                 except httpx.HTTPError:
                     return  # the collector died under us: this one was not acknowledged
                 if r.status_code == 200:

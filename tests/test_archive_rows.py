@@ -13,8 +13,11 @@ def test_rows_land_with_the_table_types_nulls_and_special_floats():
     con.execute("CREATE TABLE t (a BIGINT, b VARCHAR, c DOUBLE, d JSON)")
     insert_rows(con, "t", [(1, "x", 1, '{"k": 1}'), (None, None, float("inf"), None), (2**62, "y", 0.5, "[]")], 4)
     got = con.execute("SELECT a, b, c, d, typeof(d) FROM t ORDER BY rowid").fetchall()
-    assert got == [(1, "x", 1.0, '{"k": 1}', "JSON"), (None, None, math.inf, None, "JSON"),
-                   (2**62, "y", 0.5, "[]", "JSON")]
+    assert got == [
+        (1, "x", 1.0, '{"k": 1}', "JSON"),
+        (None, None, math.inf, None, "JSON"),
+        (2**62, "y", 0.5, "[]", "JSON"),
+    ]
 
 
 def test_a_row_of_the_wrong_width_is_refused_and_nothing_lands():

@@ -12,8 +12,9 @@ from budgetscope.analysis.report import build_report
 
 
 def test_shares_sum_to_one_and_name_the_dominant_stage():
-    sh = attribution.shares({"queue": 110.0, "prefill": 60.0, "network": 10.0},
-                            {"queue": 10.0, "prefill": 50.0, "network": 10.0})
+    sh = attribution.shares(
+        {"queue": 110.0, "prefill": 60.0, "network": 10.0}, {"queue": 10.0, "prefill": 50.0, "network": 10.0}
+    )
     assert sh.shares == {"queue": pytest.approx(100 / 110), "prefill": pytest.approx(10 / 110), "network": 0.0}
     assert sum(sh.shares.values()) == pytest.approx(1.0)
     assert (sh.dominant, sh.verdict, sh.top) == ("queue", "dominated", ["queue", "prefill"])
@@ -38,9 +39,11 @@ def test_no_excess_means_nothing_to_attribute():
 def _ingest(archive_path, ingest_text, specs, client=None):
     docs = []
     for i, (f, q, p) in enumerate(specs):
-        _, s = native_request(arrival=T0 + i * 1000 * MS, stages=(("frontend", f), ("queue", q), ("prefill", p),
-                                                                   ("decode", 100), ("postprocess", 1)),
-                              client=client(i) if client else None)
+        _, s = native_request(
+            arrival=T0 + i * 1000 * MS,
+            stages=(("frontend", f), ("queue", q), ("prefill", p), ("decode", 100), ("postprocess", 1)),
+            client=client(i) if client else None,
+        )
         docs.append(export(s))
     ingest_text(archive_path, jsonl(*docs))
 
@@ -60,8 +63,12 @@ def test_tail_widens_to_the_ten_slowest_and_is_mixed(archive_path, ingest_text):
     ttft = rep["tiers"][0]["attribution"]["ttft"]
     assert (ttft["metric"], ttft["tail_size"], ttft["tail_widened"], ttft["body_size"]) == ("ttft_ms", 10, True, 10)
     assert ttft["threshold_ms"] == pytest.approx(312) and ttft["median_ms"] == pytest.approx(182)
-    assert ttft["shares"] == {"frontend": pytest.approx(40 / 245), "queue": pytest.approx(100 / 245),
-                              "prefill": pytest.approx(105 / 245), "unaccounted": pytest.approx(0, abs=1e-9)}
+    assert ttft["shares"] == {
+        "frontend": pytest.approx(40 / 245),
+        "queue": pytest.approx(100 / 245),
+        "prefill": pytest.approx(105 / 245),
+        "unaccounted": pytest.approx(0, abs=1e-9),
+    }
     assert (ttft["dominant"], ttft["verdict"], ttft["top"]) == ("prefill", "mixed", ["prefill", "queue"])
     assert "network" not in ttft["shares"]
     assert "the tail is the 10 slowest requests" in rep["tiers"][0]["verdict"]
@@ -82,16 +89,21 @@ def test_dominated_tail_attainment_and_exit_state(archive_path, ingest_text):
     assert t["metrics"]["ttft_ms"]["p75"] == pytest.approx(187)
     assert t["attainment"] == pytest.approx(0.75)
     assert t["kept"] is False and rep["kept"] is False
-    assert t["breaches"] == [{"kind": "metric", "name": "ttft_ms", "value": pytest.approx(187), "budget": 100.0,
-                              "quantile": "p75"}]
+    assert t["breaches"] == [
+        {"kind": "metric", "name": "ttft_ms", "value": pytest.approx(187), "budget": 100.0, "quantile": "p75"}
+    ]
 
 
 def test_network_is_attributed_only_when_every_request_has_a_client_span(archive_path, ingest_text, tmp_path):
     from budgetscope.opener import Archive
 
     # slow requests also have a slow uplink: 20 ms more network in the tail
-    _ingest(archive_path, ingest_text, [(2, 10, 50)] * 30 + [(2, 510, 50)] * 10,
-            client=lambda i: (25.0, 3.0) if i >= 30 else (5.0, 3.0))
+    _ingest(
+        archive_path,
+        ingest_text,
+        [(2, 10, 50)] * 30 + [(2, 510, 50)] * 10,
+        client=lambda i: (25.0, 3.0) if i >= 30 else (5.0, 3.0),
+    )
     with Archive(archive_path, read_only=True) as a:
         (t,) = build_report(a.con, parse_budgets(BUDGETS.format(p=75)))["tiers"]
     ttft = t["attribution"]["ttft"]
@@ -111,8 +123,9 @@ def test_network_is_attributed_only_when_every_request_has_a_client_span(archive
 
 def test_a_request_that_did_not_end_ok_misses_its_slo(archive_path, ingest_text):
     _ingest(archive_path, ingest_text, [(2, 10, 50)] * 3)
-    _, s = native_request(arrival=T0 + 9000 * MS, stages=(("frontend", 1),),
-                          extra_root={"budgetscope.outcome": "rejected"})
+    _, s = native_request(
+        arrival=T0 + 9000 * MS, stages=(("frontend", 1),), extra_root={"budgetscope.outcome": "rejected"}
+    )
     ingest_text(archive_path, jsonl(export(s)))
     from budgetscope.opener import Archive
 
@@ -126,12 +139,22 @@ def test_a_request_that_did_not_end_ok_misses_its_slo(archive_path, ingest_text)
 def test_tail_label_says_mixed_when_no_stage_holds_half():
     """The demo's summary: "TTFT: queue" only when queueing dominates; the long-prompts run that was queue 50 %,
     prefill 48 % reads mixed."""
-    dominated = {"shares": {"queue": 0.8, "prefill": 0.2}, "dominant": "queue", "verdict": "dominated",
-                 "top": ["queue", "prefill"]}
-    mixed = {"shares": {"queue": 0.496, "prefill": 0.48, "decode": 0.024}, "dominant": "queue", "verdict": "mixed",
-             "top": ["queue", "prefill"]}
+    dominated = {
+        "shares": {"queue": 0.8, "prefill": 0.2},
+        "dominant": "queue",
+        "verdict": "dominated",
+        "top": ["queue", "prefill"],
+    }
+    mixed = {
+        "shares": {"queue": 0.496, "prefill": 0.48, "decode": 0.024},
+        "dominant": "queue",
+        "verdict": "mixed",
+        "top": ["queue", "prefill"],
+    }
     assert attribution.tail_label(dominated) == "queue"
     assert attribution.tail_label(mixed) == "mixed (queue 50%, prefill 48%)"
-    assert attribution.tail_label({"shares": None, "dominant": None, "verdict": None, "top": []}) == \
-        "no tail (no slower than the body)"
+    assert (
+        attribution.tail_label({"shares": None, "dominant": None, "verdict": None, "top": []})
+        == "no tail (no slower than the body)"
+    )
     assert attribution.tail_label(None) == "no tail (no slower than the body)"

@@ -30,26 +30,44 @@ def test_design_example_parses():
     assert t.filters == {"tier": "interactive", "model": "llama-3-8b"}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[tiers.a]\nttft = 5\n",
-     "b.toml: tiers.a.ttft: unknown key (expected one of: match, percentile, ttft_ms, tpot_ms, e2e_ms, max_error_rate, stages)"),
-    ("[tiers.a.stages]\nprefil = 5\n",
-     "b.toml: tiers.a.stages.prefil: unknown stage (expected one of: network, frontend, queue, prefill, decode, postprocess)"),
-    ("[tiers.a.stages]\nunaccounted = 5\n",
-     "b.toml: tiers.a.stages.unaccounted: unknown stage (expected one of: network, frontend, queue, prefill, decode, "
-     "postprocess) (unaccounted time has no budget: it is what no stage explains)"),
-    ("[tiers.a]\nttft_ms = 100\n[tiers.a.stages]\nqueue = 80\nprefill = 30\n",
-     "b.toml: tiers.a.stages: network + frontend + queue + prefill = 110 ms overflows ttft_ms = 100"),
-    ("[tiers.a]\ne2e_ms = 100\n[tiers.a.stages]\ndecode = 101\n",
-     "b.toml: tiers.a.stages: the stage budgets add up to 101 ms, overflowing e2e_ms = 100"),
-    ("[tiers.a]\nttft_ms = -1\n", "b.toml: tiers.a.ttft_ms: must be a positive number of ms, got -1"),
-    ("[tiers.a]\nttft_ms = \"800\"\n", "b.toml: tiers.a.ttft_ms: must be a positive number of ms, got '800'"),
-    ("[tiers.a]\npercentile = 100\n", "b.toml: tiers.a.percentile: must be a number between 0 and 100 (exclusive), got 100"),
-    ("[tiers.a]\nmatch = { region = \"eu\" }\n",
-     "b.toml: tiers.a.match.region: unknown filter (expected one of: tier, model, tenant, service_name, source)"),
-    ("[tier.a]\nttft_ms = 5\n", "b.toml: tier: unknown key (a budgets file has one table, [tiers.<name>])"),
-    ("", "b.toml: no tiers (add a [tiers.<name>] table)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "[tiers.a]\nttft = 5\n",
+            "b.toml: tiers.a.ttft: unknown key (expected one of: match, percentile, ttft_ms, tpot_ms, e2e_ms, max_error_rate, stages)",
+        ),
+        (
+            "[tiers.a.stages]\nprefil = 5\n",
+            "b.toml: tiers.a.stages.prefil: unknown stage (expected one of: network, frontend, queue, prefill, decode, postprocess)",
+        ),
+        (
+            "[tiers.a.stages]\nunaccounted = 5\n",
+            "b.toml: tiers.a.stages.unaccounted: unknown stage (expected one of: network, frontend, queue, prefill, decode, "
+            "postprocess) (unaccounted time has no budget: it is what no stage explains)",
+        ),
+        (
+            "[tiers.a]\nttft_ms = 100\n[tiers.a.stages]\nqueue = 80\nprefill = 30\n",
+            "b.toml: tiers.a.stages: network + frontend + queue + prefill = 110 ms overflows ttft_ms = 100",
+        ),
+        (
+            "[tiers.a]\ne2e_ms = 100\n[tiers.a.stages]\ndecode = 101\n",
+            "b.toml: tiers.a.stages: the stage budgets add up to 101 ms, overflowing e2e_ms = 100",
+        ),
+        ("[tiers.a]\nttft_ms = -1\n", "b.toml: tiers.a.ttft_ms: must be a positive number of ms, got -1"),
+        ('[tiers.a]\nttft_ms = "800"\n', "b.toml: tiers.a.ttft_ms: must be a positive number of ms, got '800'"),
+        (
+            "[tiers.a]\npercentile = 100\n",
+            "b.toml: tiers.a.percentile: must be a number between 0 and 100 (exclusive), got 100",
+        ),
+        (
+            '[tiers.a]\nmatch = { region = "eu" }\n',
+            "b.toml: tiers.a.match.region: unknown filter (expected one of: tier, model, tenant, service_name, source)",
+        ),
+        ("[tier.a]\nttft_ms = 5\n", "b.toml: tier: unknown key (a budgets file has one table, [tiers.<name>])"),
+        ("", "b.toml: no tiers (add a [tiers.<name>] table)"),
+    ],
+)
 def test_bad_budgets_name_file_and_key(text, message):
     with pytest.raises(BudgetError) as e:
         parse_budgets(text, "b.toml")

@@ -7,12 +7,29 @@ from budgetscope.analysis.capacity import tier_capacity, wilson
 
 def _point(rate, served, keeps, ttft, shares, attainment=1.0, n=100):
     k = round(attainment * n)
-    return {"rate_rps": rate, "runs": 1, "served_rps": served, "tiers": {"chat": {
-        "keeps": keeps, "runs": 1, "attainment": attainment, "attainment_spread": [attainment, attainment],
-        "attainment_interval": wilson(k, n), "requests": n, "ttft": ttft, "ttft_spread": [ttft, ttft],
-        "ttft_key": "p99", "ttft_shares": shares, "ttft_dominant": max(shares, key=shares.get),
-        "breaches": [] if keeps else [{"kind": "metric", "name": "ttft_ms", "value": ttft, "budget": 800.0,
-                                       "quantile": "p99"}]}}}
+    return {
+        "rate_rps": rate,
+        "runs": 1,
+        "served_rps": served,
+        "tiers": {
+            "chat": {
+                "keeps": keeps,
+                "runs": 1,
+                "attainment": attainment,
+                "attainment_spread": [attainment, attainment],
+                "attainment_interval": wilson(k, n),
+                "requests": n,
+                "ttft": ttft,
+                "ttft_spread": [ttft, ttft],
+                "ttft_key": "p99",
+                "ttft_shares": shares,
+                "ttft_dominant": max(shares, key=shares.get),
+                "breaches": []
+                if keeps
+                else [{"kind": "metric", "name": "ttft_ms", "value": ttft, "budget": 800.0, "quantile": "p99"}],
+            }
+        },
+    }
 
 
 QUIET = {"queue": 0.05, "prefill": 0.9, "network": 0.05}
@@ -20,9 +37,13 @@ BUSY = {"queue": 0.8, "prefill": 0.15, "network": 0.05}
 
 
 def test_capacity_knee_and_the_stage_that_takes_over():
-    pts = [_point(1, 1.0, True, 100, QUIET), _point(2, 2.0, True, 110, QUIET), _point(4, 4.0, True, 150, QUIET),
-           _point(6, 5.9, True, 400, {"queue": 0.6, "prefill": 0.35, "network": 0.05}),
-           _point(8, 6.1, False, 2400, BUSY, attainment=0.4)]
+    pts = [
+        _point(1, 1.0, True, 100, QUIET),
+        _point(2, 2.0, True, 110, QUIET),
+        _point(4, 4.0, True, 150, QUIET),
+        _point(6, 5.9, True, 400, {"queue": 0.6, "prefill": 0.35, "network": 0.05}),
+        _point(8, 6.1, False, 2400, BUSY, attainment=0.4),
+    ]
     c = tier_capacity(pts, "chat", 0.99)
     assert (c["capacity_rps"], c["first_break_rps"]) == (6, 8)
     assert not c["capacity_is_lower_bound"]
@@ -70,19 +91,37 @@ def test_wilson_interval():
 
 
 def test_a_spike_that_the_next_rates_undo_is_not_the_knee():
-    pts = [_point(2, 2.0, True, 33, QUIET), _point(4, 4.0, True, 139, QUIET), _point(8, 8.0, True, 38, QUIET),
-           _point(12, 12.0, False, 505, BUSY, attainment=0.79)]
+    pts = [
+        _point(2, 2.0, True, 33, QUIET),
+        _point(4, 4.0, True, 139, QUIET),
+        _point(8, 8.0, True, 38, QUIET),
+        _point(12, 12.0, False, 505, BUSY, attainment=0.79),
+    ]
     c = tier_capacity(pts, "chat", 0.99)
     assert c["knee_rps"] == 8 and "38 → 505 ms from 8 to 12 req/s" in c["knee_reason"]
 
 
 def _step(rate, attainment, ttft, keeps, queue_share, n=200):
     shares = {"queue": queue_share, "prefill": 1 - queue_share}
-    return {"rate_rps": rate, "served_rps": rate * 0.98, "tiers": [{
-        "name": "chat", "requests": n, "judged_requests": n, "percentile": 99.0, "attainment": attainment, "keeps": keeps,
-        "metrics": {"ttft_ms": {"p99": ttft}}, "attribution": {"ttft": {"shares": shares}},
-        "breaches": [] if keeps else [{"kind": "metric", "name": "ttft_ms", "value": ttft, "budget": 800.0,
-                                       "quantile": "p99"}]}]}
+    return {
+        "rate_rps": rate,
+        "served_rps": rate * 0.98,
+        "tiers": [
+            {
+                "name": "chat",
+                "requests": n,
+                "judged_requests": n,
+                "percentile": 99.0,
+                "attainment": attainment,
+                "keeps": keeps,
+                "metrics": {"ttft_ms": {"p99": ttft}},
+                "attribution": {"ttft": {"shares": shares}},
+                "breaches": []
+                if keeps
+                else [{"kind": "metric", "name": "ttft_ms", "value": ttft, "budget": 800.0, "quantile": "p99"}],
+            }
+        ],
+    }
 
 
 def test_runs_of_one_rate_pool_into_one_point_with_their_spread():
@@ -90,8 +129,12 @@ def test_runs_of_one_rate_pool_into_one_point_with_their_spread():
     medians with their (min, max), the interval pools every request, and the capacity says how many runs."""
     from budgetscope.analysis.capacity import points
 
-    steps = [_step(4, 1.0, 100, True, 0.1), _step(4, 0.995, 140, True, 0.3),
-             _step(8, 1.0, 300, True, 0.5), _step(8, 0.90, 1900, False, 0.9)]
+    steps = [
+        _step(4, 1.0, 100, True, 0.1),
+        _step(4, 0.995, 140, True, 0.3),
+        _step(8, 1.0, 300, True, 0.5),
+        _step(8, 0.90, 1900, False, 0.9),
+    ]
     p4, p8 = points(steps)
     t4, t8 = p4["tiers"]["chat"], p8["tiers"]["chat"]
     assert (p4["runs"], t4["runs"], t4["requests"]) == (2, 2, 400)
@@ -122,7 +165,7 @@ def test_repeats_give_each_repeats_capacity_and_a_student_t_interval():
     r = repeat_capacity(steps, "chat", 0.99)
     assert r["by_repeat"] == [8, 4, 6] and r["spread"] == [4, 8] and r["mean"] == 6
     lo, hi = r["interval_95"]
-    assert (lo, hi) == (pytest.approx(6 - 4.303 * 2 / 3 ** 0.5), pytest.approx(6 + 4.303 * 2 / 3 ** 0.5))
+    assert (lo, hi) == (pytest.approx(6 - 4.303 * 2 / 3**0.5), pytest.approx(6 + 4.303 * 2 / 3**0.5))
     assert repeat_capacity([s for s in steps if s["repeat"] == 0], "chat", 0.99) is None  # one repeat: no interval
 
 
@@ -138,26 +181,46 @@ def test_a_repeat_that_breaks_at_the_lowest_rate_is_unknown_not_zero():
 def test_a_concurrency_sweep_speaks_in_requests_in_flight():
     """Closed-loop points: the level is the concurrency, the keys say so, the served-rate knee rule (an offered
     rate) does not apply, and the capacity carries the ok rate served there."""
-    pts = [_point(1, 9.0, True, 100, QUIET) | {"concurrency": 1, "rate_rps": None},
-           _point(4, 9.5, True, 150, QUIET) | {"concurrency": 4, "rate_rps": None},
-           _point(16, 9.6, False, 1500, BUSY, attainment=0.5) | {"concurrency": 16, "rate_rps": None}]
+    pts = [
+        _point(1, 9.0, True, 100, QUIET) | {"concurrency": 1, "rate_rps": None},
+        _point(4, 9.5, True, 150, QUIET) | {"concurrency": 4, "rate_rps": None},
+        _point(16, 9.6, False, 1500, BUSY, attainment=0.5) | {"concurrency": 16, "rate_rps": None},
+    ]
     c = tier_capacity(pts, "chat", 0.99)
     assert c["unit"] == "concurrent requests" and "capacity_rps" not in c
     assert (c["capacity_concurrency"], c["first_break_concurrency"], c["knee_concurrency"]) == (4, 16, 4)
     assert c["capacity_served_rps"] == 9.5
     assert "150 → 1500 ms from 4 to 16 concurrent requests" in c["knee_reason"]
-    assert c["verdict"].startswith("Tier chat keeps its budgets up to 4 concurrent requests and breaks them at 16 "
-                                   "concurrent requests") and "it served 9.50 req/s ok" in c["verdict"]
+    assert (
+        c["verdict"].startswith(
+            "Tier chat keeps its budgets up to 4 concurrent requests and breaks them at 16 concurrent requests"
+        )
+        and "it served 9.50 req/s ok" in c["verdict"]
+    )
 
 
 def test_the_text_gives_each_repeats_capacity_and_the_interval():
     from budgetscope.analysis.capacity_render import _repeats_line
 
-    tier = {"unit": "req/s", "repeats": {"by_repeat": [8, 4, 6], "unknown_repeats": [], "spread": [4, 8], "mean": 6.0,
-                                         "interval_95": [6 - 4.969, 6 + 4.969]}}
-    assert _repeats_line(tier) == ["Repeats: capacity per repeat (req/s) 8, 4, 6; mean 6.00, 95% interval "
-                                   "1.03-10.97 (Student t over 3 repeats)."]
-    tier["repeats"] = {"by_repeat": [4, None], "unknown_repeats": [1], "spread": [4, 4], "mean": 4.0,
-                       "interval_95": None}
+    tier = {
+        "unit": "req/s",
+        "repeats": {
+            "by_repeat": [8, 4, 6],
+            "unknown_repeats": [],
+            "spread": [4, 8],
+            "mean": 6.0,
+            "interval_95": [6 - 4.969, 6 + 4.969],
+        },
+    }
+    assert _repeats_line(tier) == [
+        "Repeats: capacity per repeat (req/s) 8, 4, 6; mean 6.00, 95% interval 1.03-10.97 (Student t over 3 repeats)."
+    ]
+    tier["repeats"] = {
+        "by_repeat": [4, None],
+        "unknown_repeats": [1],
+        "spread": [4, 4],
+        "mean": 4.0,
+        "interval_95": None,
+    }
     assert _repeats_line(tier) == ["Repeats: capacity per repeat (req/s) 4, below the lowest; spread 4-4."]
     assert _repeats_line({"unit": "req/s", "repeats": None}) == []

@@ -32,8 +32,11 @@ def traces(tmp_path):
     docs = []
     for i in range(40):
         q = 510 if i >= 30 else 10
-        _, s = native_request(arrival=T0 + i * 1000 * MS, client=(5, 3),
-                              stages=(("frontend", 2), ("queue", q), ("prefill", 50), ("decode", 100), ("postprocess", 1)))
+        _, s = native_request(
+            arrival=T0 + i * 1000 * MS,
+            client=(5, 3),
+            stages=(("frontend", 2), ("queue", q), ("prefill", 50), ("decode", 100), ("postprocess", 1)),
+        )
         docs.append(export(s))
     p = tmp_path / "traces.jsonl"
     p.write_text(jsonl(*docs))
@@ -55,31 +58,44 @@ def test_ingest_output(runner, traces, tmp_path):
     r = runner.invoke(main, ["ingest", str(traces[0]), "-a", str(a)])
     assert r.exit_code == 0
     lines = r.output.splitlines()
-    assert re.fullmatch(rf"{re.escape(str(traces[0]))}: 40 batches, 280 spans \(280 new, 0 already stored\), "
-                        r"0 batches already ingested; 40 requests derived in \d+\.\d\d s \([\d,]+ spans/s\)", lines[0])
+    assert re.fullmatch(
+        rf"{re.escape(str(traces[0]))}: 40 batches, 280 spans \(280 new, 0 already stored\), "
+        r"0 batches already ingested; 40 requests derived in \d+\.\d\d s \([\d,]+ spans/s\)",
+        lines[0],
+    )
     assert lines[1:] == [f"{a}: 280 spans, 40 requests"]
 
 
 def test_ingest_rejects_bad_lines_and_exits_2(runner, traces, tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(traces[0].read_text().splitlines()[0] + "\n{\"foo\": 1}\n")
+    bad.write_text(traces[0].read_text().splitlines()[0] + '\n{"foo": 1}\n')
     a = tmp_path / "x.duckdb"
     r = runner.invoke(main, ["ingest", str(bad), "-a", str(a)])
     assert r.exit_code == 2
     assert r.stderr.splitlines() == [
         f"budgetscope: {bad}: line 2: not an OTLP trace export: no 'resourceSpans' list (found keys ['foo']) "
-        "(batch rejected; nothing from it landed)"]
+        "(batch rejected; nothing from it landed)"
+    ]
     assert "Traceback" not in r.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["ingest", "missing.jsonl", "-a", "{a}"], "budgetscope: missing.jsonl: no such file"),
-    (["ingest", "{d}", "-a", "{a}"], "budgetscope: {d}: is a directory, not a trace file"),
-    (["report", "-a", "{d}"], "budgetscope: {d} is not a budgetscope archive (no manifest.json)"),
-    (["report", "-a", "{d}/none.duckdb"], "budgetscope: no archive at {d}/none.duckdb (create one with `budgetscope ingest FILE --archive {d}/none.duckdb`)"),
-    (["report", "-a", "{a}", "-b", "{d}/none.toml"], "budgetscope: {d}/none.toml: no such budgets file"),
-    (["report", "-a", "{a}", "--since", "yesterday"], "budgetscope: --since: 'yesterday' is neither ns since the epoch nor an ISO-8601 time"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ingest", "missing.jsonl", "-a", "{a}"], "budgetscope: missing.jsonl: no such file"),
+        (["ingest", "{d}", "-a", "{a}"], "budgetscope: {d}: is a directory, not a trace file"),
+        (["report", "-a", "{d}"], "budgetscope: {d} is not a budgetscope archive (no manifest.json)"),
+        (
+            ["report", "-a", "{d}/none.duckdb"],
+            "budgetscope: no archive at {d}/none.duckdb (create one with `budgetscope ingest FILE --archive {d}/none.duckdb`)",
+        ),
+        (["report", "-a", "{a}", "-b", "{d}/none.toml"], "budgetscope: {d}/none.toml: no such budgets file"),
+        (
+            ["report", "-a", "{a}", "--since", "yesterday"],
+            "budgetscope: --since: 'yesterday' is neither ns since the epoch nor an ISO-8601 time",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(runner, archive, tmp_path, args, message):
     fmt = {"a": str(archive), "d": str(tmp_path)}
     r = runner.invoke(main, [x.format(**fmt) for x in args])
@@ -95,8 +111,11 @@ def test_ingest_of_what_is_no_trace_file_says_what_it_is_and_creates_nothing(run
     os.mkfifo(fifo)
     empty.write_bytes(b"")
     a = tmp_path / "new"
-    for path, what in (("/dev/null", "not a regular file (a character device)"),
-                       (str(fifo), "not a regular file (a FIFO)"), (str(empty), "an empty file (0 bytes)")):
+    for path, what in (
+        ("/dev/null", "not a regular file (a character device)"),
+        (str(fifo), "not a regular file (a FIFO)"),
+        (str(empty), "an empty file (0 bytes)"),
+    ):
         r = runner.invoke(main, ["ingest", path, "-a", str(a)])
         assert (r.exit_code, r.stderr, r.stdout) == (2, f"budgetscope: {path}: {what}\n", "")
         assert not a.exists()
@@ -109,8 +128,11 @@ def test_bad_budgets_key_exits_2(runner, archive, tmp_path):
     b = tmp_path / "b.toml"
     b.write_text("[tiers.interactive]\nttft = 5\n")
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(b)])
-    assert (r.exit_code, r.stderr) == (2, f"budgetscope: {b}: tiers.interactive.ttft: unknown key (expected one of: "
-                                          "match, percentile, ttft_ms, tpot_ms, e2e_ms, max_error_rate, stages)\n")
+    assert (r.exit_code, r.stderr) == (
+        2,
+        f"budgetscope: {b}: tiers.interactive.ttft: unknown key (expected one of: "
+        "match, percentile, ttft_ms, tpot_ms, e2e_ms, max_error_rate, stages)\n",
+    )
 
 
 def test_report_json_keeps_the_design_keys_and_exits_1_when_broken(runner, archive, traces):
@@ -125,12 +147,26 @@ def test_report_json_keeps_the_design_keys_and_exits_1_when_broken(runner, archi
     assert t["stages"]["queue"]["budget"] == 50.0 and {"p50", "p75"} <= set(t["stages"]["queue"])
     ttft = t["attribution"]["ttft"]
     assert {"metric", "tail_size", "shares", "dominant", "verdict", "top"} <= set(ttft)
-    assert (ttft["metric"], ttft["tail_size"], ttft["dominant"], ttft["verdict"]) == ("client_ttft_ms", 10, "queue", "dominated")
+    assert (ttft["metric"], ttft["tail_size"], ttft["dominant"], ttft["verdict"]) == (
+        "client_ttft_ms",
+        10,
+        "queue",
+        "dominated",
+    )
     assert list(ttft["shares"]) == ["network", "frontend", "queue", "prefill", "unaccounted"]
-    assert list(t["attribution"]["e2e"]["shares"]) == ["network", "frontend", "queue", "prefill", "decode",
-                                                       "postprocess", "unaccounted"]
-    assert t["verdict"].startswith("interactive breaks its budget: p75 TTFT 195 ms vs 100 ms. 100% of the TTFT "
-                                   "tail's excess over the median request is queueing (tail mean 510 ms vs 10 ms)")
+    assert list(t["attribution"]["e2e"]["shares"]) == [
+        "network",
+        "frontend",
+        "queue",
+        "prefill",
+        "decode",
+        "postprocess",
+        "unaccounted",
+    ]
+    assert t["verdict"].startswith(
+        "interactive breaks its budget: p75 TTFT 195 ms vs 100 ms. 100% of the TTFT "
+        "tail's excess over the median request is queueing (tail mean 510 ms vs 10 ms)"
+    )
 
 
 def test_report_exits_0_when_budgets_are_kept(runner, archive, tmp_path):
@@ -138,9 +174,11 @@ def test_report_exits_0_when_budgets_are_kept(runner, archive, tmp_path):
     b.write_text("[tiers.interactive]\nttft_ms = 10000\n")
     r = runner.invoke(main, ["report", "-a", str(archive), "-b", str(b)])
     assert r.exit_code == 0
-    assert r.stdout.splitlines()[0] == ("== tier interactive: KEPT — 40 requests (40 ok), p99 over the ok requests, "
-                                        "attainment 100.0%, error rate 0.0% (max 1%), client-side figures; client TTFT "
-                                        "to the first token event")
+    assert r.stdout.splitlines()[0] == (
+        "== tier interactive: KEPT — 40 requests (40 ok), p99 over the ok requests, "
+        "attainment 100.0%, error rate 0.0% (max 1%), client-side figures; client TTFT "
+        "to the first token event"
+    )
 
 
 def test_report_table_exact(runner, archive, traces):
@@ -164,7 +202,8 @@ def test_report_table_exact(runner, archive, traces):
         "met every SLO (goodput); the percentiles are over the 40 ok requests. What the TTFT tail queued behind is "
         "unknown: no engine steps and no KV-use gauge in the archive while the tail queued.",
         "",
-        "coverage: 40 requests; 40 with server spans, 40 with client spans, 40 with both"]
+        "coverage: 40 requests; 40 with server spans, 40 with client spans, 40 with both",
+    ]
 
 
 def test_report_markdown(runner, archive, traces):
@@ -199,19 +238,43 @@ def test_query_table_json_csv(runner, archive):
     assert r.stdout == "tier,n,q\ninteractive,40,10.0\n"
 
 
-@pytest.mark.parametrize("sql, message", [
-    ("DELETE FROM spans", "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"),
-    ("CREATE TABLE x AS SELECT 1", "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"),
-    ("SELECT * FROM read_csv('/etc/passwd')", "budgetscope: queries may not touch files or settings: read_csv() is not "
-     "allowed (tables: engine_steps, gpu_samples, ingest_batches, requests, server_metrics, spans)"),
-    # only one SELECT runs: the segments are readable paths, so a COPY TO one of them must never run
-    ("COPY requests TO '/tmp/out.csv'", "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"),
-    ("SET enable_external_access = true", "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"),
-    ("SELECT 1; ATTACH '/tmp/x.duckdb'", "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"),
-    ("SELECT * FROM read_parquet('/tmp/**/*.parquet')", "budgetscope: queries may not touch files or settings: "
-     "read_parquet() is not allowed (tables: engine_steps, gpu_samples, ingest_batches, requests, server_metrics, spans)"),
-    ("SELEC 1", None),
-])
+@pytest.mark.parametrize(
+    "sql, message",
+    [
+        (
+            "DELETE FROM spans",
+            "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in",
+        ),
+        (
+            "CREATE TABLE x AS SELECT 1",
+            "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in",
+        ),
+        (
+            "SELECT * FROM read_csv('/etc/passwd')",
+            "budgetscope: queries may not touch files or settings: read_csv() is not "
+            "allowed (tables: engine_steps, gpu_samples, ingest_batches, requests, server_metrics, spans)",
+        ),
+        # only one SELECT runs: the segments are readable paths, so a COPY TO one of them must never run
+        (
+            "COPY requests TO '/tmp/out.csv'",
+            "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in",
+        ),
+        (
+            "SET enable_external_access = true",
+            "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in",
+        ),
+        (
+            "SELECT 1; ATTACH '/tmp/x.duckdb'",
+            "budgetscope: the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in",
+        ),
+        (
+            "SELECT * FROM read_parquet('/tmp/**/*.parquet')",
+            "budgetscope: queries may not touch files or settings: "
+            "read_parquet() is not allowed (tables: engine_steps, gpu_samples, ingest_batches, requests, server_metrics, spans)",
+        ),
+        ("SELEC 1", None),
+    ],
+)
 def test_query_refuses_writes_and_files(runner, archive, sql, message):
     before = runner.invoke(main, ["query", "-a", str(archive), "SELECT count(*) FROM spans", "--format", "csv"]).stdout
     r = runner.invoke(main, ["query", "-a", str(archive), sql])
@@ -219,8 +282,11 @@ def test_query_refuses_writes_and_files(runner, archive, sql, message):
     if message:
         assert r.stderr == message + "\n"
     else:
-        assert r.stderr.startswith("budgetscope: Parser Error: syntax error at or near \"SELEC\"")
-    assert runner.invoke(main, ["query", "-a", str(archive), "SELECT count(*) FROM spans", "--format", "csv"]).stdout == before
+        assert r.stderr.startswith('budgetscope: Parser Error: syntax error at or near "SELEC"')
+    assert (
+        runner.invoke(main, ["query", "-a", str(archive), "SELECT count(*) FROM spans", "--format", "csv"]).stdout
+        == before
+    )
 
 
 def test_every_command_has_help_and_docs(runner):

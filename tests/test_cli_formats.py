@@ -75,7 +75,12 @@ def test_ingest_format_json(tmp_path, otlp, not_otlp):
     assert doc["archive"] == str(archive) and doc["kept"] is True
     assert doc["counts"] == {"spans": 2, "requests": 1, "ingest_batches": 1, "gpu_samples": 0}
     first, second = doc["files"]
-    assert (first["file"], first["spans_inserted"], first["requests_derived"], first["rejected"]) == (str(otlp), 2, 1, [])
+    assert (first["file"], first["spans_inserted"], first["requests_derived"], first["rejected"]) == (
+        str(otlp),
+        2,
+        1,
+        [],
+    )
     assert second["spans"] == 0 and "not an OTLP trace export" in second["rejected"][0]
     assert "not an OTLP trace export" in r.stderr
 
@@ -116,24 +121,49 @@ def test_scrape_format_json(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        r = CliRunner().invoke(scrape, [url, "-a", str(tmp_path / "m"), "--count", "2", "--every", "10ms",
-                                        "--format", "json"])
+        r = CliRunner().invoke(
+            scrape, [url, "-a", str(tmp_path / "m"), "--count", "2", "--every", "10ms", "--format", "json"]
+        )
     finally:
         server.shutdown()
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout) == {"archive": str(tmp_path / "m"), "scrapes": 2, "urls": [url], "samples": 2,
-                                    "failed": 0}
+    assert json.loads(r.stdout) == {
+        "archive": str(tmp_path / "m"),
+        "scrapes": 2,
+        "urls": [url],
+        "samples": 2,
+        "failed": 0,
+    }
 
 
 def test_collect_format_json_summary(archive_path):
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive_path), "--grpc-port", "0",
-                             "--http-port", "0", "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RUN_COLLECT,
+            "--archive",
+            str(archive_path),
+            "--grpc-port",
+            "0",
+            "--http-port",
+            "0",
+            "--format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         banner = proc.stderr.readline()  # the banner goes to stderr: stdout holds the JSON document alone
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", banner).group(1))
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=JSON_DOC,
-                       headers={"Content-Type": "application/json"}, timeout=30)
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/traces",
+            content=JSON_DOC,
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
         assert r.status_code == 200
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)

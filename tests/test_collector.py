@@ -30,9 +30,15 @@ STAGES = ["stage.frontend", "stage.queue", "stage.prefill", "stage.decode"]
 
 @pytest.fixture(autouse=True)
 def _clean_otlp_env(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
-                 "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-                 "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_SERVICE_NAME",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -62,13 +68,16 @@ def _bodies(n: int = 3) -> tuple[bytes, bytes]:
 
 
 def _post(port: int, body: bytes, ctype: str = "application/x-protobuf", **headers) -> httpx.Response:
-    return httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=body,
-                      headers={"Content-Type": ctype, **headers}, timeout=30)
+    return httpx.post(
+        f"http://127.0.0.1:{port}/v1/traces", content=body, headers={"Content-Type": ctype, **headers}, timeout=30
+    )
 
 
 def _counts(path) -> tuple[int, int, int]:
-    return rows(path, "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM requests), "
-                      "(SELECT count(*) FROM ingest_batches)")[0]
+    return rows(
+        path,
+        "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM requests), (SELECT count(*) FROM ingest_batches)",
+    )[0]
 
 
 # -- real exporters -------------------------------------------------------------------------------------------
@@ -77,8 +86,11 @@ def test_http_protobuf_export_lands_spans_and_requests(archive_path):
         _export(HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces"), 10)
     names = rows(archive_path, "SELECT name, count(*) FROM spans GROUP BY 1 ORDER BY 1")
     assert names == sorted([("text_completion tiny", 10)] + [(s, 10) for s in STAGES])
-    (req,) = rows(archive_path, """SELECT count(*), min(source), min(tier), min(service_name), min(model),
-        count(queue_ms), count(prefill_ms), count(decode_ms), min(output_tokens) FROM requests""")
+    (req,) = rows(
+        archive_path,
+        """SELECT count(*), min(source), min(tier), min(service_name), min(model),
+        count(queue_ms), count(prefill_ms), count(decode_ms), min(output_tokens) FROM requests""",
+    )
     assert req == (10, "native", "interactive", "engine-under-test", "tiny", 10, 10, 10, 2)
     assert rows(archive_path, "SELECT DISTINCT origin, format FROM ingest_batches") == [("otlp-http", "otlp-proto")]
     assert c.stats.spans == 50 and c.stats.batches_rejected == 0
@@ -95,8 +107,7 @@ def test_grpc_export_lands_spans_and_requests(archive_path):
 def test_gzip_http_and_grpc_exports_land(archive_path):
     with Collector(archive_path, grpc_port=0, http_port=0) as c:
         _export(HttpExporter(endpoint=f"http://127.0.0.1:{c.http_port}/v1/traces", compression=Compression.Gzip), 4)
-        _export(GrpcExporter(endpoint=f"127.0.0.1:{c.grpc_port}", insecure=True,
-                             compression=grpc.Compression.Gzip), 3)
+        _export(GrpcExporter(endpoint=f"127.0.0.1:{c.grpc_port}", insecure=True, compression=grpc.Compression.Gzip), 3)
     assert rows(archive_path, "SELECT count(*) FROM requests") == [(7,)]
 
 
@@ -105,12 +116,16 @@ def test_json_gzip_and_deflate_bodies_land(archive_path):
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
         r = _post(c.http_port, doc, "application/json; charset=utf-8")
         assert (r.status_code, r.headers["content-type"], r.content) == (200, "application/json", b"{}")
-        assert _post(c.http_port, gzip.compress(doc2), "application/json", **{"Content-Encoding": "gzip"}
-                     ).status_code == 200
+        assert (
+            _post(c.http_port, gzip.compress(doc2), "application/json", **{"Content-Encoding": "gzip"}).status_code
+            == 200
+        )
         r = _post(c.http_port, zlib.compress(proto), **{"Content-Encoding": "deflate"})
         assert (r.status_code, r.headers["content-type"], r.content) == (200, "application/x-protobuf", b"")
     assert rows(archive_path, "SELECT format, count(*) FROM ingest_batches GROUP BY 1 ORDER BY 1") == [
-        ("otlp-json", 2), ("otlp-proto", 1)]
+        ("otlp-json", 2),
+        ("otlp-proto", 1),
+    ]
     assert rows(archive_path, "SELECT count(*) FROM requests") == [(9,)]
 
 
@@ -131,8 +146,14 @@ def test_non_otlp_bodies_get_400_and_change_nothing(archive_path):
         assert _post(c.http_port, gzip.compress(proto)[:-9], **{"Content-Encoding": "gzip"}).status_code == 400
         assert _post(c.http_port, proto, **{"Content-Encoding": "br"}).status_code == 415
         # a trace export sent to the metrics endpoint is not a metrics export
-        assert httpx.post(f"http://127.0.0.1:{c.http_port}/v1/metrics", content=proto,
-                          headers={"Content-Type": "application/x-protobuf"}).status_code == 400
+        assert (
+            httpx.post(
+                f"http://127.0.0.1:{c.http_port}/v1/metrics",
+                content=proto,
+                headers={"Content-Type": "application/x-protobuf"},
+            ).status_code
+            == 400
+        )
         assert httpx.get(f"http://127.0.0.1:{c.http_port}/v1/traces").status_code == 405
         with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
             export = ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
@@ -160,9 +181,14 @@ def test_the_same_body_twice_lands_once(archive_path):
             assert ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")(proto) == b""
         # a retry racing its original: both in one group
         with httpx.Client() as client:
-            threads = [threading.Thread(target=client.post, args=(f"http://127.0.0.1:{c.http_port}/v1/traces",),
-                                        kwargs={"content": doc, "headers": {"Content-Type": "application/json"}})
-                       for _ in range(3)]
+            threads = [
+                threading.Thread(
+                    target=client.post,
+                    args=(f"http://127.0.0.1:{c.http_port}/v1/traces",),
+                    kwargs={"content": doc, "headers": {"Content-Type": "application/json"}},
+                )
+                for _ in range(3)
+            ]
             [t.start() for t in threads]
             [t.join() for t in threads]
     stats = c.stats  # once stopped: batches acknowledged on the spool are counted when they land
@@ -198,8 +224,15 @@ def test_overload_answers_429_and_resource_exhausted_with_retry_delay(archive_pa
     other, _ = _bodies()
     size = len(proto)
     # The queue holds one body; the writer is held at a gate so that the first request stays pending.
-    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=size + 100,
-                   max_message_bytes=size + 100, linger_s=0, retry_after_s=3) as c:
+    with Collector(
+        archive_path,
+        grpc_port=0,
+        http_port=0,
+        max_pending_bytes=size + 100,
+        max_message_bytes=size + 100,
+        linger_s=0,
+        retry_after_s=3,
+    ) as c:
         gate = threading.Event()
         archive = c._writer._archive
         ingest = archive.ingest
@@ -261,9 +294,12 @@ def test_a_port_in_use_is_a_one_line_error(archive_path):
 
 def test_a_bad_archive_is_a_one_line_error(tmp_path):
     (tmp_path / "not-an-archive.duckdb").write_text("hello")
-    for path, message in ((tmp_path, "is a folder with other files in it, not a budgetscope archive"),
-                          (tmp_path / "nope" / "a.duckdb", "does not exist"), (tmp_path / "nope" / "a", "does not exist"),
-                          (tmp_path / "not-an-archive.duckdb", "not a DuckDB archive")):
+    for path, message in (
+        (tmp_path, "is a folder with other files in it, not a budgetscope archive"),
+        (tmp_path / "nope" / "a.duckdb", "does not exist"),
+        (tmp_path / "nope" / "a", "does not exist"),
+        (tmp_path / "not-an-archive.duckdb", "not a DuckDB archive"),
+    ):
         with pytest.raises(CollectorError, match=message):
             Collector(path, grpc_port=0, http_port=0).start()
 
@@ -304,8 +340,14 @@ def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_
     land = Lander.land_deferred
     bodies = [_bodies()[0] for _ in range(4)]
     size = max(map(len, bodies))
-    with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=size + 100,
-                   max_message_bytes=size + 100, linger_s=0) as c:
+    with Collector(
+        archive_path,
+        grpc_port=None,
+        http_port=0,
+        max_pending_bytes=size + 100,
+        max_message_bytes=size + 100,
+        linger_s=0,
+    ) as c:
         monkeypatch.setattr(Lander, "land_deferred", lambda self: gate.wait(30) and land(self))
         assert [_post(c.http_port, b).status_code for b in bodies[:2]] == [200, 200]  # answered from the spool
         third: list = []
@@ -349,20 +391,34 @@ def test_status_and_retry_info_decode_with_the_googleapis_protos():
     info = error_details_pb2.RetryInfo()
     assert status.details[0].Unpack(info)
     assert (status.code, status.message, info.retry_delay.seconds, info.retry_delay.nanos) == (
-        14, "shutting down ✓", 1, 500_000_000)
+        14,
+        "shutting down ✓",
+        1,
+        500_000_000,
+    )
     assert status_pb2.Status.FromString(st.status_proto(st.INVALID_ARGUMENT, "bad")).details == []
     assert orjson.loads(st.status_json(st.RESOURCE_EXHAUSTED, "busy", 2)) == {
-        "code": 8, "message": "busy", "details": [{"@type": st.RETRY_INFO_TYPE, "retryDelay": "2s"}]}
+        "code": 8,
+        "message": "busy",
+        "details": [{"@type": st.RETRY_INFO_TYPE, "retryDelay": "2s"}],
+    }
 
 
-@pytest.mark.parametrize("body, reason", [
-    (b'{"resourceSpans":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-     "not an OTLP trace export: JSON nested deeper than 1,024 levels (depth limit exceeded: line 1 column 1042 "
-     "(char 1041))"),
-    (b'{"resourceSpans":[[[]]]}', "not an OTLP trace export: resourceSpans[0] is a JSON array, not an object"),
-    (b'{"resourceSpans":[{"scopeSpans":[{"spans":[[{"spanId":"x"}]]}]}]}',
-     "not an OTLP trace export: spans[0] is a JSON array, not an object"),
-])
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        (
+            b'{"resourceSpans":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "not an OTLP trace export: JSON nested deeper than 1,024 levels (depth limit exceeded: line 1 column 1042 "
+            "(char 1041))",
+        ),
+        (b'{"resourceSpans":[[[]]]}', "not an OTLP trace export: resourceSpans[0] is a JSON array, not an object"),
+        (
+            b'{"resourceSpans":[{"scopeSpans":[{"spans":[[{"spanId":"x"}]]}]}]}',
+            "not an OTLP trace export: spans[0] is a JSON array, not an object",
+        ),
+    ],
+)
 def test_nested_arrays_where_messages_belong_get_400_and_land_nothing(archive_path, body, reason):
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
         r = _post(c.http_port, body, "application/json")
@@ -381,8 +437,11 @@ def test_metrics_endpoint_serves_the_collectors_own_figures(archive_path):
     def scrape(port: int) -> dict:
         r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for fam in parser.text_string_to_metric_families(r.text) for s in fam.samples}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in parser.text_string_to_metric_families(r.text)
+            for s in fam.samples
+        }
 
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
         assert _post(c.http_port, proto).status_code == 200
@@ -401,6 +460,7 @@ def test_metrics_endpoint_serves_the_collectors_own_figures(archive_path):
 def test_metrics_endpoint_needs_the_token_when_one_is_set(archive_path):
     with Collector(archive_path, grpc_port=None, http_port=0, auth_token="s3cret") as c:
         assert httpx.get(f"http://127.0.0.1:{c.http_port}/metrics", timeout=10).status_code == 401
-        ok = httpx.get(f"http://127.0.0.1:{c.http_port}/metrics", headers={"Authorization": "Bearer s3cret"},
-                       timeout=10)
+        ok = httpx.get(
+            f"http://127.0.0.1:{c.http_port}/metrics", headers={"Authorization": "Bearer s3cret"}, timeout=10
+        )
     assert ok.status_code == 200 and "budgetscope_collector_batches_received_total 0" in ok.text

@@ -13,9 +13,8 @@ import time
 import httpx
 import pytest
 
-from budgetscope.collector import Collector
+from budgetscope.collector import Collector, pending
 from budgetscope.collector import http_receiver as hr
-from budgetscope.collector import pending
 from budgetscope.collector.pending import Outcome, PendingQueue
 
 grpc = pytest.importorskip("grpc")
@@ -50,8 +49,12 @@ def test_a_compression_bomb_gets_413_and_holds_no_memory(archive_path):
     body = bomb(256)
     assert len(body) < 400_000
     with Collector(archive_path, grpc_port=None, http_port=0, max_message_bytes=4 << 20) as c:
-        r = httpx.post(f"http://127.0.0.1:{c.http_port}/v1/traces", content=body, timeout=30,
-                       headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+        r = httpx.post(
+            f"http://127.0.0.1:{c.http_port}/v1/traces",
+            content=body,
+            timeout=30,
+            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+        )
         assert r.status_code == 413 and "decompressed body exceeds 4,194,304 bytes" in r.text
         _wait_for(lambda: c._queue.pending_bytes == 0)  # released just after the answer went
         assert c.stats.batches == 0
@@ -59,8 +62,11 @@ def test_a_compression_bomb_gets_413_and_holds_no_memory(archive_path):
 
 def test_an_absurd_content_length_gets_413_before_any_body(archive_path):
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
-        s = _raw(c.http_port, b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                              b"Content-Length: 99999999999\r\n\r\n")
+        s = _raw(
+            c.http_port,
+            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 99999999999\r\n\r\n",
+        )
         head = _answer(s)
         s.close()
         assert head.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in head
@@ -79,8 +85,12 @@ def test_dribbling_connections_cost_no_thread_and_do_not_delay_a_real_export(arc
         for s in dribblers:
             s.sendall(b"O")
         t0 = time.perf_counter()
-        r = httpx.post(f"http://127.0.0.1:{c.http_port}/v1/traces", content=proto, timeout=10,
-                       headers={"Content-Type": "application/x-protobuf"})
+        r = httpx.post(
+            f"http://127.0.0.1:{c.http_port}/v1/traces",
+            content=proto,
+            timeout=10,
+            headers={"Content-Type": "application/x-protobuf"},
+        )
         answered_s = time.perf_counter() - t0
         assert r.status_code == 200 and answered_s < 2.0, answered_s
         assert threading.active_count() <= threads_before + 1  # + at most the first inflate/other pool thread
@@ -147,8 +157,7 @@ def test_a_declared_body_that_never_comes_holds_no_budget(archive_path, monkeypa
     exports are served at once, and the connections are cut BODY_STALL_S later."""
     monkeypatch.setattr(hr, "BODY_STALL_S", 1.0)
     proto, _ = _bodies()
-    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
-                   max_message_bytes=1 << 20) as c:
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20, max_message_bytes=1 << 20) as c:
         idle = [_raw(c.http_port, _head(1 << 20)) for _ in range(4)]
         _wait_for(lambda: c._receivers[1].num_requests == 4)
         assert c._queue.pending_bytes == 0
@@ -164,8 +173,9 @@ def test_a_declared_body_that_never_comes_holds_no_budget(archive_path, monkeypa
 
 def test_a_body_reserves_the_bytes_received_and_gives_them_back_when_cut(archive_path, monkeypatch):
     monkeypatch.setattr(hr, "BODY_STALL_S", 1.0)
-    with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=1 << 20,
-                   max_message_bytes=1 << 20) as c:
+    with Collector(
+        archive_path, grpc_port=None, http_port=0, max_pending_bytes=1 << 20, max_message_bytes=1 << 20
+    ) as c:
         s = _raw(c.http_port, _head(1 << 20) + bytes(300_000))
         _wait_for(lambda: c._queue.pending_bytes == 300_000)  # what arrived, not the 1 MiB declared
         assert s.recv(10) == b""  # cut: no byte for BODY_STALL_S
@@ -183,8 +193,7 @@ def test_unfinished_chunked_bodies_count_against_the_budget_and_yield_to_real_ex
     once they stall, a real HTTP and gRPC export takes their bytes (the stalled connections are dropped)."""
     monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 0.3)
     proto, _ = _bodies()
-    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
-                   max_message_bytes=1 << 20) as c:
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20, max_message_bytes=1 << 20) as c:
         held = [_raw(c.http_port, _chunked(bytes(524_000))) for _ in range(2)]
         _wait_for(lambda: c._queue.pending_bytes == 1_048_000)  # 576 bytes left: less than `proto`
         refused = _raw(c.http_port, _chunked(bytes(100_000)))
@@ -204,8 +213,9 @@ def test_a_refused_body_is_read_on_only_when_little_of_it_is_left(archive_path, 
     """Busy: a body with at most DRAIN_MAX_BYTES left is read to its end (nothing kept) and answered 429 on a
     connection that stays open; a longer one is answered 429 at once and closed."""
     monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 60.0)
-    with Collector(archive_path, grpc_port=None, http_port=0, max_pending_bytes=4 << 20,
-                   max_message_bytes=4 << 20) as c:
+    with Collector(
+        archive_path, grpc_port=None, http_port=0, max_pending_bytes=4 << 20, max_message_bytes=4 << 20
+    ) as c:
         full = _raw(c.http_port, _chunked(bytes((4 << 20) - 1000)))
         _wait_for(lambda: c._queue.pending_bytes == (4 << 20) - 1000)
         small = _raw(c.http_port, (_head(10_000) + bytes(10_000)) * 2)
@@ -226,8 +236,7 @@ def test_a_refused_body_is_read_on_only_when_little_of_it_is_left(archive_path, 
 def test_stalled_http_bodies_cannot_starve_grpc(archive_path, monkeypatch):
     monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 0.3)
     proto, _ = _bodies()
-    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20,
-                   max_message_bytes=1 << 20) as c:
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20, max_message_bytes=1 << 20) as c:
         held = _raw(c.http_port, _head(1 << 20) + bytes((1 << 20) - 100))
         _wait_for(lambda: c._queue.pending_bytes == (1 << 20) - 100)
         time.sleep(0.4)
@@ -271,8 +280,12 @@ def _head(length: int | None) -> bytes:
 
 
 def _post(port: int, body: bytes) -> httpx.Response:
-    return httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=body, timeout=10,
-                      headers={"Content-Type": "application/x-protobuf"})
+    return httpx.post(
+        f"http://127.0.0.1:{port}/v1/traces",
+        content=body,
+        timeout=10,
+        headers={"Content-Type": "application/x-protobuf"},
+    )
 
 
 def _served_within_1s(c: Collector, body: bytes) -> None:
@@ -295,8 +308,10 @@ def test_oversized_headers_and_garbage_get_an_answer_and_a_close(archive_path):
         s = _raw(c.http_port, b"\x16\x03\x01 hello, not http\r\n\r\n")
         assert _answer(s).startswith(b"HTTP/1.1 400 ")
         s.close()
-        s = _raw(c.http_port, b"POST /v1/traces HTTP/1.1\r\nContent-Type: application/json\r\n"
-                              b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+        s = _raw(
+            c.http_port,
+            b"POST /v1/traces HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        )
         assert _answer(s).startswith(b"HTTP/1.1 400 ")
         s.close()
         _wait_for(lambda: c._queue.pending_bytes == 0)
@@ -307,8 +322,12 @@ def test_keep_alive_pipelined_and_chunked_requests_are_each_answered(archive_pat
     (a, _), (b, _) = _bodies(), _bodies()
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
         head = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-        chunked = head + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
-            b"%x\r\n%s\r\n" % (len(p), p) for p in (b[:100], b[100:])) + b"0\r\n\r\n"
+        chunked = (
+            head
+            + b"Transfer-Encoding: chunked\r\n\r\n"
+            + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (b[:100], b[100:]))
+            + b"0\r\n\r\n"
+        )
         s = _raw(c.http_port, head + b"Content-Length: %d\r\n\r\n" % len(a) + a + chunked)
         first = _answer(s)
         second = first.split(b"\r\n\r\n", 1)[1] or _answer(s)

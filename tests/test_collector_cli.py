@@ -18,27 +18,38 @@ from budgetscope.commands.collect import collect
 from budgetscope.opener import Archive
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
-JSON_DOC = (b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},'
-            b'"scopeSpans":[{"scope":{"name":"budgetscope"},"spans":['
-            b'{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331","name":"llm.request",'
-            b'"kind":2,"startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000001000000000",'
-            b'"attributes":[{"key":"budgetscope.tier","value":{"stringValue":"interactive"}}]},'
-            b'{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"c7ad6b7169203332",'
-            b'"parentSpanId":"b7ad6b7169203331","name":"stage.queue","kind":1,'
-            b'"startTimeUnixNano":"1700000000100000000","endTimeUnixNano":"1700000000300000000",'
-            b'"attributes":[{"key":"budgetscope.stage","value":{"stringValue":"queue"}}]}]}]}]}')
+JSON_DOC = (
+    b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},'
+    b'"scopeSpans":[{"scope":{"name":"budgetscope"},"spans":['
+    b'{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331","name":"llm.request",'
+    b'"kind":2,"startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000001000000000",'
+    b'"attributes":[{"key":"budgetscope.tier","value":{"stringValue":"interactive"}}]},'
+    b'{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"c7ad6b7169203332",'
+    b'"parentSpanId":"b7ad6b7169203331","name":"stage.queue","kind":1,'
+    b'"startTimeUnixNano":"1700000000100000000","endTimeUnixNano":"1700000000300000000",'
+    b'"attributes":[{"key":"budgetscope.stage","value":{"stringValue":"queue"}}]}]}]}]}'
+)
 
 
 def test_collect_runs_until_sigterm_and_prints_a_summary(archive_path):
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive_path), "--grpc-port", "0",
-                             "--http-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_COLLECT, "--archive", str(archive_path), "--grpc-port", "0", "--http-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         banner = proc.stdout.readline()
-        assert re.match(r"budgetscope collect: OTLP/gRPC 127\.0\.0\.1:\d+, OTLP/HTTP http://127\.0\.0\.1:\d+/v1/traces;",
-                        banner), banner
+        assert re.match(
+            r"budgetscope collect: OTLP/gRPC 127\.0\.0\.1:\d+, OTLP/HTTP http://127\.0\.0\.1:\d+/v1/traces;", banner
+        ), banner
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", banner).group(1))
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=JSON_DOC,
-                       headers={"Content-Type": "application/json"}, timeout=30)
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/traces",
+            content=JSON_DOC,
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
         assert (r.status_code, r.content) == (200, b"{}")
         with Archive(archive_path, read_only=True, create=False) as r:  # a folder archive: read while it writes
             assert r.con.execute("SELECT count(*) FROM spans").fetchall()[0][0] in (0, 2)
@@ -50,13 +61,16 @@ def test_collect_runs_until_sigterm_and_prints_a_summary(archive_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert out.splitlines()[-1].startswith("budgetscope collect: 1 batches (1 landed, 0 already stored, 0 rejected, "
-                                           "0 failed), 2 spans, 1 requests derived")
+    assert out.splitlines()[-1].startswith(
+        "budgetscope collect: 1 batches (1 landed, 0 already stored, 0 rejected, 0 failed), 2 spans, 1 requests derived"
+    )
     assert rows(archive_path, "SELECT tier, queue_ms FROM requests") == [("interactive", 200.0)]
 
 
-@pytest.mark.parametrize("receiver, flags", [("HTTP", ["--http-port", "{port}", "--no-grpc"]),
-                                             ("gRPC", ["--grpc-port", "{port}", "--no-http"])])
+@pytest.mark.parametrize(
+    "receiver, flags",
+    [("HTTP", ["--http-port", "{port}", "--no-grpc"]), ("gRPC", ["--grpc-port", "{port}", "--no-http"])],
+)
 def test_a_port_in_use_exits_2_with_one_line(archive_path, receiver, flags):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -64,19 +78,25 @@ def test_a_port_in_use_exits_2_with_one_line(archive_path, receiver, flags):
         port = taken.getsockname()[1]
         result = CliRunner().invoke(collect, ["--archive", str(archive_path), *(f.format(port=port) for f in flags)])
     assert result.exit_code == 2
-    assert result.output == (f"budgetscope: OTLP/{receiver}: cannot listen on 127.0.0.1:{port} "
-                             "(Address already in use: another process listens on it)\n")
+    assert result.output == (
+        f"budgetscope: OTLP/{receiver}: cannot listen on 127.0.0.1:{port} "
+        "(Address already in use: another process listens on it)\n"
+    )
     assert not archive_path.exists()  # found before the archive was created
 
 
-@pytest.mark.parametrize("host, reason", [
-    ("0", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
-    ("127.1", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
-    ("no-such-host.invalid", "the name lookup failed ("),
-])
+@pytest.mark.parametrize(
+    "host, reason",
+    [
+        ("0", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
+        ("127.1", "not an address as written (0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"),
+        ("no-such-host.invalid", "the name lookup failed ("),
+    ],
+)
 def test_a_host_that_names_no_address_is_one_line_and_creates_nothing(archive_path, host, reason):
-    result = CliRunner().invoke(collect, ["--archive", str(archive_path), "--host", host, "--grpc-port", "0",
-                                          "--http-port", "0"])
+    result = CliRunner().invoke(
+        collect, ["--archive", str(archive_path), "--host", host, "--grpc-port", "0", "--http-port", "0"]
+    )
     assert result.exit_code == 2
     assert result.output.startswith(f"budgetscope: cannot listen on {host}: {reason}"), result.output
     assert len(result.output.splitlines()) == 1 and not archive_path.exists()
@@ -97,11 +117,14 @@ def test_bind_failures_say_what_they_are():
 
 
 def test_a_bad_archive_path_exits_2_with_one_line(tmp_path):
-    result = CliRunner().invoke(collect, ["--archive", str(tmp_path / "missing" / "a.duckdb"), "--grpc-port", "0",
-                                          "--http-port", "0"])
+    result = CliRunner().invoke(
+        collect, ["--archive", str(tmp_path / "missing" / "a.duckdb"), "--grpc-port", "0", "--http-port", "0"]
+    )
     assert result.exit_code == 2
-    assert result.output == (f"budgetscope: cannot create {tmp_path / 'missing' / 'a.duckdb'}: "
-                             f"folder {tmp_path / 'missing'} does not exist\n")
+    assert result.output == (
+        f"budgetscope: cannot create {tmp_path / 'missing' / 'a.duckdb'}: "
+        f"folder {tmp_path / 'missing'} does not exist\n"
+    )
 
 
 def test_collect_has_help_with_an_example():

@@ -13,13 +13,14 @@ from otlp_wire import export, native_request, to_proto
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.directory import SPOOL_DIR, DirectoryArchive
-from budgetscope.archive.spool import Spool
+from budgetscope.archive.spool import RawBatch, Spool
 from budgetscope.collector import Collector
-from budgetscope.archive.spool import RawBatch
 
 
 def _doc(i: int) -> dict:
-    return export([s for k in range(3) for s in native_request(arrival=1_700_000_000_000_000_000 + (i * 3 + k) * 10**9)[1]])
+    return export(
+        [s for k in range(3) for s in native_request(arrival=1_700_000_000_000_000_000 + (i * 3 + k) * 10**9)[1]]
+    )
 
 
 def _send(port: int, docs: list[dict], proto: bool) -> None:
@@ -48,8 +49,9 @@ def test_the_summary_counts_every_batch_and_span_the_archive_holds(archive_path,
     batches, spans = _stored(archive_path)
     assert (batches, spans) == (240, 240 * 3 * 6)
     assert (stats.batches, stats.batches_landed, stats.spans, stats.batches_failed) == (240, batches, spans, 0)
-    assert stats.summary().startswith(f"240 batches (240 landed, 0 already stored, 0 rejected, 0 failed), "
-                                      f"{spans:,} spans")
+    assert stats.summary().startswith(
+        f"240 batches (240 landed, 0 already stored, 0 rejected, 0 failed), {spans:,} spans"
+    )
 
 
 @pytest.mark.parametrize("num_left", [7, 400])
@@ -58,8 +60,9 @@ def test_what_an_earlier_collector_left_in_the_spool_is_counted_apart(archive_pa
     batches left, the 40 sent at once race it; every span lands once, each counted on its side."""
     DirectoryArchive(archive_path).close()
     # as kill -9 leaves it: acknowledged batches in the spool, never published
-    left = [RawBatch(json.dumps(_doc(1000 + i)).encode(), "otlp-json", "otlp-http", f"request {i}")
-            for i in range(num_left)]
+    left = [
+        RawBatch(json.dumps(_doc(1000 + i)).encode(), "otlp-json", "otlp-http", f"request {i}") for i in range(num_left)
+    ]
     Spool(archive_path / mf.WRITER_DIR / SPOOL_DIR).append(left)
     docs = [_doc(i) for i in range(40)]
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
@@ -73,5 +76,6 @@ def test_what_an_earlier_collector_left_in_the_spool_is_counted_apart(archive_pa
     assert rows(archive_path, "SELECT count(*) = count(DISTINCT (trace_id, span_id)) FROM spans") == [(True,)]
     assert (stats.batches, stats.batches_landed, stats.spans) == (40, 40, 40 * spans)
     assert (stats.recovered_batches, stats.recovered_spans, stats.spooled_batches) == (num_left, num_left * spans, 0)
-    assert stats.summary().endswith(f"; landed at start: {num_left} batches ({num_left * spans:,} spans) an earlier "
-                                    "collector had acknowledged")
+    assert stats.summary().endswith(
+        f"; landed at start: {num_left} batches ({num_left * spans:,} spans) an earlier collector had acknowledged"
+    )

@@ -38,8 +38,9 @@ def test_real_exporters_reach_a_tls_collector_with_a_bearer_token(archive_path, 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(cert_path))
     for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):  # requests lets these override the exporter's CA file
         monkeypatch.delenv(name, raising=False)
-    with Collector(archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path), tls_key=str(key_path),
-                   auth_token=TOKEN) as c:
+    with Collector(
+        archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path), tls_key=str(key_path), auth_token=TOKEN
+    ) as c:
         assert c.endpoints[1].startswith("OTLP/HTTP https://") and c.endpoints[0].endswith("(TLS)")
         _export(HttpExporter(endpoint=f"https://127.0.0.1:{c.http_port}/v1/traces"), 2)
         _export(GrpcExporter(endpoint=f"https://127.0.0.1:{c.grpc_port}"), 3)
@@ -51,8 +52,9 @@ def test_a_missing_or_wrong_token_is_refused_and_lands_nothing(archive_path, cer
     cert_path, key_path = cert
     proto, doc = _bodies()
     ctx = ssl.create_default_context(cafile=str(cert_path))
-    with Collector(archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path), tls_key=str(key_path),
-                   auth_token=TOKEN) as c:
+    with Collector(
+        archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path), tls_key=str(key_path), auth_token=TOKEN
+    ) as c:
         url = f"https://127.0.0.1:{c.http_port}/v1/traces"
         with httpx.Client(verify=ctx, timeout=10) as h:
             for auth in (None, "Bearer wrong", f"Basic {TOKEN}", TOKEN, f"Bearer {TOKEN}x"):
@@ -60,11 +62,19 @@ def test_a_missing_or_wrong_token_is_refused_and_lands_nothing(archive_path, cer
                 r = h.post(url, content=doc, headers=headers)
                 assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer"), auth
                 assert r.json()["code"] == 16  # UNAUTHENTICATED
-            assert h.post(url, content=doc, headers={"Content-Type": "application/json",
-                                                     "authorization": f"bearer {TOKEN}"}).status_code == 200
+            assert (
+                h.post(
+                    url, content=doc, headers={"Content-Type": "application/json", "authorization": f"bearer {TOKEN}"}
+                ).status_code
+                == 200
+            )
         with pytest.raises(httpx.HTTPError):  # plain HTTP to a TLS port gets no answer
-            httpx.post(f"http://127.0.0.1:{c.http_port}/v1/traces", content=doc, timeout=5,
-                       headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+            httpx.post(
+                f"http://127.0.0.1:{c.http_port}/v1/traces",
+                content=doc,
+                timeout=5,
+                headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
+            )
         creds = grpc.ssl_channel_credentials(cert_path.read_bytes())
         with grpc.secure_channel(f"127.0.0.1:{c.grpc_port}", creds) as ch:
             export = ch.unary_unary(EXPORT)
@@ -86,7 +96,9 @@ def test_token_without_tls_still_checked_on_plain_http(archive_path):
     with Collector(archive_path, grpc_port=None, http_port=0, auth_token=TOKEN) as c:
         url = f"http://127.0.0.1:{c.http_port}/v1/traces"
         assert httpx.post(url, content=doc, headers={"Content-Type": "application/json"}).status_code == 401
-        r = httpx.post(url, content=doc, headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+        r = httpx.post(
+            url, content=doc, headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+        )
         assert r.status_code == 200
 
 
@@ -95,12 +107,14 @@ def test_bad_tls_settings_are_one_line_errors(archive_path, cert, tmp_path):
     with pytest.raises(CollectorError, match="needs both a certificate and its key"):
         Collector(archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path))
     with pytest.raises(CollectorError, match="cannot read the TLS key .*missing.pem"):
-        Collector(archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path),
-                  tls_key=str(tmp_path / "missing.pem")).start()
+        Collector(
+            archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path), tls_key=str(tmp_path / "missing.pem")
+        ).start()
     (tmp_path / "junk.pem").write_text("not a key")
     with pytest.raises(CollectorError, match="do not load") as e:
-        Collector(archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path),
-                  tls_key=str(tmp_path / "junk.pem")).start()
+        Collector(
+            archive_path, grpc_port=0, http_port=0, tls_cert=str(cert_path), tls_key=str(tmp_path / "junk.pem")
+        ).start()
     assert "\n" not in str(e.value)
     with pytest.raises(CollectorError, match="one word"):
         Collector(archive_path, grpc_port=0, http_port=0, auth_token="two words")
@@ -150,8 +164,10 @@ def test_collect_warns_when_reachable_without_a_token(archive_path, monkeypatch)
     assert "warning: listening on 127.0.0.1 without authentication" in result.output
     token = archive_path.parent / "token"
     token.write_text(TOKEN)
-    result = CliRunner().invoke(command.collect, ["-a", str(archive_path), "--grpc-port", "0", "--http-port", "0",
-                                                  "--auth-token-file", str(token)])
+    result = CliRunner().invoke(
+        command.collect,
+        ["-a", str(archive_path), "--grpc-port", "0", "--http-port", "0", "--auth-token-file", str(token)],
+    )
     assert result.exit_code == 0 and "without TLS" in result.output and "without authentication" not in result.output
     result = CliRunner().invoke(command.collect, ["-a", str(archive_path), "--auth-token-file", str(token) + "x"])
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "cannot read the token file" in result.output

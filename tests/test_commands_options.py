@@ -27,8 +27,13 @@ def test_a_time_is_ns_or_iso_with_a_zone():
         time_ns("2026-01-01T00:00:00", "since")
 
 
-@pytest.mark.parametrize("args", [["gpu", "sample", "--every", "0ms", "--out", "jsonl:{d}/gpu.jsonl"],
-                                  ["scrape", "http://127.0.0.1:1/metrics", "-a", "{d}/a", "--every", "2x"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["gpu", "sample", "--every", "0ms", "--out", "jsonl:{d}/gpu.jsonl"],
+        ["scrape", "http://127.0.0.1:1/metrics", "-a", "{d}/a", "--every", "2x"],
+    ],
+)
 def test_a_bad_period_is_one_line_exit_2_and_writes_nothing(tmp_path, args):
     r = CliRunner().invoke(main, [a.format(d=tmp_path) for a in args])
     assert r.exit_code == 2, r.output

@@ -15,14 +15,22 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from budgetscope.analysis import build_report, load_budgets  # noqa: E402
 from budgetscope.analysis.overview import headline  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
 from budgetscope.cli import main  # noqa: E402
+from budgetscope.opener import Archive  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
 APP = str(ROOT / "dashboards" / "app.py")
-PAGES = ["pages/budgets.py", "pages/breakdown.py", "pages/tail_explorer.py", "pages/timeline.py", "pages/request.py",
-         "pages/sql.py", "pages/what_if.py", "pages/capacity.py"]
+PAGES = [
+    "pages/budgets.py",
+    "pages/breakdown.py",
+    "pages/tail_explorer.py",
+    "pages/timeline.py",
+    "pages/request.py",
+    "pages/sql.py",
+    "pages/what_if.py",
+    "pages/capacity.py",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -102,8 +110,15 @@ def _ingested(tmp_path, outcomes: list[str]) -> Path:
     return a
 
 
-@pytest.mark.parametrize("outcomes, status", [(["error"] * 20, "BROKEN"), (["ok", "error"] * 10, "BROKEN"),
-                                              (["ok"] * 20, "KEPT"), (["cancelled"] * 3, "UNKNOWN")])
+@pytest.mark.parametrize(
+    "outcomes, status",
+    [
+        (["error"] * 20, "BROKEN"),
+        (["ok", "error"] * 10, "BROKEN"),
+        (["ok"] * 20, "KEPT"),
+        (["cancelled"] * 3, "UNKNOWN"),
+    ],
+)
 def test_the_verdict_box_has_the_status_colour(monkeypatch, tmp_path, outcomes, status):
     a = _ingested(tmp_path, outcomes)
     with Archive(a, sandbox=True) as r:
@@ -198,15 +213,22 @@ def test_spans_no_adapter_reads_are_named_on_the_page(monkeypatch, tmp_path):
     from otlp_wire import MS, T0, export, jsonl, span, span_id, trace_id
 
     src, a = tmp_path / "t.jsonl", tmp_path / "a.duckdb"
-    src.write_text(jsonl(*[export([span(trace_id(), span_id(), f" Req {i:08x}", T0, T0 + MS, kind=2)],
-                                  service="sglang") for i in range(3)]))
+    src.write_text(
+        jsonl(
+            *[
+                export([span(trace_id(), span_id(), f" Req {i:08x}", T0, T0 + MS, kind=2)], service="sglang")
+                for i in range(3)
+            ]
+        )
+    )
     assert CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)]).exit_code == 0
     at = _app(monkeypatch, a)
     at.run()
     _clean(at, "budgets")
     assert [i.value for i in at.info] == [
         "warning: 3 spans arrived but no request was derived: no adapter reads their format (docs/sources.md lists "
-        "the formats read); 3 spans no adapter claimed: ' Req <id>' of sglang (3)"]
+        "the formats read); 3 spans no adapter claimed: ' Req <id>' of sglang (3)"
+    ]
 
 
 def test_empty_archive_and_no_budgets_say_what_is_missing(monkeypatch, tmp_path):
@@ -229,10 +251,12 @@ def test_commands_bad_input_is_one_line_and_exit_2(tmp_path):
     r = CliRunner()
     bad = tmp_path / "bad.toml"
     bad.write_text("[tiers.x]\nttft_ms = -1\n")
-    cases = [["dashboard", "-a", str(tmp_path / "missing.duckdb")],
-             ["dashboard", "-a", str(SAMPLES / "calm"), "-b", str(bad)],
-             ["postmortem", "-a", str(SAMPLES / "calm"), "--from", "yesterday", "--to", "1", "-o", "x.html"],
-             ["postmortem", "-a", str(SAMPLES / "calm"), "--from", "2", "--to", "1", "-o", "x.html"]]
+    cases = [
+        ["dashboard", "-a", str(tmp_path / "missing.duckdb")],
+        ["dashboard", "-a", str(SAMPLES / "calm"), "-b", str(bad)],
+        ["postmortem", "-a", str(SAMPLES / "calm"), "--from", "yesterday", "--to", "1", "-o", "x.html"],
+        ["postmortem", "-a", str(SAMPLES / "calm"), "--from", "2", "--to", "1", "-o", "x.html"],
+    ]
     for args in cases:
         res = r.invoke(main, args)
         assert res.exit_code == 2, (args, res.output)
@@ -241,9 +265,22 @@ def test_commands_bad_input_is_one_line_and_exit_2(tmp_path):
 
 def test_postmortem_writes_one_self_contained_file(tmp_path):
     out = tmp_path / "incident.html"
-    res = CliRunner().invoke(main, ["postmortem", "-a", str(SAMPLES / "burst"), "-b",
-                                    str(SAMPLES / "budgets.toml"), "--from", "2026-11-21T00:00:00Z",
-                                    "--to", "2026-11-23T00:00:00Z", "--out", str(out)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "postmortem",
+            "-a",
+            str(SAMPLES / "burst"),
+            "-b",
+            str(SAMPLES / "budgets.toml"),
+            "--from",
+            "2026-11-21T00:00:00Z",
+            "--to",
+            "2026-11-23T00:00:00Z",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     page = out.read_text()
     import html as h
@@ -270,5 +307,6 @@ def test_capacity_page_shows_the_sweep_as_the_analysis_computes_it(monkeypatch):
     assert metrics["Knee"] == f"{c['knee_rps']:g} req/s"
     table = at.table[0].value
     assert list(table["rate/s"]) == [f"{r:g}" for r in res["rates"]]
-    assert list(table["budgets"]) == ["keeps" if p["tiers"]["interactive"]["keeps"] else "BREAKS"
-                                      for p in res["points"]]
+    assert list(table["budgets"]) == [
+        "keeps" if p["tiers"]["interactive"]["keeps"] else "BREAKS" for p in res["points"]
+    ]

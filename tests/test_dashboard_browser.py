@@ -21,12 +21,27 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-PAGES = {"budgets": "", "breakdown": "breakdown", "tail_explorer": "tail_explorer", "timeline": "timeline",
-         "request": "request", "sql": "sql", "what_if": "what_if", "capacity": "capacity"}
+PAGES = {
+    "budgets": "",
+    "breakdown": "breakdown",
+    "tail_explorer": "tail_explorer",
+    "timeline": "timeline",
+    "request": "request",
+    "sql": "sql",
+    "what_if": "what_if",
+    "capacity": "capacity",
+}
 SWEEP = SAMPLES / "sweep-tiny"  # a `budgetscope sweep` of the tiny engine (sample_traces/README.md)
 SWEEP_BUDGETS = SAMPLES / "sweep-tiny.toml"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def _need_browser():
@@ -47,10 +62,26 @@ def _app(archive: Path, budgets: Path):
     """The dashboard over one archive in a streamlit process on a free port; yields its URL."""
     port = _free_port()
     env = {**os.environ, "BUDGETSCOPE_ARCHIVE": str(archive), "BUDGETSCOPE_BUDGETS": str(budgets)}
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboards" / "app.py"),
-                             "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "dashboards" / "app.py"),
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -89,23 +120,27 @@ def browser():
 def _settle(page) -> None:
     """Wait until Streamlit has rendered a title and stopped running the script."""
     page.wait_for_selector("h1", timeout=60_000)
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')"
-                           " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
-                           timeout=60_000)
+    page.wait_for_function(
+        "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
+        timeout=60_000,
+    )
     page.wait_for_timeout(1500)  # plotly charts draw after the script ends
 
 
 def _errors_but_the_verdict(page) -> int:
     """Error boxes on the page other than the red verdict box of a BROKEN tier."""
-    return (page.locator("[data-testid='stAlertContentError']").count()
-            - page.locator("[class*='st-key-verdict-broken'] [data-testid='stAlertContentError']").count())
+    return (
+        page.locator("[data-testid='stAlertContentError']").count()
+        - page.locator("[class*='st-key-verdict-broken'] [data-testid='stAlertContentError']").count()
+    )
 
 
 def _box_rgb(page, status: str, tier: str) -> tuple[int, int, int]:
     """The background colour of a tier's verdict box, as the browser draws it."""
     box = page.locator(f".st-key-verdict-{status}-{tier} [data-testid='stAlert'] > div").first
     rgba = box.evaluate("e => getComputedStyle(e).backgroundColor")
-    return tuple(int(float(v)) for v in rgba[rgba.index("(") + 1:-1].split(",")[:3])
+    return tuple(int(float(v)) for v in rgba[rgba.index("(") + 1 : -1].split(",")[:3])
 
 
 def _ingested(tmp_path: Path, outcomes: list[str]) -> Path:
@@ -120,8 +155,9 @@ def _ingested(tmp_path: Path, outcomes: list[str]) -> Path:
     return a
 
 
-@pytest.mark.parametrize("outcomes, status", [(["error"] * 20, "broken"), (["ok", "error"] * 10, "broken"),
-                                              (["ok"] * 20, "kept")])
+@pytest.mark.parametrize(
+    "outcomes, status", [(["error"] * 20, "broken"), (["ok", "error"] * 10, "broken"), (["ok"] * 20, "kept")]
+)
 def test_the_verdict_box_is_red_when_requests_fail(browser, tmp_path, outcomes, status):
     """All-error and half-error tiers are BROKEN in a red box; a healthy one is KEPT in a green box."""
     with _app(_ingested(tmp_path, outcomes), SAMPLES / "budgets.toml") as url:
@@ -161,9 +197,11 @@ def test_sidebar_time_slider_labels_fit_the_sidebar(app_url, browser):
     page.goto(app_url)
     _settle(page)
     sidebar = page.locator("[data-testid='stSidebar']").bounding_box()
-    labels = page.locator("[data-testid='stSidebar'] [data-testid='stSlider'] "
-                          ":is([data-testid='stSliderThumbValue'], [data-testid='stSliderTickBarMin'], "
-                          "[data-testid='stSliderTickBarMax'])")
+    labels = page.locator(
+        "[data-testid='stSidebar'] [data-testid='stSlider'] "
+        ":is([data-testid='stSliderThumbValue'], [data-testid='stSliderTickBarMin'], "
+        "[data-testid='stSliderTickBarMax'])"
+    )
     assert labels.count() >= 2
     for i in range(labels.count()):
         label = labels.nth(i)
@@ -191,8 +229,11 @@ def test_capacity_page_draws_a_recorded_sweep(browser):
         _settle(page)
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
         # the signals table is the page's last element: under load it can draw after the status widget settles
-        page.wait_for_function("(document.querySelector(\"[data-testid='stMain']\") || {innerText: ''})"
-                               ".innerText.includes('engine_steps')", timeout=30_000)
+        page.wait_for_function(
+            "(document.querySelector(\"[data-testid='stMain']\") || {innerText: ''})"
+            ".innerText.includes('engine_steps')",
+            timeout=30_000,
+        )
         text = page.locator("[data-testid='stMain']").inner_text()
         assert page.locator("[data-testid='stException']").count() == 0
         assert verdict.split(" (")[0] in text  # "Tier interactive keeps its budgets up to …"
@@ -206,9 +247,26 @@ def test_capacity_page_draws_a_recorded_sweep(browser):
 
 def test_postmortem_opens_offline_without_errors(browser, tmp_path):
     out = tmp_path / "incident.html"
-    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "postmortem", "-a", str(SAMPLES / "burst"),
-                        "-b", str(SAMPLES / "budgets.toml"), "--from", "2026-11-21T00:00:00Z",
-                        "--to", "2026-11-23T00:00:00Z", "--out", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "budgetscope.cli",
+            "postmortem",
+            "-a",
+            str(SAMPLES / "burst"),
+            "-b",
+            str(SAMPLES / "budgets.toml"),
+            "--from",
+            "2026-11-21T00:00:00Z",
+            "--to",
+            "2026-11-23T00:00:00Z",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
     requests, errors = [], []
@@ -238,15 +296,22 @@ def test_live_dashboard_shows_a_request_posted_after_the_page_loaded(browser, tm
 
     def post(port: int, tier: str) -> None:
         _, spans = native_request(arrival=time.time_ns(), tier=tier)
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(export(spans)),
-                       headers={"Content-Type": "application/json"}, timeout=30)
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/traces",
+            content=json.dumps(export(spans)),
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
         assert r.status_code == 200
 
     with Collector(archive, grpc_port=None, http_port=0) as c:
         post(c.http_port, "interactive")
         port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "budgetscope.cli", "dashboard", "-a", str(archive), "--live",
-                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "budgetscope.cli", "dashboard", "-a", str(archive), "--live", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.monotonic() + 60
             while True:

@@ -14,8 +14,17 @@ DESIGN = ROOT / "docs" / "design.md"
 def test_design_doc_has_every_contract():
     text = DESIGN.read_text()
     headings = re.findall(r"^## (.+)$", text, re.M)
-    for section in ("Architecture", "Stages", "Spans", "The archive's tables", "Budgets", "Attribution",
-                    "The report JSON", "Packaging", "Decisions"):
+    for section in (
+        "Architecture",
+        "Stages",
+        "Spans",
+        "The archive's tables",
+        "Budgets",
+        "Attribution",
+        "The report JSON",
+        "Packaging",
+        "Decisions",
+    ):
         assert section in headings, section
     import budgetscope
 
@@ -31,8 +40,12 @@ def test_every_path_the_design_doc_names_exists():
     for p in sorted(paths):
         if "*" in p or "<" in p:
             continue
-        assert (ROOT / p).exists() or (ROOT / p.replace("budgetscope/otelcol/", "instrumentation/otel-collector/")
-                                       .replace("budgetscope/dashboards/", "dashboards/")).exists(), p
+        assert (ROOT / p).exists() or (
+            ROOT
+            / p.replace("budgetscope/otelcol/", "instrumentation/otel-collector/").replace(
+                "budgetscope/dashboards/", "dashboards/"
+            )
+        ).exists(), p
 
 
 def test_no_page_cites_a_missing_design_file():

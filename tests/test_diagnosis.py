@@ -17,8 +17,15 @@ SAMPLES = Path(__file__).parent.parent / "sample_traces"
 
 
 def _fig(**kw):
-    base = {"samples": 10, "dram_bandwidth": None, "hbm_used_max": 0.5, "engine_steps": 100, "preempted": 0,
-            "kv_used_max": 0.5, "gpu_busy": None}
+    base = {
+        "samples": 10,
+        "dram_bandwidth": None,
+        "hbm_used_max": 0.5,
+        "engine_steps": 100,
+        "preempted": 0,
+        "kv_used_max": 0.5,
+        "gpu_busy": None,
+    }
     return {**base, **kw}
 
 
@@ -45,9 +52,19 @@ def test_kv_pressure_needs_evidence_that_separates_tail_from_body():
 
 
 def _steps(**kw):
-    base = {"engine_steps": 50, "kv_used_mean": 0.5, "kv_used_max": 0.6, "preempted": 0, "max_seqs": 64, "slots_full_share": 0.1,
-            "token_budget": 512, "budget_full_share": 0.1, "prefill_step_ms": 6.0, "decode_step_ms": 5.0,
-            "prefill_time_share": 0.1}
+    base = {
+        "engine_steps": 50,
+        "kv_used_mean": 0.5,
+        "kv_used_max": 0.6,
+        "preempted": 0,
+        "max_seqs": 64,
+        "slots_full_share": 0.1,
+        "token_budget": 512,
+        "budget_full_share": 0.1,
+        "prefill_step_ms": 6.0,
+        "decode_step_ms": 5.0,
+        "prefill_time_share": 0.1,
+    }
     return {**base, **kw}
 
 
@@ -63,13 +80,19 @@ def test_what_the_queue_waited_on():
     assert waited_on(_steps(max_seqs=None, slots_full_share=None, token_budget=None, budget_full_share=None)) == []
     # without engine steps, a server's KV gauge answers for the KV pool alone
     assert waited_on({"metric_samples": 3, "kv_used_mean": 0.99, "kv_used_max": 1.0}) == ["kv_blocks"]
-    q = {"waited_on": ["batch_slots", "long_prefill_steps"], "not_recorded": [],
-         "figures": _steps(slots_full_share=0.75, prefill_step_ms=92.2, prefill_time_share=0.64)}
-    assert sentence({"waited_on": ["kv_blocks"], "not_recorded": [], "figures": _steps(kv_used_mean=0.9, preempted=7)}) == (
-        "The TTFT tail queued behind KV blocks (the pool was 90% full on average, 7 preemptions).")
-    assert sentence(q) == ("The TTFT tail queued behind batch slots (all 64 taken in 75% of the steps); and steps "
-                           "that carry a prefill, which ran long: median 92 ms against 5.0 ms for decode-only steps, "
-                           "64% of the time.")
+    q = {
+        "waited_on": ["batch_slots", "long_prefill_steps"],
+        "not_recorded": [],
+        "figures": _steps(slots_full_share=0.75, prefill_step_ms=92.2, prefill_time_share=0.64),
+    }
+    assert sentence(
+        {"waited_on": ["kv_blocks"], "not_recorded": [], "figures": _steps(kv_used_mean=0.9, preempted=7)}
+    ) == ("The TTFT tail queued behind KV blocks (the pool was 90% full on average, 7 preemptions).")
+    assert sentence(q) == (
+        "The TTFT tail queued behind batch slots (all 64 taken in 75% of the steps); and steps "
+        "that carry a prefill, which ran long: median 92 ms against 5.0 ms for decode-only steps, "
+        "64% of the time."
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +124,13 @@ def test_the_h100_kv_pressure_recording_queued_behind_kv_blocks():
     assert q["waited_on"][0] == "kv_blocks" and q["figures"]["preempted"] > 0
 
 
-@pytest.mark.parametrize("name, classification, phrase", [
-    ("h200-host-bound", "host_bound", "host-bound"),  # the `small` model at 40 req/s: kernels take microseconds
-    ("h200-kv-preemption", "kv_pressure", "under KV-cache pressure"),  # 96 KV blocks for 16 long-output sequences
-])
+@pytest.mark.parametrize(
+    "name, classification, phrase",
+    [
+        ("h200-host-bound", "host_bound", "host-bound"),  # the `small` model at 40 req/s: kernels take microseconds
+        ("h200-kv-preemption", "kv_pressure", "under KV-cache pressure"),  # 96 KV blocks for 16 long-output sequences
+    ],
+)
 def test_the_h200_engine_process_recordings_are_named_for_what_held_their_decode(name, classification, phrase):
     with Archive(SAMPLES / name, read_only=True) as a:
         (t,) = build_report(a.con)["tiers"]

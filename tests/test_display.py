@@ -22,12 +22,16 @@ def test_a_table_for_people_keeps_ids_and_durations_as_they_are():
     cols = ["request_id", "arrival_ns", "e2e_ms", "input_tokens"]
     assert display.table(cols, [("r1", 1795395905579997569, 12.5, 100), ("r2", None, None, None)]) == [
         {"request_id": "r1", "arrival (UTC)": "2026-11-23 01:05:05.579 UTC", "e2e_ms": 12.5, "input_tokens": 100},
-        {"request_id": "r2", "arrival (UTC)": None, "e2e_ms": None, "input_tokens": None}]
+        {"request_id": "r2", "arrival (UTC)": None, "e2e_ms": None, "input_tokens": None},
+    ]
 
 
 def test_what_moved_in_one_line():
-    moved = {"hbm_used_bytes": {"inside": 4e9, "outside": 3.1e9}, "queue_depth_mean": {"inside": 12.0, "outside": None},
-             "dram_bandwidth": {"inside": None, "outside": 0.2}}
+    moved = {
+        "hbm_used_bytes": {"inside": 4e9, "outside": 3.1e9},
+        "queue_depth_mean": {"inside": 12.0, "outside": None},
+        "dram_bandwidth": {"inside": None, "outside": 0.2},
+    }
     assert display.moved(moved) == "hbm_used_bytes 4.00 GB vs 3.10 GB; queue_depth_mean 12 vs n/a"
 
 

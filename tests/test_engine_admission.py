@@ -109,13 +109,22 @@ def test_run_time_is_the_90th_percentile_of_recent_runs():
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
 from engine_fixtures import running_server, wait_for  # noqa: E402
+
+from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
 
 
 def _busy_server(deadline_admission: bool):
-    return running_server(EngineConfig(model="tiny", max_model_len=2048, num_kv_blocks=256, max_num_seqs=1,
-                                       max_num_batched_tokens=64, deadline_admission=deadline_admission))
+    return running_server(
+        EngineConfig(
+            model="tiny",
+            max_model_len=2048,
+            num_kv_blocks=256,
+            max_num_seqs=1,
+            max_num_batched_tokens=64,
+            deadline_admission=deadline_admission,
+        )
+    )
 
 
 @pytest.mark.parametrize("deadline_admission", [True, False])
@@ -133,16 +142,28 @@ def test_a_request_that_cannot_start_in_time_gets_429_at_once(deadline_admission
             lines = first.iter_lines()
             next(lines)  # running: holds the only sequence slot
             for i in range(3):
-                t = threading.Thread(target=httpx.post, args=(f"{url}/v1/completions",),
-                                     kwargs={"json": {"prompt": f"wait {i}", "max_tokens": 2}, "timeout": 60})
+                t = threading.Thread(
+                    target=httpx.post,
+                    args=(f"{url}/v1/completions",),
+                    kwargs={"json": {"prompt": f"wait {i}", "max_tokens": 2}, "timeout": 60},
+                )
                 t.start()
                 waiters.append(t)
             assert wait_for(lambda: engine.scheduler.num_waiting == 3)
-            late = httpx.post(f"{url}/v1/completions", json={"prompt": "in a hurry", "max_tokens": 2},
-                              headers={"x-budgetscope-deadline-ms": "50"}, timeout=30)
-            patient = threading.Thread(target=httpx.post, args=(f"{url}/v1/completions",),
-                                       kwargs={"json": {"prompt": "patient", "max_tokens": 2,
-                                                        "budgetscope_deadline_ms": 600_000}, "timeout": 60})
+            late = httpx.post(
+                f"{url}/v1/completions",
+                json={"prompt": "in a hurry", "max_tokens": 2},
+                headers={"x-budgetscope-deadline-ms": "50"},
+                timeout=30,
+            )
+            patient = threading.Thread(
+                target=httpx.post,
+                args=(f"{url}/v1/completions",),
+                kwargs={
+                    "json": {"prompt": "patient", "max_tokens": 2, "budgetscope_deadline_ms": 600_000},
+                    "timeout": 60,
+                },
+            )
             patient.start()
             assert wait_for(lambda: engine.scheduler.num_waiting == 4)  # the patient one was admitted
             waiters.append(patient)

@@ -60,8 +60,24 @@ def test_without_the_key_the_load_generator_sees_401(served, monkeypatch):
 
     url, _ = served
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    result = CliRunner().invoke(load, [url, "--rate", "20", "--requests", "2", "--prompt-tokens", "4",
-                                       "--output-tokens", "2", "--model", "tiny", "--format", "json"])
+    result = CliRunner().invoke(
+        load,
+        [
+            url,
+            "--rate",
+            "20",
+            "--requests",
+            "2",
+            "--prompt-tokens",
+            "4",
+            "--output-tokens",
+            "2",
+            "--model",
+            "tiny",
+            "--format",
+            "json",
+        ],
+    )
     assert json.loads(result.stdout)["status_codes"] == {"401": 2}
 
 

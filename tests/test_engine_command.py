@@ -19,8 +19,20 @@ def test_group_and_serve_have_help():
     assert "serve" in runner.invoke(engine, ["--help"]).output
     result = runner.invoke(engine, ["serve", "--help"])
     assert result.exit_code == 0
-    for option in ("--config", "--port", "--host", "--max-batched-tokens", "--max-seqs", "--kv-blocks",
-                   "--no-chunked-prefill", "--checkpoint", "--max-waiting", "--tier-priority", "--attention", "Example:"):
+    for option in (
+        "--config",
+        "--port",
+        "--host",
+        "--max-batched-tokens",
+        "--max-seqs",
+        "--kv-blocks",
+        "--no-chunked-prefill",
+        "--checkpoint",
+        "--max-waiting",
+        "--tier-priority",
+        "--attention",
+        "Example:",
+    ):
         assert option in result.output
 
 
@@ -37,6 +49,8 @@ def test_attention_option_errors_are_one_line():
     runner = CliRunner()
     result = runner.invoke(engine, ["serve", "--attention", "flash", "--no-instrument"])
     assert result.exit_code == 2 and "'flash' is not one of 'auto', 'triton', 'sdpa'" in result.output
-    result = runner.invoke(engine, ["serve", "--attention", "triton", "--device", "cpu", "--compile", "--no-instrument"])
+    result = runner.invoke(
+        engine, ["serve", "--attention", "triton", "--device", "cpu", "--compile", "--no-instrument"]
+    )
     assert result.exit_code == 1 and "--compile works with --attention sdpa only" in result.output
     assert "Traceback" not in result.output

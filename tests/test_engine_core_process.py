@@ -74,9 +74,11 @@ def test_tokens_match_the_engine_in_process(client):
     from budgetscope.engine.llm_engine import LLMEngine
 
     prompts = [list(range(1, 40)), list(range(1, 40)) + [9, 8], [256, 104, 105]]
-    params = [SamplingParams(max_tokens=6, temperature=0, ignore_eos=True),
-              SamplingParams(max_tokens=5, temperature=0, ignore_eos=True),
-              SamplingParams(max_tokens=7, temperature=0.9, seed=3, ignore_eos=True)]
+    params = [
+        SamplingParams(max_tokens=6, temperature=0, ignore_eos=True),
+        SamplingParams(max_tokens=5, temperature=0, ignore_eos=True),
+        SamplingParams(max_tokens=7, temperature=0.9, seed=3, ignore_eos=True),
+    ]
     expected = [s.output_token_ids for s in LLMEngine(CONFIG).generate(prompts, params)]
     out = Outputs()
     seqs = []
@@ -148,8 +150,12 @@ def test_spans_of_one_request_from_both_processes_join_one_trace():
     tel = Telemetry(Instrumentation(service_name="budgetscope-engine", exporter=exporter))
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     with running_server(CONFIG, tel) as (url, engine):
-        r = httpx.post(f"{url}/v1/completions", headers={"traceparent": f"00-{trace_id}-{parent_id}-01"},
-                       json={"prompt": "both processes", "max_tokens": 6, "ignore_eos": True}, timeout=60)
+        r = httpx.post(
+            f"{url}/v1/completions",
+            headers={"traceparent": f"00-{trace_id}-{parent_id}-01"},
+            json={"prompt": "both processes", "max_tokens": 6, "ignore_eos": True},
+            timeout=60,
+        )
         assert r.status_code == 200
         engine_pid = engine.client.pid
         tel.flush()
@@ -157,10 +163,17 @@ def test_spans_of_one_request_from_both_processes_join_one_trace():
     spans = exporter.get_finished_spans()
     (root,) = [s for s in spans if s.kind is SpanKind.SERVER]
     assert f"{root.context.trace_id:032x}" == trace_id and f"{root.parent.span_id:016x}" == parent_id
-    stages = sorted((s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id),
-                    key=lambda s: s.start_time)
-    assert [s.name for s in stages] == ["stage.frontend", "stage.queue", "stage.prefill", "stage.decode",
-                                        "stage.postprocess"]
+    stages = sorted(
+        (s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id),
+        key=lambda s: s.start_time,
+    )
+    assert [s.name for s in stages] == [
+        "stage.frontend",
+        "stage.queue",
+        "stage.prefill",
+        "stage.decode",
+        "stage.postprocess",
+    ]
     assert all(s.context.trace_id == root.context.trace_id for s in stages)
     assert stages[0].start_time == root.start_time and stages[-1].end_time == root.end_time
     for before, after in zip(stages, stages[1:]):
@@ -199,17 +212,41 @@ def _children(pid: int) -> list[int]:
 def test_serve_exits_1_with_a_clear_line_when_the_engine_process_dies(tmp_path):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "budgetscope.cli", "engine", "serve", "--config", "tiny",
-                             "--port", str(port), "--max-model-len", "512", "--kv-blocks", "64", "--no-instrument",
-                             "--log-level", "warning"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "budgetscope.cli",
+            "engine",
+            "serve",
+            "--config",
+            "tiny",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "512",
+            "--kv-blocks",
+            "64",
+            "--no-instrument",
+            "--log-level",
+            "warning",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         assert wait_for(lambda: _ready(base), timeout_s=90), "the server did not start"
         engines = [pid for pid in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert engines
-        req = urllib.request.Request(f"{base}/v1/completions", method="POST", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"prompt": "a", "max_tokens": 400, "ignore_eos": True,
-                                                      "stream": True}).encode())
+        req = urllib.request.Request(
+            f"{base}/v1/completions",
+            method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"prompt": "a", "max_tokens": 400, "ignore_eos": True, "stream": True}).encode(),
+        )
         with urllib.request.urlopen(req, timeout=60) as resp:
             assert resp.readline().startswith(b"data: ")
             for pid in engines:
@@ -281,8 +318,11 @@ def test_the_loop_sends_step_n_minus_1_while_step_n_runs():
     thread.start()
     try:
         assert P.unpack(ours.recv_bytes())[0] == P.READY
-        ours.send_bytes(P.pack([P.ADD, 1, "r", [1, 2, 3], [4, 0.0, 1.0, 0, None, True], "default", 1, time.time_ns(),
-                                None, None, None]))
+        ours.send_bytes(
+            P.pack(
+                [P.ADD, 1, "r", [1, 2, 3], [4, 0.0, 1.0, 0, None, True], "default", 1, time.time_ns(), None, None, None]
+            )
+        )
         tokens = []
         while len(tokens) < 4:
             _, _, entries, _, _ = P.unpack(ours.recv_bytes())
@@ -300,14 +340,22 @@ def test_the_loop_sends_step_n_minus_1_while_step_n_runs():
 
 def test_the_api_process_never_imports_torch():
     """Its modules, and a Frontend made from a config, leave torch to the engine process."""
-    code = ("import sys\n"
-            "import budgetscope.engine.command, budgetscope.engine.server, budgetscope.engine.core_client\n"
-            "from budgetscope.engine.engine_config import EngineConfig\n"
-            "from budgetscope.engine.frontend import Frontend\n"
-            "Frontend(EngineConfig(model='1b'))\n"
-            "print('torch' in sys.modules)\n")
-    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import sys\n"
+        "import budgetscope.engine.command, budgetscope.engine.server, budgetscope.engine.core_client\n"
+        "from budgetscope.engine.engine_config import EngineConfig\n"
+        "from budgetscope.engine.frontend import Frontend\n"
+        "Frontend(EngineConfig(model='1b'))\n"
+        "print('torch' in sys.modules)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
 
@@ -315,28 +363,38 @@ def test_the_api_process_never_imports_torch():
 def test_an_ingested_served_run_has_one_row_per_request_with_its_stages(tmp_path):
     """Streaming and not, completions and chat, through the engine process, to a jsonl file, then ingested."""
     pytest.importorskip("opentelemetry.sdk")
-    from budgetscope.opener import Archive
     from budgetscope.engine.telemetry import Telemetry
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
 
     spans = tmp_path / "spans.jsonl"
     tel = Telemetry.create(exporter=f"jsonl:{spans}")
     ids = set()
     with running_server(CONFIG, tel) as (url, _):
         for i in range(3):
-            r = httpx.post(f"{url}/v1/completions", json={"prompt": f"one {i}", "max_tokens": 4, "ignore_eos": True},
-                           timeout=60)
+            r = httpx.post(
+                f"{url}/v1/completions", json={"prompt": f"one {i}", "max_tokens": 4, "ignore_eos": True}, timeout=60
+            )
             ids.add(r.json()["id"])
-            with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=60,
-                              json={"messages": [{"role": "user", "content": f"two {i}"}], "max_tokens": 3,
-                                    "ignore_eos": True, "stream": True}) as s:
+            with httpx.stream(
+                "POST",
+                f"{url}/v1/chat/completions",
+                timeout=60,
+                json={
+                    "messages": [{"role": "user", "content": f"two {i}"}],
+                    "max_tokens": 3,
+                    "ignore_eos": True,
+                    "stream": True,
+                },
+            ) as s:
                 ids.add(s.headers["x-request-id"])
                 list(s.iter_lines())
     tel.shutdown()
     with Archive(tmp_path / "archive") as a:
         a.ingest(read_batches(spans))
-        rows = a.con.execute("SELECT request_id, queue_ms, prefill_ms, decode_ms, postprocess_ms, output_tokens "
-                             "FROM requests").fetchall()
+        rows = a.con.execute(
+            "SELECT request_id, queue_ms, prefill_ms, decode_ms, postprocess_ms, output_tokens FROM requests"
+        ).fetchall()
     assert sorted(r[0] for r in rows) == sorted(ids)  # one row each
     assert all(q is not None and p is not None and d is not None and pp is not None for _, q, p, d, pp, _ in rows)
     assert sorted(r[5] for r in rows) == [3, 3, 3, 4, 4, 4]

@@ -46,8 +46,9 @@ def test_padded_decode_gives_the_eager_tokens():
     assert eager.runner.graphs is None  # CPU: no graphs by default
     want = [s.output_token_ids for s in eager.generate(_prompts(), params)]
     padded = _engine()
-    padded.runner.graphs = DecodeGraphs(padded.model, padded.kv_cache, padded.device, max_batch=8,
-                                        max_context=256, capture=False, context_step=32)
+    padded.runner.graphs = DecodeGraphs(
+        padded.model, padded.kv_cache, padded.device, max_batch=8, max_context=256, capture=False, context_step=32
+    )
     got = [s.output_token_ids for s in padded.generate(_prompts(), params)]
     assert got == want
     assert padded.runner.graph_steps > 20  # decode steps really took the padded path (3 rows in a 4-row bucket)
@@ -74,9 +75,13 @@ def _logits_both_ways(engine: LLMEngine, graphs: DecodeGraphs):
         eager = runner.model.compute_logits(hidden[prepared.logits_rows])
         seqs, size = batch.seqs, runner.block_size
         pos = [s.num_computed_tokens for s in seqs]
-        padded, greedy = graphs.run([s.token_ids[p] for s, p in zip(seqs, pos)], pos,
-                            [s.block_table[p // size] * size + p % size for s, p in zip(seqs, pos)],
-                            [s.block_table for s in seqs], [p + 1 for p in pos])
+        padded, greedy = graphs.run(
+            [s.token_ids[p] for s, p in zip(seqs, pos)],
+            pos,
+            [s.block_table[p // size] * size + p % size for s, p in zip(seqs, pos)],
+            [s.block_table for s in seqs],
+            [p + 1 for p in pos],
+        )
     assert greedy.tolist() == padded.argmax(dim=-1).tolist()
     return eager, padded
 
@@ -101,5 +106,6 @@ def test_captured_graphs_match_eager_on_cuda():
     captured = _engine(device="cuda", attention_backend="sdpa")
     assert isinstance(captured.runner.graphs, DecodeGraphs) and captured.runner.graphs.num_graphs > 0
     params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
-    assert [s.output_token_ids for s in captured.generate(_prompts(), params)] == \
-        [s.output_token_ids for s in engine.generate(_prompts(), params)]
+    assert [s.output_token_ids for s in captured.generate(_prompts(), params)] == [
+        s.output_token_ids for s in engine.generate(_prompts(), params)
+    ]

@@ -7,6 +7,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 pytest.importorskip("opentelemetry.sdk")
 
+from engine_fixtures import running_server, wait_for  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 from opentelemetry.trace import SpanKind  # noqa: E402
 
@@ -15,7 +16,6 @@ from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
 from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
 from budgetscope.engine.telemetry import NULL_TRACE, Telemetry  # noqa: E402
 from budgetscope.instrument import Instrumentation  # noqa: E402
-from engine_fixtures import running_server, wait_for  # noqa: E402
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -39,15 +39,25 @@ def test_server_request_spans_follow_the_contract():
     tel, exporter = telemetry()
     config = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=128, max_prompt_tokens=50)
     with running_server(config, tel) as (url, engine):
-        headers = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "x-budgetscope-tier": "interactive",
-                   "x-budgetscope-tenant": "acme"}
-        with httpx.stream("POST", f"{url}/v1/completions", headers=headers,
-                          json={"prompt": "traced", "max_tokens": 5, "ignore_eos": True, "stream": True}) as r:
+        headers = {
+            "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+            "x-budgetscope-tier": "interactive",
+            "x-budgetscope-tenant": "acme",
+        }
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/completions",
+            headers=headers,
+            json={"prompt": "traced", "max_tokens": 5, "ignore_eos": True, "stream": True},
+        ) as r:
             assert r.status_code == 200
             list(r.iter_lines())
         assert httpx.post(f"{url}/v1/completions", json={"prompt": "x" * 80}).status_code == 400
-        with httpx.stream("POST", f"{url}/v1/completions",
-                          json={"prompt": "gone", "max_tokens": 400, "ignore_eos": True, "stream": True}) as r:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/completions",
+            json={"prompt": "gone", "max_tokens": 400, "ignore_eos": True, "stream": True},
+        ) as r:
             lines = r.iter_lines()
             next(lines)
         assert wait_for(lambda: engine.block_manager.num_used_blocks == 0)
@@ -69,8 +79,13 @@ def test_server_request_spans_follow_the_contract():
     assert attrs["gen_ai.request.max_tokens"] == 5 and attrs["gen_ai.response.model"] == "tiny"
     assert attrs["gen_ai.response.finish_reasons"] == ("length",)
     stages = stages_of(ok, spans)
-    assert [s.name for s in stages] == ["stage.frontend", "stage.queue", "stage.prefill", "stage.decode",
-                                        "stage.postprocess"]
+    assert [s.name for s in stages] == [
+        "stage.frontend",
+        "stage.queue",
+        "stage.prefill",
+        "stage.decode",
+        "stage.postprocess",
+    ]
     assert all(s.kind is SpanKind.INTERNAL for s in stages)
     total = sum(s.end_time - s.start_time for s in stages)
     assert abs(total - (ok.end_time - ok.start_time)) <= 1000  # ns: the stages tile the request
@@ -79,8 +94,12 @@ def test_server_request_spans_follow_the_contract():
 
     assert roots["rejected"].attributes["budgetscope.tier"] == "default"
     cancelled = roots["cancelled"]
-    assert [s.name for s in stages_of(cancelled, spans)][:4] == ["stage.frontend", "stage.queue",
-                                                                 "stage.prefill", "stage.decode"]
+    assert [s.name for s in stages_of(cancelled, spans)][:4] == [
+        "stage.frontend",
+        "stage.queue",
+        "stage.prefill",
+        "stage.decode",
+    ]
     steps = [s for s in spans if s.name == "engine.step"]
     assert steps and all(s.attributes["budgetscope.step.kv_blocks_total"] == 128 for s in steps)
     assert any(s.attributes["budgetscope.step.prefill_tokens"] == 7 for s in steps)
@@ -88,8 +107,12 @@ def test_server_request_spans_follow_the_contract():
 
 def test_preemption_requeues_and_prefills_again():
     tel, exporter = telemetry()
-    engine = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=6, block_size=16, max_model_len=512,
-                                    max_num_batched_tokens=64, max_num_seqs=4), tel)
+    engine = LLMEngine(
+        EngineConfig(
+            model="tiny", num_kv_blocks=6, block_size=16, max_model_len=512, max_num_batched_tokens=64, max_num_seqs=4
+        ),
+        tel,
+    )
     params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
     seqs = engine.generate([list(range(1, 30)), list(range(40, 69))], params)
     assert sum(s.num_preemptions for s in seqs) >= 1
@@ -111,8 +134,11 @@ def test_cached_tokens_reach_the_root_span():
     engine.generate([prompt], SamplingParams(max_tokens=2))
     engine.generate([prompt + [7]], SamplingParams(max_tokens=2))
     tel.flush()
-    cached = sorted(s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0)
-                    for s in exporter.get_finished_spans() if s.kind is SpanKind.SERVER)
+    cached = sorted(
+        s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0)
+        for s in exporter.get_finished_spans()
+        if s.kind is SpanKind.SERVER
+    )
     assert cached == [0, 32]
 
 
@@ -126,16 +152,20 @@ def test_engine_runs_without_instrumentation():
 
 def test_steps_carry_the_engine_limits():
     tel, exporter = telemetry()
-    engine = LLMEngine(EngineConfig(model="tiny", num_kv_blocks=16, max_model_len=256, max_num_batched_tokens=96,
-                                    max_num_seqs=3), tel)
+    engine = LLMEngine(
+        EngineConfig(model="tiny", num_kv_blocks=16, max_model_len=256, max_num_batched_tokens=96, max_num_seqs=3), tel
+    )
     engine.generate([list(range(1, 20))], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
     tel.flush()
     steps = [s for s in exporter.get_finished_spans() if s.name == "engine.step"]
-    assert steps and {(s.attributes["budgetscope.step.max_seqs"], s.attributes["budgetscope.step.token_budget"])
-                      for s in steps} == {(3, 96)}
+    assert steps and {
+        (s.attributes["budgetscope.step.max_seqs"], s.attributes["budgetscope.step.token_budget"]) for s in steps
+    } == {(3, 96)}
 
 
-@pytest.mark.parametrize("env, says_nowhere", [({}, True), ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, False)])
+@pytest.mark.parametrize(
+    "env, says_nowhere", [({}, True), ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, False)]
+)
 def test_engine_serve_says_when_spans_go_nowhere(monkeypatch, env, says_nowhere):
     """With neither an exporter nor an OTLP endpoint, `engine serve` says so in one line; an endpoint alone
     exports (OpenTelemetry's default `OTEL_TRACES_EXPORTER=otlp`)."""
@@ -152,5 +182,7 @@ def test_engine_serve_says_when_spans_go_nowhere(monkeypatch, env, says_nowhere)
     monkeypatch.setattr(server, "serve", lambda llm, **kw: served.append(llm.telemetry.is_exporting))
     r = CliRunner().invoke(main, ["engine", "serve", "--config", "tiny", "--port", "0"])
     assert r.exit_code == 0, r.output
-    nowhere = "budgetscope engine: spans go nowhere (set OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER or --exporter)"
+    nowhere = (
+        "budgetscope engine: spans go nowhere (set OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER or --exporter)"
+    )
     assert (nowhere in r.output) is says_nowhere and served == [not says_nowhere]

@@ -21,7 +21,7 @@ def dense_greedy(model, prompt, num_tokens):
         for _ in range(num_tokens):
             hidden = model(torch.tensor(ids), torch.arange(len(ids)))
             ids.append(int(model.compute_logits(hidden[-1:]).argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def prompts(n, length, seed=0, vocab=256):
@@ -31,8 +31,17 @@ def prompts(n, length, seed=0, vocab=256):
 
 @pytest.mark.parametrize("chunked,budget", [(True, 16), (True, 512), (False, 512)])
 def test_paged_decode_matches_full_forward(chunked, budget):
-    engine = LLMEngine(EngineConfig(model="tiny", device="cpu", max_num_batched_tokens=budget, max_num_seqs=8,
-                                    enable_chunked_prefill=chunked, max_model_len=256, num_kv_blocks=64))
+    engine = LLMEngine(
+        EngineConfig(
+            model="tiny",
+            device="cpu",
+            max_num_batched_tokens=budget,
+            max_num_seqs=8,
+            enable_chunked_prefill=chunked,
+            max_model_len=256,
+            num_kv_blocks=64,
+        )
+    )
     batch = prompts(4, 21)
     seqs = engine.generate(batch, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
     for prompt, seq in zip(batch, seqs):
@@ -40,8 +49,11 @@ def test_paged_decode_matches_full_forward(chunked, budget):
 
 
 def test_paged_logits_match_full_forward_within_tolerance():
-    engine = LLMEngine(EngineConfig(model="tiny", device="cpu", max_num_batched_tokens=8, max_num_seqs=4, num_kv_blocks=32,
-                                    max_model_len=256))
+    engine = LLMEngine(
+        EngineConfig(
+            model="tiny", device="cpu", max_num_batched_tokens=8, max_num_seqs=4, num_kv_blocks=32, max_model_len=256
+        )
+    )
     prompt = prompts(1, 40)[0]
     seq = engine.make_sequence(prompt, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
     engine.add(seq)
@@ -75,18 +87,28 @@ def test_named_configs_span_tiny_to_1b():
 
 def write_tiny_checkpoint(path, seed=3):
     """A Hugging Face-layout checkpoint: config.json, model.safetensors, tokenizer.json (a trained BPE)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 50 + ["hello world"] * 50, trainer)
-    config = ModelConfig(name="ckpt", vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256, tie_word_embeddings=True,
-                         bos_token_id=tok.token_to_id("<s>"), eos_token_id=[tok.token_to_id("</s>")])
+    config = ModelConfig(
+        name="ckpt",
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=tok.token_to_id("<s>"),
+        eos_token_id=[tok.token_to_id("</s>")],
+    )
     model = LlamaForCausalLM(config).init_random(seed)
     save_checkpoint(model, path)
     tok.save(str(path / "tokenizer.json"))
@@ -121,8 +143,15 @@ def test_checkpoint_with_missing_weight_is_refused(tmp_path):
 
 
 def test_llama3_rope_scaling_is_accepted():
-    cfg = ModelConfig(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    cfg = ModelConfig(
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        }
+    )
     model = LlamaForCausalLM(cfg).init_random(0)
     assert torch.isfinite(model.model.rotary_emb.cos).all()
     with pytest.raises(ValueError, match="rope_scaling"):

@@ -17,8 +17,13 @@ def make(blocks=64, **kw):
 
 
 def seq(n, tier="default", max_tokens=8, start=0, arrival=None, cfg=EngineConfig()):
-    return Sequence(list(range(start, start + n)), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-                    tier=tier, priority=cfg.priority_of(tier), arrival_ns=arrival)
+    return Sequence(
+        list(range(start, start + n)),
+        SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+        tier=tier,
+        priority=cfg.priority_of(tier),
+        arrival_ns=arrival,
+    )
 
 
 def run_step(sched, token=7):
@@ -45,7 +50,10 @@ def test_decodes_go_first_then_prefill_chunks_fill_the_budget():
     run_step(sched)  # a prefilled (3 tokens), b admitted with the 5 left
     sched.add(b)
     batch = run_step(sched)
-    assert [(s.request_id, n) for s, n in zip(batch.seqs, batch.num_new_tokens)] == [(a.request_id, 1), (b.request_id, 7)]
+    assert [(s.request_id, n) for s, n in zip(batch.seqs, batch.num_new_tokens)] == [
+        (a.request_id, 1),
+        (b.request_id, 7),
+    ]
     assert batch.num_decode_seqs == 1 and batch.num_prefill_tokens == 7
 
 
@@ -218,8 +226,9 @@ def test_a_waiting_sequence_that_preempts_a_later_one_of_its_tier_is_admitted_an
     from budgetscope.engine.scheduler import Scheduler
     from budgetscope.engine.sequence import Sequence
 
-    config = EngineConfig(model="tiny", num_kv_blocks=4, block_size=16, max_model_len=128, max_num_seqs=4,
-                          enable_prefix_caching=False)
+    config = EngineConfig(
+        model="tiny", num_kv_blocks=4, block_size=16, max_model_len=128, max_num_seqs=4, enable_prefix_caching=False
+    )
     sched = Scheduler(config, BlockManager(4, 16, False))
     later = Sequence(list(range(1, 41)), arrival_ns=2)
     sched.add(later)

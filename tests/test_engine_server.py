@@ -8,8 +8,9 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
 from engine_fixtures import running_server, wait_for  # noqa: E402
+
+from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["engine process", "engine thread"])
@@ -24,14 +25,16 @@ def sse_events(response):
     events = []
     for line in response.iter_lines():
         if line.startswith("data: "):
-            events.append(line[len("data: "):])
+            events.append(line[len("data: ") :])
     return events
 
 
 def test_completion_non_streaming(served):
     url, _ = served
-    r = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "hello", "max_tokens": 7,
-                                                   "ignore_eos": True, "temperature": 0})
+    r = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": "tiny", "prompt": "hello", "max_tokens": 7, "ignore_eos": True, "temperature": 0},
+    )
     assert r.status_code == 200
     body = r.json()
     assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
@@ -42,8 +45,13 @@ def test_completion_non_streaming(served):
 
 def test_completion_streaming_one_chunk_per_token_then_done(served):
     url, _ = served
-    payload = {"prompt": "stream me", "max_tokens": 9, "ignore_eos": True, "stream": True,
-               "stream_options": {"include_usage": True}}
+    payload = {
+        "prompt": "stream me",
+        "max_tokens": 9,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", f"{url}/v1/completions", json=payload) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = sse_events(r)
@@ -62,8 +70,11 @@ def test_chat_completion_both_modes(served):
     body = r.json()
     assert r.status_code == 200 and body["object"] == "chat.completion"
     assert body["choices"][0]["message"]["role"] == "assistant" and body["usage"]["completion_tokens"] == 4
-    with httpx.stream("POST", f"{url}/v1/chat/completions",
-                      json={"messages": messages, "max_tokens": 3, "ignore_eos": True, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/chat/completions",
+        json={"messages": messages, "max_tokens": 3, "ignore_eos": True, "stream": True},
+    ) as r:
         events = sse_events(r)
     chunks = [json.loads(e) for e in events[:-1]]
     assert events[-1] == "[DONE]" and len(chunks) == 3
@@ -103,8 +114,9 @@ def test_prefix_cache_hits_are_reported_in_usage(served):
 
 def test_streaming_client_disconnect_frees_blocks(served):
     url, engine = served
-    with httpx.stream("POST", f"{url}/v1/completions",
-                      json={"prompt": "long", "max_tokens": 400, "ignore_eos": True, "stream": True}) as r:
+    with httpx.stream(
+        "POST", f"{url}/v1/completions", json={"prompt": "long", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    ) as r:
         lines = r.iter_lines()
         for _ in range(3):
             next(lines)
@@ -118,8 +130,11 @@ def test_non_streaming_client_disconnect_frees_blocks():
     config = EngineConfig(model="tiny", max_model_len=2048, num_kv_blocks=256)
     with running_server(config) as (url, engine):
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{url}/v1/completions", json={"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
-                       timeout=httpx.Timeout(5.0, read=0.3))
+            httpx.post(
+                f"{url}/v1/completions",
+                json={"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
+                timeout=httpx.Timeout(5.0, read=0.3),
+            )
         # the outcome first: in the engine process's state the request may not have shown yet
         assert wait_for(lambda: engine.metrics.outcomes.get("cancelled") == 1)
         assert wait_for(lambda: engine.block_manager.num_used_blocks == 0 and engine.scheduler.num_running == 0)
@@ -127,8 +142,11 @@ def test_non_streaming_client_disconnect_frees_blocks():
 
 def test_deadline_gives_timeout(served):
     url, _ = served
-    r = httpx.post(f"{url}/v1/completions", json={"prompt": "slow", "max_tokens": 400, "ignore_eos": True},
-                   headers={"x-budgetscope-deadline-ms": "50"})
+    r = httpx.post(
+        f"{url}/v1/completions",
+        json={"prompt": "slow", "max_tokens": 400, "ignore_eos": True},
+        headers={"x-budgetscope-deadline-ms": "50"},
+    )
     assert r.status_code == 504 and r.json()["error"]["type"] == "timeout"
 
 
@@ -140,22 +158,28 @@ def test_metrics_text(served):
         assert f"# TYPE budgetscope_engine_{name} " in text
     assert "# TYPE budgetscope_engine_time_to_first_token_seconds histogram" in text
     assert 'budgetscope_engine_inter_token_latency_seconds_bucket{le="+Inf"}' in text
-    count = [line for line in text.splitlines() if line.startswith("budgetscope_engine_time_to_first_token_seconds_count")]
+    count = [
+        line for line in text.splitlines() if line.startswith("budgetscope_engine_time_to_first_token_seconds_count")
+    ]
     assert int(count[0].split()[1]) >= 1
     assert 'budgetscope_engine_requests_total{outcome="ok"}' in text
 
 
 def test_overload_answers_429_with_retry_after():
-    config = EngineConfig(model="tiny", max_model_len=2048, num_kv_blocks=256, max_num_seqs=1,
-                          max_num_batched_tokens=64, max_waiting=1)
+    config = EngineConfig(
+        model="tiny", max_model_len=2048, num_kv_blocks=256, max_num_seqs=1, max_num_batched_tokens=64, max_waiting=1
+    )
     with running_server(config) as (url, engine):
         long = {"prompt": "hog", "max_tokens": 2000, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", f"{url}/v1/completions", json=long) as first:
             assert first.status_code == 200
             lines = first.iter_lines()  # keep a reference: a dropped iterator closes the response
             next(lines)  # running: holds the only sequence slot
-            waiter = threading.Thread(target=httpx.post, args=(f"{url}/v1/completions",),
-                                      kwargs={"json": {"prompt": "wait", "max_tokens": 2}, "timeout": 30})
+            waiter = threading.Thread(
+                target=httpx.post,
+                args=(f"{url}/v1/completions",),
+                kwargs={"json": {"prompt": "wait", "max_tokens": 2}, "timeout": 30},
+            )
             waiter.start()
             assert wait_for(lambda: engine.scheduler.num_waiting == 1)
             rejected = httpx.post(f"{url}/v1/completions", json={"prompt": "no room", "max_tokens": 2})
@@ -167,7 +191,9 @@ def test_overload_answers_429_with_retry_after():
 
 
 def test_client_leaving_while_queued_is_dropped_from_the_queue():
-    config = EngineConfig(model="tiny", max_model_len=2048, num_kv_blocks=256, max_num_seqs=1, max_num_batched_tokens=64)
+    config = EngineConfig(
+        model="tiny", max_model_len=2048, num_kv_blocks=256, max_num_seqs=1, max_num_batched_tokens=64
+    )
     with running_server(config) as (url, engine):
         hog = {"prompt": "hog", "max_tokens": 2000, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", f"{url}/v1/completions", json=hog) as first:

@@ -13,8 +13,15 @@ from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
 
 
 def _engine(**kw) -> LLMEngine:
-    cfg = dict(model="tiny", max_model_len=256, num_kv_blocks=64, max_num_seqs=8, device="cpu", dtype="float32",
-               max_num_batched_tokens=64)
+    cfg = dict(
+        model="tiny",
+        max_model_len=256,
+        num_kv_blocks=64,
+        max_num_seqs=8,
+        device="cpu",
+        dtype="float32",
+        max_num_batched_tokens=64,
+    )
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))
 
@@ -67,9 +74,11 @@ def test_pack_step_lays_out_a_padded_mixed_step():
 
     from budgetscope.engine.batch import StepShape, pack_step
 
-    seqs = [_Seq(list(range(100, 120)), 19, [5, 9, 6, 4]),  # decode row at position 19 (third block)
-            _Seq(list(range(200, 210)), 4, [3]),  # chunk of 3 after 4 cached, not sampled
-            _Seq(list(range(300, 302)), 0, [7])]  # whole prompt of 2
+    seqs = [
+        _Seq(list(range(100, 120)), 19, [5, 9, 6, 4]),  # decode row at position 19 (third block)
+        _Seq(list(range(200, 210)), 4, [3]),  # chunk of 3 after 4 cached, not sampled
+        _Seq(list(range(300, 302)), 0, [7]),
+    ]  # whole prompt of 2
     shape = StepShape(tokens=8, seqs=5, width=3, logits=4)
     out = np.full(shape.size + 3, -1, dtype=np.int64)
     pack_step(out, shape, seqs, [1, 3, 2], [True, False, True], block_size=8, scratch_block=11)
@@ -81,7 +90,7 @@ def test_pack_step_lays_out_a_padded_mixed_step():
     assert b.seq_lens.tolist() == [20, 7, 2, 2, 0]
     assert b.logits_rows.tolist() == [0, 5, 0, 0]
     assert b.block_tables.tolist() == [[5, 9, 6], [3, 11, 11], [7, 11, 11], [11, 11, 11], [11, 11, 11]]
-    assert out[shape.size:].tolist() == [-1, -1, -1]  # nothing written past the shape
+    assert out[shape.size :].tolist() == [-1, -1, -1]  # nothing written past the shape
     assert all(span.start % 2 == 0 for span in shape.spans().values())  # 16-byte aligned fields
 
 

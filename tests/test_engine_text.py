@@ -35,16 +35,24 @@ def parse(body, headers=None, chat=False):
 
 
 def test_parse_tier_tenant_deadline_from_body_or_headers():
-    req = parse({"prompt": "a"}, {"x-budgetscope-tier": "batch", "x-budgetscope-tenant": "t1",
-                                  "x-budgetscope-deadline-ms": "250"})
+    req = parse(
+        {"prompt": "a"},
+        {"x-budgetscope-tier": "batch", "x-budgetscope-tenant": "t1", "x-budgetscope-deadline-ms": "250"},
+    )
     assert (req.tier, req.tenant, req.deadline_s) == ("batch", "t1", 0.25)
     req = parse({"prompt": "a", "budgetscope_tier": "interactive"}, {"x-budgetscope-tier": "batch"})
     assert req.tier == "interactive" and req.params.max_tokens == 16
 
 
 def test_parse_rejects_what_the_engine_does_not_serve():
-    for body in ({"prompt": "a", "n": 2}, {"prompt": ["a", "b"]}, {"prompt": "a", "max_tokens": 0},
-                 {"prompt": "a", "stop": [1]}, {"messages": []}, [1, 2]):
+    for body in (
+        {"prompt": "a", "n": 2},
+        {"prompt": ["a", "b"]},
+        {"prompt": "a", "max_tokens": 0},
+        {"prompt": "a", "stop": [1]},
+        {"messages": []},
+        [1, 2],
+    ):
         with pytest.raises(RequestError) as err:
             parse(body, chat=isinstance(body, dict) and "messages" in body)
         assert err.value.status == 400

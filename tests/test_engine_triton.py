@@ -19,8 +19,17 @@ from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
 
 
 def _engine(attention: str, **kw) -> LLMEngine:
-    cfg = dict(model="tiny", max_model_len=256, num_kv_blocks=64, max_num_seqs=4, device=DEVICE, dtype="float32",
-               max_num_batched_tokens=24, attention_backend=attention, enforce_eager=True)
+    cfg = dict(
+        model="tiny",
+        max_model_len=256,
+        num_kv_blocks=64,
+        max_num_seqs=4,
+        device=DEVICE,
+        dtype="float32",
+        max_num_batched_tokens=24,
+        attention_backend=attention,
+        enforce_eager=True,
+    )
     cfg.update(kw)
     return LLMEngine(EngineConfig(**cfg))
 
@@ -55,8 +64,9 @@ def test_triton_backend_gives_the_sdpa_tokens():
 def test_padded_step_path_gives_the_eager_tokens():
     want = _run(_engine("triton"))
     engine = _engine("triton")
-    engine.runner.graphs = StepGraphs(engine.model, engine.kv_cache, engine.device, max_seqs=4, max_tokens=24,
-                                      max_model_len=256, capture=False)
+    engine.runner.graphs = StepGraphs(
+        engine.model, engine.kv_cache, engine.device, max_seqs=4, max_tokens=24, max_model_len=256, capture=False
+    )
     engine.runner.step_buffer = engine.runner.graphs.buffer
     assert _run(engine) == want
     assert engine.runner.graph_steps > 10  # every step went through the padded path

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from otlp_wire import export, native_request
 
-from budgetscope.opener import Archive
 from budgetscope.collector import Collector
+from budgetscope.opener import Archive
 
 pytest.importorskip("grpc")
 from test_collector import _clean_otlp_env  # noqa: E402,F401 - the fixture is used by name
@@ -51,8 +51,11 @@ def _fill(path) -> None:
 
 
 def _post(h: httpx.Client, port: int, spans: list[dict]) -> httpx.Response:
-    return h.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(export(spans)),
-                  headers={"Content-Type": "application/json"})
+    return h.post(
+        f"http://127.0.0.1:{port}/v1/traces",
+        content=json.dumps(export(spans)),
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def _batch() -> list[dict]:
@@ -139,8 +142,12 @@ def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_nex
 
     archive = small_disk / "prod"
     run = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
-    proc = subprocess.Popen([sys.executable, "-c", run, "--archive", str(archive), "--no-grpc", "--http-port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", run, "--archive", str(archive), "--no-grpc", "--http-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     acked: list[list[dict]] = []
     try:
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
@@ -169,9 +176,10 @@ def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_nex
     waiting, spans = spooled(archive)
     assert waiting >= 1 and spans == 20 * 6 * waiting
     assert proc.returncode == 0, err
-    assert (f"budgetscope collect: {waiting:,} acknowledged batches ({spans:,} spans) wait in {archive}/_writer/spool, "
-            "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them"
-            ) in err.splitlines()
+    assert (
+        f"budgetscope collect: {waiting:,} acknowledged batches ({spans:,} spans) wait in {archive}/_writer/spool, "
+        "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them"
+    ) in err.splitlines()
     want = {(s["traceId"], s["spanId"]) for spans in acked for s in spans}
     with Archive(archive, read_only=True) as r:
         seen = {tuple(x) for x in r.con.execute("SELECT trace_id, span_id FROM spans").fetchall()}
@@ -187,15 +195,23 @@ def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_nex
 def _trace_file(path, first: int, n: int = 150) -> None:
     from otlp_wire import jsonl
 
-    docs = [export([s for k in range(10) for s in native_request(arrival=1_700_000_000_000_000_000
-                                                                  + (first + i * 10 + k) * 10**9)[1]])
-            for i in range(n)]
+    docs = [
+        export(
+            [
+                s
+                for k in range(10)
+                for s in native_request(arrival=1_700_000_000_000_000_000 + (first + i * 10 + k) * 10**9)[1]
+            ]
+        )
+        for i in range(n)
+    ]
     path.write_text(jsonl(*docs))
 
 
 def _files(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-            and p.name != "lock"}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "lock"
+    }
 
 
 def _cli(*args: str):
@@ -218,14 +234,19 @@ def test_ingest_on_a_full_disk_is_one_line_exit_2_and_leaves_nothing_behind(smal
     os.truncate(filler, filler.stat().st_size - (48 << 10))  # room to begin writing segments, not to finish
 
     result = _cli("ingest", str(more), "-a", str(archive))
-    assert (result.exit_code, result.output) == (2, f"budgetscope: cannot write {archive}: No space left on "
-                                                    "device; the archive keeps its last commit, nothing half-written\n")
+    assert (result.exit_code, result.output) == (
+        2,
+        f"budgetscope: cannot write {archive}: No space left on "
+        "device; the archive keeps its last commit, nothing half-written\n",
+    )
     assert _files(archive) == before  # no _tmp file, no uncommitted segment, the last commit as it was
 
     for fresh in (small_disk / "fresh", small_disk / "fresh.duckdb"):  # a folder archive, a single file
         result = _cli("ingest", str(more), "-a", str(fresh))
-        assert (result.exit_code, result.output) == (2, f"budgetscope: cannot write {fresh}: No space left on "
-                                                        "device; nothing was created, nothing half-written\n")
+        assert (result.exit_code, result.output) == (
+            2,
+            f"budgetscope: cannot write {fresh}: No space left on device; nothing was created, nothing half-written\n",
+        )
         assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "prod"]  # no file, no .wal
 
 
@@ -252,8 +273,10 @@ def read_only(tmp_path):
 def test_ingest_and_expire_on_a_read_only_archive_are_one_line_exit_2(read_only):
     archive, traces = read_only
     before = _files(archive)
-    line = (f"budgetscope: cannot write {archive}: Read-only file system; the archive keeps its last commit, "
-            "nothing half-written\n")
+    line = (
+        f"budgetscope: cannot write {archive}: Read-only file system; the archive keeps its last commit, "
+        "nothing half-written\n"
+    )
     for args in (("ingest", str(traces), "-a", str(archive)), ("expire", "-a", str(archive), "--retention", "1h")):
         result = _cli(*args)
         assert (result.exit_code, result.output) == (2, line), args

@@ -26,8 +26,9 @@ from budgetscope.instrument import Instrumentation  # noqa: E402
 
 def _leave_after(url: str, request_id: str, num_lines: int) -> None:
     body = {"prompt": f"leaving {request_id}", "max_tokens": 300, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers={"x-request-id": request_id},
-                      timeout=30) as r:
+    with httpx.stream(
+        "POST", f"{url}/v1/completions", json=body, headers={"x-request-id": request_id}, timeout=30
+    ) as r:
         lines = r.iter_lines()
         for _ in range(num_lines):
             next(lines)
@@ -38,8 +39,10 @@ def _reset_after_sending(url: str, request_id: str) -> None:
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps({"prompt": "reset", "max_tokens": 300, "ignore_eos": True, "stream": True}).encode()
     s = socket.create_connection((host, int(port)))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"x-request-id: %s\r\nContent-Length: %d\r\n\r\n%s" % (request_id.encode(), len(body), body))
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"x-request-id: %s\r\nContent-Length: %d\r\n\r\n%s" % (request_id.encode(), len(body), body)
+    )
     s.recv(200)  # the headers (and perhaps a token): it is running or queued
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.close()
@@ -47,8 +50,9 @@ def _reset_after_sending(url: str, request_id: str) -> None:
 
 def _stay(url: str, request_id: str) -> None:
     body = {"prompt": f"staying {request_id}", "max_tokens": 12, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers={"x-request-id": request_id},
-                      timeout=60) as r:
+    with httpx.stream(
+        "POST", f"{url}/v1/completions", json=body, headers={"x-request-id": request_id}, timeout=60
+    ) as r:
         assert list(r.iter_lines())[-2] == "data: [DONE]"
 
 
@@ -56,23 +60,25 @@ def _stay(url: str, request_id: str) -> None:
 def test_clients_leaving_mid_stream_free_every_block_and_are_traced_cancelled():
     exporter = InMemorySpanExporter()
     tel = Telemetry(Instrumentation(service_name="budgetscope-engine", exporter=exporter))
-    config = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=96, max_num_seqs=4,
-                          max_num_batched_tokens=64)
+    config = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=96, max_num_seqs=4, max_num_batched_tokens=64)
     rng = random.Random(17)
     leaving = {f"leave-{i}": rng.choice([0, 0, 1, 2, 5, 20]) for i in range(14)}
     resetting = [f"reset-{i}" for i in range(4)]
     staying = [f"stay-{i}" for i in range(4)]
     with running_server(config, tel) as (url, engine):
-        threads = ([threading.Thread(target=_leave_after, args=(url, rid, n)) for rid, n in leaving.items()]
-                   + [threading.Thread(target=_reset_after_sending, args=(url, rid)) for rid in resetting]
-                   + [threading.Thread(target=_stay, args=(url, rid)) for rid in staying])
+        threads = (
+            [threading.Thread(target=_leave_after, args=(url, rid, n)) for rid, n in leaving.items()]
+            + [threading.Thread(target=_reset_after_sending, args=(url, rid)) for rid in resetting]
+            + [threading.Thread(target=_stay, args=(url, rid)) for rid in staying]
+        )
         rng.shuffle(threads)
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
-        assert wait_for(lambda: engine.block_manager.num_used_blocks == 0 and not engine.scheduler.has_work,
-                        timeout_s=20), (engine.block_manager.num_used_blocks, engine.scheduler.num_running)
+        assert wait_for(
+            lambda: engine.block_manager.num_used_blocks == 0 and not engine.scheduler.has_work, timeout_s=20
+        ), (engine.block_manager.num_used_blocks, engine.scheduler.num_running)
         assert wait_for(lambda: sum(engine.metrics.outcomes.values()) == len(threads), timeout_s=10)
         tel.flush()
     spans = exporter.get_finished_spans()

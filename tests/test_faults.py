@@ -16,8 +16,8 @@ import pytest
 from otlp_wire import export, jsonl, native_request
 
 from budgetscope.archive import manifest as mf
-from budgetscope.opener import Archive
 from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 # `ingest` commits every DERIVE_EVERY_SPANS spans of a file (2M by default), checked at each part it reads
@@ -39,8 +39,12 @@ CONTENT = """SELECT (SELECT count(*) FROM spans), (SELECT count(DISTINCT (trace_
 
 
 def _ingest(path, archive) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", RUN_INGEST, "ingest", str(path), "-a", str(archive)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", RUN_INGEST, "ingest", str(path), "-a", str(archive)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _content(archive) -> tuple:
@@ -89,8 +93,10 @@ def _small_commits(archive, n: int) -> None:
     """n separate `ingest` commits of requests in one cold hour (2026-01-01), compaction off: n small segments a
     table."""
     for i in range(n):
-        docs = [export(native_request(arrival=1_767_225_600_000_000_000 + (i * 50 + k) * 10**9, client=(1, 1))[1])
-                for k in range(50)]
+        docs = [
+            export(native_request(arrival=1_767_225_600_000_000_000 + (i * 50 + k) * 10**9, client=(1, 1))[1])
+            for k in range(50)
+        ]
         p = archive.parent / f"part-{i}.jsonl"
         p.write_text(jsonl(*docs))
         with Archive(archive, compact=False) as a:

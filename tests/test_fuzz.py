@@ -19,8 +19,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fuzz"))
 
 # seconds of fuzzing a target; each process adds about a second of start-up
-SECONDS = {"otlpjson": 8, "otlpproto": 7, "otlpjson_diff": 6, "otlpproto_diff": 5, "otlp_metrics": 4, "budgets": 3,
-           "prometheus": 4, "query": 5}
+SECONDS = {
+    "otlpjson": 8,
+    "otlpproto": 7,
+    "otlpjson_diff": 6,
+    "otlpproto_diff": 5,
+    "otlp_metrics": 4,
+    "budgets": 3,
+    "prometheus": 4,
+    "query": 5,
+}
 # a query opens the archive (25 a second); a valid JSON batch meets DuckDB under ASan (10 a second: the seeds)
 MIN_RUNS = {"query": 20, "otlpjson_diff": 30}
 
@@ -63,9 +71,22 @@ def test_short_fuzz_run(target, tmp_path, atheris_installed, request):
     # that CI fails on a regression, not on the day's luck; `make fuzz` draws new seeds and finds the new bugs
     scratch = tmp_path / "tmp"  # the run's TMPDIR: its scratch files must be gone when it ends
     scratch.mkdir()
-    r = subprocess.run([sys.executable, str(ROOT / "fuzz/run.py"), target, "--seconds", str(SECONDS[target]),
-                        "--corpus", str(tmp_path / "corpus"), f"-seed={SEED}"], capture_output=True, text=True,
-                       timeout=SECONDS[target] + 60, env={**os.environ, "TMPDIR": str(scratch)})
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "fuzz/run.py"),
+            target,
+            "--seconds",
+            str(SECONDS[target]),
+            "--corpus",
+            str(tmp_path / "corpus"),
+            f"-seed={SEED}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS[target] + 60,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, f"{target}: a finding (the input is under build/fuzz/crashes/{target}/):\n{out[-6000:]}"
     runs = int(re.search(r"stat::number_of_executed_units: (\d+)", out).group(1))

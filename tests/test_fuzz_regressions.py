@@ -41,12 +41,17 @@ def test_saved_inputs_replay_clean_under_asan_and_ubsan():
         pytest.skip(reason)
     for target in sorted(targets.SANITIZED):
         dirs = [str(ROOT / d / target) for d in ("fuzz/regressions", "fuzz/corpus") if (ROOT / d / target).is_dir()]
-        r = subprocess.run([sys.executable, str(ROOT / "fuzz/run.py"), target, "--replay", *dirs],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "fuzz/run.py"), target, "--replay", *dirs],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0 and " 0 failed" in r.stdout, f"{target}:\n{(r.stdout + r.stderr)[-6000:]}"
 
 
 # -- the findings, each as a plain test as well ----------------------------------------------------------------
+
 
 def test_buf_put_of_nothing_into_an_empty_buffer_is_defined():
     """UBSan: `memcpy(NULL, src, 0)` in buf_put, when the first escaped string of a process began with its
@@ -77,9 +82,13 @@ def test_an_attribute_value_of_an_unknown_kind_is_skipped_by_every_path():
     the reference decoder rejected the batch (KeyError), so the same span landed or not by which path took it."""
     from budgetscope.ingest import otlp_json
 
-    a = attrs({"k": "v"}) + [{"key": "future", "value": {"futureValue": 1}},
-                             {"key": "later", "value": {"futureValue": 1, "intValue": "3"}}]
-    batch = otlp_json.decode(export([span(trace_id(), span_id(), "op", T0, T0 + MS, attributes=None) | {"attributes": a}]))
+    a = attrs({"k": "v"}) + [
+        {"key": "future", "value": {"futureValue": 1}},
+        {"key": "later", "value": {"futureValue": 1, "intValue": "3"}},
+    ]
+    batch = otlp_json.decode(
+        export([span(trace_id(), span_id(), "op", T0, T0 + MS, attributes=None) | {"attributes": a}])
+    )
     assert batch.attributes == [b'{"k":"v","future":null,"later":3}']
     raw = (ROOT / "fuzz/regressions/otlpjson_diff/diff-unknown-value-kind.json").read_bytes()
     targets.otlpjson_diff(raw)
@@ -103,12 +112,15 @@ def test_prometheus_lines_end_at_newline_only():
     targets.prometheus((ROOT / "fuzz/regressions/prometheus/vertical-tab-is-not-a-line-break.txt").read_bytes())
 
 
-@pytest.mark.parametrize("point, error", [
-    ({"timeUnixNano": str(1 << 63)}, "invalid timeUnixNano"),
-    ({"attributes": attrs({"gpu.uuid": "GPU-1", "gpu.index": 1 << 40})}, "gpu.index 1099511627776 is out of range"),
-    ({"attributes": attrs({"gpu.uuid": 3})}, "gpu.uuid .or hw.id. 3 is not a string"),
-    ({"attributes": attrs({"gpu.uuid": "GPU-1", "host.name": 7})}, "host.name 7 is not a string"),
-])
+@pytest.mark.parametrize(
+    "point, error",
+    [
+        ({"timeUnixNano": str(1 << 63)}, "invalid timeUnixNano"),
+        ({"attributes": attrs({"gpu.uuid": "GPU-1", "gpu.index": 1 << 40})}, "gpu.index 1099511627776 is out of range"),
+        ({"attributes": attrs({"gpu.uuid": 3})}, "gpu.uuid .or hw.id. 3 is not a string"),
+        ({"attributes": attrs({"gpu.uuid": "GPU-1", "host.name": 7})}, "host.name 7 is not a string"),
+    ],
+)
 def test_metrics_points_past_the_tables_types_are_a_bad_batch(point, error):
     """A time past int64 or a GPU index past int32 raised pyarrow's OverflowError while landing, and a GPU id or
     host given as an intValue its ArrowTypeError, failing the whole ingest (or collector group) instead of
@@ -117,8 +129,11 @@ def test_metrics_points_past_the_tables_types_are_a_bad_batch(point, error):
     from budgetscope.ingest.spanbatch import BadBatch
 
     dp = {"timeUnixNano": str(T0), "asDouble": 0.5, "attributes": attrs({"gpu.uuid": "GPU-1"})} | point
-    doc = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "hw.gpu.utilization",
-                                                                "gauge": {"dataPoints": [dp]}}]}]}]}
+    doc = {
+        "resourceMetrics": [
+            {"scopeMetrics": [{"metrics": [{"name": "hw.gpu.utilization", "gauge": {"dataPoints": [dp]}}]}]}
+        ]
+    }
     import json
 
     with pytest.raises(BadBatch, match=error):

@@ -7,11 +7,11 @@ import types
 import orjson
 import pytest
 
-from budgetscope.analysis.gpu import NO_DRAM_BANDWIDTH, NO_GPU_SAMPLES, classify, interval_figures, window_figures
+from budgetscope.analysis.gpu import NO_DRAM_BANDWIDTH, NO_GPU_SAMPLES, classify, window_figures
 from budgetscope.archive.spool import RawBatch
-from budgetscope.opener import Archive
 from budgetscope.instrument import gpu
 from budgetscope.instrument.gpu import GpuSampler, Point, otlp_json, peak_bandwidth_bytes_per_s, power_watts
+from budgetscope.opener import Archive
 
 UUID = "GPU-00000000-1111-2222-3333-444444444444"
 
@@ -26,10 +26,22 @@ class NVMLError(Exception):
 def fake_pynvml(*, count=1, mig=False, gpm=True, init_error=None, energy_mj=None, util_error=False):
     """A module object standing in for pynvml: an 'H100' (2619 MHz × 5120 bit) unless told otherwise."""
     nv = types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_SUCCESS=0, NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_DRIVER_NOT_LOADED=9,
-        NVML_ERROR_LIBRARY_NOT_FOUND=12, NVML_ERROR_NO_PERMISSION=4, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2,
-        NVML_DEVICE_MIG_ENABLE=1, nvmlMemory_v2=0x02000028, NVML_GPM_METRICS_GET_VERSION=1,
-        NVML_GPM_METRIC_DRAM_BW_UTIL=10, NVML_GPM_METRIC_SM_OCCUPANCY=3, freed=[], shutdown=[])
+        NVMLError=NVMLError,
+        NVML_SUCCESS=0,
+        NVML_ERROR_NOT_SUPPORTED=3,
+        NVML_ERROR_DRIVER_NOT_LOADED=9,
+        NVML_ERROR_LIBRARY_NOT_FOUND=12,
+        NVML_ERROR_NO_PERMISSION=4,
+        NVML_CLOCK_SM=1,
+        NVML_CLOCK_MEM=2,
+        NVML_DEVICE_MIG_ENABLE=1,
+        nvmlMemory_v2=0x02000028,
+        NVML_GPM_METRICS_GET_VERSION=1,
+        NVML_GPM_METRIC_DRAM_BW_UTIL=10,
+        NVML_GPM_METRIC_SM_OCCUPANCY=3,
+        freed=[],
+        shutdown=[],
+    )
     energy = iter(energy_mj or range(0, 10**9, 50_000))
 
     def init():
@@ -50,11 +62,16 @@ def fake_pynvml(*, count=1, mig=False, gpm=True, init_error=None, energy_mj=None
         return mg
 
     def metrics_struct():
-        return types.SimpleNamespace(metrics=[types.SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(2)])
+        return types.SimpleNamespace(
+            metrics=[types.SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(2)]
+        )
 
     nv.__dict__.update(
-        nvmlInit=init, nvmlShutdown=lambda: nv.shutdown.append(1), nvmlDeviceGetCount=lambda: count,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetUUID=lambda h: UUID[:-1] + str(h),
+        nvmlInit=init,
+        nvmlShutdown=lambda: nv.shutdown.append(1),
+        nvmlDeviceGetCount=lambda: count,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUUID=lambda h: UUID[:-1] + str(h),
         nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
         nvmlDeviceGetMigMode=lambda h: [1 if mig else 0, 0],
         nvmlDeviceGetMaxClockInfo=lambda h, t: 2619 if t == 2 else 1980,
@@ -63,11 +80,15 @@ def fake_pynvml(*, count=1, mig=False, gpm=True, init_error=None, energy_mj=None
         nvmlDeviceGetMemoryInfo=lambda h, version=None: types.SimpleNamespace(used=60 << 30, total=80 << 30),
         nvmlDeviceGetUtilizationRates=util,
         nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy),
-        nvmlGpmQueryDeviceSupport=(lambda h: types.SimpleNamespace(isSupportedDevice=1)) if gpm else
-        (lambda h: types.SimpleNamespace(isSupportedDevice=0)),
-        nvmlGpmSampleAlloc=lambda: object(), nvmlGpmSampleGet=lambda h, s: s,
-        nvmlGpmSampleFree=lambda s: nv.freed.append(s), nvmlGpmMetricsGet=metrics_get,
-        c_nvmlGpmMetricsGet_t=metrics_struct)
+        nvmlGpmQueryDeviceSupport=(lambda h: types.SimpleNamespace(isSupportedDevice=1))
+        if gpm
+        else (lambda h: types.SimpleNamespace(isSupportedDevice=0)),
+        nvmlGpmSampleAlloc=lambda: object(),
+        nvmlGpmSampleGet=lambda h, s: s,
+        nvmlGpmSampleFree=lambda s: nv.freed.append(s),
+        nvmlGpmMetricsGet=metrics_get,
+        c_nvmlGpmMetricsGet_t=metrics_struct,
+    )
     if mig:
         nv.nvmlDeviceGetUtilizationRates = not_supported
     return nv
@@ -152,15 +173,18 @@ def test_no_driver_is_one_line(err, why):
 
 def test_no_gpu_is_one_line():
     s = GpuSampler(sink=ListSink(), nvml=fake_pynvml(count=0))
-    assert not s.start() and s.unavailable == ("GPU sampling unavailable: NVML started but found no GPU; "
-                                               "no GPU figures are recorded")
+    assert not s.start() and s.unavailable == (
+        "GPU sampling unavailable: NVML started but found no GPU; no GPU figures are recorded"
+    )
 
 
 def test_real_pynvml_on_this_machine_gives_the_one_line(runner_real_nvml_absent):
     s = GpuSampler(sink=ListSink())
     assert s.open() is False
-    assert s.unavailable == ("GPU sampling unavailable: NVML cannot start (the NVML library (libnvidia-ml.so) is not "
-                             "found: no NVIDIA driver on this machine); no GPU figures are recorded")
+    assert s.unavailable == (
+        "GPU sampling unavailable: NVML cannot start (the NVML library (libnvidia-ml.so) is not "
+        "found: no NVIDIA driver on this machine); no GPU figures are recorded"
+    )
 
 
 @pytest.fixture
@@ -224,11 +248,15 @@ def test_metrics_json_and_proto_land_once_in_gpu_samples(tmp_path):
         assert r.batches_already_ingested == 1
         r = a.ingest([RawBatch(_proto(doc), "otlp-metrics-proto", "g", "document")])  # same points, new bytes
         assert r.batches_landed == 1 and r.gpu_points == 6 and r.gpu_points_inserted == 0
-        rows = a.con.execute("SELECT ts_ns, host_name, gpu_uuid, gpu_index, metric, value, unit FROM gpu_samples "
-                             "ORDER BY metric, ts_ns LIMIT 1").fetchall()
+        rows = a.con.execute(
+            "SELECT ts_ns, host_name, gpu_uuid, gpu_index, metric, value, unit FROM gpu_samples "
+            "ORDER BY metric, ts_ns LIMIT 1"
+        ).fetchall()
         assert rows == [(1_700_000_000_000_000_000, "node-1", UUID, 0, gpu.DRAM_BANDWIDTH, 0.5, "1")]
         assert a.con.execute("SELECT format, span_count FROM ingest_batches ORDER BY batch_id").fetchall() == [
-            ("otlp-metrics-json", 0), ("otlp-metrics-proto", 0)]
+            ("otlp-metrics-json", 0),
+            ("otlp-metrics-proto", 0),
+        ]
 
 
 def test_bad_metrics_batch_lands_not_at_all(tmp_path):
@@ -236,13 +264,18 @@ def test_bad_metrics_batch_lands_not_at_all(tmp_path):
     bad = orjson.loads(orjson.dumps(good))
     bad["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["gauge"]["dataPoints"][2].pop("timeUnixNano")
     with Archive(tmp_path / "a.duckdb") as a:
-        r = a.ingest([RawBatch(orjson.dumps(bad), "otlp-metrics-json", "f", "line 1"),
-                      RawBatch(b'{"hello": 1}', "otlp-metrics-json", "f", "line 2"),
-                      RawBatch(b"\xff\xff not proto", "otlp-metrics-proto", "f", "line 3")])
+        r = a.ingest(
+            [
+                RawBatch(orjson.dumps(bad), "otlp-metrics-json", "f", "line 1"),
+                RawBatch(b'{"hello": 1}', "otlp-metrics-json", "f", "line 2"),
+                RawBatch(b"\xff\xff not proto", "otlp-metrics-proto", "f", "line 3"),
+            ]
+        )
         assert [str(x) for x in r.rejected] == [
             "f: line 1: metric 'hw.gpu.memory.usage' point 2: no timeUnixNano",
             "f: line 2: not an OTLP metrics export: no 'resourceMetrics' list (found keys ['hello'])",
-            r.rejected[2].__str__()]
+            r.rejected[2].__str__(),
+        ]
         assert r.rejected[2].error.startswith("not an OTLP protobuf metrics export")
         assert a.counts()["gpu_samples"] == 0 and a.counts()["ingest_batches"] == 0
 
@@ -263,7 +296,9 @@ def test_ingest_cli_detects_metrics_files(tmp_path):
     assert r.exit_code == 0, r.output
     with Archive(tmp_path / "a.duckdb", read_only=True) as a:
         assert a.con.execute("SELECT metric, count(*) FROM gpu_samples GROUP BY 1 ORDER BY 1").fetchall() == [
-            (gpu.HBM_USED, 6), (gpu.POWER, 3)]
+            (gpu.HBM_USED, 6),
+            (gpu.POWER, 3),
+        ]
 
 
 def test_collector_metrics_endpoint(tmp_path):
@@ -273,11 +308,19 @@ def test_collector_metrics_endpoint(tmp_path):
 
     doc = otlp_json(_points(**{gpu.HBM_USED: 1e9}), "node-1")
     with Collector(tmp_path / "a.duckdb", grpc_port=0, http_port=0, metrics=True) as c:
-        r = httpx.post(f"http://127.0.0.1:{c.http_port}/v1/metrics", content=orjson.dumps(doc),
-                       headers={"Content-Type": "application/json"}, timeout=30)
+        r = httpx.post(
+            f"http://127.0.0.1:{c.http_port}/v1/metrics",
+            content=orjson.dumps(doc),
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
         assert r.status_code == 200
-        r = httpx.post(f"http://127.0.0.1:{c.http_port}/v1/metrics", content=b'{"resourceSpans": []}',
-                       headers={"Content-Type": "application/json"}, timeout=30)
+        r = httpx.post(
+            f"http://127.0.0.1:{c.http_port}/v1/metrics",
+            content=b'{"resourceSpans": []}',
+            headers={"Content-Type": "application/json"},
+            timeout=30,
+        )
         assert r.status_code == 400
         import grpc
 
@@ -298,10 +341,14 @@ def _archive_with(tmp_path, values_by_ts):
 
 def test_window_join_averages_only_samples_inside(tmp_path):
     s = 1_700_000_000_000_000_000
-    a = _archive_with(tmp_path, {
-        s: {gpu.DRAM_BANDWIDTH: 0.9, gpu.HBM_USED: 76e9, gpu.HBM_LIMIT: 80e9, gpu.PEAK_BANDWIDTH: 3e12},
-        s + 100: {gpu.DRAM_BANDWIDTH: 0.7, gpu.HBM_USED: 70e9, gpu.HBM_LIMIT: 80e9, gpu.PEAK_BANDWIDTH: 3e12},
-        s + 10_000: {gpu.DRAM_BANDWIDTH: 0.1, gpu.HBM_USED: 10e9, gpu.HBM_LIMIT: 80e9, gpu.PEAK_BANDWIDTH: 3e12}})
+    a = _archive_with(
+        tmp_path,
+        {
+            s: {gpu.DRAM_BANDWIDTH: 0.9, gpu.HBM_USED: 76e9, gpu.HBM_LIMIT: 80e9, gpu.PEAK_BANDWIDTH: 3e12},
+            s + 100: {gpu.DRAM_BANDWIDTH: 0.7, gpu.HBM_USED: 70e9, gpu.HBM_LIMIT: 80e9, gpu.PEAK_BANDWIDTH: 3e12},
+            s + 10_000: {gpu.DRAM_BANDWIDTH: 0.1, gpu.HBM_USED: 10e9, gpu.HBM_LIMIT: 80e9, gpu.PEAK_BANDWIDTH: 3e12},
+        },
+    )
     with a:
         f = window_figures(a.con, s, s + 200)
         assert f["dram_bandwidth"] == pytest.approx(0.8) and f["dram_bandwidth_bytes_per_s"] == pytest.approx(2.4e12)
@@ -311,8 +358,14 @@ def test_window_join_averages_only_samples_inside(tmp_path):
 
 
 def _fig(**kw):
-    base = {"samples": 10, "dram_bandwidth": None, "hbm_used_max": 0.5, "engine_steps": 0, "preempted": None,
-            "kv_used_max": None}
+    base = {
+        "samples": 10,
+        "dram_bandwidth": None,
+        "hbm_used_max": 0.5,
+        "engine_steps": 0,
+        "preempted": None,
+        "kv_used_max": None,
+    }
     return {**base, **kw}
 
 
@@ -322,7 +375,9 @@ def test_classification_rules():
     assert classify(_fig(dram_bandwidth=0.30, engine_steps=5, preempted=2)) == ("kv_pressure", None)
     assert classify(_fig(dram_bandwidth=0.30, engine_steps=5, preempted=0, kv_used_max=0.97)) == ("kv_pressure", None)
     assert classify(_fig(dram_bandwidth=0.30, engine_steps=5, preempted=0, kv_used_max=0.5, hbm_used_max=0.99)) == (
-        "neither", None)  # engine steps say the pool had room: a full HBM is the engine's reservation
+        "neither",
+        None,
+    )  # engine steps say the pool had room: a full HBM is the engine's reservation
     assert classify(_fig()) == ("unknown", NO_DRAM_BANDWIDTH)
     assert classify(_fig(samples=0))[0] == "unknown"
 
@@ -339,10 +394,15 @@ def decode_tail_archive(path, with_gpu: bool) -> Archive:
     a = Archive(path)
     a.ingest(read_batches(traces))
     if with_gpu:
-        rows = a.con.execute("SELECT first_token_ns + CAST(decode_ms * 5e5 AS BIGINT), decode_ms > "
-                             "(SELECT median(decode_ms) FROM requests) + 450 FROM requests").fetchall()
-        pts = [Point(ts, m, v, UUID, 0) for ts, slow in rows for m, v in
-               ((gpu.DRAM_BANDWIDTH, 0.9 if slow else 0.3), (gpu.HBM_USED, 40e9), (gpu.HBM_LIMIT, 80e9))]
+        rows = a.con.execute(
+            "SELECT first_token_ns + CAST(decode_ms * 5e5 AS BIGINT), decode_ms > "
+            "(SELECT median(decode_ms) FROM requests) + 450 FROM requests"
+        ).fetchall()
+        pts = [
+            Point(ts, m, v, UUID, 0)
+            for ts, slow in rows
+            for m, v in ((gpu.DRAM_BANDWIDTH, 0.9 if slow else 0.3), (gpu.HBM_USED, 40e9), (gpu.HBM_LIMIT, 80e9))
+        ]
         a.ingest([RawBatch(orjson.dumps(otlp_json(pts, "node-1")), "otlp-metrics-json", "t", "doc")])
     return a
 
@@ -358,7 +418,9 @@ def test_report_says_unknown_without_samples_and_classifies_with_them(tmp_path):
         t = build_report(a.con)["tiers"][0]
         g = t["gpu"]
         assert g["decode_dominated"] and g["classification"] == "bandwidth_bound", g
-        assert g["tail"]["dram_bandwidth"] >= 0.7 > 0.4 > g["body"]["dram_bandwidth"]  # Poisson arrivals overlap a little
+        assert (
+            g["tail"]["dram_bandwidth"] >= 0.7 > 0.4 > g["body"]["dram_bandwidth"]
+        )  # Poisson arrivals overlap a little
         assert g["tail"]["hbm_used_max"] == pytest.approx(0.5) and g["tail"]["engine_steps"] == 0
         assert "its decode is bandwidth-bound" in t["verdict"]
 

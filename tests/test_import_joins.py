@@ -51,11 +51,15 @@ def test_aiperf_records_join_their_server_rows_by_x_request_id(tmp_path, ingest_
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive)])
     assert r.exit_code == 0, r.output
     assert "3 records joined to their server spans by request id" in r.stdout
-    got = rows(archive, """SELECT request_id, source, has_client_span, network_ms, client_e2e_ms FROM requests
-        ORDER BY arrival_ns""")
+    got = rows(
+        archive,
+        """SELECT request_id, source, has_client_span, network_ms, client_e2e_ms FROM requests
+        ORDER BY arrival_ns""",
+    )
     # one row a request: three joined (network = 2 ms up + 3 ms down), the unmatched id a client-only row
     assert got == [(f"req-{i}", "native", True, pytest.approx(5.0), pytest.approx(470.0)) for i in range(3)] + [
-        (got[3][0], "client", True, None, pytest.approx(470.0))]
+        (got[3][0], "client", True, None, pytest.approx(470.0))
+    ]
     # the same file again lands nothing new
     again = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive), "--format", "json"])
     assert again.exit_code == 0 and json.loads(again.stdout)["files"][0]["spans_inserted"] == 0
@@ -65,18 +69,24 @@ def test_aiperf_records_join_their_server_rows_by_x_request_id(tmp_path, ingest_
 def test_guidellm_requests_join_their_server_rows_by_response_id(tmp_path, archive_path, ingest_text):
     # GuideLLM's times are wall-clock seconds; the server rows arrive 2 ms after its request_start
     t = [1_800_000_000.0 + i for i in range(2)]
-    _server(ingest_text, archive_path, [(f"cmpl-{i}", int(round((ti + 0.002) * 1e9)) + 2 * MS)
-                                        for i, ti in enumerate(t)])
-    report = {"metadata": {"version": 2, "guidellm_version": "0.8.1"}, "config": {},
-              "benchmarks": [_benchmark(0, "constant", [_request(i, ti, end=0.471) for i, ti in enumerate(t)])]}
+    _server(
+        ingest_text, archive_path, [(f"cmpl-{i}", int(round((ti + 0.002) * 1e9)) + 2 * MS) for i, ti in enumerate(t)]
+    )
+    report = {
+        "metadata": {"version": 2, "guidellm_version": "0.8.1"},
+        "config": {},
+        "benchmarks": [_benchmark(0, "constant", [_request(i, ti, end=0.471) for i, ti in enumerate(t)])],
+    }
     f = tmp_path / "benchmarks.json"
     f.write_text(json.dumps(report))
     r = CliRunner().invoke(main, ["import", "--from", "guidellm", str(f), "-a", str(archive_path)])
     assert r.exit_code == 0, r.output
     got = rows(archive_path, "SELECT request_id, source, network_ms FROM requests ORDER BY arrival_ns")
     # request_start = t + 2 ms, server arrival 2 ms later, server end at +469 ms, client end at +471 ms
-    assert got == [("cmpl-0", "native", pytest.approx(4.0, abs=1e-3)),
-                   ("cmpl-1", "native", pytest.approx(4.0, abs=1e-3))]
+    assert got == [
+        ("cmpl-0", "native", pytest.approx(4.0, abs=1e-3)),
+        ("cmpl-1", "native", pytest.approx(4.0, abs=1e-3)),
+    ]
 
 
 def test_an_id_held_by_two_server_rows_is_not_joined(tmp_path, archive_path, ingest_text):
@@ -88,7 +98,9 @@ def test_an_id_held_by_two_server_rows_is_not_joined(tmp_path, archive_path, ing
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)])
     assert r.exit_code == 0 and "0 records joined" in r.stdout
     assert rows(archive_path, "SELECT source, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [
-        ("client", 1), ("native", 2)]
+        ("client", 1),
+        ("native", 2),
+    ]
 
 
 def test_a_budget_matches_one_tools_rows_by_source_and_service_name(tmp_path, archive_path, ingest_text):
@@ -97,10 +109,13 @@ def test_a_budget_matches_one_tools_rows_by_source_and_service_name(tmp_path, ar
     f.write_text("".join(json.dumps(_aiperf_record(i, T0 + i * 1_000 * MS)) + "\n" for i in range(3)))
     assert CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)]).exit_code == 0
     assert rows(archive_path, "SELECT source, service_name, count(*) FROM requests GROUP BY ALL ORDER BY 1") == [
-        ("client", "aiperf", 2), ("native", "engine", 1)]
+        ("client", "aiperf", 2),
+        ("native", "engine", 1),
+    ]
     budgets = tmp_path / "b.toml"
-    budgets.write_text('[tiers.aiperf]\nmatch = { tier = "default", source = "client", service_name = "aiperf" }\n'
-                       "ttft_ms = 1000\n")
+    budgets.write_text(
+        '[tiers.aiperf]\nmatch = { tier = "default", source = "client", service_name = "aiperf" }\nttft_ms = 1000\n'
+    )
     r = CliRunner().invoke(main, ["report", "-a", str(archive_path), "-b", str(budgets), "--format", "json"])
     assert r.exit_code == 0, r.output
     (tier,) = json.loads(r.stdout)["tiers"]
@@ -113,11 +128,17 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tools"
 
 def _unpacked(tmp_path) -> dict[str, Path]:
     """The recorded run (tests/fixtures/tools/README.md) as the tools and the engine wrote it."""
-    out = {"spans": tmp_path / "spans.jsonl", "aiperf": tmp_path / "aiperf" / "profile_export.jsonl",
-           "guidellm": tmp_path / "benchmarks.json"}
+    out = {
+        "spans": tmp_path / "spans.jsonl",
+        "aiperf": tmp_path / "aiperf" / "profile_export.jsonl",
+        "guidellm": tmp_path / "benchmarks.json",
+    }
     out["aiperf"].parent.mkdir()
-    for key, name in (("spans", "engine-spans.jsonl.gz"), ("aiperf", "aiperf-profile_export.jsonl.gz"),
-                      ("guidellm", "guidellm-benchmarks.json.gz")):
+    for key, name in (
+        ("spans", "engine-spans.jsonl.gz"),
+        ("aiperf", "aiperf-profile_export.jsonl.gz"),
+        ("guidellm", "guidellm-benchmarks.json.gz"),
+    ):
         out[key].write_bytes(gzip.decompress((FIXTURES / name).read_bytes()))
     shutil.copy(FIXTURES / "aiperf-profile_export_aiperf.json", out["aiperf"].parent / "profile_export_aiperf.json")
     return out
@@ -134,27 +155,40 @@ def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft
     # the report says which TTFT it uses: both tools' (their first non-empty chunk)
     tier = json.loads(cli.invoke(main, ["report", "-a", str(archive_path), "--format", "json"]).stdout)["tiers"][0]
     assert (tier["requests"], tier["figures"], tier["client_ttft_definitions"]) == (
-        80, "client", {"first non-empty chunk": 80})
-    assert "client-side figures; client TTFT to the first non-empty chunk" in cli.invoke(
-        main, ["report", "-a", str(archive_path)]).stdout
+        80,
+        "client",
+        {"first non-empty chunk": 80},
+    )
+    assert (
+        "client-side figures; client TTFT to the first non-empty chunk"
+        in cli.invoke(main, ["report", "-a", str(archive_path)]).stdout
+    )
     assert rows(archive_path, "SELECT count(*), count(network_ms), min(network_ms) > 0 FROM requests") == [
-        (served, 80, True)]  # 80 requests sent by the tools: one row each, network derived
+        (served, 80, True)
+    ]  # 80 requests sent by the tools: one row each, network derived
     by_tool = {}
-    for tool, ttft, model, out, cached, net in rows(archive_path, """SELECT c.service_name, r.client_ttft_ms,
+    for tool, ttft, model, out, cached, net in rows(
+        archive_path,
+        """SELECT c.service_name, r.client_ttft_ms,
             r.model, r.output_tokens, r.cached_tokens, r.ttft_network_ms
-            FROM requests r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id"""):
+            FROM requests r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id""",
+    ):
         by_tool.setdefault(tool, []).append((ttft, model, out, cached, net))
     aiperf = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["time_to_first_token"]
     ttfts = sorted(t[0] for t in by_tool["aiperf"])
     # AIPerf's percentiles interpolate (numpy's default)
     assert (quantile_linear(ttfts, 0.5), quantile_linear(ttfts, 0.99)) == (
-        pytest.approx(aiperf["p50"], abs=1e-3), pytest.approx(aiperf["p99"], abs=1e-3))
+        pytest.approx(aiperf["p50"], abs=1e-3),
+        pytest.approx(aiperf["p99"], abs=1e-3),
+    )
     report = json.loads(files["guidellm"].read_text())
     gl = report["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]
     ttfts = sorted(t[0] for t in by_tool["guidellm"])
     # GuideLLM's are nearest rank, never interpolated
     assert (quantile_nearest_rank(ttfts, 0.5), quantile_nearest_rank(ttfts, 0.99)) == (
-        pytest.approx(gl["p50"], abs=1e-3), pytest.approx(gl["p99"], abs=1e-3))
+        pytest.approx(gl["p50"], abs=1e-3),
+        pytest.approx(gl["p99"], abs=1e-3),
+    )
     assert quantile_linear(ttfts, 0.99) != pytest.approx(gl["p99"], abs=1e-3)
     # the server's counts, not AIPerf's tokenizer (which counted 39-76 for 64 tokens)
     assert {t[1:4] for t in by_tool["aiperf"]} == {("tiny", 64, 0)}
@@ -171,8 +205,9 @@ def test_the_report_says_load_ttft_is_the_first_token_event_and_a_mix_is_mixed(t
 
     spans = []
     for i in range(2):  # requests as `load` sends them: a client span, the server root its child
-        spans += native_request(arrival=T0 + i * 1_000 * MS, client=(1.0, 1.0),
-                                extra_root={"gen_ai.response.id": f"load-{i}"})[1]
+        spans += native_request(
+            arrival=T0 + i * 1_000 * MS, client=(1.0, 1.0), extra_root={"gen_ai.response.id": f"load-{i}"}
+        )[1]
     ingest_text(archive_path, jsonl(export(spans)))
     assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {"first token event": 2}
     _server(ingest_text, archive_path, [("req-0", T0 + 5_000 * MS)])
@@ -180,15 +215,20 @@ def test_the_report_says_load_ttft_is_the_first_token_event_and_a_mix_is_mixed(t
     f.write_text(json.dumps(_aiperf_record(0, T0 + 5_000 * MS)) + "\n")
     assert CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)]).exit_code == 0
     assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {
-        "first non-empty chunk": 1, "first token event": 2}
+        "first non-empty chunk": 1,
+        "first token event": 2,
+    }
     assert "client TTFT mixed: 1 to the first non-empty chunk, 2 to the first token event" in report("table")
 
 
 # -- AIPerf's raw export: the first-event time ----------------------------------------------------------------
 def _raw_run(tmp_path) -> dict[str, Path]:
     """The second recorded run (tests/fixtures/tools/README.md): AIPerf with `--export-level raw`."""
-    out = {"spans": tmp_path / "spans.jsonl", "aiperf": tmp_path / "aiperf" / "profile_export.jsonl",
-           "raw": tmp_path / "aiperf" / "profile_export_raw.jsonl"}
+    out = {
+        "spans": tmp_path / "spans.jsonl",
+        "aiperf": tmp_path / "aiperf" / "profile_export.jsonl",
+        "raw": tmp_path / "aiperf" / "profile_export_raw.jsonl",
+    }
     out["aiperf"].parent.mkdir()
     for key in out:
         name = "aiperf-raw-" + ("engine-spans.jsonl" if key == "spans" else out[key].name) + ".gz"
@@ -202,19 +242,26 @@ def test_aiperf_raw_export_beside_the_records_gives_the_ttft_network_share(tmp_p
     assert cli.invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
     r = cli.invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)])
     assert r.exit_code == 0 and "40 records joined" in r.stdout, r.output
-    got = {rid: (ttft, net) for rid, ttft, net in rows(
-        archive_path, "SELECT request_id, ttft_ms, ttft_network_ms FROM requests")}
+    got = {
+        rid: (ttft, net)
+        for rid, ttft, net in rows(archive_path, "SELECT request_id, ttft_ms, ttft_network_ms FROM requests")
+    }
     assert len(got) == 40 and all(net is not None and net > 0 for _, net in got.values())
     # by hand from the raw file: first response perf_ns − start_perf_ns, minus the server's TTFT
     # 6959816039788 − 6959749108027 ns = 66.931761 ms; 6959864451233 − 6959757488941 ns = 106.962292 ms
-    for rid, first_event_ms in (("18e7beca-6422-48c5-ad85-83b8a56d8980", 66.931761),
-                                ("45ab22a0-2f3e-4a4d-9ed8-eecc0a20ff42", 106.962292)):
+    for rid, first_event_ms in (
+        ("18e7beca-6422-48c5-ad85-83b8a56d8980", 66.931761),
+        ("45ab22a0-2f3e-4a4d-9ed8-eecc0a20ff42", 106.962292),
+    ):
         ttft, net = got[rid]
         assert net == pytest.approx(first_event_ms - ttft, abs=1e-6)
     # the first event comes before AIPerf's first non-empty chunk or is it, never after (to within the rounding
     # of AIPerf's TTFT in float ms)
-    assert rows(archive_path, """SELECT count(*) FROM requests
-        WHERE client_ttft_ms >= ttft_ms + ttft_network_ms - 1e-5""") == [(40,)]
+    assert rows(
+        archive_path,
+        """SELECT count(*) FROM requests
+        WHERE client_ttft_ms >= ttft_ms + ttft_network_ms - 1e-5""",
+    ) == [(40,)]
 
 
 def test_aiperf_without_its_raw_export_has_no_ttft_network_share(tmp_path, archive_path):
@@ -222,9 +269,12 @@ def test_aiperf_without_its_raw_export_has_no_ttft_network_share(tmp_path, archi
     files["raw"].unlink()
     cli = CliRunner()
     assert cli.invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
-    assert cli.invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)]).exit_code == 0
+    assert (
+        cli.invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)]).exit_code == 0
+    )
     assert rows(archive_path, "SELECT count(*), count(ttft_network_ms), count(network_ms) FROM requests") == [
-        (40, 0, 40)]
+        (40, 0, 40)
+    ]
 
 
 def test_an_aiperf_raw_export_of_another_run_is_one_line_and_lands_nothing(tmp_path, archive_path, ingest_text):
@@ -235,7 +285,8 @@ def test_an_aiperf_raw_export_of_another_run_is_one_line_and_lands_nothing(tmp_p
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)])
     assert r.exit_code == 2 and r.stderr == (
         f"budgetscope: {files['aiperf']}: none of the 40 records of profile_export_raw.jsonl beside it matches one "
-        "of its requests by x_request_id (another run's raw export?) (nothing from it landed)\n")
+        "of its requests by x_request_id (another run's raw export?) (nothing from it landed)\n"
+    )
     assert rows(archive_path, "SELECT count(*) FROM spans") == before
 
 
@@ -244,12 +295,14 @@ def test_a_bad_aiperf_raw_export_is_one_line_and_lands_nothing(tmp_path, archive
     files["raw"].write_bytes(files["raw"].read_bytes() + b"{truncated\n")
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(files["aiperf"]), "-a", str(archive_path)])
     assert r.exit_code == 2 and r.stderr.startswith(
-        f"budgetscope: {files['aiperf']}: profile_export_raw.jsonl beside it, line 41: not JSON (")
+        f"budgetscope: {files['aiperf']}: profile_export_raw.jsonl beside it, line 41: not JSON ("
+    )
     assert len(r.stderr.splitlines()) == 1 and not archive_path.exists()
     # given as the FILE itself, it is named for what it is
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(files["raw"]), "-a", str(archive_path)])
     assert r.exit_code == 2 and r.stderr == (
         f"budgetscope: {files['raw']}: this is an AIPerf raw export (profile_export_raw.jsonl), not an AIPerf "
         "profile_export.jsonl: read it with `budgetscope import --from aiperf` of the profile_export.jsonl beside it "
-        "(nothing from it landed)\n")
+        "(nothing from it landed)\n"
+    )
     assert not archive_path.exists()

@@ -17,7 +17,9 @@ def test_collector_jsonl_lands_spans_and_requests(archive_path, ingest_text):
     assert rows(archive_path, "SELECT count(*) FROM spans") == [(13,)]
     assert rows(archive_path, "SELECT count(*), count(*) FILTER (WHERE has_client_span) FROM requests") == [(2, 1)]
     assert rows(archive_path, "SELECT source, count(*) FROM spans GROUP BY 1 ORDER BY 1") == [
-        ("client", 1), ("native", 12)]
+        ("client", 1),
+        ("native", 12),
+    ]
 
 
 def test_same_batch_twice_lands_once(archive_path, ingest_text):
@@ -34,8 +36,9 @@ def test_duplicate_spans_in_other_batches_are_stored_once(archive_path, ingest_t
     _, a = native_request()
     rep = ingest_text(archive_path, jsonl(export(a), export(a[:3], service="engine-2")))
     assert (rep.spans, rep.spans_inserted, rep.duplicate_spans) == (9, 6, 3)
-    assert rows(archive_path, "SELECT span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id") == [
-        (6, 6, 0), (3, 0, 3)]
+    assert rows(
+        archive_path, "SELECT span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
+    ) == [(6, 6, 0), (3, 0, 3)]
     assert rows(archive_path, "SELECT DISTINCT service_name FROM spans") == [("engine",)]
 
 
@@ -48,16 +51,37 @@ def test_single_pretty_printed_document(archive_path, ingest_text):
 
 def test_every_anyvalue_kind_and_int_forms(archive_path, ingest_text):
     tid, sid = trace_id(), span_id()
-    s = span(tid, sid, "custom.op", T0, T0 + MS, attributes={"s": "x", "b": True, "i": 7, "d": 1.5,
-                                                            "arr": [1, 2.5, "z"], "nested": {"k": [1, {"deep": False}]},
-                                                            "raw": b"\x00\x01"})
+    s = span(
+        tid,
+        sid,
+        "custom.op",
+        T0,
+        T0 + MS,
+        attributes={
+            "s": "x",
+            "b": True,
+            "i": 7,
+            "d": 1.5,
+            "arr": [1, 2.5, "z"],
+            "nested": {"k": [1, {"deep": False}]},
+            "raw": b"\x00\x01",
+        },
+    )
     s["startTimeUnixNano"] = T0  # a number, not a string
     s["attributes"].append({"key": "empty", "value": {}})
     rep = ingest_text(archive_path, jsonl(export([s])))
     assert rep.rejected == []
-    (attrs,), = rows(archive_path, "SELECT attributes FROM spans")
-    assert json.loads(attrs) == {"s": "x", "b": True, "i": 7, "d": 1.5, "arr": [1, 2.5, "z"],
-                                 "nested": {"k": [1, {"deep": False}]}, "raw": "AAE=", "empty": None}
+    ((attrs,),) = rows(archive_path, "SELECT attributes FROM spans")
+    assert json.loads(attrs) == {
+        "s": "x",
+        "b": True,
+        "i": 7,
+        "d": 1.5,
+        "arr": [1, 2.5, "z"],
+        "nested": {"k": [1, {"deep": False}]},
+        "raw": "AAE=",
+        "empty": None,
+    }
     assert rows(archive_path, "SELECT start_ns, end_ns, kind FROM spans") == [(T0, T0 + MS, "INTERNAL")]
 
 
@@ -68,8 +92,10 @@ def test_fast_path_and_reference_decoder_agree(archive_path, tmp_path, ingest_te
 
     _, a = native_request(client=(4, 2), itl=[10.0, 12.5, 9.75], tenant="t1")
     a[0]["kind"] = "SPAN_KIND_SERVER"
-    a[0]["attributes"] += [{"key": "flag", "value": {"boolValue": False}},
-                           {"key": "nan", "value": {"doubleValue": "NaN"}}]
+    a[0]["attributes"] += [
+        {"key": "flag", "value": {"boolValue": False}},
+        {"key": "nan", "value": {"doubleValue": "NaN"}},
+    ]
     doc = export(a)
     ingest_text(archive_path, jsonl(doc))
     ref_path = tmp_path / "ref.duckdb"
@@ -77,12 +103,17 @@ def test_fast_path_and_reference_decoder_agree(archive_path, tmp_path, ingest_te
         tbl = otlp_json.decode(doc).to_arrow(1)
         arch.con.register("t", tbl)
         from budgetscope.ingest import staging
+
         arch.con.execute(f"INSERT INTO staged {staging.normalise('t')}")
         got = arch.con.execute("SELECT * EXCLUDE (batch_id, err) FROM staged ORDER BY span_id").fetchall()
-    fast = rows(archive_path, "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, "
-                              "scope_name, status_code, attributes, resource, source FROM spans ORDER BY span_id")
-    assert [tuple(r[:10]) + (json.loads(r[10]), json.loads(r[11]), r[12]) for r in fast] == \
-           [tuple(r[:10]) + (json.loads(r[10]), json.loads(r[11]), r[12]) for r in got]
+    fast = rows(
+        archive_path,
+        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, "
+        "scope_name, status_code, attributes, resource, source FROM spans ORDER BY span_id",
+    )
+    assert [tuple(r[:10]) + (json.loads(r[10]), json.loads(r[11]), r[12]) for r in fast] == [
+        tuple(r[:10]) + (json.loads(r[10]), json.loads(r[11]), r[12]) for r in got
+    ]
 
 
 def test_base64_and_uppercase_ids_are_normalised(archive_path, ingest_text):
@@ -116,7 +147,9 @@ def test_protobuf_bare_and_collector_framed(archive_path, ingest_text):
     _, b = native_request()
     rep = ingest_text(archive_path, pb(b64ids(export(a))), "one.pb")
     assert (rep.spans, rep.rejected) == (6, [])
-    framed = b"".join(len(m).to_bytes(4, "big") + m for m in (pb(b64ids(export(b))), pb(b64ids(export(native_request()[1])))))
+    framed = b"".join(
+        len(m).to_bytes(4, "big") + m for m in (pb(b64ids(export(b))), pb(b64ids(export(native_request()[1]))))
+    )
     rep = ingest_text(archive_path, framed, "framed.binpb")
     assert (rep.batches, rep.spans, rep.rejected) == (2, 12, [])
     assert rows(archive_path, "SELECT count(*) FROM requests") == [(3,)]
@@ -125,6 +158,7 @@ def test_protobuf_bare_and_collector_framed(archive_path, ingest_text):
 
 
 # -- bad input: the message, and nothing half-written --------------------------------------------------------------
+
 
 def _bad(archive_path, ingest_text, bad_line: str, expected: str, prefix_only: bool = False):
     _, good = native_request()
@@ -154,8 +188,12 @@ def test_non_json_line(archive_path, ingest_text):
 
 
 def test_json_that_is_not_otlp(archive_path, ingest_text):
-    _bad(archive_path, ingest_text, '{"foo": 1}',
-         "not an OTLP trace export: no 'resourceSpans' list (found keys ['foo'])")
+    _bad(
+        archive_path,
+        ingest_text,
+        '{"foo": 1}',
+        "not an OTLP trace export: no 'resourceSpans' list (found keys ['foo'])",
+    )
 
 
 def test_span_missing_trace_id_rejects_its_whole_batch(archive_path, ingest_text):
@@ -169,26 +207,41 @@ def test_span_missing_trace_id_rejects_its_whole_batch(archive_path, ingest_text
 def test_span_missing_end_time(archive_path, ingest_text):
     s = span(trace_id(), "00000000000000aa", "stage.queue", T0, T0 + MS)
     del s["endTimeUnixNano"]
-    _bad(archive_path, ingest_text, json.dumps(export([s])), 'span 00000000000000aa ("stage.queue") has no endTimeUnixNano')
+    _bad(
+        archive_path,
+        ingest_text,
+        json.dumps(export([s])),
+        'span 00000000000000aa ("stage.queue") has no endTimeUnixNano',
+    )
 
 
 def test_invalid_span_id(archive_path, ingest_text):
     s = span(trace_id(), "xyz", "stage.queue", T0, T0 + MS)
-    _bad(archive_path, ingest_text, json.dumps(export([s])),
-         'span "stage.queue" has an invalid spanId "xyz" (want 16 hex digits)')
+    _bad(
+        archive_path,
+        ingest_text,
+        json.dumps(export([s])),
+        'span "stage.queue" has an invalid spanId "xyz" (want 16 hex digits)',
+    )
 
 
 def test_end_before_start(archive_path, ingest_text):
     s = span(trace_id(), "00000000000000ab", "stage.prefill", T0 + 5, T0)
-    _bad(archive_path, ingest_text, json.dumps(export([s])),
-         'span 00000000000000ab ("stage.prefill") ends before it starts (by 5 ns)')
+    _bad(
+        archive_path,
+        ingest_text,
+        json.dumps(export([s])),
+        'span 00000000000000ab ("stage.prefill") ends before it starts (by 5 ns)',
+    )
 
 
 def test_wrongly_typed_field_goes_to_reference_decoder(archive_path, ingest_text):
     s = span(trace_id(), span_id(), "x", T0, T0 + 1)
     doc = export([s])
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"] = {"oops": s}  # an object where a list belongs
-    rep = _bad(archive_path, ingest_text, json.dumps(doc), "not an OTLP trace export: spans is a JSON object, not an array")
+    rep = _bad(
+        archive_path, ingest_text, json.dumps(doc), "not an OTLP trace export: spans is a JSON object, not an array"
+    )
     assert rep.rejected[0].origin.endswith(".jsonl")
 
 
@@ -240,8 +293,8 @@ def test_large_file_streams_in_chunks(archive_path, ingest_text, monkeypatch):
     monkeypatch.setattr(batches, "CHUNK_BYTES", 4096)
     docs = [export(native_request(arrival=T0 + i * MS)[1]) for i in range(40)]
     seen = []
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
 
     p = archive_path.parent / "big.jsonl"
     p.write_text(jsonl(*docs))
@@ -256,7 +309,8 @@ def test_a_copy_of_a_rejected_batch_is_reported_rejected_not_ingested(archive_pa
     assert rep.batches_already_ingested == 0
     assert [(r.position, r.error) for r in rep.rejected] == [
         ("line 1", "not an OTLP trace export: no 'resourceSpans' list (found keys ['foo'])"),
-        ("line 2", "same bytes as line 1, which was rejected")]
+        ("line 2", "same bytes as line 1, which was rejected"),
+    ]
     rep = ingest_text(archive_path, '{"foo": 1}\n')  # sent again later: judged again, not skipped
     assert rep.rejected[0].error.startswith("not an OTLP trace export")
 
@@ -264,12 +318,13 @@ def test_a_copy_of_a_rejected_batch_is_reported_rejected_not_ingested(archive_pa
 def test_protobuf_of_unknown_fields_only_is_rejected(archive_path, ingest_text):
     rep = ingest_text(archive_path, b"\x98\x06\x01", "junk.pb")  # field 99, varint 1: valid protobuf, not OTLP
     assert [r.error for r in rep.rejected] == [
-        "not an OTLP protobuf trace export (no resource spans in a non-empty message)"]
+        "not an OTLP protobuf trace export (no resource spans in a non-empty message)"
+    ]
 
 
 def test_ingest_without_derive_leaves_requests_pending(archive_path, tmp_path):
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
 
     p = tmp_path / "t.jsonl"
     p.write_text(jsonl(export(native_request()[1])))
@@ -286,7 +341,8 @@ def test_unreadable_int_attribute_rejects_its_batch_only(archive_path, ingest_te
     s["attributes"] = [{"key": "m", "value": {"intValue": "12a"}}]
     rep = ingest_text(archive_path, jsonl(export(native_request()[1]), export([s])))
     assert [(r.position, r.error) for r in rep.rejected] == [
-        ("line 2", "malformed OTLP JSON (ValueError: invalid literal for int() with base 10: '12a')")]
+        ("line 2", "malformed OTLP JSON (ValueError: invalid literal for int() with base 10: '12a')")
+    ]
     assert rows(archive_path, "SELECT count(*) FROM spans") == [(6,)]
 
 
@@ -315,8 +371,8 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
     """A call that derives every few spans (here after every batch) ends with the same `requests` rows, and
     reports the same derived rows and orphans, as one derivation at the end; traces that straddle batches
     are derived again when the rest of their spans arrive."""
-    from budgetscope.ingest import lander as arch
     from budgetscope.ingest import batches
+    from budgetscope.ingest import lander as arch
 
     _, a = native_request(client=(2, 1))
     _, b = native_request(arrival=T0 + 10 * MS)
@@ -329,8 +385,13 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
         monkeypatch.setattr(batches, "CHUNK_BYTES", 1)
         path = tmp_path / f"every-{every}.duckdb"
         rep = ingest_text(path, text)
-        results.append(((rep.requests_derived, rep.orphan_stage_spans, rep.spans_inserted),
-                        rows(path, "SELECT * FROM requests ORDER BY trace_id"), rows(path, "SELECT * FROM pending_traces")))
+        results.append(
+            (
+                (rep.requests_derived, rep.orphan_stage_spans, rep.spans_inserted),
+                rows(path, "SELECT * FROM requests ORDER BY trace_id"),
+                rows(path, "SELECT * FROM pending_traces"),
+            )
+        )
     assert results[0] == results[1]
     assert results[0][0] == (3, 5, 24) and results[0][2] == []
 
@@ -345,8 +406,8 @@ def test_gzip_files_land_as_their_plain_bytes_do(tmp_path, name):
     """Compression is told by the first bytes (any name); the rows are those of the plain file."""
     import gzip
 
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
 
     plain, packed = tmp_path / "plain.jsonl", tmp_path / name
     plain.write_text(_two_requests())
@@ -363,8 +424,8 @@ def test_gzip_protobuf_by_its_inner_suffix(tmp_path):
 
     from otlp_wire import to_proto
 
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
 
     p = tmp_path / "traces.pb.gz"
     p.write_bytes(gzip.compress(to_proto(export(native_request()[1]))))
@@ -390,8 +451,7 @@ def _cli(*args: str):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "budgetscope.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "budgetscope.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_a_cut_off_gzip_file_is_one_line_and_writes_nothing(tmp_path):
@@ -400,8 +460,12 @@ def test_a_cut_off_gzip_file_is_one_line_and_writes_nothing(tmp_path):
     p = tmp_path / "traces.jsonl.gz"
     p.write_bytes(gzip.compress(_two_requests().encode())[:-30])
     r = _cli("ingest", str(p), "--archive", str(tmp_path / "a"))
-    assert r.returncode == 2 and r.stderr == f"budgetscope: {p}: not a whole gzip stream (Compressed file ended " \
-                                              "before the end-of-stream marker was reached)\n", r.stderr
+    assert (
+        r.returncode == 2
+        and r.stderr
+        == f"budgetscope: {p}: not a whole gzip stream (Compressed file ended "
+        "before the end-of-stream marker was reached)\n"
+    ), r.stderr
     assert not (tmp_path / "a").exists()
 
 
@@ -420,6 +484,7 @@ def test_zstd_without_zstandard_is_one_line_and_writes_nothing(tmp_path, monkeyp
     p.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 16)  # a zstd frame header: the magic bytes decide
     r = CliRunner().invoke(main, ["ingest", str(p), "--archive", str(tmp_path / "a")])
     assert r.exit_code == 2
-    assert r.output == (f"budgetscope: {p} is zstd-compressed; reading it needs zstandard: "
-                        "pip install 'budgetscope[zstd]'\n")
+    assert r.output == (
+        f"budgetscope: {p} is zstd-compressed; reading it needs zstandard: pip install 'budgetscope[zstd]'\n"
+    )
     assert not (tmp_path / "a").exists()

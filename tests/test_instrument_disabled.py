@@ -25,8 +25,17 @@ def test_disabled_emits_nothing(monkeypatch):
         req.model = "ignored"
         req.finish(outcome="ok", input_tokens=1, output_tokens=1, cached_tokens=0)
         req.finish(outcome="ok")  # no double-finish error when disabled: nothing is recorded
-    instr.step(start_ns=1, end_ns=2, batch_size=1, prefill_tokens=0, decode_seqs=1, kv_blocks_used=1,
-               kv_blocks_total=1, queue_depth=0, preempted=0)
+    instr.step(
+        start_ns=1,
+        end_ns=2,
+        batch_size=1,
+        prefill_tokens=0,
+        decode_seqs=1,
+        kv_blocks_used=1,
+        kv_blocks_total=1,
+        queue_depth=0,
+        preempted=0,
+    )
     assert instr.flush()
     instr.shutdown()
     assert exporter.get_finished_spans() == ()
@@ -58,11 +67,16 @@ def test_no_exporter_configured_records_but_exports_nothing(monkeypatch):
     instr.shutdown()
 
 
-@pytest.mark.parametrize("env, spec", [({}, "none"), ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318"}, "otlp"),
-                                       ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h:4318/v1/traces"}, "otlp"),
-                                       ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318",
-                                         "OTEL_TRACES_EXPORTER": "none"}, "none"),
-                                       ({"OTEL_TRACES_EXPORTER": "console"}, "console")])
+@pytest.mark.parametrize(
+    "env, spec",
+    [
+        ({}, "none"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318"}, "otlp"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h:4318/v1/traces"}, "otlp"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318", "OTEL_TRACES_EXPORTER": "none"}, "none"),
+        ({"OTEL_TRACES_EXPORTER": "console"}, "console"),
+    ],
+)
 def test_default_exporter_follows_opentelemetry_once_an_endpoint_is_set(monkeypatch, env, spec):
     for name in ("OTEL_TRACES_EXPORTER", *ENDPOINT_VARIABLES):
         monkeypatch.delenv(name, raising=False)

@@ -56,8 +56,13 @@ def test_request_stage_context_manager(instr, exporter):
     with req.stage("prefill"):
         req.token()
     req.finish()
-    assert names(instr, exporter) == ["text_completion", "stage.frontend", "stage.queue", "stage.prefill",
-                                      "stage.decode"]
+    assert names(instr, exporter) == [
+        "text_completion",
+        "stage.frontend",
+        "stage.queue",
+        "stage.prefill",
+        "stage.decode",
+    ]
 
 
 def test_decorator_marks_the_current_request(instr, exporter):

@@ -36,8 +36,9 @@ def parse_line(line: bytes) -> ExportTraceServiceRequest:
 
 
 def run_requests(instr):
-    req = instr.start_request(model="tiny", tier="interactive", tenant="acme", traceparent=INCOMING,
-                              request_id="cmpl-1")
+    req = instr.start_request(
+        model="tiny", tier="interactive", tenant="acme", traceparent=INCOMING, request_id="cmpl-1"
+    )
     req.mark("queue")
     req.mark("prefill")
     for _ in range(3):
@@ -47,8 +48,17 @@ def run_requests(instr):
     req.finish(outcome="ok", input_tokens=12, output_tokens=3, cached_tokens=0)
     failed = instr.start_request(model="tiny")
     failed.finish(outcome="error", error_type="EngineCrash")
-    instr.step(start_ns=1_700_000_000_000_000_000, end_ns=1_700_000_000_005_000_000, batch_size=2,
-               prefill_tokens=12, decode_seqs=1, kv_blocks_used=3, kv_blocks_total=64, queue_depth=0, preempted=0)
+    instr.step(
+        start_ns=1_700_000_000_000_000_000,
+        end_ns=1_700_000_000_005_000_000,
+        batch_size=2,
+        prefill_tokens=12,
+        decode_seqs=1,
+        kv_blocks_used=3,
+        kv_blocks_total=64,
+        queue_depth=0,
+        preempted=0,
+    )
 
 
 def test_jsonl_file_is_otlp_json(tmp_path):
@@ -75,8 +85,18 @@ def test_jsonl_file_is_otlp_json(tmp_path):
             assert isinstance(span["startTimeUnixNano"], str) and isinstance(span["endTimeUnixNano"], str)
             assert span["kind"] in (1, 2)
     assert sorted(s.name for s in spans) == sorted(
-        ["text_completion tiny", "stage.frontend", "stage.queue", "stage.prefill", "stage.decode", "stage.postprocess",
-         "text_completion tiny", "stage.frontend", "engine.step"])
+        [
+            "text_completion tiny",
+            "stage.frontend",
+            "stage.queue",
+            "stage.prefill",
+            "stage.decode",
+            "stage.postprocess",
+            "text_completion tiny",
+            "stage.frontend",
+            "engine.step",
+        ]
+    )
     root = next(s for s in spans if s.name == "text_completion tiny" and s.parent_span_id)
     assert root.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
     assert root.parent_span_id.hex() == "b7ad6b7169203331"

@@ -35,8 +35,13 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(autouse=True)
 def _clean_otlp_env(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                 "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_RESOURCE_ATTRIBUTES"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "OTEL_RESOURCE_ATTRIBUTES",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -62,8 +67,9 @@ def _spans(messages):
 
 
 def _one_request(instr):
-    req = instr.start_request(model="tiny", tier="interactive",
-                              traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    req = instr.start_request(
+        model="tiny", tier="interactive", traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    )
     req.mark("queue")
     req.mark("prefill")
     req.token()
@@ -83,8 +89,13 @@ def test_otlp_http_export_reaches_the_receiver(http_receiver, monkeypatch):
     instr.shutdown()
     assert {(path, ctype) for path, ctype, _ in received} == {("/v1/traces", "application/x-protobuf")}
     spans = _spans([message for _, _, message in received])
-    assert [span.name for _, span in spans] == ["text_completion tiny", "stage.frontend", "stage.queue", "stage.prefill",
-                                                "stage.decode"]
+    assert [span.name for _, span in spans] == [
+        "text_completion tiny",
+        "stage.frontend",
+        "stage.queue",
+        "stage.prefill",
+        "stage.decode",
+    ]
     resource, root = spans[0]
     service = {kv.key: kv.value.string_value for kv in resource.resource.attributes}["service.name"]
     assert service == "engine-under-test"
@@ -150,10 +161,13 @@ def test_an_unsampled_parent_exports_no_span():
     exporter = InMemorySpanExporter()
     instr = Instrumentation(exporter=exporter)
     for flags in ("00", "01"):
-        req = instr.start_request(model="tiny", traceparent=f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}")
+        req = instr.start_request(
+            model="tiny", traceparent=f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}"
+        )
         req.mark("queue")
         req.finish()
     assert instr.flush()
     instr.shutdown()
-    assert [s.name for s in exporter.get_finished_spans() if s.parent is not None and s.parent.is_remote] == \
-        ["text_completion tiny"]
+    assert [s.name for s in exporter.get_finished_spans() if s.parent is not None and s.parent.is_remote] == [
+        "text_completion tiny"
+    ]

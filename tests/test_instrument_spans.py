@@ -7,9 +7,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from budgetscope import __version__
-from budgetscope.instrument import Instrumentation, RequestFinishedError
+from budgetscope.instrument import Instrumentation, RequestFinishedError, request_trace
 from budgetscope.instrument import attributes as A
-from budgetscope.instrument import request_trace
 
 UNIX0 = 1_700_000_000_000_000_000  # the fake wall clock at the first anchor
 INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -158,8 +157,18 @@ def test_repeated_stages_make_more_spans_and_durations_add(instr, exporter, cloc
     req.finish()
     root, *stages = spans_of(instr, exporter)
     names = [s.name.removeprefix("stage.") for s in stages]
-    assert names == ["frontend", "queue", "prefill", "queue", "prefill", "decode", "queue", "prefill", "decode",
-                     "postprocess"]
+    assert names == [
+        "frontend",
+        "queue",
+        "prefill",
+        "queue",
+        "prefill",
+        "decode",
+        "queue",
+        "prefill",
+        "decode",
+        "postprocess",
+    ]
     assert sum(s.end_time - s.start_time for s in stages) == root.end_time - root.start_time
     decodes = [s for s in stages if s.name == "stage.decode"]
     assert [d.attributes[A.DECODE_ITL_MS] for d in decodes] == [(1.0,), (3.0,)]
@@ -188,8 +197,15 @@ def test_incoming_traceparent_parents_the_root(instr, exporter, clock):
     assert root.parent.is_remote
 
 
-@pytest.mark.parametrize("header", ["", "garbage", "00-" + "0" * 32 + "-b7ad6b7169203331-01",
-                                    "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "",
+        "garbage",
+        "00-" + "0" * 32 + "-b7ad6b7169203331-01",
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    ],
+)
 def test_invalid_traceparent_starts_a_new_trace(instr, exporter, clock, header):
     req = instr.start_request(traceparent=header)
     req.finish()
@@ -206,22 +222,47 @@ def test_traceparent_of_a_new_trace_is_well_formed(instr, clock):
 
 
 def test_engine_step_span(instr, exporter):
-    instr.step(start_ns=UNIX0, end_ns=UNIX0 + 7_000_000, batch_size=8, prefill_tokens=512, decode_seqs=6,
-               kv_blocks_used=100, kv_blocks_total=1000, queue_depth=3, preempted=1)
+    instr.step(
+        start_ns=UNIX0,
+        end_ns=UNIX0 + 7_000_000,
+        batch_size=8,
+        prefill_tokens=512,
+        decode_seqs=6,
+        kv_blocks_used=100,
+        kv_blocks_total=1000,
+        queue_depth=3,
+        preempted=1,
+    )
     (span,) = spans_of(instr, exporter)
     assert span.name == A.SPAN_ENGINE_STEP
     assert span.kind is SpanKind.INTERNAL
     assert span.parent is None
     assert (span.start_time, span.end_time) == (UNIX0, UNIX0 + 7_000_000)
     assert dict(span.attributes) == {
-        A.STEP_BATCH_SIZE: 8, A.STEP_PREFILL_TOKENS: 512, A.STEP_DECODE_SEQS: 6, A.STEP_KV_BLOCKS_USED: 100,
-        A.STEP_KV_BLOCKS_TOTAL: 1000, A.STEP_QUEUE_DEPTH: 3, A.STEP_PREEMPTED: 1,
+        A.STEP_BATCH_SIZE: 8,
+        A.STEP_PREFILL_TOKENS: 512,
+        A.STEP_DECODE_SEQS: 6,
+        A.STEP_KV_BLOCKS_USED: 100,
+        A.STEP_KV_BLOCKS_TOTAL: 1000,
+        A.STEP_QUEUE_DEPTH: 3,
+        A.STEP_PREEMPTED: 1,
     }
 
 
 def test_engine_step_span_carries_the_limits_when_given(instr, exporter):
-    instr.step(start_ns=UNIX0, end_ns=UNIX0 + 1, batch_size=8, prefill_tokens=0, decode_seqs=8, kv_blocks_used=1,
-               kv_blocks_total=10, queue_depth=0, preempted=0, max_seqs=64, token_budget=512)
+    instr.step(
+        start_ns=UNIX0,
+        end_ns=UNIX0 + 1,
+        batch_size=8,
+        prefill_tokens=0,
+        decode_seqs=8,
+        kv_blocks_used=1,
+        kv_blocks_total=10,
+        queue_depth=0,
+        preempted=0,
+        max_seqs=64,
+        token_budget=512,
+    )
     (span,) = spans_of(instr, exporter)
     assert (span.attributes[A.STEP_MAX_SEQS], span.attributes[A.STEP_TOKEN_BUDGET]) == (64, 512)
 
@@ -231,8 +272,17 @@ def test_engine_step_accepts_perf_counter_readings(instr, exporter):
 
     start = time.perf_counter_ns()
     before = time.time_ns()
-    instr.step(start_ns=start, end_ns=start + 3_000_000, batch_size=1, prefill_tokens=0, decode_seqs=1,
-               kv_blocks_used=1, kv_blocks_total=2, queue_depth=0, preempted=0)
+    instr.step(
+        start_ns=start,
+        end_ns=start + 3_000_000,
+        batch_size=1,
+        prefill_tokens=0,
+        decode_seqs=1,
+        kv_blocks_used=1,
+        kv_blocks_total=2,
+        queue_depth=0,
+        preempted=0,
+    )
     (span,) = spans_of(instr, exporter)
     assert span.end_time - span.start_time == 3_000_000
     assert abs(span.start_time - before) < 1_000_000_000
@@ -284,7 +334,11 @@ def test_attributes_assigned_after_start(instr, exporter, clock):
     req.finish()
     attrs = spans_of(instr, exporter)[0].attributes
     assert (attrs[A.GEN_AI_REQUEST_MODEL], attrs[A.TIER], attrs[A.TENANT], attrs[A.GEN_AI_RESPONSE_ID]) == (
-        "llama", "batch", "t1", "cmpl-9")
+        "llama",
+        "batch",
+        "t1",
+        "cmpl-9",
+    )
 
 
 def test_unknown_stage_names_it_and_the_valid_ones(instr, clock):

@@ -28,8 +28,13 @@ def test_engine_thread_marks_and_handler_finishes():
     instr.flush()
     instr.shutdown()
     root, *stages = exporter.get_finished_spans()
-    assert [s.name for s in stages] == ["stage.frontend", "stage.queue", "stage.prefill", "stage.decode",
-                                        "stage.postprocess"]
+    assert [s.name for s in stages] == [
+        "stage.frontend",
+        "stage.queue",
+        "stage.prefill",
+        "stage.decode",
+        "stage.postprocess",
+    ]
     assert root.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
 
 

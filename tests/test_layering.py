@@ -38,7 +38,7 @@ def imports(root: Path, package: str) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join([*here[:len(here) - node.level + 1], *([base] if base else [])])
+                    base = ".".join([*here[: len(here) - node.level + 1], *([base] if base else [])])
                 # `from budgetscope.archive import manifest` imports the module budgetscope.archive.manifest
                 found |= {f"{base}.{a.name}" for a in node.names} | {base}
         graph[name] = {m for m in found if m == package or m.startswith(package + ".")} - {name}
@@ -158,21 +158,24 @@ def fakescope(tmp_path: Path) -> Path:
 
 def test_each_rule_fails_on_a_fake_package_that_breaks_it(fakescope):
     found = violations(imports(fakescope, "fakescope"), "fakescope", folders_of(fakescope))
-    assert sorted(found) == sorted([
-        "fakescope.archive.store imports fakescope.ingest.lander",
-        "fakescope.analysis.report imports fakescope.cli",
-        "fakescope.analysis.report imports fakescope.commands.report",
-        "fakescope.analysis.report imports fakescope.commands",
-        "folder cycle: archive → ingest → archive",
-        "folder cycle: loadgen → sweep → loadgen",
-    ])
+    assert sorted(found) == sorted(
+        [
+            "fakescope.archive.store imports fakescope.ingest.lander",
+            "fakescope.analysis.report imports fakescope.cli",
+            "fakescope.analysis.report imports fakescope.commands.report",
+            "fakescope.analysis.report imports fakescope.commands",
+            "folder cycle: archive → ingest → archive",
+            "folder cycle: loadgen → sweep → loadgen",
+        ]
+    )
 
 
 def test_a_circle_between_modules_of_a_fake_package_is_found(fakescope):
     (fakescope / "ingest/decode.py").write_text("from fakescope.ingest import lander\n")
     (fakescope / "ingest/lander.py").write_text("from fakescope.ingest.decode import x\n")
     assert module_cycles(imports(fakescope, "fakescope"), "fakescope", ("ingest",)) == [
-        ["fakescope.ingest.decode", "fakescope.ingest.lander", "fakescope.ingest.decode"]]
+        ["fakescope.ingest.decode", "fakescope.ingest.lander", "fakescope.ingest.decode"]
+    ]
 
 
 def test_a_clean_fake_package_passes(fakescope):

@@ -40,7 +40,7 @@ def find_circle(graph: dict[str, set[str]]) -> None:
 
     def visit(node: str) -> None:
         if node in path:
-            raise AssertionError("import circle: " + " → ".join(path[path.index(node):] + [node]))
+            raise AssertionError("import circle: " + " → ".join(path[path.index(node) :] + [node]))
         if node in done:
             return
         path.append(node)

@@ -8,15 +8,15 @@ import io
 import orjson
 import pytest
 from click.testing import CliRunner
+from fake_refusing_server import refusing
 
-from budgetscope.loadgen import Arrivals, Distribution, Mix, Target, Workload, build_plan, run_load
 from budgetscope.commands.load import load
+from budgetscope.loadgen import Arrivals, Distribution, Mix, Target, Workload, build_plan, run_load
 from budgetscope.loadgen.dataset import Dataset, DatasetPrompt, apply_dataset
 from budgetscope.loadgen.plan import build_closed_plan
 from budgetscope.loadgen.records_csv import columns
 from budgetscope.loadgen.stub_server import StubServer
 from budgetscope.loadgen.warmup import Warmup
-from fake_refusing_server import refusing
 
 WORKLOAD = Workload(Distribution.parse("16"), Distribution.parse("5"), Mix.parse(None), Mix.parse(None))
 
@@ -78,8 +78,9 @@ def test_a_growing_closed_plan_takes_the_dataset_prompts(tmp_path):
     assert {r.prompt for r in plan.requests + later} == {"alpha", "beta"}
 
 
-@pytest.mark.parametrize("spec, warm", [("5", Warmup(num_requests=5)), ("2.5s", Warmup(seconds=2.5)),
-                                        ("", Warmup()), ("0", Warmup())])
+@pytest.mark.parametrize(
+    "spec, warm", [("5", Warmup(num_requests=5)), ("2.5s", Warmup(seconds=2.5)), ("", Warmup()), ("0", Warmup())]
+)
 def test_warmup_parse(spec, warm):
     assert Warmup.parse(spec) == warm
 
@@ -139,8 +140,9 @@ def test_a_slot_refused_again_and_again_backs_off_doubling():
 
 # -- the command ------------------------------------------------------------------------------------------------
 def test_cli_closed_loop_with_warmup(server):
-    r = CliRunner().invoke(load, [server.url, "--concurrency", "3", "--requests", "12", "--warmup", "2",
-                                  "--format", "json"])
+    r = CliRunner().invoke(
+        load, [server.url, "--concurrency", "3", "--requests", "12", "--warmup", "2", "--format", "json"]
+    )
     assert r.exit_code == 0, r.output
     s = orjson.loads(r.stdout)
     assert s["mode"] == "closed loop" and s["requests"] == 10 and s["warmup"]["requests"] == 2
@@ -157,8 +159,9 @@ def test_cli_no_deadline_sends_none(server):
 
 def test_cli_csv_on_stdout_and_to_a_file(server, tmp_path):
     out = tmp_path / "records.csv"
-    r = CliRunner().invoke(load, [server.url, "--rate", "200", "--requests", "6", "--warmup", "1", "--format", "csv",
-                                  "--out", str(out)])
+    r = CliRunner().invoke(
+        load, [server.url, "--rate", "200", "--requests", "6", "--warmup", "1", "--format", "csv", "--out", str(out)]
+    )
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert list(rows[0]) == columns() and len(rows) == 6
@@ -168,24 +171,32 @@ def test_cli_csv_on_stdout_and_to_a_file(server, tmp_path):
     assert out.read_text() == r.stdout
 
 
-@pytest.mark.parametrize("args, line", [
-    (["--concurrency", "4", "--requests", "10"], "requests 10, 4 in flight, seed 0"),
-    (["--concurrency", "4", "--duration", "30"],
-     "requests drawn as the run goes, until --duration, 4 in flight, seed 0"),
-])
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--concurrency", "4", "--requests", "10"], "requests 10, 4 in flight, seed 0"),
+        (
+            ["--concurrency", "4", "--duration", "30"],
+            "requests drawn as the run goes, until --duration, 4 in flight, seed 0",
+        ),
+    ],
+)
 def test_cli_dry_run_of_a_closed_loop_says_what_it_is(server, args, line):
     r = CliRunner().invoke(load, [server.url, *args, "--dry-run"])
     assert r.exit_code == 0 and "plan: closed loop of 4; prompt 128, output 64" in r.stdout and line in r.stdout
     assert server.received == []
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--concurrency", "0", "--requests", "5"], "--concurrency must be >= 1, got 0"),
-    (["--concurrency", "4"], "a closed loop needs --requests N or --duration S (or both)"),
-    (["--concurrency", "4", "--requests", "5", "--arrivals", "gamma:cv=2"], "--arrivals shapes an open loop"),
-    (["--rate", "5", "--requests", "5", "--warmup", "soon"], "--warmup 'soon': give a number of requests (20)"),
-    (["--rate", "5", "--requests", "5", "--out", "/nonexistent/dir/x.csv"], "its folder does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--concurrency", "0", "--requests", "5"], "--concurrency must be >= 1, got 0"),
+        (["--concurrency", "4"], "a closed loop needs --requests N or --duration S (or both)"),
+        (["--concurrency", "4", "--requests", "5", "--arrivals", "gamma:cv=2"], "--arrivals shapes an open loop"),
+        (["--rate", "5", "--requests", "5", "--warmup", "soon"], "--warmup 'soon': give a number of requests (20)"),
+        (["--rate", "5", "--requests", "5", "--out", "/nonexistent/dir/x.csv"], "its folder does not exist"),
+    ],
+)
 def test_cli_bad_mode_input_is_one_line_and_sends_nothing(server, args, message):
     r = CliRunner().invoke(load, [server.url, *args])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
@@ -200,14 +211,19 @@ def test_closed_loop_overload_of_a_four_slot_engine_keeps_serving():
     timed out) and the engine finished ok exactly the requests its clients received ok: no work for a client that
     had left."""
     pytest.importorskip("torch")
-    from budgetscope.engine.engine_config import EngineConfig
     from engine_fixtures import running_server
+
+    from budgetscope.engine.engine_config import EngineConfig
 
     config = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=256, max_num_seqs=4, max_waiting=8)
     workload = Workload(Distribution.parse("16"), Distribution.parse("16"), Mix.parse(None), Mix.parse(None))
     with running_server(config) as (url, engine):
-        result = run_load(build_closed_plan(workload, 64, seed=1), Target(url, model="tiny", stream=True),
-                          duration_s=3.0, timeout_s=120.0)
+        result = run_load(
+            build_closed_plan(workload, 64, seed=1),
+            Target(url, model="tiny", stream=True),
+            duration_s=3.0,
+            timeout_s=120.0,
+        )
         served = engine.metrics.outcomes.get("ok", 0)
     outcomes = result.summary()["outcomes"]
     assert set(outcomes) <= {"ok", "http_429"}, outcomes

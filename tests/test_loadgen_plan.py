@@ -5,8 +5,17 @@ import statistics
 
 import pytest
 
-from budgetscope.loadgen import (Arrivals, Distribution, LoadgenError, Mix, Prompts, SharedPrefix, Workload,
-                                 build_plan, read_replay)
+from budgetscope.loadgen import (
+    Arrivals,
+    Distribution,
+    LoadgenError,
+    Mix,
+    Prompts,
+    SharedPrefix,
+    Workload,
+    build_plan,
+    read_replay,
+)
 
 
 def gaps_s(offsets):
@@ -17,8 +26,9 @@ def cv(xs):
     return statistics.pstdev(xs) / statistics.fmean(xs)
 
 
-@pytest.mark.parametrize("spec, expected_cv", [("poisson", 1.0), ("constant", 0.0), ("gamma:cv=3", 3.0),
-                                               ("gamma:cv=0.5", 0.5)])
+@pytest.mark.parametrize(
+    "spec, expected_cv", [("poisson", 1.0), ("constant", 0.0), ("gamma:cv=3", 3.0), ("gamma:cv=0.5", 0.5)]
+)
 def test_arrivals_have_the_rate_and_burstiness_asked_for(spec, expected_cv):
     offsets = Arrivals.parse(spec, rate=200).offsets_ns(random.Random(1), num_requests=40_000)
     gaps = gaps_s(offsets)
@@ -50,8 +60,13 @@ def test_zero_rate_is_refused():
 
 
 def test_same_seed_same_plan_and_different_seed_different_plan():
-    workload = Workload(Distribution.parse("uniform:10,500"), Distribution.parse("lognormal:median=64,sigma=1"),
-                        Mix.parse("a=1,b=1"), Mix.parse("x=1,y=2"), SharedPrefix(0.5, 3, 20))
+    workload = Workload(
+        Distribution.parse("uniform:10,500"),
+        Distribution.parse("lognormal:median=64,sigma=1"),
+        Mix.parse("a=1,b=1"),
+        Mix.parse("x=1,y=2"),
+        SharedPrefix(0.5, 3, 20),
+    )
     arrivals = Arrivals.parse("gamma:cv=2", 50)
     one = build_plan(arrivals, workload, seed=7, num_requests=300)
     two = build_plan(arrivals, workload, seed=7, num_requests=300)
@@ -151,14 +166,17 @@ def test_replay_offsets_and_defaults(tmp_path):
     assert all(r.prompt_tokens == 33 and r.output_tokens == 4 for r in plan.requests)
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"timestamp": 1, "prompt_tokens": 5', "not valid JSON"),
-    ('{"prompt_tokens": 5}', "no time"),
-    ('{"offset_s": 1, "prompt_tokens": "five"}', "prompt_tokens must be an integer"),
-    ('{"offset_s": 1, "output_tokens": 0}', "output_tokens must be >= 1"),
-    ("[1, 2]", "JSON object"),
-    ('{"timestamp": "yesterday"}', "ISO-8601"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"timestamp": 1, "prompt_tokens": 5', "not valid JSON"),
+        ('{"prompt_tokens": 5}', "no time"),
+        ('{"offset_s": 1, "prompt_tokens": "five"}', "prompt_tokens must be an integer"),
+        ('{"offset_s": 1, "output_tokens": 0}', "output_tokens must be >= 1"),
+        ("[1, 2]", "JSON object"),
+        ('{"timestamp": "yesterday"}', "ISO-8601"),
+    ],
+)
 def test_malformed_replay_names_file_and_line(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"offset_s": 0}\n' + line + "\n")
@@ -184,5 +202,6 @@ def test_choice_distribution_draws_its_lengths_by_weight():
     import pytest
 
     from budgetscope.loadgen import LoadgenError
+
     with pytest.raises(LoadgenError, match="choice needs LEN=W pairs"):
         Distribution.parse("choice:0=1")

@@ -10,14 +10,24 @@ from click.testing import CliRunner
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from budgetscope.commands.load import load
 from budgetscope.instrument import ClientTracer
 from budgetscope.instrument import client as C
 from budgetscope.instrument.traceparent import parse_traceparent
-from budgetscope.loadgen import (Arrivals, Distribution, LoadgenError, Mix, Plan, PlannedRequest, Target, Workload,
-                                 build_plan, run_load)
-from budgetscope.commands.load import load
-from budgetscope.stats import quantile_linear as quantile
+from budgetscope.loadgen import (
+    Arrivals,
+    Distribution,
+    LoadgenError,
+    Mix,
+    Plan,
+    PlannedRequest,
+    Target,
+    Workload,
+    build_plan,
+    run_load,
+)
 from budgetscope.loadgen.stub_server import StubServer
+from budgetscope.stats import quantile_linear as quantile
 
 
 @pytest.fixture
@@ -209,8 +219,24 @@ def test_target_urls():
 # -- the command -------------------------------------------------------------------------------------------
 def test_cli_end_to_end(server, tmp_path):
     out, spans = tmp_path / "results.json", tmp_path / "client.jsonl"
-    result = CliRunner().invoke(load, [server.url, "--rate", "100", "--requests", "20", "--tiers", "interactive",
-                                       "--out", str(out), "--spans", f"jsonl:{spans}", "--seed", "4"])
+    result = CliRunner().invoke(
+        load,
+        [
+            server.url,
+            "--rate",
+            "100",
+            "--requests",
+            "20",
+            "--tiers",
+            "interactive",
+            "--out",
+            str(out),
+            "--spans",
+            f"jsonl:{spans}",
+            "--seed",
+            "4",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "schedule_lag_ms" in result.stdout and "client_ttft_scheduled_ms" in result.stdout
     data = orjson.loads(out.read_bytes())
@@ -220,8 +246,13 @@ def test_cli_end_to_end(server, tmp_path):
     assert first["sent_unix_nano"] >= first["scheduled_unix_nano"] > 1.6e18
     assert server.received[0][2]["model"] == "stub"  # from GET /v1/models
     lines = spans.read_bytes().splitlines()
-    names = [s["name"] for line in lines for rs in orjson.loads(line)["resourceSpans"]
-             for ss in rs["scopeSpans"] for s in ss["spans"]]
+    names = [
+        s["name"]
+        for line in lines
+        for rs in orjson.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    ]
     assert names == ["text_completion stub"] * 20
 
 
@@ -245,13 +276,14 @@ def test_cli_json_summary_has_vllm_bench_keys(server):
 
 def test_tpot_is_vllms_definition_in_results_and_requests(server, tmp_path):
     """(E2E − TTFT) / (output tokens − 1) per request, the same in `load`'s results and the derived rows."""
-    from budgetscope.opener import Archive
     from budgetscope.cli import main
+    from budgetscope.opener import Archive
 
     server.token_delay_s = 0.01
     out, spans, archive = tmp_path / "results.json", tmp_path / "client.jsonl", tmp_path / "a"
-    result = CliRunner().invoke(load, [server.url, "--rate", "50", "--requests", "6", "--out", str(out),
-                                       "--spans", f"jsonl:{spans}"])
+    result = CliRunner().invoke(
+        load, [server.url, "--rate", "50", "--requests", "6", "--out", str(out), "--spans", f"jsonl:{spans}"]
+    )
     assert result.exit_code == 0, result.output
     assert CliRunner().invoke(main, ["ingest", str(spans), "-a", str(archive)]).exit_code == 0
     with Archive(archive, read_only=True, create=False) as a:
@@ -277,13 +309,16 @@ def test_cli_malformed_replay_is_one_line(tmp_path):
     assert result.stderr.strip() == f"budgetscope: {path}:2: prompt_tokens must be >= 1, got -3"
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "give --rate"),
-    (["--rate", "5"], "exactly one of --requests or --duration"),
-    (["--rate", "5", "--requests", "2", "--arrivals", "gamma"], "gamma needs a burstiness"),
-    (["--rate", "5", "--requests", "2", "--prompt-tokens", "uniform:9"], "bad length distribution"),
-    (["--rate", "5", "--requests", "2", "--spans", "zipkin"], "unknown trace exporter"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "give --rate"),
+        (["--rate", "5"], "exactly one of --requests or --duration"),
+        (["--rate", "5", "--requests", "2", "--arrivals", "gamma"], "gamma needs a burstiness"),
+        (["--rate", "5", "--requests", "2", "--prompt-tokens", "uniform:9"], "bad length distribution"),
+        (["--rate", "5", "--requests", "2", "--spans", "zipkin"], "unknown trace exporter"),
+    ],
+)
 def test_cli_bad_input_is_one_line(args, message):
     result = CliRunner().invoke(load, ["http://127.0.0.1:9", *args])
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
@@ -291,8 +326,19 @@ def test_cli_bad_input_is_one_line(args, message):
 
 
 def test_cli_dry_run_sends_nothing():
-    result = CliRunner().invoke(load, ["http://127.0.0.1:9", "--rate", "10", "--duration", "3", "--dry-run",
-                                       "--shared-prefix", "fraction=0.5,count=2,tokens=8"])
+    result = CliRunner().invoke(
+        load,
+        [
+            "http://127.0.0.1:9",
+            "--rate",
+            "10",
+            "--duration",
+            "3",
+            "--dry-run",
+            "--shared-prefix",
+            "fraction=0.5,count=2,tokens=8",
+        ],
+    )
     assert result.exit_code == 0 and "shared prefix on" in result.stdout
 
 
@@ -300,8 +346,10 @@ def test_the_command_module_stays_light():
     import subprocess
     import sys
 
-    code = ("import sys, budgetscope.commands.load; "
-            "print(sorted(m for m in ('torch', 'opentelemetry.sdk', 'asyncio', 'budgetscope.loadgen.runner') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, budgetscope.commands.load; "
+        "print(sorted(m for m in ('torch', 'opentelemetry.sdk', 'asyncio', 'budgetscope.loadgen.runner') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

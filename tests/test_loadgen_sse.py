@@ -5,13 +5,19 @@ import pytest
 from budgetscope.loadgen.http_connection import HttpConnection
 from budgetscope.loadgen.sse import SSEParser, read_chunk
 
-STREAM = (b'data: {"choices":[{"text":"a"}]}\n\n'
-          b': keep-alive comment\n\n'
-          b'event: message\ndata: {"choices":[{"delta":{"content":"b"}}]}\n\n'
-          b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
-          b"data: [DONE]\n\n")
-PAYLOADS = [b'{"choices":[{"text":"a"}]}', b'{"choices":[{"delta":{"content":"b"}}]}',
-            b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}', b"[DONE]"]
+STREAM = (
+    b'data: {"choices":[{"text":"a"}]}\n\n'
+    b": keep-alive comment\n\n"
+    b'event: message\ndata: {"choices":[{"delta":{"content":"b"}}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    b"data: [DONE]\n\n"
+)
+PAYLOADS = [
+    b'{"choices":[{"text":"a"}]}',
+    b'{"choices":[{"delta":{"content":"b"}}]}',
+    b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}',
+    b"[DONE]",
+]
 
 
 def feed_in_pieces(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -79,7 +85,14 @@ class FakeTransport:
 
 class Handler:
     def __init__(self):
-        self.status, self.headers, self.data, self.done, self.error, self.keep_alive = None, None, b"", False, None, None
+        self.status, self.headers, self.data, self.done, self.error, self.keep_alive = (
+            None,
+            None,
+            b"",
+            False,
+            None,
+            None,
+        )
 
     def head(self, status, headers):
         self.status, self.headers = status, headers
@@ -106,8 +119,10 @@ def exchange(response: bytes, cuts=()):
     return conn, handler
 
 
-CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-           b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+)
 
 
 def test_chunked_response_in_any_split():

@@ -12,8 +12,8 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from budgetscope.loadgen import Arrivals, Distribution, Workload, build_plan
 from budgetscope.commands.load import load
+from budgetscope.loadgen import Arrivals, Workload, build_plan
 from budgetscope.loadgen.dataset import apply_dataset, read_dataset
 from budgetscope.loadgen.prompts import _WORDS, Prompts
 from budgetscope.loadgen.stub_server import StubServer
@@ -43,8 +43,10 @@ def _bpe_tokenizer(path) -> str:
     tok.decoder = decoders.ByteLevel()
     rng = random.Random(0)
     corpus = [" ".join(rng.choices(_WORDS, k=40)) for _ in range(300)]
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                        show_progress=False))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
+    )
     tok.save(str(path))
     return str(path)
 
@@ -72,7 +74,7 @@ def test_shared_prefix_prompts_count_exactly_as_a_whole(bpe):
 
 def test_a_folder_with_tokenizer_json_and_bad_paths(tmp_path):
     _byte_tokenizer(tmp_path / "tokenizer.json")
-    assert TargetTokenizer(tmp_path).count("héllo") == 6   # bytes
+    assert TargetTokenizer(tmp_path).count("héllo") == 6  # bytes
     from budgetscope.loadgen.errors import LoadgenError
 
     with pytest.raises(LoadgenError, match="no tokenizer.json there"):
@@ -96,41 +98,64 @@ def test_exact_lengths_on_the_reference_engine(tmp_path):
 
     tok = _byte_tokenizer(tmp_path / "bytes.json")
     with running_server() as (url, _engine):
-        common = [url, "--rate", "50", "--requests", "6", "--prompt-tokens", "128", "--output-tokens", "2",
-                  "--format", "json"]
+        common = [
+            url,
+            "--rate",
+            "50",
+            "--requests",
+            "6",
+            "--prompt-tokens",
+            "128",
+            "--output-tokens",
+            "2",
+            "--format",
+            "json",
+        ]
         r = _run([*common, "--tokenizer", tok, "--out", str(tmp_path / "exact.json")])
         assert r.exit_code == 0, r.output
         records = json.loads((tmp_path / "exact.json").read_text())["requests"]
         assert [rec["input_tokens"] for rec in records] == [129] * 6
         summary = json.loads(r.stdout)["prompt_tokens"]
         assert summary["exact"] is True and summary["server_counted"]["max"] == 129
-        approx = [*common[:6], "64", *common[7:]]   # 64 words are ~350 bytes: inside the fixture's 512
+        approx = [*common[:6], "64", *common[7:]]  # 64 words are ~350 bytes: inside the fixture's 512
         r = _run(approx)
         assert r.exit_code == 0, r.output
         summary = json.loads(r.stdout)["prompt_tokens"]
         assert summary["exact"] is False and summary["basis"].startswith("approximate")
-        assert summary["planned"]["p50"] == 64 and summary["server_counted"]["p50"] > 200   # ~5 bytes a word
+        assert summary["planned"]["p50"] == 64 and summary["server_counted"]["p50"] > 200  # ~5 bytes a word
         r = _run(approx[:-2])
         assert "prompts  APPROXIMATE lengths" in r.stdout and "the server counted p50" in r.stdout
 
 
 def test_dataset_sharegpt_json_and_jsonl(tmp_path, bpe):
-    share = [{"id": "a", "conversations": [{"from": "human", "value": "What is a KV cache?"},
-                                           {"from": "gpt", "value": "It stores keys and values."}]},
-             {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn"}]},
-             {"id": "c", "conversations": [{"from": "human", "value": "Explain prefill"}]}]
+    share = [
+        {
+            "id": "a",
+            "conversations": [
+                {"from": "human", "value": "What is a KV cache?"},
+                {"from": "gpt", "value": "It stores keys and values."},
+            ],
+        },
+        {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn"}]},
+        {"id": "c", "conversations": [{"from": "human", "value": "Explain prefill"}]},
+    ]
     (tmp_path / "s.json").write_text(json.dumps(share))
     ds = read_dataset(tmp_path / "s.json", bpe)
     assert [p.prompt for p in ds.prompts] == ["What is a KV cache?", "Explain prefill"] and ds.skipped == 1
     assert ds.prompts[0].prompt_tokens == bpe.count("What is a KV cache?")
     assert ds.prompts[0].output_tokens == bpe.count("It stores keys and values.")
     assert ds.prompts[1].output_tokens is None and ds.exact
-    (tmp_path / "d.jsonl").write_text('{"prompt": "abcdefgh", "output_tokens": 7}\n# a comment\n\n'
-                                      '{"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 3}\n'
-                                      '{"text": "xyz", "completion": "0123456789ab"}\n')
-    ds = read_dataset(tmp_path / "d.jsonl")   # no tokenizer: 4 characters a token
+    (tmp_path / "d.jsonl").write_text(
+        '{"prompt": "abcdefgh", "output_tokens": 7}\n# a comment\n\n'
+        '{"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 3}\n'
+        '{"text": "xyz", "completion": "0123456789ab"}\n'
+    )
+    ds = read_dataset(tmp_path / "d.jsonl")  # no tokenizer: 4 characters a token
     assert [(p.prompt, p.prompt_tokens, p.output_tokens) for p in ds.prompts] == [
-        ("abcdefgh", 2, 7), ("hi there", 2, 3), ("xyz", 1, 3)]
+        ("abcdefgh", 2, 7),
+        ("hi there", 2, 3),
+        ("xyz", 1, 3),
+    ]
     plan = apply_dataset(build_plan(Arrivals.parse("constant", 10), Workload(), seed=5, num_requests=5), ds)
     assert sorted({r.prompt for r in plan.requests}) == ["abcdefgh", "hi there", "xyz"]
     assert all(r.prompt_tokens == {"abcdefgh": 2, "hi there": 2, "xyz": 1}[r.prompt] for r in plan.requests)
@@ -155,8 +180,9 @@ def test_dataset_run_sends_the_real_prompts(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"prompt": "alpha beta", "output_tokens": 3}\n')
     stub = StubServer().start_in_thread()
     try:
-        r = _run([stub.url, "--rate", "50", "--requests", "3", "--dataset", str(tmp_path / "d.jsonl"),
-                  "--format", "json"])
+        r = _run(
+            [stub.url, "--rate", "50", "--requests", "3", "--dataset", str(tmp_path / "d.jsonl"), "--format", "json"]
+        )
     finally:
         stub.stop_thread()
     assert r.exit_code == 0, r.output
@@ -177,8 +203,10 @@ class _Capture(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers["Content-Length"]))
         self.seen.append(("POST", self.headers.get("Authorization"), self.headers.get("X-Org")))
-        body = (b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":5,'
-                b'"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+        body = (
+            b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[],"usage":{"prompt_tokens":5,'
+            b'"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+        )
         self._reply(200, body, "text/event-stream")
 
     def _reply(self, status, body, ctype):
@@ -208,6 +236,7 @@ def test_openai_api_key_and_headers_reach_the_endpoint(capture):
     assert set(seen) == {("GET", "Bearer sk-test", "acme"), ("POST", "Bearer sk-test", "acme")}
     assert "sk-test" not in r.output
     seen.clear()
-    r = _run([url, "--rate", "20", "--requests", "1", "--header", "Authorization: Bearer other"],
-             OPENAI_API_KEY="sk-test")
+    r = _run(
+        [url, "--rate", "20", "--requests", "1", "--header", "Authorization: Bearer other"], OPENAI_API_KEY="sk-test"
+    )
     assert r.exit_code == 0 and {s[1] for s in seen} == {"Bearer other"}

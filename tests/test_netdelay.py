@@ -20,7 +20,9 @@ def _echo_server():
                 c, _ = srv.accept()
             except OSError:
                 return
-            threading.Thread(target=lambda c=c: [c.sendall(d) for d in iter(lambda: c.recv(4096), b"")], daemon=True).start()
+            threading.Thread(
+                target=lambda c=c: [c.sendall(d) for d in iter(lambda: c.recv(4096), b"")], daemon=True
+            ).start()
 
     threading.Thread(target=serve, daemon=True).start()
     return srv

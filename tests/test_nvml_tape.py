@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_gpu import fake_pynvml
 
 from budgetscope.instrument import gpu
 from budgetscope.instrument.gpu import Nvml
 from budgetscope.instrument.nvml_tape import NVMLError, NvmlTape
-from test_gpu import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nvml_tape_h100.json"
 
@@ -20,8 +20,16 @@ def _replayed_points(tape: NvmlTape, ticks: int) -> list[dict]:
     out = []
     for _ in range(ticks):
         for g in nvml.gpus:
-            out += [{"ts_ns": p.ts_ns, "metric": p.metric, "value": p.value, "gpu_uuid": p.gpu_uuid,
-                     "gpu_index": p.gpu_index} for p in nvml.read(g, now_ns=clock)]
+            out += [
+                {
+                    "ts_ns": p.ts_ns,
+                    "metric": p.metric,
+                    "value": p.value,
+                    "gpu_uuid": p.gpu_uuid,
+                    "gpu_index": p.gpu_index,
+                }
+                for p in nvml.read(g, now_ns=clock)
+            ]
     nvml.close()
     return out
 
@@ -61,4 +69,6 @@ def test_a_real_h100_reading_replays_through_the_sampler():
     assert by[gpu.HBM_LIMIT][0] > 80e9
     assert len(by[gpu.DRAM_BANDWIDTH]) == 29  # 30 readings; the first interval's NaN is unknown, not a figure
     assert all(0 < v < 1 for v in by[gpu.DRAM_BANDWIDTH])
-    assert any(c["fn"] == "nvmlGpmMetricsGet" and c["result"][0]["value"] != c["result"][0]["value"] for c in tape.calls)
+    assert any(
+        c["fn"] == "nvmlGpmMetricsGet" and c["result"][0]["value"] != c["result"][0]["value"] for c in tape.calls
+    )

@@ -33,11 +33,20 @@ from budgetscope.instrument.client import client_attributes  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _clean_otel_env(monkeypatch):
-    for name in ("OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-                 "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                 "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_SERVICE_NAME",
-                 "OTEL_TRACES_EXPORTER", "OTEL_RESOURCE_ATTRIBUTES"):
+    for name in (
+        "OTEL_SDK_DISABLED",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "OTEL_SERVICE_NAME",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_RESOURCE_ATTRIBUTES",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -54,8 +63,9 @@ def _roots(exporter) -> list:
     return [s for s in exporter.get_finished_spans() if s.kind is SpanKind.SERVER]
 
 
-@pytest.mark.parametrize("kwargs, expected", [({}, "budgetscope"), ({"provider_name": "vllm"}, "vllm"),
-                                              ({"provider_name": None}, None)])
+@pytest.mark.parametrize(
+    "kwargs, expected", [({}, "budgetscope"), ({"provider_name": "vllm"}, "vllm"), ({"provider_name": None}, None)]
+)
 def test_server_root_carries_gen_ai_provider_name(kwargs, expected):
     exporter = InMemorySpanExporter()
     instr = Instrumentation(service_name="svc", exporter=exporter, **kwargs)
@@ -65,9 +75,14 @@ def test_server_root_carries_gen_ai_provider_name(kwargs, expected):
     assert root.attributes.get(A.GEN_AI_PROVIDER_NAME) == expected
 
 
-@pytest.mark.parametrize("url, address, port", [("http://127.0.0.1:8000/v1/completions", "127.0.0.1", 8000),
-                                                ("https://api.example.com/v1/chat/completions", "api.example.com", 443),
-                                                ("http://[::1]/v1/completions", "::1", 80)])
+@pytest.mark.parametrize(
+    "url, address, port",
+    [
+        ("http://127.0.0.1:8000/v1/completions", "127.0.0.1", 8000),
+        ("https://api.example.com/v1/chat/completions", "api.example.com", 443),
+        ("http://[::1]/v1/completions", "::1", 80),
+    ],
+)
 def test_client_span_carries_provider_operation_and_server(url, address, port):
     rec = ClientRequest(1, 2, scheduled_ns=10, start_ns=11, end_ns=20, url=url, operation="chat")
     attrs = client_attributes(rec)
@@ -89,12 +104,21 @@ def test_loadgen_client_spans_name_the_operation(tmp_path):
         for path, operation in (("/v1/completions", "text_completion"), ("/v1/chat/completions", "chat")):
             out = tmp_path / f"{operation}.jsonl"
             tracer = ClientTracer(exporter=f"jsonl:{out}")
-            plan = build_plan(Arrivals.parse("constant", rate=50), Workload(prompt_tokens=Distribution.parse("4"),
-                              output_tokens=Distribution.parse("2")), seed=1, num_requests=2)
+            plan = build_plan(
+                Arrivals.parse("constant", rate=50),
+                Workload(prompt_tokens=Distribution.parse("4"), output_tokens=Distribution.parse("2")),
+                seed=1,
+                num_requests=2,
+            )
             run_load(plan, Target(stub.url + path, model="m"), tracer=tracer)
             tracer.shutdown()
-            spans = [s for line in out.read_bytes().splitlines()
-                     for rs in orjson.loads(line)["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+            spans = [
+                s
+                for line in out.read_bytes().splitlines()
+                for rs in orjson.loads(line)["resourceSpans"]
+                for ss in rs["scopeSpans"]
+                for s in ss["spans"]
+            ]
             attrs = [{a["key"]: next(iter(a["value"].values())) for a in s["attributes"]} for s in spans]
             assert len(attrs) == 2
             assert {a["gen_ai.operation.name"] for a in attrs} == {operation}
@@ -121,7 +145,7 @@ def test_otel_sdk_disabled_turns_every_exporter_off(monkeypatch, value, tmp_path
     tracer.record(ClientRequest(1, 2, scheduled_ns=1, start_ns=1, end_ns=2))
     tracer.shutdown()
     assert not (tmp_path / "c.jsonl").exists()
-    assert isinstance(otlp_exporter("metrics"), DisabledExporter)   # the GPU sampler's OTLP sink sends nothing
+    assert isinstance(otlp_exporter("metrics"), DisabledExporter)  # the GPU sampler's OTLP sink sends nothing
 
 
 def test_otel_sdk_disabled_false_changes_nothing(monkeypatch):
@@ -158,7 +182,7 @@ def test_http_json_protocol_exports_spans_and_gpu_metrics_to_a_collector(monkeyp
     instr = Instrumentation(service_name="json-svc", exporter="otlp")
     _one_request(instr)
     instr.shutdown()
-    gpu.OtlpSink().export([_point()], "node-1")   # the GPU sampler's OTLP sink, same protocol
+    gpu.OtlpSink().export([_point()], "node-1")  # the GPU sampler's OTLP sink, same protocol
     collector.stop()
     got = rows(tmp_path / "archive", "SELECT service_name, tier, input_tokens FROM requests")
     assert got == [("json-svc", "interactive", 3)]
@@ -195,7 +219,7 @@ def test_http_json_body_is_otlp_json(monkeypatch):
         instr.shutdown()
     finally:
         server.shutdown()
-    (path, headers, body), = bodies
+    ((path, headers, body),) = bodies
     assert path == "/x" and headers.get("content-type") == "application/json"
     assert headers.get("authorization") == "Bearer t0k"
     doc = json.loads(body)

@@ -42,18 +42,20 @@ def test_components_exist_in_current_otelcol_contrib(name):
 def test_the_maintained_config_carries_traces_and_metrics_to_budgetscope():
     cfg = _load("otelcol.yaml")
     pipes = cfg["service"]["pipelines"]
-    assert set(pipes) == {"traces", "metrics"}   # GPU samples are OTLP gauges: a metrics pipeline
+    assert set(pipes) == {"traces", "metrics"}  # GPU samples are OTLP gauges: a metrics pipeline
     for pipe in pipes.values():
         assert pipe["receivers"] == ["otlp"] and pipe["exporters"] == ["otlp_grpc/budgetscope"]
-        assert pipe["processors"][0] == "memory_limiter"   # the Collector's rule: memory_limiter first
+        assert pipe["processors"][0] == "memory_limiter"  # the Collector's rule: memory_limiter first
     assert cfg["exporters"]["otlp_grpc/budgetscope"]["endpoint"] == "127.0.0.1:14317"
     assert "--grpc-port 14317" in (KIT / "otel-collector" / "otelcol.yaml").read_text()
 
 
 def test_one_config_not_a_copy_per_server():
     copies = sorted(p.relative_to(ROOT).as_posix() for p in KIT.glob("*/otelcol*.yaml"))
-    assert copies == ["instrumentation/otel-collector/otelcol-sharded.yaml",
-                      "instrumentation/otel-collector/otelcol.yaml"]
+    assert copies == [
+        "instrumentation/otel-collector/otelcol-sharded.yaml",
+        "instrumentation/otel-collector/otelcol.yaml",
+    ]
     for readme in KIT.glob("*/README.md"):
         text = readme.read_text()
         if readme.parent.name != "otel-collector" and "otelcol" in text:

@@ -12,8 +12,21 @@ from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_i
 
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, staging
 
-COLS = ("batch_id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "service_name",
-        "scope_name", "status_code", "attributes", "resource")
+COLS = (
+    "batch_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "service_name",
+    "scope_name",
+    "status_code",
+    "attributes",
+    "resource",
+)
 
 
 def test_the_extension_is_built():
@@ -37,9 +50,15 @@ def duckdb_rows(payloads: list[bytes]):
     con = duckdb.connect()
     staging.setup(con)
     jsonsql.setup(con)
-    con.register("bs_raw", pa.table({"batch_id": list(range(1, len(payloads) + 1)),
-                                     "doc": [p.decode("utf-8", "replace") for p in payloads]}))
-    flat = staging.normalise("(" + jsonsql._FLATTEN.replace("@RAW@", "bs_raw").replace("@WHERE@", "WHERE json_valid(doc)") + ")")
+    con.register(
+        "bs_raw",
+        pa.table(
+            {"batch_id": list(range(1, len(payloads) + 1)), "doc": [p.decode("utf-8", "replace") for p in payloads]}
+        ),
+    )
+    flat = staging.normalise(
+        "(" + jsonsql._FLATTEN.replace("@RAW@", "bs_raw").replace("@WHERE@", "WHERE json_valid(doc)") + ")"
+    )
     got = con.execute(f"SELECT {', '.join(COLS)}, err FROM ({flat})").fetchall()
     bad = {r[0] for r in got if r[-1] is not None or "\\u0000" in (r[11] + r[12])}
     counts: dict[int, int] = {}
@@ -70,6 +89,7 @@ def assert_same(payloads: list[bytes]) -> list[int]:
 
 # -- what it takes: the same bytes as the DuckDB path ----------------------------------------------------------
 
+
 def test_native_requests_with_client_spans_match_the_duckdb_path():
     docs = [export(native_request(client=(4, 2), tenant="t", itl=[1.0, 2.5])[1]) for _ in range(3)]
     docs.append(export(native_request()[1], service="engine-2", scope="other"))
@@ -77,25 +97,55 @@ def test_native_requests_with_client_spans_match_the_duckdb_path():
 
 
 def test_every_scalar_kind_and_int_forms_match():
-    a = attrs({"s": "x", "b": True, "f": False, "i": 7, "neg": -12, "d": 1.5, "arr": [1, 2.5, "z", True],
-               "empty_arr": [], "raw": b"\x00\x01\xff"})
-    a += [{"key": "empty", "value": {}}, {"key": "novalue"},
-          {"key": "zeros", "value": {"intValue": "007"}}, {"key": "negzero", "value": {"intValue": "-0"}},
-          {"key": "asnumber", "value": {"intValue": 42}}, {"key": "big", "value": {"intValue": "-9223372036854775808"}},
-          {"key": "dint", "value": {"doubleValue": 3}}, {"key": "dexp", "value": {"doubleValue": 1.25e-3}},
-          {"key": "dup", "value": {"stringValue": "first"}}, {"key": "dup", "value": {"stringValue": "second"}},
-          {"key": "arr_empty_el", "value": {"arrayValue": {"values": [{}, {"intValue": "1"}]}}}]
+    a = attrs(
+        {
+            "s": "x",
+            "b": True,
+            "f": False,
+            "i": 7,
+            "neg": -12,
+            "d": 1.5,
+            "arr": [1, 2.5, "z", True],
+            "empty_arr": [],
+            "raw": b"\x00\x01\xff",
+        }
+    )
+    a += [
+        {"key": "empty", "value": {}},
+        {"key": "novalue"},
+        {"key": "zeros", "value": {"intValue": "007"}},
+        {"key": "negzero", "value": {"intValue": "-0"}},
+        {"key": "asnumber", "value": {"intValue": 42}},
+        {"key": "big", "value": {"intValue": "-9223372036854775808"}},
+        {"key": "dint", "value": {"doubleValue": 3}},
+        {"key": "dexp", "value": {"doubleValue": 1.25e-3}},
+        {"key": "dup", "value": {"stringValue": "first"}},
+        {"key": "dup", "value": {"stringValue": "second"}},
+        {"key": "arr_empty_el", "value": {"arrayValue": {"values": [{}, {"intValue": "1"}]}}},
+    ]
     doc = one_span_doc(attributes=a)
     doc["resourceSpans"][0]["resource"]["attributes"] += attrs({"host.arch": "amd64", "pid": 12})
     assert assert_same([dumps(doc)]) == []
 
 
 def test_strings_with_escapes_and_unicode_match():
-    texts = ["tab\there", 'q"uote', "back\\slash", "nl\nend", "\b\f\r", "\x01\x1f\x7f", "é ü 漢字", "\u2028\u2029",
-             "😀 emoji", "a/b", "</script>", "\\u0041 literal"]
+    texts = [
+        "tab\there",
+        'q"uote',
+        "back\\slash",
+        "nl\nend",
+        "\b\f\r",
+        "\x01\x1f\x7f",
+        "é ü 漢字",
+        "\u2028\u2029",
+        "😀 emoji",
+        "a/b",
+        "</script>",
+        "\\u0041 literal",
+    ]
     a = [{"key": f"k{i}", "value": {"stringValue": t}} for i, t in enumerate(texts)]
-    a.append({"key": "weird\tkey\"", "value": {"stringValue": "v"}})
-    doc = one_span_doc(name="naïve \"name\"\n", attributes=a)
+    a.append({"key": 'weird\tkey"', "value": {"stringValue": "v"}})
+    doc = one_span_doc(name='naïve "name"\n', attributes=a)
     doc["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] = "scope\\é"
     doc["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"] = "svc\t😀"
     # both the escaped (ASCII) and the raw UTF-8 forms of the same text
@@ -108,22 +158,44 @@ def test_strings_with_escapes_and_unicode_match():
 
 def test_doubles_print_as_duckdb_prints_them():
     rng = random.Random(7)
-    values = [0.1, 100.0, 2.5, -0.0, 0.0, 1e-6, 1.5e-6, 9.99e20, 1e20, 123456789012345.0, 0.000001234, 1 / 4,
-              12345678.9, -3.75, 1e21, 1e-7, 1 / 3]
+    values = [
+        0.1,
+        100.0,
+        2.5,
+        -0.0,
+        0.0,
+        1e-6,
+        1.5e-6,
+        9.99e20,
+        1e20,
+        123456789012345.0,
+        0.000001234,
+        1 / 4,
+        12345678.9,
+        -3.75,
+        1e21,
+        1e-7,
+        1 / 3,
+    ]
     for _ in range(300):
         digits = rng.randint(1, 17)
-        mant = rng.randrange(10 ** (digits - 1), 10 ** digits)
+        mant = rng.randrange(10 ** (digits - 1), 10**digits)
         values.append(float(f"{'-' if rng.random() < 0.3 else ''}{mant}e{rng.randint(-12 - digits, 22 - digits)}"))
     # one batch a value (json writes Python's shortest repr: 1.5e-06, 1e+20, ...), then the same values written
     # other ways producers write them: exponents, trailing zeros, upper-case E
     payloads = [dumps(one_span_doc(attributes=[{"key": "d", "value": {"doubleValue": v}}])) for v in values]
     texts = ["1E3", "1.500", "0.0e0", "-2.50e-2", "120e-1", "0.00012e2", "5", "-0"]
     for t in texts:
-        payloads.append(dumps(one_span_doc(attributes=[{"key": "d", "value": {"doubleValue": 8}}]))
-                        .replace(b'"doubleValue":8', b'"doubleValue":' + t.encode()))
+        payloads.append(
+            dumps(one_span_doc(attributes=[{"key": "d", "value": {"doubleValue": 8}}])).replace(
+                b'"doubleValue":8', b'"doubleValue":' + t.encode()
+            )
+        )
     left = assert_same(payloads)
-    plain = [v == 0 or (1e-6 <= abs(v) < 1e21 and len(repr(abs(v)).replace(".", "").split("e")[0].strip("0")) <= 15)
-             for v in values] + [True] * len(texts)
+    plain = [
+        v == 0 or (1e-6 <= abs(v) < 1e21 and len(repr(abs(v)).replace(".", "").split("e")[0].strip("0")) <= 15)
+        for v in values
+    ] + [True] * len(texts)
     assert left == [i for i, ok in enumerate(plain, 1) if not ok]
     assert 200 < len(payloads) - len(left)
 
@@ -139,46 +211,106 @@ def test_kinds_and_statuses_by_number_and_name_match():
 
 
 def test_optional_parts_and_unknown_fields_match():
-    s = span(trace_id(), span_id(), "op", T0, T0 + MS, parent="", traceState="k=v", flags=257, events=[],
-             links=[], droppedAttributesCount=0)
+    s = span(
+        trace_id(),
+        span_id(),
+        "op",
+        T0,
+        T0 + MS,
+        parent="",
+        traceState="k=v",
+        flags=257,
+        events=[],
+        links=[],
+        droppedAttributesCount=0,
+    )
     del s["name"]
     s["startTimeUnixNano"] = T0  # a number, not a string
-    no_resource = {"resourceSpans": [{"scopeSpans": [{"spans": [span(trace_id(), span_id(), "a", T0, T0)]}],
-                                      "schemaUrl": "https://opentelemetry.io/schemas/1.21.0"}]}
-    no_service = {"resourceSpans": [{"resource": {"attributes": attrs({"service.name": 5, "x": "y"})},
-                                     "scopeSpans": [{"scope": {"name": "s", "version": "1"},
-                                                     "spans": [span(trace_id(), span_id(), "b", T0, T0 + 1)]}]}]}
-    bytes_service = {"resourceSpans": [{"resource": {"attributes": attrs({"service.name": b"svc"})},
-                                        "scopeSpans": [{"spans": [span(trace_id(), span_id(), "c", T0, T0 + 1)]}]}]}
+    no_resource = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [{"spans": [span(trace_id(), span_id(), "a", T0, T0)]}],
+                "schemaUrl": "https://opentelemetry.io/schemas/1.21.0",
+            }
+        ]
+    }
+    no_service = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": attrs({"service.name": 5, "x": "y"})},
+                "scopeSpans": [
+                    {"scope": {"name": "s", "version": "1"}, "spans": [span(trace_id(), span_id(), "b", T0, T0 + 1)]}
+                ],
+            }
+        ]
+    }
+    bytes_service = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": attrs({"service.name": b"svc"})},
+                "scopeSpans": [{"spans": [span(trace_id(), span_id(), "c", T0, T0 + 1)]}],
+            }
+        ]
+    }
     two_services = export([span(trace_id(), span_id(), "d", T0, T0 + 1)])
     two_services["resourceSpans"][0]["resource"]["attributes"] += attrs({"service.name": "second"})
-    many = {"resourceSpans": [export([span(trace_id(), span_id(), "e", T0, T0 + 1)], service=f"svc{i}")["resourceSpans"][0]
-                              for i in range(3)] + [{"resource": {}, "scopeSpans": []}]}
+    many = {
+        "resourceSpans": [
+            export([span(trace_id(), span_id(), "e", T0, T0 + 1)], service=f"svc{i}")["resourceSpans"][0]
+            for i in range(3)
+        ]
+        + [{"resource": {}, "scopeSpans": []}]
+    }
     pretty = json.dumps(export(native_request()[1]), indent=2).encode()
     empty = {"resourceSpans": []}
-    assert assert_same([dumps(export([s])), dumps(no_resource), dumps(no_service), dumps(bytes_service),
-                        dumps(two_services), dumps(many), pretty, dumps(empty)]) == []
+    assert (
+        assert_same(
+            [
+                dumps(export([s])),
+                dumps(no_resource),
+                dumps(no_service),
+                dumps(bytes_service),
+                dumps(two_services),
+                dumps(many),
+                pretty,
+                dumps(empty),
+            ]
+        )
+        == []
+    )
 
 
 def test_spans_with_events_go_to_the_reference_decoder_which_keeps_them():
     """Span events (vLLM journey tracing puts its timings there) are kept only by the reference decoder, under
     `budgetscope.events` in the attributes: the C decoder and the DuckDB path leave such a batch whole."""
-    event = {"timeUnixNano": str(T0 + 5), "name": "journey.QUEUED",
-             "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": 1}]})}
+    event = {
+        "timeUnixNano": str(T0 + 5),
+        "name": "journey.QUEUED",
+        "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": 1}]}),
+    }
     with_events = dumps(one_span_doc(events=[event]))
     assert assert_same([dumps(one_span_doc(events=[])), with_events]) == [2]
     assert 2 in duckdb_rows([dumps(one_span_doc()), with_events])[1]
     kept = json.loads(otlp_json.decode(json.loads(with_events)).attributes[0])
-    assert kept[otlp_json.EVENTS_KEY] == [{"name": "journey.QUEUED", "time_unix_nano": T0 + 5,
-                                          "attributes": {"event.type": "QUEUED", "x": [1, {"deep": 1}]}}]
+    assert kept[otlp_json.EVENTS_KEY] == [
+        {
+            "name": "journey.QUEUED",
+            "time_unix_nano": T0 + 5,
+            "attributes": {"event.type": "QUEUED", "x": [1, {"deep": 1}]},
+        }
+    ]
     # events were ignored before they were kept: a malformed one is left out, it does not fail the batch
     odd = one_span_doc(events=[1, {"name": 5, "timeUnixNano": "soon", "attributes": {"k": 1}}, event])
     kept = json.loads(otlp_json.decode(odd).attributes[0])[otlp_json.EVENTS_KEY]
-    assert kept == [{"name": None, "time_unix_nano": None, "attributes": {}}, kept[1]] and kept[1]["name"] == "journey.QUEUED"
+    assert (
+        kept == [{"name": None, "time_unix_nano": None, "attributes": {}}, kept[1]]
+        and kept[1]["name"] == "journey.QUEUED"
+    )
     assert otlp_json.EVENTS_KEY not in json.loads(otlp_json.decode(one_span_doc(events="none")).attributes[0])
 
 
 # -- what it leaves, whole -------------------------------------------------------------------------------------
+
 
 def _left_alone(doc_or_bytes) -> None:
     good = dumps(export(native_request()[1]))
@@ -188,15 +320,52 @@ def _left_alone(doc_or_bytes) -> None:
     assert {r[0] for r in c} == {1, 3} and len(c) == 12
 
 
-@pytest.mark.parametrize("case", [
-    "base64 id", "uppercase E in id", "short id", "nested kvlist", "array in array", "NaN double", "16 digits",
-    "1e21", "1e-7", "escaped NUL", "lone surrogate", "bad escape", "null value", "null field", "no spanId",
-    "no start", "zero end", "ends before start", "field twice", "unknown value kind", "two kinds in a value",
-    "spans under an unknown key", "trailing garbage", "not JSON", "truncated", "not an object", "invalid UTF-8",
-    "raw control byte", "kind 9", "status code 7", "negative time", "20-digit int", "int with fraction",
-    "string bool", "scope after spans", "resource after scopeSpans", "value before key", "resource attributes twice",
-    "scope name twice", "status code twice", "resourceSpans twice",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "base64 id",
+        "uppercase E in id",
+        "short id",
+        "nested kvlist",
+        "array in array",
+        "NaN double",
+        "16 digits",
+        "1e21",
+        "1e-7",
+        "escaped NUL",
+        "lone surrogate",
+        "bad escape",
+        "null value",
+        "null field",
+        "no spanId",
+        "no start",
+        "zero end",
+        "ends before start",
+        "field twice",
+        "unknown value kind",
+        "two kinds in a value",
+        "spans under an unknown key",
+        "trailing garbage",
+        "not JSON",
+        "truncated",
+        "not an object",
+        "invalid UTF-8",
+        "raw control byte",
+        "kind 9",
+        "status code 7",
+        "negative time",
+        "20-digit int",
+        "int with fraction",
+        "string bool",
+        "scope after spans",
+        "resource after scopeSpans",
+        "value before key",
+        "resource attributes twice",
+        "scope name twice",
+        "status code twice",
+        "resourceSpans twice",
+    ],
+)
 def test_batches_it_cannot_vouch_for_are_left_whole(case):
     s = span(trace_id(), span_id(), "op", T0, T0 + MS, parent=span_id(), attributes={"k": "v"})
     a = s["attributes"]
@@ -318,6 +487,7 @@ def test_mutated_batches_are_taken_only_when_the_duckdb_path_agrees():
 
 # -- through the archive ---------------------------------------------------------------------------------------
 
+
 def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, ingest_text, monkeypatch):
     """A file mixing batches each path takes (C, DuckDB, reference), duplicates and a bad batch."""
     _, a = native_request(client=(3, 1))
@@ -328,17 +498,25 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, in
     # a "spanId" that is a value, not a key: counted on the bytes, the DuckDB path hands it on; C takes it
     word = export([span(trace_id(), span_id(), "word", T0, T0 + 1, attributes={"note": "spanId"})])
     text = jsonl(export(a), export(b), nested, b64, export(a[:2], service="again"), bad, export(a), word)
-    query = ("SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
-             "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
-             "FROM spans ORDER BY batch_id, span_id")
+    query = (
+        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
+        "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
+        "FROM spans ORDER BY batch_id, span_id"
+    )
     batches = "SELECT batch_id, span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
     results = []
     for available in (True, False):
         monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
         path = tmp_path / f"{available}.duckdb"
         rep = ingest_text(path, text)
-        results.append((rows(path, query), rows(path, batches), [(r.position, r.error) for r in rep.rejected],
-                        rows(path, "SELECT * FROM requests ORDER BY trace_id")))
+        results.append(
+            (
+                rows(path, query),
+                rows(path, batches),
+                [(r.position, r.error) for r in rep.rejected],
+                rows(path, "SELECT * FROM requests ORDER BY trace_id"),
+            )
+        )
     assert results[0] == results[1]
     assert len(results[0][2]) == 1 and "ends before it starts" in results[0][2][0][1]
     assert len(results[0][0]) == 6 + 6 + 1 + 1 + 1 + 1
@@ -362,8 +540,9 @@ def test_copies_across_chunks_of_one_call_are_found(archive_path, ingest_text, o
     _, b = native_request()
     rep = ingest_text(archive_path, jsonl(export(a), export(b), export(a[2:4], service="again"), export(b[:1])))
     assert (rep.spans, rep.spans_inserted, rep.duplicate_spans, rep.rejected) == (15, 12, 3, [])
-    assert rows(archive_path, "SELECT span_count, spans_inserted, duplicate_spans FROM ingest_batches "
-                              "ORDER BY batch_id") == [(6, 6, 0), (6, 6, 0), (2, 0, 2), (1, 0, 1)]
+    assert rows(
+        archive_path, "SELECT span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
+    ) == [(6, 6, 0), (6, 6, 0), (2, 0, 2), (1, 0, 1)]
     assert rows(archive_path, "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans") == [(12, 12)]
 
 
@@ -412,9 +591,15 @@ def test_span_set_finds_every_repeat():
 def test_span_set_keeps_sequential_ids_apart():
     """Ids from a counter differ only in their last hex digits (the high bytes of the words the set hashes): no
     two of 20,000 such pairs may look like a repeat, or every ingest call of such a tracer looks for copies."""
-    base_trace, base_span = 0x4bf92f3577b34da6a3ce929d0e0e4736, 0x00f067aa0ba902b7
-    docs = [dumps(export([span(f"{base_trace + t:032x}", f"{base_span + 100 * t + s:016x}", "s", T0, T0 + 1)
-                          for s in range(100)])) for t in range(200)]
+    base_trace, base_span = 0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7
+    docs = [
+        dumps(
+            export(
+                [span(f"{base_trace + t:032x}", f"{base_span + 100 * t + s:016x}", "s", T0, T0 + 1) for s in range(100)]
+            )
+        )
+        for t in range(200)
+    ]
     seen = otlp_fast.span_set()
     _, taken, _, repeated = otlp_fast.decode(docs, list(range(200)), seen)
     assert sum(taken.values()) == 20_000 and seen.count == 20_000 and not repeated

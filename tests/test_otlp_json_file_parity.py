@@ -17,15 +17,19 @@ from pathlib import Path
 import pytest
 from conftest import rows
 
-from budgetscope.opener import Archive
 from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
 
 pytestmark = pytest.mark.slow
 
-OFFICIAL = ["opentelemetry-exporter-otlp-json-file==0.66b1", "opentelemetry-exporter-otlp-json-common==0.66b1",
-            "opentelemetry-proto-json==0.66b1", "opentelemetry-exporter-otlp-common==0.66b1"]
+OFFICIAL = [
+    "opentelemetry-exporter-otlp-json-file==0.66b1",
+    "opentelemetry-exporter-otlp-json-common==0.66b1",
+    "opentelemetry-proto-json==0.66b1",
+    "opentelemetry-exporter-otlp-common==0.66b1",
+]
 
-EXPORT = textwrap.dedent('''
+EXPORT = textwrap.dedent("""
     import sys, time
     from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
     from opentelemetry.exporter.otlp.json.file.metric_exporter import FileMetricExporter
@@ -72,14 +76,18 @@ EXPORT = textwrap.dedent('''
                                         [ScopeMetrics(InstrumentationScope(gpu.SCOPE), metrics, "")], "")])
     FileMetricExporter(official_gpu).export(data)
     sink = gpu.JsonLinesSink(ours_gpu); sink.export(points, "node-1"); sink.close()
-''')
+""")
 
 
 @pytest.fixture(scope="module")
 def official_exporter(tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("otel-json-file")
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), *OFFICIAL],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), *OFFICIAL],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if r.returncode != 0:
         pytest.skip(f"the OTLP JSON file exporter is not installable here: {r.stderr.strip().splitlines()[-1:]}")
     return target
@@ -92,20 +100,29 @@ def _ingest(path: Path, archive: Path) -> None:
 
 
 SPAN_COLUMNS = "trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, attributes, resource"
-REQUEST_COLUMNS = ("trace_id, tier, tenant, model, outcome, arrival_ns, first_token_ns, end_ns, input_tokens, "
-                   "cached_tokens, output_tokens, queue_ms, prefill_ms, decode_ms, postprocess_ms, ttft_ms, e2e_ms, "
-                   "tpot_ms")
+REQUEST_COLUMNS = (
+    "trace_id, tier, tenant, model, outcome, arrival_ns, first_token_ns, end_ns, input_tokens, "
+    "cached_tokens, output_tokens, queue_ms, prefill_ms, decode_ms, postprocess_ms, ttft_ms, e2e_ms, "
+    "tpot_ms"
+)
 
 
 def test_official_otlp_json_file_exporter_ingests_like_budgetscope_exporters(official_exporter, tmp_path):
     files = [tmp_path / n for n in ("official.jsonl", "ours.jsonl", "official-gpu.jsonl", "ours-gpu.jsonl")]
     env = {"PYTHONPATH": f"{official_exporter}", "PATH": "/usr/bin:/bin", "OTEL_SERVICE_NAME": ""}
-    r = subprocess.run([sys.executable, "-c", EXPORT, *map(str, files)], capture_output=True, text=True, timeout=120,
-                       env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", EXPORT, *map(str, files)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "exporter.otlp.json.file" in subprocess.run(   # the official exporter really wrote the file
-        [sys.executable, "-c", "import opentelemetry.exporter.otlp.json.file as m; print(m.__name__)"],
-        capture_output=True, text=True, env=env).stdout
+    assert (
+        "exporter.otlp.json.file"
+        in subprocess.run(  # the official exporter really wrote the file
+            [sys.executable, "-c", "import opentelemetry.exporter.otlp.json.file as m; print(m.__name__)"],
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+    )
     for f in files:
         assert f.stat().st_size > 0, f
     for official, ours, name in ((files[0], files[1], "spans"), (files[2], files[3], "gpu")):
@@ -113,12 +130,13 @@ def test_official_otlp_json_file_exporter_ingests_like_budgetscope_exporters(off
         _ingest(ours, tmp_path / f"ours-{name}")
     a, b = tmp_path / "official-spans", tmp_path / "ours-spans"
     spans = rows(a, f"SELECT {SPAN_COLUMNS} FROM spans ORDER BY trace_id, span_id")
-    assert len(spans) == 12 * 6 + 1 + 4   # root and five stages a request, a step, four client spans
+    assert len(spans) == 12 * 6 + 1 + 4  # root and five stages a request, a step, four client spans
     assert spans == rows(b, f"SELECT {SPAN_COLUMNS} FROM spans ORDER BY trace_id, span_id")
     requests = rows(a, f"SELECT {REQUEST_COLUMNS} FROM requests ORDER BY trace_id")
-    assert len(requests) == 12 + 4 - 1   # a client span whose trace the server joined makes one request with it
+    assert len(requests) == 12 + 4 - 1  # a client span whose trace the server joined makes one request with it
     assert requests == rows(b, f"SELECT {REQUEST_COLUMNS} FROM requests ORDER BY trace_id")
     gpu_cols = "*"
-    assert rows(tmp_path / "official-gpu", f"SELECT {gpu_cols} FROM gpu_samples ORDER BY ALL") == \
-        rows(tmp_path / "ours-gpu", f"SELECT {gpu_cols} FROM gpu_samples ORDER BY ALL")
+    assert rows(tmp_path / "official-gpu", f"SELECT {gpu_cols} FROM gpu_samples ORDER BY ALL") == rows(
+        tmp_path / "ours-gpu", f"SELECT {gpu_cols} FROM gpu_samples ORDER BY ALL"
+    )
     assert rows(tmp_path / "official-gpu", "SELECT count(*) FROM gpu_samples") == [(6,)]

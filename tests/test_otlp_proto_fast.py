@@ -16,8 +16,21 @@ from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_p
 from budgetscope.ingest import otlp_fast, otlp_proto, staging
 from budgetscope.ingest.spanbatch import BadBatch
 
-COLS = ("batch_id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "service_name",
-        "scope_name", "status_code", "attributes", "resource")
+COLS = (
+    "batch_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "service_name",
+    "scope_name",
+    "status_code",
+    "attributes",
+    "resource",
+)
 
 
 def test_the_extension_decodes_protobuf():
@@ -69,8 +82,15 @@ def f64(field: int, n: int) -> bytes:
     return tag(field, 1) + struct.pack("<Q", n)
 
 
-def raw_span(tid: bytes | None = None, sid: bytes | None = None, extra: bytes = b"", name: bytes = b"op",
-             start: int = T0, end: int = T0 + MS, kind: int = 2) -> bytes:
+def raw_span(
+    tid: bytes | None = None,
+    sid: bytes | None = None,
+    extra: bytes = b"",
+    name: bytes = b"op",
+    start: int = T0,
+    end: int = T0 + MS,
+    kind: int = 2,
+) -> bytes:
     tid = bytes.fromhex(trace_id()) if tid is None else tid
     sid = bytes.fromhex(span_id()) if sid is None else sid
     return ld(1, tid) + ld(2, sid) + ld(5, name) + vi(6, kind) + f64(7, start) + f64(8, end) + extra
@@ -83,6 +103,7 @@ def raw_export(*spans: bytes, resource: bytes | None = None, scope: bytes = ld(1
 
 
 # -- the two paths ---------------------------------------------------------------------------------------------
+
 
 def c_rows(payloads: list[bytes]):
     """(rows the C decoder wrote, ids of the batches it left)."""
@@ -131,10 +152,11 @@ def assert_same(payloads: list[bytes]) -> list[int]:
 
 # -- what it takes: the same bytes as the reference path -------------------------------------------------------
 
-def test_synthetic_traces_match_the_reference(tmp_path):
-    from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
+def test_synthetic_traces_match_the_reference(tmp_path):
     import orjson
+
+    from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
     path = tmp_path / "t.jsonl"
     write_jsonl(path, SyntheticSpec(num_requests=400, tiers=("interactive", "batch"), spans_per_line=97))
@@ -150,12 +172,34 @@ def test_native_requests_with_client_spans_match():
 
 
 def test_every_value_kind_matches():
-    a = attrs({"s": "x", "b": True, "f": False, "i": 7, "neg": -12, "d": 1.5, "arr": [1, 2.5, "z", True, b"\x01"],
-               "empty_arr": [], "raw": b"\x00\x01\xff", "one": b"a", "two": b"ab", "three": b"abc", "none": b"",
-               "empty": ""})
-    a += pb_attrs([("nothing", {}), ("max", {"intValue": str(2**63 - 1)}), ("min", {"intValue": str(-2**63)}),
-                   ("zero", {"intValue": "0"}), ("minus_one", {"intValue": "-1"}),
-                   ("arr_empty_el", {"arrayValue": {"values": [{}, {"intValue": "1"}, {"stringValue": ""}]}})])
+    a = attrs(
+        {
+            "s": "x",
+            "b": True,
+            "f": False,
+            "i": 7,
+            "neg": -12,
+            "d": 1.5,
+            "arr": [1, 2.5, "z", True, b"\x01"],
+            "empty_arr": [],
+            "raw": b"\x00\x01\xff",
+            "one": b"a",
+            "two": b"ab",
+            "three": b"abc",
+            "none": b"",
+            "empty": "",
+        }
+    )
+    a += pb_attrs(
+        [
+            ("nothing", {}),
+            ("max", {"intValue": str(2**63 - 1)}),
+            ("min", {"intValue": str(-(2**63))}),
+            ("zero", {"intValue": "0"}),
+            ("minus_one", {"intValue": "-1"}),
+            ("arr_empty_el", {"arrayValue": {"values": [{}, {"intValue": "1"}, {"stringValue": ""}]}}),
+        ]
+    )
     a.append({"key": "novalue"})
     a.append({"key": "", "value": {"stringValue": "empty key"}})
     doc = one_span(attributes=a)
@@ -164,12 +208,31 @@ def test_every_value_kind_matches():
 
 
 def test_strings_with_escapes_and_unicode_match():
-    texts = ["tab\there", 'q"uote', "back\\slash", "nl\nend", "\b\f\r", "\x01\x1f\x7f", "é ü 漢字", "\u2028\u2029",
-             "😀 emoji", "a/b", "</script>", "\\u0041 literal", "\U0010ffff", "x" * 300 + "\n" + "é" * 40]
+    texts = [
+        "tab\there",
+        'q"uote',
+        "back\\slash",
+        "nl\nend",
+        "\b\f\r",
+        "\x01\x1f\x7f",
+        "é ü 漢字",
+        "\u2028\u2029",
+        "😀 emoji",
+        "a/b",
+        "</script>",
+        "\\u0041 literal",
+        "\U0010ffff",
+        "x" * 300 + "\n" + "é" * 40,
+    ]
     a = pb_attrs((f"k{i}", {"stringValue": t}) for i, t in enumerate(texts))
-    a += pb_attrs([("weird\tkey\"", {"stringValue": "v"}), ("ключ 😀", {"stringValue": "значение"}),
-                   ("\x1f", {"arrayValue": {"values": [{"stringValue": t} for t in texts]}})])
-    doc = one_span(name="naïve \"name\"\n\t😀", attributes=a)
+    a += pb_attrs(
+        [
+            ('weird\tkey"', {"stringValue": "v"}),
+            ("ключ 😀", {"stringValue": "значение"}),
+            ("\x1f", {"arrayValue": {"values": [{"stringValue": t} for t in texts]}}),
+        ]
+    )
+    doc = one_span(name='naïve "name"\n\t😀', attributes=a)
     doc["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] = "scope\\é\x01"
     doc["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"] = "svc\t😀\"'"
     assert assert_same([to_proto(doc)]) == []
@@ -177,72 +240,186 @@ def test_strings_with_escapes_and_unicode_match():
 
 def test_doubles_print_as_the_reference_prints_them():
     rng = random.Random(7)
-    values = [0.1, 1e300, -0.0, 0.0, 1.0, 2.0, 0.5, 100.0, 1e16, 1e15, 9.999999999999998e15, 1e-5, 1e-6, 1.5e-7,
-              1.7976931348623157e308, -1e-300, 2.225073858507202e-308, 1 / 3, 2 / 3, 123456789012345678.0,
-              12345.678, 0.000012345, 1e21, 1e22, 1e23, 5e-5, math.pi, -math.e, 2.0**-20, 2.0**49, 9007199254740994.0]
+    values = [
+        0.1,
+        1e300,
+        -0.0,
+        0.0,
+        1.0,
+        2.0,
+        0.5,
+        100.0,
+        1e16,
+        1e15,
+        9.999999999999998e15,
+        1e-5,
+        1e-6,
+        1.5e-7,
+        1.7976931348623157e308,
+        -1e-300,
+        2.225073858507202e-308,
+        1 / 3,
+        2 / 3,
+        123456789012345678.0,
+        12345.678,
+        0.000012345,
+        1e21,
+        1e22,
+        1e23,
+        5e-5,
+        math.pi,
+        -math.e,
+        2.0**-20,
+        2.0**49,
+        9007199254740994.0,
+    ]
     for _ in range(2000):  # any bits but subnormals and powers of two (left, see below)
         (v,) = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))
         if math.isfinite(v) and abs(v) >= 2.2250738585072014e-308 and math.frexp(abs(v))[0] != 0.5:
             values.append(v)
     for _ in range(2000):
         digits = rng.randint(1, 17)
-        values.append(float(f"{rng.randrange(10 ** (digits - 1), 10 ** digits)}e{rng.randint(-30, 30)}"))
+        values.append(float(f"{rng.randrange(10 ** (digits - 1), 10**digits)}e{rng.randint(-30, 30)}"))
     a = pb_attrs((f"d{i}", {"doubleValue": v}) for i, v in enumerate(values))
-    a += pb_attrs([("nan", {"doubleValue": "NaN"}), ("inf", {"doubleValue": "Infinity"}),
-                   ("-inf", {"doubleValue": "-Infinity"})])
+    a += pb_attrs(
+        [("nan", {"doubleValue": "NaN"}), ("inf", {"doubleValue": "Infinity"}), ("-inf", {"doubleValue": "-Infinity"})]
+    )
     a.append({"key": "in_array", "value": {"arrayValue": {"values": [{"doubleValue": v} for v in values[:50]]}}})
     assert assert_same([to_proto(one_span(attributes=a))]) == []
     # one value a batch, as the reference decoder and orjson print them
-    assert assert_same([to_proto(one_span(attributes=pb_attrs([("d", {"doubleValue": v})]))) for v in values[:40]]) == []
+    assert (
+        assert_same([to_proto(one_span(attributes=pb_attrs([("d", {"doubleValue": v})]))) for v in values[:40]]) == []
+    )
 
 
 def test_doubles_it_cannot_print_with_certainty_are_left():
     """Subnormals, and powers of two whose 15-digit form does not read back (their round-trip interval is
     lopsided); powers of two with a short exact form are taken."""
-    left = assert_same([to_proto(one_span(attributes=pb_attrs([("d", {"doubleValue": v})])))
-                        for v in (5e-324, 2.0**-1030, 2.0**1000, 2.0**-900, 2.0**60, 2.0**53, 2.0**-1022,
-                                  2.0**40, 0.25, 1.0, 2.0**-20)])
+    left = assert_same(
+        [
+            to_proto(one_span(attributes=pb_attrs([("d", {"doubleValue": v})])))
+            for v in (
+                5e-324,
+                2.0**-1030,
+                2.0**1000,
+                2.0**-900,
+                2.0**60,
+                2.0**53,
+                2.0**-1022,
+                2.0**40,
+                0.25,
+                1.0,
+                2.0**-20,
+            )
+        ]
+    )
     assert left == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_kinds_and_statuses_match():
-    docs = [one_span(kind=kind, status=status)
-            for kind in (0, 1, 2, 3, 4, 5)
-            for status in ({}, {"code": 0}, {"code": 1}, {"code": 2, "message": "boom"}, {"message": "only"})]
+    docs = [
+        one_span(kind=kind, status=status)
+        for kind in (0, 1, 2, 3, 4, 5)
+        for status in ({}, {"code": 0}, {"code": 1}, {"code": 2, "message": "boom"}, {"message": "only"})
+    ]
     docs.append(one_span())
     del docs[-1]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["kind"]
     assert assert_same([to_proto(d) for d in docs]) == []
 
 
 def test_optional_parts_and_fields_it_skips_match():
-    s = span(trace_id(), span_id(), "op", T0, T0 + MS, traceState="k=v", flags=257, droppedAttributesCount=3,
-             links=[{"traceId": base64.b64encode(b"\x01" * 16).decode(), "spanId": base64.b64encode(b"\x02" * 8).decode(),
-                     "traceState": "a=b", "attributes": attrs({"l": "x"}), "flags": 1}],
-             droppedEventsCount=2, droppedLinksCount=4)
+    s = span(
+        trace_id(),
+        span_id(),
+        "op",
+        T0,
+        T0 + MS,
+        traceState="k=v",
+        flags=257,
+        droppedAttributesCount=3,
+        links=[
+            {
+                "traceId": base64.b64encode(b"\x01" * 16).decode(),
+                "spanId": base64.b64encode(b"\x02" * 8).decode(),
+                "traceState": "a=b",
+                "attributes": attrs({"l": "x"}),
+                "flags": 1,
+            }
+        ],
+        droppedEventsCount=2,
+        droppedLinksCount=4,
+    )
     del s["name"]
-    no_resource = {"resourceSpans": [{"scopeSpans": [{"spans": [span(trace_id(), span_id(), "a", T0, T0)]}],
-                                      "schemaUrl": "https://opentelemetry.io/schemas/1.21.0"}]}
-    no_service = {"resourceSpans": [{"resource": {"attributes": attrs({"x": "y"}), "droppedAttributesCount": 2,
-                                                  "entityRefs": [{"type": "host", "idKeys": ["host.id"],
-                                                                  "descriptionKeys": ["a", "b"], "schemaUrl": "u"}]},
-                                     "scopeSpans": [{"scope": {"name": "s", "version": "1",
-                                                               "attributes": attrs({"scope": {"k": [1]}}),
-                                                               "droppedAttributesCount": 1},
-                                                     "schemaUrl": "x",
-                                                     "spans": [span(trace_id(), span_id(), "b", T0, T0 + 1)]}]}]}
+    no_resource = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [{"spans": [span(trace_id(), span_id(), "a", T0, T0)]}],
+                "schemaUrl": "https://opentelemetry.io/schemas/1.21.0",
+            }
+        ]
+    }
+    no_service = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": attrs({"x": "y"}),
+                    "droppedAttributesCount": 2,
+                    "entityRefs": [
+                        {"type": "host", "idKeys": ["host.id"], "descriptionKeys": ["a", "b"], "schemaUrl": "u"}
+                    ],
+                },
+                "scopeSpans": [
+                    {
+                        "scope": {
+                            "name": "s",
+                            "version": "1",
+                            "attributes": attrs({"scope": {"k": [1]}}),
+                            "droppedAttributesCount": 1,
+                        },
+                        "schemaUrl": "x",
+                        "spans": [span(trace_id(), span_id(), "b", T0, T0 + 1)],
+                    }
+                ],
+            }
+        ]
+    }
     empty_service = export([span(trace_id(), span_id(), "c", T0, T0 + 1)], service="", scope="")
     null_service = export([span(trace_id(), span_id(), "d", T0, T0 + 1)])
-    null_service["resourceSpans"][0]["resource"]["attributes"] = [{"key": "service.name", "value": {}},
-                                                                 {"key": "z", "value": {"intValue": "1"}}]
-    no_scope = {"resourceSpans": [{"resource": {}, "scopeSpans": [
-        {"spans": [span(trace_id(), span_id(), "e", T0, T0 + 1)]}, {"scope": {}, "spans": []}, {}]}, {}]}
-    many = {"resourceSpans": [export([span(trace_id(), span_id(), f"e{i}", T0, T0 + i) for i in range(1, 4)],
-                                     service=f"svc{i}", scope=f"sc{i}")["resourceSpans"][0] for i in range(3)]}
-    many["resourceSpans"][1]["scopeSpans"].append({"scope": {"name": "another"},
-                                                  "spans": [span(trace_id(), span_id(), "f", T0, T0 + 1)]})
+    null_service["resourceSpans"][0]["resource"]["attributes"] = [
+        {"key": "service.name", "value": {}},
+        {"key": "z", "value": {"intValue": "1"}},
+    ]
+    no_scope = {
+        "resourceSpans": [
+            {
+                "resource": {},
+                "scopeSpans": [
+                    {"spans": [span(trace_id(), span_id(), "e", T0, T0 + 1)]},
+                    {"scope": {}, "spans": []},
+                    {},
+                ],
+            },
+            {},
+        ]
+    }
+    many = {
+        "resourceSpans": [
+            export(
+                [span(trace_id(), span_id(), f"e{i}", T0, T0 + i) for i in range(1, 4)],
+                service=f"svc{i}",
+                scope=f"sc{i}",
+            )["resourceSpans"][0]
+            for i in range(3)
+        ]
+    }
+    many["resourceSpans"][1]["scopeSpans"].append(
+        {"scope": {"name": "another"}, "spans": [span(trace_id(), span_id(), "f", T0, T0 + 1)]}
+    )
     only_empty = {"resourceSpans": [{}]}
-    payloads = [to_proto(d) for d in (export([s]), no_resource, no_service, empty_service, null_service, no_scope,
-                                      many, only_empty)]
+    payloads = [
+        to_proto(d)
+        for d in (export([s]), no_resource, no_service, empty_service, null_service, no_scope, many, only_empty)
+    ]
     assert assert_same(payloads) == []
 
 
@@ -251,21 +428,41 @@ def test_spans_with_events_go_to_the_reference_decoder_which_keeps_them():
     in the attributes, as the OTLP/JSON reference decoder does."""
     import json
 
-    event = {"timeUnixNano": str(T0 + 5), "name": "journey.QUEUED",
-             "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]}), "droppedAttributesCount": 1}
+    event = {
+        "timeUnixNano": str(T0 + 5),
+        "name": "journey.QUEUED",
+        "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]}),
+        "droppedAttributesCount": 1,
+    }
     with_events = to_proto(export([span(trace_id(), span_id(), "op", T0, T0 + MS, events=[event])]))
     assert assert_same([to_proto(one_span()), with_events]) == [2]
     kept = json.loads(otlp_proto.decode(with_events).attributes[0])
-    assert kept["budgetscope.events"] == [{"name": "journey.QUEUED", "time_unix_nano": T0 + 5,
-                                           "attributes": {"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]}}]
+    assert kept["budgetscope.events"] == [
+        {
+            "name": "journey.QUEUED",
+            "time_unix_nano": T0 + 5,
+            "attributes": {"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]},
+        }
+    ]
 
 
 def test_fields_in_any_order_match():
     """Protobuf writers may put fields in any order: the resource after the scope spans, the scope after the
     spans, attributes between other span fields, the value of a KeyValue before its key, unknown fields."""
-    sp = (ld(9, ld(2, ld(1, b"v1")) + ld(1, b"k1")) + f64(8, T0 + MS) + ld(2, bytes.fromhex(span_id()))
-          + ld(9, ld(1, b"k2") + ld(2, vi(3, 5))) + vi(99, 1) + ld(1, bytes.fromhex(trace_id())) + f64(7, T0)
-          + ld(5, b"late name") + ld(4, bytes.fromhex(span_id())) + tag(77, 5) + b"abcd" + f64(1000, 3))
+    sp = (
+        ld(9, ld(2, ld(1, b"v1")) + ld(1, b"k1"))
+        + f64(8, T0 + MS)
+        + ld(2, bytes.fromhex(span_id()))
+        + ld(9, ld(1, b"k2") + ld(2, vi(3, 5)))
+        + vi(99, 1)
+        + ld(1, bytes.fromhex(trace_id()))
+        + f64(7, T0)
+        + ld(5, b"late name")
+        + ld(4, bytes.fromhex(span_id()))
+        + tag(77, 5)
+        + b"abcd"
+        + f64(1000, 3)
+    )
     res = ld(1, ld(1, b"service.name") + ld(2, ld(1, b"svc"))) + ld(1, ld(1, b"r") + ld(2, vi(2, 1)))
     ss = ld(2, sp) + ld(2, raw_span()) + ld(1, ld(2, b"v") + ld(1, b"scope after")) + ld(3, b"url")
     rs = ld(2, ss) + ld(3, b"url") + ld(2, ld(2, raw_span())) + ld(1, res) + ld(50, b"unknown")
@@ -277,8 +474,10 @@ def test_many_attributes_and_large_batches_match():
     """More keys than the decoder compares one by one (it then hashes them), and columns that outgrow their
     first size."""
     many = attrs({f"key.{i}": i * 0.5 if i % 3 else f"v{i}" for i in range(300)})
-    doc = export([span(trace_id(), span_id(), f"s{i}", T0, T0 + i, parent=span_id(), attributes={"i": i})
-                  for i in range(3000)] + [span(trace_id(), span_id(), "many", T0, T0 + 1)])
+    doc = export(
+        [span(trace_id(), span_id(), f"s{i}", T0, T0 + i, parent=span_id(), attributes={"i": i}) for i in range(3000)]
+        + [span(trace_id(), span_id(), "many", T0, T0 + 1)]
+    )
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][-1]["attributes"] = many
     doc["resourceSpans"][0]["resource"]["attributes"] += attrs({f"r{i}": "x" * 40 for i in range(25)})
     assert assert_same([to_proto(doc)]) == []
@@ -295,7 +494,7 @@ def test_several_batches_in_one_call():
 
 def test_random_attributes_match():
     rng = random.Random(11)
-    alphabet = "ab\"\\/\n\t\x01\x1f\x7fé漢😀\u2028 "
+    alphabet = 'ab"\\/\n\t\x01\x1f\x7fé漢😀\u2028 '
 
     def text():
         return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
@@ -307,10 +506,13 @@ def test_random_attributes_match():
         if kind == 1:
             return {"boolValue": rng.random() < 0.5}
         if kind == 2:
-            return {"intValue": str(rng.choice([rng.randint(-2**63, 2**63 - 1), rng.randint(-1000, 1000)]))}
+            return {"intValue": str(rng.choice([rng.randint(-(2**63), 2**63 - 1), rng.randint(-1000, 1000)]))}
         if kind == 3:
-            return {"doubleValue": rng.choice([rng.uniform(-1e6, 1e6), rng.random(), round(rng.random(), 3),
-                                               rng.randint(-5, 5) * 1.0])}
+            return {
+                "doubleValue": rng.choice(
+                    [rng.uniform(-1e6, 1e6), rng.random(), round(rng.random(), 3), rng.randint(-5, 5) * 1.0]
+                )
+            }
         if kind == 4:
             return {"bytesValue": base64.b64encode(rng.randbytes(rng.randint(0, 9))).decode()}
         if kind in (5, 6):
@@ -322,9 +524,19 @@ def test_random_attributes_match():
         spans = []
         for _ in range(rng.randint(1, 5)):
             keys = list(dict.fromkeys(text() for _ in range(rng.randint(0, 12))))
-            spans.append(span(trace_id(), span_id(), text(), T0, T0 + rng.randint(0, 10**9), kind=rng.randint(0, 5),
-                              parent=span_id() if rng.random() < 0.7 else None,
-                              attributes=None, status={"code": rng.randint(0, 2)}))
+            spans.append(
+                span(
+                    trace_id(),
+                    span_id(),
+                    text(),
+                    T0,
+                    T0 + rng.randint(0, 10**9),
+                    kind=rng.randint(0, 5),
+                    parent=span_id() if rng.random() < 0.7 else None,
+                    attributes=None,
+                    status={"code": rng.randint(0, 2)},
+                )
+            )
             spans[-1]["attributes"] = pb_attrs((k, value()) for k in keys)
         doc = export(spans, service=text(), scope=text())
         doc["resourceSpans"][0]["resource"]["attributes"] += pb_attrs((f"r.{text()}", value()) for _ in range(3))
@@ -337,8 +549,10 @@ def test_mutated_messages_are_taken_only_when_the_reference_agrees():
     """Random bytes flipped, cut or inserted: whatever the C decoder still takes, the reference decodes to the
     same rows."""
     rng = random.Random(3)
-    base = [to_proto(export(native_request(client=(1, 1), itl=[1.5])[1])),
-            to_proto(one_span(attributes=attrs({"a": [1, "x"], "b": 2.5, "c": b"\x00"})))]
+    base = [
+        to_proto(export(native_request(client=(1, 1), itl=[1.5])[1])),
+        to_proto(one_span(attributes=attrs({"a": [1, "x"], "b": 2.5, "c": b"\x00"}))),
+    ]
     payloads = []
     for _ in range(600):
         p = bytearray(rng.choice(base))
@@ -350,7 +564,7 @@ def test_mutated_messages_are_taken_only_when_the_reference_agrees():
             elif op == 1:
                 p[i] ^= 1 << rng.randrange(8)
             elif op == 2:
-                del p[i:i + rng.randint(1, 4)]
+                del p[i : i + rng.randint(1, 4)]
             else:
                 p[i:i] = rng.randbytes(rng.randint(1, 3))
         payloads.append(bytes(p))
@@ -359,6 +573,7 @@ def test_mutated_messages_are_taken_only_when_the_reference_agrees():
 
 
 # -- what it leaves, whole -------------------------------------------------------------------------------------
+
 
 def _bad_case(case: str) -> bytes:
     tid, sid = bytes.fromhex(trace_id()), bytes.fromhex(span_id())
@@ -449,14 +664,46 @@ def _bad_case(case: str) -> bytes:
 
 
 BAD_CASES = [
-    "empty message", "garbage", "truncated", "only unknown fields", "no spans, a group", "wire type 7",
-    "known field, other wire type", "overlong varint", "length past the end", "field number 0", "nested array",
-    "kvlist", "string table index", "two values in one", "duplicate attribute key", "duplicate resource key",
-    "trace id twice", "name twice", "status twice", "resource twice", "scope twice", "no trace id",
-    "15-byte trace id", "4-byte span id", "3-byte parent id", "no start", "ends before it starts",
-    "time past int64", "kind 7", "status code 3", "bool 2", "invalid UTF-8 name", "surrogate in a value",
-    "invalid UTF-8 in an event", "invalid UTF-8 in a link's trace state", "NUL in the name", "NUL in a value",
-    "int service.name", "subnormal double", "deeply nested event",
+    "empty message",
+    "garbage",
+    "truncated",
+    "only unknown fields",
+    "no spans, a group",
+    "wire type 7",
+    "known field, other wire type",
+    "overlong varint",
+    "length past the end",
+    "field number 0",
+    "nested array",
+    "kvlist",
+    "string table index",
+    "two values in one",
+    "duplicate attribute key",
+    "duplicate resource key",
+    "trace id twice",
+    "name twice",
+    "status twice",
+    "resource twice",
+    "scope twice",
+    "no trace id",
+    "15-byte trace id",
+    "4-byte span id",
+    "3-byte parent id",
+    "no start",
+    "ends before it starts",
+    "time past int64",
+    "kind 7",
+    "status code 3",
+    "bool 2",
+    "invalid UTF-8 name",
+    "surrogate in a value",
+    "invalid UTF-8 in an event",
+    "invalid UTF-8 in a link's trace state",
+    "NUL in the name",
+    "NUL in a value",
+    "int service.name",
+    "subnormal double",
+    "deeply nested event",
 ]
 
 
@@ -474,15 +721,24 @@ def test_the_schema_is_the_installed_one():
     from google.protobuf.descriptor import FieldDescriptor as F
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    wire = {F.TYPE_STRING: "string", F.TYPE_BYTES: "bytes", F.TYPE_FIXED64: "fixed64", F.TYPE_DOUBLE: "fixed64",
-            F.TYPE_SFIXED64: "fixed64", F.TYPE_FIXED32: "fixed32", F.TYPE_FLOAT: "fixed32", F.TYPE_SFIXED32: "fixed32"}
+    wire = {
+        F.TYPE_STRING: "string",
+        F.TYPE_BYTES: "bytes",
+        F.TYPE_FIXED64: "fixed64",
+        F.TYPE_DOUBLE: "fixed64",
+        F.TYPE_SFIXED64: "fixed64",
+        F.TYPE_FIXED32: "fixed32",
+        F.TYPE_FLOAT: "fixed32",
+        F.TYPE_SFIXED32: "fixed32",
+    }
     want: dict[str, dict[int, str]] = {}
 
     def walk(d):
         if d.full_name in want:
             return
-        want[d.full_name] = {f.number: f.message_type.full_name if f.message_type else wire.get(f.type, "varint")
-                             for f in d.fields}
+        want[d.full_name] = {
+            f.number: f.message_type.full_name if f.message_type else wire.get(f.type, "varint") for f in d.fields
+        }
         for f in d.fields:
             if f.message_type:
                 walk(f.message_type)
@@ -507,6 +763,7 @@ def test_spans_join_the_same_span_set_as_json():
 
 # -- through the archive ---------------------------------------------------------------------------------------
 
+
 def _ingest(path, batches, monkeypatch, available: bool, taken: dict | None = None):
     """Ingest `batches` into a new archive with the C decoders on or off: (spans, ingest_batches, rejected,
     counts, requests). `taken` collects the protobuf batches the C decoder took."""
@@ -524,15 +781,22 @@ def _ingest(path, batches, monkeypatch, available: bool, taken: dict | None = No
     monkeypatch.setattr(otlp_fast, "decode_proto", spy)
     with Archive(path) as a:
         rep = a.ingest(batches)
-    query = ("SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
-             "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
-             "FROM spans ORDER BY batch_id, span_id")
-    return (rows(path, query),
-            rows(path, "SELECT batch_id, format, span_count, spans_inserted, duplicate_spans FROM ingest_batches "
-                       "ORDER BY batch_id"),
-            [(r.position, r.error) for r in rep.rejected],
-            (rep.spans, rep.spans_inserted, rep.duplicate_spans, rep.batches_landed),
-            rows(path, "SELECT * FROM requests ORDER BY trace_id"))
+    query = (
+        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
+        "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
+        "FROM spans ORDER BY batch_id, span_id"
+    )
+    return (
+        rows(path, query),
+        rows(
+            path,
+            "SELECT batch_id, format, span_count, spans_inserted, duplicate_spans FROM ingest_batches "
+            "ORDER BY batch_id",
+        ),
+        [(r.position, r.error) for r in rep.rejected],
+        (rep.spans, rep.spans_inserted, rep.duplicate_spans, rep.batches_landed),
+        rows(path, "SELECT * FROM requests ORDER BY trace_id"),
+    )
 
 
 def _mixed_batches(one_per_chunk: bool):
@@ -549,13 +813,29 @@ def _mixed_batches(one_per_chunk: bool):
     _, b = native_request(itl=[1.0, 2.0])
     _, c = native_request(tenant="t")
     good = [("proto", to_proto(export(a))), ("json", json.dumps(export(b)).encode()), ("proto", to_proto(export(c)))]
-    cases = [("proto", _bad_case(k)) for k in ("truncated", "garbage", "kvlist", "duplicate attribute key",
-                                               "ends before it starts", "no trace id", "15-byte trace id",
-                                               "3-byte parent id", "empty message", "time past int64",
-                                               "subnormal double", "name twice", "only unknown fields")]
-    copies = [("proto", to_proto(export(a[:2], service="again"))),  # copies of proto spans landed by C
-              ("proto", to_proto(export(b[1:3], service="again"))),  # copies of JSON spans, as protobuf
-              ("proto", to_proto(export([a[5], dict(a[5])])))]  # a copy within one batch
+    cases = [
+        ("proto", _bad_case(k))
+        for k in (
+            "truncated",
+            "garbage",
+            "kvlist",
+            "duplicate attribute key",
+            "ends before it starts",
+            "no trace id",
+            "15-byte trace id",
+            "3-byte parent id",
+            "empty message",
+            "time past int64",
+            "subnormal double",
+            "name twice",
+            "only unknown fields",
+        )
+    ]
+    copies = [
+        ("proto", to_proto(export(a[:2], service="again"))),  # copies of proto spans landed by C
+        ("proto", to_proto(export(b[1:3], service="again"))),  # copies of JSON spans, as protobuf
+        ("proto", to_proto(export([a[5], dict(a[5])]))),
+    ]  # a copy within one batch
     if one_per_chunk:
         copies.append(("json", json.dumps(export(c[4:5], service="again")).encode()))  # proto spans, as JSON
     later = [("proto", to_proto(export(native_request()[1], service="late")))]
@@ -572,8 +852,9 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, mo
         monkeypatch.setattr(batches, "CHUNK_BYTES", 1)
     mixed = _mixed_batches(one_per_chunk)
     taken: dict[int, int] = {}
-    results = [_ingest(tmp_path / f"{available}{suffix}", mixed, monkeypatch, available, taken)
-               for available in (True, False)]
+    results = [
+        _ingest(tmp_path / f"{available}{suffix}", mixed, monkeypatch, available, taken) for available in (True, False)
+    ]
     assert results[0] == results[1]
     # the good ones and the copies, by the C decoder; the batches it cannot vouch for, by the reference
     proto = [i for i, b in enumerate(mixed, 1) if b.format == "otlp-proto"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from click.testing import CliRunner
 
 from budgetscope import shipped
@@ -58,8 +58,9 @@ def test_license_and_project_urls():
     assert all(u.startswith("https://") for u in meta["urls"].values())
 
 
-@pytest.mark.parametrize("name, needle", [("otelcol", "otlp_grpc/budgetscope"), ("otelcol-sharded", "loadbalancing"),
-                                          ("budgets", "[tiers.")])
+@pytest.mark.parametrize(
+    "name, needle", [("otelcol", "otlp_grpc/budgetscope"), ("otelcol-sharded", "loadbalancing"), ("budgets", "[tiers.")]
+)
 def test_example_prints_a_shipped_file(name, needle):
     r = CliRunner().invoke(main, ["example", name])
     assert r.exit_code == 0 and needle in r.output
@@ -70,8 +71,10 @@ def test_example_prints_a_shipped_file(name, needle):
 # -- a missing extra ------------------------------------------------------------------------------------------------
 def _without(modules: list[str], *args: str) -> subprocess.CompletedProcess:
     """Run the CLI in a fresh interpreter where `modules` cannot be imported (as if not installed)."""
-    code = (f"import sys\nfor m in {modules!r}: sys.modules[m] = None\n"
-            "from budgetscope.cli import main\nmain(prog_name='budgetscope')")
+    code = (
+        f"import sys\nfor m in {modules!r}: sys.modules[m] = None\n"
+        "from budgetscope.cli import main\nmain(prog_name='budgetscope')"
+    )
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -83,14 +86,17 @@ def _one_line(r: subprocess.CompletedProcess) -> str:
 
 def test_engine_serve_without_torch_names_the_engine_extra():
     err = _one_line(_without(["torch"], "engine", "serve", "--port", "0"))
-    assert err == ("budgetscope: engine needs the 'engine' extra (torch is not installed): "
-                   "pip install 'budgetscope[engine]'\n")
+    assert err == (
+        "budgetscope: engine needs the 'engine' extra (torch is not installed): pip install 'budgetscope[engine]'\n"
+    )
 
 
 def test_live_demo_without_torch_names_the_engine_extra(tmp_path):
     err = _one_line(_without(["torch"], "demo", "--out", str(tmp_path)))
-    assert err == ("budgetscope: the live demo needs the 'engine' extra (torch is not installed): "
-                   "pip install 'budgetscope[engine]' (or run `budgetscope demo --offline`)\n")
+    assert err == (
+        "budgetscope: the live demo needs the 'engine' extra (torch is not installed): "
+        "pip install 'budgetscope[engine]' (or run `budgetscope demo --offline`)\n"
+    )
     assert not any(tmp_path.iterdir())  # nothing was started
 
 

@@ -9,7 +9,6 @@ queries. Skipped where Triton does not import.
 from __future__ import annotations
 
 import pytest
-
 from triton_setup import kernel_device
 
 DEVICE = kernel_device()
@@ -42,8 +41,11 @@ def mixed_batch(seed, heads, kv_heads, dim, dtype, specs, pad_seqs=2, num_blocks
         lens.append(0)
         starts.append(starts[-1])
     q = torch.randn(starts[-1], heads, dim, generator=gen).to(DEVICE, dtype)
-    meta = (torch.tensor(starts, device=DEVICE), torch.tensor(lens, device=DEVICE),
-            torch.tensor(tables, dtype=torch.int32, device=DEVICE))
+    meta = (
+        torch.tensor(starts, device=DEVICE),
+        torch.tensor(lens, device=DEVICE),
+        torch.tensor(tables, dtype=torch.int32, device=DEVICE),
+    )
     return q, k_cache, v_cache, meta
 
 
@@ -59,8 +61,11 @@ SPECS = [
 
 
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
-TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=1e-2, atol=4e-3),
-             torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+TOLERANCE = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=1e-2, atol=4e-3),
+    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -77,8 +82,12 @@ def test_kernel_matches_reference(dtype, heads, kv_heads, dim):
 def test_decode_only_and_prefill_only_batches():
     for specs in ([(1, 5), (1, 70), (1, 15)], [(40, 0), (17, 0)]):
         q, k, v, meta = mixed_batch(3, 8, 2, 64, torch.float32, specs, pad_seqs=0)
-        torch.testing.assert_close(paged_attention(q, k, v, *meta, BLOCK).cpu().double(),
-                                   paged_attention_reference(q, k, v, *meta, BLOCK), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            paged_attention(q, k, v, *meta, BLOCK).cpu().double(),
+            paged_attention_reference(q, k, v, *meta, BLOCK),
+            rtol=1e-5,
+            atol=1e-5,
+        )
 
 
 def test_tile_of_one_page_and_strided_queries():
@@ -86,7 +95,9 @@ def test_tile_of_one_page_and_strided_queries():
     q, k, v, meta = mixed_batch(5, 8, 2, 64, torch.float32, SPECS)
     wide = torch.cat((q, torch.zeros(q.shape[0], 2, 64, device=DEVICE)), dim=1)
     got = paged_attention(wide[:, :8], k, v, *meta, BLOCK, tile_n=16)
-    torch.testing.assert_close(got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_padding_rows_past_the_last_sequence_are_left_alone():
@@ -95,9 +106,10 @@ def test_padding_rows_past_the_last_sequence_are_left_alone():
     padded = torch.cat((q, torch.randn(13, 8, 64, device=DEVICE)))
     out = torch.full_like(padded, 7.0)
     paged_attention(padded, k, v, *meta, BLOCK, out=out)
-    torch.testing.assert_close(out[:q.shape[0]].cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK),
-                               rtol=1e-5, atol=1e-5)
-    assert bool((out[q.shape[0]:] == 7.0).all())
+    torch.testing.assert_close(
+        out[: q.shape[0]].cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK), rtol=1e-5, atol=1e-5
+    )
+    assert bool((out[q.shape[0] :] == 7.0).all())
 
 
 def test_no_tokens_launches_nothing():
@@ -114,8 +126,7 @@ def test_launch_configurations_agree(dtype, tile_n, num_warps, num_stages):
     """Every tile width (one page, several pages, more keys than some contexts) with explicit warps and stages."""
     q, k, v, meta = mixed_batch(11, 8, 2, 64, dtype, LONG_SPECS, num_blocks=64)
     got = paged_attention(q, k, v, *meta, BLOCK, tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)
-    torch.testing.assert_close(got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK),
-                               **TOLERANCE[dtype])
+    torch.testing.assert_close(got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK), **TOLERANCE[dtype])
 
 
 def test_launch_defaults_from_environment():
@@ -126,13 +137,16 @@ def test_launch_defaults_from_environment():
     assert launch_defaults(env) == {"tile_n": 128, "num_warps": 8, "num_stages": None}
 
 
-@pytest.mark.parametrize("var,value,message", [
-    ("BUDGETSCOPE_ATTN_TILE_N", "48", "BUDGETSCOPE_ATTN_TILE_N='48': tile_n must be a power of two >= 16"),
-    ("BUDGETSCOPE_ATTN_TILE_N", "8", "BUDGETSCOPE_ATTN_TILE_N='8': tile_n must be a power of two >= 16"),
-    ("BUDGETSCOPE_ATTN_WARPS", "3", "BUDGETSCOPE_ATTN_WARPS='3': num_warps must be a power of two"),
-    ("BUDGETSCOPE_ATTN_STAGES", "0", "BUDGETSCOPE_ATTN_STAGES='0': num_stages must be >= 1"),
-    ("BUDGETSCOPE_ATTN_STAGES", "two", "BUDGETSCOPE_ATTN_STAGES='two': invalid literal"),
-])
+@pytest.mark.parametrize(
+    "var,value,message",
+    [
+        ("BUDGETSCOPE_ATTN_TILE_N", "48", "BUDGETSCOPE_ATTN_TILE_N='48': tile_n must be a power of two >= 16"),
+        ("BUDGETSCOPE_ATTN_TILE_N", "8", "BUDGETSCOPE_ATTN_TILE_N='8': tile_n must be a power of two >= 16"),
+        ("BUDGETSCOPE_ATTN_WARPS", "3", "BUDGETSCOPE_ATTN_WARPS='3': num_warps must be a power of two"),
+        ("BUDGETSCOPE_ATTN_STAGES", "0", "BUDGETSCOPE_ATTN_STAGES='0': num_stages must be >= 1"),
+        ("BUDGETSCOPE_ATTN_STAGES", "two", "BUDGETSCOPE_ATTN_STAGES='two': invalid literal"),
+    ],
+)
 def test_bad_launch_environment_is_refused_by_name(var, value, message):
     from budgetscope.engine.paged_attention import launch_defaults
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from budgetscope.query import QueryError, run_query
 from budgetscope.cli import main
+from budgetscope.query import QueryError, run_query
 
 WRITES = [
     "COPY (SELECT * FROM spans LIMIT 0) TO '{seg}' (FORMAT parquet, USE_TMP_FILE false)",
@@ -74,8 +74,8 @@ WRITES += [f"{e} {w}" for e in ("EXPLAIN", "EXPLAIN ANALYZE") for w in WRITES[:1
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory) -> Path:
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
     from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
     root = tmp_path_factory.mktemp("sandbox")
@@ -86,8 +86,11 @@ def archive(tmp_path_factory) -> Path:
 
 
 def _snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.parent.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.parent.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _sql(template: str, archive: Path) -> str:
@@ -109,33 +112,47 @@ def test_every_write_attempt_is_refused_and_the_archive_is_unchanged(archive, te
     assert _snapshot(archive) == before
 
 
-@pytest.mark.parametrize("sql, message", [
-    ("EXPLAIN ANALYZE COPY (SELECT 1) TO 'x.parquet'",
-     "the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in"),
-    ("SELECT 1; SELECT 2", "2 statements: run one SELECT at a time"),
-    ("FROM 'x.parquet'", "queries read only the archive's tables (engine_steps, gpu_samples, ingest_batches, "
-     "requests, server_metrics, spans): 'x.parquet' is not one"),
-    ("SELECT * FROM read_csv('/etc/passwd')", "queries may not touch files or settings: read_csv() is not allowed "
-     "(tables: engine_steps, gpu_samples, ingest_batches, requests, server_metrics, spans)"),
-    ("SELECT current_setting('allowed_paths')", "queries may not read settings: current_setting() is not allowed"),
-    ("-- nothing", "no SQL statement to run"),
-])
+@pytest.mark.parametrize(
+    "sql, message",
+    [
+        (
+            "EXPLAIN ANALYZE COPY (SELECT 1) TO 'x.parquet'",
+            "the archive is read-only to queries: one SELECT at a time; budgetscope ingest is the way in",
+        ),
+        ("SELECT 1; SELECT 2", "2 statements: run one SELECT at a time"),
+        (
+            "FROM 'x.parquet'",
+            "queries read only the archive's tables (engine_steps, gpu_samples, ingest_batches, "
+            "requests, server_metrics, spans): 'x.parquet' is not one",
+        ),
+        (
+            "SELECT * FROM read_csv('/etc/passwd')",
+            "queries may not touch files or settings: read_csv() is not allowed "
+            "(tables: engine_steps, gpu_samples, ingest_batches, requests, server_metrics, spans)",
+        ),
+        ("SELECT current_setting('allowed_paths')", "queries may not read settings: current_setting() is not allowed"),
+        ("-- nothing", "no SQL statement to run"),
+    ],
+)
 def test_refusals_say_why_in_one_line(archive, sql, message):
     with pytest.raises(QueryError) as e:
         run_query(archive, sql)
     assert str(e.value) == message
 
 
-@pytest.mark.parametrize("sql, n", [
-    ("WITH t AS (SELECT tier FROM requests) SELECT count(*) FROM t", 1),
-    ("SELECT count(*) FROM main.spans s JOIN requests r USING (trace_id)", 1),
-    ("SELECT * FROM range(3)", 3),
-    ("SELECT unnest([1, 2])", 2),
-    ("DESCRIBE requests", None),
-    ("SUMMARIZE requests", None),
-    ("SELECT * FROM engine_steps LIMIT 0", 0),
-    ("FROM requests SELECT request_id LIMIT 5", 5),
-])
+@pytest.mark.parametrize(
+    "sql, n",
+    [
+        ("WITH t AS (SELECT tier FROM requests) SELECT count(*) FROM t", 1),
+        ("SELECT count(*) FROM main.spans s JOIN requests r USING (trace_id)", 1),
+        ("SELECT * FROM range(3)", 3),
+        ("SELECT unnest([1, 2])", 2),
+        ("DESCRIBE requests", None),
+        ("SUMMARIZE requests", None),
+        ("SELECT * FROM engine_steps LIMIT 0", 0),
+        ("FROM requests SELECT request_id LIMIT 5", 5),
+    ],
+)
 def test_what_reads_the_archive_still_runs(archive, sql, n):
     res = run_query(archive, sql)
     assert n is None or len(res.rows) == n
@@ -147,8 +164,9 @@ def test_max_rows_and_timeout(archive):
     assert run_query(archive, "SELECT * FROM range(10)", max_rows=10).truncated is False
     with pytest.raises(QueryError, match=r"ran past its 0.2 s limit"):
         run_query(archive, "SELECT count(*) FROM range(100000000000) a", timeout_s=0.2)
-    r = CliRunner().invoke(main, ["query", "-a", str(archive), "SELECT * FROM range(5)", "--max-rows", "2",
-                                  "--format", "csv"])
+    r = CliRunner().invoke(
+        main, ["query", "-a", str(archive), "SELECT * FROM range(5)", "--max-rows", "2", "--format", "csv"]
+    )
     assert r.exit_code == 0 and r.stdout == "range\n0\n1\n"
     assert r.stderr == "budgetscope: more than 2 rows matched; the first 2 are printed (--max-rows)\n"
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
-from budgetscope.ingest import lander
-from budgetscope.opener import Archive
 from budgetscope.archive.reader import affected_segments, requests_sql
-from budgetscope.ingest import batches
+from budgetscope.ingest import batches, lander
 from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 H = mf.HOUR_NS

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from conftest import rows
 from otlp_wire import T0, export, jsonl, native_request
 
-from budgetscope.archive import manifest as mf
 from budgetscope import query as query_module
-from budgetscope.opener import Archive
+from budgetscope.archive import manifest as mf
 from budgetscope.archive.reader import STALE, last_commit
 from budgetscope.cli import main
 from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
 
 NOW = time.time_ns()
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,8 +130,10 @@ def test_dashboard_without_live_moves_to_the_last_commit_when_its_own_is_gone(tm
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         note = [c.value for c in at.caption if "were replaced by the writer's compaction or expiry" in c.value]
-        assert note == [f"Reading commit {mf.read(root).seq}: the files of commit {first}, read until then, were "
-                        "replaced by the writer's compaction or expiry (`--live` follows every commit)"], note
+        assert note == [
+            f"Reading commit {mf.read(root).seq}: the files of commit {first}, read until then, were "
+            "replaced by the writer's compaction or expiry (`--live` follows every commit)"
+        ], note
         at.switch_page("pages/budgets.py")
         at.run()
         assert {m.label: m.value for m in at.metric}["Requests"] == "2"  # one expired, one new
@@ -179,7 +181,8 @@ def test_expire_waits_the_archives_own_grace(tmp_path):
     res = CliRunner().invoke(main, ["expire", "-a", str(root), "--retention", "30d"])
     assert res.exit_code == 0 and "readers have had 0.3 s" in res.output, res.output
     assert not mf.read(root).retired and {p.relative_to(root).as_posix() for p in root.rglob("*.parquet")} == {
-        s.path for s in mf.read(root).segments}
+        s.path for s in mf.read(root).segments
+    }
 
 
 @pytest.mark.parametrize("case", ["zero", "too long", "single file", "stored bad"])

@@ -13,10 +13,10 @@ from conftest import rows
 from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id
 
 from budgetscope.archive import manifest as mf
-from budgetscope.opener import Archive
 from budgetscope.archive.compaction import merge_sql
-from budgetscope.schema import REPLICA_COLUMNS
 from budgetscope.cli import main
+from budgetscope.opener import Archive
+from budgetscope.schema import REPLICA_COLUMNS
 
 REPLICAS = 4
 PER_REPLICA = 25
@@ -45,8 +45,10 @@ def fleet_jsonl(resource=_resource) -> str:
     for n in range(REPLICAS * PER_REPLICA):
         i = n % REPLICAS
         decode = 400 * 2.5 if i == SLOW else 400
-        _, spans = native_request(arrival=T0 + n * 100 * MS, stages=(
-            ("frontend", 2), ("queue", 10), ("prefill", 50), ("decode", decode), ("postprocess", 3)))
+        _, spans = native_request(
+            arrival=T0 + n * 100 * MS,
+            stages=(("frontend", 2), ("queue", 10), ("prefill", 50), ("decode", decode), ("postprocess", 3)),
+        )
         docs.append(_export(spans, resource(i)))
     return jsonl(*docs)
 
@@ -61,10 +63,22 @@ def fleet(tmp_path):
 
 def test_each_request_row_keeps_its_replica(archive_path, ingest_text):
     ingest_text(archive_path, fleet_jsonl())
-    got = rows(archive_path, """SELECT service_name, service_instance_id, host_name, k8s_pod_name, count(*),
-        avg(decode_ms) FROM requests GROUP BY ALL ORDER BY 2""")
-    assert got == [("engine", f"replica-{i}", f"node-{i}", f"engine-{i}", PER_REPLICA,
-                    pytest.approx(1000.0 if i == SLOW else 400.0)) for i in range(REPLICAS)]
+    got = rows(
+        archive_path,
+        """SELECT service_name, service_instance_id, host_name, k8s_pod_name, count(*),
+        avg(decode_ms) FROM requests GROUP BY ALL ORDER BY 2""",
+    )
+    assert got == [
+        (
+            "engine",
+            f"replica-{i}",
+            f"node-{i}",
+            f"engine-{i}",
+            PER_REPLICA,
+            pytest.approx(1000.0 if i == SLOW else 400.0),
+        )
+        for i in range(REPLICAS)
+    ]
 
 
 def test_the_slow_replica_is_named_first_through_ingest_and_report(fleet, tmp_path):
@@ -77,12 +91,19 @@ def test_the_slow_replica_is_named_first_through_ingest_and_report(fleet, tmp_pa
     (tier,) = json.loads(r.stdout)["tiers"]
     # tail: E2E ≥ p90 = 1065 ms, the 25 requests of replica-3; body: E2E ≤ median = 465 ms, the other 75
     first = tier["contrast"]["e2e"][0]
-    assert first == {"dimension": "instance", "value": "engine/replica-3", "tail_share": 1.0, "body_share": 0.0,
-                     "distance": pytest.approx(1.0)}  # ½(1 + 3 · ⅓), summed in the order the values come
+    assert first == {
+        "dimension": "instance",
+        "value": "engine/replica-3",
+        "tail_share": 1.0,
+        "body_share": 0.0,
+        "distance": pytest.approx(1.0),
+    }  # ½(1 + 3 · ⅓), summed in the order the values come
     assert tier["attribution"]["e2e"]["dominant"] == "decode"
     text = runner.invoke(main, ["report", "-a", str(archive), "-b", str(budgets)]).stdout
-    assert "What sets that tail apart most: instance = engine/replica-3 (100% of the tail vs 0% of the body)." \
+    assert (
+        "What sets that tail apart most: instance = engine/replica-3 (100% of the tail vs 0% of the body)."
         in " ".join(text.split())
+    )
 
 
 @pytest.mark.parametrize("key", list(REPLICA_COLUMNS.values()))
@@ -99,8 +120,9 @@ def test_without_replica_attributes_the_instance_is_the_service(archive_path, in
     ingest_text(archive_path, fleet_jsonl(lambda i: {}))
     from budgetscope.analysis.contrast import INSTANCE_SQL
 
-    assert rows(archive_path, f"SELECT DISTINCT {INSTANCE_SQL}, service_instance_id FROM requests") == \
-        [("engine", None)]
+    assert rows(archive_path, f"SELECT DISTINCT {INSTANCE_SQL}, service_instance_id FROM requests") == [
+        ("engine", None)
+    ]
 
 
 # -- archives written before the columns --------------------------------------------------------------------------
@@ -122,11 +144,16 @@ def test_old_segments_read_the_new_columns_as_null_beside_new_ones(archive_path,
     _make_old(archive_path)
     assert rows(archive_path, "SELECT count(*), count(service_instance_id) FROM requests") == [(100, 0)]
     # a later ingest writes segments with the columns: both ages read together, in either order
-    more = [_export(native_request(arrival=T0 - 3600 * 1000 * MS)[1], _resource(0)),
-            _export(native_request(arrival=T0 + 3600 * 1000 * MS)[1], _resource(1))]
+    more = [
+        _export(native_request(arrival=T0 - 3600 * 1000 * MS)[1], _resource(0)),
+        _export(native_request(arrival=T0 + 3600 * 1000 * MS)[1], _resource(1)),
+    ]
     ingest_text(archive_path, jsonl(*more))
-    assert rows(archive_path, "SELECT service_instance_id, count(*) FROM requests GROUP BY 1 ORDER BY 1") == \
-        [("replica-0", 1), ("replica-1", 1), (None, 100)]
+    assert rows(archive_path, "SELECT service_instance_id, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [
+        ("replica-0", 1),
+        ("replica-1", 1),
+        (None, 100),
+    ]
     with Archive(archive_path, read_only=True, create=False) as a:
         lazy = a.lazy("requests").group_by("service_instance_id").len().sort("service_instance_id").collect()
     assert lazy.rows() == [(None, 100), ("replica-0", 1), ("replica-1", 1)]
@@ -147,14 +174,22 @@ def test_a_late_span_of_a_trace_in_an_old_segment_re_derives_it_with_its_replica
     first = json.loads(text.splitlines()[0])  # replica-0's first request
     (root,) = [s for s in first["resourceSpans"][0]["scopeSpans"][0]["spans"] if s["name"] == "llm.request"]
     tid, end = root["traceId"], int(root["endTimeUnixNano"])
-    late = span(tid, span_id(), "stage.postprocess", end, end + 5 * MS, parent=root["spanId"],
-                attributes={"budgetscope.stage": "postprocess"})
+    late = span(
+        tid,
+        span_id(),
+        "stage.postprocess",
+        end,
+        end + 5 * MS,
+        parent=root["spanId"],
+        attributes={"budgetscope.stage": "postprocess"},
+    )
     ingest_text(archive_path, jsonl(_export([late], _resource(0))))
     # the old row (no replica) is superseded by one derived from every span of the trace, read back from the
     # old segments: postprocess 3 + 5 ms, and the replica from the root's resource
     assert rows(archive_path, "SELECT count(*), count(service_instance_id) FROM requests") == [(100, 1)]
-    assert rows(archive_path, "SELECT service_instance_id, postprocess_ms FROM requests WHERE trace_id = ?",
-                [tid]) == [("replica-0", pytest.approx(8.0))]
+    assert rows(archive_path, "SELECT service_instance_id, postprocess_ms FROM requests WHERE trace_id = ?", [tid]) == [
+        ("replica-0", pytest.approx(8.0))
+    ]
 
 
 def test_an_old_single_file_archive_reads_and_gains_the_columns(tmp_path, ingest_text):
@@ -171,10 +206,13 @@ def test_an_old_single_file_archive_reads_and_gains_the_columns(tmp_path, ingest
     con.close()
     r = CliRunner().invoke(main, ["report", "-a", str(db), "--format", "json"])
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(main, ["query", "-a", str(db), "SELECT count(*), count(host_name) FROM requests",
-                                  "--format", "csv"])  # sandboxed, from a cursor
+    r = CliRunner().invoke(
+        main, ["query", "-a", str(db), "SELECT count(*), count(host_name) FROM requests", "--format", "csv"]
+    )  # sandboxed, from a cursor
     assert r.exit_code == 0 and r.stdout.split() == ["count_star(),count(host_name)", "100,0"], r.output
     # opened to write, it gains them, and what it derives next keeps the replica
     ingest_text(db, jsonl(_export(native_request(arrival=T0 - 10 * MS)[1], _resource(2))))
-    assert rows(db, "SELECT service_instance_id, count(*) FROM requests GROUP BY 1 ORDER BY 1") == \
-        [("replica-2", 1), (None, 100)]
+    assert rows(db, "SELECT service_instance_id, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [
+        ("replica-2", 1),
+        (None, 100),
+    ]

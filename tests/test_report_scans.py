@@ -11,10 +11,10 @@ import random
 import duckdb
 import pytest
 
+from budgetscope import schema
 from budgetscope.analysis import attribution, contrast, selection
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import CLIENT_METRIC, STAGE_COLUMNS, build_report, pkey
-from budgetscope import schema
 
 BUDGETS = """
 [tiers.big]
@@ -39,11 +39,21 @@ TTFT_STAGES = ("ttft_network_ms", "ttft_frontend_ms", "ttft_queue_ms", "ttft_pre
 def _row(rng: random.Random, tier: str, client: bool, flat: bool = False) -> dict:
     r = {c.name: None for c in schema.REQUESTS.columns}
     v = (lambda: 100.0) if flat else (lambda: rng.lognormvariate(3, 1))
-    r.update(trace_id=f"{rng.getrandbits(128):032x}", tier=tier, model=rng.choice(["m1", "m2"]),
-             tenant=rng.choice([None, "t1", "t2"]), service_name="s", source="native",
-             outcome=rng.choices(["ok", "error", "timeout"], [0.9, 0.07, 0.03])[0],
-             input_tokens=rng.choice([10, 300, 2000, 9000]), output_tokens=rng.choice([1, 50, 500]),
-             cached_tokens=rng.choice([None, 0, 64]), arrival_ns=1, first_token_ns=2, has_client_span=client)
+    r.update(
+        trace_id=f"{rng.getrandbits(128):032x}",
+        tier=tier,
+        model=rng.choice(["m1", "m2"]),
+        tenant=rng.choice([None, "t1", "t2"]),
+        service_name="s",
+        source="native",
+        outcome=rng.choices(["ok", "error", "timeout"], [0.9, 0.07, 0.03])[0],
+        input_tokens=rng.choice([10, 300, 2000, 9000]),
+        output_tokens=rng.choice([1, 50, 500]),
+        cached_tokens=rng.choice([None, 0, 64]),
+        arrival_ns=1,
+        first_token_ns=2,
+        has_client_span=client,
+    )
     for c in STAGES + TTFT_STAGES:
         r[c] = None if (c.endswith("network_ms") and not client) or rng.random() < 0.02 else v()
     r["ttft_ms"] = sum(r[c] or 0 for c in TTFT_STAGES[1:])
@@ -61,16 +71,21 @@ def _row(rng: random.Random, tier: str, client: bool, flat: bool = False) -> dic
 @pytest.fixture(scope="module")
 def con():
     rng = random.Random(3)
-    rows = ([_row(rng, "big", True) for _ in range(3000)] + [_row(rng, "small", True) for _ in range(40)]
-            + [_row(rng, "flat", False, flat=True) for _ in range(200)]
-            + [_row(rng, "server", rng.random() < 0.5) for _ in range(500)]
-            + [_row(rng, "other", False) for _ in range(30)])
+    rows = (
+        [_row(rng, "big", True) for _ in range(3000)]
+        + [_row(rng, "small", True) for _ in range(40)]
+        + [_row(rng, "flat", False, flat=True) for _ in range(200)]
+        + [_row(rng, "server", rng.random() < 0.5) for _ in range(500)]
+        + [_row(rng, "other", False) for _ in range(30)]
+    )
     c = duckdb.connect()
     for stmt in schema.create_statements():
         c.execute(stmt)
     cols = [col.name for col in schema.REQUESTS.columns]
-    c.executemany(f"INSERT INTO requests ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                  [[r[k] for k in cols] for r in rows])
+    c.executemany(
+        f"INSERT INTO requests ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+        [[r[k] for k in cols] for r in rows],
+    )
     yield c
     c.close()
 
@@ -94,23 +109,37 @@ def _reference_attribution(con, tier: str, kind: str, with_client: bool, q: floa
     comps = attribution.components(kind, with_client)
     m = attribution.FIGURES[kind][0 if with_client else 1]
     base = f"WHERE tier = ? AND outcome = 'ok' AND {m} IS NOT NULL AND NOT isnan({m})"
-    n, tq, med = _one(con, f"SELECT count(*), quantile_cont({m}, {q}), quantile_cont({m}, 0.5) FROM requests {base}",
-                      [tier])
+    n, tq, med = _one(
+        con, f"SELECT count(*), quantile_cont({m}, {q}), quantile_cont({m}, 0.5) FROM requests {base}", [tier]
+    )
     if not n:
         return None
     means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
     (n_tail,) = _one(con, f"SELECT count(*) FROM requests {base} AND {m} >= ?", [tier, tq])
     if n_tail < selection.MIN_TAIL:
-        *tail, size, tail_min = _one(con, f"SELECT {means}, count(*), min({m}) FROM (SELECT * FROM requests {base} "
-                                          f"ORDER BY {m} DESC LIMIT {selection.MIN_TAIL})", [tier])
+        *tail, size, tail_min = _one(
+            con,
+            f"SELECT {means}, count(*), min({m}) FROM (SELECT * FROM requests {base} "
+            f"ORDER BY {m} DESC LIMIT {selection.MIN_TAIL})",
+            [tier],
+        )
     else:
-        *tail, size, tail_min = _one(con, f"SELECT {means}, count(*), min({m}) FROM requests {base} AND {m} >= ?",
-                                     [tier, tq])
+        *tail, size, tail_min = _one(
+            con, f"SELECT {means}, count(*), min({m}) FROM requests {base} AND {m} >= ?", [tier, tq]
+        )
     *body, body_size = _one(con, f"SELECT {means}, count(*) FROM requests {base} AND {m} <= ?", [tier, med])
     seps = contrast.separators(con, base, [tier], m, tail_min, med)
-    return {"metric": m, "tail_size": size, "tail_widened": n_tail < selection.MIN_TAIL, "body_size": body_size,
-            "threshold_ms": tq, "median_ms": med, "tail_min_ms": tail_min,
-            "tail_mean_ms": dict(zip(comps, tail)), "body_mean_ms": dict(zip(comps, body))}, seps
+    return {
+        "metric": m,
+        "tail_size": size,
+        "tail_widened": n_tail < selection.MIN_TAIL,
+        "body_size": body_size,
+        "threshold_ms": tq,
+        "median_ms": med,
+        "tail_min_ms": tail_min,
+        "tail_mean_ms": dict(zip(comps, tail)),
+        "body_mean_ms": dict(zip(comps, body)),
+    }, seps
 
 
 def test_every_figure_is_its_definition(con):
@@ -120,11 +149,18 @@ def test_every_figure_is_its_definition(con):
     seen = set()
     for tb, t in zip(budgets.tiers, rep["tiers"]):
         tier = tb.name
-        n, ok, client = _one(con, """SELECT count(*), count(*) FILTER (WHERE outcome = 'ok'),
-            count(*) FILTER (WHERE outcome = 'ok' AND has_client_span) FROM requests WHERE tier = ?""", [tier])
+        n, ok, client = _one(
+            con,
+            """SELECT count(*), count(*) FILTER (WHERE outcome = 'ok'),
+            count(*) FILTER (WHERE outcome = 'ok' AND has_client_span) FROM requests WHERE tier = ?""",
+            [tier],
+        )
         assert (t["requests"], t["ok_requests"], t["requests_without_client_span"]) == (n, ok, ok - client)
-        assert t["outcomes"] == dict(con.execute("SELECT outcome, count(*) FROM requests WHERE tier = ? "
-                                                 "GROUP BY 1 ORDER BY 1", [tier]).fetchall())
+        assert t["outcomes"] == dict(
+            con.execute(
+                "SELECT outcome, count(*) FROM requests WHERE tier = ? GROUP BY 1 ORDER BY 1", [tier]
+            ).fetchall()
+        )
         with_client = ok > 0 and client == ok
         conds = ["outcome = 'ok'"]
         for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
@@ -133,14 +169,21 @@ def test_every_figure_is_its_definition(con):
                 fig = f"CASE WHEN has_client_span THEN {CLIENT_METRIC[m]} ELSE {m} END"
                 okc = f"coalesce({fig} <= {b}, false)"
                 conds.append(f"(isnan({fig}) OR {okc})" if m == "tpot_ms" else okc)
-        (att,) = _one(con, f"SELECT avg(CASE WHEN {' AND '.join(conds)} THEN 1.0 ELSE 0.0 END) FROM requests "
-                           "WHERE tier = ?", [tier])
+        (att,) = _one(
+            con,
+            f"SELECT avg(CASE WHEN {' AND '.join(conds)} THEN 1.0 ELSE 0.0 END) FROM requests WHERE tier = ?",
+            [tier],
+        )
         assert t["attainment"] == att  # an exact ratio either way
         for name, v in {**t["metrics"], **t["stages"]}.items():
             col = v["column"]
             for p in [k for k in v if k.startswith("p")]:
-                (want,) = _one(con, f"SELECT quantile_cont({col}, {float(p[1:]) / 100}) FILTER (WHERE NOT isnan({col})) "
-                                    "FROM requests WHERE tier = ? AND outcome = 'ok'", [tier])
+                (want,) = _one(
+                    con,
+                    f"SELECT quantile_cont({col}, {float(p[1:]) / 100}) FILTER (WHERE NOT isnan({col})) "
+                    "FROM requests WHERE tier = ? AND outcome = 'ok'",
+                    [tier],
+                )
                 assert v[p] == want, (tier, name, p)  # the same aggregate over the same rows: bit for bit
         assert set(t["stages"]) == {s for s in STAGE_COLUMNS if s != "network" or with_client}
         for kind in ("ttft", "e2e"):
@@ -155,8 +198,9 @@ def test_every_figure_is_its_definition(con):
                     assert all(_close(got[k][s], w[s]) for s in w), (tier, kind, k, got[k], w)
                 else:
                     assert _close(got[k], w), (tier, kind, k, got[k], w)
-            assert [(s["dimension"], s["value"]) for s in t["contrast"][kind]] == \
-                [(s["dimension"], s["value"]) for s in seps]
+            assert [(s["dimension"], s["value"]) for s in t["contrast"][kind]] == [
+                (s["dimension"], s["value"]) for s in seps
+            ]
             assert all(_close(a["distance"], b["distance"]) for a, b in zip(t["contrast"][kind], seps))
             seen.add((tier, got["tail_widened"], got["threshold_ms"] <= got["median_ms"]))
     # the edges were met: a widened tail, a quantile at the median, and the plain case
@@ -170,5 +214,9 @@ def test_a_tier_without_requests_and_one_without_ok_requests(con):
         nobody, broken = build_report(con, budgets)["tiers"]
     finally:
         con.execute("DELETE FROM requests WHERE trace_id = 'x'")
-    assert nobody["requests"] == 0 and nobody["attainment"] is None and nobody["attribution"] == {"ttft": None, "e2e": None}
+    assert (
+        nobody["requests"] == 0
+        and nobody["attainment"] is None
+        and nobody["attribution"] == {"ttft": None, "e2e": None}
+    )
     assert broken["requests"] == 1 and broken["attainment"] == 0.0 and broken["metrics"]["e2e_ms"][pkey(99.0)] is None

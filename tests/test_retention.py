@@ -13,9 +13,9 @@ from otlp_wire import T0, export, jsonl, native_request
 
 from budgetscope.archive import directory, retention
 from budgetscope.archive import manifest as mf
-from budgetscope.opener import Archive
 from budgetscope.cli import main
 from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
 
 NOW = time.time_ns()
 
@@ -118,8 +118,11 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path, case):
     root = tmp_path / "a"
     _fill(root, tmp_path, [T0, NOW])
     before = mf.read(root)
-    target, age = {"bad age": (root, "5x"), "single file": (tmp_path / "x.duckdb", "30d"),
-                   "missing": (tmp_path / "nope", "30d")}[case]
+    target, age = {
+        "bad age": (root, "5x"),
+        "single file": (tmp_path / "x.duckdb", "30d"),
+        "missing": (tmp_path / "nope", "30d"),
+    }[case]
     if case == "single file":
         with Archive(target):
             pass

@@ -26,8 +26,11 @@ SPANS = "SELECT trace_id, span_id FROM spans ORDER BY 1, 2"
 def many_traces(n_traces: int = 40, per_trace: int = 3, first: int = 1, t0: int = 1_700_000_000 * 10**9) -> dict:
     """One export of `n_traces` traces (numbered from `first`) of `per_trace` spans each, in two resources and
     two scopes."""
-    spans = [span(f"{t:032x}", f"{t:08x}{k:08x}", f"stage{k}", t0 + t * 1000, t0 + t * 1000 + 500)
-             for t in range(first, first + n_traces) for k in range(per_trace)]
+    spans = [
+        span(f"{t:032x}", f"{t:08x}{k:08x}", f"stage{k}", t0 + t * 1000, t0 + t * 1000 + 500)
+        for t in range(first, first + n_traces)
+        for k in range(per_trace)
+    ]
     half = len(spans) // 2
     a, b = export(spans[:half], service="engine", scope="s1"), export(spans[half:], service="frontend", scope="s2")
     return {"resourceSpans": a["resourceSpans"] + b["resourceSpans"]}
@@ -35,8 +38,12 @@ def many_traces(n_traces: int = 40, per_trace: int = 3, first: int = 1, t0: int 
 
 def ids_of(doc: dict) -> list[tuple[str, str, str, str]]:
     """(trace id, span id, service, scope) of every span of an OTLP/JSON export."""
-    return [(s["traceId"], s["spanId"], rs["resource"]["attributes"][0]["value"]["stringValue"], ss["scope"]["name"])
-            for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    return [
+        (s["traceId"], s["spanId"], rs["resource"]["attributes"][0]["value"]["stringValue"], ss["scope"]["name"])
+        for rs in doc["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    ]
 
 
 def proto_ids(body: bytes) -> list[tuple[str, str, str, str]]:
@@ -45,8 +52,12 @@ def proto_ids(body: bytes) -> list[tuple[str, str, str, str]]:
     )
 
     m = ExportTraceServiceRequest.FromString(body)
-    return [(s.trace_id.hex(), s.span_id.hex(), rs.resource.attributes[0].value.string_value, ss.scope.name)
-            for rs in m.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    return [
+        (s.trace_id.hex(), s.span_id.hex(), rs.resource.attributes[0].value.string_value, ss.scope.name)
+        for rs in m.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["otlp-json", "otlp-proto"])
@@ -141,13 +152,16 @@ class FakeShard(http.server.ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
-@pytest.mark.parametrize(("statuses", "want", "retry_after"), [
-    ((200, 200), 200, False),
-    ((200, 429), 429, True),
-    ((429, 503), 503, True),
-    ((400, 503), 503, True),
-    ((400, 400), 400, False),
-])
+@pytest.mark.parametrize(
+    ("statuses", "want", "retry_after"),
+    [
+        ((200, 200), 200, False),
+        ((200, 429), 429, True),
+        ((429, 503), 503, True),
+        ((400, 503), 503, True),
+        ((400, 400), 400, False),
+    ],
+)
 def test_the_answer_is_the_union_of_the_shards_answers(statuses, want, retry_after):
     fakes = [FakeShard(s) for s in statuses]
     try:
@@ -179,12 +193,16 @@ def test_spans_rejected_by_one_shard_are_a_partial_success(fmt):
         on_b = sum(1 for x in ids_of(doc) if shard_of(bytes.fromhex(x[0]), 2) == 1)
         with TraceRouter(urls, port=0, connections=1) as router:
             url = f"http://127.0.0.1:{router.port}/v1/traces"
-            r = (httpx.post(url, json=doc) if fmt == "json" else
-                 httpx.post(url, content=to_proto(doc), headers={"content-type": "application/x-protobuf"}))
+            r = (
+                httpx.post(url, json=doc)
+                if fmt == "json"
+                else httpx.post(url, content=to_proto(doc), headers={"content-type": "application/x-protobuf"})
+            )
         assert r.status_code == 200
         if fmt == "json":
-            assert r.json() == {"partialSuccess": {"rejectedSpans": str(on_b),
-                                                   "errorMessage": f"shard {urls[1]}: fake 400"}}
+            assert r.json() == {
+                "partialSuccess": {"rejectedSpans": str(on_b), "errorMessage": f"shard {urls[1]}: fake 400"}
+            }
         else:
             partial = ExportTraceServiceResponse.FromString(r.content).partial_success
             assert partial.rejected_spans == on_b and partial.error_message.startswith(f"shard {urls[1]}: ")
@@ -250,8 +268,11 @@ def test_a_rejected_export_of_several_parts_lands_the_good_ones(refusal):
             with ThreadPoolExecutor(4) as pool:
                 first = pool.submit(post_proto, url, many_traces(5, 2, first=1))
                 time.sleep(0.2)  # the first export is at the shard: the next three wait, then go as one
-                rest = list(pool.map(lambda d: post_proto(url, d), [many_traces(5, 2, first=100), bad,
-                                                                    many_traces(5, 2, first=200)]))
+                rest = list(
+                    pool.map(
+                        lambda d: post_proto(url, d), [many_traces(5, 2, first=100), bad, many_traces(5, 2, first=200)]
+                    )
+                )
         assert first.result().status_code == 200
         assert [r.status_code for r in rest] == [200, 400, 200]
         assert len(fake.bodies) == 1 + 1 + 3  # the first; the three together (400); each alone
@@ -265,8 +286,10 @@ RUN = [sys.executable, "-m", "budgetscope.cli", "collect-router"]
 def test_collect_router_help_and_bad_shards_in_one_line(tmp_path):
     out = subprocess.run([*RUN, "--help"], check=False, capture_output=True, text=True)
     assert out.returncode == 0 and "--shard" in out.stdout and "crc32" in out.stdout
-    for args, msg in [([], "give at least one --shard"),
-                      (["--shard", "ftp://x:1"], "shard 'ftp://x:1': give http://HOST:PORT")]:
+    for args, msg in [
+        ([], "give at least one --shard"),
+        (["--shard", "ftp://x:1"], "shard 'ftp://x:1': give http://HOST:PORT"),
+    ]:
         out = subprocess.run([*RUN, "--port", "0", *args], check=False, capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith("budgetscope: ") and msg in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
@@ -275,16 +298,25 @@ def test_collect_router_help_and_bad_shards_in_one_line(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        out = subprocess.run([*RUN, "--port", str(taken.getsockname()[1]), "--shard", "http://127.0.0.1:9"],
-                             check=False, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [*RUN, "--port", str(taken.getsockname()[1]), "--shard", "http://127.0.0.1:9"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert out.returncode == 2 and out.stderr.startswith("budgetscope: cannot listen on 127.0.0.1:"), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 
 def test_collect_router_command_routes_and_summarises(fleet):
     root, cs = fleet
-    proc = subprocess.Popen([*RUN, "--port", "0", *[a for u in shard_urls(cs) for a in ("--shard", u)]],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*RUN, "--port", "0", *[a for u in shard_urls(cs) for a in ("--shard", u)]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     banner = proc.stdout.readline()
     m = re.match(r"budgetscope collect-router: OTLP/HTTP http://127\.0\.0\.1:(\d+)/v1/traces → 2 shards", banner)
     assert m, banner + (proc.stderr.read() if proc.poll() is not None else "")

@@ -37,10 +37,19 @@ def test_samples_are_folder_archives_and_nothing_names_a_duckdb_sample():
     """A `.duckdb` file is tied to the storage version of the DuckDB that wrote it; Parquet folders are not."""
     assert not list(SAMPLES.glob("*.duckdb")) and not list(SAMPLES.glob("*.db"))
     root = SAMPLES.parent
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
-                           capture_output=True, text=True, check=True).stdout.split()
-    named = [f for f in files if f.endswith((".py", ".md", ".toml", ".yaml", "Makefile"))
-             and re.search(r"sample_traces/[\w-]+\.duckdb", (root / f).read_text(errors="replace"))]
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    named = [
+        f
+        for f in files
+        if f.endswith((".py", ".md", ".toml", ".yaml", "Makefile"))
+        and re.search(r"sample_traces/[\w-]+\.duckdb", (root / f).read_text(errors="replace"))
+    ]
     assert named == []
 
 

@@ -22,8 +22,11 @@ def test_real_schema_matches_the_definition(tmp_path, name):
     Archive(tmp_path / name).close()
     with Archive(tmp_path / name, read_only=True) as a:
         for t in schema.PUBLIC:
-            got = a.con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                "WHERE table_name = ? ORDER BY ordinal_position", [t.name]).fetchall()
+            got = a.con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_name = ? ORDER BY ordinal_position",
+                [t.name],
+            ).fetchall()
             want = [(c.name, c.type) for c in t.columns]
             assert got == want, t.name
 

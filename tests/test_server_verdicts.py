@@ -7,14 +7,28 @@ injected cause, and every request must be counted once."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 from click.testing import CliRunner
 from conftest import rows
-from server_traces import (Mix, as_exported, draw, jsonl, native, quantile, sglang, sglang_pd, tgi, tgi_trace_filter,
-                           triton, vllm_classic, vllm_journey, vllm_request_id)
+from server_traces import (
+    Mix,
+    as_exported,
+    draw,
+    jsonl,
+    native,
+    quantile,
+    sglang,
+    sglang_pd,
+    tgi,
+    tgi_trace_filter,
+    triton,
+    vllm_classic,
+    vllm_journey,
+    vllm_request_id,
+)
 
 from budgetscope.cli import main
 
@@ -106,7 +120,7 @@ def _breaks(case: Case, mix: Mix) -> str:
 def _ingest(tmp_path, docs: list[dict]):
     """`budgetscope ingest` twice, each run half the exports: requests whose spans straddle the two runs included."""
     a = tmp_path / "archive"
-    for i, part in enumerate((docs[:len(docs) // 2], docs[len(docs) // 2:])):
+    for i, part in enumerate((docs[: len(docs) // 2], docs[len(docs) // 2 :])):
         src = tmp_path / f"traces-{i}.jsonl"
         src.write_text(jsonl(part))
         r = CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)])

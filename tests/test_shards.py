@@ -16,8 +16,8 @@ from conftest import rows
 from otlp_wire import export, native_request
 
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.opener import Archive
 from budgetscope.archive.shards import ShardError, shard_path
+from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
@@ -26,8 +26,12 @@ REQUESTS = "SELECT * FROM requests ORDER BY trace_id, server_span_id"
 
 
 def _collect(archive: Path, *extra: str) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc",
-                             "--http-port", "0", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_COLLECT, "--archive", str(archive), "--no-grpc", "--http-port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     banner = proc.stdout.readline()
     m = re.match(r"budgetscope collect: OTLP/HTTP http://127\.0\.0\.1:(\d+)/v1/traces;", banner)
     assert m, banner + (proc.stderr.read() if proc.poll() is not None else "")
@@ -77,7 +81,8 @@ def test_three_shards_behind_a_router_read_as_one_equal_one_collector(tmp_path):
     for s in SHARDS:  # every shard got traces of its own
         assert rows(root / f"shard={s}", "SELECT count(*) > 0 FROM requests") == [(True,)]
     assert rows(root, "SELECT count(*), count(DISTINCT trace_id) FROM spans") == rows(
-        single, "SELECT count(*), count(DISTINCT trace_id) FROM spans")
+        single, "SELECT count(*), count(DISTINCT trace_id) FROM spans"
+    )
     assert rows(root, REQUESTS) == rows(single, REQUESTS)
     assert rows(root, "SELECT count(*) FROM requests") == [(600,)]
     from test_archive_folder import _report
@@ -103,7 +108,8 @@ def test_a_trace_re_derived_in_one_shard_and_seen_in_another_is_one_row(tmp_path
     with Archive(shard_path(root, "b")) as b:  # one commit (_seq 1) of the same trace's server spans
         b.ingest([_batch(export(server), "1")])
     assert rows(root, "SELECT count(*), count(DISTINCT trace_id), count(*) FILTER (has_client_span) FROM requests") == [
-        (1, 1, 1)]
+        (1, 1, 1)
+    ]
     with Archive(root, read_only=True) as r:
         assert r.lazy("requests").collect().height == 1 and r.split_traces == 1
 
@@ -129,8 +135,23 @@ def test_shard_ids_and_roots_are_checked_in_one_line(tmp_path):
         pass
     with pytest.raises(ArchiveError, match="is a sharded archive: read it as a whole, write one shard"):
         Archive(tmp_path / "fleet")
-    r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "collect", "--archive", str(tmp_path / "fleet"),
-                        "--shard", "no/slash", "--http-port", "0", "--no-grpc"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "budgetscope.cli",
+            "collect",
+            "--archive",
+            str(tmp_path / "fleet"),
+            "--shard",
+            "no/slash",
+            "--http-port",
+            "0",
+            "--no-grpc",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "shard id 'no/slash'" in r.stderr
 
 
@@ -146,8 +167,13 @@ def misrouted(doc: dict, n: int, *, client_away: set[str], stages_away: set[str]
             by_shard: dict[int, list] = {}
             for span in ss["spans"]:
                 i = zlib.crc32(bytes.fromhex(span["traceId"])) % n
-                away = client_away if span["name"] == CLIENT else stages_away if span["name"].startswith("stage.") \
+                away = (
+                    client_away
+                    if span["name"] == CLIENT
+                    else stages_away
+                    if span["name"].startswith("stage.")
                     else set()
+                )
                 by_shard.setdefault((i + 1) % n if span["traceId"] in away else i, []).append(span)
             for i, spans in by_shard.items():
                 out[i] = out[i] or {"resourceSpans": []}
@@ -164,19 +190,28 @@ def build_split_fleet(d: Path) -> tuple[Path, Path, int]:
     """(a sharded root where 1 trace in 7 has its client span on another shard and 1 in 11 its stage spans, the
     same spans in one archive, the number of traces split)."""
     traces = d / "t.jsonl"
-    write_jsonl(traces, SyntheticSpec(num_requests=400, tiers=("interactive", "batch"), spans_per_line=40,
-                                      cause="queue"))
+    write_jsonl(
+        traces, SyntheticSpec(num_requests=400, tiers=("interactive", "batch"), spans_per_line=40, cause="queue")
+    )
     exports = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
-    ids = sorted({sp["traceId"] for doc in exports for rs in doc["resourceSpans"] for ss in rs["scopeSpans"]
-                  for sp in ss["spans"]})
+    ids = sorted(
+        {
+            sp["traceId"]
+            for doc in exports
+            for rs in doc["resourceSpans"]
+            for ss in rs["scopeSpans"]
+            for sp in ss["spans"]
+        }
+    )
     client_away, stages_away = set(ids[::7]), set(ids[3::11])
     root, single = d / "fleet", d / "single"
     with Archive(single) as one:
         one.ingest([_batch(doc, str(k)) for k, doc in enumerate(exports)])
     for i, shard in enumerate(SHARDS):
         with Archive(shard_path(root, shard)) as a:
-            parts = [misrouted(doc, len(SHARDS), client_away=client_away, stages_away=stages_away)[i]
-                     for doc in exports]
+            parts = [
+                misrouted(doc, len(SHARDS), client_away=client_away, stages_away=stages_away)[i] for doc in exports
+            ]
             a.ingest([_batch(p, str(k)) for k, p in enumerate(parts) if p is not None])
     return root, single, len(client_away | stages_away)
 
@@ -194,8 +229,9 @@ def test_a_report_over_split_traces_equals_one_archive(split_fleet):
     root, single, split = split_fleet
     assert split > 60
     for s in SHARDS:  # the shards alone hold partial rows: more rows than traces, all time unaccounted in some
-        assert rows(root / f"shard={s}", "SELECT count(*) FILTER (has_client_span AND server_span_id IS NULL) > 0 "
-                                         "FROM requests") == [(True,)]
+        assert rows(
+            root / f"shard={s}", "SELECT count(*) FILTER (has_client_span AND server_span_id IS NULL) > 0 FROM requests"
+        ) == [(True,)]
     assert rows(root, REQUESTS) == rows(single, REQUESTS)
     assert rows(root, "SELECT count(*) FROM requests") == [(400,)]
     with Archive(root, read_only=True) as r:
@@ -215,8 +251,12 @@ def test_the_report_says_how_many_traces_were_split(split_fleet, tmp_path):
     budgets = Path(__file__).parent.parent / "sample_traces" / "budgets.toml"
     out = {}
     for fmt in ("json", "table", "markdown"):
-        r = subprocess.run([sys.executable, "-m", "budgetscope.cli", "report", "-a", str(root), "-b", str(budgets),
-                            "--format", fmt], capture_output=True, text=True, cwd=tmp_path)
+        r = subprocess.run(
+            [sys.executable, "-m", "budgetscope.cli", "report", "-a", str(root), "-b", str(budgets), "--format", fmt],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
         assert r.returncode in (0, 1), r.stderr
         out[fmt] = r.stdout
     assert json.loads(out["json"])["split_traces"] == split

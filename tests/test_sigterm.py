@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 def _traceparent(i: int) -> tuple[str, str]:
     """A W3C traceparent with a trace id of our own (the server's root joins it) and that trace id."""
-    trace_id = f"{0x5167e000 + i:032x}"
+    trace_id = f"{0x5167E000 + i:032x}"
     return f"00-{trace_id}-{i + 1:016x}-01", trace_id
 
 
@@ -54,8 +54,10 @@ class Sink:
 
             self.collector = Collector(self.archive, grpc_port=None, http_port=0)
             self.collector.start()
-            self.env = {"OTEL_TRACES_EXPORTER": "otlp",
-                        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.collector.http_port}"}
+            self.env = {
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.collector.http_port}",
+            }
         else:
             self.env = {"OTEL_TRACES_EXPORTER": f"jsonl:{self.path}"}
 
@@ -63,8 +65,8 @@ class Sink:
         """Rows of `sql` over what arrived (the collector stopped, or the file ingested, first)."""
         self.close()
         if self.kind == "jsonl" and not self.archive.exists():
-            from budgetscope.opener import Archive
             from budgetscope.ingest.files import read_batches
+            from budgetscope.opener import Archive
 
             assert self.path.exists(), "the process wrote no span at all"
             with Archive(self.archive) as a:
@@ -89,10 +91,15 @@ def sink(request, tmp_path):
 
 
 def _spawn(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), env.pop("PYTHONPATH", "")]).rstrip(os.pathsep),
-                "OTEL_BSP_SCHEDULE_DELAY": "30000", **env}
-    return subprocess.Popen([sys.executable, *args], env=full_env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), env.pop("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "OTEL_BSP_SCHEDULE_DELAY": "30000",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, *args], env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
@@ -116,8 +123,12 @@ def _terminate(proc: subprocess.Popen, timeout_s: float = 30.0) -> tuple[int, st
 
 
 def _post(url: str, body: dict, traceparent: str) -> bytes:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "traceparent": traceparent})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "traceparent": traceparent},
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return resp.read()
 
@@ -142,8 +153,26 @@ def _post_all(url: str, body: dict, num: int) -> set[str]:
 # -- the reference engine: uvicorn drains, then the spans are flushed ----------------------------------------------
 def test_engine_serve_keeps_every_span_on_sigterm(sink, tmp_path):
     port = _free_port()
-    proc = _spawn(["-m", "budgetscope.cli", "engine", "serve", "--config", "tiny", "--port", str(port),
-                   "--max-model-len", "256", "--kv-blocks", "64", "--log-level", "warning"], dict(sink.env), tmp_path)
+    proc = _spawn(
+        [
+            "-m",
+            "budgetscope.cli",
+            "engine",
+            "serve",
+            "--config",
+            "tiny",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "256",
+            "--kv-blocks",
+            "64",
+            "--log-level",
+            "warning",
+        ],
+        dict(sink.env),
+        tmp_path,
+    )
     base = f"http://127.0.0.1:{port}"
     _wait_ready(f"{base}/health", proc)
     finished = _post_all(f"{base}/v1/completions", {"prompt": "one two three", "max_tokens": 4}, 12)
@@ -156,14 +185,35 @@ def test_engine_serve_keeps_every_span_on_sigterm(sink, tmp_path):
 def test_engine_finishes_a_request_in_flight_at_sigterm_and_keeps_its_spans(tmp_path):
     sink = Sink("jsonl", tmp_path)
     port = _free_port()
-    proc = _spawn(["-m", "budgetscope.cli", "engine", "serve", "--config", "tiny", "--port", str(port),
-                   "--max-model-len", "256", "--kv-blocks", "64", "--log-level", "warning"], dict(sink.env), tmp_path)
+    proc = _spawn(
+        [
+            "-m",
+            "budgetscope.cli",
+            "engine",
+            "serve",
+            "--config",
+            "tiny",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "256",
+            "--kv-blocks",
+            "64",
+            "--log-level",
+            "warning",
+        ],
+        dict(sink.env),
+        tmp_path,
+    )
     base = f"http://127.0.0.1:{port}"
     _wait_ready(f"{base}/health", proc)
     tp, trace_id = _traceparent(99)
-    req = urllib.request.Request(f"{base}/v1/completions", method="POST",
-                                 data=json.dumps({"prompt": "a b", "max_tokens": 120, "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json", "traceparent": tp})
+    req = urllib.request.Request(
+        f"{base}/v1/completions",
+        method="POST",
+        data=json.dumps({"prompt": "a b", "max_tokens": 120, "stream": True}).encode(),
+        headers={"Content-Type": "application/json", "traceparent": tp},
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         first = resp.readline()  # the stream has begun: the request is in flight
         proc.send_signal(signal.SIGTERM)
@@ -260,8 +310,11 @@ def test_the_hosts_own_sigterm_handler_runs_after_the_flush_with_its_exit_code(t
 def test_a_flush_that_cannot_finish_gives_up_in_time_and_says_what_was_dropped(tmp_path):
     """The collector is gone: the process still exits 0 within the bound, and one line counts the lost spans."""
     dead = _free_port()  # nothing listens there
-    env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{dead}",
-           "BUDGETSCOPE_FLUSH_TIMEOUT_MS": "1000"}
+    env = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{dead}",
+        "BUDGETSCOPE_FLUSH_TIMEOUT_MS": "1000",
+    }
     proc, base = _service(tmp_path, env)
     _post_all(base, {"words": "x y"}, 5)
     t0 = time.monotonic()
@@ -269,8 +322,10 @@ def test_a_flush_that_cannot_finish_gives_up_in_time_and_says_what_was_dropped(t
     assert code == 0, err
     assert time.monotonic() - t0 < 4.0
     lines = [line for line in err.splitlines() if line.startswith("budgetscope: on SIGTERM")]
-    assert lines == ["budgetscope: on SIGTERM, Instrumentation gave up after 1 s (BUDGETSCOPE_FLUSH_TIMEOUT_MS): "
-                     "30 spans not exported"], err  # 5 requests x (root + frontend, queue, prefill, decode, postprocess)
+    assert lines == [
+        "budgetscope: on SIGTERM, Instrumentation gave up after 1 s (BUDGETSCOPE_FLUSH_TIMEOUT_MS): "
+        "30 spans not exported"
+    ], err  # 5 requests x (root + frontend, queue, prefill, decode, postprocess)
 
 
 # -- the load generator and the sweep ------------------------------------------------------------------------------
@@ -288,12 +343,14 @@ def _answer_some_then_hold(stub, at_least: int, skip: int = 0) -> set[str]:
 
     stub._loop.call_soon_threadsafe(hold_the_rest)
     time.sleep(0.5)  # the answered requests are read by the client; every later one waits
-    return {h["traceparent"].split("-")[1] for _, h, _ in stub.received[skip: answered[0]]}
+    return {h["traceparent"].split("-")[1] for _, h, _ in stub.received[skip : answered[0]]}
 
 
-FINISHED_CLIENT_SPANS = ("SELECT trace_id FROM spans WHERE kind = 'CLIENT' "
-                         "AND attributes->>'http.response.status_code' = '200' "
-                         "AND attributes->>'gen_ai.usage.output_tokens' = '3'")
+FINISHED_CLIENT_SPANS = (
+    "SELECT trace_id FROM spans WHERE kind = 'CLIENT' "
+    "AND attributes->>'http.response.status_code' = '200' "
+    "AND attributes->>'gen_ai.usage.output_tokens' = '3'"
+)
 
 
 def _against_a_stub(tmp_path: Path, command: list[str], env: dict[str, str], skip: int = 0) -> tuple[int, str, set]:
@@ -314,8 +371,9 @@ def _against_a_stub(tmp_path: Path, command: list[str], env: dict[str, str], ski
 
 def test_load_keeps_the_client_span_of_every_finished_request_on_sigterm(sink, tmp_path):
     spans = "otlp" if sink.kind == "otlp" else f"jsonl:{sink.path}"
-    code, err, finished = _against_a_stub(tmp_path, ["load", "--rate", "40", "--requests", "400", "--spans", spans],
-                                          dict(sink.env))
+    code, err, finished = _against_a_stub(
+        tmp_path, ["load", "--rate", "40", "--requests", "400", "--spans", spans], dict(sink.env)
+    )
     assert code == 0, err
     assert "budgetscope load: stopped by SIGTERM" in err
     assert {t for (t,) in sink.rows(FINISHED_CLIENT_SPANS)} == finished
@@ -326,9 +384,25 @@ def test_sweep_lands_the_client_span_of_every_finished_request_on_sigterm(tmp_pa
     budgets.write_text("[tiers.default]\npercentile = 99\nttft_ms = 250\n")
     archive = tmp_path / "cap"
     code, err, finished = _against_a_stub(
-        tmp_path, ["sweep", "--budgets", str(budgets), "--archive", str(archive), "--rates", "40", "--duration", "30",
-                   "--output-tokens", "3", "--otlp-port", str(_free_port())], {},
-        skip=3)  # the pre-flight's 3 requests have no client span
+        tmp_path,
+        [
+            "sweep",
+            "--budgets",
+            str(budgets),
+            "--archive",
+            str(archive),
+            "--rates",
+            "40",
+            "--duration",
+            "30",
+            "--output-tokens",
+            "3",
+            "--otlp-port",
+            str(_free_port()),
+        ],
+        {},
+        skip=3,
+    )  # the pre-flight's 3 requests have no client span
     assert code == 0, err
     assert "budgetscope sweep: stopped by SIGTERM" in err
     assert {t for (t,) in rows(archive, FINISHED_CLIENT_SPANS)} == finished

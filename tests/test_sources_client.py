@@ -13,17 +13,37 @@ T0 = 1_800_000_000_000_000_000
 MS = 1_000_000
 
 
-def client(i: int, *, ttft_ms: float | None = 40, e2e_ms: float = 100, stream: bool = True,
-           processing_ms: str | None = None, status: int = 200, tier: str = "chat") -> dict:
-    attrs = {"budgetscope.client.scheduled_unix_nano": T0 + i * 10 * MS, "http.response.status_code": status,
-             "gen_ai.usage.output_tokens": 9, "budgetscope.tier": tier, "budgetscope.client.stream": stream,
-             "budgetscope.client.itl_ms": [5.0] * 8}
+def client(
+    i: int,
+    *,
+    ttft_ms: float | None = 40,
+    e2e_ms: float = 100,
+    stream: bool = True,
+    processing_ms: str | None = None,
+    status: int = 200,
+    tier: str = "chat",
+) -> dict:
+    attrs = {
+        "budgetscope.client.scheduled_unix_nano": T0 + i * 10 * MS,
+        "http.response.status_code": status,
+        "gen_ai.usage.output_tokens": 9,
+        "budgetscope.tier": tier,
+        "budgetscope.client.stream": stream,
+        "budgetscope.client.itl_ms": [5.0] * 8,
+    }
     if ttft_ms is not None:
         attrs["budgetscope.client.first_token_unix_nano"] = T0 + i * 10 * MS + int(ttft_ms * MS)
     if processing_ms is not None:
         attrs["http.response.header.openai-processing-ms"] = [processing_ms]
-    return span(f"{i + 1:032x}", f"{i + 1:016x}", "llm.client.request", KIND_CLIENT, T0 + i * 10 * MS,
-                T0 + i * 10 * MS + int(e2e_ms * MS), attrs)
+    return span(
+        f"{i + 1:032x}",
+        f"{i + 1:016x}",
+        "llm.client.request",
+        KIND_CLIENT,
+        T0 + i * 10 * MS,
+        T0 + i * 10 * MS + int(e2e_ms * MS),
+        attrs,
+    )
 
 
 def ingest(archive, ingest_text, spans, service="budgetscope-loadgen"):
@@ -32,9 +52,12 @@ def ingest(archive, ingest_text, spans, service="budgetscope-loadgen"):
 
 def test_client_span_alone_gives_a_row_with_unknown_server_stages(archive_path, ingest_text):
     ingest(archive_path, ingest_text, [client(0)])
-    (r,) = rows(archive_path, """SELECT source, tier, outcome, has_client_span, server_span_id, client_ttft_ms,
+    (r,) = rows(
+        archive_path,
+        """SELECT source, tier, outcome, has_client_span, server_span_id, client_ttft_ms,
         client_e2e_ms, ttft_ms, e2e_ms, network_ms, ttft_network_ms, frontend_ms, queue_ms, prefill_ms, decode_ms,
-        postprocess_ms, unaccounted_ms, ttft_unaccounted_ms, arrival_ns, output_tokens, service_name FROM requests""")
+        postprocess_ms, unaccounted_ms, ttft_unaccounted_ms, arrival_ns, output_tokens, service_name FROM requests""",
+    )
     assert r[:5] == ("client", "chat", "ok", True, None)
     assert r[20] == "budgetscope-loadgen"  # no server name is known: the client's says whose row it is
     assert r[5:7] == (pytest.approx(40), pytest.approx(100))
@@ -44,9 +67,14 @@ def test_client_span_alone_gives_a_row_with_unknown_server_stages(archive_path, 
 
 
 def test_non_streaming_openai_processing_ms_is_server_e2e(archive_path, ingest_text):
-    ingest(archive_path, ingest_text, [client(0, ttft_ms=None, stream=False, processing_ms="70"),
-                                       client(1, stream=True, processing_ms="3")])
-    got = rows(archive_path, "SELECT e2e_ms, network_ms, unaccounted_ms, client_e2e_ms FROM requests ORDER BY arrival_ns")
+    ingest(
+        archive_path,
+        ingest_text,
+        [client(0, ttft_ms=None, stream=False, processing_ms="70"), client(1, stream=True, processing_ms="3")],
+    )
+    got = rows(
+        archive_path, "SELECT e2e_ms, network_ms, unaccounted_ms, client_e2e_ms FROM requests ORDER BY arrival_ns"
+    )
     assert got[0] == (70, pytest.approx(30), 70, pytest.approx(100))
     # on a stream the header only times the handler's setup: ignored
     assert got[1] == (None, None, pytest.approx(100), pytest.approx(100))
@@ -55,11 +83,20 @@ def test_non_streaming_openai_processing_ms_is_server_e2e(archive_path, ingest_t
 def test_a_server_span_replaces_the_client_only_row(archive_path, ingest_text):
     ingest(archive_path, ingest_text, [client(0)])
     assert rows(archive_path, "SELECT source FROM requests") == [("client",)]
-    root = span(f"{1:032x}", "00000000000000aa", "llm.request", KIND_SERVER, T0 + 5 * MS, T0 + 95 * MS,
-                {"budgetscope.first_token_unix_nano": T0 + 35 * MS}, parent_span_id=f"{1:016x}")
+    root = span(
+        f"{1:032x}",
+        "00000000000000aa",
+        "llm.request",
+        KIND_SERVER,
+        T0 + 5 * MS,
+        T0 + 95 * MS,
+        {"budgetscope.first_token_unix_nano": T0 + 35 * MS},
+        parent_span_id=f"{1:016x}",
+    )
     ingest(archive_path, ingest_text, [root], service="engine")
     assert rows(archive_path, "SELECT source, e2e_ms, network_ms FROM requests") == [
-        ("native", pytest.approx(90), pytest.approx(10))]
+        ("native", pytest.approx(90), pytest.approx(10))
+    ]
 
 
 def test_outcomes_from_status_and_error(archive_path, ingest_text):
@@ -67,7 +104,10 @@ def test_outcomes_from_status_and_error(archive_path, ingest_text):
     spans[2]["attributes"].append({"key": "error.type", "value": {"stringValue": "timeout"}})
     ingest(archive_path, ingest_text, spans)
     assert [o for (o,) in rows(archive_path, "SELECT outcome FROM requests ORDER BY arrival_ns")] == [
-        "rejected", "error", "timeout"]
+        "rejected",
+        "error",
+        "timeout",
+    ]
 
 
 def test_report_on_client_only_rows_attributes_the_tail_to_unaccounted(archive_path, ingest_text):

@@ -15,21 +15,36 @@ from budgetscope.analysis.report import build_report
 from budgetscope.opener import Archive
 
 OLD = {"http.method": "POST", "http.url": "http://engine:8000/v1/completions", "http.status_code": 200}
-STABLE = {"http.request.method": "POST", "url.full": "http://engine:8000/v1/completions",
-          "server.address": "engine", "server.port": 8000, "http.response.status_code": 200}
+STABLE = {
+    "http.request.method": "POST",
+    "url.full": "http://engine:8000/v1/completions",
+    "server.address": "engine",
+    "server.port": 8000,
+    "http.response.status_code": 200,
+}
 # every request: frontend 2, queue 10, prefill 50, decode 400, postprocess 3 → server TTFT 62, E2E 465 ms
 STAGES = (("frontend", 2), ("queue", 10), ("prefill", 50), ("decode", 400), ("postprocess", 3))
 
 
-def http_request(arrival: int, up_ms: float, down_ms: float, attributes: dict, name: str = "POST",
-                 kind: int = 3) -> list[dict]:
+def http_request(
+    arrival: int, up_ms: float, down_ms: float, attributes: dict, name: str = "POST", kind: int = 3
+) -> list[dict]:
     """A native request whose root is the child of an HTTP client span starting `up_ms` before it and ending
     `down_ms` after it."""
     tid, spans = native_request(arrival=arrival, stages=STAGES)
     root, cid = spans[0], span_id()
     root["parentSpanId"] = cid
-    spans.append(span(tid, cid, name, arrival - int(up_ms * MS), int(root["endTimeUnixNano"]) + int(down_ms * MS),
-                      kind=kind, attributes=attributes))
+    spans.append(
+        span(
+            tid,
+            cid,
+            name,
+            arrival - int(up_ms * MS),
+            int(root["endTimeUnixNano"]) + int(down_ms * MS),
+            kind=kind,
+            attributes=attributes,
+        )
+    )
     return spans
 
 
@@ -39,8 +54,10 @@ def _one(archive_path, ingest_text, spans, cols: str) -> tuple:
     return r
 
 
-COLS = ("has_client_span, client_sent_ns, client_end_ns, client_e2e_ms, network_ms, client_ttft_ms, "
-        "ttft_network_ms, client_tpot_ms, http_status, e2e_ms")
+COLS = (
+    "has_client_span, client_sent_ns, client_end_ns, client_e2e_ms, network_ms, client_ttft_ms, "
+    "ttft_network_ms, client_tpot_ms, http_status, e2e_ms"
+)
 
 
 @pytest.mark.parametrize("attributes", [OLD, STABLE], ids=["old-names", "stable-names"])
@@ -49,10 +66,19 @@ def test_an_http_client_span_is_the_request_s_client_span(attributes, name, arch
     spans = http_request(T0, 4, 6, attributes, name)
     got = _one(archive_path, ingest_text, spans, COLS)
     # client [T0 − 4, T0 + 465 + 6] ms: E2E 475, network 475 − 465 = 10; no first token on the span
-    assert got == (True, T0 - 4 * MS, T0 + 471 * MS, pytest.approx(475.0), pytest.approx(10.0), None, None, None,
-                   200, pytest.approx(465.0))
-    assert rows(archive_path, "SELECT source, count(*) FROM spans WHERE kind = 'CLIENT' GROUP BY 1") == \
-        [("client", 1)]
+    assert got == (
+        True,
+        T0 - 4 * MS,
+        T0 + 471 * MS,
+        pytest.approx(475.0),
+        pytest.approx(10.0),
+        None,
+        None,
+        None,
+        200,
+        pytest.approx(465.0),
+    )
+    assert rows(archive_path, "SELECT source, count(*) FROM spans WHERE kind = 'CLIENT' GROUP BY 1") == [("client", 1)]
 
 
 def test_a_first_token_time_on_the_span_gives_the_client_ttft(archive_path, ingest_text):
@@ -74,8 +100,18 @@ def test_other_client_spans_are_no_request_s_client(case, archive_path, ingest_t
     tid, spans = native_request(arrival=T0, stages=STAGES)
     root = spans[0]
     if case == "child-of-the-server":  # the server calling another API while it serves the request
-        spans.append(span(tid, span_id(), "GET", T0 + MS, T0 + 2 * MS, parent=root["spanId"], kind=3,
-                          attributes=STABLE | {"http.request.method": "GET"}))
+        spans.append(
+            span(
+                tid,
+                span_id(),
+                "GET",
+                T0 + MS,
+                T0 + 2 * MS,
+                parent=root["spanId"],
+                kind=3,
+                attributes=STABLE | {"http.request.method": "GET"},
+            )
+        )
     elif case in ("internal-kind", "no-http-method"):
         cid = span_id()
         root["parentSpanId"] = cid
@@ -107,7 +143,9 @@ def test_the_report_uses_the_client_e2e_and_the_server_ttft(archive_path, ingest
     e2e = t["attribution"]["e2e"]
     assert e2e["metric"] == "client_e2e_ms" and e2e["dominant"] == "network"
     assert e2e["shares"]["network"] == pytest.approx(1.0)
-    assert e2e["tail_mean_ms"]["network"] == pytest.approx(33.0) and e2e["body_mean_ms"]["network"] == pytest.approx(8.0)
+    assert e2e["tail_mean_ms"]["network"] == pytest.approx(33.0) and e2e["body_mean_ms"]["network"] == pytest.approx(
+        8.0
+    )
     ttft = t["attribution"]["ttft"]
     assert ttft["metric"] == "ttft_ms" and "network" not in ttft["tail_mean_ms"]
     assert t["attainment"] == pytest.approx(0.95)  # server TTFT 62 ≤ 100 for all; client E2E 973 > 600 for 5

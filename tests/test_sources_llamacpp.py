@@ -26,11 +26,13 @@ from budgetscope.sources.importers import KIND_CLIENT, document, span
 T0 = 1_800_000_000_000_000_000
 MS = 1_000_000
 # the last event of a llama.cpp stream, as tools/server/server-task.cpp writes it (result_timings::to_json)
-LAST_EVENT = (b'{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"object":"text_completion",'
-              b'"usage":{"completion_tokens":4,"prompt_tokens":10,"total_tokens":14,'
-              b'"prompt_tokens_details":{"cached_tokens":2}},"id":"chatcmpl-x","timings":{"cache_n":2,"prompt_n":8,'
-              b'"prompt_ms":12.5,"prompt_per_token_ms":1.5625,"prompt_per_second":640.0,"predicted_n":4,'
-              b'"predicted_ms":30.25,"predicted_per_token_ms":7.5625,"predicted_per_second":132.2}}')
+LAST_EVENT = (
+    b'{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"object":"text_completion",'
+    b'"usage":{"completion_tokens":4,"prompt_tokens":10,"total_tokens":14,'
+    b'"prompt_tokens_details":{"cached_tokens":2}},"id":"chatcmpl-x","timings":{"cache_n":2,"prompt_n":8,'
+    b'"prompt_ms":12.5,"prompt_per_token_ms":1.5625,"prompt_per_second":640.0,"predicted_n":4,'
+    b'"predicted_ms":30.25,"predicted_per_token_ms":7.5625,"predicted_per_second":132.2}}'
+)
 
 
 def test_loadgen_reads_timings_from_the_last_stream_event():
@@ -45,15 +47,25 @@ def test_loadgen_reads_timings_from_the_last_stream_event():
 
 
 def test_timings_on_the_client_span_feed_prefill_and_decode(archive_path, ingest_text):
-    attrs = {"budgetscope.client.first_token_unix_nano": T0 + 20 * MS, "http.response.status_code": 200,
-             "gen_ai.usage.output_tokens": 4, "budgetscope.client.stream": True,
-             "llama_cpp.timings.prompt_n": 8, "llama_cpp.timings.cache_n": 2, "llama_cpp.timings.prompt_ms": 12.5,
-             "llama_cpp.timings.predicted_n": 4, "llama_cpp.timings.predicted_ms": 30.25}
+    attrs = {
+        "budgetscope.client.first_token_unix_nano": T0 + 20 * MS,
+        "http.response.status_code": 200,
+        "gen_ai.usage.output_tokens": 4,
+        "budgetscope.client.stream": True,
+        "llama_cpp.timings.prompt_n": 8,
+        "llama_cpp.timings.cache_n": 2,
+        "llama_cpp.timings.prompt_ms": 12.5,
+        "llama_cpp.timings.predicted_n": 4,
+        "llama_cpp.timings.predicted_ms": 30.25,
+    }
     s = span(f"{7:032x}", f"{7:016x}", "llm.client.request", KIND_CLIENT, T0, T0 + 50 * MS, attrs)
     ingest_text(archive_path, document("budgetscope-loadgen", [s]).decode())
-    (r,) = rows(archive_path, """SELECT source, prefill_ms, ttft_prefill_ms, decode_ms, queue_ms, frontend_ms,
+    (r,) = rows(
+        archive_path,
+        """SELECT source, prefill_ms, ttft_prefill_ms, decode_ms, queue_ms, frontend_ms,
         postprocess_ms, network_ms, ttft_ms, e2e_ms, unaccounted_ms, ttft_unaccounted_ms, input_tokens,
-        cached_tokens, output_tokens, tpot_ms FROM requests""")
+        cached_tokens, output_tokens, tpot_ms FROM requests""",
+    )
     assert r[:4] == ("llamacpp", 12.5, 12.5, 30.25)
     assert r[4:10] == (None,) * 6  # llama.cpp reports no queue, frontend, postprocess or timestamps
     assert r[10] == pytest.approx(50 - 12.5 - 30.25) and r[11] == pytest.approx(20 - 12.5)
@@ -143,14 +155,32 @@ def _load(url: str, spans: Path, *extra: str) -> None:
 
     from budgetscope.cli import main
 
-    r = CliRunner().invoke(main, ["load", url, "--rate", "6", "--requests", "12", "--prompt-tokens", "24",
-                                  "--output-tokens", "12", "--spans", f"jsonl:{spans}", "--timeout", "60", *extra])
+    r = CliRunner().invoke(
+        main,
+        [
+            "load",
+            url,
+            "--rate",
+            "6",
+            "--requests",
+            "12",
+            "--prompt-tokens",
+            "24",
+            "--output-tokens",
+            "12",
+            "--spans",
+            f"jsonl:{spans}",
+            "--timeout",
+            "60",
+            *extra,
+        ],
+    )
     assert r.exit_code == 0, r.output
 
 
 def _ingest(archive: Path, *files: Path) -> None:
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
 
     with Archive(archive) as a:
         for f in files:
@@ -167,13 +197,33 @@ def _report(archive: Path) -> dict:
 
 @pytest.mark.slow
 def test_llama_cpp_python_server_measured_by_the_load_generator(tmp_path):
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')")
+    pytest.importorskip(
+        "llama_cpp", reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"
+    )
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python lacks its [server] extra")
     model, port = tmp_path / "tiny.gguf", _free_port()
     write_tiny_gguf(model)
-    proc = _serve([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-                   "--port", str(port), "--n_ctx", "1024", "--n_threads", "1", "--interrupt_requests", "False"],
-                  port, tmp_path / "server.log")
+    proc = _serve(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "1024",
+            "--n_threads",
+            "1",
+            "--interrupt_requests",
+            "False",
+        ],
+        port,
+        tmp_path / "server.log",
+    )
     try:
         _load(f"http://127.0.0.1:{port}", tmp_path / "stream.jsonl")
         _load(f"http://127.0.0.1:{port}", tmp_path / "plain.jsonl", "--no-stream", "--seed", "1")
@@ -181,8 +231,11 @@ def test_llama_cpp_python_server_measured_by_the_load_generator(tmp_path):
         _stop(proc)
     archive = tmp_path / "a.duckdb"
     _ingest(archive, tmp_path / "stream.jsonl", tmp_path / "plain.jsonl")
-    got = rows(archive, """SELECT source, outcome, client_ttft_ms, client_e2e_ms, e2e_ms, network_ms, unaccounted_ms,
-        ttft_unaccounted_ms, coalesce(frontend_ms, queue_ms, prefill_ms, decode_ms, postprocess_ms) FROM requests""")
+    got = rows(
+        archive,
+        """SELECT source, outcome, client_ttft_ms, client_e2e_ms, e2e_ms, network_ms, unaccounted_ms,
+        ttft_unaccounted_ms, coalesce(frontend_ms, queue_ms, prefill_ms, decode_ms, postprocess_ms) FROM requests""",
+    )
     assert len(got) == 24 and {(g[0], g[1]) for g in got} == {("client", "ok")}
     streamed = [g for g in got if g[2] is not None]
     plain = [g for g in got if g[2] is None]
@@ -202,13 +255,33 @@ def _llama_server() -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_llama_server() is None, reason="no llama.cpp llama-server binary (set LLAMA_SERVER or put it on PATH)")
+@pytest.mark.skipif(
+    _llama_server() is None, reason="no llama.cpp llama-server binary (set LLAMA_SERVER or put it on PATH)"
+)
 def test_llama_cpp_server_timings_and_metrics(tmp_path):
     pytest.importorskip("gguf", reason="the gguf package writes the test model")
     model, port = tmp_path / "tiny.gguf", _free_port()
     write_tiny_gguf(model)
-    proc = _serve([_llama_server(), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--metrics",
-                   "-c", "2048", "-np", "2", "-t", "1"], port, tmp_path / "server.log")
+    proc = _serve(
+        [
+            _llama_server(),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--metrics",
+            "-c",
+            "2048",
+            "-np",
+            "2",
+            "-t",
+            "1",
+        ],
+        port,
+        tmp_path / "server.log",
+    )
     archive = tmp_path / "a.duckdb"
     try:
         _load(f"http://127.0.0.1:{port}", tmp_path / "stream.jsonl")
@@ -216,18 +289,24 @@ def test_llama_cpp_server_timings_and_metrics(tmp_path):
 
         from budgetscope.cli import main
 
-        r = CliRunner().invoke(main, ["scrape", f"http://127.0.0.1:{port}/metrics", "-a", str(archive),
-                                      "--every", "100ms", "--count", "2"])
+        r = CliRunner().invoke(
+            main, ["scrape", f"http://127.0.0.1:{port}/metrics", "-a", str(archive), "--every", "100ms", "--count", "2"]
+        )
         assert r.exit_code == 0, r.output
     finally:
         _stop(proc)
     _ingest(archive, tmp_path / "stream.jsonl")
-    got = rows(archive, """SELECT source, outcome, prefill_ms, decode_ms, client_ttft_ms, client_e2e_ms, network_ms,
-        unaccounted_ms, ttft_unaccounted_ms, output_tokens FROM requests""")
+    got = rows(
+        archive,
+        """SELECT source, outcome, prefill_ms, decode_ms, client_ttft_ms, client_e2e_ms, network_ms,
+        unaccounted_ms, ttft_unaccounted_ms, output_tokens FROM requests""",
+    )
     assert len(got) == 12 and {(g[0], g[1]) for g in got} == {("llamacpp", "ok")}
     for _, _, prefill, decode, ttft, e2e, network, unacc, ttft_unacc, n in got:
         assert 0 < prefill <= ttft and prefill + decode <= e2e  # the server's figures fit inside the client's
         assert network is None and n == 12
         assert prefill + decode + unacc == pytest.approx(e2e) and prefill + ttft_unacc == pytest.approx(ttft)
     metrics = dict(rows(archive, "SELECT metric, max(value) FROM server_metrics GROUP BY 1"))
-    assert {"llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total"} <= set(metrics)
+    assert {"llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total"} <= set(
+        metrics
+    )

@@ -34,23 +34,33 @@ def _trace(tid: str, parent: str | None = None, *, latency_attrs: bool = True) -
         span(tid, root, "Req 01234567", KIND_SERVER, T0, T0 + 121 * MS, attrs, parent_span_id=parent),
         span(tid, tok, "Tokenizer", 1, T0, T0 + 121 * MS, {}, parent_span_id=root),
         span(tid, sched, "Scheduler [TP 0]", 1, T0 + 3 * MS, T0 + 118 * MS, {}, parent_span_id=root),
-        sl("00000000000000d1", "tokenize", 0, 2, tok), sl("00000000000000d2", "dispatch", 2, 3, tok),
-        sl("00000000000000d3", "request_process", 3, 5, sched), sl("00000000000000d4", "prefill_waiting", 5, 35, sched),
-        sl("00000000000000d5", "prefill_forward", 35, 58, sched), sl("00000000000000d6", "decode_loop", 60, 115, sched),
+        sl("00000000000000d1", "tokenize", 0, 2, tok),
+        sl("00000000000000d2", "dispatch", 2, 3, tok),
+        sl("00000000000000d3", "request_process", 3, 5, sched),
+        sl("00000000000000d4", "prefill_waiting", 5, 35, sched),
+        sl("00000000000000d5", "prefill_forward", 35, 58, sched),
+        sl("00000000000000d6", "decode_loop", 60, 115, sched),
     ]
 
 
 def test_sglang_slices_map_to_stages(archive_path, ingest_text):
     ingest_text(archive_path, document("sglang", _trace(f"{1:032x}")).decode())
-    (r,) = rows(archive_path, """SELECT source, request_id, frontend_ms, queue_ms, prefill_ms, decode_ms,
+    (r,) = rows(
+        archive_path,
+        """SELECT source, request_id, frontend_ms, queue_ms, prefill_ms, decode_ms,
         postprocess_ms, ttft_ms, e2e_ms, unaccounted_ms, ttft_unaccounted_ms, input_tokens, output_tokens,
-        queue_entries FROM requests""")
+        queue_entries FROM requests""",
+    )
     assert r[:2] == ("sglang", "0123456789abcdef")
     assert r[2:9] == pytest.approx((5.0, 30.0, 25.0, 55.0, 5.0, 60.0, 120.0))
     assert r[9] == pytest.approx(0.0) and r[10] == pytest.approx(0.0)
     assert r[11:] == (40, 6, 1)
-    assert {s for (s,) in rows(archive_path, "SELECT source FROM spans WHERE name <> 'Tokenizer' "
-                                             "AND NOT starts_with(name, 'Scheduler')")} == {"sglang"}
+    assert {
+        s
+        for (s,) in rows(
+            archive_path, "SELECT source FROM spans WHERE name <> 'Tokenizer' AND NOT starts_with(name, 'Scheduler')"
+        )
+    } == {"sglang"}
 
 
 def test_sglang_without_latency_attributes_uses_the_slices(archive_path, ingest_text):
@@ -61,12 +71,19 @@ def test_sglang_without_latency_attributes_uses_the_slices(archive_path, ingest_
 
 def test_sglang_joins_its_client_span(archive_path, ingest_text):
     tid, csid = f"{3:032x}", f"{3:016x}"
-    c = span(tid, csid, "llm.client.request", KIND_CLIENT, T0 - 2 * MS, T0 + 124 * MS,
-             {"budgetscope.client.first_token_unix_nano": T0 + 63 * MS})
-    ingest_text(archive_path, document("sglang", _trace(tid, csid)).decode() + "\n" +
-                document("loadgen", [c]).decode())
+    c = span(
+        tid,
+        csid,
+        "llm.client.request",
+        KIND_CLIENT,
+        T0 - 2 * MS,
+        T0 + 124 * MS,
+        {"budgetscope.client.first_token_unix_nano": T0 + 63 * MS},
+    )
+    ingest_text(archive_path, document("sglang", _trace(tid, csid)).decode() + "\n" + document("loadgen", [c]).decode())
     assert rows(archive_path, "SELECT source, network_ms, ttft_network_ms FROM requests") == [
-        ("sglang", pytest.approx(6.0), pytest.approx(5.0))]
+        ("sglang", pytest.approx(6.0), pytest.approx(5.0))
+    ]
 
 
 CASES = Path(__file__).parent / "conformance" / "sglang"
@@ -75,15 +92,31 @@ T0_CASE = 1_795_000_000_000_000_000  # the conformance cases' time zero (ns)
 
 def test_sglang_claims_its_roots_threads_and_slices_only(archive_path, ingest_text):
     tid = f"{4:032x}"
-    ours = [span(tid, f"{i + 1:016x}", name, 1, T0, T0 + MS, attrs) for i, (name, attrs) in enumerate([
-        (" Req 0123abcd", {"rid": "0123abcd-1"}), ("prefill Req 0123abcd", {"rid": "0123abcd-2"}),
-        ("decode Req 0123abcd", {"rid": "0123abcd-3"}), ("Req 0123abcd", {"rid": "0123abcd-4"}),
-        ("Scheduler [TP 0] (host:3f9a1c2e | pid:7)", {"thread_label": "Scheduler", "pid": 7}),
-        ("decode_waiting", {}), ("prefill_bootstrap", {}), ("fake_output", {})])]
-    theirs = [span(tid, f"{i + 20:016x}", name, 1, T0, T0 + MS, attrs) for i, (name, attrs) in enumerate([
-        ("tokenize", {}), ("Req 0123abcd", {}), ("worker", {"thread_label": "w"})])]
-    ingest_text(archive_path, document("sglang", ours, scope="sglang server").decode() + "\n"
-                + document("my-app", theirs, scope="my.app").decode())
+    ours = [
+        span(tid, f"{i + 1:016x}", name, 1, T0, T0 + MS, attrs)
+        for i, (name, attrs) in enumerate(
+            [
+                (" Req 0123abcd", {"rid": "0123abcd-1"}),
+                ("prefill Req 0123abcd", {"rid": "0123abcd-2"}),
+                ("decode Req 0123abcd", {"rid": "0123abcd-3"}),
+                ("Req 0123abcd", {"rid": "0123abcd-4"}),
+                ("Scheduler [TP 0] (host:3f9a1c2e | pid:7)", {"thread_label": "Scheduler", "pid": 7}),
+                ("decode_waiting", {}),
+                ("prefill_bootstrap", {}),
+                ("fake_output", {}),
+            ]
+        )
+    ]
+    theirs = [
+        span(tid, f"{i + 20:016x}", name, 1, T0, T0 + MS, attrs)
+        for i, (name, attrs) in enumerate([("tokenize", {}), ("Req 0123abcd", {}), ("worker", {"thread_label": "w"})])
+    ]
+    ingest_text(
+        archive_path,
+        document("sglang", ours, scope="sglang server").decode()
+        + "\n"
+        + document("my-app", theirs, scope="my.app").decode(),
+    )
     got = dict(rows(archive_path, "SELECT span_id, source FROM spans"))
     assert [got[s["spanId"]] for s in ours] == ["sglang"] * len(ours)
     assert [got[s["spanId"]] for s in theirs] == ["other"] * len(theirs)  # generic names, another service
@@ -96,22 +129,58 @@ def test_two_requests_in_one_trace_each_read_their_own_slices(archive_path, inge
     def request(n: int, queue_ms: float) -> list[dict]:
         root, thread = f"{n:08x}00000001", f"{n:08x}00000002"
         attrs = {"rid": f"req-{n}", "gen_ai.latency.time_to_first_token": (10 + queue_ms) / 1e3}
-        return [span(tid, root, f" Req req-{n}", 1, T0, T0 + 100 * MS, attrs),
-                span(tid, thread, "Scheduler [TP 0] (host:3f9a1c2e | pid:7)", 1, T0 + MS, T0 + 99 * MS,
-                     {"thread_label": "Scheduler"}, parent_span_id=root),
-                span(tid, f"{n:08x}00000003", "prefill_waiting", 1, T0 + 2 * MS, T0 + int((2 + queue_ms) * MS), {},
-                     parent_span_id=thread),
-                span(tid, f"{n:08x}00000004", "prefill_forward", 1, T0 + int((2 + queue_ms) * MS),
-                     T0 + int((9 + queue_ms) * MS), {}, parent_span_id=thread),
-                span(tid, f"{n:08x}00000005", "decode_forward", 1, T0 + int((9 + queue_ms) * MS), T0 + 99 * MS, {},
-                     parent_span_id=thread)]
+        return [
+            span(tid, root, f" Req req-{n}", 1, T0, T0 + 100 * MS, attrs),
+            span(
+                tid,
+                thread,
+                "Scheduler [TP 0] (host:3f9a1c2e | pid:7)",
+                1,
+                T0 + MS,
+                T0 + 99 * MS,
+                {"thread_label": "Scheduler"},
+                parent_span_id=root,
+            ),
+            span(
+                tid,
+                f"{n:08x}00000003",
+                "prefill_waiting",
+                1,
+                T0 + 2 * MS,
+                T0 + int((2 + queue_ms) * MS),
+                {},
+                parent_span_id=thread,
+            ),
+            span(
+                tid,
+                f"{n:08x}00000004",
+                "prefill_forward",
+                1,
+                T0 + int((2 + queue_ms) * MS),
+                T0 + int((9 + queue_ms) * MS),
+                {},
+                parent_span_id=thread,
+            ),
+            span(
+                tid,
+                f"{n:08x}00000005",
+                "decode_forward",
+                1,
+                T0 + int((9 + queue_ms) * MS),
+                T0 + 99 * MS,
+                {},
+                parent_span_id=thread,
+            ),
+        ]
 
     ingest_text(archive_path, document("sglang", request(1, 5.0) + request(2, 30.0), scope="sglang server").decode())
-    assert rows(archive_path, "SELECT request_id, frontend_ms, queue_ms, prefill_ms, postprocess_ms, "
-                              "unaccounted_ms FROM requests ORDER BY 1") == [
+    assert rows(
+        archive_path,
+        "SELECT request_id, frontend_ms, queue_ms, prefill_ms, postprocess_ms, unaccounted_ms FROM requests ORDER BY 1",
+    ) == [
         ("req-1", pytest.approx(2.0), pytest.approx(5.0), pytest.approx(8.0), pytest.approx(1.0), pytest.approx(0.0)),
-        ("req-2", pytest.approx(2.0), pytest.approx(30.0), pytest.approx(8.0), pytest.approx(1.0),
-         pytest.approx(0.0))]
+        ("req-2", pytest.approx(2.0), pytest.approx(30.0), pytest.approx(8.0), pytest.approx(1.0), pytest.approx(0.0)),
+    ]
 
 
 def test_a_pd_pair_split_over_two_batches_is_one_request(archive_path, ingest_text):
@@ -125,8 +194,15 @@ def test_a_pd_pair_split_over_two_batches_is_one_request(archive_path, ingest_te
     ingest_text(archive_path, "".join(ln for ln in lines if ln not in prefill))
     (want,) = json.loads((case / "expected.json").read_text())["requests"]
     got = rows(archive_path, "SELECT request_id, queue_ms, prefill_ms, e2e_ms, network_ms FROM requests")
-    assert got == [(want["request_id"], pytest.approx(want["queue_ms"]), pytest.approx(want["prefill_ms"]),
-                    pytest.approx(want["e2e_ms"]), pytest.approx(want["network_ms"]))]
+    assert got == [
+        (
+            want["request_id"],
+            pytest.approx(want["queue_ms"]),
+            pytest.approx(want["prefill_ms"]),
+            pytest.approx(want["e2e_ms"]),
+            pytest.approx(want["network_ms"]),
+        )
+    ]
 
 
 def test_looping_parent_links_end_the_walk():
@@ -139,11 +215,15 @@ def test_looping_parent_links_end_the_walk():
     con = duckdb.connect()
     con.execute("""CREATE TABLE s (trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
         start_ns BIGINT, end_ns BIGINT, status_code VARCHAR, source VARCHAR, service_name VARCHAR, attributes JSON)""")
-    con.executemany("INSERT INTO s VALUES ('t', ?, ?, ?, ?, ?, 'UNSET', 'sglang', 'sglang', ?)", [
-        ("r", None, " Req 0123abcd", T0, T0 + 10 * MS, '{"rid": "0123abcd-loop"}'),
-        ("th", "r", "Scheduler", T0, T0 + 9 * MS, '{"thread_label": "Scheduler"}'),
-        ("w", "th", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
-        ("w", "w", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}")])
+    con.executemany(
+        "INSERT INTO s VALUES ('t', ?, ?, ?, ?, ?, 'UNSET', 'sglang', 'sglang', ?)",
+        [
+            ("r", None, " Req 0123abcd", T0, T0 + 10 * MS, '{"rid": "0123abcd-loop"}'),
+            ("th", "r", "Scheduler", T0, T0 + 9 * MS, '{"thread_label": "Scheduler"}'),
+            ("w", "th", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
+            ("w", "w", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
+        ],
+    )
     got = con.execute(f"SELECT request_id, frontend_ms, queue_ms FROM ({sglang.server_rows('s')})").fetchall()
     assert got == [("0123abcd-loop", pytest.approx(1.0), pytest.approx(1.0))]
 
@@ -187,29 +267,65 @@ def _unified(rng, n: int, level: int) -> tuple[_Req, dict]:
         r.add("request_process", recv, enq, sch)
     r.add("prefill_waiting", enq, sched, sch)
     pf, df = r.sid(), r.sid()
-    r.spans.append(span(r.tid, pf, "prefill_forward", 1, T0 + sched * 1000, T0 + prefilled * 1000, {},
-                        parent_span_id=sch))
+    r.spans.append(
+        span(r.tid, pf, "prefill_forward", 1, T0 + sched * 1000, T0 + prefilled * 1000, {}, parent_span_id=sch)
+    )
     r.add("decode_waiting", prefilled, dsched, sch)
-    r.spans.append(span(r.tid, df, "decode_forward", 1, T0 + dsched * 1000, T0 + completed * 1000, {},
-                        parent_span_id=sch))
+    r.spans.append(
+        span(r.tid, df, "decode_forward", 1, T0 + dsched * 1000, T0 + completed * 1000, {}, parent_span_id=sch)
+    )
     if level >= 3:
         for a, b in zip([sched] + chunk_ends[:-1], chunk_ends):
             r.add("chunked_prefill", a, b, pf)
         for i, (a, b) in enumerate(zip([dsched] + loops[:-1], loops)):
             r.add("decode_loop", a, b, df, {"decode_ct": i})
-    r.spans += [span(r.tid, tok, "Tokenizer(host:3f9a1c2e | pid:7)", 1, T0 + created * 1000,
-                     T0 + (disp + 100 if level >= 2 else finished) * 1000, {"thread_label": "Tokenizer"},
-                     parent_span_id=root),
-                span(r.tid, sch, "Scheduler [TP 0] (host:3f9a1c2e | pid:8)", 1, T0 + recv * 1000,
-                     T0 + completed * 1000, {"thread_label": "Scheduler", "tp_rank": 0}, parent_span_id=root),
-                span(r.tid, root, f" Req {r.rid[:8]}", 1, T0 + created * 1000, T0 + finished * 1000,
-                     {"rid": r.rid, "gen_ai.usage.completion_tokens": len(loops) + 1,
-                      "gen_ai.latency.time_to_first_token": (first - created) / 1e6})]
+    r.spans += [
+        span(
+            r.tid,
+            tok,
+            "Tokenizer(host:3f9a1c2e | pid:7)",
+            1,
+            T0 + created * 1000,
+            T0 + (disp + 100 if level >= 2 else finished) * 1000,
+            {"thread_label": "Tokenizer"},
+            parent_span_id=root,
+        ),
+        span(
+            r.tid,
+            sch,
+            "Scheduler [TP 0] (host:3f9a1c2e | pid:8)",
+            1,
+            T0 + recv * 1000,
+            T0 + completed * 1000,
+            {"thread_label": "Scheduler", "tp_rank": 0},
+            parent_span_id=root,
+        ),
+        span(
+            r.tid,
+            root,
+            f" Req {r.rid[:8]}",
+            1,
+            T0 + created * 1000,
+            T0 + finished * 1000,
+            {
+                "rid": r.rid,
+                "gen_ai.usage.completion_tokens": len(loops) + 1,
+                "gen_ai.latency.time_to_first_token": (first - created) / 1e6,
+            },
+        ),
+    ]
     ms = lambda us: us / 1000  # noqa: E731
     itl = [ms(b - a) for a, b in zip([prefilled] + loops[:-1], loops)] if level >= 3 else None
-    return r, {"frontend_ms": ms(enq - created), "queue_ms": ms(sched - enq), "prefill_ms": ms(first - sched),
-               "decode_ms": ms(completed - first), "postprocess_ms": ms(finished - completed),
-               "ttft_ms": ms(first - created), "e2e_ms": ms(finished - created), "itl_ms": itl}
+    return r, {
+        "frontend_ms": ms(enq - created),
+        "queue_ms": ms(sched - enq),
+        "prefill_ms": ms(first - sched),
+        "decode_ms": ms(completed - first),
+        "postprocess_ms": ms(finished - completed),
+        "ttft_ms": ms(first - created),
+        "e2e_ms": ms(finished - created),
+        "itl_ms": itl,
+    }
 
 
 def test_a_random_mix_of_levels_in_interleaved_batches_derives_each_timeline(archive_path, ingest_text):
@@ -221,7 +337,7 @@ def test_a_random_mix_of_levels_in_interleaved_batches_derives_each_timeline(arc
     reqs = [_unified(rng, 100 + i, rng.choice((1, 2, 3))) for i in range(60)]
     spans = [s for r, _ in reqs for s in r.spans]
     rng.shuffle(spans)
-    docs = [document("sglang", spans[i:i + 64], scope="sglang server").decode() for i in range(0, len(spans), 64)]
+    docs = [document("sglang", spans[i : i + 64], scope="sglang server").decode() for i in range(0, len(spans), 64)]
     half = len(docs) // 2
     ingest_text(archive_path, "\n".join(docs[:half]) + "\n")
     ingest_text(archive_path, "\n".join(docs[half:]) + "\n")
@@ -243,12 +359,15 @@ def test_a_prefill_sent_twice_for_one_room_still_makes_one_request(archive_path,
     pairs with the later prefill."""
     case = CASES / "pd_pair_one_trace"
     lines = (case / "spans.jsonl").read_text().splitlines(keepends=True)
-    again = [ln.replace('"spanId":"0c0f', '"spanId":"1c0f').replace('"parentSpanId":"0c0f', '"parentSpanId":"1c0f')
-             for ln in lines if '"prefill' in ln or "Prefill" in ln]
+    again = [
+        ln.replace('"spanId":"0c0f', '"spanId":"1c0f').replace('"parentSpanId":"0c0f', '"parentSpanId":"1c0f')
+        for ln in lines
+        if '"prefill' in ln or "Prefill" in ln
+    ]
     early = T0_CASE - 5 * MS  # the first try started 5 ms before the one the decode used
-    again = [ln.replace(f'"startTimeUnixNano":"{T0_CASE + 400_000}"', f'"startTimeUnixNano":"{early}"')
-             for ln in again]
+    again = [ln.replace(f'"startTimeUnixNano":"{T0_CASE + 400_000}"', f'"startTimeUnixNano":"{early}"') for ln in again]
     ingest_text(archive_path, "".join(again + lines))
     (want,) = json.loads((case / "expected.json").read_text())["requests"]
     assert rows(archive_path, "SELECT request_id, frontend_ms, e2e_ms FROM requests") == [
-        (want["request_id"], pytest.approx(want["frontend_ms"]), pytest.approx(want["e2e_ms"]))]
+        (want["request_id"], pytest.approx(want["frontend_ms"]), pytest.approx(want["e2e_ms"]))
+    ]

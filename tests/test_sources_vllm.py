@@ -69,13 +69,18 @@ def test_scrape_lands_every_series_under_vllm_names(metrics_url, archive_path):
     got = dict(rows(archive_path, "SELECT metric, max(value) FROM server_metrics GROUP BY 1"))
     assert got["vllm:num_requests_waiting"] == 3 and got["vllm:kv_cache_usage_perc"] == 0.42
     assert got["vllm:gpu_cache_usage_perc"] == 0.42 and got["vllm:request_decode_time_seconds_sum"] == 4
-    (labels,) = rows(archive_path, "SELECT DISTINCT labels->>'le' FROM server_metrics WHERE metric = "
-                                   "'vllm:time_to_first_token_seconds_bucket' AND labels->>'le' = '+Inf'")
+    (labels,) = rows(
+        archive_path,
+        "SELECT DISTINCT labels->>'le' FROM server_metrics WHERE metric = "
+        "'vllm:time_to_first_token_seconds_bucket' AND labels->>'le' = '+Inf'",
+    )
     assert labels == ("+Inf",)
     assert rows(archive_path, "SELECT count(*), count(DISTINCT batch_id) FROM server_metrics") == [(36, 3)]
-    assert rows(archive_path, "SELECT DISTINCT format, service_name FROM ingest_batches, server_metrics "
-                              "WHERE ingest_batches.batch_id = server_metrics.batch_id") == [
-        ("prometheus-text", metrics_url.split("/")[2])]
+    assert rows(
+        archive_path,
+        "SELECT DISTINCT format, service_name FROM ingest_batches, server_metrics "
+        "WHERE ingest_batches.batch_id = server_metrics.batch_id",
+    ) == [("prometheus-text", metrics_url.split("/")[2])]
 
 
 def test_scrape_failures_are_one_line_each(archive_path):
@@ -91,21 +96,32 @@ def test_imported_metrics_file_is_atomic_and_lands_once(tmp_path, archive_path):
     assert CliRunner().invoke(main, args).output.endswith("0 samples (already imported, or empty)\n")
     assert rows(archive_path, "SELECT count(*), min(ts_ns) FROM server_metrics") == [(12, 1767225600000000000)]
     bad = tmp_path / "bad.txt"
-    bad.write_text(METRICS + "vllm:oops{model_name=\"m\" 1\n")
+    bad.write_text(METRICS + 'vllm:oops{model_name="m" 1\n')
     r = CliRunner().invoke(main, ["import", "--format", "prometheus", str(bad), "-a", str(archive_path)])
     assert r.exit_code == 2
     n = len(METRICS.splitlines()) + 1
-    assert r.stderr == f"budgetscope: {bad}: line {n}: not a Prometheus sample: 'vllm:oops{{model_name=\"m\" 1'" \
+    assert (
+        r.stderr == f"budgetscope: {bad}: line {n}: not a Prometheus sample: 'vllm:oops{{model_name=\"m\" 1'"
         " (expected , or } after a label) (nothing from it landed)\n"
+    )
     assert rows(archive_path, "SELECT count(*) FROM server_metrics") == [(12,)]
 
 
 def _bench_result() -> dict:
-    return {"date": "20260101-120000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B", "num_prompts": 3,
-            "completed": 2, "input_lens": [100, 200, 300], "output_lens": [4, 3, 0],
-            "ttfts": [0.05, 0.08, 0.0], "itls": [[0.01, 0.012, 0.011], [0.02, 0.021], []],
-            "start_times": [1000.0, 1000.5, 1001.25], "generated_texts": ["a", "b", ""],
-            "errors": ["", "", "Bad Request"]}
+    return {
+        "date": "20260101-120000",
+        "backend": "vllm",
+        "model_id": "meta-llama/Llama-3.1-8B",
+        "num_prompts": 3,
+        "completed": 2,
+        "input_lens": [100, 200, 300],
+        "output_lens": [4, 3, 0],
+        "ttfts": [0.05, 0.08, 0.0],
+        "itls": [[0.01, 0.012, 0.011], [0.02, 0.021], []],
+        "start_times": [1000.0, 1000.5, 1001.25],
+        "generated_texts": ["a", "b", ""],
+        "errors": ["", "", "Bad Request"],
+    }
 
 
 def test_vllm_bench_detailed_result_becomes_client_rows(tmp_path, archive_path):
@@ -113,17 +129,26 @@ def test_vllm_bench_detailed_result_becomes_client_rows(tmp_path, archive_path):
     f.write_text(json.dumps(_bench_result(), indent=2))
     r = CliRunner().invoke(main, ["import", "--format", "vllm-bench", str(f), "-a", str(archive_path)])
     assert r.exit_code == 0, r.output
-    got = rows(archive_path, """SELECT source, outcome, model, client_sent_ns, client_ttft_ms, client_e2e_ms,
+    got = rows(
+        archive_path,
+        """SELECT source, outcome, model, client_sent_ns, client_ttft_ms, client_e2e_ms,
         client_itl_ms, input_tokens, output_tokens, ttft_ms, network_ms, unaccounted_ms FROM requests
-        ORDER BY client_sent_ns""")
+        ORDER BY client_sent_ns""",
+    )
     t0 = 1767268800 * 10**9  # 2026-01-01 12:00:00 as UTC
-    assert [g[:4] for g in got] == [("client", "ok", "meta-llama/Llama-3.1-8B", t0),
-                                    ("client", "ok", "meta-llama/Llama-3.1-8B", t0 + 500_000_000),
-                                    ("client", "error", "meta-llama/Llama-3.1-8B", t0 + 1_250_000_000)]
+    assert [g[:4] for g in got] == [
+        ("client", "ok", "meta-llama/Llama-3.1-8B", t0),
+        ("client", "ok", "meta-llama/Llama-3.1-8B", t0 + 500_000_000),
+        ("client", "error", "meta-llama/Llama-3.1-8B", t0 + 1_250_000_000),
+    ]
     assert got[0][4:9] == (pytest.approx(50), pytest.approx(83), pytest.approx([10, 12, 11]), 100, 4)
     assert got[0][9:] == (None, None, pytest.approx(83))
-    assert CliRunner().invoke(main, ["import", "--format", "vllm-bench", str(f), "-a", str(archive_path)]) \
-        .output.count("1 already imported") == 1
+    assert (
+        CliRunner()
+        .invoke(main, ["import", "--format", "vllm-bench", str(f), "-a", str(archive_path)])
+        .output.count("1 already imported")
+        == 1
+    )
     assert rows(archive_path, "SELECT count(*) FROM requests") == [(3,)]
 
 

@@ -14,7 +14,9 @@ from otlp_wire import to_proto
 from test_spark import SPARK_MISSING
 
 CASES = Path(__file__).parent / "conformance" / "vllm"
-COLS = "request_id, outcome, frontend_ms, queue_ms, prefill_ms, decode_ms, postprocess_ms, ttft_ms, e2e_ms, queue_entries"
+COLS = (
+    "request_id, outcome, frontend_ms, queue_ms, prefill_ms, decode_ms, postprocess_ms, ttft_ms, e2e_ms, queue_entries"
+)
 
 
 def _docs(case: str) -> list[dict]:
@@ -39,8 +41,11 @@ def test_journey_events_sent_as_protobuf_give_the_same_row(archive_path, ingest_
 
 def test_a_journey_whose_core_span_is_missing_is_unknown_not_zero(archive_path, ingest_text):
     """The API span alone (the `llm_core` span lost or sampled away) has no timings: every stage NULL."""
-    docs = [d for d in _docs("journey-preempted-chunked")
-            if d["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "llm_request"]
+    docs = [
+        d
+        for d in _docs("journey-preempted-chunked")
+        if d["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "llm_request"
+    ]
     ingest_text(archive_path, _jsonl(docs))
     ((rid, outcome, *stages, entries),) = rows(archive_path, f"SELECT {COLS} FROM requests")
     assert rid == "chatcmpl-journey-0001" and outcome == "ok"
@@ -73,12 +78,17 @@ def test_spark_derives_the_vllm_rows_of_duckdb(archive_path, ingest_text, tmp_pa
     con = duckdb.connect()
 
     def read(d: str) -> list[tuple]:
-        return con.execute(f"SELECT {COLS} FROM read_parquet('{tmp_path / d}/*.parquet') ORDER BY request_id").fetchall()
+        return con.execute(
+            f"SELECT {COLS} FROM read_parquet('{tmp_path / d}/*.parquet') ORDER BY request_id"
+        ).fetchall()
 
     want, got = read("duck"), read("spark")
     assert [r[:2] for r in got] == [r[:2] for r in want]
     for w, g in zip(want, got):
-        assert all(a == b or (a is not None and b is not None and abs(a - b) < 1e-6) for a, b in zip(w[2:], g[2:])), (w, g)
+        assert all(a == b or (a is not None and b is not None and abs(a - b) < 1e-6) for a, b in zip(w[2:], g[2:])), (
+            w,
+            g,
+        )
 
 
 def test_a_classic_span_under_the_journey_api_span_is_the_same_request(archive_path, ingest_text):
@@ -115,6 +125,7 @@ def test_pd_legs_under_one_client_span_give_one_row_with_network(archive_path, i
         leg.update(traceId=cspan["traceId"], parentSpanId=cspan["spanId"])
     ingest_text(archive_path, _jsonl([client, *docs]))
     ((rid, e2e, client_e2e, network, has_client),) = rows(
-        archive_path, "SELECT request_id, e2e_ms, client_e2e_ms, network_ms, has_client_span FROM requests")
+        archive_path, "SELECT request_id, e2e_ms, client_e2e_ms, network_ms, has_client_span FROM requests"
+    )
     assert rid.startswith("cmpl-6f1d2c3b") and has_client
     assert abs(e2e - 1592.0) < 1e-3 and abs(client_e2e - 1603.0) < 1e-3 and abs(network - 11.0) < 1e-3

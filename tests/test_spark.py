@@ -21,11 +21,10 @@ from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import build_report
 from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
-from budgetscope.ingest import lander
-from budgetscope.opener import Archive
 from budgetscope.archive.shards import shard_path
-from budgetscope.ingest import batches
+from budgetscope.ingest import batches, lander
 from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
 from budgetscope.spark.dialect import DialectError, bind, to_spark
 from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl
 
@@ -50,7 +49,6 @@ def needs_spark(f):
     return pytest.mark.spark(pytest.mark.skipif(SPARK_MISSING is not None, reason=SPARK_MISSING or "")(f))
 
 
-
 @pytest.fixture(scope="session")
 def spark():
     from budgetscope.spark.session import session, stop
@@ -65,8 +63,9 @@ def big_archive(tmp_path_factory) -> Path:
     """100,000 requests in two tiers with client spans, queueing injected into 3% of them."""
     d = tmp_path_factory.mktemp("spark-big")
     traces = d / "t.jsonl"
-    write_jsonl(traces, SyntheticSpec(num_requests=100_000, tiers=("interactive", "batch"), cause="queue",
-                                      rate_per_s=200))
+    write_jsonl(
+        traces, SyntheticSpec(num_requests=100_000, tiers=("interactive", "batch"), cause="queue", rate_per_s=200)
+    )
     with Archive(d / "a") as a:
         a.ingest(read_batches(traces))
     traces.unlink()
@@ -84,8 +83,12 @@ def sharded_archive(tmp_path_factory) -> Path:
         mp.setattr(compaction, "plan", lambda *a: [])  # keep every delete for the readers to apply
         for i, shard in enumerate(("gpu-1", "gpu-2")):
             f = d / f"{shard}.jsonl"
-            write_jsonl(f, SyntheticSpec(num_requests=400, tiers=("interactive", "batch"), spans_per_line=64,
-                                         seed=11 + i, cause="prefill"))
+            write_jsonl(
+                f,
+                SyntheticSpec(
+                    num_requests=400, tiers=("interactive", "batch"), spans_per_line=64, seed=11 + i, cause="prefill"
+                ),
+            )
             with Archive(shard_path(d / "fleet", shard)) as a:
                 a.ingest(read_batches(f))
     for shard in ("gpu-1", "gpu-2"):
@@ -146,8 +149,9 @@ def test_duckdb_idioms_are_carried_over():
     assert "GET_JSON_OBJECT(attributes, '$[\\'gen_ai.request.model\\']')" in q  # one key, dots and all
     q = to_spark("""SELECT json_transform(attributes, '{"a.b": "BIGINT", "c": "DOUBLE[]"}') AS a FROM spans""")
     assert "FROM_JSON(attributes, 'STRUCT<`a.b`: BIGINT, `c`: ARRAY<DOUBLE>>')" in q
-    q = to_spark("SELECT len(itl_ms), len(tier), isfinite(e2e_ms), epoch_ns(to_timestamp(arrival_ns / 1e9)) "
-                 "FROM requests")
+    q = to_spark(
+        "SELECT len(itl_ms), len(tier), isfinite(e2e_ms), epoch_ns(to_timestamp(arrival_ns / 1e9)) FROM requests"
+    )
     assert "SIZE(itl_ms), LENGTH(tier)" in q and "ISFINITE" not in q and "EPOCH_NS" not in q
     q = to_spark("SELECT 1 AS a, 2 AS b UNION ALL BY NAME SELECT 3 AS b, 4 AS a")
     assert "BY NAME" not in q and q.index("`a`, `b` FROM (SELECT 3 AS b") > 0
@@ -177,8 +181,10 @@ def test_report_on_spark_equals_duckdb_over_100k_requests(spark, big_archive):
 
 QUANTILE_SQL = [
     "SELECT quantile_cont(x, [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0]), count(x), quantile_cont(y, 0.37), count(*) FROM q",
-    ("SELECT quantile_cont(nullif(y, 'NaN'::DOUBLE), [0.5, 0.99]) FILTER (WHERE g = 1), min(x), "
-     "quantile_cont(x, 0.25) FROM q WHERE g < 2"),
+    (
+        "SELECT quantile_cont(nullif(y, 'NaN'::DOUBLE), [0.5, 0.99]) FILTER (WHERE g = 1), min(x), "
+        "quantile_cont(x, 0.25) FROM q WHERE g < 2"
+    ),
     "SELECT quantile_cont(x, [0.5]), count(x) FROM q WHERE g = 7",  # no rows
 ]
 
@@ -197,8 +203,10 @@ def _quantile_rows() -> list[tuple]:
     import random
 
     rnd = random.Random(5)
-    rows = [(rnd.lognormvariate(3, 2) * rnd.choice([1, 1, 1, -1]), rnd.gauss(0, 1e-300) if i % 7 else float("nan"),
-             i % 3) for i in range(6000)]
+    rows = [
+        (rnd.lognormvariate(3, 2) * rnd.choice([1, 1, 1, -1]), rnd.gauss(0, 1e-300) if i % 7 else float("nan"), i % 3)
+        for i in range(6000)
+    ]
     rows += [(0.0, 0.0, 0)] * 700 + [(-0.0, 5.5, 1)] * 3 + [(12.25, 12.25, 1)] * 900 + [(None, None, 2)] * 50
     rows += [(float("inf"), float("-inf"), 0), (1e300, float("inf"), 1), (5e-324, None, 1)]
     return rows
@@ -304,12 +312,32 @@ def test_status_coverage_and_unclaimed_spans_on_spark_equal_duckdb(spark, tmp_pa
 
     from budgetscope.spark.archive import SparkArchive
 
-    docs = [export(native_request(arrival=T0 + i * 10 * MS, client=(1, 1) if i % 3 else None,
-                                  extra_root={"budgetscope.outcome": "error" if i % 2 else "ok"})[1]) for i in range(40)]
-    docs += [export([span(trace_id(), span_id(), "llm_request", T0 + i * MS, T0 + i * MS + 50 * MS, kind=2)],
-                    service="vllm", scope="vllm.llm_engine") for i in range(12)]
-    docs += [export([span(trace_id(), span_id(), f" Req {i:08x}", T0 + i * MS, T0 + i * MS + 9 * MS, kind=2)],
-                    service="sglang", scope="sglang") for i in range(7)]
+    docs = [
+        export(
+            native_request(
+                arrival=T0 + i * 10 * MS,
+                client=(1, 1) if i % 3 else None,
+                extra_root={"budgetscope.outcome": "error" if i % 2 else "ok"},
+            )[1]
+        )
+        for i in range(40)
+    ]
+    docs += [
+        export(
+            [span(trace_id(), span_id(), "llm_request", T0 + i * MS, T0 + i * MS + 50 * MS, kind=2)],
+            service="vllm",
+            scope="vllm.llm_engine",
+        )
+        for i in range(12)
+    ]
+    docs += [
+        export(
+            [span(trace_id(), span_id(), f" Req {i:08x}", T0 + i * MS, T0 + i * MS + 9 * MS, kind=2)],
+            service="sglang",
+            scope="sglang",
+        )
+        for i in range(7)
+    ]
     f = tmp_path / "t.jsonl"
     f.write_text(jsonl(*docs))
     with Archive(tmp_path / "a") as a:
@@ -347,10 +375,12 @@ def test_query_on_spark_takes_duckdb_sql(spark, sharded_archive):
     from budgetscope.query import run_query
     from budgetscope.spark.commands import run_query as run_on_spark
 
-    sql = ("SELECT tier, count(*) AS n, quantile_cont(queue_ms, 0.99) AS q99, "
-           "max(CAST(attributes->>'gen_ai.usage.output_tokens' AS BIGINT)) AS most "
-           "FROM requests JOIN spans ON spans.trace_id = requests.trace_id AND spans.name = 'llm.request' "
-           "GROUP BY 1 ORDER BY 1")
+    sql = (
+        "SELECT tier, count(*) AS n, quantile_cont(queue_ms, 0.99) AS q99, "
+        "max(CAST(attributes->>'gen_ai.usage.output_tokens' AS BIGINT)) AS most "
+        "FROM requests JOIN spans ON spans.trace_id = requests.trace_id AND spans.name = 'llm.request' "
+        "GROUP BY 1 ORDER BY 1"
+    )
     want, got = run_query(sharded_archive, sql), run_on_spark(sharded_archive, sql)
     assert got.columns == want.columns == ["tier", "n", "q99", "most"]
     assert_same(want.rows, got.rows, "rows")
@@ -363,10 +393,12 @@ def test_query_on_spark_carries_duckdb_functions_over(spark, sharded_archive, ca
     from budgetscope.spark.commands import run_query as run_on_spark
     from budgetscope.spark.session import SparkError
 
-    sql = ("SELECT trace_id, len(coalesce(itl_ms, [0.5, 1.5])) AS n, len(tier) AS chars, "
-           "epoch_ns(to_timestamp(arrival_ns / 1e9)) AS ns, "
-           "to_timestamp(arrival_ns / 1e9) AS at, epoch(to_timestamp(arrival_ns / 1e9)) AS s "
-           "FROM requests ORDER BY trace_id LIMIT 50")
+    sql = (
+        "SELECT trace_id, len(coalesce(itl_ms, [0.5, 1.5])) AS n, len(tier) AS chars, "
+        "epoch_ns(to_timestamp(arrival_ns / 1e9)) AS ns, "
+        "to_timestamp(arrival_ns / 1e9) AS at, epoch(to_timestamp(arrival_ns / 1e9)) AS s "
+        "FROM requests ORDER BY trace_id LIMIT 50"
+    )
     want, got = run_query(sharded_archive, sql), run_on_spark(sharded_archive, sql)
     assert got.columns == want.columns
     assert any(r[1] for r in want.rows) and all(r[4].utcoffset() is not None for r in got.rows)
@@ -406,13 +438,16 @@ def test_a_spark_read_that_outlives_its_commit_says_so(spark, tmp_path, monkeypa
     assert commands.run_query(root, "SELECT count(*) FROM requests").rows == [(1,)]
 
 
-@pytest.mark.parametrize("sql", [
-    "DELETE FROM requests",
-    "SELECT * FROM parquet.`/etc/hostname`",
-    "SELECT reflect('java.lang.System', 'exit', 1)",
-    "SELECT * FROM read_parquet('/etc/hostname')",
-    "SELECT * FROM some_table",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DELETE FROM requests",
+        "SELECT * FROM parquet.`/etc/hostname`",
+        "SELECT reflect('java.lang.System', 'exit', 1)",
+        "SELECT * FROM read_parquet('/etc/hostname')",
+        "SELECT * FROM some_table",
+    ],
+)
 def test_query_on_spark_reads_only_the_archive(sql):
     from budgetscope.spark.archive import VIEWS
     from budgetscope.spark.commands import check_read_only
@@ -443,7 +478,6 @@ def test_derive_on_spark_gives_the_rows_of_duckdb(spark, sharded_archive, tmp_pa
     assert_same(stored, got, "stored")
 
 
-
 @pytest.fixture
 def replicas_archive(tmp_path) -> Path:
     """Four replicas of one service, and the HTTP-client conformance case (httpx spans over vLLM)."""
@@ -463,14 +497,16 @@ def test_replica_columns_and_http_client_spans_derive_the_same_on_spark(spark, r
 
     from budgetscope.spark.derive import derive_duckdb, derive_spark
 
-    assert derive_duckdb(replicas_archive, tmp_path / "duck") == derive_spark(replicas_archive, tmp_path / "spark") == 102
+    assert (
+        derive_duckdb(replicas_archive, tmp_path / "duck") == derive_spark(replicas_archive, tmp_path / "spark") == 102
+    )
     con = duckdb.connect()
     order = "ORDER BY trace_id, server_span_id"
     want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {order}").fetchall()
     got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {order}").fetchall()
     assert_same(want, got, "derived")
     (replicas, clients, network) = con.execute(f"""SELECT count(DISTINCT service_instance_id),
-        count_if(has_client_span), sum(network_ms) FROM read_parquet('{tmp_path / 'spark'}/*.parquet')""").fetchone()
+        count_if(has_client_span), sum(network_ms) FROM read_parquet('{tmp_path / "spark"}/*.parquet')""").fetchone()
     assert (replicas, clients) == (5, 2) and network == pytest.approx(10.0)  # replica-0..3, vllm-0
 
 
@@ -511,8 +547,14 @@ def _tree(root: Path) -> dict:
 
 
 def _cli(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "budgetscope.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "budgetscope.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
 def _segment(root: Path, table: str) -> Path:
@@ -597,10 +639,11 @@ def test_report_cli_on_spark_prints_the_duckdb_json(tmp_path):
     (tmp_path / "b.toml").write_text(BUDGETS)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    runs = {e: _cli(["report", "-a", str(root), "-b", str(tmp_path / "b.toml"), "--format", "json", "--engine", e], cwd)
-            for e in ("duckdb", "spark")}
+    runs = {
+        e: _cli(["report", "-a", str(root), "-b", str(tmp_path / "b.toml"), "--format", "json", "--engine", e], cwd)
+        for e in ("duckdb", "spark")
+    }
     assert runs["spark"].returncode == runs["duckdb"].returncode != 2, runs["spark"].stderr
     assert runs["spark"].stderr == ""
     assert_same(json.loads(runs["duckdb"].stdout), json.loads(runs["spark"].stdout))
     assert not any(cwd.iterdir())
-

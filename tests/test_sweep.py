@@ -15,7 +15,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from fake_refusing_server import refusing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,8 +35,13 @@ def _free_port() -> int:
 
 
 def _sweep(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "budgetscope.cli", "sweep", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "budgetscope.cli", "sweep", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _snapshot(path: Path) -> dict:
@@ -68,21 +72,24 @@ def refusing_url():
         yield url
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rates", "1,4,2"], "rates must be increasing (2 comes after 4)"),
-    (["--rates", "2,2"], "rates must be increasing"),
-    (["--rates", "0,1"], "every rate must be a positive number"),
-    (["--rates", "1,x"], "expected numbers separated by commas"),
-    ([], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
-    (["--rates", "1,2", "--search"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
-    (["--rates", "1,2", "--concurrency", "1,2"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search"),
-    (["--concurrency", "4,2"], "--concurrency '4,2': levels must be increasing (2 comes after 4)"),
-    (["--concurrency", "0,2"], "give requests in flight >= 1"),
-    (["--concurrency", "1.5"], "expected whole numbers separated by commas"),
-    (["--concurrency", "1,2", "--arrivals", "constant"], "a --concurrency sweep has no arrival process"),
-    (["--concurrency", "1,2", "--warmup", "ten"], "--warmup 'ten': give a number of requests (20) or of seconds"),
-    (["--rates", "1", "--dataset", "/nonexistent/prompts.json"], "/nonexistent/prompts.json"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rates", "1,4,2"], "rates must be increasing (2 comes after 4)"),
+        (["--rates", "2,2"], "rates must be increasing"),
+        (["--rates", "0,1"], "every rate must be a positive number"),
+        (["--rates", "1,x"], "expected numbers separated by commas"),
+        ([], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
+        (["--rates", "1,2", "--search"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search (one of them)"),
+        (["--rates", "1,2", "--concurrency", "1,2"], "give --rates R1,R2,…, --concurrency C1,C2,… or --search"),
+        (["--concurrency", "4,2"], "--concurrency '4,2': levels must be increasing (2 comes after 4)"),
+        (["--concurrency", "0,2"], "give requests in flight >= 1"),
+        (["--concurrency", "1.5"], "expected whole numbers separated by commas"),
+        (["--concurrency", "1,2", "--arrivals", "constant"], "a --concurrency sweep has no arrival process"),
+        (["--concurrency", "1,2", "--warmup", "ten"], "--warmup 'ten': give a number of requests (20) or of seconds"),
+        (["--rates", "1", "--dataset", "/nonexistent/prompts.json"], "/nonexistent/prompts.json"),
+    ],
+)
 def test_bad_rates_are_one_line_and_leave_the_archive_unchanged(budgets, archive, args, message):
     before = _snapshot(archive)
     r = _sweep("http://127.0.0.1:9", "--budgets", str(budgets), "--archive", str(archive), *args)
@@ -104,11 +111,11 @@ def test_budgets_without_tiers_is_one_line(tmp_path, archive):
 
 def test_a_target_that_refuses_every_request_is_one_line(budgets, archive, refusing_url, tmp_path):
     before = _snapshot(archive)
-    r = _sweep(refusing_url, "--budgets", str(budgets), "--archive", str(archive), "--rates", "1,2",
-               "--otlp-port", "0")
+    r = _sweep(refusing_url, "--budgets", str(budgets), "--archive", str(archive), "--rates", "1,2", "--otlp-port", "0")
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith(f"budgetscope: {refusing_url}/v1/completions refused every request of the pre-flight "
-                               "(3 of 3): http_429")
+    assert r.stderr.startswith(
+        f"budgetscope: {refusing_url}/v1/completions refused every request of the pre-flight (3 of 3): http_429"
+    )
     assert r.stderr.count("\n") == 1
     assert _snapshot(archive) == before
     new = tmp_path / "never-made"  # nor is a new archive made
@@ -130,12 +137,33 @@ def _tiny_engine():
     sweep's collector): yields (url, otlp_port)."""
     otlp_port, engine_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-               OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"http://127.0.0.1:{otlp_port}/v1/traces")
-    engine = subprocess.Popen([sys.executable, "-m", "budgetscope.cli", "engine", "serve", "--config", "tiny",
-                               "--port", str(engine_port), "--threads", "1", "--max-seqs", "4",
-                               "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    env.update(
+        OTEL_TRACES_EXPORTER="otlp",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"http://127.0.0.1:{otlp_port}/v1/traces",
+    )
+    engine = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "budgetscope.cli",
+            "engine",
+            "serve",
+            "--config",
+            "tiny",
+            "--port",
+            str(engine_port),
+            "--threads",
+            "1",
+            "--max-seqs",
+            "4",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -161,10 +189,30 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     pytest.importorskip("torch")
     cap = tmp_path / "cap"
     with _tiny_engine() as (url, otlp_port):
-        r = _sweep(url, "--budgets", str(budgets), "--archive", str(cap),
-                   "--rates", "2,48", "--duration", "5", "--otlp-port", str(otlp_port), "--prompt-format",
-                   "token-ids", "--prompt-tokens", "64", "--output-tokens", "128", "--timeout", "20",
-                   "--format", "json", timeout=180)
+        r = _sweep(
+            url,
+            "--budgets",
+            str(budgets),
+            "--archive",
+            str(cap),
+            "--rates",
+            "2,48",
+            "--duration",
+            "5",
+            "--otlp-port",
+            str(otlp_port),
+            "--prompt-format",
+            "token-ids",
+            "--prompt-tokens",
+            "64",
+            "--output-tokens",
+            "128",
+            "--timeout",
+            "20",
+            "--format",
+            "json",
+            timeout=180,
+        )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     low, high = res["points"]
@@ -215,10 +263,36 @@ def test_tiny_engine_concurrency_sweep_with_warmup_repeats_and_plots(budgets, tm
     pytest.importorskip("plotly")
     cap, plots = tmp_path / "cap", tmp_path / "plots"
     with _tiny_engine() as (url, otlp_port):
-        r = _sweep(url, "--budgets", str(budgets), "--archive", str(cap), "--concurrency", "1,8", "--repeats", "2",
-                   "--warmup", "2", "--duration", "2", "--otlp-port", str(otlp_port), "--prompt-format", "token-ids",
-                   "--prompt-tokens", "32", "--output-tokens", "16", "--timeout", "30", "--plots", str(plots),
-                   "--format", "json", timeout=240)
+        r = _sweep(
+            url,
+            "--budgets",
+            str(budgets),
+            "--archive",
+            str(cap),
+            "--concurrency",
+            "1,8",
+            "--repeats",
+            "2",
+            "--warmup",
+            "2",
+            "--duration",
+            "2",
+            "--otlp-port",
+            str(otlp_port),
+            "--prompt-format",
+            "token-ids",
+            "--prompt-tokens",
+            "32",
+            "--output-tokens",
+            "16",
+            "--timeout",
+            "30",
+            "--plots",
+            str(plots),
+            "--format",
+            "json",
+            timeout=240,
+        )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["mode"] == "concurrency" and res["unit"] == "concurrent requests"
@@ -229,8 +303,8 @@ def test_tiny_engine_concurrency_sweep_with_warmup_repeats_and_plots(budgets, tm
     assert tier["unit"] == "concurrent requests" and len(tier["repeats"]["by_repeat"]) == 2
     assert "capacity_concurrency" in tier and "capacity_rps" not in tier
     from budgetscope.analysis.capacity import RUN
-    from budgetscope.opener import Archive
     from budgetscope.loadgen.runner import CLIENT_WARMUP
+    from budgetscope.opener import Archive
 
     with Archive(cap, read_only=True, create=False) as a:
         warm, tagged = a.con.execute(f"""SELECT count_if(attributes->>'{CLIENT_WARMUP}' = 'true'),
@@ -244,14 +318,32 @@ def test_tiny_engine_concurrency_sweep_with_warmup_repeats_and_plots(budgets, tm
 
 def test_plots_without_plotly_is_one_line_and_leaves_the_archive_unchanged(budgets, archive):
     before = _snapshot(archive)
-    code = ("import sys\nsys.modules['plotly'] = None\nfrom budgetscope.cli import main\n"
-            "main(prog_name='budgetscope')")
-    r = subprocess.run([sys.executable, "-c", code, "sweep", "http://127.0.0.1:9", "--budgets", str(budgets),
-                        "--archive", str(archive), "--concurrency", "1,2", "--plots", str(archive / "plots")],
-                       capture_output=True, text=True, timeout=120)
+    code = "import sys\nsys.modules['plotly'] = None\nfrom budgetscope.cli import main\nmain(prog_name='budgetscope')"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "sweep",
+            "http://127.0.0.1:9",
+            "--budgets",
+            str(budgets),
+            "--archive",
+            str(archive),
+            "--concurrency",
+            "1,2",
+            "--plots",
+            str(archive / "plots"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr == ("budgetscope: sweep --plots needs the 'dashboard' extra (plotly is not installed): "
-                        "pip install 'budgetscope[dashboard]'\n")
+    assert r.stderr == (
+        "budgetscope: sweep --plots needs the 'dashboard' extra (plotly is not installed): "
+        "pip install 'budgetscope[dashboard]'\n"
+    )
     assert _snapshot(archive) == before
 
 
@@ -265,8 +357,15 @@ def test_each_step_sends_the_dataset_prompts(levels):
 
     data = Dataset("d.jsonl", [DatasetPrompt("one two three", 3, 7), DatasetPrompt("four", 1, 2)], 0, True)
     workload = Workload(Distribution.parse("16"), Distribution.parse("5"), Mix.parse(None), Mix.parse(None))
-    cfg = SweepConfig(url="http://127.0.0.1:9", archive="unused", budgets=None, workload=workload, dataset=data,
-                      duration_s=5.0, **levels)
+    cfg = SweepConfig(
+        url="http://127.0.0.1:9",
+        archive="unused",
+        budgets=None,
+        workload=workload,
+        dataset=data,
+        duration_s=5.0,
+        **levels,
+    )
     plan = Sweep(cfg)._plan((cfg.rates or cfg.concurrencies)[0], 0)
     requests = plan.requests + (plan.more(6) if plan.more else [])
     assert len(requests) >= 8

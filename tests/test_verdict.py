@@ -13,8 +13,8 @@ from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trac
 from otlp_wire import outcome_requests as _requests
 
 from budgetscope.analysis.coverage import id_free, unclaimed_spans
-from budgetscope.opener import Archive
 from budgetscope.cli import main
+from budgetscope.opener import Archive
 
 BUDGETS = "[tiers.interactive]\nttft_ms = 500\ne2e_ms = 2000\n"
 
@@ -29,8 +29,23 @@ def _unknown_roots(n: int) -> list[dict]:
     docs = []
     for i in range(n):
         tid, root = trace_id(), span_id()
-        docs.append(export([span(tid, root, f"handle_request {i:08x}", T0 + i * MS, T0 + i * MS + 40 * MS, kind=2,
-                                 attributes={"request.id": f"{i:08x}"})], service="lmserve", scope="lmserve"))
+        docs.append(
+            export(
+                [
+                    span(
+                        tid,
+                        root,
+                        f"handle_request {i:08x}",
+                        T0 + i * MS,
+                        T0 + i * MS + 40 * MS,
+                        kind=2,
+                        attributes={"request.id": f"{i:08x}"},
+                    )
+                ],
+                service="lmserve",
+                scope="lmserve",
+            )
+        )
     return docs
 
 
@@ -55,16 +70,23 @@ def test_an_all_error_tier_is_broken_and_exits_1(runner, tmp_path):
     assert r.exit_code == 1
     assert (t["status"], t["kept"], rep["status"], rep["kept"]) == ("BROKEN", False, "BROKEN", False)
     assert (t["attainment"], t["error_rate"], t["max_error_rate"]) == (0.0, 1.0, 0.01)
-    assert t["breaches"] == [{"kind": "error_rate", "name": "max_error_rate", "value": 1.0, "budget": 0.01,
-                              "declared": False}]
-    assert t["verdict"] == ("interactive breaks its budget: too many of its requests failed. 20 of 20 requests "
-                            "failed (20 errors): error rate 100.0% vs 1.0% allowed (the default for p99), a breach; "
-                            "failed requests miss every SLO.")
+    assert t["breaches"] == [
+        {"kind": "error_rate", "name": "max_error_rate", "value": 1.0, "budget": 0.01, "declared": False}
+    ]
+    assert t["verdict"] == (
+        "interactive breaks its budget: too many of its requests failed. 20 of 20 requests "
+        "failed (20 errors): error rate 100.0% vs 1.0% allowed (the default for p99), a breach; "
+        "failed requests miss every SLO."
+    )
     assert "{" not in t["verdict"]
     text, _ = _report(runner, a, b, "table")
-    assert (text.exit_code, text.stdout.splitlines()[0]) == (1, (
-        "== tier interactive: BROKEN — 20 requests (0 ok), p99 over the ok requests, attainment 0.0%, error rate "
-        "100.0% (max 1%), server-side figures"))
+    assert (text.exit_code, text.stdout.splitlines()[0]) == (
+        1,
+        (
+            "== tier interactive: BROKEN — 20 requests (0 ok), p99 over the ok requests, attainment 0.0%, error rate "
+            "100.0% (max 1%), server-side figures"
+        ),
+    )
 
 
 def test_a_half_error_tier_is_broken_though_its_ok_requests_are_fast(runner, tmp_path):
@@ -93,7 +115,13 @@ def test_cancelled_requests_are_neither_success_nor_failure(runner, tmp_path):
     a, b, _ = _archive(runner, tmp_path, _requests(["ok"] * 9 + ["cancelled"] * 5))
     r, rep = _report(runner, a, b)
     t = rep["tiers"][0]
-    assert (r.exit_code, t["status"], t["judged_requests"], t["attainment"], t["error_rate"]) == (0, "KEPT", 9, 1.0, 0.0)
+    assert (r.exit_code, t["status"], t["judged_requests"], t["attainment"], t["error_rate"]) == (
+        0,
+        "KEPT",
+        9,
+        1.0,
+        0.0,
+    )
     (tmp_path / "all").mkdir()
     a, b, _ = _archive(runner, tmp_path / "all", _requests(["cancelled"] * 3))
     r, rep = _report(runner, a, b)
@@ -118,15 +146,37 @@ def test_attainment_zero_is_never_kept(runner, tmp_path):
 
 def test_a_tier_whose_spans_carry_no_latency_is_unknown(runner, tmp_path):
     """vLLM journey tracing: `llm_request` without `gen_ai.latency.*`: a row is derived, its figures are NULL."""
-    docs = [export([span(trace_id(), span_id(), "llm_request", T0 + i * MS, T0 + i * MS + 50 * MS, kind=2,
-                         attributes={"gen_ai.request.id": f"r{i}"})], service="vllm", scope="vllm.llm_engine")
-            for i in range(12)]
+    docs = [
+        export(
+            [
+                span(
+                    trace_id(),
+                    span_id(),
+                    "llm_request",
+                    T0 + i * MS,
+                    T0 + i * MS + 50 * MS,
+                    kind=2,
+                    attributes={"gen_ai.request.id": f"r{i}"},
+                )
+            ],
+            service="vllm",
+            scope="vllm.llm_engine",
+        )
+        for i in range(12)
+    ]
     a, b, _ = _archive(runner, tmp_path, docs, "[tiers.default]\nttft_ms = 500\ne2e_ms = 2000\n")
     r, rep = _report(runner, a, b)
     t = rep["tiers"][0]
-    assert (r.exit_code, t["status"], t["kept"], t["attainment"], rep["status"]) == (3, "UNKNOWN", False, None, "UNKNOWN")
-    assert t["unknown_reason"] == ("no ok request has a known TTFT, E2E (of 12 ok requests): the spans were read but "
-                                   "carry no such timing")
+    assert (r.exit_code, t["status"], t["kept"], t["attainment"], rep["status"]) == (
+        3,
+        "UNKNOWN",
+        False,
+        None,
+        "UNKNOWN",
+    )
+    assert t["unknown_reason"] == (
+        "no ok request has a known TTFT, E2E (of 12 ok requests): the spans were read but carry no such timing"
+    )
     assert "keeps its budgets" not in t["verdict"] and t["verdict"].startswith("default: its budgets cannot be judged")
     r, rep = _report(runner, a)  # without budgets too
     assert (r.exit_code, rep["tiers"][0]["status"]) == (3, "UNKNOWN")
@@ -135,21 +185,27 @@ def test_a_tier_whose_spans_carry_no_latency_is_unknown(runner, tmp_path):
 def test_a_format_no_adapter_reads_is_unknown_with_a_warning(runner, tmp_path):
     a, b, ingest = _archive(runner, tmp_path, _unknown_roots(30))
     assert ingest.stdout.splitlines()[-1] == f"{a}: 30 spans no adapter claimed: 'handle_request <id>' of lmserve (30)"
-    assert ingest.stderr == (f"budgetscope: {a}: warning: 30 spans arrived but no request was derived: no adapter "
-                             "reads their format (docs/sources.md lists the formats read); 30 spans no adapter "
-                             "claimed: 'handle_request <id>' of lmserve (30)\n")
+    assert ingest.stderr == (
+        f"budgetscope: {a}: warning: 30 spans arrived but no request was derived: no adapter "
+        "reads their format (docs/sources.md lists the formats read); 30 spans no adapter "
+        "claimed: 'handle_request <id>' of lmserve (30)\n"
+    )
     for budgets in (b, None):
         r, rep = _report(runner, a, budgets)
         assert (r.exit_code, rep["status"], rep["kept"]) == (3, "UNKNOWN", False)
-        assert rep["unclaimed_spans"] == {"total": 30, "groups": 1,
-                                          "top": [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 30}]}
+        assert rep["unclaimed_spans"] == {
+            "total": 30,
+            "groups": 1,
+            "top": [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 30}],
+        }
         assert len(r.stderr.splitlines()) == 1 and "30 spans arrived but no request was derived" in r.stderr
     text, _ = _report(runner, a, b, "table")
     assert text.exit_code == 3
     assert text.stdout.splitlines()[-3:] == [
         "UNKNOWN: tier interactive: no request matched this tier",
         "coverage: 0 requests; 0 with server spans, 0 with client spans, 0 with both",
-        "30 spans no adapter claimed: 'handle_request <id>' of lmserve (30)"]
+        "30 spans no adapter claimed: 'handle_request <id>' of lmserve (30)",
+    ]
 
 
 def test_unclaimed_spans_by_name_and_service(tmp_path, archive_path, ingest_text):
@@ -157,25 +213,36 @@ def test_unclaimed_spans_by_name_and_service(tmp_path, archive_path, ingest_text
     tid = known[0]["traceId"]
     context = span(tid, span_id(), "POST /v1/completions", T0, T0 + MS, kind=2)  # inside a request's trace
     step = span(trace_id(), span_id(), "engine.step", T0, T0 + MS)  # claimed by engine_steps
-    docs = [export([*known, context, step]), *_unknown_roots(3),
-            export([span(trace_id(), span_id(), "GET /health/7", T0, T0 + MS, kind=2)], service="gateway"),
-            export([span(trace_id(), span_id(), "GET /health/8", T0, T0 + MS, kind=2)], service="gateway")]
+    docs = [
+        export([*known, context, step]),
+        *_unknown_roots(3),
+        export([span(trace_id(), span_id(), "GET /health/7", T0, T0 + MS, kind=2)], service="gateway"),
+        export([span(trace_id(), span_id(), "GET /health/8", T0, T0 + MS, kind=2)], service="gateway"),
+    ]
     ingest_text(archive_path, jsonl(*docs))
     with Archive(archive_path, read_only=True, create=False) as a:
         u = unclaimed_spans(a.con, exact=True)
         assert u["total"] == 5 and u["groups"] == 2
-        assert u["top"] == [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 3},
-                            {"name": "GET /health/<id>", "service_name": "gateway", "spans": 2}]
-        assert u["by_name"] == {"handle_request 00000000": 1, "handle_request 00000001": 1, "handle_request 00000002": 1, "GET /health/7": 1,
-                                "GET /health/8": 1}
+        assert u["top"] == [
+            {"name": "handle_request <id>", "service_name": "lmserve", "spans": 3},
+            {"name": "GET /health/<id>", "service_name": "gateway", "spans": 2},
+        ]
+        assert u["by_name"] == {
+            "handle_request 00000000": 1,
+            "handle_request 00000001": 1,
+            "handle_request 00000002": 1,
+            "GET /health/7": 1,
+            "GET /health/8": 1,
+        }
         assert unclaimed_spans(a.con, top=1)["top"] == u["top"][:1]
         assert unclaimed_spans(a.con, since_ns=T0 + MS)["total"] == 2  # two SGLang roots start after T0
 
 
 def test_id_free_keeps_words_and_drops_ids():
-    assert [id_free(n) for n in (" Req 1f3a9c2e", "prefill Req 00ab12cd", "decode_loop", "stage_2", "GET /v1/chat",
-                                 "facade", None)] == \
-        [" Req <id>", "prefill Req <id>", "decode_loop", "stage_2", "GET /v1/chat", "facade", None]
+    assert [
+        id_free(n)
+        for n in (" Req 1f3a9c2e", "prefill Req 00ab12cd", "decode_loop", "stage_2", "GET /v1/chat", "facade", None)
+    ] == [" Req <id>", "prefill Req <id>", "decode_loop", "stage_2", "GET /v1/chat", "facade", None]
 
 
 def test_report_prints_its_coverage(runner, tmp_path):
@@ -191,16 +258,22 @@ def test_report_prints_its_coverage(runner, tmp_path):
     assert rows(a, "SELECT count(*) FROM requests") == [(6,)]
 
 
-@pytest.mark.parametrize("value, shown", [("5", "5"), ("-0.1", "-0.1"), ('"1%"', "'1%'"), ("true", "True"),
-                                          ("nan", "nan")])
+@pytest.mark.parametrize(
+    "value, shown", [("5", "5"), ("-0.1", "-0.1"), ('"1%"', "'1%'"), ("true", "True"), ("nan", "nan")]
+)
 def test_a_bad_max_error_rate_names_the_file_and_the_key(runner, tmp_path, value, shown):
     a, b, _ = _archive(runner, tmp_path, _requests(["ok"] * 3))
     b.write_text(BUDGETS + f"max_error_rate = {value}\n")
     before = sorted(p.name for p in a.rglob("*"))
     r = runner.invoke(main, ["report", "-a", str(a), "-b", str(b)])
-    assert (r.exit_code, r.stdout, r.stderr) == (2, "", (
-        f"budgetscope: {b}: tiers.interactive.max_error_rate: must be a fraction from 0 to 1 (0.01 = 1 % of "
-        f"requests), got {shown}\n"))
+    assert (r.exit_code, r.stdout, r.stderr) == (
+        2,
+        "",
+        (
+            f"budgetscope: {b}: tiers.interactive.max_error_rate: must be a fraction from 0 to 1 (0.01 = 1 % of "
+            f"requests), got {shown}\n"
+        ),
+    )
     assert sorted(p.name for p in a.rglob("*")) == before and rows(a, "SELECT count(*) FROM requests") == [(3,)]
 
 
@@ -208,9 +281,12 @@ def _post(port: int, docs: list[dict], token: str | None = None) -> None:
     import httpx
 
     for doc in docs:
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/traces", content=json.dumps(doc), timeout=30,
-                       headers={"Content-Type": "application/json",
-                                **({"Authorization": f"Bearer {token}"} if token else {})})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/traces",
+            content=json.dumps(doc),
+            timeout=30,
+            headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})},
+        )
         assert r.status_code == 200, r.content
 
 
@@ -231,11 +307,16 @@ def test_collect_status_endpoint_names_unclaimed_spans_and_warns(tmp_path):
                 break
             time.sleep(0.5)
         assert doc["state"] == "running" and doc["stats"]["spans"] == 4 and doc["stats"]["requests_derived"] == 0
-        assert doc["unclaimed_spans"] == {"total": 4, "groups": 1,
-                                          "top": [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 4}]}
-        assert doc["warnings"] == ["warning: 4 spans arrived but no request was derived: no adapter reads their "
-                                   "format (docs/sources.md lists the formats read); 4 spans no adapter claimed: "
-                                   "'handle_request <id>' of lmserve (4)"]
+        assert doc["unclaimed_spans"] == {
+            "total": 4,
+            "groups": 1,
+            "top": [{"name": "handle_request <id>", "service_name": "lmserve", "spans": 4}],
+        }
+        assert doc["warnings"] == [
+            "warning: 4 spans arrived but no request was derived: no adapter reads their "
+            "format (docs/sources.md lists the formats read); 4 spans no adapter claimed: "
+            "'handle_request <id>' of lmserve (4)"
+        ]
 
 
 def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
@@ -245,8 +326,12 @@ def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
     import sys
 
     run = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
-    proc = subprocess.Popen([sys.executable, "-c", run, "--archive", str(tmp_path / "live"), "--grpc-port", "0",
-                             "--http-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", run, "--archive", str(tmp_path / "live"), "--grpc-port", "0", "--http-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
         _post(port, _unknown_roots(3) + _requests(["ok"]))
@@ -256,13 +341,19 @@ def test_collect_says_at_exit_which_spans_no_adapter_claimed(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert out.splitlines()[-1] == "budgetscope collect: 3 spans no adapter claimed: 'handle_request <id>' of lmserve (3)"
+    assert (
+        out.splitlines()[-1] == "budgetscope collect: 3 spans no adapter claimed: 'handle_request <id>' of lmserve (3)"
+    )
     assert "no request was derived" not in err  # one request was
 
 
-@pytest.mark.parametrize("outcomes, status, css, words", [
-    (["error"] * 12, "BROKEN", "headline broke", "a budget broke"),
-    (["ok"] * 12, "KEPT", "headline kept", "every tier kept its budgets")])
+@pytest.mark.parametrize(
+    "outcomes, status, css, words",
+    [
+        (["error"] * 12, "BROKEN", "headline broke", "a budget broke"),
+        (["ok"] * 12, "KEPT", "headline kept", "every tier kept its budgets"),
+    ],
+)
 def test_the_postmortem_colours_each_tier_by_its_status(runner, tmp_path, outcomes, status, css, words):
     pytest.importorskip("plotly")
     from budgetscope.analysis.budgets import parse_budgets

@@ -45,16 +45,29 @@ def find_python(version: str) -> str | None:
     patch = lambda p: int(p.parts[-3].rsplit(".", 1)[1]) if p.parts[-3].rsplit(".", 1)[1].isdigit() else -1  # noqa: E731
     builds = sorted(root.glob(f"{version}.*/bin/python"), key=patch, reverse=True)
     for cand in [shutil.which(f"python{version}"), *map(str, builds)]:
-        if cand and subprocess.run([cand, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                   capture_output=True, text=True).stdout.strip() == version:
+        if (
+            cand
+            and subprocess.run(
+                [cand, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
+            ).stdout.strip()
+            == version
+        ):
             return cand
     return None
 
 
 def _copy_sources(dest: Path) -> None:
     """The tree's source files (tracked, or new and not ignored), without tests, build outputs or environments."""
-    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, check=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in names:
         src = ROOT / name
         if name and not name.startswith("tests/") and src.is_file():
@@ -69,8 +82,10 @@ INSTALLED = {version: find_python(version) for version in declared_pythons()}
 def test_the_declared_python_is_installed(version):
     """The one line that says a declared Python is missing here, and so that the wheel check did not run on it."""
     if INSTALLED[version] is None:
-        pytest.skip(f"Python {version} is not installed (no python{version} on PATH or under pyenv): "
-                    "the wheel check did not run on it")
+        pytest.skip(
+            f"Python {version} is not installed (no python{version} on PATH or under pyenv): "
+            "the wheel check did not run on it"
+        )
 
 
 # where neither is installed, the check runs on the interpreter running the tests rather than nowhere
@@ -100,11 +115,16 @@ def wheel(venv, tmp_path_factory) -> Path:
     src = root / "src"
     _copy_sources(src)
     py = str(venv / "bin" / "python")
-    subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"), str(src)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [py, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     built = next((root / "dist").glob("budgetscope-*.whl"))
-    r = subprocess.run([py, "-m", "pip", "install", "-q", f"{built}[dashboard]"], capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [py, "-m", "pip", "install", "-q", f"{built}[dashboard]"], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return built
 
@@ -124,16 +144,27 @@ def _env(venv: Path) -> dict:
 
 
 def _run(venv: Path, cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / "budgetscope"), *args], cwd=cwd, env=_env(venv), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [str(venv / "bin" / "budgetscope"), *args],
+        cwd=cwd,
+        env=_env(venv),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_wheel_ships_the_app_the_collector_configs_the_budgets_and_the_license(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("budgetscope/dashboards/app.py", "budgetscope/dashboards/state.py",
-                    "budgetscope/dashboards/pages/budgets.py", "budgetscope/dashboards/pages/what_if.py",
-                    "budgetscope/otelcol/otelcol.yaml", "budgetscope/otelcol/otelcol-sharded.yaml",
-                    "budgetscope/data/demo_budgets.toml"):
+    for shipped in (
+        "budgetscope/dashboards/app.py",
+        "budgetscope/dashboards/state.py",
+        "budgetscope/dashboards/pages/budgets.py",
+        "budgetscope/dashboards/pages/what_if.py",
+        "budgetscope/otelcol/otelcol.yaml",
+        "budgetscope/otelcol/otelcol-sharded.yaml",
+        "budgetscope/data/demo_budgets.toml",
+    ):
         assert shipped in names, shipped
     assert not any(n.startswith(("tests/", "dashboards/", "instrumentation/")) for n in names)
     info = next(n.rsplit("/", 2)[0] for n in names if n.endswith(".dist-info/METADATA"))
@@ -147,8 +178,14 @@ def test_wheel_ships_the_app_the_collector_configs_the_budgets_and_the_license(w
 def test_installed_wheel_runs_every_command_from_another_directory(wheel, venv, elsewhere):
     py = str(venv / "bin" / "python")
     # not the source tree: the package is the installed copy
-    where = subprocess.run([py, "-c", "import budgetscope; print(budgetscope.__file__)"], cwd=elsewhere,
-                           env=_env(venv), capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [py, "-c", "import budgetscope; print(budgetscope.__file__)"],
+        cwd=elsewhere,
+        env=_env(venv),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert str(venv) in where and str(ROOT) not in where
 
     r = _run(venv, elsewhere, "--help")
@@ -163,7 +200,7 @@ def test_installed_wheel_runs_every_command_from_another_directory(wheel, venv, 
     assert r.returncode == 0 and "[tiers." in r.stdout
     (elsewhere / "budgets.toml").write_text(r.stdout)
     r = _run(venv, elsewhere, "report", "-a", "burst", "-b", "budgets.toml", "--format", "json")
-    assert r.returncode == 1, r.stderr   # the burst scenario breaks its budget
+    assert r.returncode == 1, r.stderr  # the burst scenario breaks its budget
     assert '"tiers"' in r.stdout
 
     r = _run(venv, elsewhere, "example", "otelcol")
@@ -171,16 +208,22 @@ def test_installed_wheel_runs_every_command_from_another_directory(wheel, venv, 
 
 
 def test_installed_wheel_imports_the_instrumentation_without_torch(wheel, venv, elsewhere):
-    code = ("import importlib.util, sys; assert importlib.util.find_spec('torch') is None; "
-            "import budgetscope.instrument; assert 'torch' not in sys.modules; print('ok')")
-    r = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=elsewhere, env=_env(venv),
-                       capture_output=True, text=True)
+    code = (
+        "import importlib.util, sys; assert importlib.util.find_spec('torch') is None; "
+        "import budgetscope.instrument; assert 'torch' not in sys.modules; print('ok')"
+    )
+    r = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], cwd=elsewhere, env=_env(venv), capture_output=True, text=True
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
 def test_installed_wheel_names_the_missing_extra_in_one_line(wheel, venv, elsewhere):
-    for args, extra in ((["engine", "serve", "--port", "0"], "engine"), (["demo", "--out", "d"], "engine"),
-                        (["load", "http://127.0.0.1:9", "--requests", "1", "--tokenizer", "t.json"], "loadgen")):
+    for args, extra in (
+        (["engine", "serve", "--port", "0"], "engine"),
+        (["demo", "--out", "d"], "engine"),
+        (["load", "http://127.0.0.1:9", "--requests", "1", "--tokenizer", "t.json"], "loadgen"),
+    ):
         r = _run(venv, elsewhere, *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
@@ -196,9 +239,14 @@ def _free_port() -> int:
 def test_installed_wheel_serves_the_dashboard(wheel, venv, elsewhere):
     shutil.copytree(ROOT / "sample_traces" / "burst", elsewhere / "burst", dirs_exist_ok=True)
     port = _free_port()
-    proc = subprocess.Popen([str(venv / "bin" / "budgetscope"), "dashboard", "-a", "burst", "--port",
-                             str(port)], cwd=elsewhere, env=_env(venv), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "budgetscope"), "dashboard", "-a", "burst", "--port", str(port)],
+        cwd=elsewhere,
+        env=_env(venv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline, body = time.monotonic() + 90, None
         while time.monotonic() < deadline and proc.poll() is None:

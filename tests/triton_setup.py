@@ -22,6 +22,7 @@ def kernel_device() -> str:
     from triton.runtime.jit import JITFunction
 
     if device == "cpu" and isinstance(tl.zeros, JITFunction):
-        pytest.skip("triton was imported before TRITON_INTERPRET=1 was set; run this file on its own",
-                    allow_module_level=True)
+        pytest.skip(
+            "triton was imported before TRITON_INTERPRET=1 was set; run this file on its own", allow_module_level=True
+        )
     return device

@@ -37,7 +37,7 @@ from budgetscope.engine.batch import StepBuffer, StepShape  # noqa: E402
 from budgetscope.engine.model import LlamaAttention  # noqa: E402
 from budgetscope.engine.model_config import named_config  # noqa: E402
 from budgetscope.engine.model_runner import ModelRunner  # noqa: E402
-from budgetscope.engine.paged_attention import paged_attention, paged_attention_reference  # noqa: E402
+from budgetscope.engine.paged_attention import paged_attention_reference  # noqa: E402
 from budgetscope.engine.scheduler import ScheduledBatch  # noqa: E402
 
 BLOCK = 16
@@ -164,12 +164,14 @@ def scenario(name: str, step: ScheduledBatch, num_blocks: int, args, rows: list,
     sdpa_runner = ModelRunner(None, kv, dev, attention="sdpa")
     width = max(len(s.block_table) for s in step.seqs)
     paged_shape = StepShape(tokens, len(step.seqs), width, sum(step.is_sampled))
-    paged = StepBuffer(paged_shape.size, dev).pack(paged_shape, step.seqs, step.num_new_tokens, step.is_sampled,
-                                                   BLOCK, num_blocks)
+    paged = StepBuffer(paged_shape.size, dev).pack(
+        paged_shape, step.seqs, step.num_new_tokens, step.is_sampled, BLOCK, num_blocks
+    )
     k_cache.index_copy_(0, paged.slot_mapping, k)
     v_cache.index_copy_(0, paged.slot_mapping, v)
-    want = paged_attention_reference(q, k_cache, v_cache, paged.query_start_loc, paged.seq_lens,
-                                     paged.block_tables, BLOCK)
+    want = paged_attention_reference(
+        q, k_cache, v_cache, paged.query_start_loc, paged.seq_lens, paged.block_tables, BLOCK
+    )
     with torch.device("meta"):
         layer = LlamaAttention(cfg)  # no weights needed: _paged only reads the cache
 
@@ -215,8 +217,11 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=256)
     parser.add_argument("--budget-s", type=float, default=45.0, help="skip FlexAttention once this has passed")
     parser.add_argument("--verbose", action="store_true", help="tracebacks of failed variants")
-    parser.add_argument("--device", default="cuda", help="cpu: a dry run of the script (TRITON_INTERPRET=1, "
-                                                         "--dtype float32, small sizes); figures mean nothing")
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        help="cpu: a dry run of the script (TRITON_INTERPRET=1, --dtype float32, small sizes); figures mean nothing",
+    )
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -227,10 +232,22 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     num_blocks = (args.decode + 1) * (-(-int(args.context * 1.1 + args.chunk) // BLOCK) + 1)
     rows: list[tuple] = []
-    scenario(f"(a) {args.decode} decode @~{args.context}", make_step(args.decode, args.context, 0, gen, num_blocks),
-             num_blocks, args, rows, deadline)
-    scenario(f"(b) (a) + {args.chunk}-token chunk", make_step(args.decode, args.context, args.chunk, gen,
-                                                              num_blocks), num_blocks, args, rows, deadline)
+    scenario(
+        f"(a) {args.decode} decode @~{args.context}",
+        make_step(args.decode, args.context, 0, gen, num_blocks),
+        num_blocks,
+        args,
+        rows,
+        deadline,
+    )
+    scenario(
+        f"(b) (a) + {args.chunk}-token chunk",
+        make_step(args.decode, args.context, args.chunk, gen, num_blocks),
+        num_blocks,
+        args,
+        rows,
+        deadline,
+    )
     header = ("step", "variant", "GPU ms", "host ms", "max err", "note")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     for r in [header, tuple("-" * w for w in widths)] + rows:

@@ -61,9 +61,22 @@ RESOURCES: dict[tuple, tuple[str, str, str]] = {}  # config -> resources() of it
 def sizes(tiny: bool) -> dict:
     """The scenario's sizes: the real ones, or a few pages for the CPU dry run."""
     if tiny:
-        return {"seqs": 4, "max_context": 96, "context": (60, 96), "short_rows": 3, "short_context": (30, 40), "chunk": 20}
-    return {"seqs": 256, "max_context": 3456, "context": (3344, 3456), "short_rows": 56, "short_context": (900, 1100),
-            "chunk": 256}
+        return {
+            "seqs": 4,
+            "max_context": 96,
+            "context": (60, 96),
+            "short_rows": 3,
+            "short_context": (30, 40),
+            "chunk": 20,
+        }
+    return {
+        "seqs": 256,
+        "max_context": 3456,
+        "context": (3344, 3456),
+        "short_rows": 56,
+        "short_context": (900, 1100),
+        "chunk": 256,
+    }
 
 
 class Cache:
@@ -131,8 +144,19 @@ def run_config(cache: Cache, step: tuple, config: tuple, args) -> tuple[float, t
     tile_n, num_warps, num_stages = config
 
     def fn():
-        return paged_attention(q, cache.k, cache.v, starts, lens, tables, BLOCK, out=out, tile_n=tile_n,
-                               num_warps=num_warps, num_stages=num_stages)
+        return paged_attention(
+            q,
+            cache.k,
+            cache.v,
+            starts,
+            lens,
+            tables,
+            BLOCK,
+            out=out,
+            tile_n=tile_n,
+            num_warps=num_warps,
+            num_stages=num_stages,
+        )
 
     before = compiled_kernels().keys()
     fn()  # compiles, or loads the binary compiled ahead
@@ -154,8 +178,9 @@ def reference_error(cache: Cache, step: tuple, out: torch.Tensor) -> float:
     compact_v = cache.v.view(-1, BLOCK, KV_HEADS, DIM)[pages].reshape(-1, KV_HEADS, DIM)
     compact_tables = torch.arange(pages.numel(), dtype=torch.int32).view(n, -1)
     rows = int(starts[n])
-    want = paged_attention_reference(q[:rows], compact_k, compact_v, starts[:n + 1].cpu(), lens[:n].cpu(),
-                                     compact_tables, BLOCK)
+    want = paged_attention_reference(
+        q[:rows], compact_k, compact_v, starts[: n + 1].cpu(), lens[:n].cpu(), compact_tables, BLOCK
+    )
     return (out[:rows].double().cpu() - want).abs().max().item()
 
 
@@ -215,8 +240,18 @@ def _compile_some(configs: list[tuple], max_context: int, device: str, dtype) ->
     q, starts, lens, tables = cache.step([1, 1], [max_context - 1, max_context - 2])
     for tile_n, num_warps, num_stages in configs:
         try:
-            paged_attention(q, cache.k, cache.v, starts, lens, tables, BLOCK, tile_n=tile_n, num_warps=num_warps,
-                            num_stages=num_stages)
+            paged_attention(
+                q,
+                cache.k,
+                cache.v,
+                starts,
+                lens,
+                tables,
+                BLOCK,
+                tile_n=tile_n,
+                num_warps=num_warps,
+                num_stages=num_stages,
+            )
         except Exception:  # noqa: BLE001, S112 - the sweep reports it when it runs the configuration
             continue
     if device == "cuda":
@@ -235,8 +270,7 @@ def short_steps(cache: Cache, size: dict, gen: torch.Generator) -> list[tuple[st
     rows = size["short_rows"]
     decode = cache.step([1] * rows, lens)
     mixed = cache.step([1] * rows + [size["chunk"]], lens + [size["chunk"]])
-    return [(f"{rows} decode @~{sum(lens) // rows}", decode),
-            (f"{rows} decode + {size['chunk']}-token chunk", mixed)]
+    return [(f"{rows} decode @~{sum(lens) // rows}", decode), (f"{rows} decode + {size['chunk']}-token chunk", mixed)]
 
 
 def main() -> None:
@@ -245,8 +279,12 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=30, help="timed calls a configuration (median)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--budget-s", type=float, default=40.0, help="stop starting new configurations after this")
-    parser.add_argument("--compile-workers", type=int, default=8,
-                        help="processes compiling the configurations first (0: compile each as the sweep reaches it)")
+    parser.add_argument(
+        "--compile-workers",
+        type=int,
+        default=8,
+        help="processes compiling the configurations first (0: compile each as the sweep reaches it)",
+    )
     parser.add_argument("--verbose", action="store_true", help="tracebacks of failed configurations")
     args = parser.parse_args()
     t_start = time.perf_counter()
@@ -266,8 +304,10 @@ def main() -> None:
     lens = contexts(size["seqs"], size["context"], host_gen)
     step = cache.step([1] * size["seqs"], lens)
     total = bytes_read(step[0], step[2])
-    print(f"long decode step: {size['seqs']} rows, context {min(lens)}..{max(lens)} (mean {sum(lens) / len(lens):.0f}),"
-          f" cache {2 * cache.k.numel() * cache.k.element_size() / 1e9:.2f} GB, {total / 1e6:.1f} MB read a call")
+    print(
+        f"long decode step: {size['seqs']} rows, context {min(lens)}..{max(lens)} (mean {sum(lens) / len(lens):.0f}),"
+        f" cache {2 * cache.k.numel() * cache.k.element_size() / 1e9:.2f} GB, {total / 1e6:.1f} MB read a call"
+    )
 
     configs = configs_in_order()
     # the interpreter compiles nothing: in a dry run two workers run two configurations, to try the machinery
@@ -277,8 +317,10 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             precompile(ahead, size, args.compile_workers, device, dtype)
-            print(f"compiled {len(ahead)} configurations in {args.compile_workers} processes: "
-                  f"{time.perf_counter() - t0:.1f} s")
+            print(
+                f"compiled {len(ahead)} configurations in {args.compile_workers} processes: "
+                f"{time.perf_counter() - t0:.1f} s"
+            )
         except Exception as e:  # noqa: BLE001 - the sweep compiles what is missing itself
             print(f"precompile failed ({failure(e)}); the sweep compiles as it goes")
     rows, outputs = sweep(cache, step, configs, args, t_start + args.budget_s)
@@ -287,18 +329,40 @@ def main() -> None:
         sys.exit(1)
     rows.sort(key=lambda r: -r[2])
     base = next((r for r in rows if r[0] == DEFAULT), None)
-    print_table(("tile_n", "warps", "stages", "GPU ms", "GB/s", f"of {COPY_TBPS} TB/s", "vs default",
-                 "regs/spills/smem KB", "est CTAs/SM", "est waves"),
-                [(*c, f"{ms:.4f}", f"{gbps:.0f}", f"{gbps / COPY_TBPS / 1e3:.1%}",
-                  f"{base[1] / ms:.2f}x" if base else "-", *RESOURCES.get(c, ("-", "-", "-")))
-                 for c, ms, gbps in rows])
+    print_table(
+        (
+            "tile_n",
+            "warps",
+            "stages",
+            "GPU ms",
+            "GB/s",
+            f"of {COPY_TBPS} TB/s",
+            "vs default",
+            "regs/spills/smem KB",
+            "est CTAs/SM",
+            "est waves",
+        ),
+        [
+            (
+                *c,
+                f"{ms:.4f}",
+                f"{gbps:.0f}",
+                f"{gbps / COPY_TBPS / 1e3:.1%}",
+                f"{base[1] / ms:.2f}x" if base else "-",
+                *RESOURCES.get(c, ("-", "-", "-")),
+            )
+            for c, ms, gbps in rows
+        ],
+    )
 
     for config, ms, gbps in rows[:3]:
         try:
             err = reference_error(cache, step, outputs[config])
             verdict = "ok" if err < 2e-2 else "WRONG"
-            print("check tile_n={} num_warps={} num_stages={}: ".format(*config)
-                  + f"max abs err {err:.2e} vs float64 on the first {CHECK_SEQS} sequences ({verdict})")
+            print(
+                "check tile_n={} num_warps={} num_stages={}: ".format(*config)
+                + f"max abs err {err:.2e} vs float64 on the first {CHECK_SEQS} sequences ({verdict})"
+            )
         except Exception as e:  # noqa: BLE001
             print("check tile_n={} num_warps={} num_stages={} failed: ".format(*config) + failure(e))
 
@@ -315,8 +379,10 @@ def main() -> None:
     print_table(("short step", "config", "tile/warps/stages", "GPU ms", "GB/s"), short)
     print(f"total {time.perf_counter() - t_start:.1f} s")
     config, ms, gbps = best
-    print("BEST tile_n={} num_warps={} num_stages={} ".format(*config)
-          + f"GBps={gbps:.0f} fraction_of_{COPY_TBPS}TBps={gbps / COPY_TBPS / 1e3:.3f}")
+    print(
+        "BEST tile_n={} num_warps={} num_stages={} ".format(*config)
+        + f"GBps={gbps:.0f} fraction_of_{COPY_TBPS}TBps={gbps / COPY_TBPS / 1e3:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,13 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-SHAPES = {"qkv (3072x2048)": (3072, 2048), "o (2048x2048)": (2048, 2048), "gate_up (16384x2048)": (16384, 2048),
-          "down (2048x8192)": (2048, 8192), "lm_head (32000x2048)": (32000, 2048)}
+SHAPES = {
+    "qkv (3072x2048)": (3072, 2048),
+    "o (2048x2048)": (2048, 2048),
+    "gate_up (16384x2048)": (16384, 2048),
+    "down (2048x8192)": (2048, 8192),
+    "lm_head (32000x2048)": (32000, 2048),
+}
 
 
 def timed(fn, reps: int = 50) -> float:
@@ -67,8 +72,10 @@ def main() -> None:
         nbytes = rows * cols * 2
         s = gemv_seconds(dev, rows, cols)
         torch.cuda.empty_cache()
-        print(f"{name:<24} {nbytes / 1e6:>7.1f} {s * 1e6:>8.1f} {nbytes / s / 1e12:>6.2f} {nbytes / s / copy:>8.1%}",
-              flush=True)
+        print(
+            f"{name:<24} {nbytes / 1e6:>7.1f} {s * 1e6:>8.1f} {nbytes / s / 1e12:>6.2f} {nbytes / s / copy:>8.1%}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,19 @@ WORK = Path("/tmp/budgetscope-gpu-session")  # raw files; only logs, figures and
 SMOKE = False  # --smoke: the same phases on CPU with the `tiny` model, for checking this script anywhere
 DEADLINE = float("inf")  # time.monotonic() by which the session must end (--budget-s)
 ATTENTION = ["triton"]  # the new engine's backend; "sdpa" once the Triton path failed in `mixed`
-COST_S = {"env": 10, "tests": 90, "attn": 40, "mixed": 70, "baseline": 60, "decode": 45, "inproc": 45,
-          "served": 100, "record": 60, "sweep": 70, "gemv": 20}  # a phase starts only if this much time is left (record: per recording)
+COST_S = {
+    "env": 10,
+    "tests": 90,
+    "attn": 40,
+    "mixed": 70,
+    "baseline": 60,
+    "decode": 45,
+    "inproc": 45,
+    "served": 100,
+    "record": 60,
+    "sweep": 70,
+    "gemv": 20,
+}  # a phase starts only if this much time is left (record: per recording)
 
 
 def log(out: Path, text: str) -> None:
@@ -67,16 +78,18 @@ def sh(out: Path, cmd: list[str], timeout: float, env: dict | None = None) -> st
     log(out, "$ " + shlex.join(cmd))
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                           timeout=timeout)
+        p = subprocess.run(
+            cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
+        )
         text, rc = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:
         text, rc = _text(e.stdout) + _text(e.stderr), "timeout"
     with open(out / "log.txt", "a") as f:
         f.write(text + f"\n[rc {rc} in {time.perf_counter() - t0:.1f} s]\n")
     tail = [line for line in text.splitlines() if line.strip()][-6:]
-    print("\n".join("  " + line[:300] for line in tail) + f"\n  [rc {rc} in {time.perf_counter() - t0:.1f} s]",
-          flush=True)
+    print(
+        "\n".join("  " + line[:300] for line in tail) + f"\n  [rc {rc} in {time.perf_counter() - t0:.1f} s]", flush=True
+    )
     return text
 
 
@@ -85,7 +98,7 @@ def _text(b) -> str:
 
 
 def results(text: str) -> list[dict]:
-    return [json.loads(line[len("RESULT "):]) for line in text.splitlines() if line.startswith("RESULT ")]
+    return [json.loads(line[len("RESULT ") :]) for line in text.splitlines() if line.startswith("RESULT ")]
 
 
 def _smoke_load(args: list[str]) -> list[str]:
@@ -116,8 +129,15 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
-def serve_and_load(out: Path, name: str, serve_args: list[str], loads: list[list[str]], what: str,
-                   env: dict | None = None, ready_s: float = 180) -> None:
+def serve_and_load(
+    out: Path,
+    name: str,
+    serve_args: list[str],
+    loads: list[list[str]],
+    what: str,
+    env: dict | None = None,
+    ready_s: float = 180,
+) -> None:
     """engine serve + gpu sample + each load in turn; the three files and a README into OUT/rec-<name>.tar.gz."""
     rec = WORK / f"rec-{name}"
     rec.mkdir(exist_ok=True)
@@ -126,27 +146,63 @@ def serve_and_load(out: Path, name: str, serve_args: list[str], loads: list[list
     if SMOKE:
         serve_args = [("tiny" if a in ("1b", "small") else a) for a in serve_args]
         loads = [_smoke_load(la) for la in loads]
-    serve = cli + ["engine", "serve", "--device", "cpu" if SMOKE else "cuda", "--port", str(port),
-                   "--exporter", f"jsonl:{rec / 'engine.jsonl'}"] + serve_args
+    serve = (
+        cli
+        + [
+            "engine",
+            "serve",
+            "--device",
+            "cpu" if SMOKE else "cuda",
+            "--port",
+            str(port),
+            "--exporter",
+            f"jsonl:{rec / 'engine.jsonl'}",
+        ]
+        + serve_args
+    )
     log(out, "$ " + shlex.join(serve))
     elog = open(rec / "engine.log", "w")
-    engine = subprocess.Popen(serve, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=elog, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    engine = subprocess.Popen(
+        serve,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=elog,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     sampler = None
     try:
         t0 = time.perf_counter()
         if not wait_ready(port, engine, ready_s):
-            log(out, f"[{name}] engine not ready (rc {engine.poll()}); its log: "
-                     + (rec / "engine.log").read_text()[-2000:])
+            log(
+                out,
+                f"[{name}] engine not ready (rc {engine.poll()}); its log: " + (rec / "engine.log").read_text()[-2000:],
+            )
             return
         log(out, f"[{name}] engine ready in {time.perf_counter() - t0:.1f} s")
-        sampler = subprocess.Popen(cli + ["gpu", "sample", "--every", "100ms", "--out", f"jsonl:{rec / 'gpu.jsonl'}"],
-                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(rec / "gpu.log", "w"),
-                                   start_new_session=True)
+        sampler = subprocess.Popen(
+            cli + ["gpu", "sample", "--every", "100ms", "--out", f"jsonl:{rec / 'gpu.jsonl'}"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=open(rec / "gpu.log", "w"),
+            start_new_session=True,
+        )
         summaries = []
         for i, args in enumerate(loads):
-            load = cli + ["load", f"http://127.0.0.1:{port}", "--prompt-format", "token-ids",
-                          "--spans", f"jsonl:{rec / 'client.jsonl'}", "--out", str(rec / f"load{i}.json")] + args
+            load = (
+                cli
+                + [
+                    "load",
+                    f"http://127.0.0.1:{port}",
+                    "--prompt-format",
+                    "token-ids",
+                    "--spans",
+                    f"jsonl:{rec / 'client.jsonl'}",
+                    "--out",
+                    str(rec / f"load{i}.json"),
+                ]
+                + args
+            )
             text = sh(out, load, timeout=240)
             summaries.append(text.strip().splitlines()[-12:] if text.strip() else [])
         FIGURES.setdefault("served", {})[name] = {"loads": loads, "summaries": summaries}
@@ -162,13 +218,22 @@ def serve_and_load(out: Path, name: str, serve_args: list[str], loads: list[list
                     os.killpg(p.pid, signal.SIGKILL)
         elog.close()
         (rec / "README.md").write_text(
-            f"# {name}\n\n{what}\n\n    " + shlex.join(["budgetscope"] + serve[3:]).replace(str(rec / "engine.jsonl"), "engine.jsonl") + "\n    budgetscope gpu sample "
-            "--every 100ms --out jsonl:gpu.jsonl\n" + "".join(
+            f"# {name}\n\n{what}\n\n    "
+            + shlex.join(["budgetscope"] + serve[3:]).replace(str(rec / "engine.jsonl"), "engine.jsonl")
+            + "\n    budgetscope gpu sample "
+            "--every 100ms --out jsonl:gpu.jsonl\n"
+            + "".join(
                 "    budgetscope load URL --prompt-format token-ids --spans jsonl:client.jsonl " + shlex.join(a) + "\n"
-                for a in loads) + f"\nengine exit code: {engine.returncode}\n")
+                for a in loads
+            )
+            + f"\nengine exit code: {engine.returncode}\n"
+        )
         with tarfile.open(out / f"rec-{name}.tar.gz", "w:gz") as tar:
             tar.add(rec, arcname=name)
-        log(out, f"[{name}] engine exit {engine.returncode}; {sum(1 for _ in open(rec / 'engine.jsonl')) if (rec / 'engine.jsonl').exists() else 0} engine span lines")
+        log(
+            out,
+            f"[{name}] engine exit {engine.returncode}; {sum(1 for _ in open(rec / 'engine.jsonl')) if (rec / 'engine.jsonl').exists() else 0} engine span lines",
+        )
 
 
 def baseline_env(args) -> dict:
@@ -178,9 +243,17 @@ def baseline_env(args) -> dict:
 
 def phase_env(out, args):
     sh(out, ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem", "--format=csv"], 30)
-    text = sh(out, [PY, "-c", "import torch, triton, platform; print('RESULT', __import__('json').dumps({'torch': "
-                    "torch.__version__, 'triton': triton.__version__, 'python': platform.python_version(), "
-                    "'gpu': torch.cuda.get_device_name(), 'cpus': __import__('os').cpu_count()}))"], 60)
+    text = sh(
+        out,
+        [
+            PY,
+            "-c",
+            "import torch, triton, platform; print('RESULT', __import__('json').dumps({'torch': "
+            "torch.__version__, 'triton': triton.__version__, 'python': platform.python_version(), "
+            "'gpu': torch.cuda.get_device_name(), 'cpus': __import__('os').cpu_count()}))",
+        ],
+        60,
+    )
     FIGURES["env"] = results(text)
 
 
@@ -197,12 +270,18 @@ def phase_sweep(out, args):
     best = [line for line in text.splitlines() if line.startswith("BEST ")]
     if best:
         fields = dict(kv.split("=", 1) for kv in best[-1].split()[1:])
-        for key, env in (("tile_n", "BUDGETSCOPE_ATTN_TILE_N"), ("num_warps", "BUDGETSCOPE_ATTN_WARPS"),
-                         ("num_stages", "BUDGETSCOPE_ATTN_STAGES")):
+        for key, env in (
+            ("tile_n", "BUDGETSCOPE_ATTN_TILE_N"),
+            ("num_warps", "BUDGETSCOPE_ATTN_WARPS"),
+            ("num_stages", "BUDGETSCOPE_ATTN_STAGES"),
+        ):
             if key in fields:
                 os.environ[env] = fields[key]
-        log(out, "[sweep] later phases run with " + " ".join(f"{k}={v}" for k, v in os.environ.items()
-                                                             if k.startswith("BUDGETSCOPE_ATTN_")))
+        log(
+            out,
+            "[sweep] later phases run with "
+            + " ".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith("BUDGETSCOPE_ATTN_")),
+        )
 
 
 def phase_gemv(out, args):
@@ -210,16 +289,32 @@ def phase_gemv(out, args):
 
 
 def phase_tests(out, args):
-    text = sh(out, [PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_paged_attention.py",
-                    "tests/test_fused_norm.py", "tests/test_engine_triton.py", "tests/test_engine_cuda_graphs.py",
-                    "tests/test_engine_step.py"], 150)
+    text = sh(
+        out,
+        [
+            PY,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_paged_attention.py",
+            "tests/test_fused_norm.py",
+            "tests/test_engine_triton.py",
+            "tests/test_engine_cuda_graphs.py",
+            "tests/test_engine_step.py",
+        ],
+        150,
+    )
     FIGURES["tests"] = text.strip().splitlines()[-3:]
 
 
 def phase_mixed(out, args):
     step_mix = str(ROOT / "benchmarks/gpu/step_mix.py")
-    got = results(sh(out, [PY, step_mix, "mixed", "--attention", "triton", "--steps", "300",
-                           "--profile-steps", "100"], 150))
+    got = results(
+        sh(out, [PY, step_mix, "mixed", "--attention", "triton", "--steps", "300", "--profile-steps", "100"], 150)
+    )
     if not got:  # the Triton path failed here: measure the rest of the engine (process split, graphs) on sdpa
         ATTENTION[0] = "sdpa"
         log(out, "[mixed] the Triton path failed: later phases use --attention sdpa")
@@ -229,64 +324,160 @@ def phase_mixed(out, args):
 
 def phase_baseline(out, args):
     if args.baseline:
-        FIGURES["mixed_baseline"] = results(sh(out, [PY, str(ROOT / "benchmarks/gpu/step_mix.py"), "mixed",
-                                                     "--steps", "300"], 120, env=baseline_env(args)))
+        FIGURES["mixed_baseline"] = results(
+            sh(
+                out,
+                [PY, str(ROOT / "benchmarks/gpu/step_mix.py"), "mixed", "--steps", "300"],
+                120,
+                env=baseline_env(args),
+            )
+        )
 
 
 def phase_decode(out, args):
     bench = str(ROOT / "benchmarks/bench_gpu.py")
-    sh(out, [PY, bench, "--out", str(WORK / "bench"), "--batches", "1", "--modes", "graphs", "--no-tape",
-             "--no-sampler-cost", "--seconds", "3", "--attention", ATTENTION[0]], 120)
+    sh(
+        out,
+        [
+            PY,
+            bench,
+            "--out",
+            str(WORK / "bench"),
+            "--batches",
+            "1",
+            "--modes",
+            "graphs",
+            "--no-tape",
+            "--no-sampler-cost",
+            "--seconds",
+            "3",
+            "--attention",
+            ATTENTION[0],
+        ],
+        120,
+    )
     path = WORK / "bench" / "gpu_figures.json"
     if path.exists():
         f = json.loads(path.read_text())
-        FIGURES["decode"] = {"copy_bytes_per_s": f.get("copy_bytes_per_s"), "decode": f.get("decode"),
-                             "step_phases_ms": f.get("step_phases_ms")}
+        FIGURES["decode"] = {
+            "copy_bytes_per_s": f.get("copy_bytes_per_s"),
+            "decode": f.get("decode"),
+            "step_phases_ms": f.get("step_phases_ms"),
+        }
     if args.baseline and left_s() > COST_S["decode"] + 60:
         base_bench = str(Path(args.baseline) / "benchmarks/bench_gpu.py")
-        sh(out, [PY, base_bench, "--out", str(WORK / "base"), "--batches", "1", "--modes", "graphs", "--no-tape",
-                 "--no-sampler-cost", "--seconds", "3"], 100, env=baseline_env(args))
+        sh(
+            out,
+            [
+                PY,
+                base_bench,
+                "--out",
+                str(WORK / "base"),
+                "--batches",
+                "1",
+                "--modes",
+                "graphs",
+                "--no-tape",
+                "--no-sampler-cost",
+                "--seconds",
+                "3",
+            ],
+            100,
+            env=baseline_env(args),
+        )
         path = WORK / "base" / "gpu_figures.json"
         if path.exists():
             FIGURES["decode_baseline"] = json.loads(path.read_text()).get("decode")
 
 
 def phase_inproc(out, args):
-    FIGURES["inproc"] = results(sh(out, [PY, str(ROOT / "benchmarks/gpu/step_mix.py"), "saturate", "--attention",
-                                         ATTENTION[0], "--max-seqs", "64", "--seconds", "15"], 100))
+    FIGURES["inproc"] = results(
+        sh(
+            out,
+            [
+                PY,
+                str(ROOT / "benchmarks/gpu/step_mix.py"),
+                "saturate",
+                "--attention",
+                ATTENTION[0],
+                "--max-seqs",
+                "64",
+                "--seconds",
+                "15",
+            ],
+            100,
+        )
+    )
 
 
 def phase_served(out, args):
     s = str(args.seconds)
-    serve_and_load(out, "served", ["--config", "1b", "--max-seqs", "64", "--attention", ATTENTION[0]],
-                   [["--rate", "12", "--duration", s, "--prompt-tokens", "256", "--output-tokens", "256"],
-                    ["--concurrency", "64", "--duration", s, "--warmup", "5s", "--prompt-tokens", "256",
-                     "--output-tokens", "256"]],
-                   "The `1b` engine on one GPU: 12 requests/s of 256 prompt / 256 output tokens, then a closed loop "
-                   "of 64 (saturation).")
+    serve_and_load(
+        out,
+        "served",
+        ["--config", "1b", "--max-seqs", "64", "--attention", ATTENTION[0]],
+        [
+            ["--rate", "12", "--duration", s, "--prompt-tokens", "256", "--output-tokens", "256"],
+            [
+                "--concurrency",
+                "64",
+                "--duration",
+                s,
+                "--warmup",
+                "5s",
+                "--prompt-tokens",
+                "256",
+                "--output-tokens",
+                "256",
+            ],
+        ],
+        "The `1b` engine on one GPU: 12 requests/s of 256 prompt / 256 output tokens, then a closed loop "
+        "of 64 (saturation).",
+    )
 
 
 RECORDINGS = {
     "bandwidth-bound": (
-        ["--config", "1b", "--max-seqs", "256", "--max-batched-tokens", "4096", "--max-model-len", "4096",
-         "--kv-blocks", str(256 * 4096 // 16 + 64)],
-        ["--rate", "32", "--prompt-tokens", "3000", "--output-tokens", "768",
-         "--shared-prefix", "fraction=1,count=64,tokens=2944"],
+        [
+            "--config",
+            "1b",
+            "--max-seqs",
+            "256",
+            "--max-batched-tokens",
+            "4096",
+            "--max-model-len",
+            "4096",
+            "--kv-blocks",
+            str(256 * 4096 // 16 + 64),
+        ],
+        [
+            "--rate",
+            "32",
+            "--prompt-tokens",
+            "3000",
+            "--output-tokens",
+            "768",
+            "--shared-prefix",
+            "fraction=1,count=64,tokens=2944",
+        ],
         "Long contexts and a large batch: up to 256 sequences decode over 3,000–3,800-token contexts, so a decode "
         "step reads tens of GB of K/V beside 2 GB of weights. Every prompt starts with one of 64 shared 2,944-token "
         "prefixes (system prompts, documents), so prefill is mostly prefix-cache hits and decode fills the steps: "
         "the 64 prefixes' K/V (386 MB a layer) is far larger than the 60 MB L2, so each sequence's reads still go "
-        "to DRAM. The decode tail should be DRAM-bandwidth-bound."),
+        "to DRAM. The decode tail should be DRAM-bandwidth-bound.",
+    ),
     "kv-preemption": (
         ["--config", "1b", "--max-seqs", "16", "--kv-blocks", "96"],
         ["--rate", "6", "--prompt-tokens", "64", "--output-tokens", "choice:48=0.7,400=0.3"],
         "Long outputs into a KV cache too small for them (96 blocks of 16 tokens, 16 sequences): sequences are "
-        "preempted and recomputed."),
+        "preempted and recomputed.",
+    ),
     "host-bound": (
         ["--config", "small", "--max-seqs", "64"],
         ["--rate", "40", "--prompt-tokens", "128", "--output-tokens", "128"],
         "A small model (25.7 M parameters) on a big GPU: a step's kernels take microseconds and the host's work "
-        "(scheduling, Python, launches) sets the pace: host-bound."),
+        "(scheduling, Python, launches) sets the pace: host-bound.",
+    ),
 }
 
 
@@ -297,13 +488,29 @@ def phase_record(out, args):
         if left_s() < COST_S["record"]:
             log(out, f"[record] no time left for {name}")
             continue
-        serve_and_load(out, name, serve_args + ["--attention", ATTENTION[0]],
-                       [load + ["--duration", str(args.record_seconds)]], what, ready_s=min(120, left_s() - 30))
+        serve_and_load(
+            out,
+            name,
+            serve_args + ["--attention", ATTENTION[0]],
+            [load + ["--duration", str(args.record_seconds)]],
+            what,
+            ready_s=min(120, left_s() - 30),
+        )
 
 
-PHASES = {"env": phase_env, "attn": phase_attn, "mixed": phase_mixed, "served": phase_served,
-          "baseline": phase_baseline, "decode": phase_decode, "inproc": phase_inproc, "record": phase_record,
-          "tests": phase_tests, "sweep": phase_sweep, "gemv": phase_gemv}  # in the order of what matters most when time runs out
+PHASES = {
+    "env": phase_env,
+    "attn": phase_attn,
+    "mixed": phase_mixed,
+    "served": phase_served,
+    "baseline": phase_baseline,
+    "decode": phase_decode,
+    "inproc": phase_inproc,
+    "record": phase_record,
+    "tests": phase_tests,
+    "sweep": phase_sweep,
+    "gemv": phase_gemv,
+}  # in the order of what matters most when time runs out
 
 
 def main() -> None:

@@ -63,8 +63,14 @@ def percentile(values: list[float], q: float) -> float:
 def mixed(args) -> dict:
     cuda = torch.cuda.is_available()
     n_dec, steps = (56, args.steps) if cuda else (8, 40)
-    eng = engine_for(args, max_model_len=2048, max_num_seqs=64, max_num_batched_tokens=512,
-                     num_kv_blocks=64 * 2048 // 16 + 16, enable_prefix_caching=False)
+    eng = engine_for(
+        args,
+        max_model_len=2048,
+        max_num_seqs=64,
+        max_num_batched_tokens=512,
+        num_kv_blocks=64 * 2048 // 16 + 16,
+        enable_prefix_caching=False,
+    )
     gen = torch.Generator().manual_seed(0)
     vocab = eng.model_config.vocab_size
 
@@ -98,8 +104,12 @@ def mixed(args) -> dict:
 
     run(30)  # warm-up: compiles, graph buckets, allocator
     r = run(steps)
-    result = {"what": "mixed", "config": args.config, "attention": args.attention or "default",
-              "running": sum(1 for s in seqs if not s.is_finished)}
+    result = {
+        "what": "mixed",
+        "config": args.config,
+        "attention": args.attention or "default",
+        "running": sum(1 for s in seqs if not s.is_finished),
+    }
     for k, v in r.items():
         if v:
             result[k] = {"steps": len(v), "median_ms": 1e3 * statistics.median(v), "p90_ms": 1e3 * percentile(v, 0.9)}
@@ -114,8 +124,12 @@ def mixed(args) -> dict:
             wall = time.perf_counter() - t0
         events = prof.key_averages()
         kernel_s = sum(e.self_device_time_total for e in events) / 1e6
-        result["profiled"] = {"steps": args.profile_steps, "wall_s": wall, "kernel_s": kernel_s,
-                              "kernel_share": kernel_s / wall}
+        result["profiled"] = {
+            "steps": args.profile_steps,
+            "wall_s": wall,
+            "kernel_s": kernel_s,
+            "kernel_share": kernel_s / wall,
+        }
         print(events.table(sort_by="self_device_time_total", row_limit=10), flush=True)
         print(events.table(sort_by="cpu_time_total", row_limit=10), flush=True)
     return result
@@ -123,8 +137,14 @@ def mixed(args) -> dict:
 
 def saturate(args) -> dict:
     batch, prompt_len, out_len = args.max_seqs, 256, 256
-    eng = engine_for(args, max_model_len=2048, max_num_seqs=batch, max_num_batched_tokens=512,
-                     num_kv_blocks=batch * (prompt_len + out_len) // 16 + 64, enable_prefix_caching=False)
+    eng = engine_for(
+        args,
+        max_model_len=2048,
+        max_num_seqs=batch,
+        max_num_batched_tokens=512,
+        num_kv_blocks=batch * (prompt_len + out_len) // 16 + 64,
+        enable_prefix_caching=False,
+    )
     gen = torch.Generator().manual_seed(1)
     vocab = eng.model_config.vocab_size
     params = SamplingParams(max_tokens=out_len, temperature=0, ignore_eos=True)
@@ -151,9 +171,16 @@ def saturate(args) -> dict:
             break
     sync()
     wall = time.perf_counter() - t_start
-    return {"what": "saturate", "config": args.config, "attention": args.attention or "default", "max_seqs": batch,
-            "prompt_tokens": prompt_len, "output_tokens": out_len, "seconds": wall,
-            "output_tokens_per_s": tokens / wall}
+    return {
+        "what": "saturate",
+        "config": args.config,
+        "attention": args.attention or "default",
+        "max_seqs": batch,
+        "prompt_tokens": prompt_len,
+        "output_tokens": out_len,
+        "seconds": wall,
+        "output_tokens_per_s": tokens / wall,
+    }
 
 
 def main() -> None:

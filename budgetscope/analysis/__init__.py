@@ -1,7 +1,7 @@
 """Analysis: budgets, tail attribution, contrast and the report.
 
-    from budgetscope.analysis import build_report, load_budgets
-    report = build_report(archive.con, load_budgets("budgets.toml"))
+from budgetscope.analysis import build_report, load_budgets
+report = build_report(archive.con, load_budgets("budgets.toml"))
 """
 
 from budgetscope.analysis.budgets import BudgetError, Budgets, TierBudget, load_budgets, parse_budgets

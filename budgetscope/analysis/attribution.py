@@ -15,12 +15,18 @@ from dataclasses import dataclass
 DOMINATED = 0.5
 
 TTFT_COMPONENTS = {  # stage → requests column, for TTFT (server figure; network added with client spans)
-    "frontend": "ttft_frontend_ms", "queue": "ttft_queue_ms", "prefill": "ttft_prefill_ms",
+    "frontend": "ttft_frontend_ms",
+    "queue": "ttft_queue_ms",
+    "prefill": "ttft_prefill_ms",
     "unaccounted": "ttft_unaccounted_ms",
 }
 E2E_COMPONENTS = {
-    "frontend": "frontend_ms", "queue": "queue_ms", "prefill": "prefill_ms", "decode": "decode_ms",
-    "postprocess": "postprocess_ms", "unaccounted": "unaccounted_ms",
+    "frontend": "frontend_ms",
+    "queue": "queue_ms",
+    "prefill": "prefill_ms",
+    "decode": "decode_ms",
+    "postprocess": "postprocess_ms",
+    "unaccounted": "unaccounted_ms",
 }
 NETWORK = {"ttft": "ttft_network_ms", "e2e": "network_ms"}
 FIGURES = {"ttft": ("client_ttft_ms", "ttft_ms"), "e2e": ("client_e2e_ms", "e2e_ms")}
@@ -62,4 +68,3 @@ def tail_label(attribution: dict | None) -> str:
         return attribution["dominant"]
     top = ", ".join(f"{s} {100 * attribution['shares'][s]:.0f}%" for s in attribution["top"])
     return f"mixed ({top})"
-

@@ -93,7 +93,7 @@ def _tier(src: str, name: str, t) -> TierBudget:
             raise BudgetError(f"{where}.{k}: unknown key (expected one of: {', '.join(TIER_KEYS)})")
     match = t.get("match", {})
     if not isinstance(match, dict):
-        raise BudgetError(f"{where}.match: must be a table such as {{ model = \"llama-3-8b\" }}")
+        raise BudgetError(f'{where}.match: must be a table such as {{ model = "llama-3-8b" }}')
     for k, v in match.items():
         if k not in MATCH_KEYS:
             raise BudgetError(f"{where}.match.{k}: unknown filter (expected one of: {', '.join(MATCH_KEYS)})")
@@ -111,17 +111,24 @@ def _tier(src: str, name: str, t) -> TierBudget:
     for s, v in stages_raw.items():
         if s not in BUDGETABLE_STAGES:
             hint = " (unaccounted time has no budget: it is what no stage explains)" if s == "unaccounted" else ""
-            raise BudgetError(f"{where}.stages.{s}: unknown stage (expected one of: {', '.join(BUDGETABLE_STAGES)}){hint}")
+            raise BudgetError(
+                f"{where}.stages.{s}: unknown stage (expected one of: {', '.join(BUDGETABLE_STAGES)}){hint}"
+            )
         stages[s] = _number(f"{where}.stages", s, v)
     ttft_part = sum(v for s, v in stages.items() if s in TTFT_STAGES)
     if "ttft_ms" in metrics and ttft_part > metrics["ttft_ms"]:
-        raise BudgetError(f"{where}.stages: network + frontend + queue + prefill = {ttft_part:g} ms "
-                          f"overflows ttft_ms = {metrics['ttft_ms']:g}")
+        raise BudgetError(
+            f"{where}.stages: network + frontend + queue + prefill = {ttft_part:g} ms "
+            f"overflows ttft_ms = {metrics['ttft_ms']:g}"
+        )
     if "e2e_ms" in metrics and sum(stages.values()) > metrics["e2e_ms"]:
-        raise BudgetError(f"{where}.stages: the stage budgets add up to {sum(stages.values()):g} ms, "
-                          f"overflowing e2e_ms = {metrics['e2e_ms']:g}")
-    return TierBudget(name=name, match=dict(match), percentile=float(pct), stages=stages,
-                      max_error_rate=error_rate, **metrics)
+        raise BudgetError(
+            f"{where}.stages: the stage budgets add up to {sum(stages.values()):g} ms, "
+            f"overflowing e2e_ms = {metrics['e2e_ms']:g}"
+        )
+    return TierBudget(
+        name=name, match=dict(match), percentile=float(pct), stages=stages, max_error_rate=error_rate, **metrics
+    )
 
 
 def parse_budgets(text: str, source: str = "<budgets>") -> Budgets:

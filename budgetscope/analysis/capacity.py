@@ -33,8 +33,13 @@ from dataclasses import dataclass
 from budgetscope.analysis.budgets import Budgets, TierBudget
 from budgetscope.analysis.report import build_report, discovered_tiers, pkey
 
-RUN, STEP, REPEAT, RATE, DURATION = ("budgetscope.sweep.run", "budgetscope.sweep.step", "budgetscope.sweep.repeat",
-                                     "budgetscope.sweep.rate_rps", "budgetscope.sweep.duration_s")
+RUN, STEP, REPEAT, RATE, DURATION = (
+    "budgetscope.sweep.run",
+    "budgetscope.sweep.step",
+    "budgetscope.sweep.repeat",
+    "budgetscope.sweep.rate_rps",
+    "budgetscope.sweep.duration_s",
+)
 CONCURRENCY = "budgetscope.sweep.concurrency"
 """Tag of a closed-loop step: requests in flight (instead of RATE)."""
 RATE_UNIT, CONCURRENCY_UNIT = "req/s", "concurrent requests"
@@ -48,12 +53,24 @@ KNEE_GROWTH = 2.0
 Z_95 = 1.96
 
 ENGINE_METRICS = {  # signal → names under which servers expose it on /metrics
-    "running": ("budgetscope_engine_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs",
-                "tgi_batch_current_size"),
-    "waiting": ("budgetscope_engine_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs",
-                "tgi_queue_size"),
-    "kv_usage": ("budgetscope_engine_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                 "sglang:token_usage"),
+    "running": (
+        "budgetscope_engine_requests_running",
+        "vllm:num_requests_running",
+        "sglang:num_running_reqs",
+        "tgi_batch_current_size",
+    ),
+    "waiting": (
+        "budgetscope_engine_requests_waiting",
+        "vllm:num_requests_waiting",
+        "sglang:num_queue_reqs",
+        "tgi_queue_size",
+    ),
+    "kv_usage": (
+        "budgetscope_engine_kv_cache_usage_ratio",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "sglang:token_usage",
+    ),
     "preemptions": ("budgetscope_engine_preemptions_total", "vllm:num_preemptions_total", "vllm:num_preemptions"),
 }
 
@@ -89,12 +106,15 @@ def sweep_runs(con) -> list[str]:
 
 def sweep_steps(con, run: str) -> list[Step]:
     """The steps of one run, in the order they ran."""
-    rows = con.execute(f"""SELECT CAST(attributes->>'{STEP}' AS INTEGER) AS step,
+    rows = con.execute(
+        f"""SELECT CAST(attributes->>'{STEP}' AS INTEGER) AS step,
           CAST(attributes->>'{REPEAT}' AS INTEGER), CAST(attributes->>'{RATE}' AS DOUBLE),
           CAST(attributes->>'{DURATION}' AS DOUBLE), min(start_ns), max(end_ns), count(*),
           min(attributes->>'url.full'), CAST(attributes->>'{CONCURRENCY}' AS INTEGER)
         FROM spans WHERE source = 'client' AND attributes->>'{RUN}' = ?
-        GROUP BY 1, 2, 3, 4, 9 ORDER BY 1""", [run]).fetchall()
+        GROUP BY 1, 2, 3, 4, 9 ORDER BY 1""",
+        [run],
+    ).fetchall()
     return [Step(run, r[0], r[1] or 0, r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows]
 
 
@@ -112,17 +132,30 @@ def wilson(k: int, n: int, z: float = Z_95) -> tuple[float, float] | None:
 def signals(con, start_ns: int, end_ns: int) -> dict:
     """The server's saturation signals in [start_ns, end_ns]: from `engine_steps` when the engine emitted its step
     spans, else from scraped `/metrics` samples (`server_metrics`); `source` None when neither has any."""
-    row = con.execute("""SELECT count(*), avg(batch_size), max(batch_size), quantile_cont(queue_depth, 0.99),
+    row = con.execute(
+        """SELECT count(*), avg(batch_size), max(batch_size), quantile_cont(queue_depth, 0.99),
           max(queue_depth), max(kv_blocks_used::DOUBLE / nullif(kv_blocks_total, 0)), sum(preempted)
-        FROM engine_steps WHERE start_ns >= ? AND start_ns <= ?""", [start_ns, end_ns]).fetchone()
+        FROM engine_steps WHERE start_ns >= ? AND start_ns <= ?""",
+        [start_ns, end_ns],
+    ).fetchone()
     if row[0]:
-        return {"source": "engine_steps", "steps": row[0], "batch_mean": row[1], "batch_max": row[2],
-                "queue_p99": row[3], "queue_max": row[4], "kv_max": row[5], "preemptions": int(row[6] or 0)}
+        return {
+            "source": "engine_steps",
+            "steps": row[0],
+            "batch_mean": row[1],
+            "batch_max": row[2],
+            "queue_p99": row[3],
+            "queue_max": row[4],
+            "kv_max": row[5],
+            "preemptions": int(row[6] or 0),
+        }
     names = [n for ns in ENGINE_METRICS.values() for n in ns]
     try:
-        rows = con.execute(f"""SELECT metric, count(*), avg(value), max(value), min(value) FROM server_metrics
-            WHERE ts_ns >= ? AND ts_ns <= ? AND metric IN ({', '.join('?' * len(names))}) GROUP BY 1""",
-                           [start_ns, end_ns, *names]).fetchall()
+        rows = con.execute(
+            f"""SELECT metric, count(*), avg(value), max(value), min(value) FROM server_metrics
+            WHERE ts_ns >= ? AND ts_ns <= ? AND metric IN ({", ".join("?" * len(names))}) GROUP BY 1""",
+            [start_ns, end_ns, *names],
+        ).fetchall()
     except Exception:  # an archive from before server_metrics existed
         rows = []
     if not rows:
@@ -154,20 +187,41 @@ def _tier_at_step(t: dict, wall_s: float, target: float | None) -> dict:
     attribution = {}
     for kind in ("ttft", "e2e"):
         a = t["attribution"].get(kind)
-        attribution[kind] = None if a is None else {
-            "metric": a["metric"], "tail_size": a["tail_size"], "shares": a["shares"],
-            "dominant": a["dominant"] if a["shares"] is not None else None, "verdict": a["verdict"],
-            "tail_mean_ms": a["tail_mean_ms"], "body_mean_ms": a["body_mean_ms"]}
+        attribution[kind] = (
+            None
+            if a is None
+            else {
+                "metric": a["metric"],
+                "tail_size": a["tail_size"],
+                "shares": a["shares"],
+                "dominant": a["dominant"] if a["shares"] is not None else None,
+                "verdict": a["verdict"],
+                "tail_mean_ms": a["tail_mean_ms"],
+                "body_mean_ms": a["body_mean_ms"],
+            }
+        )
     keeps = None if not n else bool(t["kept"] and att is not None and att >= want)
     return {
-        "name": t["name"], "percentile": t["percentile"], "requests": n, "ok_requests": t["ok_requests"],
-        "judged_requests": judged, "status": t["status"],
-        "outcomes": t["outcomes"], "attainment": att, "attainment_interval": wilson(met, judged),
-        "target_attainment": want, "goodput_rps": met / wall_s if wall_s > 0 else None,
-        "metrics": {m: {"p50": v.get("p50"), key: v.get(key), "budget": v.get("budget"), "column": v.get("column")}
-                    for m, v in t["metrics"].items()},
+        "name": t["name"],
+        "percentile": t["percentile"],
+        "requests": n,
+        "ok_requests": t["ok_requests"],
+        "judged_requests": judged,
+        "status": t["status"],
+        "outcomes": t["outcomes"],
+        "attainment": att,
+        "attainment_interval": wilson(met, judged),
+        "target_attainment": want,
+        "goodput_rps": met / wall_s if wall_s > 0 else None,
+        "metrics": {
+            m: {"p50": v.get("p50"), key: v.get(key), "budget": v.get("budget"), "column": v.get("column")}
+            for m, v in t["metrics"].items()
+        },
         "stages": {s: {key: v.get(key), "budget": v.get("budget")} for s, v in t["stages"].items()},
-        "attribution": attribution, "breaches": t["breaches"], "kept": t["kept"], "keeps": keeps,
+        "attribution": attribution,
+        "breaches": t["breaches"],
+        "kept": t["kept"],
+        "keeps": keeps,
     }
 
 
@@ -179,11 +233,22 @@ def step_figures(con, step: Step, budgets: Budgets, target_attainment: float | N
     tiers = [_tier_at_step(t, wall_s, target_attainment) for t in rep["tiers"] if t.get("budgeted", True)]
     ok = sum(t["ok_requests"] for t in rep["tiers"])
     requests = sum(t["requests"] for t in rep["tiers"]) + sum(rep.get("unbudgeted_tiers", {}).values())
-    return {"step": step.index, "repeat": step.repeat, "rate_rps": step.rate_rps, "concurrency": step.concurrency,
-            "level": step.level, "duration_s": step.duration_s,
-            "start_ns": step.start_ns, "end_ns": step.end_ns, "sent": step.sent, "requests": requests, "ok": ok,
-            "served_rps": ok / wall_s if wall_s > 0 else None,
-            "signals": signals(con, step.start_ns, step.end_ns), "tiers": tiers}
+    return {
+        "step": step.index,
+        "repeat": step.repeat,
+        "rate_rps": step.rate_rps,
+        "concurrency": step.concurrency,
+        "level": step.level,
+        "duration_s": step.duration_s,
+        "start_ns": step.start_ns,
+        "end_ns": step.end_ns,
+        "sent": step.sent,
+        "requests": requests,
+        "ok": ok,
+        "served_rps": ok / wall_s if wall_s > 0 else None,
+        "signals": signals(con, step.start_ns, step.end_ns),
+        "tiers": tiers,
+    }
 
 
 def _median(xs: list[float]) -> float | None:
@@ -214,21 +279,37 @@ def points(steps: list[dict]) -> list[dict]:
             ttft = [t["metrics"]["ttft_ms"][key] for t in ts]
             n, judged = sum(t["requests"] for t in ts), sum(t["judged_requests"] for t in ts)
             met = sum(round(t["attainment"] * t["judged_requests"]) for t in ts)
-            shares = [t["attribution"]["ttft"]["shares"] for t in ts
-                      if t["attribution"]["ttft"] and t["attribution"]["ttft"]["shares"]]
-            mean_shares = ({k: sum(sh[k] for sh in shares) / len(shares) for k in shares[0]} if shares else None)
+            shares = [
+                t["attribution"]["ttft"]["shares"]
+                for t in ts
+                if t["attribution"]["ttft"] and t["attribution"]["ttft"]["shares"]
+            ]
+            mean_shares = {k: sum(sh[k] for sh in shares) / len(shares) for k in shares[0]} if shares else None
             tiers[name] = {
-                "keeps": all(t["keeps"] for t in ts), "runs": len(ts),
-                "attainment": _median(att), "attainment_spread": [min(att), max(att)],
-                "attainment_interval": wilson(met, judged), "requests": n,
-                "ttft": _median(ttft), "ttft_spread": _spread(ttft), "ttft_key": key,
+                "keeps": all(t["keeps"] for t in ts),
+                "runs": len(ts),
+                "attainment": _median(att),
+                "attainment_spread": [min(att), max(att)],
+                "attainment_interval": wilson(met, judged),
+                "requests": n,
+                "ttft": _median(ttft),
+                "ttft_spread": _spread(ttft),
+                "ttft_key": key,
                 "ttft_shares": mean_shares,
                 "ttft_dominant": max(mean_shares, key=mean_shares.get) if mean_shares else None,
                 "breaches": [b for t in ts for b in t["breaches"]],
             }
-        out.append({"rate_rps": runs[0]["rate_rps"], "concurrency": runs[0].get("concurrency"), "level": rate,
-                    "runs": len(runs), "served_rps": _median([s["served_rps"] for s in runs]),
-                    "served_spread": _spread([s["served_rps"] for s in runs]), "tiers": tiers})
+        out.append(
+            {
+                "rate_rps": runs[0]["rate_rps"],
+                "concurrency": runs[0].get("concurrency"),
+                "level": rate,
+                "runs": len(runs),
+                "served_rps": _median([s["served_rps"] for s in runs]),
+                "served_spread": _spread([s["served_rps"] for s in runs]),
+                "tiers": tiers,
+            }
+        )
     return out
 
 
@@ -266,12 +347,26 @@ def tier_capacity(pts: list[dict], name: str, target: float) -> dict:
     at_cap = next((t for r, _, t in mine if r == capacity), None)
     at_break = next((t for r, _, t in mine if r == first_break), None)
     sfx = "rps" if unit == RATE_UNIT else "concurrency"
-    out = {"name": name, "target_attainment": target, "unit": unit, "capacity": capacity, f"capacity_{sfx}": capacity,
-           "capacity_is_lower_bound": first_break is None and capacity is not None,
-           "first_break": first_break, f"first_break_{sfx}": first_break, "break_reasons": _reasons(at_break, target),
-           "knee": knee, f"knee_{sfx}": knee, "knee_reason": knee_reason, "takeover": takeover,
-           "confidence": {"runs_per_rate": sorted({t["runs"] for _, _, t in mine}),
-                          "at_capacity": _sure(at_cap, target), "at_first_break": _sure(at_break, target)}}
+    out = {
+        "name": name,
+        "target_attainment": target,
+        "unit": unit,
+        "capacity": capacity,
+        f"capacity_{sfx}": capacity,
+        "capacity_is_lower_bound": first_break is None and capacity is not None,
+        "first_break": first_break,
+        f"first_break_{sfx}": first_break,
+        "break_reasons": _reasons(at_break, target),
+        "knee": knee,
+        f"knee_{sfx}": knee,
+        "knee_reason": knee_reason,
+        "takeover": takeover,
+        "confidence": {
+            "runs_per_rate": sorted({t["runs"] for _, _, t in mine}),
+            "at_capacity": _sure(at_cap, target),
+            "at_first_break": _sure(at_break, target),
+        },
+    }
     if unit != RATE_UNIT:
         out["capacity_served_rps"] = next((served for lv, served, _ in mine if lv == capacity), None)
     out["verdict"] = _verdict(out, mine)
@@ -285,11 +380,17 @@ def repeat_capacity(steps: list[dict], name: str, target: float) -> dict | None:
     repeats = sorted({s["repeat"] for s in steps})
     if len(repeats) < 2:
         return None
-    found = {r: tier_capacity(points([s for s in steps if s["repeat"] == r]), name, target)["capacity"]
-             for r in repeats}
+    found = {
+        r: tier_capacity(points([s for s in steps if s["repeat"] == r]), name, target)["capacity"] for r in repeats
+    }
     known = [c for c in found.values() if c is not None]
-    out = {"by_repeat": [found[r] for r in repeats], "unknown_repeats": [r for r, c in found.items() if c is None],
-           "spread": _spread(known), "mean": sum(known) / len(known) if known else None, "interval_95": None}
+    out = {
+        "by_repeat": [found[r] for r in repeats],
+        "unknown_repeats": [r for r, c in found.items() if c is None],
+        "spread": _spread(known),
+        "mean": sum(known) / len(known) if known else None,
+        "interval_95": None,
+    }
     if len(known) >= 2:
         mean = out["mean"]
         sd = math.sqrt(sum((c - mean) ** 2 for c in known) / (len(known) - 1))
@@ -304,9 +405,15 @@ def _sure(t: dict | None, target: float) -> dict | None:
         return None
     lo, hi = t["attainment_interval"] or (None, None)
     resolved = lo is not None and (lo >= target or hi < target)
-    return {"runs": t["runs"], "requests": t["requests"], "attainment": t["attainment"],
-            "attainment_interval": t["attainment_interval"], "attainment_spread": t["attainment_spread"],
-            "ttft_spread": t["ttft_spread"], "resolved": resolved}
+    return {
+        "runs": t["runs"],
+        "requests": t["requests"],
+        "attainment": t["attainment"],
+        "attainment_interval": t["attainment_interval"],
+        "attainment_spread": t["attainment_spread"],
+        "ttft_spread": t["ttft_spread"],
+        "resolved": resolved,
+    }
 
 
 def _breach_words(b: dict) -> str:
@@ -336,17 +443,21 @@ def _knee(mine: list[tuple], unit: str = RATE_UNIT) -> tuple[float | None, str]:
     for i, ((r0, _, t0), (r1, served1, t1)) in enumerate(zip(mine, mine[1:])):
         l0, l1 = t0["ttft"], t1["ttft"]
         if unit == RATE_UNIT and served1 is not None and served1 < SERVED_FRACTION * r1:
-            return r0, (f"at {r1:g} req/s the server served {served1:.2f} req/s ok, under "
-                        f"{100 * SERVED_FRACTION:.0f}% of the offered rate")
+            return r0, (
+                f"at {r1:g} req/s the server served {served1:.2f} req/s ok, under "
+                f"{100 * SERVED_FRACTION:.0f}% of the offered rate"
+            )
         if l1 is None:
             return r0, f"at {r1:g} {unit} no request of the tier ended ok"
         if l0 and base and l0 > 0:
             e = math.log(l1 / l0) / math.log(r1 / r0)
             # a turn that the higher rates undo was a hiccup (one slow request is the p99 of a short step)
-            stays = all(x is None or x >= KNEE_GROWTH * base for x in later[i + 1:])
+            stays = all(x is None or x >= KNEE_GROWTH * base for x in later[i + 1 :])
             if e > KNEE_ELASTICITY and l1 >= KNEE_GROWTH * base and stays:
-                return r0, (f"{t1['ttft_key']} TTFT went {l0:.0f} → {l1:.0f} ms from {r0:g} to {r1:g} {unit} "
-                            f"(elasticity {e:.2f} > {KNEE_ELASTICITY:g}; {l1 / base:.1f}× the lightest rate's)")
+                return r0, (
+                    f"{t1['ttft_key']} TTFT went {l0:.0f} → {l1:.0f} ms from {r0:g} to {r1:g} {unit} "
+                    f"(elasticity {e:.2f} > {KNEE_ELASTICITY:g}; {l1 / base:.1f}× the lightest rate's)"
+                )
     swept = "rates" if unit == RATE_UNIT else "concurrencies"
     return None, f"the tail TTFT did not turn up within the {swept} swept (up to {mine[-1][0]:g} {unit})"
 
@@ -362,9 +473,16 @@ def _takeover(mine: list[tuple], past: float | None, unit: str = RATE_UNIT) -> d
         return None
     stage = t["ttft_dominant"]
     low_rate, low = mine[0][0], mine[0][2]
-    out = {"metric": "ttft", "stage": stage, "share": t["ttft_shares"][stage], "at": rate,
-           "above": past if past is not None and rate > past else None, "shares": t["ttft_shares"], "low": low_rate,
-           "low_share": (low["ttft_shares"] or {}).get(stage) if low["ttft_shares"] else None}
+    out = {
+        "metric": "ttft",
+        "stage": stage,
+        "share": t["ttft_shares"][stage],
+        "at": rate,
+        "above": past if past is not None and rate > past else None,
+        "shares": t["ttft_shares"],
+        "low": low_rate,
+        "low_share": (low["ttft_shares"] or {}).get(stage) if low["ttft_shares"] else None,
+    }
     if unit == RATE_UNIT:  # the keys of rate sweeps before concurrency sweeps existed
         out.update(at_rps=out["at"], above_rps=out["above"], low_rps=out["low"])
     return out
@@ -381,23 +499,32 @@ def _verdict(c: dict, mine: list[tuple]) -> str:
     u = c["unit"]
     word = "rate" if u == RATE_UNIT else "concurrency"
     if c["capacity"] is None:
-        head = (f"Tier {name} breaks its budgets already at the lightest {word}, {mine[0][0]:g} {u} "
-                f"({'; '.join(c['break_reasons']) or 'see the steps'}).")
+        head = (
+            f"Tier {name} breaks its budgets already at the lightest {word}, {mine[0][0]:g} {u} "
+            f"({'; '.join(c['break_reasons']) or 'see the steps'})."
+        )
     elif c["capacity_is_lower_bound"]:
         head = f"Tier {name} keeps its budgets at every {word} swept, up to {c['capacity']:g} {u} (capacity is higher)."
     else:
-        head = (f"Tier {name} keeps its budgets up to {c['capacity']:g} {u} and breaks them at "
-                f"{c['first_break']:g} {u} ({'; '.join(c['break_reasons'])}).")
+        head = (
+            f"Tier {name} keeps its budgets up to {c['capacity']:g} {u} and breaks them at "
+            f"{c['first_break']:g} {u} ({'; '.join(c['break_reasons'])})."
+        )
     if c.get("capacity_served_rps") is not None:
         head += f" At {c['capacity']:g} {u} it served {c['capacity_served_rps']:.2f} req/s ok."
-    knee = (f" Knee at {c['knee']:g} {u}: {c['knee_reason']}." if c["knee"] is not None
-            else f" No knee: {c['knee_reason']}.")
+    knee = (
+        f" Knee at {c['knee']:g} {u}: {c['knee_reason']}."
+        if c["knee"] is not None
+        else f" No knee: {c['knee_reason']}."
+    )
     t = c["takeover"]
     take = ""
     if t is not None:
         where = f"Above {t['above']:g} {u}" if t["above"] is not None else f"At {t['at']:g} {u}"
-        take = (f" {where} {t['stage']} is {_pct(t['share'])} of the TTFT tail "
-                f"(at {t['at']:g} {u}; {_pct(t['low_share'])} at {t['low']:g} {u}).")
+        take = (
+            f" {where} {t['stage']} is {_pct(t['share'])} of the TTFT tail "
+            f"(at {t['at']:g} {u}; {_pct(t['low_share'])} at {t['low']:g} {u})."
+        )
     return head + knee + take
 
 
@@ -418,6 +545,15 @@ def analyze(con, budgets: Budgets | None, run: str | None = None, target_attainm
     for tb in budgets.tiers:
         target = target_attainment if target_attainment is not None else tb.percentile / 100
         tiers.append(tier_capacity(pts, tb.name, target) | {"repeats": repeat_capacity(steps, tb.name, target)})
-    return {"run": run, "runs": runs, "target": found[0].target if found else None, "unit": unit_of(pts),
-            "budgets_file": budgets.path, "tier_names": names, "rates": [p["rate_rps"] for p in pts],
-            "steps": steps, "points": pts, "tiers": tiers}
+    return {
+        "run": run,
+        "runs": runs,
+        "target": found[0].target if found else None,
+        "unit": unit_of(pts),
+        "budgets_file": budgets.path,
+        "tier_names": names,
+        "rates": [p["rate_rps"] for p in pts],
+        "steps": steps,
+        "points": pts,
+        "tiers": tiers,
+    }

@@ -27,10 +27,14 @@ def render_text(res: dict) -> str:
         return "no sweep steps in this archive\n"
     unit = res.get("unit", RATE_UNIT)
     head = "rate/s" if unit == RATE_UNIT else "concurrency"
-    out = [f"sweep {res['run']} of {res.get('target') or 'the target'}: {len(res['points'])} "
-           f"{'rates' if unit == RATE_UNIT else 'concurrencies'}, "
-           f"{len(res['steps'])} steps" + (f" of {res['duration_s']:g} s" if res.get("duration_s") else "")
-           + (f"; archive {res['archive']}" if res.get("archive") else ""), ""]
+    out = [
+        f"sweep {res['run']} of {res.get('target') or 'the target'}: {len(res['points'])} "
+        f"{'rates' if unit == RATE_UNIT else 'concurrencies'}, "
+        f"{len(res['steps'])} steps"
+        + (f" of {res['duration_s']:g} s" if res.get("duration_s") else "")
+        + (f"; archive {res['archive']}" if res.get("archive") else ""),
+        "",
+    ]
     for tier in res["tiers"]:
         name = tier["name"]
         rows = []
@@ -41,23 +45,49 @@ def render_text(res: dict) -> str:
             sh = t["ttft_shares"] or {}
             lo, hi = t["attainment_spread"]
             spread = "" if p["runs"] == 1 else f" ({100 * lo:.0f}-{100 * hi:.0f})"
-            rows.append([f"{level(p):g}", f"{p['served_rps']:.2f}" if p["served_rps"] is not None else "n/a",
-                         str(t["requests"]), _pct(t["attainment"]) + spread, _ms(t["ttft"]),
-                         _pct(sh.get("queue")), _pct(sh.get("prefill")),
-                         f"{t['ttft_dominant']} {_pct(sh.get(t['ttft_dominant']))}" if t["ttft_dominant"] else "-",
-                         "keeps" if t["keeps"] else "BREAKS"])
+            rows.append(
+                [
+                    f"{level(p):g}",
+                    f"{p['served_rps']:.2f}" if p["served_rps"] is not None else "n/a",
+                    str(t["requests"]),
+                    _pct(t["attainment"]) + spread,
+                    _ms(t["ttft"]),
+                    _pct(sh.get("queue")),
+                    _pct(sh.get("prefill")),
+                    f"{t['ttft_dominant']} {_pct(sh.get(t['ttft_dominant']))}" if t["ttft_dominant"] else "-",
+                    "keeps" if t["keeps"] else "BREAKS",
+                ]
+            )
         key = next((p["tiers"][name]["ttft_key"] for p in res["points"] if name in p["tiers"]), "p99")
         out.append(f"tier {name} (target attainment {100 * tier['target_attainment']:g}%)")
-        out += _table([head, "served ok/s", "requests", "attainment", f"{key} TTFT ms", "queue share",
-                       "prefill share", "TTFT tail dominant", "budgets"], rows)
+        out += _table(
+            [
+                head,
+                "served ok/s",
+                "requests",
+                "attainment",
+                f"{key} TTFT ms",
+                "queue share",
+                "prefill share",
+                "TTFT tail dominant",
+                "budgets",
+            ],
+            rows,
+        )
         out += ["", tier["verdict"]] + _repeats_line(tier) + [""]
     rows = []
     for s in sorted(res["steps"], key=lambda s: (level(s), s["repeat"])):
         g = s["signals"]
-        rows.append([f"{level(s):g}", SIGNAL_NOTE.get(g.get("source"), "?"),
-                     f"{_num(g.get('batch_mean'))} / {_num(g.get('batch_max'), '{:.0f}')}",
-                     f"{_num(g.get('queue_p99', g.get('queue_mean')))} / {_num(g.get('queue_max'), '{:.0f}')}",
-                     _pct(g.get("kv_max")), _num(g.get("preemptions"), "{:.0f}")])
+        rows.append(
+            [
+                f"{level(s):g}",
+                SIGNAL_NOTE.get(g.get("source"), "?"),
+                f"{_num(g.get('batch_mean'))} / {_num(g.get('batch_max'), '{:.0f}')}",
+                f"{_num(g.get('queue_p99', g.get('queue_mean')))} / {_num(g.get('queue_max'), '{:.0f}')}",
+                _pct(g.get("kv_max")),
+                _num(g.get("preemptions"), "{:.0f}"),
+            ]
+        )
     out.append("saturation signals of the server, per step")
     out += _table([head, "from", "batch mean / max", "queue p99 (mean) / max", "KV max", "preemptions"], rows)
     if res.get("search"):
@@ -90,6 +120,8 @@ def _sure_line(tier: dict) -> str:
         if s is None:
             continue
         lo, hi = s["attainment_interval"] or (0, 0)
-        parts.append(f"{label}: attainment {_pct(s['attainment'])} (95% interval {100 * lo:.0f}-{100 * hi:.0f}% over "
-                     f"{s['requests']} requests, {'decided' if s['resolved'] else 'NOT decided: run longer'})")
+        parts.append(
+            f"{label}: attainment {_pct(s['attainment'])} (95% interval {100 * lo:.0f}-{100 * hi:.0f}% over "
+            f"{s['requests']} requests, {'decided' if s['resolved'] else 'NOT decided: run longer'})"
+        )
     return "; ".join(parts)

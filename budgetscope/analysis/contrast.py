@@ -13,8 +13,10 @@ from budgetscope.analysis.selection import BODY, TAIL, split_class
 MIN_DISTANCE = 0.2
 
 REPLICA_SQL = "coalesce(service_instance_id, k8s_pod_name, host_name)"
-INSTANCE_SQL = (f"CASE WHEN {REPLICA_SQL} IS NULL THEN coalesce(service_name, '(none)') "
-                f"ELSE coalesce(service_name, '(none)') || '/' || {REPLICA_SQL} END")
+INSTANCE_SQL = (
+    f"CASE WHEN {REPLICA_SQL} IS NULL THEN coalesce(service_name, '(none)') "
+    f"ELSE coalesce(service_name, '(none)') || '/' || {REPLICA_SQL} END"
+)
 """The instance of a request: `service.name/replica`, the replica named by the server span's
 `service.instance.id`, else its `k8s.pod.name`, else its `host.name`; just the service name where none is
 kept. Replicas of one service share the `service.name`, so without the replica one slow replica among four
@@ -32,8 +34,9 @@ DIMENSIONS = {
 }
 
 
-def mixes(con, dims: dict[str, str], source: str, where: str, params: list, metric: str, tail_min: float,
-          median: float) -> dict[str, list[tuple[str, int, int]]]:
+def mixes(
+    con, dims: dict[str, str], source: str, where: str, params: list, metric: str, tail_min: float, median: float
+) -> dict[str, list[tuple[str, int, int]]]:
     """Dimension → [(value, requests in the tail, requests in the body)], from one scan of `source`.
 
     `dims` maps a name to a SQL expression over `source`; tail = metric ≥ tail_min, body = metric ≤ median."""
@@ -42,19 +45,23 @@ def mixes(con, dims: dict[str, str], source: str, where: str, params: list, metr
     sets = ", ".join(f"(d{i})" for i in range(len(names)))
     picks = " ".join(f"WHEN NOT grouping(d{i})::BOOLEAN THEN {i}" for i in range(len(names)))
     vals = "coalesce(" + ", ".join(f"d{i}::VARCHAR" for i in range(len(names))) + ")"
-    rows = con.execute(f"""
+    rows = con.execute(
+        f"""
         SELECT CASE {picks} END AS dim, {vals} AS val,
                count(*) FILTER (WHERE m >= ?) AS tail, count(*) FILTER (WHERE m <= ?) AS body
         FROM (SELECT {cols}, {metric} AS m FROM {source} {where})
-        GROUP BY GROUPING SETS ({sets})""", [tail_min, median, *params]).fetchall()
+        GROUP BY GROUPING SETS ({sets})""",
+        [tail_min, median, *params],
+    ).fetchall()
     out: dict[str, list[tuple[str, int, int]]] = {}
     for dim, val, tail, body in rows:
         out.setdefault(names[dim], []).append((val, tail, body))
     return out
 
 
-def mixes_of_splits(con, dims: dict[str, str], source: str, where: str, params: list,
-                    splits: dict[str, tuple[str, float, float]]) -> dict[str, dict[str, list[tuple[str, int, int]]]]:
+def mixes_of_splits(
+    con, dims: dict[str, str], source: str, where: str, params: list, splits: dict[str, tuple[str, float, float]]
+) -> dict[str, dict[str, list[tuple[str, int, int]]]]:
     """`mixes` for several splits of the same rows, from one scan: split name → (metric, tail_min, median) →
     what `mixes` gives for `where` narrowed to the rows whose metric is neither NULL nor NaN.
 
@@ -69,11 +76,14 @@ def mixes_of_splits(con, dims: dict[str, str], source: str, where: str, params: 
     sets = ", ".join(f"({d}, {', '.join(cs)})" for d in ds)
     picks = " ".join(f"WHEN NOT grouping(d{i})::BOOLEAN THEN {i}" for i in range(len(names)))
     vals = "coalesce(" + ", ".join(f"d{i}::VARCHAR" for i in range(len(names))) + ")"
-    rows = con.execute(f"""
-        WITH g AS (SELECT {', '.join(ds + cs)}, count(*) AS n FROM (SELECT {cols}, {classes} FROM {source} {where})
+    rows = con.execute(
+        f"""
+        WITH g AS (SELECT {", ".join(ds + cs)}, count(*) AS n FROM (SELECT {cols}, {classes} FROM {source} {where})
                    GROUP BY ALL)
-        SELECT CASE {picks} END AS dim, {vals} AS val, {', '.join(cs)}, sum(n)::BIGINT
-        FROM g GROUP BY GROUPING SETS ({sets})""", [*args, *params]).fetchall()
+        SELECT CASE {picks} END AS dim, {vals} AS val, {", ".join(cs)}, sum(n)::BIGINT
+        FROM g GROUP BY GROUPING SETS ({sets})""",
+        [*args, *params],
+    ).fetchall()
     counts: list[dict[tuple[int, str], list[int]]] = [{} for _ in keys]  # (dim, value) → [present, tail, body]
     for dim, val, *rest in rows:
         n = rest[-1]
@@ -102,14 +112,16 @@ def separation(vals: list[tuple[str, int, int]]) -> tuple[float, str, float, flo
     return 0.5 * sum(abs(t - b) for _, t, b in shares), val, ts, bs
 
 
-def separators(con, base_where: str, params: list, metric: str, tail_min: float, median: float,
-               limit: int = 3) -> list[dict]:
+def separators(
+    con, base_where: str, params: list, metric: str, tail_min: float, median: float, limit: int = 3
+) -> list[dict]:
     """The dimensions that most separate tail (metric ≥ tail_min) from body (metric ≤ median), best first."""
     return _ranked(mixes(con, DIMENSIONS, "requests", base_where, params, metric, tail_min, median), limit)
 
 
-def separators_of_splits(con, where: str, params: list, splits: dict[str, tuple[str, float, float]],
-                         limit: int = 3) -> dict[str, list[dict]]:
+def separators_of_splits(
+    con, where: str, params: list, splits: dict[str, tuple[str, float, float]], limit: int = 3
+) -> dict[str, list[dict]]:
     """`separators` of several splits (name → (metric, tail_min, median)) of the requests of `where` whose
     metric is neither NULL nor NaN, from one scan."""
     found = mixes_of_splits(con, DIMENSIONS, "requests", where, params, splits)

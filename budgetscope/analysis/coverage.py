@@ -27,31 +27,42 @@ def _window(since_ns: int | None, until_ns: int | None) -> tuple[list[str], list
     return clauses, params
 
 
-def unclaimed_spans(con, since_ns: int | None = None, until_ns: int | None = None, top: int = TOP_UNCLAIMED,
-                    exact: bool = False) -> dict:
+def unclaimed_spans(
+    con, since_ns: int | None = None, until_ns: int | None = None, top: int = TOP_UNCLAIMED, exact: bool = False
+) -> dict:
     """The spans no adapter claimed (those starting in [since_ns, until_ns) when given), by span name and
     service, most first: {"total": spans, "groups": (name, service) pairs, "top": [{"name", "service_name",
     "spans"}] (at most `top`; ids in names replaced by `<id>`)}; with `exact`, also "by_name": {exact span
     name: spans} (one key a distinct name: for tests and small archives)."""
     clauses, params = _window(since_ns, until_ns)
-    where = " AND ".join([f"s.source = '{UNCLAIMED_SOURCE}'", *clauses,
-                          "NOT EXISTS (SELECT 1 FROM requests r WHERE r.trace_id = s.trace_id)"])
-    found = con.execute(f"""SELECT s.name, s.service_name, count(*) FROM spans s WHERE {where}
-        GROUP BY s.name, s.service_name""", params).fetchall()
+    where = " AND ".join(
+        [
+            f"s.source = '{UNCLAIMED_SOURCE}'",
+            *clauses,
+            "NOT EXISTS (SELECT 1 FROM requests r WHERE r.trace_id = s.trace_id)",
+        ]
+    )
+    found = con.execute(
+        f"""SELECT s.name, s.service_name, count(*) FROM spans s WHERE {where}
+        GROUP BY s.name, s.service_name""",
+        params,
+    ).fetchall()
     groups: dict[tuple, int] = {}
     by_name: dict[str, int] = {}
     for name, svc, n in found:
         groups[(id_free(name), svc)] = groups.get((id_free(name), svc), 0) + n
         by_name[name] = by_name.get(name, 0) + n
     rows = sorted(groups.items(), key=lambda kv: (-kv[1], str(kv[0][0]), str(kv[0][1])))
-    out = {"total": sum(by_name.values()), "groups": len(rows),
-           "top": [{"name": name, "service_name": svc, "spans": n} for (name, svc), n in rows[:top]]}
+    out = {
+        "total": sum(by_name.values()),
+        "groups": len(rows),
+        "top": [{"name": name, "service_name": svc, "spans": n} for (name, svc), n in rows[:top]],
+    }
     return {**out, "by_name": by_name} if exact else out
 
 
 _ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
 """A word of hex digits (and dashes) with at least one digit: a request id or a counter inside a span name."""
-
 
 
 def unclaimed_in(archive) -> dict:
@@ -61,6 +72,7 @@ def unclaimed_in(archive) -> dict:
 
     with Archive(archive, read_only=True, create=False) as a:
         return unclaimed_spans(a.con)
+
 
 def id_free(name: str | None) -> str | None:
     """A span name with the ids in it replaced by `<id>`, so that SGLang's `" Req 1f3a9c2e"` roots group as one
@@ -89,24 +101,31 @@ def nothing_derived_warning(spans: int, requests: int, u: dict) -> str | None:
     if not spans or requests:
         return None
     what = f"; {unclaimed_line(u)}" if u["total"] else ""
-    return (f"warning: {spans:,} spans arrived but no request was derived: no adapter reads their format "
-            f"(docs/sources.md lists the formats read){what}")
+    return (
+        f"warning: {spans:,} spans arrived but no request was derived: no adapter reads their format "
+        f"(docs/sources.md lists the formats read){what}"
+    )
 
 
 def coverage(con, where: str = "", params: list | None = None) -> dict:
     """Of the requests in `where` (a WHERE clause over `requests`): how many have a server span (the server
     sent its own timeline), a client span, and both."""
-    row = con.execute(f"""SELECT count(*), count_if(server_span_id IS NOT NULL),
+    row = con.execute(
+        f"""SELECT count(*), count_if(server_span_id IS NOT NULL),
         count_if(has_client_span), count_if(server_span_id IS NOT NULL AND has_client_span)
-        FROM requests {where}""", params or []).fetchone()
+        FROM requests {where}""",
+        params or [],
+    ).fetchone()
     n, server, client, both = (v or 0 for v in row)  # count_if of no rows is NULL
     return {"requests": n, "with_server_spans": server, "with_client_spans": client, "with_both": both}
 
 
 def coverage_line(c: dict) -> str:
     """The report's coverage in one line."""
-    return (f"coverage: {c['requests']:,} requests; {c['with_server_spans']:,} with server spans, "
-            f"{c['with_client_spans']:,} with client spans, {c['with_both']:,} with both")
+    return (
+        f"coverage: {c['requests']:,} requests; {c['with_server_spans']:,} with server spans, "
+        f"{c['with_client_spans']:,} with client spans, {c['with_both']:,} with both"
+    )
 
 
 __all__ = ["unclaimed_spans", "unclaimed_line", "nothing_derived_warning", "coverage", "coverage_line", "span_count"]

@@ -25,8 +25,13 @@ def size(n: float | None) -> str:
     value, unit = float(n), 0
     while abs(value) >= 1000 and unit < len(_BYTE_UNITS) - 1:
         value, unit = value / 1000, unit + 1
-    return f"{value:.0f} B" if unit == 0 else f"{value:.3g} {_BYTE_UNITS[unit]}" if abs(value) >= 100 else \
-        f"{value:.2f} {_BYTE_UNITS[unit]}"
+    return (
+        f"{value:.0f} B"
+        if unit == 0
+        else f"{value:.3g} {_BYTE_UNITS[unit]}"
+        if abs(value) >= 100
+        else f"{value:.2f} {_BYTE_UNITS[unit]}"
+    )
 
 
 def number(v: float | int | None) -> str:
@@ -63,16 +68,23 @@ def table(columns: list[str], rows: list[tuple]) -> list[dict]:
     (numbers sort as numbers in a table)."""
     out = []
     for row in rows:
-        out.append({column(c): (value(c, v) if c.endswith(("_ns", "_bytes")) and v is not None else v)
-                    for c, v in zip(columns, row)})
+        out.append(
+            {
+                column(c): (value(c, v) if c.endswith(("_ns", "_bytes")) and v is not None else v)
+                for c, v in zip(columns, row)
+            }
+        )
     return out
 
 
 def moved(signals: dict[str, dict]) -> str:
     """A breach window's `what_moved` in one line: `hbm_used_bytes 4.00 GB vs 3.10 GB; queue_depth_mean 12 vs 0.5`
     (mean inside the window vs outside), signals with no value inside left out."""
-    return "; ".join(f"{k} {value(k, v['inside'])} vs {value(k, v['outside'])}" for k, v in signals.items()
-                     if v["inside"] is not None)
+    return "; ".join(
+        f"{k} {value(k, v['inside'])} vs {value(k, v['outside'])}"
+        for k, v in signals.items()
+        if v["inside"] is not None
+    )
 
 
 def change(before: float | None, after: float | None, unit: str, digits: int = 1) -> str | None:

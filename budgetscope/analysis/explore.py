@@ -43,12 +43,15 @@ class Split:
 def split(con, sel: Selection, metric: str, q: float) -> Split | None:
     """The tail/body split of `metric` over the selection's ok requests; None when there are none."""
     base = ok_where(sel, metric)
-    n, tq, med = con.execute(f"SELECT count(*), quantile_cont({metric}, {float(q)}), quantile_cont({metric}, 0.5) "
-                             f"FROM requests {base}", sel.params).fetchone()
+    n, tq, med = con.execute(
+        f"SELECT count(*), quantile_cont({metric}, {float(q)}), quantile_cont({metric}, 0.5) FROM requests {base}",
+        sel.params,
+    ).fetchone()
     if not n:
         return None
-    n_tail, tail_min = con.execute(f"SELECT count(*), min({metric}) FROM requests {base} AND {metric} >= ?",
-                                   [*sel.params, tq]).fetchone()
+    n_tail, tail_min = con.execute(
+        f"SELECT count(*), min({metric}) FROM requests {base} AND {metric} >= ?", [*sel.params, tq]
+    ).fetchone()
     is_widened = widened(n_tail)
     if is_widened:
         n_tail, tail_min = slowest(con, sel, metric, f"count(*), min({metric})")
@@ -82,8 +85,16 @@ def distributions(con, sel: Selection, sp: Split) -> list[dict]:
         nt, nb = sum(v[1] for v in vals_), sum(v[2] for v in vals_)
         order = ORDER.get(name)
         vals_.sort(key=lambda v: (order.index(v[0]) if order and v[0] in order else len(order or []), v[0]))
-        values = [{"value": v, "tail": t, "body": b, "tail_share": t / nt if nt else None,
-                   "body_share": b / nb if nb else None} for v, t, b in vals_]
+        values = [
+            {
+                "value": v,
+                "tail": t,
+                "body": b,
+                "tail_share": t / nt if nt else None,
+                "body_share": b / nb if nb else None,
+            }
+            for v, t, b in vals_
+        ]
         if nt and nb:
             distance, top, _, _ = contrast.separation(vals_)
         else:

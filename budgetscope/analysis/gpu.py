@@ -20,22 +20,34 @@ tail is then called, from the data only (docs/gpu.md, "Classification"):
 from __future__ import annotations
 
 from budgetscope.analysis.selection import Selection, ok_where
-from budgetscope.instrument.gpu import (DRAM_BANDWIDTH, GPU_UTILIZATION, HBM_LIMIT, HBM_USED, MEMORY_ACTIVITY,
-                                       PEAK_BANDWIDTH)
+from budgetscope.instrument.gpu import (
+    DRAM_BANDWIDTH,
+    GPU_UTILIZATION,
+    HBM_LIMIT,
+    HBM_USED,
+    MEMORY_ACTIVITY,
+    PEAK_BANDWIDTH,
+)
 
 BANDWIDTH_BOUND = 0.70  # mean DRAM bandwidth utilization (0–1) at or above which decode is called bandwidth-bound
 KV_FULL = 0.95  # KV blocks used / pool at or above which the pool is called full
 HOST_BOUND_BUSY = 0.5  # below this share of the decode time with a kernel running, the decode waits on the host
 HBM_FULL = 0.95  # HBM used / size, the fallback when no engine steps say how full the KV pool is
 
-NO_GPU_SAMPLES = ("no GPU samples in this archive (it was recorded without `budgetscope gpu sample`, which needs an "
-                  "NVIDIA GPU and nvidia-ml-py), so DRAM bandwidth and HBM use are unknown")
+NO_GPU_SAMPLES = (
+    "no GPU samples in this archive (it was recorded without `budgetscope gpu sample`, which needs an "
+    "NVIDIA GPU and nvidia-ml-py), so DRAM bandwidth and HBM use are unknown"
+)
 NO_SAMPLES_IN_DECODE = "the archive has GPU samples, but none fall inside the tail requests' decode"
-NO_DRAM_BANDWIDTH = ("no DRAM bandwidth samples (they need NVML GPM: Hopper or newer, not under MIG); NVML memory "
-                     "activity is busy time, not bandwidth, and is not used as such")
+NO_DRAM_BANDWIDTH = (
+    "no DRAM bandwidth samples (they need NVML GPM: Hopper or newer, not under MIG); NVML memory "
+    "activity is busy time, not bandwidth, and is not used as such"
+)
 
-_INTERVALS = ("SELECT first_token_ns AS s, first_token_ns + CAST(decode_ms * 1e6 AS BIGINT) AS e FROM requests {where} "
-              "AND first_token_ns IS NOT NULL AND decode_ms > 0")
+_INTERVALS = (
+    "SELECT first_token_ns AS s, first_token_ns + CAST(decode_ms * 1e6 AS BIGINT) AS e FROM requests {where} "
+    "AND first_token_ns IS NOT NULL AND decode_ms > 0"
+)
 
 
 def has_samples(con) -> bool:
@@ -46,7 +58,8 @@ def interval_figures(con, intervals_sql: str, params: list) -> dict:
     """GPU and engine figures over the union of the intervals (`s`, `e` ns) that `intervals_sql` selects:
     mean DRAM bandwidth utilization (0–1) and in bytes/s, mean memory activity (0–1, busy time), max and mean
     HBM used / size, preemptions and max KV-pool use from engine steps that overlap them. None = not measured."""
-    rows = con.execute(f"""
+    rows = con.execute(
+        f"""
         WITH iv AS ({intervals_sql}),
         g AS (SELECT g.* FROM gpu_samples g SEMI JOIN iv ON g.ts_ns >= iv.s AND g.ts_ns <= iv.e
               WHERE isfinite(g.value)),
@@ -60,15 +73,30 @@ def interval_figures(con, intervals_sql: str, params: list) -> dict:
           avg(value / lim.v) FILTER (WHERE metric = '{HBM_USED}'),
           count(*) FILTER (WHERE metric = '{DRAM_BANDWIDTH}'),
           avg(value) FILTER (WHERE metric = '{GPU_UTILIZATION}')
-        FROM g LEFT JOIN lim USING (gpu_uuid) LEFT JOIN peak USING (gpu_uuid)""", params).fetchall()
+        FROM g LEFT JOIN lim USING (gpu_uuid) LEFT JOIN peak USING (gpu_uuid)""",
+        params,
+    ).fetchall()
     n, bw, bw_bytes, activity, hbm_max, hbm_mean, n_bw, busy = rows[0]
-    (steps, preempted, kv_max), = con.execute(f"""
+    ((steps, preempted, kv_max),) = con.execute(
+        f"""
         WITH iv AS ({intervals_sql})
         SELECT count(*), sum(preempted), max(kv_blocks_used / nullif(kv_blocks_total, 0))
-        FROM engine_steps st SEMI JOIN iv ON st.start_ns <= iv.e AND st.end_ns >= iv.s""", params).fetchall()
-    return {"samples": n, "dram_bandwidth_samples": n_bw, "dram_bandwidth": bw, "dram_bandwidth_bytes_per_s": bw_bytes,
-            "memory_activity": activity, "gpu_busy": busy, "hbm_used_max": hbm_max, "hbm_used_mean": hbm_mean,
-            "engine_steps": steps, "preempted": int(preempted) if preempted is not None else None, "kv_used_max": kv_max}
+        FROM engine_steps st SEMI JOIN iv ON st.start_ns <= iv.e AND st.end_ns >= iv.s""",
+        params,
+    ).fetchall()
+    return {
+        "samples": n,
+        "dram_bandwidth_samples": n_bw,
+        "dram_bandwidth": bw,
+        "dram_bandwidth_bytes_per_s": bw_bytes,
+        "memory_activity": activity,
+        "gpu_busy": busy,
+        "hbm_used_max": hbm_max,
+        "hbm_used_mean": hbm_mean,
+        "engine_steps": steps,
+        "preempted": int(preempted) if preempted is not None else None,
+        "kv_used_max": kv_max,
+    }
 
 
 def window_figures(con, start_ns: int, end_ns: int) -> dict:
@@ -102,6 +130,7 @@ def kv_full(f: dict | None) -> bool:
 def kv_sets_apart(tail: dict, body: dict | None) -> bool:
     """Evidence of KV pressure in the tail's decode that the body's did not have: more preemptions a step, or a full
     pool the body did not see. Without a body, any preemption or a full pool."""
+
     def rate(f):
         return (f["preempted"] or 0) / f["engine_steps"] if f and f["engine_steps"] else 0.0
 
@@ -127,12 +156,15 @@ def sentence(g: dict) -> str:
         figs.append(f"HBM up to {_pct(t['hbm_used_max'])} full")
     if t["preempted"] is not None:
         figs.append(f"{t['preempted']} preemptions (body {b['preempted'] or 0})")
-    call = {"host_bound": "host-bound: the GPU sat idle most of the time, so the host side (scheduling, kernel "
-                          "launches, the server) held each step",
-            "bandwidth_bound": "bandwidth-bound", "kv_pressure": "under KV-cache pressure",
-            "both": "bandwidth-bound and under KV-cache pressure",
-            "neither": "neither host-, bandwidth- nor KV-bound",
-            "unknown": f"not classifiable ({g['reason']})"}[g["classification"]]
+    call = {
+        "host_bound": "host-bound: the GPU sat idle most of the time, so the host side (scheduling, kernel "
+        "launches, the server) held each step",
+        "bandwidth_bound": "bandwidth-bound",
+        "kv_pressure": "under KV-cache pressure",
+        "both": "bandwidth-bound and under KV-cache pressure",
+        "neither": "neither host-, bandwidth- nor KV-bound",
+        "unknown": f"not classifiable ({g['reason']})",
+    }[g["classification"]]
     end = ""
     if kv_full(t) and kv_full(b) and not kv_sets_apart(t, b):
         end = " (the KV pool was as full for the body: it does not set the tail apart)"
@@ -153,11 +185,17 @@ def tail_gpu(con, sel: Selection, entry: dict) -> dict:
     tail = interval_figures(con, _INTERVALS.format(where=base) + f" AND {metric} >= ?", [*sel.params, a["tail_min_ms"]])
     body = interval_figures(con, _INTERVALS.format(where=base) + f" AND {metric} <= ?", [*sel.params, a["median_ms"]])
     dominated = a["top"][0] == "decode"
-    out = {"decode_dominated": dominated, "tail": tail, "body": body,
-           "thresholds": {"bandwidth_bound": BANDWIDTH_BOUND, "kv_full": KV_FULL, "hbm_full": HBM_FULL}}
+    out = {
+        "decode_dominated": dominated,
+        "tail": tail,
+        "body": body,
+        "thresholds": {"bandwidth_bound": BANDWIDTH_BOUND, "kv_full": KV_FULL, "hbm_full": HBM_FULL},
+    }
     call, reason = classify(tail, body)
     if not dominated:
-        out.update(classification=None, reason=f"the E2E tail is not decode-dominated (its largest share is {a['top'][0]})")
+        out.update(
+            classification=None, reason=f"the E2E tail is not decode-dominated (its largest share is {a['top'][0]})"
+        )
     else:
         out.update(classification=call, reason=reason)
     if dominated and tail["samples"]:

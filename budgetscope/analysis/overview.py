@@ -6,37 +6,55 @@ from __future__ import annotations
 from budgetscope.analysis import coverage
 from budgetscope.analysis.verdict import LABEL, STAGE_WORD, ms
 
-NO_REQUESTS = ("the archive holds no requests yet: ingest traces (`budgetscope ingest`) or point a collector "
-               "(`budgetscope collect`) at it")
-NO_CLIENT_SPANS = ("no request has a client span (kind CLIENT, parent of the server root: budgetscope's own, or an "
-                   "OpenTelemetry HTTP client span): network time and client-side figures are "
-                   "unknown, and server-side figures are used — run the load generator with `--spans otlp`, or "
-                   "instrument the client")
-SOME_CLIENT_SPANS = ("{missing:,} of {n:,} requests have no client span: a tier uses client figures only when "
-                     "every one of its requests has one")
+NO_REQUESTS = (
+    "the archive holds no requests yet: ingest traces (`budgetscope ingest`) or point a collector "
+    "(`budgetscope collect`) at it"
+)
+NO_CLIENT_SPANS = (
+    "no request has a client span (kind CLIENT, parent of the server root: budgetscope's own, or an "
+    "OpenTelemetry HTTP client span): network time and client-side figures are "
+    "unknown, and server-side figures are used — run the load generator with `--spans otlp`, or "
+    "instrument the client"
+)
+SOME_CLIENT_SPANS = (
+    "{missing:,} of {n:,} requests have no client span: a tier uses client figures only when "
+    "every one of its requests has one"
+)
 
 
 def overview(con) -> dict:
     """Counts, time bounds (ns), the distinct tier/model/tenant/instance values (None = absent tenant) and the
     notes on missing data, in one pass over `requests` plus three cheap probes."""
-    n, lo, hi, n_client = con.execute("SELECT count(*), min(arrival_ns), max(arrival_ns), "
-                                      "count(*) FILTER (WHERE has_client_span) FROM requests").fetchone()
+    n, lo, hi, n_client = con.execute(
+        "SELECT count(*), min(arrival_ns), max(arrival_ns), count(*) FILTER (WHERE has_client_span) FROM requests"
+    ).fetchone()
     values = {}
     for col in ("tier", "model", "tenant", "service_name"):
-        values[col] = [v for (v,) in con.execute(f"SELECT DISTINCT {col} FROM requests ORDER BY {col} NULLS LAST").fetchall()]
+        values[col] = [
+            v for (v,) in con.execute(f"SELECT DISTINCT {col} FROM requests ORDER BY {col} NULLS LAST").fetchall()
+        ]
     has_steps = bool(con.execute("SELECT count(*) FROM (SELECT 1 FROM engine_steps LIMIT 1)").fetchone()[0])
     has_gpu = bool(con.execute("SELECT count(*) FROM (SELECT 1 FROM gpu_samples LIMIT 1)").fetchone()[0])
     notes = []
     if not n:
         spans = coverage.span_count(con)  # spans but no request: say which spans no adapter read
-        notes.append(coverage.nothing_derived_warning(spans, n, coverage.unclaimed_spans(con)) if spans
-                     else NO_REQUESTS)
+        notes.append(
+            coverage.nothing_derived_warning(spans, n, coverage.unclaimed_spans(con)) if spans else NO_REQUESTS
+        )
     elif not n_client:
         notes.append(NO_CLIENT_SPANS)
     elif n_client < n:
         notes.append(SOME_CLIENT_SPANS.format(missing=n - n_client, n=n))
-    return {"requests": n, "first_arrival_ns": lo, "last_arrival_ns": hi, "client_spans": n_client,
-            "values": values, "engine_steps": has_steps, "gpu_samples": has_gpu, "notes": notes}
+    return {
+        "requests": n,
+        "first_arrival_ns": lo,
+        "last_arrival_ns": hi,
+        "client_spans": n_client,
+        "values": values,
+        "engine_steps": has_steps,
+        "gpu_samples": has_gpu,
+        "notes": notes,
+    }
 
 
 def _share_phrase(entry: dict, kind: str) -> str | None:
@@ -56,8 +74,10 @@ def headline(entry: dict) -> str:
     broken = [b for b in entry["breaches"] if b["kind"] == "metric"]
     failed = [b for b in entry["breaches"] if b["kind"] == "error_rate"]
     if failed:
-        return (f"error rate {100 * failed[0]['value']:.1f}% vs {100 * failed[0]['budget']:g}% allowed: "
-                "failed requests miss every SLO")
+        return (
+            f"error rate {100 * failed[0]['value']:.1f}% vs {100 * failed[0]['budget']:g}% allowed: "
+            "failed requests miss every SLO"
+        )
     if broken:
         b = max(broken, key=lambda b: b["value"] / b["budget"])
         why = _share_phrase(entry, "ttft" if b["name"] == "ttft_ms" else "e2e")

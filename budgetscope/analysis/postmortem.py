@@ -24,25 +24,35 @@ td:first-child, th:first-child { text-align: left; }
 """
 
 
-def build_postmortem(con, budgets: Budgets | None, since_ns: int | None, until_ns: int | None,
-                     filters: dict | None = None) -> dict:
+def build_postmortem(
+    con, budgets: Budgets | None, since_ns: int | None, until_ns: int | None, filters: dict | None = None
+) -> dict:
     """The report and every reported tier's timeline over [since_ns, until_ns)."""
     rep = build_report(con, budgets, since_ns, until_ns, filters=filters)
     tiers = {tb.name: tb for tb in budgets.tiers} if budgets else {}
-    timelines = [timeline.tier_timeline(con, tiers.get(e["name"], TierBudget(name=e["name"])), e, since_ns,
-                                        until_ns, filters) for e in rep["tiers"]]
-    return {"report": rep, "timelines": timelines, "since_ns": since_ns, "until_ns": until_ns,
-            "overview": overview(con)}
+    timelines = [
+        timeline.tier_timeline(con, tiers.get(e["name"], TierBudget(name=e["name"])), e, since_ns, until_ns, filters)
+        for e in rep["tiers"]
+    ]
+    return {
+        "report": rep,
+        "timelines": timelines,
+        "since_ns": since_ns,
+        "until_ns": until_ns,
+        "overview": overview(con),
+    }
 
 
 def _metrics_table(e: dict) -> str:
     key = f"p{e['percentile']:g}"
     cols = ["p50", "p95", "p99"] + ([key] if key not in ("p50", "p95", "p99") else [])
     head = "".join(f"<th>{c}</th>" for c in cols)
-    rows = "".join(f"<tr><td>{LABEL[m]} ({html.escape(v['column'])})</td>"
-                   + "".join(f"<td>{ms(v.get(c))}</td>" for c in cols)
-                   + f"<td>{ms(v['budget']) if v['budget'] is not None else '—'}</td></tr>"
-                   for m, v in e["metrics"].items())
+    rows = "".join(
+        f"<tr><td>{LABEL[m]} ({html.escape(v['column'])})</td>"
+        + "".join(f"<td>{ms(v.get(c))}</td>" for c in cols)
+        + f"<td>{ms(v['budget']) if v['budget'] is not None else '—'}</td></tr>"
+        for m, v in e["metrics"].items()
+    )
     return f"<table><tr><th>metric</th>{head}<th>budget</th></tr>{rows}</table>"
 
 
@@ -53,24 +63,34 @@ def _windows_table(tl: dict) -> str:
     for w in tl["breach_windows"]:
         peaks = "; ".join(f"{LABEL[m]} {ms(v)}" for m, v in w["peaks"].items())
         moved = display.moved(w["moved"])
-        rows.append(f"<tr><td>{charts.utc(w['start_ns'])}</td><td>{charts.utc(w['end_ns'])}</td>"
-                    f"<td>{html.escape(peaks)}</td><td>{html.escape(moved)}</td></tr>")
-    return ("<table><tr><th>from</th><th>to</th><th>peak</th><th>what moved (inside vs outside)</th></tr>"
-            + "".join(rows) + "</table>")
+        rows.append(
+            f"<tr><td>{charts.utc(w['start_ns'])}</td><td>{charts.utc(w['end_ns'])}</td>"
+            f"<td>{html.escape(peaks)}</td><td>{html.escape(moved)}</td></tr>"
+        )
+    return (
+        "<table><tr><th>from</th><th>to</th><th>peak</th><th>what moved (inside vs outside)</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
 
 
 STATUS_CLASS = {"KEPT": "kept", "BROKEN": "broke", "UNKNOWN": "unknown"}
-REPORT_WORDS = {"KEPT": "every tier kept its budgets", "BROKEN": "a budget broke",
-                "UNKNOWN": "a tier could not be judged (its figures are unknown)"}
+REPORT_WORDS = {
+    "KEPT": "every tier kept its budgets",
+    "BROKEN": "a budget broke",
+    "UNKNOWN": "a tier could not be judged (its figures are unknown)",
+}
 
 
 def render_html(pm: dict, title: str = "budgetscope postmortem") -> str:
     """The postmortem as one self-contained HTML document."""
     rep = pm["report"]
-    parts = [f"<h1>{html.escape(title)}</h1>",
-             f"<p class='meta'>Requests that arrived from {charts.utc(pm['since_ns'])} to {charts.utc(pm['until_ns'])}"
-             f"{' · budgets ' + html.escape(rep['budgets_file']) if rep['budgets_file'] else ' · no budgets file'}"
-             f" · {REPORT_WORDS[rep['status']]}</p>"]
+    parts = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p class='meta'>Requests that arrived from {charts.utc(pm['since_ns'])} to {charts.utc(pm['until_ns'])}"
+        f"{' · budgets ' + html.escape(rep['budgets_file']) if rep['budgets_file'] else ' · no budgets file'}"
+        f" · {REPORT_WORDS[rep['status']]}</p>",
+    ]
     parts += [f"<div class='note'>{html.escape(n)}</div>" for n in pm["overview"]["notes"]]
     if not rep["tiers"]:
         parts.append("<div class='note'>No tier to report: no budgets tier matched and no requests were found.</div>")
@@ -80,8 +100,9 @@ def render_html(pm: dict, title: str = "budgetscope postmortem") -> str:
         parts.append(f"<h2>tier {html.escape(e['name'])}</h2>")
         parts.append(f"<p class='headline {cls}'>{html.escape(headline(e))}</p>")
         att = "n/a" if e["attainment"] is None else f"{100 * e['attainment']:.1f}%"
-        parts.append(f"<p>{e['requests']:,} requests ({e['ok_requests']:,} ok) · attainment {att} · "
-                     f"{e['figures']} figures</p>")
+        parts.append(
+            f"<p>{e['requests']:,} requests ({e['ok_requests']:,} ok) · attainment {att} · {e['figures']} figures</p>"
+        )
         parts.append(f"<p>{html.escape(e['verdict'])}</p>")
         parts.append(_metrics_table(e))
         if tl["empty"]:
@@ -94,5 +115,7 @@ def render_html(pm: dict, title: str = "budgetscope postmortem") -> str:
         first_plot = False
         parts.append("<h3>Breach windows</h3>" + _windows_table(tl))
     body = "\n".join(parts)
-    return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
+    return (
+        f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
+    )

@@ -32,13 +32,17 @@ REASON_WORDS = {
     "kv_blocks": "KV blocks (the pool was {kv_used_mean} full on average{preemptions})",
     "batch_slots": "batch slots (all {max_seqs} taken in {slots_full_share} of the steps)",
     "token_budget": "the step's token budget ({token_budget} tokens spent in {budget_full_share} of the steps)",
-    "long_prefill_steps": ("steps that carry a prefill, which ran long: median {prefill_step_ms} against "
-                           "{decode_step_ms} for decode-only steps, {prefill_time_share} of the time"),
+    "long_prefill_steps": (
+        "steps that carry a prefill, which ran long: median {prefill_step_ms} against "
+        "{decode_step_ms} for decode-only steps, {prefill_time_share} of the time"
+    ),
 }
 
-_INTERVALS = ("SELECT arrival_ns + CAST(coalesce(ttft_frontend_ms, 0) * 1e6 AS BIGINT) AS s, "
-              "arrival_ns + CAST((coalesce(ttft_frontend_ms, 0) + ttft_queue_ms) * 1e6 AS BIGINT) AS e "
-              "FROM requests {where} AND arrival_ns IS NOT NULL AND ttft_queue_ms > 0")
+_INTERVALS = (
+    "SELECT arrival_ns + CAST(coalesce(ttft_frontend_ms, 0) * 1e6 AS BIGINT) AS s, "
+    "arrival_ns + CAST((coalesce(ttft_frontend_ms, 0) + ttft_queue_ms) * 1e6 AS BIGINT) AS e "
+    "FROM requests {where} AND arrival_ns IS NOT NULL AND ttft_queue_ms > 0"
+)
 
 
 def step_figures(con, intervals_sql: str, params: list) -> dict:
@@ -48,8 +52,23 @@ def step_figures(con, intervals_sql: str, params: list) -> dict:
     # a single-file archive written before the limits were kept stores the older engine_steps view
     cols = {d[0] for d in con.execute("SELECT * FROM engine_steps LIMIT 0").description}
     limits = ", ".join(c if c in cols else f"CAST(NULL AS BIGINT) AS {c}" for c in ("max_seqs", "token_budget"))
-    (steps, kv_mean, kv_max, preempted, max_seqs, slots_full, token_budget, budget_full, pf_ms, dec_ms, pf_time,
-     all_time), = con.execute(f"""
+    (
+        (
+            steps,
+            kv_mean,
+            kv_max,
+            preempted,
+            max_seqs,
+            slots_full,
+            token_budget,
+            budget_full,
+            pf_ms,
+            dec_ms,
+            pf_time,
+            all_time,
+        ),
+    ) = con.execute(
+        f"""
         WITH iv AS ({intervals_sql}),
         st AS (SELECT st.start_ns, st.end_ns, st.batch_size, st.prefill_tokens, st.decode_seqs, st.kv_blocks_used,
                       st.kv_blocks_total, st.preempted, {limits}, (st.end_ns - st.start_ns) / 1e6 AS ms
@@ -63,21 +82,34 @@ def step_figures(con, intervals_sql: str, params: list) -> dict:
           quantile_cont(ms, 0.5) FILTER (WHERE prefill_tokens > 0),
           quantile_cont(ms, 0.5) FILTER (WHERE prefill_tokens = 0),
           sum(ms) FILTER (WHERE prefill_tokens > 0), sum(ms)
-        FROM st""", params).fetchall()
-    return {"engine_steps": steps, "kv_used_mean": kv_mean, "kv_used_max": kv_max,
-            "preempted": int(preempted) if preempted is not None else None, "max_seqs": max_seqs,
-            "slots_full_share": slots_full, "token_budget": token_budget, "budget_full_share": budget_full,
-            "prefill_step_ms": pf_ms, "decode_step_ms": dec_ms,
-            "prefill_time_share": (pf_time or 0.0) / all_time if all_time else None}
+        FROM st""",
+        params,
+    ).fetchall()
+    return {
+        "engine_steps": steps,
+        "kv_used_mean": kv_mean,
+        "kv_used_max": kv_max,
+        "preempted": int(preempted) if preempted is not None else None,
+        "max_seqs": max_seqs,
+        "slots_full_share": slots_full,
+        "token_budget": token_budget,
+        "budget_full_share": budget_full,
+        "prefill_step_ms": pf_ms,
+        "decode_step_ms": dec_ms,
+        "prefill_time_share": (pf_time or 0.0) / all_time if all_time else None,
+    }
 
 
 def metric_figures(con, intervals_sql: str, params: list) -> dict:
     """Without engine steps: the mean of a server's KV-use gauge (0–1) inside the intervals, None when absent."""
     names = ", ".join(f"'{m}'" for m in KV_GAUGES)
-    (n, kv_mean, kv_max), = con.execute(f"""
+    ((n, kv_mean, kv_max),) = con.execute(
+        f"""
         WITH iv AS ({intervals_sql})
         SELECT count(*), avg(m.value), max(m.value) FROM server_metrics m SEMI JOIN iv ON m.ts_ns >= iv.s
-        AND m.ts_ns <= iv.e WHERE m.metric IN ({names})""", params).fetchall()
+        AND m.ts_ns <= iv.e WHERE m.metric IN ({names})""",
+        params,
+    ).fetchall()
     return {"metric_samples": n, "kv_used_mean": kv_mean, "kv_used_max": kv_max}
 
 
@@ -91,7 +123,12 @@ def waited_on(f: dict) -> list[str]:
     if f.get("budget_full_share") is not None and f["budget_full_share"] >= BOUND_SHARE:
         out.append("token_budget")
     pf, dec = f.get("prefill_step_ms"), f.get("decode_step_ms")
-    if pf is not None and dec and pf >= LONG_STEP_RATIO * dec and (f["prefill_time_share"] or 0) >= LONG_STEP_TIME_SHARE:
+    if (
+        pf is not None
+        and dec
+        and pf >= LONG_STEP_RATIO * dec
+        and (f["prefill_time_share"] or 0) >= LONG_STEP_TIME_SHARE
+    ):
         out.append("long_prefill_steps")
     return out
 
@@ -101,8 +138,17 @@ def sentence(q: dict) -> str:
     f = q["figures"]
     if not q["waited_on"]:
         return f"What the TTFT tail queued behind is unknown: {q['reason']}."
-    words = {k: (f"{100 * v:.0f}%" if k.endswith("share") or k.startswith("kv_used") else
-                 ms(v) if k.endswith("_ms") else f"{v:,}") for k, v in f.items() if isinstance(v, (int, float))}
+    words = {
+        k: (
+            f"{100 * v:.0f}%"
+            if k.endswith("share") or k.startswith("kv_used")
+            else ms(v)
+            if k.endswith("_ms")
+            else f"{v:,}"
+        )
+        for k, v in f.items()
+        if isinstance(v, (int, float))
+    }
     words["preemptions"] = f", {f['preempted']:,} preemptions" if f.get("preempted") else ""
     said = [REASON_WORDS[r].format(**words) for r in q["waited_on"]]
     text = "The TTFT tail queued behind " + "; and ".join(said)
@@ -123,18 +169,31 @@ def tail_queue_wait(con, sel: Selection, entry: dict) -> dict | None:
     f = step_figures(con, intervals, params)
     if f["engine_steps"]:
         source = "engine_steps"
-        not_recorded = [w for k, w in (("max_seqs", "batch slots"), ("token_budget", "the token budget"))
-                        if f[k] is None]
+        not_recorded = [
+            w for k, w in (("max_seqs", "batch slots"), ("token_budget", "the token budget")) if f[k] is None
+        ]
     else:
         f = metric_figures(con, intervals, params)
         source = "server_metrics" if f["metric_samples"] else None
         not_recorded = ["batch slots", "the token budget", "step times"]
     found = waited_on(f)
-    out = {"waited_on": found, "source": source, "figures": f, "not_recorded": not_recorded,
-           "thresholds": {"kv_full": KV_FULL, "bound_share": BOUND_SHARE, "long_step_ratio": LONG_STEP_RATIO,
-                          "long_step_time_share": LONG_STEP_TIME_SHARE}}
+    out = {
+        "waited_on": found,
+        "source": source,
+        "figures": f,
+        "not_recorded": not_recorded,
+        "thresholds": {
+            "kv_full": KV_FULL,
+            "bound_share": BOUND_SHARE,
+            "long_step_ratio": LONG_STEP_RATIO,
+            "long_step_time_share": LONG_STEP_TIME_SHARE,
+        },
+    }
     if not found:
-        out["reason"] = ("no engine steps and no KV-use gauge in the archive while the tail queued" if source is None
-                         else "none of KV blocks, batch slots, the token budget or long prefill steps stood out")
+        out["reason"] = (
+            "no engine steps and no KV-use gauge in the archive while the tail queued"
+            if source is None
+            else "none of KV blocks, batch slots, the token budget or long prefill steps stood out"
+        )
     out["sentence"] = sentence(out)
     return out

@@ -27,20 +27,43 @@ def _share(x) -> str:
 def _tier_blocks(t: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     key = f"p{t['percentile']:g}"
     pcols = [k for k in t["metrics"]["ttft_ms"] if k.startswith("p")]
-    metric_rows = [[LABEL[m], v["column"], *(ms(v[p]) for p in pcols), ms(v["budget"]) if v["budget"] else "-",
-                    _status(v[key], v["budget"])] for m, v in t["metrics"].items()]
+    metric_rows = [
+        [
+            LABEL[m],
+            v["column"],
+            *(ms(v[p]) for p in pcols),
+            ms(v["budget"]) if v["budget"] else "-",
+            _status(v[key], v["budget"]),
+        ]
+        for m, v in t["metrics"].items()
+    ]
     spcols = [k for k in next(iter(t["stages"].values())) if k.startswith("p")]
-    stage_rows = [[s, *(ms(v[p]) for p in spcols), ms(v["budget"]) if v["budget"] else "-", _status(v[key], v["budget"])]
-                  for s, v in t["stages"].items()]
-    blocks = [("metrics", ["metric", "figure", *pcols, "budget", "status"], metric_rows),
-              ("stages", ["stage", *spcols, "budget", "status"], stage_rows)]
+    stage_rows = [
+        [s, *(ms(v[p]) for p in spcols), ms(v["budget"]) if v["budget"] else "-", _status(v[key], v["budget"])]
+        for s, v in t["stages"].items()
+    ]
+    blocks = [
+        ("metrics", ["metric", "figure", *pcols, "budget", "status"], metric_rows),
+        ("stages", ["stage", *spcols, "budget", "status"], stage_rows),
+    ]
     ta, ea = t["attribution"].get("ttft"), t["attribution"].get("e2e")
     stages = list((ea or ta or {}).get("shares") or {})
     if stages:
-        rows = [[s, _share((ta or {}).get("shares", {}).get(s) if ta and ta["shares"] else None),
-                 _share(ea["shares"].get(s) if ea and ea["shares"] else None)] for s in stages]
-        blocks.append(("tail attribution (share of the tail's excess over the median)",
-                       ["stage", f"TTFT (tail {ta['tail_size'] if ta else 0})", f"E2E (tail {ea['tail_size'] if ea else 0})"], rows))
+        rows = [
+            [
+                s,
+                _share((ta or {}).get("shares", {}).get(s) if ta and ta["shares"] else None),
+                _share(ea["shares"].get(s) if ea and ea["shares"] else None),
+            ]
+            for s in stages
+        ]
+        blocks.append(
+            (
+                "tail attribution (share of the tail's excess over the median)",
+                ["stage", f"TTFT (tail {ta['tail_size'] if ta else 0})", f"E2E (tail {ea['tail_size'] if ea else 0})"],
+                rows,
+            )
+        )
     return blocks
 
 
@@ -54,9 +77,11 @@ def _error_rate(t: dict) -> str:
 
 def _summary(t: dict) -> str:
     """The figures of a tier's heading line; says that the percentiles are over the ok requests."""
-    return (f"{t['requests']} requests ({t['ok_requests']} ok), p{t['percentile']:g} over the ok requests, "
-            f"attainment {_attainment(t)}, error rate {_error_rate(t)} (max {100 * t['max_error_rate']:g}%), "
-            f"{t['figures']}-side figures")
+    return (
+        f"{t['requests']} requests ({t['ok_requests']} ok), p{t['percentile']:g} over the ok requests, "
+        f"attainment {_attainment(t)}, error rate {_error_rate(t)} (max {100 * t['max_error_rate']:g}%), "
+        f"{t['figures']}-side figures"
+    )
 
 
 def _report_lines(report: dict) -> list[str]:
@@ -91,7 +116,9 @@ def render_text(report: dict) -> str:
         out.append(t["verdict"])
         out.append("")
     if report.get("unbudgeted_tiers"):
-        out.append("Tiers with no budget: " + ", ".join(f"{k} ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+        out.append(
+            "Tiers with no budget: " + ", ".join(f"{k} ({v} requests)" for k, v in report["unbudgeted_tiers"].items())
+        )
     out += _report_lines(report)
     out += _split_note(report)
     return "\n".join(out).rstrip() + "\n"
@@ -101,14 +128,22 @@ def render_markdown(report: dict) -> str:
     out = ["# budgetscope report", ""]
     for t in report["tiers"]:
         state = {"KEPT": "kept", "BROKEN": "**broken**", "UNKNOWN": "**unknown**"}[t["status"]]
-        out += [f"## Tier `{t['name']}`: {state}", "", _summary(t).replace(", ", " · ") + _ttft_basis(t), "",
-                f"> {t['verdict']}", ""]
+        out += [
+            f"## Tier `{t['name']}`: {state}",
+            "",
+            _summary(t).replace(", ", " · ") + _ttft_basis(t),
+            "",
+            f"> {t['verdict']}",
+            "",
+        ]
         for title, headers, rows in _tier_blocks(t):
             out += [f"**{title}**", "", "| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
             out += ["| " + " | ".join(c or " " for c in r) + " |" for r in rows]
             out.append("")
     if report.get("unbudgeted_tiers"):
-        out.append("Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items()))
+        out.append(
+            "Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items())
+        )
     out += ["", *(f"- {line}" for line in _report_lines(report))]
     out += _split_note(report)
     return "\n".join(out).rstrip() + "\n"
@@ -119,5 +154,7 @@ def _split_note(report: dict) -> list[str]:
     n = report.get("split_traces")
     if not n:
         return []
-    return [f"{n:,} traces had spans on more than one shard; each was derived from all its spans, joined across "
-            "shards (docs/archive.md)."]
+    return [
+        f"{n:,} traces had spans on more than one shard; each was derived from all its spans, joined across "
+        "shards (docs/archive.md)."
+    ]

@@ -14,15 +14,18 @@ from budgetscope.analysis import attribution, contrast, coverage
 from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
 from budgetscope.analysis.gpu import tail_gpu
 from budgetscope.analysis.queue_wait import tail_queue_wait
-from budgetscope.analysis.selection import (BODY, FILTER_COLUMNS, TAIL, Selection, slowest, split_class,
-                                           widened)
+from budgetscope.analysis.selection import BODY, FILTER_COLUMNS, TAIL, Selection, slowest, split_class, widened
 from budgetscope.analysis.verdict import verdict
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 CLIENT_METRIC = {"ttft_ms": "client_ttft_ms", "tpot_ms": "client_tpot_ms", "e2e_ms": "client_e2e_ms"}
 STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT stages inside the TTFT window)
-    "network": "ttft_network_ms", "frontend": "ttft_frontend_ms", "queue": "ttft_queue_ms",
-    "prefill": "ttft_prefill_ms", "decode": "decode_ms", "postprocess": "postprocess_ms",
+    "network": "ttft_network_ms",
+    "frontend": "ttft_frontend_ms",
+    "queue": "ttft_queue_ms",
+    "prefill": "ttft_prefill_ms",
+    "decode": "decode_ms",
+    "postprocess": "postprocess_ms",
     "unaccounted": "unaccounted_ms",
 }
 
@@ -64,20 +67,30 @@ that is not ok (error, rejected, timeout) is a failure."""
 def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
     """Requests by outcome, those with a client span, those with a server TTFT (E2E) but no client one,
     attainment and the error rate (None without a request that is not cancelled): one scan."""
-    rows = _rows(con, f"""
+    rows = _rows(
+        con,
+        f"""
         SELECT outcome, count(*), count_if(has_client_span), count_if({_attainment_condition(tb)}),
                count_if(client_ttft_ms IS NULL AND ttft_ms IS NOT NULL),
                count_if(client_e2e_ms IS NULL AND e2e_ms IS NOT NULL)
-        FROM requests {sel.where()} GROUP BY 1 ORDER BY 1""", sel.params)
+        FROM requests {sel.where()} GROUP BY 1 ORDER BY 1""",
+        sel.params,
+    )
     n = sum(r[1] for r in rows)
     ok = sum(r[1] for r in rows if r[0] == OK)
     judged = n - sum(r[1] for r in rows if r[0] == CANCELLED)
     # the share of the judged requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
     met = sum(r[3] for r in rows)
-    return {"n": n, "ok": ok, "judged": judged, "client": sum(r[2] for r in rows if r[0] == OK),
-            "server_only": {"ttft": sum(r[4] for r in rows if r[0] == OK), "e2e": sum(r[5] for r in rows if r[0] == OK)},
-            "outcomes": {r[0]: r[1] for r in rows}, "attainment": met / judged if judged else None,
-            "error_rate": (judged - ok) / judged if judged else None}
+    return {
+        "n": n,
+        "ok": ok,
+        "judged": judged,
+        "client": sum(r[2] for r in rows if r[0] == OK),
+        "server_only": {"ttft": sum(r[4] for r in rows if r[0] == OK), "e2e": sum(r[5] for r in rows if r[0] == OK)},
+        "outcomes": {r[0]: r[1] for r in rows},
+        "attainment": met / judged if judged else None,
+        "error_rate": (judged - ok) / judged if judged else None,
+    }
 
 
 TTFT_DEFINITIONS = {"first_token_event": "first token event", "first_nonempty_chunk": "first non-empty chunk"}
@@ -91,11 +104,15 @@ def _ttft_definitions(con, sel: Selection) -> dict[str, int]:
     spans within the selection's send times."""
     # `r` is read once and the JSON parsed only for the spans joined (Spark ran a CTE read twice twice, and
     # parsed every client span's attributes)
-    rows = _rows(con, f"""
+    rows = _rows(
+        con,
+        f"""
         WITH r AS (SELECT trace_id, client_span_id FROM requests {sel.where("outcome = 'ok'", "has_client_span")})
         SELECT coalesce(c.attributes->>'budgetscope.client.first_token_definition', 'first_token_event'), count(*)
         FROM r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id
-        WHERE c.source = 'client' GROUP BY 1 ORDER BY 1""", sel.params)
+        WHERE c.source = 'client' GROUP BY 1 ORDER BY 1""",
+        sel.params,
+    )
     return {TTFT_DEFINITIONS.get(d, d): n for d, n in rows}
 
 
@@ -108,8 +125,9 @@ def _quantile_expr(col: str, pcts: list[float]) -> str:
     return f"quantile_cont({_valid(col)}, {[p / 100 for p in pcts]})"
 
 
-def _quantiles(con, sel: Selection, groups: list[tuple[dict[str, str], list[float]]],
-               splits: dict[str, tuple[str, float]]) -> tuple[list[dict[str, dict[str, float | None]]], dict]:
+def _quantiles(
+    con, sel: Selection, groups: list[tuple[dict[str, str], list[float]]], splits: dict[str, tuple[str, float]]
+) -> tuple[list[dict[str, dict[str, float | None]]], dict]:
     """One scan of the selection's ok requests (NaN and NULL left out of every figure) for:
 
     - each group (columns name → column, percentiles): name → {pXX: value};
@@ -128,10 +146,15 @@ def _quantiles(con, sel: Selection, groups: list[tuple[dict[str, str], list[floa
     group_at = [[(name, agg(_quantile_expr(col, pcts))) for name, col in columns.items()] for columns, pcts in groups]
     split_at = {}
     for kind, (col, pct) in splits.items():
-        pcts = next((pcts for columns, pcts in groups if col in columns.values() and pct in pcts and 50.0 in pcts),
-                    [pct, 50.0])
-        split_at[kind] = (agg(f"count({_valid(col)})"), agg(_quantile_expr(col, pcts)),
-                          pcts.index(pct), pcts.index(50.0))
+        pcts = next(
+            (pcts for columns, pcts in groups if col in columns.values() and pct in pcts and 50.0 in pcts), [pct, 50.0]
+        )
+        split_at[kind] = (
+            agg(f"count({_valid(col)})"),
+            agg(_quantile_expr(col, pcts)),
+            pcts.index(pct),
+            pcts.index(50.0),
+        )
     ok = sel.where("outcome = 'ok'")
     (row,) = _rows(con, f"SELECT {', '.join(exprs)} FROM requests {ok}", sel.params)
     out = []
@@ -139,8 +162,10 @@ def _quantiles(con, sel: Selection, groups: list[tuple[dict[str, str], list[floa
         figures = {}
         for name, i in positions:
             values = row[i]
-            figures[name] = {pkey(p): (_nan_to_none(v) if values is not None else None)
-                             for p, v in zip(pcts, values or [None] * len(pcts))}
+            figures[name] = {
+                pkey(p): (_nan_to_none(v) if values is not None else None)
+                for p, v in zip(pcts, values or [None] * len(pcts))
+            }
         out.append(figures)
     bounds = {}
     for kind, (n_at, i, qi, mi) in split_at.items():
@@ -156,8 +181,12 @@ def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict
     plan = {}
     for kind, (n, tq, med) in bounds.items():
         if n:
-            plan[kind] = (attribution.components(kind, client_for[kind]),
-                          attribution.FIGURES[kind][0 if client_for[kind] else 1], tq, med)
+            plan[kind] = (
+                attribution.components(kind, client_for[kind]),
+                attribution.FIGURES[kind][0 if client_for[kind] else 1],
+                tq,
+                med,
+            )
     out = {kind: None for kind in bounds}
     if not plan:
         return out
@@ -167,9 +196,13 @@ def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict
     sums = [f"sum(coalesce({c}, 0))" for comps, _, _, _ in plan.values() for c in comps.values()]
     ok = sel.where("outcome = 'ok'")
     names = ", ".join(f"c{j}" for j in range(len(plan)))
-    rows = _rows(con, f"""SELECT {names}, count(*), {', '.join(mins + sums)}
-        FROM (SELECT *, {', '.join(f'{c} AS c{j}' for j, c in enumerate(classes))} FROM requests {ok})
-        GROUP BY {names}""", [*params, *sel.params])
+    rows = _rows(
+        con,
+        f"""SELECT {names}, count(*), {", ".join(mins + sums)}
+        FROM (SELECT *, {", ".join(f"{c} AS c{j}" for j, c in enumerate(classes))} FROM requests {ok})
+        GROUP BY {names}""",
+        [*params, *sel.params],
+    )
     k, at = len(plan), len(plan) + 1 + len(plan)
     for j, (kind, (comps, metric, tq, med)) in enumerate(plan.items()):
         tail = [r for r in rows if r[j] in TAIL]
@@ -189,16 +222,31 @@ def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict
         body_mean = dict(zip(comps, body_vals))
         sh = attribution.shares(tail_mean, body_mean)
         out[kind] = {
-            "metric": metric, "tail_size": tail_size, "tail_widened": is_widened, "body_size": n_body,
-            "threshold_ms": tq, "median_ms": med, "tail_min_ms": tail_min,
-            "shares": sh.shares, "dominant": sh.dominant, "verdict": sh.verdict, "top": sh.top,
-            "tail_mean_ms": tail_mean, "body_mean_ms": body_mean,
+            "metric": metric,
+            "tail_size": tail_size,
+            "tail_widened": is_widened,
+            "body_size": n_body,
+            "threshold_ms": tq,
+            "median_ms": med,
+            "tail_min_ms": tail_min,
+            "shares": sh.shares,
+            "dominant": sh.dominant,
+            "verdict": sh.verdict,
+            "top": sh.top,
+            "tail_mean_ms": tail_mean,
+            "body_mean_ms": body_mean,
         }
     return out
 
 
-def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int | None = None,
-                budgeted: bool = True, filters: dict | None = None) -> dict:
+def tier_report(
+    con,
+    tb: TierBudget,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    budgeted: bool = True,
+    filters: dict | None = None,
+) -> dict:
     """The report entry of one tier; `filters` (see `Selection`) narrow its requests further.
 
     Four scans of the tier's requests, whatever the budgets: counts (and attainment), quantiles, the tail and
@@ -211,10 +259,17 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
     # HTTP client span carries no first-token time, nor (a streamed response) the response's end
     client_for = {k: with_client and not counts["server_only"][k] for k in ("ttft", "e2e")}
     entry: dict = {
-        "name": tb.name, "match": tb.match, "requests": counts["n"], "ok_requests": counts["ok"],
-        "judged_requests": counts["judged"], "outcomes": counts["outcomes"], "percentile": tb.percentile,
-        "budgeted": budgeted, "percentiles_over": "ok requests",
-        "error_rate": counts["error_rate"], "max_error_rate": tb.error_budget(),
+        "name": tb.name,
+        "match": tb.match,
+        "requests": counts["n"],
+        "ok_requests": counts["ok"],
+        "judged_requests": counts["judged"],
+        "outcomes": counts["outcomes"],
+        "percentile": tb.percentile,
+        "budgeted": budgeted,
+        "percentiles_over": "ok requests",
+        "error_rate": counts["error_rate"],
+        "max_error_rate": tb.error_budget(),
         "max_error_rate_declared": tb.max_error_rate is not None,
         "figures": "client" if all(client_for.values()) else "server",
         "figures_by_kind": {k: "client" if c else "server" for k, c in client_for.items()},
@@ -226,8 +281,9 @@ def tier_report(con, tb: TierBudget, since_ns: int | None = None, until_ns: int 
     stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or client_for["ttft"]}
     stage_pcts = sorted({50.0, tb.percentile})
     if counts["ok"]:
-        splits = {kind: (attribution.FIGURES[kind][0 if client_for[kind] else 1], tb.percentile)
-                  for kind in ("ttft", "e2e")}
+        splits = {
+            kind: (attribution.FIGURES[kind][0 if client_for[kind] else 1], tb.percentile) for kind in ("ttft", "e2e")
+        }
         (metric_q, stage_q), bounds = _quantiles(con, sel, [(fig_cols, pcts), (stage_cols, stage_pcts)], splits)
         attributed = _attributions(con, sel, client_for, bounds)
     else:
@@ -268,8 +324,15 @@ def breaches(entry: dict) -> list[dict]:
     out = []
     rate, allowed = entry["error_rate"], entry["max_error_rate"]
     if rate is not None and rate > allowed:
-        out.append({"kind": "error_rate", "name": "max_error_rate", "value": rate, "budget": allowed,
-                    "declared": entry["max_error_rate_declared"]})
+        out.append(
+            {
+                "kind": "error_rate",
+                "name": "max_error_rate",
+                "value": rate,
+                "budget": allowed,
+                "declared": entry["max_error_rate_declared"],
+            }
+        )
     for group, items in (("metric", entry["metrics"]), ("stage", entry["stages"])):
         for name, v in items.items():
             if v["budget"] is not None and v[key] is not None and v[key] > v["budget"]:
@@ -299,8 +362,10 @@ def unknown_reason(entry: dict) -> str | None:
     if not unknown:
         return None
     names = ", ".join(m.removesuffix("_ms").upper() for m in unknown)
-    return (f"no ok request has a known {names} (of {entry['ok_requests']:,} ok requests): the spans were "
-            "read but carry no such timing")
+    return (
+        f"no ok request has a known {names} (of {entry['ok_requests']:,} ok requests): the spans were "
+        "read but carry no such timing"
+    )
 
 
 def discovered_tiers(con) -> list[str]:
@@ -318,6 +383,7 @@ def tier_selected(tb: TierBudget, filters: dict | None) -> bool:
 def _tier_reports(con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, filters) -> list[dict]:
     """`tier_report` of each (tier, budgeted), in order; several tiers at once, each on its own cursor, as many as
     DuckDB has threads (docs/benchmarks.md, "Tiers in parallel")."""
+
     def one(c, tb: TierBudget, budgeted: bool) -> dict:
         return tier_report(c, tb, since_ns, until_ns, budgeted=budgeted, filters=filters)
 
@@ -351,8 +417,13 @@ def _threads(con) -> int:
         return 1
 
 
-def build_report(con, budgets: Budgets | None = None, since_ns: int | None = None,
-                 until_ns: int | None = None, filters: dict | None = None) -> dict:
+def build_report(
+    con,
+    budgets: Budgets | None = None,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    filters: dict | None = None,
+) -> dict:
     """The whole report. Without budgets, every tier found is reported at p99 with no budget.
 
     `filters` (column in FILTER_COLUMNS → value or list of values, None = NULL) narrow every tier's requests;
@@ -367,14 +438,21 @@ def build_report(con, budgets: Budgets | None = None, since_ns: int | None = Non
     sel = Selection({}, since_ns, until_ns, filters)
     if budgets is not None:
         named = {tb.match.get("tier", tb.name) for tb in budgets.tiers}
-        unbudgeted = {t: n for t, n in _rows(con, f"SELECT tier, count(*) FROM requests {sel.where()} "
-                                                  "GROUP BY 1 ORDER BY 1", sel.params) if t not in named}
+        unbudgeted = {
+            t: n
+            for t, n in _rows(
+                con, f"SELECT tier, count(*) FROM requests {sel.where()} GROUP BY 1 ORDER BY 1", sel.params
+            )
+            if t not in named
+        }
     covered = coverage.coverage(con, sel.where(), sel.params)
     spans = coverage.span_count(con, since_ns, until_ns)
     unclaimed = coverage.unclaimed_spans(con, since_ns, until_ns)
     status, reason = report_status(tiers, spans, unclaimed)
     whole = Selection({}, since_ns, until_ns)  # the warning is about the window, whatever the filters
-    derived = covered["requests"] if filters is None else coverage.coverage(con, whole.where(), whole.params)["requests"]
+    derived = (
+        covered["requests"] if filters is None else coverage.coverage(con, whole.where(), whole.params)["requests"]
+    )
     warning = coverage.nothing_derived_warning(spans, derived, unclaimed)
     out = {
         "tiers": tiers,
@@ -398,11 +476,27 @@ def report_status(tiers: list[dict], spans: int, unclaimed: dict) -> tuple[str, 
     judge: UNKNOWN, never KEPT."""
     if not tiers:
         if spans and unclaimed["total"]:
-            return UNKNOWN, f"no request was derived from the archive's {spans:,} spans ({coverage.unclaimed_line(unclaimed)})"
+            return (
+                UNKNOWN,
+                f"no request was derived from the archive's {spans:,} spans ({coverage.unclaimed_line(unclaimed)})",
+            )
         return UNKNOWN, "no request to judge" + (f" among {spans:,} spans" if spans else ": the archive holds no spans")
     status = max((t["status"] for t in tiers), key=STATUSES.index)
     reasons = [f"tier {t['name']}: {t['unknown_reason']}" for t in tiers if t["status"] == UNKNOWN]
     return status, ("; ".join(reasons) if status == UNKNOWN else None)
 
 
-__all__ = ["build_report", "tier_report", "breaches", "unknown_reason", "report_status", "KEPT", "UNKNOWN", "BROKEN", "pkey", "tier_selected", "Selection", "FILTER_COLUMNS"]
+__all__ = [
+    "build_report",
+    "tier_report",
+    "breaches",
+    "unknown_reason",
+    "report_status",
+    "KEPT",
+    "UNKNOWN",
+    "BROKEN",
+    "pkey",
+    "tier_selected",
+    "Selection",
+    "FILTER_COLUMNS",
+]

@@ -9,18 +9,54 @@ from __future__ import annotations
 
 from budgetscope.analysis.selection import Selection, ok_where
 
-REQUEST_COLUMNS = ("request_id", "trace_id", "source", "service_name", "model", "tier", "tenant", "outcome",
-                   "server_span_id", "client_span_id", "arrival_ns", "first_token_ns", "end_ns", "client_sent_ns",
-                   "client_first_token_ns", "client_end_ns", "input_tokens", "cached_tokens", "output_tokens",
-                   "network_ms", "frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "postprocess_ms",
-                   "unaccounted_ms", "ttft_ms", "client_ttft_ms", "e2e_ms", "client_e2e_ms", "tpot_ms",
-                   "client_tpot_ms", "queue_entries", "schedule_lag_ms", "http_status", "itl_ms", "client_itl_ms")
+REQUEST_COLUMNS = (
+    "request_id",
+    "trace_id",
+    "source",
+    "service_name",
+    "model",
+    "tier",
+    "tenant",
+    "outcome",
+    "server_span_id",
+    "client_span_id",
+    "arrival_ns",
+    "first_token_ns",
+    "end_ns",
+    "client_sent_ns",
+    "client_first_token_ns",
+    "client_end_ns",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "network_ms",
+    "frontend_ms",
+    "queue_ms",
+    "prefill_ms",
+    "decode_ms",
+    "postprocess_ms",
+    "unaccounted_ms",
+    "ttft_ms",
+    "client_ttft_ms",
+    "e2e_ms",
+    "client_e2e_ms",
+    "tpot_ms",
+    "client_tpot_ms",
+    "queue_entries",
+    "schedule_lag_ms",
+    "http_status",
+    "itl_ms",
+    "client_itl_ms",
+)
 
 
 def find_request(con, key: str) -> dict | None:
     """The `requests` row whose request_id or trace_id is `key`, as a dict; None when there is none."""
-    row = con.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE request_id = ? OR trace_id = ? "
-                      "ORDER BY arrival_ns LIMIT 1", [key, key]).fetchone()
+    row = con.execute(
+        f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE request_id = ? OR trace_id = ? "
+        "ORDER BY arrival_ns LIMIT 1",
+        [key, key],
+    ).fetchone()
     return dict(zip(REQUEST_COLUMNS, row)) if row else None
 
 
@@ -29,8 +65,9 @@ def slowest_requests(con, sel: Selection, column: str = "e2e_ms", limit: int = 5
     if column not in REQUEST_COLUMNS:
         raise ValueError(f"cannot rank by {column!r}")
     where = ok_where(sel, column)
-    return con.execute(f"SELECT request_id, {column} FROM requests {where} ORDER BY {column} DESC LIMIT {int(limit)}",
-                       sel.params).fetchall()
+    return con.execute(
+        f"SELECT request_id, {column} FROM requests {where} ORDER BY {column} DESC LIMIT {int(limit)}", sel.params
+    ).fetchall()
 
 
 def _lane(name: str, kind: str, stage: str | None) -> str:
@@ -52,28 +89,56 @@ def request_view(con, key: str) -> dict | None:
     if r is None:
         return None
     ids = [s for s in (r["server_span_id"], r["client_span_id"]) if s]
-    spans = con.execute(f"""
+    spans = con.execute(
+        f"""
         SELECT name, kind, start_ns, end_ns, attributes->>'budgetscope.stage' FROM spans
-        WHERE trace_id = ? AND (span_id IN ({', '.join('?' * len(ids))}) OR parent_span_id = ?)
-        ORDER BY start_ns, end_ns DESC""", [r["trace_id"], *ids, r["server_span_id"]]).fetchall()
+        WHERE trace_id = ? AND (span_id IN ({", ".join("?" * len(ids))}) OR parent_span_id = ?)
+        ORDER BY start_ns, end_ns DESC""",
+        [r["trace_id"], *ids, r["server_span_id"]],
+    ).fetchall()
     t0 = min([s[2] for s in spans] + [r["arrival_ns"]] + ([r["client_sent_ns"]] if r["client_sent_ns"] else []))
 
     def ms(ns: int | None) -> float | None:
         return None if ns is None else (ns - t0) / 1e6
 
-    bars = [{"lane": _lane(n, k, st), "name": n, "kind": k, "start_ms": ms(s), "end_ms": ms(e),
-             "duration_ms": (e - s) / 1e6} for n, k, s, e, st in spans]
+    bars = [
+        {
+            "lane": _lane(n, k, st),
+            "name": n,
+            "kind": k,
+            "start_ms": ms(s),
+            "end_ms": ms(e),
+            "duration_ms": (e - s) / 1e6,
+        }
+        for n, k, s, e, st in spans
+    ]
     missing = []
     if r["client_span_id"] and r["client_sent_ns"] is not None and r["client_end_ns"] is not None:
-        bars += [{"lane": "network", "name": "uplink", "kind": "DERIVED", "start_ms": ms(r["client_sent_ns"]),
-                  "end_ms": ms(r["arrival_ns"]), "duration_ms": (r["arrival_ns"] - r["client_sent_ns"]) / 1e6},
-                 {"lane": "network", "name": "downlink", "kind": "DERIVED", "start_ms": ms(r["end_ns"]),
-                  "end_ms": ms(r["client_end_ns"]), "duration_ms": (r["client_end_ns"] - r["end_ns"]) / 1e6}]
+        bars += [
+            {
+                "lane": "network",
+                "name": "uplink",
+                "kind": "DERIVED",
+                "start_ms": ms(r["client_sent_ns"]),
+                "end_ms": ms(r["arrival_ns"]),
+                "duration_ms": (r["arrival_ns"] - r["client_sent_ns"]) / 1e6,
+            },
+            {
+                "lane": "network",
+                "name": "downlink",
+                "kind": "DERIVED",
+                "start_ms": ms(r["end_ns"]),
+                "end_ms": ms(r["client_end_ns"]),
+                "duration_ms": (r["client_end_ns"] - r["end_ns"]) / 1e6,
+            },
+        ]
     else:
         missing.append("no client span: network time and client-side figures are unknown for this request")
     tokens = []
-    for side, first, gaps in (("server", r["first_token_ns"], r["itl_ms"]),
-                              ("client", r["client_first_token_ns"], r["client_itl_ms"])):
+    for side, first, gaps in (
+        ("server", r["first_token_ns"], r["itl_ms"]),
+        ("client", r["client_first_token_ns"], r["client_itl_ms"]),
+    ):
         if first is None:
             continue
         t = ms(first)

@@ -18,8 +18,13 @@ class Selection:
     `extra` narrows further: column (one of FILTER_COLUMNS) → a value or a list of values, None meaning NULL.
     """
 
-    def __init__(self, filters: dict[str, str], since_ns: int | None = None, until_ns: int | None = None,
-                 extra: dict | None = None):
+    def __init__(
+        self,
+        filters: dict[str, str],
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        extra: dict | None = None,
+    ):
         self.clauses = [f"{col} = ?" for col in filters]
         self.params: list = list(filters.values())
         for col, want in (extra or {}).items():
@@ -56,8 +61,11 @@ def widened(n_tail: int) -> bool:
 def slowest(con, sel: Selection, metric: str, aggregates: str) -> tuple:
     """SQL `aggregates` (e.g. `count(*), min(ttft_ms)`) over the widened tail: the MIN_TAIL slowest ok requests of
     the selection by `metric`."""
-    return con.execute(f"SELECT {aggregates} FROM (SELECT * FROM requests {ok_where(sel, metric)} "
-                       f"ORDER BY {metric} DESC LIMIT {MIN_TAIL})", sel.params).fetchone()
+    return con.execute(
+        f"SELECT {aggregates} FROM (SELECT * FROM requests {ok_where(sel, metric)} "
+        f"ORDER BY {metric} DESC LIMIT {MIN_TAIL})",
+        sel.params,
+    ).fetchone()
 
 
 TAIL, BODY = (1, 3), (2, 3)
@@ -67,6 +75,8 @@ TAIL, BODY = (1, 3), (2, 3)
 def split_class(metric: str, tail_from: str, body_to: str) -> str:
     """SQL: the class (TAIL, BODY) of a request by its metric; NULL when the metric is NULL or NaN. Grouping by
     classes is how the tail and body of several splits come out of one scan without FILTER clauses."""
-    return (f"CASE WHEN {metric} IS NULL OR isnan({metric}) THEN NULL "
-            f"WHEN {metric} >= {tail_from} AND {metric} <= {body_to} THEN 3 "
-            f"WHEN {metric} >= {tail_from} THEN 1 WHEN {metric} <= {body_to} THEN 2 ELSE 0 END")
+    return (
+        f"CASE WHEN {metric} IS NULL OR isnan({metric}) THEN NULL "
+        f"WHEN {metric} >= {tail_from} AND {metric} <= {body_to} THEN 3 "
+        f"WHEN {metric} >= {tail_from} THEN 1 WHEN {metric} <= {body_to} THEN 2 ELSE 0 END"
+    )

@@ -15,8 +15,32 @@ from dataclasses import dataclass
 from budgetscope.analysis.budgets import TierBudget
 from budgetscope.analysis.selection import Selection
 
-NICE_BUCKETS_NS = [int(x * 1e9) for x in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
-                                           3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400)]
+NICE_BUCKETS_NS = [
+    int(x * 1e9)
+    for x in (
+        0.1,
+        0.2,
+        0.5,
+        1,
+        2,
+        5,
+        10,
+        15,
+        30,
+        60,
+        120,
+        300,
+        600,
+        900,
+        1800,
+        3600,
+        7200,
+        3 * 3600,
+        6 * 3600,
+        12 * 3600,
+        86400,
+    )
+]
 TARGET_BUCKETS = 120
 WINDOW_BUCKETS = 3
 
@@ -25,15 +49,21 @@ HBM_USED = "hw.gpu.memory.usage"
 HBM_LIMIT = "hw.gpu.memory.limit"
 GPU_METRICS = {"dram_bandwidth": DRAM_BANDWIDTH, "hbm_used_bytes": HBM_USED, "hbm_limit_bytes": HBM_LIMIT}
 
-NO_ENGINE_STEPS = ("no engine.step spans in this archive: only the reference engine emits them (vLLM, SGLang, TGI "
-                   "and llama.cpp sources do not), so queue depth and KV-cache usage over time are unknown")
+NO_ENGINE_STEPS = (
+    "no engine.step spans in this archive: only the reference engine emits them (vLLM, SGLang, TGI "
+    "and llama.cpp sources do not), so queue depth and KV-cache usage over time are unknown"
+)
 NO_STEPS_IN_RANGE = "the archive has engine.step spans, but none in this time range"
-NO_GPU_SAMPLES = ("no GPU samples in this archive: it was recorded without the GPU sampler "
-                  "(budgetscope.instrument.gpu, which needs an NVIDIA GPU and nvidia-ml-py) — the sample archives come "
-                  "from a CPU-only machine — so DRAM bandwidth and HBM use are unknown")
+NO_GPU_SAMPLES = (
+    "no GPU samples in this archive: it was recorded without the GPU sampler "
+    "(budgetscope.instrument.gpu, which needs an NVIDIA GPU and nvidia-ml-py) — the sample archives come "
+    "from a CPU-only machine — so DRAM bandwidth and HBM use are unknown"
+)
 NO_GPU_IN_RANGE = "the archive has GPU samples, but none in this time range"
-NO_DRAM_BANDWIDTH = ("GPU samples hold no DRAM bandwidth: it needs NVML GPM metrics (Hopper or newer GPUs); "
-                     "NVML's memory 'utilization' is busy time, not bandwidth, and is not shown as such")
+NO_DRAM_BANDWIDTH = (
+    "GPU samples hold no DRAM bandwidth: it needs NVML GPM metrics (Hopper or newer GPUs); "
+    "NVML's memory 'utilization' is busy time, not bandwidth, and is not shown as such"
+)
 NO_HBM = "GPU samples hold no hw.gpu.memory.usage points"
 
 
@@ -59,7 +89,7 @@ class Grid:
     num_buckets: int
 
     @classmethod
-    def covering(cls, lo_ns: int, hi_ns: int, bucket_ns: int | None = None) -> "Grid":
+    def covering(cls, lo_ns: int, hi_ns: int, bucket_ns: int | None = None) -> Grid:
         """The grid of aligned buckets that covers [lo_ns, hi_ns] (hi included)."""
         bucket_ns = bucket_ns or choose_bucket_ns(max(hi_ns - lo_ns, 1))
         start = lo_ns // bucket_ns * bucket_ns
@@ -83,8 +113,9 @@ def _fill(grid: Grid, rows: list[tuple], width: int) -> list[list]:
     return cols
 
 
-def request_series(con, sel: Selection, grid: Grid, columns: dict[str, str], q: float,
-                   window_buckets: int = WINDOW_BUCKETS) -> dict[str, list]:
+def request_series(
+    con, sel: Selection, grid: Grid, columns: dict[str, str], q: float, window_buckets: int = WINDOW_BUCKETS
+) -> dict[str, list]:
     """Per bucket: `requests` (arrivals), `arrivals_per_s`, and for each name → column the rolling
     quantile q (ms) over ok requests of the trailing `window_buckets` buckets (NaN values left out)."""
     where = sel.where("arrival_ns >= ?", "arrival_ns < ?")
@@ -93,15 +124,22 @@ def request_series(con, sel: Selection, grid: Grid, columns: dict[str, str], q: 
     counts = con.execute(f"SELECT {key} AS k, count(*) FROM requests {where} GROUP BY 1", params).fetchall()
     (n,) = _fill(grid, counts, 1)
     n = [c or 0 for c in n]
-    out: dict[str, list] = {"t_ns": grid.times(), "requests": n,
-                            "arrivals_per_s": [c / (grid.bucket_ns / 1e9) for c in n]}
+    out: dict[str, list] = {
+        "t_ns": grid.times(),
+        "requests": n,
+        "arrivals_per_s": [c / (grid.bucket_ns / 1e9) for c in n],
+    }
     if columns:
         sel_cols = ", ".join(f"{c} AS c{i}" for i, c in enumerate(columns.values()))
-        aggs = ", ".join(f"quantile_cont(c{i}, {float(q)}) FILTER (WHERE ok AND NOT isnan(c{i}))"
-                         for i in range(len(columns)))
-        rows = con.execute(f"""
+        aggs = ", ".join(
+            f"quantile_cont(c{i}, {float(q)}) FILTER (WHERE ok AND NOT isnan(c{i}))" for i in range(len(columns))
+        )
+        rows = con.execute(
+            f"""
             WITH b AS (SELECT {key} AS k, outcome = 'ok' AS ok, {sel_cols} FROM requests {where})
-            SELECT k + j AS k, {aggs} FROM b, range(0, {int(window_buckets)}) AS w(j) GROUP BY 1""", params).fetchall()
+            SELECT k + j AS k, {aggs} FROM b, range(0, {int(window_buckets)}) AS w(j) GROUP BY 1""",
+            params,
+        ).fetchall()
         for name, col in zip(columns, _fill(grid, rows, len(columns))):
             out[name] = col
     return out
@@ -117,11 +155,14 @@ def engine_series(con, grid: Grid, service_names: list[str] | None = None) -> tu
         clauses.append(f"service_name IN ({', '.join('?' * len(service_names))})")
         params += list(service_names)
     key = f"(start_ns - {int(grid.start_ns)}) // {int(grid.bucket_ns)}"
-    rows = con.execute(f"""
+    rows = con.execute(
+        f"""
         SELECT {key} AS k, avg(queue_depth), max(queue_depth), avg(batch_size),
                avg(kv_blocks_used / nullif(kv_blocks_total, 0)), max(kv_blocks_used / nullif(kv_blocks_total, 0)),
                count(*)
-        FROM engine_steps WHERE {' AND '.join(clauses)} GROUP BY 1""", params).fetchall()
+        FROM engine_steps WHERE {" AND ".join(clauses)} GROUP BY 1""",
+        params,
+    ).fetchall()
     if not rows:
         return None, NO_STEPS_IN_RANGE
     names = ["queue_depth_mean", "queue_depth_max", "batch_size_mean", "kv_usage_mean", "kv_usage_max", "steps"]
@@ -136,8 +177,10 @@ def gpu_series(con, grid: Grid) -> tuple[dict[str, list] | None, dict[str, str]]
         return None, {"dram_bandwidth": NO_GPU_SAMPLES, "hbm_used_bytes": NO_GPU_SAMPLES}
     key = f"(ts_ns - {int(grid.start_ns)}) // {int(grid.bucket_ns)}"
     aggs = ", ".join(f"avg(value) FILTER (WHERE metric = '{m}')" for m in GPU_METRICS.values())
-    rows = con.execute(f"SELECT {key} AS k, {aggs} FROM gpu_samples WHERE ts_ns >= ? AND ts_ns < ? GROUP BY 1",
-                       [grid.start_ns, grid.end_ns]).fetchall()
+    rows = con.execute(
+        f"SELECT {key} AS k, {aggs} FROM gpu_samples WHERE ts_ns >= ? AND ts_ns < ? GROUP BY 1",
+        [grid.start_ns, grid.end_ns],
+    ).fetchall()
     if not rows:
         return None, {"dram_bandwidth": NO_GPU_IN_RANGE, "hbm_used_bytes": NO_GPU_IN_RANGE}
     series = {"t_ns": grid.times(), **dict(zip(GPU_METRICS, _fill(grid, rows, len(GPU_METRICS))))}
@@ -185,14 +228,23 @@ def what_moved(window: dict, series: dict[str, dict[str, list] | None]) -> dict[
         inside = [window["start_ns"] <= t < window["end_ns"] for t in s["t_ns"]]
         for name in signals:
             if name in s:
-                out[name] = {"inside": _mean([v for v, i in zip(s[name], inside) if i]),
-                             "outside": _mean([v for v, i in zip(s[name], inside) if not i])}
+                out[name] = {
+                    "inside": _mean([v for v, i in zip(s[name], inside) if i]),
+                    "outside": _mean([v for v, i in zip(s[name], inside) if not i]),
+                }
     return out
 
 
-def tier_timeline(con, tb: TierBudget, entry: dict, since_ns: int | None = None, until_ns: int | None = None,
-                  filters: dict | None = None, bucket_ns: int | None = None,
-                  window_buckets: int = WINDOW_BUCKETS) -> dict:
+def tier_timeline(
+    con,
+    tb: TierBudget,
+    entry: dict,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    filters: dict | None = None,
+    bucket_ns: int | None = None,
+    window_buckets: int = WINDOW_BUCKETS,
+) -> dict:
     """The whole timeline of one tier, for the dashboard and the postmortem.
 
     `entry` is the tier's report entry (`tier_report`): the timeline plots the same figures (client or server
@@ -215,27 +267,65 @@ def tier_timeline(con, tb: TierBudget, entry: dict, since_ns: int | None = None,
     for w in windows:
         w["moved"] = what_moved(w, {"requests": req, "engine": engine, "gpu": gpu})
     return {
-        "empty": False, "tier": tb.name, "percentile": tb.percentile, "columns": metrics, "budgets": budgets,
-        "start_ns": grid.start_ns, "end_ns": grid.end_ns, "bucket_ns": grid.bucket_ns,
-        "window_buckets": window_buckets, "requests": req, "engine": engine, "gpu": gpu,
+        "empty": False,
+        "tier": tb.name,
+        "percentile": tb.percentile,
+        "columns": metrics,
+        "budgets": budgets,
+        "start_ns": grid.start_ns,
+        "end_ns": grid.end_ns,
+        "bucket_ns": grid.bucket_ns,
+        "window_buckets": window_buckets,
+        "requests": req,
+        "engine": engine,
+        "gpu": gpu,
         "missing": {**({"engine": engine_why} if engine_why else {}), **gpu_missing},
         "breach_windows": windows,
     }
 
 
-WINDOW_COLUMNS = ("request_id", "trace_id", "arrival_ns", "tier", "model", "tenant", "service_name", "outcome",
-                  "input_tokens", "cached_tokens", "output_tokens", "ttft_ms", "client_ttft_ms", "e2e_ms",
-                  "client_e2e_ms", "tpot_ms", "queue_ms", "prefill_ms", "decode_ms", "network_ms")
+WINDOW_COLUMNS = (
+    "request_id",
+    "trace_id",
+    "arrival_ns",
+    "tier",
+    "model",
+    "tenant",
+    "service_name",
+    "outcome",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "ttft_ms",
+    "client_ttft_ms",
+    "e2e_ms",
+    "client_e2e_ms",
+    "tpot_ms",
+    "queue_ms",
+    "prefill_ms",
+    "decode_ms",
+    "network_ms",
+)
 
 
-def window_requests(con, tb: TierBudget | None, start_ns: int, end_ns: int, filters: dict | None = None,
-                    order_by: str = "e2e_ms", limit: int = 500) -> tuple[list[str], list[tuple], int]:
+def window_requests(
+    con,
+    tb: TierBudget | None,
+    start_ns: int,
+    end_ns: int,
+    filters: dict | None = None,
+    order_by: str = "e2e_ms",
+    limit: int = 500,
+) -> tuple[list[str], list[tuple], int]:
     """The requests of a tier (all tiers when `tb` is None) that arrived in [start_ns, end_ns), slowest first by
     `order_by` (a `requests` column), at most `limit`. Returns (columns, rows, how many in all)."""
     if order_by not in WINDOW_COLUMNS:
         raise ValueError(f"cannot order by {order_by!r}")
     sel = Selection(tb.filters if tb else {}, start_ns, end_ns, filters)
     (total,) = con.execute(f"SELECT count(*) FROM requests {sel.where()}", sel.params).fetchone()
-    rows = con.execute(f"SELECT {', '.join(WINDOW_COLUMNS)} FROM requests {sel.where()} "
-                       f"ORDER BY {order_by} DESC NULLS LAST, arrival_ns LIMIT {int(limit)}", sel.params).fetchall()
+    rows = con.execute(
+        f"SELECT {', '.join(WINDOW_COLUMNS)} FROM requests {sel.where()} "
+        f"ORDER BY {order_by} DESC NULLS LAST, arrival_ns LIMIT {int(limit)}",
+        sel.params,
+    ).fetchall()
     return list(WINDOW_COLUMNS), rows, total

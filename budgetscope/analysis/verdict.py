@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 LABEL = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
-STAGE_WORD = {"network": "network", "frontend": "frontend", "queue": "queueing", "prefill": "prefill",
-              "decode": "decode", "postprocess": "postprocessing", "unaccounted": "unaccounted time"}
+STAGE_WORD = {
+    "network": "network",
+    "frontend": "frontend",
+    "queue": "queueing",
+    "prefill": "prefill",
+    "decode": "decode",
+    "postprocess": "postprocessing",
+    "unaccounted": "unaccounted time",
+}
 
 
 def ms(v: float | None) -> str:
@@ -26,8 +33,10 @@ def _attribution_sentence(kind: str, a: dict | None) -> str | None:
         return f"The {name} tail is no slower than the median request, so there is nothing to attribute."
     sh = a["shares"]
     first, second = a["top"][0], a["top"][1] if len(a["top"]) > 1 else None
-    head = (f"{_pct(sh[first])} of the {name} tail's excess over the median request is {STAGE_WORD[first]} "
-            f"(tail mean {ms(a['tail_mean_ms'][first])} vs {ms(a['body_mean_ms'][first])})")
+    head = (
+        f"{_pct(sh[first])} of the {name} tail's excess over the median request is {STAGE_WORD[first]} "
+        f"(tail mean {ms(a['tail_mean_ms'][first])} vs {ms(a['body_mean_ms'][first])})"
+    )
     if a["verdict"] == "mixed" and second:
         head += f", with {STAGE_WORD[second]} next at {_pct(sh[second])}: a mixed tail"
     elif second and sh[second] >= 0.05:  # a runner-up under 5% is noise, not a finding
@@ -43,6 +52,7 @@ PLURAL = {"error": "errors", "timeout": "timeouts"}
 
 def outcomes_words(outcomes: dict) -> str:
     """{"error": 20, "timeout": 1} → "20 errors, 1 timeout", most first (a NULL outcome is "unknown")."""
+
     def words(o, n: int) -> str:
         name = o or "unknown"
         return f"{n:,} {PLURAL.get(name, name) if n != 1 else name}"
@@ -57,8 +67,10 @@ def _error_sentence(t: dict) -> str | None:
         return None
     rate, allowed = t["error_rate"], t["max_error_rate"]
     budget = "max_error_rate" if t["max_error_rate_declared"] else f"the default for p{t['percentile']:g}"
-    head = (f"{sum(failed.values()):,} of {t['judged_requests']:,} requests failed ({outcomes_words(failed)}): "
-            f"error rate {_pct1(rate)}")
+    head = (
+        f"{sum(failed.values()):,} of {t['judged_requests']:,} requests failed ({outcomes_words(failed)}): "
+        f"error rate {_pct1(rate)}"
+    )
     if any(b["kind"] == "error_rate" for b in t["breaches"]):
         return f"{head} vs {_pct1(allowed)} allowed ({budget}), a breach; failed requests miss every SLO."
     return f"{head}, within {_pct1(allowed)} ({budget}); failed requests miss every SLO."
@@ -73,11 +85,17 @@ def _headline(t: dict, key: str) -> str:
     broken = [b for b in t["breaches"] if b["kind"] == "metric"]
     budgeted = {m: v for m, v in t["metrics"].items() if v["budget"] is not None}
     if broken:
-        return f"{t['name']} breaks its budget: " + "; ".join(
-            f"{key} {LABEL[b['name']]} {ms(b['value'])} vs {ms(b['budget'])}" for b in broken) + "."
+        return (
+            f"{t['name']} breaks its budget: "
+            + "; ".join(f"{key} {LABEL[b['name']]} {ms(b['value'])} vs {ms(b['budget'])}" for b in broken)
+            + "."
+        )
     if t["breaches"]:
-        what = {"error_rate": "too many of its requests failed", "stage": "a stage budget broke",
-                "attainment": "no ok request met every SLO"}
+        what = {
+            "error_rate": "too many of its requests failed",
+            "stage": "a stage budget broke",
+            "attainment": "no ok request met every SLO",
+        }
         kinds = dict.fromkeys(b["kind"] for b in t["breaches"])
         return f"{t['name']} breaks its budget: " + "; ".join(what[k] for k in kinds) + "."
     if t["status"] == "UNKNOWN":
@@ -85,8 +103,10 @@ def _headline(t: dict, key: str) -> str:
     if budgeted:
         kept = [f"{key} {LABEL[m]} {ms(v[key])} ≤ {ms(v['budget'])}" for m, v in budgeted.items()]
         return f"{t['name']} keeps its budgets: " + "; ".join(kept) + "."
-    return (f"{t['name']}: {key} TTFT {ms(t['metrics']['ttft_ms'][key])}, "
-            f"{key} E2E {ms(t['metrics']['e2e_ms'][key])} (no budget declared).")
+    return (
+        f"{t['name']}: {key} TTFT {ms(t['metrics']['ttft_ms'][key])}, "
+        f"{key} E2E {ms(t['metrics']['e2e_ms'][key])} (no budget declared)."
+    )
 
 
 def verdict(t: dict) -> str:
@@ -108,22 +128,31 @@ def verdict(t: dict) -> str:
             parts.append(s)
         if kind == lead and t["contrast"].get(kind):
             c = t["contrast"][kind][0]
-            parts.append(f"What sets that tail apart most: {c['dimension']} = {c['value']} "
-                         f"({_pct(c['tail_share'])} of the tail vs {_pct(c['body_share'])} of the body).")
+            parts.append(
+                f"What sets that tail apart most: {c['dimension']} = {c['value']} "
+                f"({_pct(c['tail_share'])} of the tail vs {_pct(c['body_share'])} of the body)."
+            )
         if kind == lead:
             continue
     stage_broken = [b for b in t["breaches"] if b["kind"] == "stage"]
     if stage_broken:
-        parts.append("Stage budgets broken: " + "; ".join(
-            f"{b['name']} {key} {ms(b['value'])} vs {ms(b['budget'])}" for b in stage_broken) + ".")
+        parts.append(
+            "Stage budgets broken: "
+            + "; ".join(f"{b['name']} {key} {ms(b['value'])} vs {ms(b['budget'])}" for b in stage_broken)
+            + "."
+        )
     if t["attainment"] is not None and any(v["budget"] is not None for v in t["metrics"].values()):
-        parts.append(f"{100 * t['attainment']:.1f}% of requests met every SLO (goodput); the percentiles are "
-                     f"over the {t['ok_requests']:,} ok requests.")
+        parts.append(
+            f"{100 * t['attainment']:.1f}% of requests met every SLO (goodput); the percentiles are "
+            f"over the {t['ok_requests']:,} ok requests."
+        )
     if (t.get("queue_wait") or {}).get("sentence"):  # only for a queue-dominated TTFT tail
         parts.append(t["queue_wait"]["sentence"])
     if (t.get("gpu") or {}).get("sentence"):  # only when GPU samples fall in the tail's decode
         parts.append(t["gpu"]["sentence"])
     if t["figures"] == "server" and t["requests_without_client_span"]:
-        parts.append(f"Network time is unknown: {t['requests_without_client_span']} of {t['ok_requests']} requests "
-                     "have no client span, so server-side figures are used.")
+        parts.append(
+            f"Network time is unknown: {t['requests_without_client_span']} of {t['ok_requests']} requests "
+            "have no client span, so server-side figures are used."
+        )
     return " ".join(parts)

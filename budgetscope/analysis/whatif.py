@@ -30,16 +30,22 @@ def to_toml(budgets: Budgets) -> str:
     return "\n".join(out)
 
 
-def edit_tier(budgets: Budgets, name: str, percentile: float, metrics: dict[str, float | None],
-              stages: dict[str, float | None]) -> Budgets:
+def edit_tier(
+    budgets: Budgets, name: str, percentile: float, metrics: dict[str, float | None], stages: dict[str, float | None]
+) -> Budgets:
     """The budgets with tier `name` given these budgets (None or 0 = no budget), validated like a file:
     raises BudgetError naming the key when they do not hold together (e.g. stages overflowing TTFT)."""
     tiers = []
     for tb in budgets.tiers:
         if tb.name == name:
-            tb = TierBudget(name=tb.name, match=tb.match, percentile=percentile, max_error_rate=tb.max_error_rate,
-                            stages={s: v for s, v in stages.items() if v},
-                            **{m: v for m, v in metrics.items() if v})
+            tb = TierBudget(
+                name=tb.name,
+                match=tb.match,
+                percentile=percentile,
+                max_error_rate=tb.max_error_rate,
+                stages={s: v for s, v in stages.items() if v},
+                **{m: v for m, v in metrics.items() if v},
+            )
         tiers.append(tb)
     # A round trip through the file format applies exactly the file's validation.
     return parse_budgets(to_toml(Budgets(tuple(tiers))), "what-if budgets")

@@ -16,11 +16,20 @@ from budgetscope._lazy import lazy_exports
 # kept here by name only: they live in the layers above the store (budgetscope/opener.py, budgetscope/ingest/,
 # budgetscope/query.py), which this package never imports.
 _EXPORTS = {
-    "Archive": "budgetscope.opener", "open": "budgetscope.opener", "ArchiveError": "errors",
-    "IngestReport": "budgetscope.ingest.lander", "RawBatch": "spool", "Rejected": "budgetscope.ingest.lander",
-    "read_batches": "budgetscope.ingest.files", "run_query": "budgetscope.query", "QueryError": "budgetscope.query",
-    "QueryResult": "budgetscope.query", "ArchiveReader": "reader", "DirectoryArchive": "directory",
-    "DuckDBArchive": "duckdb_archive", "convert": "convert",
+    "Archive": "budgetscope.opener",
+    "open": "budgetscope.opener",
+    "ArchiveError": "errors",
+    "IngestReport": "budgetscope.ingest.lander",
+    "RawBatch": "spool",
+    "Rejected": "budgetscope.ingest.lander",
+    "read_batches": "budgetscope.ingest.files",
+    "run_query": "budgetscope.query",
+    "QueryError": "budgetscope.query",
+    "QueryResult": "budgetscope.query",
+    "ArchiveReader": "reader",
+    "DirectoryArchive": "directory",
+    "DuckDBArchive": "duckdb_archive",
+    "convert": "convert",
 }
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, globals())

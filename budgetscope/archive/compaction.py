@@ -95,10 +95,13 @@ def merge_sql(root: Path, job: list[mf.Segment]) -> tuple[str, str]:
     dels = [s for s in job if s.table == "requests_deletes" and table == "requests"]
     if not dels:
         return table, f"SELECT * FROM {src} ORDER BY {order}"
-    return table, f"""SELECT r.* FROM {src} r
+    return (
+        table,
+        f"""SELECT r.* FROM {src} r
 LEFT JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({segments.sql_list(root, dels)},
            hive_partitioning = false) GROUP BY trace_id) d ON d.trace_id = r.trace_id
-WHERE d._seq IS NULL OR r._seq >= d._seq ORDER BY {order}"""
+WHERE d._seq IS NULL OR r._seq >= d._seq ORDER BY {order}""",
+    )
 
 
 class Compactor:

@@ -22,8 +22,10 @@ def convert(source: str | os.PathLike, dest: str | os.PathLike) -> mf.Manifest:
         raise ArchiveError(f"{root} already exists; convert writes a new archive")
     with DuckDBArchive(src, read_only=True, create=False) as old:
         if old.pending_traces():
-            raise ArchiveError(f"{src} has {old.pending_traces():,} traces not yet derived; finish them first "
-                               f"(`budgetscope ingest` of any file into it derives them)")
+            raise ArchiveError(
+                f"{src} has {old.pending_traces():,} traces not yet derived; finish them first "
+                f"(`budgetscope ingest` of any file into it derives them)"
+            )
         tables = {t for (t,) in old.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         if not root.parent.exists():
             raise ArchiveError(f"cannot create {root}: folder {root.parent} does not exist")

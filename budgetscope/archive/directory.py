@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from budgetscope.archive import manifest as mf
 from budgetscope import schema
+from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
 from budgetscope.archive.compaction import Compactor
 from budgetscope.archive.duckdb_archive import DuckDBArchive, one
@@ -78,8 +78,10 @@ class WriterLock:
         except BlockingIOError:
             holder = os.pread(self._fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(self._fd)
-            raise ArchiveError(f"{root} is being written by another process (pid {holder}); "
-                               "an archive has one writer, and readers need no lock") from None
+            raise ArchiveError(
+                f"{root} is being written by another process (pid {holder}); "
+                "an archive has one writer, and readers need no lock"
+            ) from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, str(os.getpid()).encode(), 0)
 
@@ -104,9 +106,17 @@ class DirectoryArchive:
     landed to `_writer/spool/` before it returns, so that it is safe before `commit()` publishes it (the
     collector acknowledges then); the next writer lands what a crashed one left in the spool."""
 
-    def __init__(self, root: str | os.PathLike, *, create: bool = True, durable: bool = False,
-                 holding: Holding | None = None, compact: bool = True, retention_ns: int | None = None,
-                 reader_grace_s: float | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        create: bool = True,
+        durable: bool = False,
+        holding: Holding | None = None,
+        compact: bool = True,
+        retention_ns: int | None = None,
+        reader_grace_s: float | None = None,
+    ):
         self.path = root = Path(root)
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
@@ -114,8 +124,10 @@ class DirectoryArchive:
             raise ValueError("a durable writer needs its `holding` (collector/tuning.py)")
         if not mf.is_directory_archive(root):
             if is_sharded(root):
-                raise ArchiveError(f"{root} is a sharded archive: read it as a whole, write one shard of it "
-                                   "(`budgetscope collect --shard ID`)")
+                raise ArchiveError(
+                    f"{root} is a sharded archive: read it as a whole, write one shard of it "
+                    "(`budgetscope collect --shard ID`)"
+                )
             if not create:
                 raise ArchiveError(f"no archive at {root} (create one with `budgetscope ingest FILE --archive {root}`)")
             create_archive(root)
@@ -184,8 +196,9 @@ class DirectoryArchive:
 
     def _landing(self) -> Landing:
         if self.lander is None:
-            raise ArchiveError(f"{self.path}: this writer was opened without a lander (open it with "
-                               "`budgetscope.opener.Archive`)")
+            raise ArchiveError(
+                f"{self.path}: this writer was opened without a lander (open it with `budgetscope.opener.Archive`)"
+            )
         return self.lander
 
     def abandon(self) -> None:
@@ -207,7 +220,7 @@ class DirectoryArchive:
         self._lock.release()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
-    def __enter__(self) -> "DirectoryArchive":
+    def __enter__(self) -> DirectoryArchive:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -245,14 +258,18 @@ class DirectoryArchive:
         if row is None:  # a new working set: learn every batch the archive holds (idempotency, batch ids)
             batches = m.files("ingest_batches")
             if batches:
-                con.execute(f"INSERT INTO ingest_batches SELECT * FROM read_parquet("
-                            f"{segments.sql_list(self.path, batches)}, hive_partitioning = false)")
+                con.execute(
+                    f"INSERT INTO ingest_batches SELECT * FROM read_parquet("
+                    f"{segments.sql_list(self.path, batches)}, hive_partitioning = false)"
+                )
             con.execute("INSERT INTO bs_state VALUES ('published_seq', ?)", [pub])
         elif row[0] < pub:  # the last publish reached the manifest, but not the working set: finish it
             self._mark_published(pub)
         elif row[0] > pub:
-            raise ArchiveError(f"{self.path}: the manifest (publish {pub}) is older than its writer's state "
-                               f"(publish {row[0]}); was manifest.json replaced?")
+            raise ArchiveError(
+                f"{self.path}: the manifest (publish {pub}) is older than its writer's state "
+                f"(publish {row[0]}); was manifest.json replaced?"
+            )
 
     def _mark_published(self, seq: int) -> None:
         con = self.hot.con
@@ -321,10 +338,12 @@ class DirectoryArchive:
         if not self.durable:  # `ingest` looks for every pending trace
             con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS {new}", [m.published_batch])
         else:  # the collector's, for the traces it let go of (a join: the pending side is the small one)
-            con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS ({new})
+            con.execute(
+                f"""CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS ({new})
                 SELECT n.* FROM n WHERE n.lo < {self._forgot_until_ns}
                    OR n.trace_id IN (SELECT n.trace_id FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id))""",
-                        [m.published_batch])
+                [m.published_batch],
+            )
         (lo, hi, n) = one(con, "SELECT min(lo), max(hi), count(*) FROM bs_look")
         if not n:
             return
@@ -336,10 +355,13 @@ class DirectoryArchive:
         con.execute("BEGIN TRANSACTION")
         try:
             if span_segs:
-                con.execute(f"""INSERT INTO spans SELECT {cols} FROM read_parquet({segments.sql_list(self.path, span_segs)},
+                con.execute(
+                    f"""INSERT INTO spans SELECT {cols} FROM read_parquet({segments.sql_list(self.path, span_segs)},
                     hive_partitioning = false) p WHERE p.trace_id IN (SELECT trace_id FROM bs_look)
                     AND NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = p.trace_id AND s.span_id = p.span_id
-                                    AND s.batch_id <= ?)""", [m.published_batch])
+                                    AND s.batch_id <= ?)""",
+                    [m.published_batch],
+                )
                 self._drop_republished(m.published_batch)
             req = m.files("requests", lo, hi)
             if req:
@@ -378,17 +400,30 @@ class DirectoryArchive:
         (derived,) = one(con, "SELECT count(*) FROM bs_derived")
         if top <= m.published_batch and not derived:
             return
-        batches, spans = one(con, "SELECT count(*), coalesce(sum(spans_inserted), 0) FROM ingest_batches "
-                                  f"WHERE batch_id > {int(m.published_batch)}")
+        batches, spans = one(
+            con,
+            "SELECT count(*), coalesce(sum(spans_inserted), 0) FROM ingest_batches "
+            f"WHERE batch_id > {int(m.published_batch)}",
+        )
         seq = m.seq + 1
         written = []
         for table, sql in _PUBLISH.items():
             written += segments.write(con, self.path, table, sql.format(w=int(m.published_batch)), seq)
         if derived:
-            written += segments.write(con, self.path, "requests", f"SELECT *, {seq}::BIGINT AS _seq FROM requests "
-                                      "WHERE trace_id IN (SELECT trace_id FROM bs_derived)", seq)
-            written += segments.write(con, self.path, "requests_deletes", f"SELECT DISTINCT trace_id, arrival_ns, "
-                                      f"{seq}::BIGINT AS _seq FROM bs_superseded", seq)
+            written += segments.write(
+                con,
+                self.path,
+                "requests",
+                f"SELECT *, {seq}::BIGINT AS _seq FROM requests WHERE trace_id IN (SELECT trace_id FROM bs_derived)",
+                seq,
+            )
+            written += segments.write(
+                con,
+                self.path,
+                "requests_deletes",
+                f"SELECT DISTINCT trace_id, arrival_ns, {seq}::BIGINT AS _seq FROM bs_superseded",
+                seq,
+            )
         added = segments.place(self.path, written)
         with self._mlock:
             new = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))
@@ -408,13 +443,13 @@ class DirectoryArchive:
         last = self.manifest.published_batch if held >= (h.max_spans if self.durable else MEMORY_SPANS) else 0
         cutoff = time.time_ns() if last else time.time_ns() - int((h.hold_s if self.durable else 0) * 1e9)
         if self.durable and not last:
-            (last,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches WHERE received_ns < ?",
-                          [cutoff])
+            (last,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches WHERE received_ns < ?", [cutoff])
         last = min(last, self.manifest.published_batch)
         if not last:
             return
-        held = " OR ".join(f"EXISTS (SELECT 1 FROM {t} WHERE batch_id <= {last})"
-                           for t in ("spans", "gpu_samples", "server_metrics"))
+        held = " OR ".join(
+            f"EXISTS (SELECT 1 FROM {t} WHERE batch_id <= {last})" for t in ("spans", "gpu_samples", "server_metrics")
+        )
         if not one(con, f"SELECT {held}")[0]:
             return
         con.execute("BEGIN TRANSACTION")

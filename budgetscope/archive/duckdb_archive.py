@@ -21,6 +21,7 @@ from budgetscope.archive.tables import TableAccess, polars
 # duckdb is imported where a connection is made: 175 ms to import (python -X importtime, 2 cores), which
 # `budgetscope.archive.errors` users and `--help` need not pay.
 
+
 def _check_path(path: Path, create: bool) -> None:
     if path.is_dir():
         raise ArchiveError(f"{path} is a directory, not an archive file")
@@ -83,8 +84,7 @@ class DuckDBArchive(TableAccess):
     """A budgetscope archive in one DuckDB database. Use as a context manager; `read_only=True` for reports and
     queries. The path ":memory:" gives an archive in memory."""
 
-    def __init__(self, path: str | os.PathLike, *, read_only: bool = False, create: bool = True,
-                 sandbox: bool = False):
+    def __init__(self, path: str | os.PathLike, *, read_only: bool = False, create: bool = True, sandbox: bool = False):
         """Open (or create) an archive. `sandbox=True` (read-only) forbids the SQL any file access."""
         self.path = Path(path)
         memory = str(path) == ":memory:"
@@ -107,7 +107,7 @@ class DuckDBArchive(TableAccess):
         self._add_new_columns(sandbox)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
-    def __enter__(self) -> "DuckDBArchive":
+    def __enter__(self) -> DuckDBArchive:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -132,16 +132,23 @@ class DuckDBArchive(TableAccess):
             raise ArchiveError(f"{self.path} is a DuckDB file but not a budgetscope archive") from None
         if int(version) != schema.SCHEMA_VERSION:
             self.con.close()
-            raise ArchiveError(f"{self.path} has archive format {version}; this budgetscope reads {schema.SCHEMA_VERSION}")
+            raise ArchiveError(
+                f"{self.path} has archive format {version}; this budgetscope reads {schema.SCHEMA_VERSION}"
+            )
 
     def _add_new_columns(self, sandbox: bool) -> None:
         """`requests` columns added after this file was written: a writable open adds them (NULL in the rows it
         holds); a read-only one leaves the file as it is and reads it through views that add them as NULL."""
         con = self.con
         (db,) = one(con, "SELECT current_database()")
-        present = {n for (n,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main' "
-            "AND table_name = 'requests'", [db]).fetchall()}
+        present = {
+            n
+            for (n,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'main' "
+                "AND table_name = 'requests'",
+                [db],
+            ).fetchall()
+        }
         missing = schema.missing_columns(schema.REQUESTS, present)
         if not missing:
             return

@@ -42,9 +42,11 @@ MAX_GRACE_S = 7 * 86_400.0
 def check_grace(seconds) -> float:
     """`seconds` as an archive's readers' grace, or ValueError (one line)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_GRACE_S:
-        raise ValueError(f"a readers' grace of {seconds!r} s: give more than 0 and at most "
-                         f"{MAX_GRACE_S / 86_400:.0f} days")
+        raise ValueError(
+            f"a readers' grace of {seconds!r} s: give more than 0 and at most {MAX_GRACE_S / 86_400:.0f} days"
+        )
     return float(seconds)
+
 
 TIME_COLUMN = {
     "spans": "start_ns",
@@ -100,36 +102,52 @@ class Manifest:
 
     def files(self, table: str, since_ns: int | None = None, until_ns: int | None = None) -> list[Segment]:
         """The segments of `table`, those whose time range meets [since_ns, until_ns) when given."""
-        return [s for s in self.segments if s.table == table
-                and (since_ns is None or s.max_ns >= since_ns) and (until_ns is None or s.min_ns < until_ns)]
+        return [
+            s
+            for s in self.segments
+            if s.table == table
+            and (since_ns is None or s.max_ns >= since_ns)
+            and (until_ns is None or s.min_ns < until_ns)
+        ]
 
     def rows(self, table: str) -> int:
         return sum(s.rows for s in self.segments if s.table == table)
 
-    def without_retired(self, paths) -> "Manifest":
+    def without_retired(self, paths) -> Manifest:
         gone = set(paths)
         return replace(self, retired=tuple(r for r in self.retired if r[0] not in gone))
 
     def to_json(self) -> bytes:
-        doc = {"format": FORMAT, "version": VERSION, "seq": self.seq, "committed_ns": self.committed_ns,
-               "created_ns": self.created_ns, "published_batch": self.published_batch,
-               "publish_seq": self.publish_seq,
-               "segments": [asdict(s) for s in self.segments], "retired": [list(r) for r in self.retired]}
+        doc = {
+            "format": FORMAT,
+            "version": VERSION,
+            "seq": self.seq,
+            "committed_ns": self.committed_ns,
+            "created_ns": self.created_ns,
+            "published_batch": self.published_batch,
+            "publish_seq": self.publish_seq,
+            "segments": [asdict(s) for s in self.segments],
+            "retired": [list(r) for r in self.retired],
+        }
         if self.reader_grace_s is not None:
             doc["reader_grace_s"] = self.reader_grace_s
         return json.dumps(doc, separators=(",", ":")).encode()
 
-    def commit(self, added=(), removed=(), published_batch: int | None = None) -> "Manifest":
+    def commit(self, added=(), removed=(), published_batch: int | None = None) -> Manifest:
         """The next manifest: `added` segments in, `removed` out (and retired), seq + 1. A commit that gives
         `published_batch` is the writer's publish; one without, compaction's."""
         now = time.time_ns()
         gone = {s.path for s in removed}
         added = [s if s.committed_ns else replace(s, committed_ns=now) for s in added]
-        return replace(self, seq=self.seq + 1, committed_ns=now,
-                       published_batch=self.published_batch if published_batch is None else published_batch,
-                       publish_seq=self.publish_seq if published_batch is None else self.seq + 1,
-                       segments=tuple(s for s in self.segments if s.path not in gone) + tuple(added),
-                       retired=self.retired + tuple((p, now) for p in sorted(gone)))
+        return replace(
+            self,
+            seq=self.seq + 1,
+            committed_ns=now,
+            published_batch=self.published_batch if published_batch is None else published_batch,
+            publish_seq=self.publish_seq if published_batch is None else self.seq + 1,
+            segments=tuple(s for s in self.segments if s.path not in gone) + tuple(added),
+            retired=self.retired + tuple((p, now) for p in sorted(gone)),
+        )
 
 
 def partition_dir(table: str, hour: int) -> str:
@@ -157,11 +175,16 @@ def read(root: Path) -> Manifest:
         raise ManifestError(f"{root} has archive format {doc.get('version')}; this budgetscope reads {VERSION}")
     try:
         grace = doc.get("reader_grace_s")
-        return Manifest(seq=doc["seq"], committed_ns=doc["committed_ns"], created_ns=doc["created_ns"],
-                        published_batch=doc["published_batch"], publish_seq=doc["publish_seq"],
-                        segments=tuple(Segment(**s) for s in doc["segments"]),
-                        retired=tuple((p, t) for p, t in doc["retired"]),
-                        reader_grace_s=None if grace is None else check_grace(grace))
+        return Manifest(
+            seq=doc["seq"],
+            committed_ns=doc["committed_ns"],
+            created_ns=doc["created_ns"],
+            published_batch=doc["published_batch"],
+            publish_seq=doc["publish_seq"],
+            segments=tuple(Segment(**s) for s in doc["segments"]),
+            retired=tuple((p, t) for p, t in doc["retired"]),
+            reader_grace_s=None if grace is None else check_grace(grace),
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"{p} is malformed ({e})") from None
 

@@ -9,13 +9,15 @@ handed to it by `budgetscope.opener`): the archive only stores, and imports neit
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 
 class Landing(Protocol):
-    def land(self, batches: Iterable[Any], progress: Callable[[Any], None] | None = None,
-             derive: bool = True) -> Any: ...
+    def land(
+        self, batches: Iterable[Any], progress: Callable[[Any], None] | None = None, derive: bool = True
+    ) -> Any: ...
 
     def commit(self, count_orphans: bool = True) -> tuple[int, int]: ...
 

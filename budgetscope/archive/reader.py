@@ -17,9 +17,9 @@ spans reached more than one shard derived again from all their spans (split_trac
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from budgetscope import schema
 from budgetscope.archive import manifest as mf
@@ -90,14 +90,17 @@ def check_segment(root: Path, rel: str) -> None:
             f.seek(max(size - 8, 0))
             tail = f.read(8) if size >= 12 else b""
     except FileNotFoundError:
-        raise ArchiveError(f"{root} lists a segment that is not there ({rel}); "
-                           "was it copied while compaction ran? copy it again") from None
+        raise ArchiveError(
+            f"{root} lists a segment that is not there ({rel}); was it copied while compaction ran? copy it again"
+        ) from None
     except OSError as e:
         raise ArchiveError(f"cannot read segment {rel}: {e.strerror or e}") from None
     footer = int.from_bytes(tail[:4], "little") if tail else -1
     if head != PARQUET_MAGIC or tail[4:] != PARQUET_MAGIC or not 0 < footer <= size - 12:
-        raise ArchiveError(f"segment {rel} is not a whole Parquet file (torn, or not the archive's own); "
-                           "restore it from a copy of the archive")
+        raise ArchiveError(
+            f"segment {rel} is not a whole Parquet file (torn, or not the archive's own); "
+            "restore it from a copy of the archive"
+        )
 
 
 def affected_segments(req, dels) -> list:
@@ -120,9 +123,11 @@ ROW_KEY = "((r.file_index::BIGINT << 32) | r.file_row_number)"
 """A row of a `read_parquet` list `r` as one integer: the file's position in the list, the row's in the file."""
 
 
-STALE = ("a newer commit replaced the segments this read began with, and they were deleted once readers' grace "
-         "had passed (the writer compacted or expired them meanwhile; `collect --reader-grace` gives readers "
-         "longer); run it again")
+STALE = (
+    "a newer commit replaced the segments this read began with, and they were deleted once readers' grace "
+    "had passed (the writer compacted or expired them meanwhile; `collect --reader-grace` gives readers "
+    "longer); run it again"
+)
 """What a read that outlived its commit's files says (see `ArchiveReader.stale`)."""
 
 
@@ -130,8 +135,15 @@ class ArchiveReader(TableAccess):
     """A consistent read of one commit of an archive: `.con` has the public tables and views of
     docs/archive.md. `since_ns`/`until_ns` keep only the segments that can hold rows of that window."""
 
-    def __init__(self, path: str | os.PathLike, *, since_ns: int | None = None, until_ns: int | None = None,
-                 sandbox: bool = False, derive_sql: Callable[[str, set[str]], str] | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        sandbox: bool = False,
+        derive_sql: Callable[[str, set[str]], str] | None = None,
+    ):
         """`derive_sql(spans, sources)`: the writer's derivation (`derive.requests.requests_sql`), for the traces
         of a sharded root split across shards; without it, reading a root with such traces is an error."""
         import duckdb
@@ -173,8 +185,10 @@ class ArchiveReader(TableAccess):
             return [("", mf.read(self.path))]
         except mf.ManifestError as e:
             if not self.path.exists():
-                raise ArchiveError(f"no archive at {self.path} (create one with `budgetscope ingest FILE "
-                                   f"--archive {self.path}` or `budgetscope collect --archive {self.path}`)") from None
+                raise ArchiveError(
+                    f"no archive at {self.path} (create one with `budgetscope ingest FILE "
+                    f"--archive {self.path}` or `budgetscope collect --archive {self.path}`)"
+                ) from None
             raise ArchiveError(str(e)) from None
 
     def _choose(self, since_ns, until_ns) -> dict[str, list]:
@@ -232,7 +246,9 @@ class ArchiveReader(TableAccess):
             if not hit:
                 continue
             to_full = "[" + ", ".join(str(index[s.path]) for s in hit) + "]"
-            reach = [d for d in g["requests_deletes"] if any(d.min_ns <= r.max_ns and d.max_ns >= r.min_ns for r in hit)]
+            reach = [
+                d for d in g["requests_deletes"] if any(d.min_ns <= r.max_ns and d.max_ns >= r.min_ns for r in hit)
+            ]
             dead.append(f"""SELECT ({to_full}[r.file_index::BIGINT + 1]::BIGINT << 32) | r.file_row_number AS k
             FROM read_parquet({sql_list(self.path, hit)}, hive_partitioning = false) r
             JOIN (SELECT trace_id, max(_seq) AS _seq FROM read_parquet({sql_list(self.path, reach)},
@@ -255,7 +271,7 @@ class ArchiveReader(TableAccess):
         self.con.execute("SET lock_configuration = true")
 
     # -- the reading API --------------------------------------------------------------------------------------
-    def __enter__(self) -> "ArchiveReader":
+    def __enter__(self) -> ArchiveReader:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -288,8 +304,12 @@ class ArchiveReader(TableAccess):
         if table != "requests":
             return pl.scan_parquet([str(p) for p in self.files(table)], hive_partitioning=False).select(cols)
         # by the table's schema: a segment written before a column was added reads it as NULL (requests_scan)
-        scan = {"hive_partitioning": False, "schema": _polars_schema(schema.REQUESTS, pl),
-                "missing_columns": "insert", "extra_columns": "ignore"}
+        scan = {
+            "hive_partitioning": False,
+            "schema": _polars_schema(schema.REQUESTS, pl),
+            "missing_columns": "insert",
+            "extra_columns": "ignore",
+        }
         if not self._segments["requests_deletes"]:
             return pl.scan_parquet([str(p) for p in self.files(table)], **scan).select(cols)
         parts = []
@@ -298,11 +318,14 @@ class ArchiveReader(TableAccess):
                 continue
             lf = pl.scan_parquet([str(self.path / s.path) for s in g["requests"]], **scan)
             if g["requests_deletes"]:
-                dels = (pl.scan_parquet([str(self.path / s.path) for s in g["requests_deletes"]],
-                                        hive_partitioning=False)
-                        .group_by("trace_id").agg(pl.col("_seq").max().alias("_del_seq")))
-                lf = (lf.join(dels, on="trace_id", how="left")
-                      .filter(pl.col("_del_seq").is_null() | (pl.col("_seq") >= pl.col("_del_seq"))))
+                dels = (
+                    pl.scan_parquet([str(self.path / s.path) for s in g["requests_deletes"]], hive_partitioning=False)
+                    .group_by("trace_id")
+                    .agg(pl.col("_seq").max().alias("_del_seq"))
+                )
+                lf = lf.join(dels, on="trace_id", how="left").filter(
+                    pl.col("_del_seq").is_null() | (pl.col("_seq") >= pl.col("_del_seq"))
+                )
             parts.append(lf.select(cols))
         return pl.concat(parts)
 
@@ -313,8 +336,14 @@ class ArchiveReader(TableAccess):
 
 def _polars_schema(table: schema.Table, pl) -> dict:
     """The stored columns of `table` (and `_seq`) as a polars schema, for scans of segments of several ages."""
-    types = {"VARCHAR": pl.String, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "DOUBLE": pl.Float64,
-             "BOOLEAN": pl.Boolean, "DOUBLE[]": pl.List(pl.Float64)}
+    types = {
+        "VARCHAR": pl.String,
+        "BIGINT": pl.Int64,
+        "INTEGER": pl.Int32,
+        "DOUBLE": pl.Float64,
+        "BOOLEAN": pl.Boolean,
+        "DOUBLE[]": pl.List(pl.Float64),
+    }
     return {c.name: types[c.type] for c in table.columns} | {"_seq": pl.Int64}
 
 
@@ -333,6 +362,9 @@ def last_commit(path: str | os.PathLike) -> int:
 
 def _union(groups: list[tuple[str, mf.Manifest]]) -> mf.Manifest:
     """One manifest standing for the shards' (paths from the root): its `seq` grows whenever a shard commits."""
-    return mf.Manifest(seq=sum(m.seq for _, m in groups), committed_ns=max(m.committed_ns for _, m in groups),
-                       segments=tuple(replace(s, path=p + s.path) for p, m in groups for s in m.segments),
-                       created_ns=min(m.created_ns for _, m in groups))
+    return mf.Manifest(
+        seq=sum(m.seq for _, m in groups),
+        committed_ns=max(m.committed_ns for _, m in groups),
+        segments=tuple(replace(s, path=p + s.path) for p, m in groups for s in m.segments),
+        created_ns=min(m.created_ns for _, m in groups),
+    )

@@ -50,8 +50,10 @@ def parse_grace(text: str) -> float:
             return mf.check_grace(seconds)
     except ValueError:
         pass
-    raise ValueError(f"reader grace {text!r}: write a duration like 90s, 10m or 2h, more than 0 and at most "
-                     f"{mf.MAX_GRACE_S / 86_400:.0f}d")
+    raise ValueError(
+        f"reader grace {text!r}: write a duration like 90s, 10m or 2h, more than 0 and at most "
+        f"{mf.MAX_GRACE_S / 86_400:.0f}d"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +70,10 @@ class Expired:
             return "nothing to expire"
         when = time.strftime("%Y-%m-%dT%H:00Z", time.gmtime(self.before_ns / 1e9))
         rows = ", ".join(f"{n:,} {t}" for t, n in sorted((self.rows or {}).items()))
-        return (f"{'would expire' if dry_run else 'expired'} {self.segments:,} segments ({rows}; "
-                f"{self.bytes / 1e6:,.1f} MB) of the hours before {when}")
+        return (
+            f"{'would expire' if dry_run else 'expired'} {self.segments:,} segments ({rows}; "
+            f"{self.bytes / 1e6:,.1f} MB) of the hours before {when}"
+        )
 
 
 def due(m: mf.Manifest, retention_ns: int, now_ns: int) -> tuple[list[mf.Segment], int]:

@@ -47,8 +47,10 @@ def write(con, root: Path, table: str, select_sql: str, seq: int, level: int = 0
         try:
             for hour, *_ in hours:
                 files[hour] = [tmp / f"{hour}.parquet"]
-                con.execute(f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}{order}) "
-                            f"TO '{files[hour][0]}' ({PARQUET_OPTIONS})")
+                con.execute(
+                    f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}{order}) "
+                    f"TO '{files[hour][0]}' ({PARQUET_OPTIONS})"
+                )
         finally:
             if staged:
                 con.execute(f"DROP TABLE {staged}")
@@ -59,10 +61,13 @@ def write(con, root: Path, table: str, select_sql: str, seq: int, level: int = 0
     for hour, rows, lo, hi in hours:
         for f in files[hour]:
             if len(files[hour]) > 1:  # a partition written as several files: each its own segment
-                rows, lo, hi = con.execute(f"SELECT count(*), min({col}), max({col}) FROM read_parquet('{f}')").fetchone()
+                rows, lo, hi = con.execute(
+                    f"SELECT count(*), min({col}), max({col}) FROM read_parquet('{f}')"
+                ).fetchone()
             name = f"{seq:012d}-{uuid.uuid4().hex[:8]}.parquet"
-            out.append((f, Segment(table, f"{partition_dir(table, hour)}/{name}", rows, f.stat().st_size, lo, hi, seq,
-                                   level)))
+            out.append(
+                (f, Segment(table, f"{partition_dir(table, hour)}/{name}", rows, f.stat().st_size, lo, hi, seq, level))
+            )
     return out
 
 

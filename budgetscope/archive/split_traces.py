@@ -15,8 +15,8 @@ the derivation runs over the split traces' spans only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from budgetscope import schema
 from budgetscope.archive.errors import ArchiveError
@@ -34,7 +34,10 @@ def split_traces_sql(root: Path, groups: list[dict]) -> str:
     """SELECT of the trace ids whose spans are in more than one of `groups` (one dict of segments a shard)."""
     per_shard = " UNION ALL ".join(
         f"SELECT DISTINCT trace_id, {i} AS shard FROM read_parquet({sql_list(root, g['spans'])}, "
-        "hive_partitioning = false)" for i, g in enumerate(groups) if g["spans"])
+        "hive_partitioning = false)"
+        for i, g in enumerate(groups)
+        if g["spans"]
+    )
     return f"SELECT trace_id FROM ({per_shard}) GROUP BY trace_id HAVING count(*) > 1"
 
 
@@ -42,13 +45,16 @@ def split_spans_sql(spans: str, split: str) -> str:
     """SELECT of the spans of `spans` whose trace is in `split`, one per (trace_id, span_id) (DuckDB SQL that
     Spark runs transpiled)."""
     cols = ", ".join(c.name for c in schema.SPANS.columns)
-    return (f"SELECT {cols} FROM (SELECT s.*, row_number() OVER (PARTITION BY s.trace_id, s.span_id ORDER BY "
-            f"s.batch_id, s.start_ns) AS bs_n FROM {spans} s WHERE s.trace_id IN (SELECT trace_id FROM {split})) t "
-            "WHERE bs_n = 1")
+    return (
+        f"SELECT {cols} FROM (SELECT s.*, row_number() OVER (PARTITION BY s.trace_id, s.span_id ORDER BY "
+        f"s.batch_id, s.start_ns) AS bs_n FROM {spans} s WHERE s.trace_id IN (SELECT trace_id FROM {split})) t "
+        "WHERE bs_n = 1"
+    )
 
 
-def join_split_traces(con, root: Path, groups: list[dict], stored: str,
-                      requests_sql: Callable[[str, set[str]], str] | None) -> tuple[str, int]:
+def join_split_traces(
+    con, root: Path, groups: list[dict], stored: str, requests_sql: Callable[[str, set[str]], str] | None
+) -> tuple[str, int]:
     """(`requests` as the SELECT `stored` with the rows of split traces replaced by rows derived from all their
     spans by `requests_sql` (the writer's derivation, `derive.requests.requests_sql`), the number of split
     traces). Creates the tables above in the DuckDB connection `con`."""
@@ -61,14 +67,21 @@ def join_split_traces(con, root: Path, groups: list[dict], stored: str,
     if not n:
         return stored, 0
     if requests_sql is None:
-        raise ArchiveError(f"{root}: {n:,} traces have spans on several shards; reading them needs the "
-                           "derivation (open the root with budgetscope.archive.open)")
+        raise ArchiveError(
+            f"{root}: {n:,} traces have spans on several shards; reading them needs the "
+            "derivation (open the root with budgetscope.archive.open)"
+        )
     spans_cols = ", ".join(c.name for c in schema.SPANS.columns)
-    every = " UNION ALL ".join(f"SELECT {spans_cols} FROM read_parquet({sql_list(root, g['spans'])}, "
-                               "hive_partitioning = false)" for g in groups if g["spans"])
+    every = " UNION ALL ".join(
+        f"SELECT {spans_cols} FROM read_parquet({sql_list(root, g['spans'])}, hive_partitioning = false)"
+        for g in groups
+        if g["spans"]
+    )
     con.execute(f"CREATE TABLE {SPLIT_SPANS} AS {split_spans_sql(f'({every})', SPLIT_TABLE)}")
     present = {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {SPLIT_SPANS}").fetchall()}
     cols = ", ".join(c.name for c in schema.REQUESTS.columns)
     con.execute(f"CREATE TABLE {SPLIT_ROWS} AS SELECT {cols} FROM ({requests_sql(SPLIT_SPANS, present)})")
-    return (f"SELECT {cols} FROM ({stored}) q WHERE q.trace_id NOT IN (SELECT trace_id FROM {SPLIT_TABLE}) "
-            f"UNION ALL SELECT {cols} FROM {SPLIT_ROWS}"), n
+    return (
+        f"SELECT {cols} FROM ({stored}) q WHERE q.trace_id NOT IN (SELECT trace_id FROM {SPLIT_TABLE}) "
+        f"UNION ALL SELECT {cols} FROM {SPLIT_ROWS}"
+    ), n

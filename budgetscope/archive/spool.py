@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from budgetscope.archive.manifest import fsync_dir
 
@@ -56,12 +56,12 @@ def _records(data: bytes) -> Iterator[RawBatch]:
             return
         lf, lo, lp, ln = _LENS.unpack_from(data, pos + _HEAD.size)
         stop = pos + _HEAD.size + _LENS.size + lf + lo + lp + ln
-        if stop > end or zlib.crc32(memoryview(data)[pos + _HEAD.size:stop]) != crc:
+        if stop > end or zlib.crc32(memoryview(data)[pos + _HEAD.size : stop]) != crc:
             return
         at = pos + _HEAD.size + _LENS.size
-        fmt, origin = data[at:at + lf].decode(), data[at + lf:at + lf + lo].decode()
-        position = data[at + lf + lo:at + lf + lo + lp].decode()
-        yield RawBatch(data[at + lf + lo + lp:stop], fmt, origin, position)
+        fmt, origin = data[at : at + lf].decode(), data[at + lf : at + lf + lo].decode()
+        position = data[at + lf + lo : at + lf + lo + lp].decode()
+        yield RawBatch(data[at + lf + lo + lp : stop], fmt, origin, position)
         pos = stop
 
 
@@ -107,7 +107,7 @@ class Spool:
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
             os.fsync(self._fd)
         except OSError:
             # A record cut short ends its file when it is read back: it must stay the file's last, or the
@@ -136,4 +136,3 @@ class Spool:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-

@@ -30,8 +30,10 @@ class TableAccess:
 
     def counts(self) -> dict[str, int]:
         """Row counts of the public tables."""
-        return {t: self.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-                for t in ("spans", "requests", "ingest_batches", "gpu_samples")}
+        return {
+            t: self.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+            for t in ("spans", "requests", "ingest_batches", "gpu_samples")
+        }
 
 
 def polars():

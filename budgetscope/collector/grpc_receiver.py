@@ -31,8 +31,9 @@ def _grpc():
     try:
         import grpc
     except ImportError:
-        raise GrpcUnavailable("OTLP/gRPC needs grpcio: pip install 'budgetscope[instrument]' "
-                              "(or run with the gRPC receiver off)") from None
+        raise GrpcUnavailable(
+            "OTLP/gRPC needs grpcio: pip install 'budgetscope[instrument]' (or run with the gRPC receiver off)"
+        ) from None
     return grpc
 
 
@@ -41,25 +42,51 @@ class OtlpGrpcReceiver:
     `tls`: (certificate chain PEM, private key PEM) to serve over TLS. `token`: every call must carry the
     `authorization: Bearer <token>` metadata."""
 
-    def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
-                 metrics: bool = False, *, tls: tuple[bytes, bytes] | None = None, token: str | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        queue: PendingQueue,
+        max_message_bytes: int,
+        retry_after_s: float,
+        metrics: bool = False,
+        *,
+        tls: tuple[bytes, bytes] | None = None,
+        token: str | None = None,
+    ):
         grpc = _grpc()
         self.queue = queue
         self.retry_after_s = retry_after_s
         self.token = token
         self._grpc = grpc
-        self._codes = {Outcome.REJECTED: grpc.StatusCode.INVALID_ARGUMENT,
-                       Outcome.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
-                       Outcome.CLOSED: grpc.StatusCode.UNAVAILABLE,
-                       Outcome.FAILED: grpc.StatusCode.UNAVAILABLE}
-        handler = grpc.method_handlers_generic_handler(SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._export)})
+        self._codes = {
+            Outcome.REJECTED: grpc.StatusCode.INVALID_ARGUMENT,
+            Outcome.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
+            Outcome.CLOSED: grpc.StatusCode.UNAVAILABLE,
+            Outcome.FAILED: grpc.StatusCode.UNAVAILABLE,
+        }
+        handler = grpc.method_handlers_generic_handler(
+            SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._export)}
+        )
         metrics_on = metrics
-        metrics = grpc.method_handlers_generic_handler(METRICS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(
-            lambda request, context: self._export(request, context, "otlp-metrics-proto"))})
+        metrics = grpc.method_handlers_generic_handler(
+            METRICS_SERVICE,
+            {
+                "Export": grpc.unary_unary_rpc_method_handler(
+                    lambda request, context: self._export(request, context, "otlp-metrics-proto")
+                )
+            },
+        )
         self._pool = ThreadPoolExecutor(NUM_WORKERS, thread_name_prefix="budgetscope-otlp-grpc")
-        self._server = grpc.server(self._pool, handlers=[handler, metrics] if metrics_on else [handler], maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
-                                   options=[("grpc.so_reuseport", 0),  # else a second collector binds silently
-                                            ("grpc.max_receive_message_length", max_message_bytes)])
+        self._server = grpc.server(
+            self._pool,
+            handlers=[handler, metrics] if metrics_on else [handler],
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+            options=[
+                ("grpc.so_reuseport", 0),  # else a second collector binds silently
+                ("grpc.max_receive_message_length", max_message_bytes),
+            ],
+        )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             if tls is None:
@@ -89,13 +116,19 @@ class OtlpGrpcReceiver:
 
     def _export(self, request: bytes, context, fmt: str = "otlp-proto") -> bytes:
         if self.token is not None and not bearer_ok(_metadata(context, "authorization"), self.token):
-            context.abort(self._grpc.StatusCode.UNAUTHENTICATED,
-                          "missing or wrong bearer token (authorization: Bearer …)")
+            context.abort(
+                self._grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization: Bearer …)"
+            )
         reserved = max(len(request), 1)
         refused = self.queue.reserve(reserved)
         if refused:
-            self._abort(context, refused, "the collector is busy (pending bytes at their limit); retry later"
-                        if refused is Outcome.BUSY else "the collector is shutting down; retry later")
+            self._abort(
+                context,
+                refused,
+                "the collector is busy (pending bytes at their limit); retry later"
+                if refused is Outcome.BUSY
+                else "the collector is shutting down; retry later",
+            )
         peer = context.peer().split(":", 1)[-1]  # "ipv4:127.0.0.1:5000" → "127.0.0.1:5000"
         ticket = self.queue.submit(request, fmt, "otlp-grpc", peer, reserved)
         if ticket.outcome is not Outcome.LANDED:
@@ -105,10 +138,12 @@ class OtlpGrpcReceiver:
     def _abort(self, context, outcome: Outcome, message: str) -> None:
         code = self._codes[outcome]
         if outcome is not Outcome.REJECTED:
-            context.set_trailing_metadata((
-                ("grpc-status-details-bin", st.status_proto(code.value[0], message, self.retry_after_s)),
-                ("google.rpc.retryinfo-bin", st.retry_info(self.retry_after_s)),
-            ))
+            context.set_trailing_metadata(
+                (
+                    ("grpc-status-details-bin", st.status_proto(code.value[0], message, self.retry_after_s)),
+                    ("google.rpc.retryinfo-bin", st.retry_info(self.retry_after_s)),
+                )
+            )
         context.abort(code, message)
 
 

@@ -51,10 +51,21 @@ CONTENT_TYPE = {"otlp-proto": "application/x-protobuf", "otlp-json": "applicatio
 ERROR_STATUS = {Outcome.REJECTED: 400, Outcome.BUSY: 429, Outcome.CLOSED: 503, Outcome.FAILED: 503}
 RETRYABLE = (429, 503)  # the statuses that carry Retry-After
 RPC_CODE = {401: st.UNAUTHENTICATED, 429: st.RESOURCE_EXHAUSTED, 503: st.UNAVAILABLE}  # others: INVALID_ARGUMENT
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
-           429: "Too Many Requests", 431: "Request Header Fields Too Large", 503: "Service Unavailable",
-           505: "HTTP Version Not Supported"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    411: "Length Required",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
 IDLE_TIMEOUT_S = 60.0  # a connection that moves no byte this long (between or within requests) is closed
 HEADER_TIMEOUT_S = 10.0  # a request line and headers must arrive whole this soon (after connect, or first byte)
 BODY_STALL_S = 10.0  # a body that moves no byte this long is cut (and sooner, if its bytes are needed)
@@ -146,7 +157,7 @@ class _Connection:
 
     __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "moved", "is_busy", "is_waiting", "is_lingering")
 
-    def __init__(self, receiver: "OtlpHttpReceiver", reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, receiver: OtlpHttpReceiver, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.receiver = receiver
         self.reader = reader
         self.writer = writer
@@ -278,8 +289,11 @@ class _Connection:
                 if not sep:
                     return self._error(400, "otlp-proto", "malformed header line", close=True)
                 headers[name.strip().lower()] = value.strip()
-        keep_alive = (headers.get("connection", "").lower() != "close") if version == "HTTP/1.1" else (
-            headers.get("connection", "").lower() == "keep-alive")
+        keep_alive = (
+            (headers.get("connection", "").lower() != "close")
+            if version == "HTTP/1.1"
+            else (headers.get("connection", "").lower() == "keep-alive")
+        )
         self.is_busy = True
         self.receiver.num_requests += 1
         try:
@@ -297,17 +311,28 @@ class _Connection:
         if (method, path) == ("GET", STATUS_PATH) and r.status is not None:
             return await self._status(headers)
         if method != "POST":
-            return self._error(405 if path in r.paths else 404, fmt or "otlp-proto",
-                               f"only POST {TRACES_PATH} is served here", close=True)
+            return self._error(
+                405 if path in r.paths else 404,
+                fmt or "otlp-proto",
+                f"only POST {TRACES_PATH} is served here",
+                close=True,
+            )
         if path not in r.paths:
-            return self._error(404, fmt or "otlp-proto", f"no such endpoint; OTLP traces go to POST {TRACES_PATH}",
-                               close=True)
+            return self._error(
+                404, fmt or "otlp-proto", f"no such endpoint; OTLP traces go to POST {TRACES_PATH}", close=True
+            )
         if not bearer_ok(headers.get("authorization"), r.token):
-            return self._error(401, fmt or "otlp-proto", "missing or wrong bearer token (Authorization: Bearer …)",
-                               close=True)
+            return self._error(
+                401, fmt or "otlp-proto", "missing or wrong bearer token (Authorization: Bearer …)", close=True
+            )
         if fmt is None:
-            return self._error(415, "otlp-proto", f"unsupported Content-Type {headers.get('content-type') or 'none'!r} "
-                               "(use application/x-protobuf or application/json)", close=True)
+            return self._error(
+                415,
+                "otlp-proto",
+                f"unsupported Content-Type {headers.get('content-type') or 'none'!r} "
+                "(use application/x-protobuf or application/json)",
+                close=True,
+            )
         return await self._export(fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt, headers)
 
     async def _export(self, fmt: str, batch_format: str, headers: dict[str, str]) -> bool:
@@ -328,8 +353,11 @@ class _Connection:
         body = _Body(r.queue, hold, until, None if chunked else declared)
         try:
             try:
-                await (self._read_chunked(r.max_message_bytes, body) if chunked
-                       else self._read_exactly(declared, body, is_whole=True))
+                await (
+                    self._read_chunked(r.max_message_bytes, body)
+                    if chunked
+                    else self._read_exactly(declared, body, is_whole=True)
+                )
             except _BadRequest as e:
                 return self._error(e.status, fmt, str(e), close=True)
             except _Refused:
@@ -346,8 +374,9 @@ class _Connection:
             self.is_waiting = False
             r.queue.drop(hold)  # whatever is still held when no ticket took it
 
-    async def _land(self, parts: list[bytes], fmt: str, batch_format: str, headers: dict[str, str],
-                    reserved: int) -> bool:
+    async def _land(
+        self, parts: list[bytes], fmt: str, batch_format: str, headers: dict[str, str], reserved: int
+    ) -> bool:
         """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome."""
         r = self.receiver
         try:
@@ -355,8 +384,13 @@ class _Connection:
             del parts[:]
             encoding = headers.get("content-encoding", "").lower()
             try:
-                payload = (body if encoding in ("", "identity") else await asyncio.get_running_loop().run_in_executor(
-                    r.inflaters, _decompress, body, encoding, r.max_message_bytes))
+                payload = (
+                    body
+                    if encoding in ("", "identity")
+                    else await asyncio.get_running_loop().run_in_executor(
+                        r.inflaters, _decompress, body, encoding, r.max_message_bytes
+                    )
+                )
             except _BadRequest as e:
                 return self._error(e.status, fmt, str(e), close=True)
             del body
@@ -365,8 +399,9 @@ class _Connection:
                     return self._outcome(refused, fmt, "")
                 reserved = len(payload)
             done = asyncio.get_running_loop().create_future()
-            ticket = r.queue.submit_nowait(payload, batch_format, "otlp-http", self.peer, reserved,
-                                           on_done=lambda: r.call_soon(_set_done, done))
+            ticket = r.queue.submit_nowait(
+                payload, batch_format, "otlp-http", self.peer, reserved, on_done=lambda: r.call_soon(_set_done, done)
+            )
             reserved = 0  # released by the writer (or by submit_nowait, when closed)
             del payload
             if not ticket.wait(0):
@@ -379,11 +414,15 @@ class _Connection:
     def _self_metrics(self, headers: dict[str, str]) -> bool:
         """The collector's own figures in Prometheus text (behind the bearer token too, when one is set)."""
         if not bearer_ok(headers.get("authorization"), self.receiver.token):
-            return self._error(401, "otlp-proto", "missing or wrong bearer token (Authorization: Bearer …)",
-                               close=True)
+            return self._error(401, "otlp-proto", "missing or wrong bearer token (Authorization: Bearer …)", close=True)
         body = self.receiver.self_metrics()
-        self.writer.write((f"HTTP/1.1 200 OK\r\nServer: budgetscope-collector\r\nContent-Type: "
-                           f"{self_metrics.CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+        self.writer.write(
+            (
+                f"HTTP/1.1 200 OK\r\nServer: budgetscope-collector\r\nContent-Type: "
+                f"{self_metrics.CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body
+        )
         return True
 
     # -- answering ---------------------------------------------------------------------------------------------
@@ -391,8 +430,10 @@ class _Connection:
         if outcome is Outcome.LANDED:
             encode = st.partial_success_json if fmt == "otlp-json" else st.partial_success_proto
             return self._send(200, fmt, encode(rejected_spans, error) if rejected_spans else SUCCESS_BODY[fmt])
-        message = error or {Outcome.BUSY: "the collector is busy (pending bytes at their limit); retry later",
-                            Outcome.CLOSED: "the collector is shutting down; retry later"}.get(outcome, "")
+        message = error or {
+            Outcome.BUSY: "the collector is busy (pending bytes at their limit); retry later",
+            Outcome.CLOSED: "the collector is shutting down; retry later",
+        }.get(outcome, "")
         return self._error(ERROR_STATUS[outcome], fmt, message, close=close or outcome is Outcome.CLOSED)
 
     def _error(self, status: int, fmt: str, message: str, close: bool = False) -> bool:
@@ -419,8 +460,10 @@ def _set_done(future: asyncio.Future) -> None:
 
 def response(status: int, fmt: str, body: bytes, extra: str = "") -> bytes:
     """A whole HTTP/1.1 response in one buffer (one write: nothing waits on Nagle or a delayed ACK)."""
-    return (f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nServer: budgetscope-collector\r\n"
-            f"Content-Type: {CONTENT_TYPE[fmt]}\r\nContent-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nServer: budgetscope-collector\r\n"
+        f"Content-Type: {CONTENT_TYPE[fmt]}\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+    ).encode() + body
 
 
 def error_response(status: int, fmt: str, message: str, retry_after_s: float, close: bool) -> bytes:
@@ -438,9 +481,21 @@ class OtlpHttpReceiver:
     `.port`). `ssl_context`: serve HTTPS. `token`: every request must carry `Authorization: Bearer <token>`.
     `self_metrics`: what `GET /metrics` answers (None: 404)."""
 
-    def __init__(self, host: str, port: int, queue: PendingQueue, max_message_bytes: int, retry_after_s: float,
-                 metrics: bool = False, *, max_connections: int = 512, ssl_context: ssl.SSLContext | None = None,
-                 token: str | None = None, status=None, self_metrics: Callable[[], bytes] | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        queue: PendingQueue,
+        max_message_bytes: int,
+        retry_after_s: float,
+        metrics: bool = False,
+        *,
+        max_connections: int = 512,
+        ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
+        status=None,
+        self_metrics: Callable[[], bytes] | None = None,
+    ):
         self.queue = queue
         self.status = status  # a callable returning the JSON-able document of GET /status; None: not served
         self.self_metrics = self_metrics  # GET /metrics: the collector's own figures (Prometheus text)
@@ -531,8 +586,9 @@ class OtlpHttpReceiver:
         try:
             # asyncio listens again with its own backlog (100 by default): a burst of connections past it has
             # its handshakes dropped, and a real exporter among them waits a second for its SYN to be retried
-            self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=MAX_HEADER_BYTES,
-                                                      backlog=BACKLOG, **tls)
+            self._server = await asyncio.start_server(
+                self._accept, sock=self._sock, limit=MAX_HEADER_BYTES, backlog=BACKLOG, **tls
+            )
         finally:
             self._started.set()
         sweeper = asyncio.ensure_future(self._sweep())
@@ -557,8 +613,15 @@ class OtlpHttpReceiver:
             victim.writer.transport.abort()
         if len(self._connections) >= self.max_connections:
             self.num_refused_connections += 1
-            writer.write(error_response(503, "otlp-proto", f"too many connections (the limit is "
-                                        f"{self.max_connections:,}); retry later", self.retry_after_s, True))
+            writer.write(
+                error_response(
+                    503,
+                    "otlp-proto",
+                    f"too many connections (the limit is {self.max_connections:,}); retry later",
+                    self.retry_after_s,
+                    True,
+                )
+            )
             writer.close()
             return
         conn = _Connection(self, reader, writer)
@@ -575,8 +638,9 @@ class OtlpHttpReceiver:
         idle between requests, sending its headers, or whose body moved no byte for SLOT_STALL_S; never one
         whose body is whole (it is waiting for its answer). None when every slot is making progress."""
         stalled_before = time.monotonic() - SLOT_STALL_S
-        return next((c for c in self._connections if not c.is_waiting and (not c.is_busy or c.moved <= stalled_before)),
-                    None)
+        return next(
+            (c for c in self._connections if not c.is_waiting and (not c.is_busy or c.moved <= stalled_before)), None
+        )
 
     async def _sweep(self) -> None:
         """Once a second: close the connections past their deadline (idle, headers too slow, body stalled).

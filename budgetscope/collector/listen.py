@@ -23,8 +23,10 @@ def check_host(host: str) -> None:
     except ValueError:
         pass
     if host.replace(".", "").isdigit():  # 0, 127.1: C's inet_aton reads them, gRPC's resolver does not
-        raise HostError(f"cannot listen on {host}: not an address as written (0.0.0.0 listens on every "
-                        "interface, 127.0.0.1 on this machine only)")
+        raise HostError(
+            f"cannot listen on {host}: not an address as written (0.0.0.0 listens on every "
+            "interface, 127.0.0.1 on this machine only)"
+        )
     try:
         socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except socket.gaierror as e:

@@ -17,8 +17,9 @@ class Checked:
     reader_grace_s: float | None
 
 
-def check(archive: str, *, shard: str | None, auth_token_file: str | None, retention: str | None,
-          reader_grace: str | None) -> Checked:
+def check(
+    archive: str, *, shard: str | None, auth_token_file: str | None, retention: str | None, reader_grace: str | None
+) -> Checked:
     """The options checked and parsed; retention and reader grace apply to folder archives only."""
     from budgetscope.archive.archive import is_single_file
     from budgetscope.archive.retention import parse_grace, parse_retention
@@ -32,6 +33,7 @@ def check(archive: str, *, shard: str | None, auth_token_file: str | None, reten
     reader_grace_s = None if reader_grace is None else parse_grace(reader_grace)
     for given, flag in ((retention, "--retention"), (reader_grace, "--reader-grace")):
         if given is not None and is_single_file(archive):
-            raise ValueError(f"{archive}: {flag} applies to folder archives (convert this one with "
-                             "`budgetscope convert`)")
+            raise ValueError(
+                f"{archive}: {flag} applies to folder archives (convert this one with `budgetscope convert`)"
+            )
     return Checked(archive, token, retention_ns, reader_grace_s)

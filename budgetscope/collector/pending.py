@@ -157,8 +157,10 @@ class PendingQueue:
         """Under the lock: take back the bytes of holds stalled for `stall_s`, longest-stalled first, until
         `needed` bytes are free or none is left; each evicted hold's `on_evict` is called."""
         stalled_before = time.monotonic_ns() - int(self.stall_s * 1e9)
-        victims = sorted((h for h in self._holds.values() if h is not keep and h.nbytes
-                          and h.progress_ns <= stalled_before), key=lambda h: h.progress_ns)
+        victims = sorted(
+            (h for h in self._holds.values() if h is not keep and h.nbytes and h.progress_ns <= stalled_before),
+            key=lambda h: h.progress_ns,
+        )
         for hold in victims:
             if needed <= 0:
                 break
@@ -182,12 +184,12 @@ class PendingQueue:
         ticket.wait()
         return ticket
 
-    def submit_nowait(self, payload: bytes, fmt: str, origin: str, peer: str, reserved: int,
-                      on_done: Callable[[], None] | None = None) -> Ticket:
+    def submit_nowait(
+        self, payload: bytes, fmt: str, origin: str, peer: str, reserved: int, on_done: Callable[[], None] | None = None
+    ) -> Ticket:
         """`submit` without the wait: `on_done` is called once the ticket is resolved (at once, CLOSED, when
         the queue is closed)."""
-        ticket = Ticket(payload, fmt, origin, f"request {next(self._positions)} from {peer}", reserved,
-                        on_done=on_done)
+        ticket = Ticket(payload, fmt, origin, f"request {next(self._positions)} from {peer}", reserved, on_done=on_done)
         if not self.put(ticket):
             self.release(reserved)
             with self._cond:
@@ -207,8 +209,9 @@ class PendingQueue:
             return True
 
     # -- writer side ---------------------------------------------------------------------------------------
-    def take(self, linger_s: float, max_group_bytes: int, wait_s: float | None = None,
-             gap_s: float | None = None) -> list[Ticket] | None:
+    def take(
+        self, linger_s: float, max_group_bytes: int, wait_s: float | None = None, gap_s: float | None = None
+    ) -> list[Ticket] | None:
         """The next group for one ingest: blocks for a first ticket, then lets the group grow while tickets
         keep coming (none for `gap_s`: go), until the oldest has waited `linger_s` or the group holds
         `max_group_bytes`. [] once closed and drained; None when `wait_s` passed with nothing queued.

@@ -110,8 +110,11 @@ def split_json(payload: bytes, n: int) -> dict[int, Part]:
     that is not OTLP goes whole to shard 0, whose collector answers it."""
     doc = parse_json(payload)
     try:
-        groups = [[(s, shard_of(_json_id(s.get("traceId")), n)) for s in ss.get("spans", ())]
-                  for rs in doc["resourceSpans"] for ss in rs.get("scopeSpans", ())]
+        groups = [
+            [(s, shard_of(_json_id(s.get("traceId")), n)) for s in ss.get("spans", ())]
+            for rs in doc["resourceSpans"]
+            for ss in rs.get("scopeSpans", ())
+        ]
     except (KeyError, TypeError, AttributeError):
         return {0: Part(payload, 0)}
     used = {i for g in groups for _, i in g}
@@ -271,8 +274,12 @@ class _Lane:
                 return []
             group = [self._jobs.popleft()]
             size = len(group[0].part.body)
-            while (group[0].format == "otlp-proto" and self._jobs and self._jobs[0].format == "otlp-proto"
-                   and size + len(self._jobs[0].part.body) <= MAX_POST_BYTES):
+            while (
+                group[0].format == "otlp-proto"
+                and self._jobs
+                and self._jobs[0].format == "otlp-proto"
+                and size + len(self._jobs[0].part.body) <= MAX_POST_BYTES
+            ):
                 group.append(self._jobs.popleft())
                 size += len(group[-1].part.body)
             return group
@@ -293,7 +300,6 @@ def verdict(parts: dict[int, Part], answers: dict[int, Answer], shards: list[Sha
     if len(rejected) == len(answers):
         return Outcome.REJECTED, message, 0
     return Outcome.LANDED, message, sum(parts[i].spans for i in rejected)
-
 
 
 @dataclass
@@ -317,22 +323,37 @@ class TraceRouter:
     flight to each shard at once, each on its own keep-alive connection. The bounds of the receiver (pending
     bytes, message size, connections) are the collector's."""
 
-    def __init__(self, shard_urls: list[str], host: str = "127.0.0.1", port: int = 4318, *, connections: int = 2,
-                 max_pending_bytes: int = 64 << 20, max_message_bytes: int = 16 << 20, retry_after_s: float = 1.0,
-                 max_connections: int = 512, timeout_s: float = FORWARD_TIMEOUT_S):
+    def __init__(
+        self,
+        shard_urls: list[str],
+        host: str = "127.0.0.1",
+        port: int = 4318,
+        *,
+        connections: int = 2,
+        max_pending_bytes: int = 64 << 20,
+        max_message_bytes: int = 16 << 20,
+        retry_after_s: float = 1.0,
+        max_connections: int = 512,
+        timeout_s: float = FORWARD_TIMEOUT_S,
+    ):
         if not shard_urls:
             raise ValueError("give at least one shard")
         self.shards = [Shard(u) for u in shard_urls]
         self.stats = RouterStats(by_shard=self.shards)
         self._lock = threading.Lock()
         self.queue = PendingQueue(max_pending_bytes)
-        self.receiver = OtlpHttpReceiver(host, port, self.queue, max_message_bytes, retry_after_s,
-                                         max_connections=max_connections)
+        self.receiver = OtlpHttpReceiver(
+            host, port, self.queue, max_message_bytes, retry_after_s, max_connections=max_connections
+        )
         self._lanes = [_Lane() for _ in self.shards]
         self._splitter = threading.Thread(target=self._split_loop, name="budgetscope-router-split", daemon=True)
-        self._senders = [threading.Thread(target=self._send_loop, args=(i, timeout_s), daemon=True,
-                                          name=f"budgetscope-router-{i}-{k}")
-                         for i in range(len(self.shards)) for k in range(connections)]
+        self._senders = [
+            threading.Thread(
+                target=self._send_loop, args=(i, timeout_s), daemon=True, name=f"budgetscope-router-{i}-{k}"
+            )
+            for i in range(len(self.shards))
+            for k in range(connections)
+        ]
 
     @property
     def port(self) -> int:
@@ -385,8 +406,11 @@ class TraceRouter:
                 answer = link.post(b"".join(j.part.body for j in jobs), jobs[0].format)
                 # refused for good (a bad span, too large for the shard): send its parts alone, to land the good
                 refused = answer.status not in (0, 200, *RETRYABLE)
-                answers = ([link.post(j.part.body, j.format) for j in jobs] if refused and len(jobs) > 1
-                           else [answer] * len(jobs))
+                answers = (
+                    [link.post(j.part.body, j.format) for j in jobs]
+                    if refused and len(jobs) > 1
+                    else [answer] * len(jobs)
+                )
                 self._count_post(i, jobs, answers)
                 for job, a in zip(jobs, answers):
                     self._answered(job, a)

@@ -25,33 +25,70 @@ def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, float
         yield f"{PREFIX}{name}{suffix}{labels} {value}"
 
 
-def render(stats: "CollectorStats", pending_bytes: int, max_pending_bytes: int, refused_connections: int,
-           now_ns: int | None = None) -> bytes:
+def render(
+    stats: CollectorStats,
+    pending_bytes: int,
+    max_pending_bytes: int,
+    refused_connections: int,
+    now_ns: int | None = None,
+) -> bytes:
     """The exposition of one snapshot. Counters count since the collector started; `commit_age_seconds` is the
     time since the archive last committed (spans landed or requests derived), or since the start before any."""
     now_ns = time.monotonic_ns() if now_ns is None else now_ns
     since = stats.last_commit_ns or stats.started_ns
     families = [
         ("batches_received", "counter", "OTLP export requests that reached the writer.", [("", stats.batches)]),
-        ("batches_landed", "counter", "Export requests whose spans are new in the archive.",
-         [("", stats.batches_landed)]),
-        ("batches_already_stored", "counter", "Export requests whose identical bytes had landed before (a retry).",
-         [("", stats.batches_already_stored)]),
-        ("batches_rejected", "counter", "Export requests that were not OTLP or held a bad span (400).",
-         [("", stats.batches_rejected)]),
-        ("batches_failed", "counter", "Export requests the archive failed to store (503).",
-         [("", stats.batches_failed)]),
-        ("requests_refused", "counter", "Export requests refused before reading: busy (429) or closing (503).",
-         [('{reason="busy"}', stats.refused_busy), ('{reason="closing"}', stats.refused_closed)]),
-        ("connections_refused", "counter", "HTTP connections over the connection limit (503, closed).",
-         [("", refused_connections)]),
+        (
+            "batches_landed",
+            "counter",
+            "Export requests whose spans are new in the archive.",
+            [("", stats.batches_landed)],
+        ),
+        (
+            "batches_already_stored",
+            "counter",
+            "Export requests whose identical bytes had landed before (a retry).",
+            [("", stats.batches_already_stored)],
+        ),
+        (
+            "batches_rejected",
+            "counter",
+            "Export requests that were not OTLP or held a bad span (400).",
+            [("", stats.batches_rejected)],
+        ),
+        (
+            "batches_failed",
+            "counter",
+            "Export requests the archive failed to store (503).",
+            [("", stats.batches_failed)],
+        ),
+        (
+            "requests_refused",
+            "counter",
+            "Export requests refused before reading: busy (429) or closing (503).",
+            [('{reason="busy"}', stats.refused_busy), ('{reason="closing"}', stats.refused_closed)],
+        ),
+        (
+            "connections_refused",
+            "counter",
+            "HTTP connections over the connection limit (503, closed).",
+            [("", refused_connections)],
+        ),
         ("spans_landed", "counter", "Spans in the landed export requests.", [("", stats.spans)]),
         ("requests_derived", "counter", "`requests` rows derived.", [("", stats.requests_derived)]),
         ("pending_bytes", "gauge", "Bytes accepted but not yet answered.", [("", pending_bytes)]),
-        ("pending_bytes_limit", "gauge", "The pending bytes past which exports are refused (429).",
-         [("", max_pending_bytes)]),
-        ("commit_age_seconds", "gauge", "Seconds since the archive last committed (the commit lag).",
-         [("", round((now_ns - since) / 1e9, 3))]),
+        (
+            "pending_bytes_limit",
+            "gauge",
+            "The pending bytes past which exports are refused (429).",
+            [("", max_pending_bytes)],
+        ),
+        (
+            "commit_age_seconds",
+            "gauge",
+            "Seconds since the archive last committed (the commit lag).",
+            [("", round((now_ns - since) / 1e9, 3))],
+        ),
     ]
     lines = [line for family in families for line in _family(*family)]
     return ("\n".join(lines) + "\n").encode()

@@ -62,8 +62,10 @@ class CollectorConfig:
         if self.grpc_port is None and self.http_port is None:
             raise CollectorError("both receivers are off: nothing to listen on")
         if self.max_message_bytes > self.max_pending_bytes:
-            raise CollectorError(f"max_message_bytes ({self.max_message_bytes:,}) exceeds max_pending_bytes "
-                                 f"({self.max_pending_bytes:,}): such a request could never be accepted")
+            raise CollectorError(
+                f"max_message_bytes ({self.max_message_bytes:,}) exceeds max_pending_bytes "
+                f"({self.max_pending_bytes:,}): such a request could never be accepted"
+            )
         if self.linger_s < 0 or self.linger_gap_s < 0 or self.retry_after_s <= 0 or self.max_group_bytes <= 0:
             raise CollectorError("linger_s and linger_gap_s must be >= 0, retry_after_s and max_group_bytes > 0")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -96,8 +98,10 @@ class CollectorConfig:
         try:
             ctx.load_cert_chain(self.tls_cert, self.tls_key)
         except (ssl.SSLError, ValueError) as e:
-            raise CollectorError(f"the TLS certificate {self.tls_cert} and key {self.tls_key} do not load "
-                                 f"({e.args[-1] if e.args else e})") from None
+            raise CollectorError(
+                f"the TLS certificate {self.tls_cert} and key {self.tls_key} do not load "
+                f"({e.args[-1] if e.args else e})"
+            ) from None
         return ctx
 
 
@@ -110,24 +114,36 @@ class Collector:
         # stopped: everything accepted is in the archive
     """
 
-    def __init__(self, archive_path: str | os.PathLike, host: str = "127.0.0.1", grpc_port: int | None = 4317,
-                 http_port: int | None = 4318, **options):
+    def __init__(
+        self,
+        archive_path: str | os.PathLike,
+        host: str = "127.0.0.1",
+        grpc_port: int | None = 4317,
+        http_port: int | None = 4318,
+        **options,
+    ):
         """`options`: the other `CollectorConfig` fields (limits in bytes, times in seconds)."""
         self.archive_path = Path(archive_path)
         self.config = CollectorConfig(host=host, grpc_port=grpc_port, http_port=http_port, **options)
         self.grpc_port: int | None = None
         self.http_port: int | None = None
         self._queue = PendingQueue(self.config.max_pending_bytes)
-        self._writer = ArchiveWriter(self.archive_path, self._queue, self.config.linger_s,
-                                     self.config.max_group_bytes, self.config.linger_gap_s,
-                                     self.config.max_pending_bytes, retention_ns=self.config.retention_ns,
-                                     reader_grace_s=self.config.reader_grace_s)
+        self._writer = ArchiveWriter(
+            self.archive_path,
+            self._queue,
+            self.config.linger_s,
+            self.config.max_group_bytes,
+            self.config.linger_gap_s,
+            self.config.max_pending_bytes,
+            retention_ns=self.config.retention_ns,
+            reader_grace_s=self.config.reader_grace_s,
+        )
         self._receivers: list = []
         self._state = "new"
         self._status_lock = threading.Lock()
         self._unclaimed_at: tuple[float, dict | None] = (0.0, None)
 
-    def __enter__(self) -> "Collector":
+    def __enter__(self) -> Collector:
         self.start()
         return self
 
@@ -180,11 +196,17 @@ class Collector:
         if cfg.grpc_port is not None:
             from budgetscope.collector.grpc_receiver import GrpcUnavailable, OtlpGrpcReceiver
 
-
             try:
-                grpc_receiver = OtlpGrpcReceiver(cfg.host, cfg.grpc_port, self._queue, cfg.max_message_bytes,
-                                                 cfg.retry_after_s, metrics=cfg.metrics, tls=cfg.tls(),
-                                                 token=cfg.auth_token)
+                grpc_receiver = OtlpGrpcReceiver(
+                    cfg.host,
+                    cfg.grpc_port,
+                    self._queue,
+                    cfg.max_message_bytes,
+                    cfg.retry_after_s,
+                    metrics=cfg.metrics,
+                    tls=cfg.tls(),
+                    token=cfg.auth_token,
+                )
             except GrpcUnavailable as e:
                 raise CollectorError(str(e)) from None
             except OSError as e:
@@ -195,14 +217,23 @@ class Collector:
             from budgetscope.collector.http_receiver import OtlpHttpReceiver
 
             try:
-                http_receiver = OtlpHttpReceiver(cfg.host, cfg.http_port, self._queue, cfg.max_message_bytes,
-                                                 cfg.retry_after_s, metrics=cfg.metrics,
-                                                 max_connections=cfg.max_connections,
-                                                 ssl_context=ssl_context, token=cfg.auth_token, status=self.status,
-                                                 self_metrics=self._self_metrics)
+                http_receiver = OtlpHttpReceiver(
+                    cfg.host,
+                    cfg.http_port,
+                    self._queue,
+                    cfg.max_message_bytes,
+                    cfg.retry_after_s,
+                    metrics=cfg.metrics,
+                    max_connections=cfg.max_connections,
+                    ssl_context=ssl_context,
+                    token=cfg.auth_token,
+                    status=self.status,
+                    self_metrics=self._self_metrics,
+                )
             except OSError as e:
-                raise CollectorError(f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} "
-                                     f"({bind_failure(e)})") from None
+                raise CollectorError(
+                    f"OTLP/HTTP: cannot listen on {cfg.host}:{cfg.http_port} ({bind_failure(e)})"
+                ) from None
             self._receivers.append(http_receiver)
             self.http_port = http_receiver.port
 
@@ -247,8 +278,14 @@ class Collector:
         unclaimed = self._unclaimed()
         warning = nothing_derived_warning(stats.spans, stats.requests_derived, unclaimed or {"total": 0})
         warnings = [w for w in (warning, stats.spool_note(str(self.archive_path))) if w]
-        return {"state": self._state, "endpoints": self.endpoints, "stats": dataclasses.asdict(stats),
-                "error": self.error, "unclaimed_spans": unclaimed, "warnings": warnings}
+        return {
+            "state": self._state,
+            "endpoints": self.endpoints,
+            "stats": dataclasses.asdict(stats),
+            "error": self.error,
+            "unclaimed_spans": unclaimed,
+            "warnings": warnings,
+        }
 
     def _unclaimed(self) -> dict | None:
         from budgetscope.archive.archive import is_single_file

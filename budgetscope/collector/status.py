@@ -69,8 +69,9 @@ def partial_success_proto(rejected_spans: int, message: str) -> bytes:
         ExportTraceServiceResponse,
     )
 
-    return ExportTraceServiceResponse(partial_success={"rejected_spans": rejected_spans,
-                                                      "error_message": message}).SerializeToString()
+    return ExportTraceServiceResponse(
+        partial_success={"rejected_spans": rejected_spans, "error_message": message}
+    ).SerializeToString()
 
 
 def partial_success_json(rejected_spans: int, message: str) -> bytes:

@@ -21,10 +21,10 @@ from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.manifest import WRITER_DIR
 from budgetscope.archive.protocol import Writer
 from budgetscope.archive.spool import RawBatch, Spool
+from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 from budgetscope.ingest import otlp_fast
 from budgetscope.ingest.lander import IngestReport
 from budgetscope.opener import Archive
-from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 
 log = logging.getLogger("budgetscope.collector")
 
@@ -55,20 +55,28 @@ class CollectorStats:
         """One line for the end of `budgetscope collect`."""
         secs = (time.monotonic_ns() - self.started_ns) / 1e9
         refused = self.refused_busy + self.refused_closed
-        recovered = (f"; landed at start: {self.recovered_batches:,} batches ({self.recovered_spans:,} spans) an "
-                     "earlier collector had acknowledged" if self.recovered_batches else "")
-        return (f"{self.batches:,} batches ({self.batches_landed:,} landed, {self.batches_already_stored:,} "
-                f"already stored, {self.batches_rejected:,} rejected, {self.batches_failed:,} failed), "
-                f"{self.spans:,} spans, {self.requests_derived:,} requests derived in {self.ingests:,} ingests "
-                f"over {secs:,.1f} s; {refused:,} refused (busy or closing){recovered}")
+        recovered = (
+            f"; landed at start: {self.recovered_batches:,} batches ({self.recovered_spans:,} spans) an "
+            "earlier collector had acknowledged"
+            if self.recovered_batches
+            else ""
+        )
+        return (
+            f"{self.batches:,} batches ({self.batches_landed:,} landed, {self.batches_already_stored:,} "
+            f"already stored, {self.batches_rejected:,} rejected, {self.batches_failed:,} failed), "
+            f"{self.spans:,} spans, {self.requests_derived:,} requests derived in {self.ingests:,} ingests "
+            f"over {secs:,.1f} s; {refused:,} refused (busy or closing){recovered}"
+        )
 
     def spool_note(self, archive: str) -> str | None:
         """One line when acknowledged batches could not be published before exit (a full disk), else None."""
         if not self.spooled_batches:
             return None
         spans = "spans uncounted" if self.spooled_spans is None else f"{self.spooled_spans:,} spans"
-        return (f"{self.spooled_batches:,} acknowledged batches ({spans}) wait in {archive}/_writer/spool, "
-                "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them")
+        return (
+            f"{self.spooled_batches:,} acknowledged batches ({spans}) wait in {archive}/_writer/spool, "
+            "unseen by readers until the next writer to open the archive (collect, ingest, expire) lands them"
+        )
 
     def add(self, rep: IngestReport, num_tickets: int, num_rejected: int, landed: bool = True) -> None:
         """Count an ingest's report; `landed=False` leaves its landed batches and spans to be counted when
@@ -97,9 +105,17 @@ _LAND = object()  # enough accepted spans wait: land them
 class ArchiveWriter:
     """Owns the archive (its DuckDB connection is used by the lander thread alone) and drains the queue."""
 
-    def __init__(self, path: Path, queue: PendingQueue, linger_s: float, max_group_bytes: int, gap_s: float,
-                 max_deferred_bytes: int = 64 << 20, retention_ns: int | None = None,
-                 reader_grace_s: float | None = None):
+    def __init__(
+        self,
+        path: Path,
+        queue: PendingQueue,
+        linger_s: float,
+        max_group_bytes: int,
+        gap_s: float,
+        max_deferred_bytes: int = 64 << 20,
+        retention_ns: int | None = None,
+        reader_grace_s: float | None = None,
+    ):
         self.path = path
         self.queue = queue
         self.linger_s = linger_s
@@ -183,7 +199,9 @@ class ArchiveWriter:
             try:
                 accepted = archive.lander.accept(batches)
             except Exception as e:  # noqa: BLE001 - the lander's ingest answers them instead
-                log.error("spooling %d batches failed: %s", len(batches), (str(e).splitlines() or [type(e).__name__])[0])
+                log.error(
+                    "spooling %d batches failed: %s", len(batches), (str(e).splitlines() or [type(e).__name__])[0]
+                )
                 return group
             waiting = archive.lander.deferred_spans
         rest = []
@@ -273,8 +291,9 @@ class ArchiveWriter:
         try:
             derived = archive.recover()
         except Exception as e:  # noqa: BLE001 - still in the spool: a reopened archive lands it
-            log.error("landing what the spool holds failed (reopening): %s",
-                      (str(e).splitlines() or [type(e).__name__])[0])
+            log.error(
+                "landing what the spool holds failed (reopening): %s", (str(e).splitlines() or [type(e).__name__])[0]
+            )
             self._reopen()
             return
         self._seen = (archive.recovered[0], archive.recovered[1], 0)  # this collector's own are counted after it
@@ -319,8 +338,10 @@ class ArchiveWriter:
             rep = self._archive.lander.land_deferred()
             self._landed.set()
         except Exception as e:  # noqa: BLE001 - acknowledged and spooled: a reopened archive lands them
-            log.error("landing acknowledged batches failed (the spool keeps them; reopening): %s",
-                      (str(e).splitlines() or [type(e).__name__])[0])
+            log.error(
+                "landing acknowledged batches failed (the spool keeps them; reopening): %s",
+                (str(e).splitlines() or [type(e).__name__])[0],
+            )
             self._reopen()
             return
         finally:
@@ -350,8 +371,9 @@ class ArchiveWriter:
                     else:
                         t.resolve(Outcome.LANDED)
             with self._lock:
-                self.stats.add(rep, sum(len(firsts[b.position]) for b in landed), num_rejected,
-                               landed=not self._counts_published)
+                self.stats.add(
+                    rep, sum(len(firsts[b.position]) for b in landed), num_rejected, landed=not self._counts_published
+                )
         for t in group:
             if t.outcome is None:  # the archive failed on it
                 self.queue.release(t.reserved)
@@ -424,8 +446,9 @@ class ArchiveWriter:
             self.stats.spooled_batches, self.stats.spooled_spans = batches, spans
         self.unavailable = f"the archive cannot be written ({why})"
         if batches:
-            self.unavailable += (f"; {batches:,} acknowledged batches wait in its spool, unseen by readers until "
-                                 "they land")
+            self.unavailable += (
+                f"; {batches:,} acknowledged batches wait in its spool, unseen by readers until they land"
+            )
         log.error("%s; trying again every %.0f s, answering 503 meanwhile", self.unavailable, REOPEN_EVERY_S)
 
     def _retry_open(self) -> None:

@@ -16,47 +16,119 @@ from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option
 
 @click.command()
 @NEW_ARCHIVE
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address both receivers listen on (0.0.0.0 for every interface: set a token and TLS; without "
-                   "a token it warns).")
-@click.option("--grpc-port", type=click.IntRange(0, 65535), default=4317, show_default=True,
-              help="OTLP/gRPC port; 0 picks a free one (printed).")
-@click.option("--http-port", type=click.IntRange(0, 65535), default=4318, show_default=True,
-              help="OTLP/HTTP port; 0 picks a free one (printed).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address both receivers listen on (0.0.0.0 for every interface: set a token and TLS; without "
+    "a token it warns).",
+)
+@click.option(
+    "--grpc-port",
+    type=click.IntRange(0, 65535),
+    default=4317,
+    show_default=True,
+    help="OTLP/gRPC port; 0 picks a free one (printed).",
+)
+@click.option(
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    default=4318,
+    show_default=True,
+    help="OTLP/HTTP port; 0 picks a free one (printed).",
+)
 @click.option("--no-grpc", is_flag=True, help="Do not serve OTLP/gRPC.")
 @click.option("--no-http", is_flag=True, help="Do not serve OTLP/HTTP.")
-@click.option("--shard", metavar="ID",
-              help="Write shard ID of a sharded archive, ARCHIVE/shard=ID/ (letters, digits, . _ -). Readers read "
-                   "ARCHIVE as one archive. For collectors behind a load balancer that routes by trace id.")
-@click.option("--max-pending-mb", type=click.FloatRange(min=1), default=64, show_default=True,
-              help="Request bytes held in memory (and again as much acknowledged, not yet landed) before new "
-                   "requests are refused with 429 / RESOURCE_EXHAUSTED.")
-@click.option("--max-message-mb", type=click.FloatRange(min=0.001), default=16, show_default=True,
-              help="Largest request accepted (after decompression).")
-@click.option("--linger-ms", type=click.FloatRange(0, 5000), default=50, show_default=True,
-              help="How long a request waits for others to share its group (less once requests stop coming).")
-@click.option("--max-connections", type=click.IntRange(min=1), default=512, show_default=True,
-              help="Open OTLP/HTTP connections at most; past it a new one takes the slot of the one idle longest "
-                   "(503 only while every slot is making progress).")
-@click.option("--tls-cert", type=click.Path(dir_okay=False), help="PEM certificate (chain): serve gRPC and HTTP "
-              "over TLS. With --tls-key.")
+@click.option(
+    "--shard",
+    metavar="ID",
+    help="Write shard ID of a sharded archive, ARCHIVE/shard=ID/ (letters, digits, . _ -). Readers read "
+    "ARCHIVE as one archive. For collectors behind a load balancer that routes by trace id.",
+)
+@click.option(
+    "--max-pending-mb",
+    type=click.FloatRange(min=1),
+    default=64,
+    show_default=True,
+    help="Request bytes held in memory (and again as much acknowledged, not yet landed) before new "
+    "requests are refused with 429 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--max-message-mb",
+    type=click.FloatRange(min=0.001),
+    default=16,
+    show_default=True,
+    help="Largest request accepted (after decompression).",
+)
+@click.option(
+    "--linger-ms",
+    type=click.FloatRange(0, 5000),
+    default=50,
+    show_default=True,
+    help="How long a request waits for others to share its group (less once requests stop coming).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Open OTLP/HTTP connections at most; past it a new one takes the slot of the one idle longest "
+    "(503 only while every slot is making progress).",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False),
+    help="PEM certificate (chain): serve gRPC and HTTP over TLS. With --tls-key.",
+)
 @click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM private key of --tls-cert.")
-@click.option("--auth-token-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help=f"Require 'authorization: Bearer TOKEN' on every export; TOKEN is the file's first line. "
-                   f"Default: ${TOKEN_ENV} when set.")
-@click.option("--retention", metavar="AGE", help="Drop the hour partitions older than AGE (30d, 36h) as it goes, "
-              "by each table's own time (folder archives; `budgetscope expire` does it once).")
-@click.option("--reader-grace", metavar="AGE", help="Keep segments that compaction or expiry replaced this long "
-              "(90s, 10m, 2h) for readers of older commits, such as a Spark job or a notebook; recorded in the "
-              "archive for every later writer. Default: as the archive has it (60 s when never set).")
+@click.option(
+    "--auth-token-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help=f"Require 'authorization: Bearer TOKEN' on every export; TOKEN is the file's first line. "
+    f"Default: ${TOKEN_ENV} when set.",
+)
+@click.option(
+    "--retention",
+    metavar="AGE",
+    help="Drop the hour partitions older than AGE (30d, 36h) as it goes, "
+    "by each table's own time (folder archives; `budgetscope expire` does it once).",
+)
+@click.option(
+    "--reader-grace",
+    metavar="AGE",
+    help="Keep segments that compaction or expiry replaced this long "
+    "(90s, 10m, 2h) for readers of older commits, such as a Spark job or a notebook; recorded in the "
+    "archive for every later writer. Default: as the archive has it (60 s when never set).",
+)
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
-@format_option("table", "json",
-               help="The summary at exit: a line, or one JSON document on stdout (the banner then goes to stderr).")
-def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bool, no_http: bool, shard: str | None,
-            max_pending_mb: float, max_message_mb: float, linger_ms: float, max_connections: int,
-            tls_cert: str | None, tls_key: str | None, auth_token_file: str | None, retention: str | None,
-            reader_grace: str | None, no_metrics: bool, verbose: bool, fmt: str) -> None:
+@format_option(
+    "table",
+    "json",
+    help="The summary at exit: a line, or one JSON document on stdout (the banner then goes to stderr).",
+)
+def collect(
+    archive: str,
+    host: str,
+    grpc_port: int,
+    http_port: int,
+    no_grpc: bool,
+    no_http: bool,
+    shard: str | None,
+    max_pending_mb: float,
+    max_message_mb: float,
+    linger_ms: float,
+    max_connections: int,
+    tls_cert: str | None,
+    tls_key: str | None,
+    auth_token_file: str | None,
+    retention: str | None,
+    reader_grace: str | None,
+    no_metrics: bool,
+    verbose: bool,
+    fmt: str,
+) -> None:
     """Receive OTLP traces and metrics (gRPC :4317, HTTP :4318 POST /v1/traces and /v1/metrics) into an archive.
 
     Each export is answered success only once it is safe on disk (and known to be good); the `requests` rows of the
@@ -89,29 +161,44 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
 
     _log_to_stderr(verbose)
     try:
-        opts = check(archive, shard=shard, auth_token_file=auth_token_file, retention=retention,
-                     reader_grace=reader_grace)
+        opts = check(
+            archive, shard=shard, auth_token_file=auth_token_file, retention=retention, reader_grace=reader_grace
+        )
     except (ValueError, ArchiveError) as e:
         raise UsageError(str(e)) from None
     try:
-        collector = Collector(opts.archive, host=host, grpc_port=None if no_grpc else grpc_port,
-                              http_port=None if no_http else http_port,
-                              max_pending_bytes=int(max_pending_mb * (1 << 20)),
-                              max_message_bytes=int(max_message_mb * (1 << 20)), linger_s=linger_ms / 1000,
-                              metrics=not no_metrics, max_connections=max_connections, tls_cert=tls_cert,
-                              tls_key=tls_key, auth_token=opts.token, retention_ns=opts.retention_ns,
-                              reader_grace_s=opts.reader_grace_s)
+        collector = Collector(
+            opts.archive,
+            host=host,
+            grpc_port=None if no_grpc else grpc_port,
+            http_port=None if no_http else http_port,
+            max_pending_bytes=int(max_pending_mb * (1 << 20)),
+            max_message_bytes=int(max_message_mb * (1 << 20)),
+            linger_s=linger_ms / 1000,
+            metrics=not no_metrics,
+            max_connections=max_connections,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            auth_token=opts.token,
+            retention_ns=opts.retention_ns,
+            reader_grace_s=opts.reader_grace_s,
+        )
         collector.start()
     except CollectorError as e:
         raise UsageError(str(e)) from None
     archive, token = opts.archive, opts.token
-    if warning := exposure_warning(host, token is not None, tls_cert is not None,
-                                   f"set --auth-token-file or ${TOKEN_ENV}, and --tls-cert/--tls-key"):
+    if warning := exposure_warning(
+        host,
+        token is not None,
+        tls_cert is not None,
+        f"set --auth-token-file or ${TOKEN_ENV}, and --tls-cert/--tls-key",
+    ):
         click.echo(f"budgetscope collect: {warning}", err=True)
     stop = threading.Event()
     previous = _on_signals(stop)  # before the banner: whoever reads it may signal at once
-    click.echo(f"budgetscope collect: {', '.join(collector.endpoints)}; writing {archive} (Ctrl-C to stop)",
-               err=fmt == "json")
+    click.echo(
+        f"budgetscope collect: {', '.join(collector.endpoints)}; writing {archive} (Ctrl-C to stop)", err=fmt == "json"
+    )
     sys.stdout.flush()
     try:
         while not stop.wait(0.5) and not collector.error:
@@ -126,9 +213,17 @@ def collect(archive: str, host: str, grpc_port: int, http_port: int, no_grpc: bo
         import dataclasses
         import json
 
-        click.echo(json.dumps({"archive": archive, "endpoints": list(collector.endpoints),
-                               "stats": dataclasses.asdict(stats), "error": str(collector.error or "") or None,
-                               "unclaimed_spans": unclaimed}))
+        click.echo(
+            json.dumps(
+                {
+                    "archive": archive,
+                    "endpoints": list(collector.endpoints),
+                    "stats": dataclasses.asdict(stats),
+                    "error": str(collector.error or "") or None,
+                    "unclaimed_spans": unclaimed,
+                }
+            )
+        )
     else:
         click.echo(f"budgetscope collect: {stats.summary()}")
     if note := stats.spool_note(archive):
@@ -187,21 +282,47 @@ def _on_signals(stop: threading.Event) -> dict:
 
 
 @click.command("collect-router")
-@click.option("--shard", "shards", metavar="URL", multiple=True,
-              help="A shard's OTLP/HTTP receiver, http://HOST:PORT (`collect --shard ID`); repeat, in the same "
-                   "order on every router: the order is the routing.")
+@click.option(
+    "--shard",
+    "shards",
+    metavar="URL",
+    multiple=True,
+    help="A shard's OTLP/HTTP receiver, http://HOST:PORT (`collect --shard ID`); repeat, in the same "
+    "order on every router: the order is the routing.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=4318, show_default=True,
-              help="OTLP/HTTP port; 0 picks a free one (printed).")
-@click.option("--connections", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Exports in flight to each shard at once, each on its own keep-alive connection (protobuf "
-                   "parts waiting meanwhile go together as one export).")
-@click.option("--max-pending-mb", type=click.FloatRange(min=1), default=64, show_default=True,
-              help="Request bytes held in memory before new requests are refused with 429.")
-@click.option("--max-message-mb", type=click.FloatRange(min=0.001), default=16, show_default=True,
-              help="Largest request accepted (after decompression).")
-def collect_router(shards: tuple[str, ...], host: str, port: int, connections: int, max_pending_mb: float,
-                   max_message_mb: float) -> None:
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=4318,
+    show_default=True,
+    help="OTLP/HTTP port; 0 picks a free one (printed).",
+)
+@click.option(
+    "--connections",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Exports in flight to each shard at once, each on its own keep-alive connection (protobuf "
+    "parts waiting meanwhile go together as one export).",
+)
+@click.option(
+    "--max-pending-mb",
+    type=click.FloatRange(min=1),
+    default=64,
+    show_default=True,
+    help="Request bytes held in memory before new requests are refused with 429.",
+)
+@click.option(
+    "--max-message-mb",
+    type=click.FloatRange(min=0.001),
+    default=16,
+    show_default=True,
+    help="Largest request accepted (after decompression).",
+)
+def collect_router(
+    shards: tuple[str, ...], host: str, port: int, connections: int, max_pending_mb: float, max_message_mb: float
+) -> None:
     """Route OTLP/HTTP traces to collector shards by trace id: every span of a trace to one shard.
 
     Each export (POST /v1/traces, protobuf or JSON) is split by crc32(trace id) mod the number of shards and
@@ -224,9 +345,14 @@ def collect_router(shards: tuple[str, ...], host: str, port: int, connections: i
     if not shards:
         raise UsageError("give at least one --shard http://HOST:PORT")
     try:
-        router = TraceRouter(list(shards), host, port, connections=connections,
-                             max_pending_bytes=int(max_pending_mb * (1 << 20)),
-                             max_message_bytes=int(max_message_mb * (1 << 20)))
+        router = TraceRouter(
+            list(shards),
+            host,
+            port,
+            connections=connections,
+            max_pending_bytes=int(max_pending_mb * (1 << 20)),
+            max_message_bytes=int(max_message_mb * (1 << 20)),
+        )
     except ValueError as e:
         raise UsageError(str(e)) from None
     except OSError as e:
@@ -234,8 +360,10 @@ def collect_router(shards: tuple[str, ...], host: str, port: int, connections: i
     router.start()
     stop = threading.Event()
     previous = _on_signals(stop)
-    click.echo(f"budgetscope collect-router: OTLP/HTTP http://{host}:{router.port}/v1/traces → {len(shards)} shards "
-               f"by crc32(trace id) mod {len(shards)}: {', '.join(shards)} (Ctrl-C to stop)")
+    click.echo(
+        f"budgetscope collect-router: OTLP/HTTP http://{host}:{router.port}/v1/traces → {len(shards)} shards "
+        f"by crc32(trace id) mod {len(shards)}: {', '.join(shards)} (Ctrl-C to stop)"
+    )
     sys.stdout.flush()
     try:
         stop.wait()
@@ -243,8 +371,11 @@ def collect_router(shards: tuple[str, ...], host: str, port: int, connections: i
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    per_shard = "; ".join(f"{x.url}: {x.spans:,} spans in {x.parts:,} parts, {x.posts:,} exports, {x.failed:,} "
-                          "not landed"
-                          for x in s.by_shard)
-    click.echo(f"budgetscope collect-router: {s.requests:,} requests ({s.landed:,} landed, {s.partial:,} partial, "
-               f"{s.rejected:,} rejected, {s.retryable:,} retryable), {s.spans_landed:,} spans landed ({per_shard})")
+    per_shard = "; ".join(
+        f"{x.url}: {x.spans:,} spans in {x.parts:,} parts, {x.posts:,} exports, {x.failed:,} not landed"
+        for x in s.by_shard
+    )
+    click.echo(
+        f"budgetscope collect-router: {s.requests:,} requests ({s.landed:,} landed, {s.partial:,} partial, "
+        f"{s.rejected:,} rejected, {s.retryable:,} retryable), {s.spans_landed:,} spans landed ({per_shard})"
+    )

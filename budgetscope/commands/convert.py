@@ -27,5 +27,3 @@ def convert(source: str, dest: str) -> None:
     except ArchiveError as e:
         raise fail(e) from None
     click.echo(f"{dest}: {m.rows('spans'):,} spans, {m.rows('requests'):,} requests in {len(m.segments)} segments")
-
-

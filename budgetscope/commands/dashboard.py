@@ -17,8 +17,11 @@ ENV_ARCHIVE, ENV_BUDGETS = "BUDGETSCOPE_ARCHIVE", "BUDGETSCOPE_BUDGETS"
 @ARCHIVE
 @BUDGETS
 @click.option("--port", type=click.IntRange(0, 65535), default=8501, show_default=True, help="Port on 127.0.0.1.")
-@click.option("--live", is_flag=True,
-              help="Follow a folder archive that a collector is writing: each page reruns when a commit lands.")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Follow a folder archive that a collector is writing: each page reruns when a commit lands.",
+)
 def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
     """Open the budget dashboard (Streamlit) on 127.0.0.1: budgets, breakdown, tail explorer, timeline,
     request, SQL, what-if and capacity pages over one archive.
@@ -38,10 +41,27 @@ def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
         app = dashboard_app()
     except (MissingExtra, MissingFile) as e:
         raise UsageError(str(e)) from None
-    env = {**os.environ, ENV_ARCHIVE: os.path.abspath(archive),
-           ENV_BUDGETS: os.path.abspath(budgets) if budgets else "", "BUDGETSCOPE_LIVE": "1" if live else ""}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1",
-           "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    env = {
+        **os.environ,
+        ENV_ARCHIVE: os.path.abspath(archive),
+        ENV_BUDGETS: os.path.abspath(budgets) if budgets else "",
+        "BUDGETSCOPE_LIVE": "1" if live else "",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     click.echo(f"budgetscope dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
     sys.stderr.flush()
     # Streamlit takes this process's place, so that a SIGTERM (a supervisor, a test) or Ctrl-C reaches the server

@@ -14,13 +14,20 @@ _SCENARIOS = ("calm", "burst", "long-prompts", "long-outputs", "slow-network")
 
 @click.command()
 @click.option("--scenario", type=click.Choice(["all", *_SCENARIOS]), default="all", show_default=True)
-@click.option("--duration", type=click.FloatRange(2, 3600), default=15.0, show_default=True,
-              help="Seconds of load per scenario.")
-@click.option("--out", type=click.Path(file_okay=False), default="demo-out", show_default=True,
-              help="Folder for the archives, engine logs and load results.")
+@click.option(
+    "--duration", type=click.FloatRange(2, 3600), default=15.0, show_default=True, help="Seconds of load per scenario."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="demo-out",
+    show_default=True,
+    help="Folder for the archives, engine logs and load results.",
+)
 @click.option("--budgets", "-b", type=click.Path(dir_okay=False), help="Budgets TOML (default: the demo's own).")
-@click.option("--no-dashboard", is_flag=True,
-              help="Do not open the dashboard at the end (it opens only on a terminal anyway).")
+@click.option(
+    "--no-dashboard", is_flag=True, help="Do not open the dashboard at the end (it opens only on a terminal anyway)."
+)
 @click.option("--offline", is_flag=True, help="No engine: synthetic traces with a known tail cause instead.")
 def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashboard: bool, offline: bool) -> None:
     """Run the reference engine, the collector and the load generator on loopback, and report each scenario.
@@ -79,4 +86,3 @@ def demo(scenario: str, duration: float, out: str, budgets: str | None, no_dashb
         from budgetscope.commands.dashboard import dashboard
 
         click.get_current_context().invoke(dashboard, archive=shown, budgets=bpath, port=8501)
-

@@ -29,5 +29,3 @@ def example(name: str, show_path: bool) -> None:
     except MissingFile as e:
         raise fail(e) from None
     click.echo(str(path) if show_path else path.read_text(encoding="utf-8"), nl=show_path)
-
-

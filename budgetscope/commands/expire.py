@@ -25,8 +25,9 @@ def _roots(archive: str) -> list[Path]:
 
     root = Path(archive)
     if is_single_file(root):
-        raise ArchiveError(f"{root}: retention applies to folder archives (convert this one with "
-                           "`budgetscope convert`)")
+        raise ArchiveError(
+            f"{root}: retention applies to folder archives (convert this one with `budgetscope convert`)"
+        )
     if mf.is_directory_archive(root):
         return [root]
     found = shards(root)
@@ -59,17 +60,26 @@ def _expire_once(root: Path, keep_ns: int) -> Expired:
     for g in gone:
         for t, n in (g.rows or {}).items():
             rows[t] = rows.get(t, 0) + n
-    return Expired(sum(g.segments for g in gone), rows, sum(g.bytes for g in gone),
-                   max((g.before_ns for g in gone), default=0))
+    return Expired(
+        sum(g.segments for g in gone), rows, sum(g.bytes for g in gone), max((g.before_ns for g in gone), default=0)
+    )
 
 
 @click.command()
 @click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder, or a sharded root.")
-@click.option("--retention", required=True, metavar="AGE",
-              help="Keep this much: 30d, 36h (whole UTC hours older than it are dropped, by each table's own time).")
+@click.option(
+    "--retention",
+    required=True,
+    metavar="AGE",
+    help="Keep this much: 30d, 36h (whole UTC hours older than it are dropped, by each table's own time).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be dropped; change nothing.")
-@click.option("--no-wait", is_flag=True, help="Do not wait the readers' grace to delete the files (the archive's "
-              "next writer, or `expire` run, deletes them).")
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="Do not wait the readers' grace to delete the files (the archive's "
+    "next writer, or `expire` run, deletes them).",
+)
 @format_option("table", "json")
 def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str) -> None:
     """Drop the hour partitions of ARCHIVE older than --retention, in one commit per archive (or shard).
@@ -117,9 +127,17 @@ def expire(archive: str, retention: str, dry_run: bool, no_wait: bool, fmt: str)
             raise
         raise UsageError(line) from None
     if fmt == "json":
-        click.echo(json.dumps({"dry_run": dry_run, "archives": {
-            r: {"segments": e.segments, "rows": e.rows or {}, "bytes": e.bytes, "before_ns": e.before_ns}
-            for r, e in results.items()}}))
+        click.echo(
+            json.dumps(
+                {
+                    "dry_run": dry_run,
+                    "archives": {
+                        r: {"segments": e.segments, "rows": e.rows or {}, "bytes": e.bytes, "before_ns": e.before_ns}
+                        for r, e in results.items()
+                    },
+                }
+            )
+        )
         return
     for r, e in results.items():
         click.echo(f"{r}: {e.summary(dry_run)}")

@@ -14,8 +14,13 @@ def gpu() -> None:
 
 @gpu.command()
 @click.option("--every", default="100ms", show_default=True, help="Sampling period (e.g. 100ms, 0.5s).")
-@click.option("--out", "out", default=None, metavar="jsonl:PATH",
-              help="Append OTLP/JSON metrics exports to PATH (read by `budgetscope ingest`).")
+@click.option(
+    "--out",
+    "out",
+    default=None,
+    metavar="jsonl:PATH",
+    help="Append OTLP/JSON metrics exports to PATH (read by `budgetscope ingest`).",
+)
 @click.option("--otlp", is_flag=True, help="Export with the OTLP metric exporter (OTEL_EXPORTER_OTLP_* env).")
 @click.option("--duration", default=None, help="Stop after this long (e.g. 60s); default: until Ctrl-C.")
 def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> None:
@@ -48,8 +53,9 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
     if sampler.unavailable:
         click.echo(sampler.unavailable, err=True)
     gpus = ", ".join(f"{g.index}: {g.name}" for g in sampler.nvml.gpus)
-    click.echo(f"sampling {len(sampler.nvml.gpus)} GPU(s) ({gpus}) every {period * 1e3:g} ms → {out or 'OTLP'}",
-               err=True)
+    click.echo(
+        f"sampling {len(sampler.nvml.gpus)} GPU(s) ({gpus}) every {period * 1e3:g} ms → {out or 'OTLP'}", err=True
+    )
     sampler.start()
     t0 = time.monotonic()
     try:
@@ -59,6 +65,7 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
         pass
     sampler.stop()
     share = sampler.cpu_ns / max(1, time.monotonic_ns() - int(t0 * 1e9))
-    click.echo(f"{sampler.num_ticks:,} ticks, {sampler.num_points:,} points; "
-               f"sampler CPU {100 * share:.2f}% of one core",
-               err=True)
+    click.echo(
+        f"{sampler.num_ticks:,} ticks, {sampler.num_points:,} points; sampler CPU {100 * share:.2f}% of one core",
+        err=True,
+    )

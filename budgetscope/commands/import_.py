@@ -13,15 +13,26 @@ from budgetscope.sources.formats import IMPORT_KINDS, JOINED
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--from", "kind", type=click.Choice(IMPORT_KINDS), help="What the files are (see docs/sources.md).")
-@click.option("--format", "formats", multiple=True, type=click.Choice([*IMPORT_KINDS, "table", "json"]),
-              help="table|json: the summary on stdout (default table). Also takes what the files are, as --from "
-                   "does: `--format vllm-bench --format json`.")
+@click.option(
+    "--format",
+    "formats",
+    multiple=True,
+    type=click.Choice([*IMPORT_KINDS, "table", "json"]),
+    help="table|json: the summary on stdout (default table). Also takes what the files are, as --from "
+    "does: `--format vllm-bench --format json`.",
+)
 @NEW_ARCHIVE
-@click.option("--start", help="vllm-bench: when the run started (ISO-8601 or ns; default its `date`, as UTC); "
-                              "prometheus: the scrape time (default the file's modification time).")
-@click.option("--clock-offset-ns", type=int,
-              help="triton: Unix ns minus Triton's steady-clock ns (default: anchor the file's last timestamp at "
-                   "its modification time).")
+@click.option(
+    "--start",
+    help="vllm-bench: when the run started (ISO-8601 or ns; default its `date`, as UTC); "
+    "prometheus: the scrape time (default the file's modification time).",
+)
+@click.option(
+    "--clock-offset-ns",
+    type=int,
+    help="triton: Unix ns minus Triton's steady-clock ns (default: anchor the file's last timestamp at "
+    "its modification time).",
+)
 @click.option("--service-name", help="prometheus: the server's name in server_metrics (default: the file name).")
 def import_(files, kind, formats, archive, start, clock_offset_ns, service_name) -> None:
     """Import benchmark exports, vLLM offline metrics, Triton trace files or saved `/metrics` text into an archive.
@@ -66,8 +77,15 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
         with Archive(archive) as a:
             for f in files:
                 try:
-                    entry = import_file(a, archive, Path(f), kind, start_ns=start_ns,
-                                        clock_offset_ns=clock_offset_ns, service_name=service_name)
+                    entry = import_file(
+                        a,
+                        archive,
+                        Path(f),
+                        kind,
+                        start_ns=start_ns,
+                        clock_offset_ns=clock_offset_ns,
+                        service_name=service_name,
+                    )
                 except NotImported as e:
                     entry = {"file": f, "rejected": str(e)}
                     click.echo(f"budgetscope: {e} (nothing from it landed)", err=True)
@@ -86,8 +104,9 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     except ArchiveError as e:
         raise UsageError(str(e)) from None
     if out_fmt == "json":
-        click.echo(json.dumps({"archive": archive, "kept": not discarded, "format": kind, "files": entries,
-                               "counts": counts}))
+        click.echo(
+            json.dumps({"archive": archive, "kept": not discarded, "format": kind, "files": entries, "counts": counts})
+        )
     elif discarded:
         click.echo(f"{archive}: nothing landed; not created")
     if rejected:
@@ -99,10 +118,11 @@ def _summary_line(entry: dict, joined: bool) -> str:
     f = entry["file"]
     if "samples" in entry:
         return f"{f}: {entry['samples']:,} samples" + ("" if entry["samples"] else " (already imported, or empty)")
-    return (f"{f}: {entry['spans']:,} spans ({entry['spans_inserted']:,} new), {int(entry['already_imported']):,} "
-            f"already imported; {entry['requests_derived']:,} requests derived"
-            + (f"; {entry['joined_to_server_rows']:,} records joined to their server spans by request id"
-               if joined else ""))
+    return (
+        f"{f}: {entry['spans']:,} spans ({entry['spans_inserted']:,} new), {int(entry['already_imported']):,} "
+        f"already imported; {entry['requests_derived']:,} requests derived"
+        + (f"; {entry['joined_to_server_rows']:,} records joined to their server spans by request id" if joined else "")
+    )
 
 
 def _import_kinds(kind: str | None, formats: tuple[str, ...]) -> tuple[str, str]:
@@ -110,8 +130,11 @@ def _import_kinds(kind: str | None, formats: tuple[str, ...]) -> tuple[str, str]
     kinds = {kind} - {None} | {f for f in formats if f in IMPORT_KINDS}
     outputs = {f for f in formats if f not in IMPORT_KINDS}
     if len(kinds) != 1:
-        raise UsageError("say what the files are: --from vllm-bench|aiperf|guidellm|vllm-metrics|triton|prometheus"
-                          if not kinds else f"the files are one kind, not {' and '.join(sorted(kinds))}")
+        raise UsageError(
+            "say what the files are: --from vllm-bench|aiperf|guidellm|vllm-metrics|triton|prometheus"
+            if not kinds
+            else f"the files are one kind, not {' and '.join(sorted(kinds))}"
+        )
     if len(outputs) > 1:
         raise UsageError("--format: table or json, not both")
     return kinds.pop(), outputs.pop() if outputs else "table"

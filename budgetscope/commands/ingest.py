@@ -26,8 +26,9 @@ class _Progress:
     def show(self, report=None) -> None:
         if self.enabled:
             rate = f", {report.spans_per_s:,.0f} spans/s" if report and report.seconds else ""
-            click.echo(f"\r  {100 * self.done / self.total:5.1f}% of {self.total / 1e6:,.1f} MB{rate}   ", err=True,
-                       nl=False)
+            click.echo(
+                f"\r  {100 * self.done / self.total:5.1f}% of {self.total / 1e6:,.1f} MB{rate}   ", err=True, nl=False
+            )
 
     def close(self) -> None:
         if self.enabled:
@@ -36,12 +37,21 @@ class _Progress:
 
 def _ingest_entry(f: str, report) -> dict:
     """One file's ingest summary, as `--format json` prints it (docs/cli.md)."""
-    return {"file": f, "batches": report.batches, "batches_landed": report.batches_landed,
-            "batches_already_ingested": report.batches_already_ingested, "spans": report.spans,
-            "spans_inserted": report.spans_inserted, "duplicate_spans": report.duplicate_spans,
-            "requests_derived": report.requests_derived, "orphan_stage_spans": report.orphan_stage_spans,
-            "gpu_points": report.gpu_points, "gpu_points_inserted": report.gpu_points_inserted,
-            "seconds": round(report.seconds, 6), "rejected": [str(r) for r in report.rejected]}
+    return {
+        "file": f,
+        "batches": report.batches,
+        "batches_landed": report.batches_landed,
+        "batches_already_ingested": report.batches_already_ingested,
+        "spans": report.spans,
+        "spans_inserted": report.spans_inserted,
+        "duplicate_spans": report.duplicate_spans,
+        "requests_derived": report.requests_derived,
+        "orphan_stage_spans": report.orphan_stage_spans,
+        "gpu_points": report.gpu_points,
+        "gpu_points_inserted": report.gpu_points_inserted,
+        "seconds": round(report.seconds, 6),
+        "rejected": [str(r) for r in report.rejected],
+    }
 
 
 @click.command()
@@ -96,8 +106,11 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
                 if fmt == "table":
                     click.echo(_file_line(f, report))
                 if report.orphan_stage_spans:
-                    click.echo(f"note: {report.orphan_stage_spans:,} stage spans have no request root yet; "
-                               "they join their request when it arrives", err=True)
+                    click.echo(
+                        f"note: {report.orphan_stage_spans:,} stage spans have no request root yet; "
+                        "they join their request when it arrives",
+                        err=True,
+                    )
                 rejected += report.rejected
             counts = a.counts()
         discarded = new.discard_if_empty(counts)
@@ -107,8 +120,17 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
         raise io_failure(e, archive, new) from None
     unclaimed = None if discarded else unclaimed_in(archive)
     if fmt == "json":
-        click.echo(json.dumps({"archive": archive, "kept": not discarded, "files": entries, "counts": counts,
-                               "unclaimed_spans": unclaimed}))
+        click.echo(
+            json.dumps(
+                {
+                    "archive": archive,
+                    "kept": not discarded,
+                    "files": entries,
+                    "counts": counts,
+                    "unclaimed_spans": unclaimed,
+                }
+            )
+        )
     elif discarded:
         click.echo(f"{archive}: nothing landed; not created")
     else:
@@ -124,13 +146,18 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
 
 def _file_line(f: str, report) -> str:
     """One file's line of the table summary."""
-    return (f"{f}: {report.batches:,} batches, {report.spans:,} spans "
-            f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
-            f"{report.batches_already_ingested:,} batches already ingested; "
-            f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
-            f"({report.spans_per_s:,.0f} spans/s)"
-            + (f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
-               if report.gpu_points else ""))
+    return (
+        f"{f}: {report.batches:,} batches, {report.spans:,} spans "
+        f"({report.spans_inserted:,} new, {report.duplicate_spans:,} already stored), "
+        f"{report.batches_already_ingested:,} batches already ingested; "
+        f"{report.requests_derived:,} requests derived in {report.seconds:.2f} s "
+        f"({report.spans_per_s:,.0f} spans/s)"
+        + (
+            f"; {report.gpu_points:,} GPU sample points ({report.gpu_points_inserted:,} new)"
+            if report.gpu_points
+            else ""
+        )
+    )
 
 
 def _say_rejected(rejected: list, shown: int = 20) -> None:

@@ -59,4 +59,3 @@ def io_failure(e: Exception, archive: str, new: NewArchive | None) -> Exception:
         return e
     created = new is not None and new.discard_if_unused()
     return UsageError(write_failure(e, archive, *(["nothing was created"] if created else [])))
-

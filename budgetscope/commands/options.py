@@ -26,23 +26,33 @@ def fail(e: Exception) -> UsageError:
 
 def format_option(*choices: str, help: str | None = None):
     """`--format` (into the parameter `fmt`) with these choices, the first the default."""
-    return click.option("--format", "fmt", type=click.Choice(list(choices)), default=choices[0], show_default=True,
-                        help=help)
+    return click.option(
+        "--format", "fmt", type=click.Choice(list(choices)), default=choices[0], show_default=True, help=help
+    )
 
 
 FORMAT_SUMMARY = format_option("table", "json", help="The summary on stdout: lines, or one JSON document.")
 
 ARCHIVE = click.option("--archive", "-a", required=True, type=click.Path(), help="Archive folder, or a .duckdb file.")
-NEW_ARCHIVE = click.option("--archive", "-a", required=True, type=click.Path(),
-                           help="Archive folder (created if missing), or a .duckdb file.")
-BUDGETS = click.option("--budgets", "-b", type=click.Path(),
-                       help="Budgets TOML; without it every tier is shown at p99.")
+NEW_ARCHIVE = click.option(
+    "--archive", "-a", required=True, type=click.Path(), help="Archive folder (created if missing), or a .duckdb file."
+)
+BUDGETS = click.option(
+    "--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99."
+)
 
-ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
-                      help="Run the SQL on DuckDB in this process, or on Spark over the same Parquet files.")
-SPARK_MASTER = click.option("--spark-master", metavar="URL",
-                            help="Spark master for --engine spark: local[N] (default local[2]), spark://HOST:PORT, "
-                                 "yarn.")
+ENGINE = click.option(
+    "--engine",
+    type=click.Choice(["duckdb", "spark"]),
+    default="duckdb",
+    show_default=True,
+    help="Run the SQL on DuckDB in this process, or on Spark over the same Parquet files.",
+)
+SPARK_MASTER = click.option(
+    "--spark-master",
+    metavar="URL",
+    help="Spark master for --engine spark: local[N] (default local[2]), spark://HOST:PORT, yarn.",
+)
 
 
 def check_engine(engine: str, spark_master: str | None) -> None:
@@ -74,8 +84,13 @@ def period_s(text: str, name: str) -> float:
     return float(m.group(1)) * PERIOD_UNITS[m.group(2)]
 
 
-def open_reader(archive: str, engine: str = "duckdb", spark_master: str | None = None, since_ns: int | None = None,
-                until_ns: int | None = None):
+def open_reader(
+    archive: str,
+    engine: str = "duckdb",
+    spark_master: str | None = None,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+):
     """A reader of the archive (`.con` runs the analysis SQL) on the engine chosen; a folder archive reads only
     the segments of the window [since_ns, until_ns)."""
     check_engine(engine, spark_master)

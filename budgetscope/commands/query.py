@@ -20,14 +20,30 @@ from budgetscope.commands.options import (
 @click.argument("sql")
 @ARCHIVE
 @format_option("table", "json", "csv")
-@click.option("--max-rows", type=click.IntRange(min=1), default=None,
-              help="Print at most this many rows, and say on stderr when more matched. Default: all.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop a query still running after this many seconds (DuckDB engine). Default: none.")
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Print at most this many rows, and say on stderr when more matched. Default: all.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop a query still running after this many seconds (DuckDB engine). Default: none.",
+)
 @ENGINE
 @SPARK_MASTER
-def query(sql: str, archive: str, fmt: str, max_rows: int | None, timeout_s: float | None, engine: str,
-          spark_master: str | None) -> None:
+def query(
+    sql: str,
+    archive: str,
+    fmt: str,
+    max_rows: int | None,
+    timeout_s: float | None,
+    engine: str,
+    spark_master: str | None,
+) -> None:
     """Run one read-only SELECT over an archive (no writes, no file, setting or network access).
 
     Tables: spans, requests, ingest_batches, gpu_samples, server_metrics, engine_steps (see docs/archive.md).
@@ -53,6 +69,8 @@ def query(sql: str, archive: str, fmt: str, max_rows: int | None, timeout_s: flo
     except (QueryError, ArchiveError) as e:
         raise fail(e) from None
     if res.truncated:
-        click.echo(f"budgetscope: more than {max_rows:,} rows matched; the first {max_rows:,} are printed "
-                   "(--max-rows)", err=True)
+        click.echo(
+            f"budgetscope: more than {max_rows:,} rows matched; the first {max_rows:,} are printed (--max-rows)",
+            err=True,
+        )
     output_rows(res.columns, res.rows, fmt)

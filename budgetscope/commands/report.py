@@ -30,8 +30,15 @@ REPORT_EXIT = {"KEPT": 0, "BROKEN": 1, "UNKNOWN": 3}
 @click.option("--until", help="Only requests that arrived before this time (ISO-8601 or ns).")
 @ENGINE
 @SPARK_MASTER
-def report(archive: str, budgets: str | None, fmt: str, since: str | None, until: str | None, engine: str,
-           spark_master: str | None) -> None:
+def report(
+    archive: str,
+    budgets: str | None,
+    fmt: str,
+    since: str | None,
+    until: str | None,
+    engine: str,
+    spark_master: str | None,
+) -> None:
     """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks them, 3 if
     one cannot be judged (its figures are unknown: no request, or no latency read), 2 on bad input.
 
@@ -54,8 +61,11 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
         # a folder archive reads only the segments of the window
         with open_reader(archive, engine, spark_master, since_ns, until_ns) as a:
             if a.pending_traces():
-                click.echo(f"note: {a.pending_traces():,} traces await derivation (an ingest was interrupted); "
-                           "run `budgetscope ingest` again to finish them", err=True)
+                click.echo(
+                    f"note: {a.pending_traces():,} traces await derivation (an ingest was interrupted); "
+                    "run `budgetscope ingest` again to finish them",
+                    err=True,
+                )
             try:
                 rep = build_report(a.con, b, since_ns, until_ns)
                 if getattr(a, "split_traces", None) is not None:  # a sharded root (docs/archive.md)
@@ -74,5 +84,3 @@ def report(archive: str, budgets: str | None, fmt: str, since: str | None, until
     for warning in rep["warnings"]:
         click.echo(f"budgetscope: {warning}", err=True)
     sys.exit(REPORT_EXIT[rep["status"]])
-
-

@@ -54,8 +54,9 @@ def scrape(urls, archive, every, duration, count, service_name, timeout, fmt) ->
                     try:
                         with urllib.request.urlopen(u, timeout=timeout) as resp:
                             body = resp.read().decode("utf-8", "replace")
-                        rows += land(a, body, instance=u, service_name=service_name or urlsplit(u).netloc,
-                                     ts_ns=ts, origin=u)
+                        rows += land(
+                            a, body, instance=u, service_name=service_name or urlsplit(u).netloc, ts_ns=ts, origin=u
+                        )
                     except (OSError, urllib.error.URLError, PrometheusError) as e:
                         failures += 1
                         click.echo(f"budgetscope: {u}: scrape failed: {getattr(e, 'reason', None) or e}", err=True)
@@ -69,10 +70,10 @@ def scrape(urls, archive, every, duration, count, service_name, timeout, fmt) ->
     if fmt == "json":
         import json
 
-        click.echo(json.dumps({"archive": archive, "scrapes": done, "urls": list(urls), "samples": rows,
-                               "failed": failures}))
+        click.echo(
+            json.dumps({"archive": archive, "scrapes": done, "urls": list(urls), "samples": rows, "failed": failures})
+        )
     else:
         click.echo(f"{archive}: {done} scrapes of {len(urls)} URL(s), {rows:,} samples, {failures} failed")
     if failures and failures == done * len(urls):
         sys.exit(2)
-

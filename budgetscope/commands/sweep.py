@@ -12,64 +12,175 @@ from budgetscope.commands.options import UsageError, format_option
 @click.command("sweep")
 @click.argument("url")
 @click.option("--budgets", "-b", required=True, type=click.Path(), help="Budgets TOML with at least one tier.")
-@click.option("--archive", "-a", required=True, type=click.Path(),
-              help="Folder archive the sweep's collector writes (created if missing; an existing one is added to).")
+@click.option(
+    "--archive",
+    "-a",
+    required=True,
+    type=click.Path(),
+    help="Folder archive the sweep's collector writes (created if missing; an existing one is added to).",
+)
 @click.option("--rates", help="Offered rates, requests/s, increasing: 1,2,4,6,8,12.")
-@click.option("--concurrency", "concurrencies", help="Closed-loop steps instead of rates: requests in flight, "
-                                                     "increasing: 1,2,4,8.")
-@click.option("--search", is_flag=True, help="Find each tier's capacity: double from --start-rate until a rate "
-                                             "breaks every budget, then bisect.")
-@click.option("--duration", type=click.FloatRange(min=1), default=30.0, show_default=True,
-              help="Seconds of each step (open-loop arrivals, or closed-loop sends).")
-@click.option("--repeats", "--runs", "runs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs of each rate (or concurrency); with 2 or more, the capacity each repeat finds alone and a "
-                   "95% interval.")
+@click.option(
+    "--concurrency",
+    "concurrencies",
+    help="Closed-loop steps instead of rates: requests in flight, increasing: 1,2,4,8.",
+)
+@click.option(
+    "--search",
+    is_flag=True,
+    help="Find each tier's capacity: double from --start-rate until a rate breaks every budget, then bisect.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=1),
+    default=30.0,
+    show_default=True,
+    help="Seconds of each step (open-loop arrivals, or closed-loop sends).",
+)
+@click.option(
+    "--repeats",
+    "--runs",
+    "runs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs of each rate (or concurrency); with 2 or more, the capacity each repeat finds alone and a 95% interval.",
+)
 @click.option("--warmup", help="Warm-up of each step, left out of its figures: N (requests) or Ns (seconds).")
-@click.option("--start-rate", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="--search: the first rate.")
-@click.option("--max-rate", type=click.FloatRange(min=0, min_open=True), default=256.0, show_default=True,
-              help="--search: never above this rate.")
-@click.option("--tolerance", type=click.FloatRange(0, 1, min_open=True), default=0.1, show_default=True,
-              help="--search: stop when each capacity is bracketed within this share of the rate.")
-@click.option("--max-steps", type=click.IntRange(min=1), default=12, show_default=True,
-              help="--search: at most this many rates.")
-@click.option("--attainment", "target_attainment", type=click.FloatRange(0, 1), default=None,
-              help="A tier keeps its budgets at a rate when its report keeps them and at least this share of its "
-                   "requests meet every SLO (default: the tier's percentile / 100).")
+@click.option(
+    "--start-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="--search: the first rate.",
+)
+@click.option(
+    "--max-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=256.0,
+    show_default=True,
+    help="--search: never above this rate.",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.1,
+    show_default=True,
+    help="--search: stop when each capacity is bracketed within this share of the rate.",
+)
+@click.option(
+    "--max-steps", type=click.IntRange(min=1), default=12, show_default=True, help="--search: at most this many rates."
+)
+@click.option(
+    "--attainment",
+    "target_attainment",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="A tier keeps its budgets at a rate when its report keeps them and at least this share of its "
+    "requests meet every SLO (default: the tier's percentile / 100).",
+)
 @click.option("--arrivals", default="poisson", show_default=True, help="poisson | gamma:cv=C | constant.")
 @click.option("--prompt-tokens", default="128", show_default=True, help="Prompt length, as `budgetscope load`.")
 @click.option("--output-tokens", default="64", show_default=True, help="max_tokens, as `budgetscope load`.")
 @click.option("--tiers", help="Tier mix, e.g. interactive=0.8,batch=0.2 (default: the budgets' tiers, equally).")
 @click.option("--prompt-format", type=click.Choice(["text", "token-ids"]), default="text", show_default=True)
-@click.option("--tokenizer", type=click.Path(), help="The target model's tokenizer.json (or its folder), as "
-                                                     "`budgetscope load`: exact prompt lengths.")
-@click.option("--dataset", type=click.Path(), help="Real prompts from a ShareGPT-style JSON or JSON-lines file, as "
-                                                   "`budgetscope load`.")
-@click.option("--plots", "plots_dir", type=click.Path(file_okay=False),
-              help="Also write each tier's capacity chart as a self-contained HTML file in this folder (needs the "
-                   "'dashboard' extra's plotly).")
+@click.option(
+    "--tokenizer",
+    type=click.Path(),
+    help="The target model's tokenizer.json (or its folder), as `budgetscope load`: exact prompt lengths.",
+)
+@click.option(
+    "--dataset",
+    type=click.Path(),
+    help="Real prompts from a ShareGPT-style JSON or JSON-lines file, as `budgetscope load`.",
+)
+@click.option(
+    "--plots",
+    "plots_dir",
+    type=click.Path(file_okay=False),
+    help="Also write each tier's capacity chart as a self-contained HTML file in this folder (needs the "
+    "'dashboard' extra's plotly).",
+)
 @click.option("--api", type=click.Choice(["auto", "completions", "chat"]), default="auto", show_default=True)
 @click.option("--model", help="Model name for the body (default: the first of GET /v1/models).")
 @click.option("--header", "-H", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the plans (step i uses seed + i).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              help="Per-request client timeout, seconds; also sent as the request's deadline.")
-@click.option("--deadline/--no-deadline", default=True, show_default=True,
-              help="Send --timeout as x-budgetscope-deadline-ms (the reference engine's deadline header).")
-@click.option("--otlp-port", type=click.IntRange(0, 65535), default=4318, show_default=True,
-              help="OTLP/HTTP port of the sweep's collector on 127.0.0.1 (0: a free one); servers exporting here "
-                   "join their stages.")
-@click.option("--otlp-grpc-port", type=click.IntRange(0, 65535), default=None,
-              help="Also receive OTLP/gRPC on this port (vLLM's exporter default is gRPC :4317).")
-@click.option("--settle", type=click.FloatRange(min=1), default=20.0, show_default=True,
-              help="At most this many seconds after a step for its spans to land.")
-@click.option("--scrape/--no-scrape", default=True, show_default=True,
-              help="Scrape the target's /metrics once a second during each step (saturation signals).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Per-request client timeout, seconds; also sent as the request's deadline.",
+)
+@click.option(
+    "--deadline/--no-deadline",
+    default=True,
+    show_default=True,
+    help="Send --timeout as x-budgetscope-deadline-ms (the reference engine's deadline header).",
+)
+@click.option(
+    "--otlp-port",
+    type=click.IntRange(0, 65535),
+    default=4318,
+    show_default=True,
+    help="OTLP/HTTP port of the sweep's collector on 127.0.0.1 (0: a free one); servers exporting here "
+    "join their stages.",
+)
+@click.option(
+    "--otlp-grpc-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also receive OTLP/gRPC on this port (vLLM's exporter default is gRPC :4317).",
+)
+@click.option(
+    "--settle",
+    type=click.FloatRange(min=1),
+    default=20.0,
+    show_default=True,
+    help="At most this many seconds after a step for its spans to land.",
+)
+@click.option(
+    "--scrape/--no-scrape",
+    default=True,
+    show_default=True,
+    help="Scrape the target's /metrics once a second during each step (saturation signals).",
+)
 @format_option("table", "json")
-def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, warmup, start_rate, max_rate, tolerance,
-          max_steps, target_attainment, arrivals, prompt_tokens, output_tokens, tiers, prompt_format, tokenizer,
-          dataset, plots_dir, api, model, headers, seed, timeout, deadline, otlp_port, otlp_grpc_port, settle, scrape,
-          fmt) -> None:
+def sweep(
+    url,
+    budgets,
+    archive,
+    rates,
+    concurrencies,
+    search,
+    duration,
+    runs,
+    warmup,
+    start_rate,
+    max_rate,
+    tolerance,
+    max_steps,
+    target_attainment,
+    arrivals,
+    prompt_tokens,
+    output_tokens,
+    tiers,
+    prompt_format,
+    tokenizer,
+    dataset,
+    plots_dir,
+    api,
+    model,
+    headers,
+    seed,
+    timeout,
+    deadline,
+    otlp_port,
+    otlp_grpc_port,
+    settle,
+    scrape,
+    fmt,
+) -> None:
     """Find the rate (or concurrency) at which each tier's budgets break, and which stage makes the cliff.
 
     Each step is an open-loop run of the load generator at one offered rate (with --concurrency: a closed loop
@@ -110,13 +221,36 @@ def sweep(url, budgets, archive, rates, concurrencies, search, duration, runs, w
         workload = Workload(Distribution.parse(prompt_tokens), Distribution.parse(output_tokens), Mix.parse(mix))
         extra = dict(parse_header(h) for h in headers)
         config = SweepConfig(
-            url=url, archive=archive, budgets=b, rates=rate_list, concurrencies=levels, search=search,
+            url=url,
+            archive=archive,
+            budgets=b,
+            rates=rate_list,
+            concurrencies=levels,
+            search=search,
             start_rate=start_rate,
-            max_rate=max_rate, tolerance=tolerance, max_steps=max_steps, runs=runs, duration_s=duration,
-            arrivals=arrivals, workload=workload, seed=seed, timeout_s=timeout, send_deadline=deadline, api=api,
-            model=model, headers=extra, token_ids=prompt_format == "token-ids", otlp_port=otlp_port,
-            otlp_grpc_port=otlp_grpc_port, settle_s=settle, scrape_metrics=scrape,
-            target_attainment=target_attainment, warmup=Warmup.parse(warmup), tokenizer=tok, dataset=data)
+            max_rate=max_rate,
+            tolerance=tolerance,
+            max_steps=max_steps,
+            runs=runs,
+            duration_s=duration,
+            arrivals=arrivals,
+            workload=workload,
+            seed=seed,
+            timeout_s=timeout,
+            send_deadline=deadline,
+            api=api,
+            model=model,
+            headers=extra,
+            token_ids=prompt_format == "token-ids",
+            otlp_port=otlp_port,
+            otlp_grpc_port=otlp_grpc_port,
+            settle_s=settle,
+            scrape_metrics=scrape,
+            target_attainment=target_attainment,
+            warmup=Warmup.parse(warmup),
+            tokenizer=tok,
+            dataset=data,
+        )
         from budgetscope.loadgen import Arrivals
 
         Arrivals.parse(arrivals, 1.0)  # a bad spec fails here, before anything is sent

@@ -11,16 +11,16 @@ Every arrow is a real socket. The engine and the load generator export through t
 from __future__ import annotations
 
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from budgetscope.demo.scenarios import COMMON_LOAD, Scenario
 
@@ -48,14 +48,16 @@ def free_port() -> int:
 
 def _otlp_env(http_port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update({
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{http_port}/v1/traces",
-        "OTEL_METRICS_EXPORTER": "otlp",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{http_port}/v1/metrics",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{http_port}/v1/traces",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{http_port}/v1/metrics",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -96,16 +98,17 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 30) -> None:
         proc.wait()
 
 
-def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
-                 say: Callable[[str], None] = print, model: str = "tiny") -> ScenarioRun:
+def run_scenario(
+    sc: Scenario, out: Path, budgets, duration_s: float = 15.0, say: Callable[[str], None] = print, model: str = "tiny"
+) -> ScenarioRun:
     """Run one scenario for `duration_s` of load; return its report (archive at out/<name>/).
 
     `model`: the engine's named config (`tiny` everywhere; `1b` on a GPU)."""
     from budgetscope.analysis.attribution import tail_label
     from budgetscope.analysis.report import build_report
-    from budgetscope.opener import Archive
     from budgetscope.collector import Collector
     from budgetscope.demo.netdelay import DelayProxy
+    from budgetscope.opener import Archive
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -118,11 +121,20 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
     port = free_port()
     proxy = None
     with open(engine_log, "w") as logf:
-        engine = subprocess.Popen(_cli("engine", "serve", "--config", model, "--port", str(port), *sc.engine_args),
-                                  env=env, stdout=logf, stderr=subprocess.STDOUT)
+        engine = subprocess.Popen(
+            _cli("engine", "serve", "--config", model, "--port", str(port), *sc.engine_args),
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
     # GPU samples beside the spans when a GPU is there; without one the sampler says why in one line and exits.
-    sampler = subprocess.Popen(_cli("gpu", "sample", "--otlp", "--every", "100ms"), env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sampler = subprocess.Popen(
+        _cli("gpu", "sample", "--otlp", "--every", "100ms"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_healthy(engine, port, engine_log)
         if sampler.poll() is not None:
@@ -133,10 +145,29 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
             url = f"http://127.0.0.1:{proxy.port}"
         say(f"[{sc.name}] {sc.what}; {duration_s:g} s of load at {sc.rate:g} req/s")
         load = subprocess.run(
-            _cli("load", url, "--rate", str(sc.rate), "--duration", str(duration_s), "--tiers", sc.tiers,
-                 "--spans", "otlp", "--seed", "1", "--out", str(out / f"{sc.name}-load.json"),
-                 *COMMON_LOAD, *sc.load_args),
-            env=env, capture_output=True, text=True, timeout=duration_s + 300)
+            _cli(
+                "load",
+                url,
+                "--rate",
+                str(sc.rate),
+                "--duration",
+                str(duration_s),
+                "--tiers",
+                sc.tiers,
+                "--spans",
+                "otlp",
+                "--seed",
+                "1",
+                "--out",
+                str(out / f"{sc.name}-load.json"),
+                *COMMON_LOAD,
+                *sc.load_args,
+            ),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=duration_s + 300,
+        )
         if load.returncode != 0:
             raise DemoError(f"the load generator failed: {load.stderr.strip().splitlines()[-1:] or load.returncode}")
     finally:
@@ -149,5 +180,6 @@ def run_scenario(sc: Scenario, out: Path, budgets, duration_s: float = 15.0,
         report = build_report(a.con, budgets)
     tier = next((t for t in report["tiers"] if t["name"] == "interactive"), report["tiers"][0])
     attribution = tier["attribution"].get(sc.metric) or {}
-    return ScenarioRun(sc, archive, report, load.stdout, attribution.get("dominant"), tail_label(attribution),
-                       time.perf_counter() - t0)
+    return ScenarioRun(
+        sc, archive, report, load.stdout, attribution.get("dominant"), tail_label(attribution), time.perf_counter() - t0
+    )

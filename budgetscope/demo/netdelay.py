@@ -15,8 +15,14 @@ import time
 class DelayProxy:
     """`DelayProxy(target_port).start()` → listens on 127.0.0.1:`port`, forwards to 127.0.0.1:`target_port`."""
 
-    def __init__(self, target_port: int, delay_ms: float, slow_fraction: float = 1.0, port: int = 0,
-                 target_host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        target_port: int,
+        delay_ms: float,
+        slow_fraction: float = 1.0,
+        port: int = 0,
+        target_host: str = "127.0.0.1",
+    ):
         if delay_ms < 0 or not 0 <= slow_fraction <= 1:
             raise ValueError("delay_ms must be ≥ 0 and slow_fraction in [0, 1]")
         self.target = (target_host, target_port)
@@ -30,7 +36,7 @@ class DelayProxy:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="budgetscope-delay-proxy", daemon=True)
 
-    def start(self) -> "DelayProxy":
+    def start(self) -> DelayProxy:
         self._thread.start()
         self._ready.wait(10)
         return self
@@ -40,7 +46,7 @@ class DelayProxy:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
-    def __enter__(self) -> "DelayProxy":
+    def __enter__(self) -> DelayProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -49,8 +55,7 @@ class DelayProxy:
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:

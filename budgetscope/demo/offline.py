@@ -27,8 +27,8 @@ def run_offline_demo(out: str | Path, num_requests: int = 5000, cause: str = "qu
     from budgetscope.analysis.budgets import load_budgets
     from budgetscope.analysis.render import render_text
     from budgetscope.analysis.report import build_report
-    from budgetscope.opener import Archive
     from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
     from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
     out = Path(out)
@@ -44,8 +44,16 @@ def run_offline_demo(out: str | Path, num_requests: int = 5000, cause: str = "qu
     with Archive(archive, read_only=True) as r:
         rep = build_report(r.con, load_budgets(demo_budgets_path()))
     inter = rep["tiers"][0]["attribution"]
-    summary = (f"Synthetic traces: {num_requests:,} requests ({n_spans:,} spans), {spec.tail_fraction:.0%} of them "
-               f"given +{spec.tail_extra_ms:.0f} ms of {cause} → {traces}\n"
-               f"Ingested into {archive} in {ing.seconds:.2f} s ({ing.spans_per_s:,.0f} spans/s)\n")
-    return DemoResult(archive, rep, render_text(rep), summary,
-                      (inter.get("ttft") or {}).get("dominant"), (inter.get("e2e") or {}).get("dominant"))
+    summary = (
+        f"Synthetic traces: {num_requests:,} requests ({n_spans:,} spans), {spec.tail_fraction:.0%} of them "
+        f"given +{spec.tail_extra_ms:.0f} ms of {cause} → {traces}\n"
+        f"Ingested into {archive} in {ing.seconds:.2f} s ({ing.spans_per_s:,.0f} spans/s)\n"
+    )
+    return DemoResult(
+        archive,
+        rep,
+        render_text(rep),
+        summary,
+        (inter.get("ttft") or {}).get("dominant"),
+        (inter.get("e2e") or {}).get("dominant"),
+    )

@@ -27,24 +27,63 @@ class Scenario:
 
 COMMON_LOAD = ("--prompt-format", "token-ids", "--api", "completions", "--ignore-eos")
 
-SCENARIOS = {s.name: s for s in (
-    Scenario(
-        "calm", "a light, steady load of short requests: every budget should hold", None,
-        rate=2.0, load_args=("--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24")),
-    Scenario(
-        "burst", "bursty arrivals (gamma, CV 4) outrun a 4-sequence batch: requests wait in the queue", "queue",
-        rate=12.0, engine_args=("--max-seqs", "4"),
-        load_args=("--arrivals", "gamma:cv=4", "--prompt-tokens", "uniform:16,48", "--output-tokens", "uniform:16,32")),
-    Scenario(
-        "long-prompts", "one request in ten carries a ~1,800-token prompt: its chunked prefill is long", "prefill",
-        rate=2.0,
-        load_args=("--prompt-tokens", "choice:32=0.9,1800=0.1", "--output-tokens", "8")),
-    Scenario(
-        "long-outputs", "one request in ten asks for 300 tokens: its decode is long", "decode", metric="e2e",
-        rate=3.0, load_args=("--prompt-tokens", "32", "--output-tokens", "choice:12=0.9,300=0.1")),
-    Scenario(
-        "slow-network", "a quarter of the client's connections go through a hop that holds each chunk 150 ms",
-        "network", rate=4.0, delay_ms=150.0, slow_fraction=0.25,
-        load_args=("--prompt-tokens", "uniform:16,48", "--output-tokens", "uniform:8,16", "--connections", "8",
-                   "--concurrency", "8")),
-)}
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario(
+            "calm",
+            "a light, steady load of short requests: every budget should hold",
+            None,
+            rate=2.0,
+            load_args=("--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24"),
+        ),
+        Scenario(
+            "burst",
+            "bursty arrivals (gamma, CV 4) outrun a 4-sequence batch: requests wait in the queue",
+            "queue",
+            rate=12.0,
+            engine_args=("--max-seqs", "4"),
+            load_args=(
+                "--arrivals",
+                "gamma:cv=4",
+                "--prompt-tokens",
+                "uniform:16,48",
+                "--output-tokens",
+                "uniform:16,32",
+            ),
+        ),
+        Scenario(
+            "long-prompts",
+            "one request in ten carries a ~1,800-token prompt: its chunked prefill is long",
+            "prefill",
+            rate=2.0,
+            load_args=("--prompt-tokens", "choice:32=0.9,1800=0.1", "--output-tokens", "8"),
+        ),
+        Scenario(
+            "long-outputs",
+            "one request in ten asks for 300 tokens: its decode is long",
+            "decode",
+            metric="e2e",
+            rate=3.0,
+            load_args=("--prompt-tokens", "32", "--output-tokens", "choice:12=0.9,300=0.1"),
+        ),
+        Scenario(
+            "slow-network",
+            "a quarter of the client's connections go through a hop that holds each chunk 150 ms",
+            "network",
+            rate=4.0,
+            delay_ms=150.0,
+            slow_fraction=0.25,
+            load_args=(
+                "--prompt-tokens",
+                "uniform:16,48",
+                "--output-tokens",
+                "uniform:8,16",
+                "--connections",
+                "8",
+                "--concurrency",
+                "8",
+            ),
+        ),
+    )
+}

@@ -15,8 +15,13 @@ def summary_row(name: str, run) -> list[str]:
     t = run.report["tiers"][0]
     expect = run.scenario.expect or "nothing (budgets hold)"
     found = run.tail if run.scenario.expect else STATUS_FOUND[t["status"]]
-    return [name, expect, f"{run.scenario.metric.upper()}: {found}",
-            "-" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%", str(run.archive)]
+    return [
+        name,
+        expect,
+        f"{run.scenario.metric.upper()}: {found}",
+        "-" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%",
+        str(run.archive),
+    ]
 
 
 def summary_table(rows: list[list[str]]) -> str:
@@ -31,6 +36,8 @@ def shown_archive(rows: list[list[str]]) -> str:
 
 def explore_lines(archive: str, budgets: str) -> str:
     """The commands that look further into `archive`."""
-    return (f"Explore:\n  budgetscope report -a {archive} --budgets {budgets} --format json\n"
-            f"  budgetscope query -a {archive} \"SELECT * FROM requests LIMIT 5\"\n"
-            f"  budgetscope dashboard -a {archive} --budgets {budgets}")
+    return (
+        f"Explore:\n  budgetscope report -a {archive} --budgets {budgets} --format json\n"
+        f'  budgetscope query -a {archive} "SELECT * FROM requests LIMIT 5"\n'
+        f"  budgetscope dashboard -a {archive} --budgets {budgets}"
+    )

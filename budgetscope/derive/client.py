@@ -59,10 +59,18 @@ def client_spans(spans: str, attrs: str = ATTRS) -> str:
 def common(source: str) -> dict[str, str]:
     """Server-row expressions every client-span-based adapter shares (over a client span `c` with attrs `a`)."""
     return {
-        "trace_id": "trace_id", "parent_span_id": "span_id", "source": f"'{source}'", "request_id": "span_id",
-        "model": 'a."gen_ai.request.model"', "tier": """coalesce(a."budgetscope.tier", 'default')""",
-        "tenant": 'a."budgetscope.tenant"', "outcome": OUTCOME_SQL, "arrival_ns": "start_ns", "end_ns": "end_ns",
-        "input_tokens": 'a."gen_ai.usage.input_tokens"', "output_tokens": 'a."gen_ai.usage.output_tokens"',
+        "trace_id": "trace_id",
+        "parent_span_id": "span_id",
+        "source": f"'{source}'",
+        "request_id": "span_id",
+        "model": 'a."gen_ai.request.model"',
+        "tier": """coalesce(a."budgetscope.tier", 'default')""",
+        "tenant": 'a."budgetscope.tenant"',
+        "outcome": OUTCOME_SQL,
+        "arrival_ns": "start_ns",
+        "end_ns": "end_ns",
+        "input_tokens": 'a."gen_ai.usage.input_tokens"',
+        "output_tokens": 'a."gen_ai.usage.output_tokens"',
         "cached_tokens": 'a."gen_ai.usage.cache_read.input_tokens"',
     }
 

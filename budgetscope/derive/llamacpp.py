@@ -29,9 +29,17 @@ CLAIMS = f"json_exists(attributes, '$.\"{PREFIX}prompt_ms\"')"
 def server_rows(spans: str) -> str:
     """SELECT producing one row per client span of `spans` that carries llama.cpp `timings`."""
     t = f'a."{PREFIX}'
-    rows = select_list(**(client.common("llamacpp") | dict(
-        input_tokens=f'{t}prompt_n" + coalesce({t}cache_n", 0)', cached_tokens=f'{t}cache_n"',
-        output_tokens=f'coalesce({t}predicted_n", a."gen_ai.usage.output_tokens")',
-        prefill_ms=f'{t}prompt_ms"', ttft_prefill_ms=f'{t}prompt_ms"', decode_ms=f'{t}predicted_ms"',
-    )))
+    rows = select_list(
+        **(
+            client.common("llamacpp")
+            | dict(
+                input_tokens=f'{t}prompt_n" + coalesce({t}cache_n", 0)',
+                cached_tokens=f'{t}cache_n"',
+                output_tokens=f'coalesce({t}predicted_n", a."gen_ai.usage.output_tokens")',
+                prefill_ms=f'{t}prompt_ms"',
+                ttft_prefill_ms=f'{t}prompt_ms"',
+                decode_ms=f'{t}predicted_ms"',
+            )
+        )
+    )
     return f"""SELECT {rows} FROM ({client.client_spans(f"(SELECT * FROM {spans} WHERE {CLAIMS})", ATTRS)})"""

@@ -76,7 +76,7 @@ SELECT r.trace_id, r.span_id AS server_span_id, r.parent_span_id, 'native' AS so
   r.a."gen_ai.usage.output_tokens" AS output_tokens,
   {", ".join(ms(x) for x in stages)},
   {", ".join(ms("ttft_" + x) for x in ttft_stages)},
-  {_ms('r.first_token_ns - r.start_ns')} AS ttft_ms, {_ms('r.end_ns - r.start_ns')} AS e2e_ms,
+  {_ms("r.first_token_ns - r.start_ns")} AS ttft_ms, {_ms("r.end_ns - r.start_ns")} AS e2e_ms,
   s.itl_ms, coalesce(s.queue_entries, 0) AS queue_entries
 FROM rf r
 LEFT JOIN sums s ON s.trace_id = r.trace_id AND s.parent_span_id = r.span_id

@@ -33,17 +33,22 @@ def derive_pending(con, count_orphans: bool = True, track: bool = False) -> tupl
     con.execute("BEGIN TRANSACTION")
     try:
         if track:
-            con.execute("INSERT INTO bs_superseded SELECT trace_id, arrival_ns FROM requests "
-                        "WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
+            con.execute(
+                "INSERT INTO bs_superseded SELECT trace_id, arrival_ns FROM requests "
+                "WHERE trace_id IN (SELECT trace_id FROM pending_traces)"
+            )
             con.execute("INSERT INTO bs_derived SELECT trace_id FROM pending_traces")
         if existing:
-            con.execute("CREATE OR REPLACE TEMP TABLE bs_scope AS "
-                        "SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
+            con.execute(
+                "CREATE OR REPLACE TEMP TABLE bs_scope AS "
+                "SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces)"
+            )
             con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
         present = {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {scope}").fetchall()}
         con.execute(f"INSERT INTO requests {requests_sql(scope, present)}")
-        (n,) = con.execute("SELECT count(*) FROM requests "
-                           "WHERE trace_id IN (SELECT trace_id FROM pending_traces)").fetchall()[0]
+        (n,) = con.execute(
+            "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)"
+        ).fetchall()[0]
         (orphans,) = con.execute(orphans_sql(scope)).fetchall()[0] if count_orphans else (0,)
         con.execute("DELETE FROM pending_traces")
         if existing:

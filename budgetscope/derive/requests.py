@@ -33,15 +33,20 @@ Replicas: the server root span's resource gives `service_instance_id`, `host_nam
 
 from __future__ import annotations
 
-from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 from budgetscope.derive import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.derive.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
 from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK
+from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
-SPAN_ADAPTERS = (("native", native.server_rows), ("vllm", vllm.server_rows), ("tgi", tgi.span_rows),
-                 ("sglang", sglang.server_rows), ("triton", triton.server_rows))
+SPAN_ADAPTERS = (
+    ("native", native.server_rows),
+    ("vllm", vllm.server_rows),
+    ("tgi", tgi.span_rows),
+    ("sglang", sglang.server_rows),
+    ("triton", triton.server_rows),
+)
 """Each span adapter, with the `spans.source` it reads (derive/classify.py)."""
 REPORTED_ADAPTERS = (llamacpp.server_rows, tgi.header_rows)
 """These read client spans (`source` 'client')."""
@@ -66,44 +71,50 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
     are left out of the query. Each adapter costs its own pipelines whether or not it finds rows, and for a
     small batch that fixed cost was most of the derivation (65-100 ms of it, against ~40 ms for the native
     adapter alone)."""
+
     def union(adapters) -> str:
         return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
 
     wanted = [a for src, a in SPAN_ADAPTERS if present is None or src in present]
     # with no adapter left, one stands in for the columns and yields nothing (the optimizer drops its scan)
     served = union(wanted) if wanted else f"SELECT * FROM ({union([SPAN_ADAPTERS[0][1]])}) WHERE false"
-    reported = (union(REPORTED_ADAPTERS) if present is None or "client" in present
-                else f"SELECT * FROM ({union(REPORTED_ADAPTERS)}) WHERE false")
+    reported = (
+        union(REPORTED_ADAPTERS)
+        if present is None or "client" in present
+        else f"SELECT * FROM ({union(REPORTED_ADAPTERS)}) WHERE false"
+    )
     # without a server clock, the unknown remainder of the client figure is unaccounted
     client_e2e = "CASE WHEN s.server_span_id IS NULL THEN (c.end_ns - c.start_ns) / 1e6 END"
-    client_ttft = ("CASE WHEN s.server_span_id IS NULL THEN "
-                   "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6 END")
+    client_ttft = (
+        "CASE WHEN s.server_span_id IS NULL THEN "
+        '(c.a."budgetscope.client.first_token_unix_nano" - c.start_ns) / 1e6 END'
+    )
     derived = {
         "unaccounted_ms": f"coalesce(s.e2e_ms, {client_e2e}) - (coalesce(s.frontend_ms, 0) + coalesce(s.queue_ms, 0)"
-                          " + coalesce(s.prefill_ms, 0) + coalesce(s.decode_ms, 0) + coalesce(s.postprocess_ms, 0))",
+        " + coalesce(s.prefill_ms, 0) + coalesce(s.decode_ms, 0) + coalesce(s.postprocess_ms, 0))",
         "ttft_unaccounted_ms": f"coalesce(s.ttft_ms, {client_ttft}) - (coalesce(s.ttft_frontend_ms, 0)"
-                               " + coalesce(s.ttft_queue_ms, 0) + coalesce(s.ttft_prefill_ms, 0))",
+        " + coalesce(s.ttft_queue_ms, 0) + coalesce(s.ttft_prefill_ms, 0))",
         "tpot_ms": "CASE WHEN s.output_tokens > 1 THEN s.decode_ms / (s.output_tokens - 1) ELSE 'NaN'::DOUBLE END",
         "has_client_span": "c.span_id IS NOT NULL",
         "client_span_id": "c.span_id",
-        "client_scheduled_ns": "c.a.\"budgetscope.client.scheduled_unix_nano\"",
+        "client_scheduled_ns": 'c.a."budgetscope.client.scheduled_unix_nano"',
         "client_sent_ns": "c.start_ns",
-        "client_first_token_ns": "c.a.\"budgetscope.client.first_token_unix_nano\"",
+        "client_first_token_ns": 'c.a."budgetscope.client.first_token_unix_nano"',
         "client_end_ns": CLIENT_END,
-        "client_ttft_ms": "(c.a.\"budgetscope.client.first_token_unix_nano\" - c.start_ns) / 1e6",
+        "client_ttft_ms": '(c.a."budgetscope.client.first_token_unix_nano" - c.start_ns) / 1e6',
         "client_e2e_ms": f"({CLIENT_END} - c.start_ns) / 1e6",
-        "client_tpot_ms": f"CASE WHEN s.output_tokens > 1 THEN (({CLIENT_END} - c.a.\"budgetscope.client.first_token_unix_nano\")"
-                          " / 1e6) / (s.output_tokens - 1) ELSE 'NaN'::DOUBLE END",
-        "client_itl_ms": "c.a.\"budgetscope.client.itl_ms\"",
-        "schedule_lag_ms": "(c.start_ns - c.a.\"budgetscope.client.scheduled_unix_nano\") / 1e6",
-        "http_status": "coalesce(c.a.\"http.response.status_code\", c.a.\"http.status_code\")",
+        "client_tpot_ms": f'CASE WHEN s.output_tokens > 1 THEN (({CLIENT_END} - c.a."budgetscope.client.first_token_unix_nano")'
+        " / 1e6) / (s.output_tokens - 1) ELSE 'NaN'::DOUBLE END",
+        "client_itl_ms": 'c.a."budgetscope.client.itl_ms"',
+        "schedule_lag_ms": '(c.start_ns - c.a."budgetscope.client.scheduled_unix_nano") / 1e6',
+        "http_status": 'coalesce(c.a."http.response.status_code", c.a."http.status_code")',
         "network_ms": f"({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms",
         **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
         # a tool that waits for the first non-empty chunk (AIPerf, GuideLLM) adds the server's empty chunks to
         # its TTFT: only its first event of any kind, where the export has it, is network-comparable
         "ttft_network_ms": f"(CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
-                           f"THEN c.a.\"{FIRST_EVENT}\" ELSE c.a.\"budgetscope.client.first_token_unix_nano\" END"
-                           " - c.start_ns) / 1e6 - s.ttft_ms",
+        f'THEN c.a."{FIRST_EVENT}" ELSE c.a."budgetscope.client.first_token_unix_nano" END'
+        " - c.start_ns) / 1e6 - s.ttft_ms",
     }
     # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
     # attributes are parsed
@@ -115,8 +126,9 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
     # attributes of the rows it keeps only (one scan with OR cost 0.5 s more over 350,000 spans).
     # The root spans' resources: narrowed to the roots' span ids first, so that the join probes with those rows
     # alone (350,000 spans: 1.84 → 1.34 s for the whole derivation, against 1.22 s without the join)
-    cols = ",\n  ".join(f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
-                        for c in REQUESTS.columns)
+    cols = ",\n  ".join(
+        f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}" for c in REQUESTS.columns
+    )
     return f"""
 WITH served AS ({served}),
 reported AS (SELECT * FROM ({reported}) r

@@ -34,12 +34,14 @@ from __future__ import annotations
 from budgetscope.derive.classify import SGLANG_ROOT_SQL
 from budgetscope.derive.server_row import select_list
 
-ATTRS = ('{"rid":"VARCHAR","bootstrap_room":"VARCHAR","gen_ai.request.id":"VARCHAR",'
-         '"gen_ai.response.model":"VARCHAR","gen_ai.request.model":"VARCHAR",'
-         '"gen_ai.response.finish_reasons":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
-         '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.usage.cached_tokens":"BIGINT",'
-         '"gen_ai.latency.time_to_first_token":"DOUBLE","gen_ai.latency.e2e":"DOUBLE",'
-         '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}')
+ATTRS = (
+    '{"rid":"VARCHAR","bootstrap_room":"VARCHAR","gen_ai.request.id":"VARCHAR",'
+    '"gen_ai.response.model":"VARCHAR","gen_ai.request.model":"VARCHAR",'
+    '"gen_ai.response.finish_reasons":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
+    '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.usage.cached_tokens":"BIGINT",'
+    '"gen_ai.latency.time_to_first_token":"DOUBLE","gen_ai.latency.e2e":"DOUBLE",'
+    '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}'
+)
 FRONTEND_END = ("request_process", "prefill_prepare")
 """Slices that end where the frontend ends (the scheduler's receive → enqueue), read when no wait slice was
 exported (a request aborted while it waited)."""
@@ -126,29 +128,47 @@ QUALIFY row_number() OVER (PARTITION BY d.trace_id, d.span_id ORDER BY p.start_n
 def server_rows(spans: str) -> str:
     """SELECT: one row per SGLang request in `spans` (a unified root, or a decode root with its prefill root)."""
     arrival = "least(r.start_ns, r.p_start)"
-    first = ("coalesce(r.start_ns + CAST(r.a.\"gen_ai.latency.time_to_first_token\" * 1e9 AS BIGINT), "
-             "CASE WHEN r.role = 'unified' THEN r.prefill_end END)")
-    end = "coalesce(r.start_ns + CAST(r.a.\"gen_ai.latency.e2e\" * 1e9 AS BIGINT), r.end_ns)"
+    first = (
+        'coalesce(r.start_ns + CAST(r.a."gen_ai.latency.time_to_first_token" * 1e9 AS BIGINT), '
+        "CASE WHEN r.role = 'unified' THEN r.prefill_end END)"
+    )
+    end = 'coalesce(r.start_ns + CAST(r.a."gen_ai.latency.e2e" * 1e9 AS BIGINT), r.end_ns)'
     frontend = f"(coalesce(r.wait_start, r.frontend_end) - {arrival}) / 1e6"
     queue = "CASE WHEN r.wait_start IS NOT NULL THEN r.queue_ms END"
     prefill = "(f - r.wait_end) / 1e6 - r.dwait_ms"
     # level 3: the first token left the scheduler at the end of prefill, each later one at a decode_loop end
-    itl = ("CASE WHEN r.prefill_end IS NOT NULL THEN list_transform(range(1, len(r.loop_ends) + 1), lambda i: "
-           "(r.loop_ends[i] - CASE WHEN i = 1 THEN r.prefill_end ELSE r.loop_ends[i - 1] END) / 1e6) END")
+    itl = (
+        "CASE WHEN r.prefill_end IS NOT NULL THEN list_transform(range(1, len(r.loop_ends) + 1), lambda i: "
+        "(r.loop_ends[i] - CASE WHEN i = 1 THEN r.prefill_end ELSE r.loop_ends[i - 1] END) / 1e6) END"
+    )
     rows = select_list(
-        trace_id="r.trace_id", server_span_id="r.span_id", parent_span_id="r.parent_span_id", source="'sglang'",
-        request_id='coalesce(r.a."gen_ai.request.id", r.a."rid")', service_name="r.service_name",
+        trace_id="r.trace_id",
+        server_span_id="r.span_id",
+        parent_span_id="r.parent_span_id",
+        source="'sglang'",
+        request_id='coalesce(r.a."gen_ai.request.id", r.a."rid")',
+        service_name="r.service_name",
         model='coalesce(r.a."gen_ai.response.model", r.a."gen_ai.request.model")',
-        tier="""coalesce(r.a."budgetscope.tier", 'default')""", tenant='r.a."budgetscope.tenant"',
+        tier="""coalesce(r.a."budgetscope.tier", 'default')""",
+        tenant='r.a."budgetscope.tenant"',
         outcome="CASE WHEN r.failed THEN 'error' ELSE 'ok' END",
-        arrival_ns=arrival, first_token_ns="f", end_ns=end,
+        arrival_ns=arrival,
+        first_token_ns="f",
+        end_ns=end,
         input_tokens='r.a."gen_ai.usage.prompt_tokens"',
         cached_tokens="""CASE WHEN r.role = 'decode' THEN r.p_cached ELSE r.a."gen_ai.usage.cached_tokens" END""",
         output_tokens='r.a."gen_ai.usage.completion_tokens"',
-        frontend_ms=frontend, ttft_frontend_ms=frontend, queue_ms=queue, ttft_queue_ms=queue,
-        prefill_ms=prefill, ttft_prefill_ms=prefill,
-        decode_ms="(r.decode_end - f) / 1e6", postprocess_ms=f"({end} - r.decode_end) / 1e6",
-        ttft_ms=f"(f - {arrival}) / 1e6", e2e_ms=f"({end} - {arrival}) / 1e6", itl_ms=itl,
+        frontend_ms=frontend,
+        ttft_frontend_ms=frontend,
+        queue_ms=queue,
+        ttft_queue_ms=queue,
+        prefill_ms=prefill,
+        ttft_prefill_ms=prefill,
+        decode_ms="(r.decode_end - f) / 1e6",
+        postprocess_ms=f"({end} - r.decode_end) / 1e6",
+        ttft_ms=f"(f - {arrival}) / 1e6",
+        e2e_ms=f"({end} - {arrival}) / 1e6",
+        itl_ms=itl,
         queue_entries="CASE WHEN r.wait_start IS NOT NULL THEN r.queue_n END",
     )
     return f"SELECT {rows}\nFROM (SELECT r.*, {first} AS f FROM ({_requests(spans)}) r) r"

@@ -30,33 +30,58 @@ from budgetscope.derive.server_row import select_list
 from budgetscope.derive.span_tree import descendants
 
 H = "http.response.header."
-HEADER_ATTRS = client.ATTRS[:-1] + "".join(
-    f',"{H}{h}":"VARCHAR[]"' for h in ("x-total-time", "x-validation-time", "x-queue-time", "x-inference-time",
-                                        "x-prompt-tokens", "x-generated-tokens")) + "}"
+HEADER_ATTRS = (
+    client.ATTRS[:-1]
+    + "".join(
+        f',"{H}{h}":"VARCHAR[]"'
+        for h in (
+            "x-total-time",
+            "x-validation-time",
+            "x-queue-time",
+            "x-inference-time",
+            "x-prompt-tokens",
+            "x-generated-tokens",
+        )
+    )
+    + "}"
+)
 CLAIMS = f"json_exists(attributes, '$.\"{H}x-total-time\"')"
 """SQL over a client span: TGI's timing headers are on it."""
-ROOT_ATTRS = ('{"validation_time":"VARCHAR","queue_time":"VARCHAR","inference_time":"VARCHAR",'
-              '"total_time":"VARCHAR","budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}')
+ROOT_ATTRS = (
+    '{"validation_time":"VARCHAR","queue_time":"VARCHAR","inference_time":"VARCHAR",'
+    '"total_time":"VARCHAR","budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}'
+)
 
 
 def duration_ms(text: str) -> str:
     """SQL: a Rust `Duration` Debug string (`1.2s`, `12.3ms`, `850µs`, `120ns`) → ms as DOUBLE (NULL if not one)."""
     m = f"regexp_extract({text}, '^\\s*([0-9]+(?:\\.[0-9]+)?)\\s*(ns|µs|us|ms|s)\\s*$', ['v', 'u'])"
-    return (f"(SELECT TRY_CAST(x.v AS DOUBLE) * CASE x.u WHEN 's' THEN 1e3 WHEN 'ms' THEN 1 WHEN 'µs' THEN 1e-3 "
-            f"WHEN 'us' THEN 1e-3 WHEN 'ns' THEN 1e-6 END FROM (SELECT unnest({m})) x)")
+    return (
+        f"(SELECT TRY_CAST(x.v AS DOUBLE) * CASE x.u WHEN 's' THEN 1e3 WHEN 'ms' THEN 1 WHEN 'µs' THEN 1e-3 "
+        f"WHEN 'us' THEN 1e-3 WHEN 'ns' THEN 1e-6 END FROM (SELECT unnest({m})) x)"
+    )
 
 
 def header_rows(spans: str) -> str:
     """SELECT: one row per client span of `spans` carrying TGI's timing headers."""
+
     def h(name: str) -> str:
         return f'TRY_CAST(a."{H}{name}"[1] AS DOUBLE)'
 
-    rows = select_list(**(client.common("tgi") | dict(
-        input_tokens=f'coalesce({h("x-prompt-tokens")}, a."gen_ai.usage.input_tokens")',
-        output_tokens=f'coalesce({h("x-generated-tokens")}, a."gen_ai.usage.output_tokens")',
-        frontend_ms=h("x-validation-time"), queue_ms=h("x-queue-time"),
-        ttft_frontend_ms=h("x-validation-time"), ttft_queue_ms=h("x-queue-time"), e2e_ms=h("x-total-time"),
-    )))
+    rows = select_list(
+        **(
+            client.common("tgi")
+            | dict(
+                input_tokens=f'coalesce({h("x-prompt-tokens")}, a."gen_ai.usage.input_tokens")',
+                output_tokens=f'coalesce({h("x-generated-tokens")}, a."gen_ai.usage.output_tokens")',
+                frontend_ms=h("x-validation-time"),
+                queue_ms=h("x-queue-time"),
+                ttft_frontend_ms=h("x-validation-time"),
+                ttft_queue_ms=h("x-queue-time"),
+                e2e_ms=h("x-total-time"),
+            )
+        )
+    )
     return f"SELECT {rows} FROM ({client.client_spans(f'(SELECT * FROM {spans} WHERE {CLAIMS})', HEADER_ATTRS)})"
 
 
@@ -79,17 +104,30 @@ def span_rows(spans: str) -> str:
     # the SERVER span opens before the handler (body read, JSON parsed): that lead is frontend time too
     frontend = f"r.fe + (r.start_ns - {arrival}) / 1e6"
     rows = select_list(
-        trace_id="r.trace_id", server_span_id="coalesce(h.span_id, r.span_id)",
+        trace_id="r.trace_id",
+        server_span_id="coalesce(h.span_id, r.span_id)",
         parent_span_id="CASE WHEN h.span_id IS NULL THEN r.parent_span_id ELSE h.parent_span_id END",
-        source="'tgi'", request_id="r.span_id", service_name="r.service_name", model="NULL",
-        tier="""coalesce(r.a."budgetscope.tier", 'default')""", tenant='r.a."budgetscope.tenant"',
+        source="'tgi'",
+        request_id="r.span_id",
+        service_name="r.service_name",
+        model="NULL",
+        tier="""coalesce(r.a."budgetscope.tier", 'default')""",
+        tenant='r.a."budgetscope.tenant"',
         outcome="CASE WHEN e.failed OR h.status_code = 'ERROR' THEN 'error' ELSE 'ok' END",
-        arrival_ns=arrival, first_token_ns="g.first_ns", end_ns=end,
+        arrival_ns=arrival,
+        first_token_ns="g.first_ns",
+        end_ns=end,
         output_tokens="g.n",
-        frontend_ms=frontend, queue_ms="qu", ttft_frontend_ms=frontend, ttft_queue_ms="qu",
-        prefill_ms="(g.first_ns - i.first_infer_ns) / 1e6", ttft_prefill_ms="(g.first_ns - i.first_infer_ns) / 1e6",
-        decode_ms="(g.last_ns - g.first_ns) / 1e6", postprocess_ms=f"({end} - g.last_end_ns) / 1e6",
-        ttft_ms=f"(g.first_ns - {arrival}) / 1e6", e2e_ms=f"({end} - {arrival}) / 1e6",
+        frontend_ms=frontend,
+        queue_ms="qu",
+        ttft_frontend_ms=frontend,
+        ttft_queue_ms="qu",
+        prefill_ms="(g.first_ns - i.first_infer_ns) / 1e6",
+        ttft_prefill_ms="(g.first_ns - i.first_infer_ns) / 1e6",
+        decode_ms="(g.last_ns - g.first_ns) / 1e6",
+        postprocess_ms=f"({end} - g.last_end_ns) / 1e6",
+        ttft_ms=f"(g.first_ns - {arrival}) / 1e6",
+        e2e_ms=f"({end} - {arrival}) / 1e6",
         queue_entries="q.n",
     )
     return f"""

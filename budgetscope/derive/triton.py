@@ -32,17 +32,33 @@ TRITON_ROOT = "InferRequest"
 TRITON_TS_PREFIX = "triton.timestamp."
 TRITON_RESPONSE = "INFER_RESPONSE_COMPLETE"
 
-_TS = ("HTTP_RECV_START", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END",
-       TRITON_RESPONSE, "REQUEST_END", "HTTP_SEND_END", "GRPC_SEND_END")
-ATTRS = "{" + ",".join(f'"{TRITON_TS_PREFIX}{t}":"BIGINT"' for t in _TS) + (
-    ',"triton.model_name":"VARCHAR","triton.request_id":"VARCHAR","triton.responses":"BIGINT",'
-    '"triton.first_response_ns":"BIGINT"}')
+_TS = (
+    "HTTP_RECV_START",
+    "GRPC_WAITREAD_END",
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_END",
+    TRITON_RESPONSE,
+    "REQUEST_END",
+    "HTTP_SEND_END",
+    "GRPC_SEND_END",
+)
+ATTRS = (
+    "{"
+    + ",".join(f'"{TRITON_TS_PREFIX}{t}":"BIGINT"' for t in _TS)
+    + (
+        ',"triton.model_name":"VARCHAR","triton.request_id":"VARCHAR","triton.responses":"BIGINT",'
+        '"triton.first_response_ns":"BIGINT"}'
+    )
+)
 
 
 def server_rows(spans: str) -> str:
     """SELECT: one row per Triton request in `spans` (imported trace-file spans or OpenTelemetry top-level spans).
 
     A request is a Triton span whose parent is no Triton span (its parent may be a client span)."""
+
     def ts(name: str) -> str:
         return f'a."{TRITON_TS_PREFIX}{name}"'
 
@@ -50,19 +66,32 @@ def server_rows(spans: str) -> str:
     end = f"coalesce({ts('HTTP_SEND_END')}, {ts('GRPC_SEND_END')}, {ts('REQUEST_END')}, r.end_ns)"
     queue_start = f"coalesce({ts('QUEUE_START')}, m.start_ns)"
     compute_start = f"coalesce({ts('COMPUTE_START')}, k.start_ns)"
-    done = (f"coalesce(greatest({ts('COMPUTE_END')}, {ts(TRITON_RESPONSE)}), "
-            f"CASE WHEN r.name = '{TRITON_ROOT}' AND {ts('REQUEST_START')} IS NULL THEN m.end_ns END)")
+    done = (
+        f"coalesce(greatest({ts('COMPUTE_END')}, {ts(TRITON_RESPONSE)}), "
+        f"CASE WHEN r.name = '{TRITON_ROOT}' AND {ts('REQUEST_START')} IS NULL THEN m.end_ns END)"
+    )
     frontend = f"({queue_start} - {arrival}) / 1e6"
     queue = f"coalesce(({compute_start} - {queue_start}) / 1e6, c.queue_ms)"
-    ttft = f"CASE WHEN a.\"triton.responses\" > 1 THEN (a.\"triton.first_response_ns\" - {arrival}) / 1e6 END"
+    ttft = f'CASE WHEN a."triton.responses" > 1 THEN (a."triton.first_response_ns" - {arrival}) / 1e6 END'
     rows = select_list(
-        trace_id="r.trace_id", server_span_id="r.span_id", parent_span_id="r.parent_span_id", source="'triton'",
-        request_id='coalesce(a."triton.request_id", m.rid, r.span_id)', service_name="r.service_name",
-        model='coalesce(a."triton.model_name", m.model)', tier="'default'",
+        trace_id="r.trace_id",
+        server_span_id="r.span_id",
+        parent_span_id="r.parent_span_id",
+        source="'triton'",
+        request_id='coalesce(a."triton.request_id", m.rid, r.span_id)',
+        service_name="r.service_name",
+        model='coalesce(a."triton.model_name", m.model)',
+        tier="'default'",
         outcome="CASE WHEN r.status_code = 'ERROR' THEN 'error' ELSE 'ok' END",
-        arrival_ns=arrival, end_ns=end,
-        frontend_ms=frontend, queue_ms=queue, ttft_frontend_ms=frontend, ttft_queue_ms=queue,
-        postprocess_ms=f"({end} - {done}) / 1e6", ttft_ms=ttft, e2e_ms=f"({end} - {arrival}) / 1e6",
+        arrival_ns=arrival,
+        end_ns=end,
+        frontend_ms=frontend,
+        queue_ms=queue,
+        ttft_frontend_ms=frontend,
+        ttft_queue_ms=queue,
+        postprocess_ms=f"({end} - {done}) / 1e6",
+        ttft_ms=ttft,
+        e2e_ms=f"({end} - {arrival}) / 1e6",
     )
     triton = f"(SELECT * FROM {spans} WHERE starts_with(lower(coalesce(service_name, '')), '{TRITON_SERVICE_PREFIX}'))"
     return f"""

@@ -38,12 +38,14 @@ spans imported from offline `RequestOutput.metrics` (sources/vllm_offline.py, `n
 
 from __future__ import annotations
 
-from budgetscope.schema import EVENTS_KEY
 from budgetscope.derive.classify import VLLM_CORE, VLLM_ROOT
 from budgetscope.derive.server_row import SERVER_COLUMNS, select_list
+from budgetscope.schema import EVENTS_KEY
 
-EVENT_ATTRS = ('{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT",'
-               '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]}')
+EVENT_ATTRS = (
+    '{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT",'
+    '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]}'
+)
 """The events kept on a span (ingest's `budgetscope.events`), with the event attributes read here."""
 ATTRS = (
     '{"gen_ai.request.id":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
@@ -54,8 +56,7 @@ ATTRS = (
     '"budgetscope.tier":"VARCHAR","budgetscope.tenant":"VARCHAR"}'
 )
 
-_STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_ms", "ttft_queue_ms",
-           "ttft_prefill_ms")
+_STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_ms", "ttft_queue_ms", "ttft_prefill_ms")
 """Summed over the two legs of a PD-disaggregated request."""
 
 # Written in SQL that budgetscope's Spark dialect carries over (spark/dialect.py): no list comprehensions,
@@ -103,15 +104,18 @@ FROM j LEFT JOIN rq ON rq.trace_id = j.trace_id AND rq.api_id = j.api_id"""
 def _per_span(spans: str) -> str:
     """SELECT: one server row per `llm_request` span, classic or journey, and `journey` (it has core events)."""
     # journey mode: core events and no latency attribute (a classic span may lack e2e: offline imports do)
-    journey_mode = ('j.journey_events > 0 AND v.a."gen_ai.latency.e2e" IS NULL'
-                    ' AND v.a."gen_ai.latency.time_to_first_token" IS NULL')
+    journey_mode = (
+        'j.journey_events > 0 AND v.a."gen_ai.latency.e2e" IS NULL AND v.a."gen_ai.latency.time_to_first_token" IS NULL'
+    )
 
     def clip(t: str) -> str:  # an engine time past the API span's end is taken at its end (NULL stays NULL)
         return f"CASE WHEN j.{t} > v.end_ns THEN v.end_ns ELSE j.{t} END"
 
     q, sch, ft, fin = clip("queued"), clip("scheduled"), clip("first_token"), clip("finished")
-    lat = {k: f'v.a."gen_ai.latency.{k}" * 1e3' for k in
-           ("time_in_queue", "time_in_model_prefill", "time_in_model_decode", "time_to_first_token", "e2e")}
+    lat = {
+        k: f'v.a."gen_ai.latency.{k}" * 1e3'
+        for k in ("time_in_queue", "time_in_model_prefill", "time_in_model_decode", "time_to_first_token", "e2e")
+    }
     first_response = f"coalesce(j.first_response, {ft})"
     reached = f"coalesce({ft}, {fin})"  # the end of prefill: the first token, or the end of a request that had none
     journey = {
@@ -128,9 +132,14 @@ def _per_span(spans: str) -> str:
 
     frontend = f"{lat['time_to_first_token']} - {lat['time_in_queue']} - {lat['time_in_model_prefill']}"
     rows = select_list(
-        trace_id="v.trace_id", server_span_id="v.span_id", parent_span_id="v.parent_span_id", source="'vllm'",
-        request_id='coalesce(v.a."gen_ai.request.id", v.span_id)', service_name="v.service_name",
-        model='v.a."gen_ai.response.model"', tier="""coalesce(v.a."budgetscope.tier", 'default')""",
+        trace_id="v.trace_id",
+        server_span_id="v.span_id",
+        parent_span_id="v.parent_span_id",
+        source="'vllm'",
+        request_id='coalesce(v.a."gen_ai.request.id", v.span_id)',
+        service_name="v.service_name",
+        model='v.a."gen_ai.response.model"',
+        tier="""coalesce(v.a."budgetscope.tier", 'default')""",
         tenant='v.a."budgetscope.tenant"',
         outcome="""CASE WHEN j.abort_reason = 'client_disconnect' THEN 'cancelled'
           WHEN v.status_code = 'ERROR' OR j.aborts > 0 THEN 'error' ELSE 'ok' END""",
@@ -144,8 +153,9 @@ def _per_span(spans: str) -> str:
         queue_ms=mode(lat["time_in_queue"], journey["queue"]),
         prefill_ms=mode(lat["time_in_model_prefill"], journey["prefill"]),
         decode_ms=mode(lat["time_in_model_decode"], journey["decode"]),
-        postprocess_ms=mode(f"{lat['e2e']} - {lat['time_to_first_token']} - {lat['time_in_model_decode']}",
-                            f"(v.end_ns - {fin}) / 1e6"),
+        postprocess_ms=mode(
+            f"{lat['e2e']} - {lat['time_to_first_token']} - {lat['time_in_model_decode']}", f"(v.end_ns - {fin}) / 1e6"
+        ),
         ttft_frontend_ms=mode(frontend, f"CASE WHEN {ft} IS NOT NULL THEN {journey['frontend']} END"),
         ttft_queue_ms=mode(lat["time_in_queue"], journey["ttft_queue"]),
         ttft_prefill_ms=mode(lat["time_in_model_prefill"], journey["ttft_prefill"]),
@@ -168,8 +178,12 @@ def _pd_row() -> str:
     # the decode leg's E2E is counted from its own arrival: add the time since the prefill leg's arrival
     since = "(d.arrival_ns - p.arrival_ns) / 1e6"
     out = {c: f"d.{c}" for c in SERVER_COLUMNS}
-    out.update({c: f"p.{c} + d.{c}" for c in _STAGES}, arrival_ns="p.arrival_ns", ttft_ms=f"d.ttft_ms + {since}",
-               e2e_ms=f"d.e2e_ms + {since}")
+    out.update(
+        {c: f"p.{c} + d.{c}" for c in _STAGES},
+        arrival_ns="p.arrival_ns",
+        ttft_ms=f"d.ttft_ms + {since}",
+        e2e_ms=f"d.e2e_ms + {since}",
+    )
     return ",\n  ".join(f"{expr} AS {c}" for c, expr in out.items())
 
 

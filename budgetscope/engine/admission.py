@@ -42,8 +42,9 @@ MIN_FORECAST_S = 0.2
 class ServiceRate:
     """Finishes and run times of recent ok requests, and the engine's busy periods. Times are monotonic ns."""
 
-    def __init__(self, window_s: float = 10.0, num_runs: int = 64, min_finishes: int = 4, num_waits: int = 64,
-                 min_waits: int = 8):
+    def __init__(
+        self, window_s: float = 10.0, num_runs: int = 64, min_finishes: int = 4, num_waits: int = 64, min_waits: int = 8
+    ):
         self.window_ns = int(window_s * 1e9)
         self.min_finishes = min_finishes
         self.min_waits = min_waits
@@ -93,8 +94,9 @@ class ServiceRate:
             self._busy.popleft()
 
     def _busy_ns(self, since: int, now_ns: int) -> int:
-        return sum(max(0, min(end if end is not None else now_ns, now_ns) - max(start, since))
-                   for start, end in self._busy)
+        return sum(
+            max(0, min(end if end is not None else now_ns, now_ns) - max(start, since)) for start, end in self._busy
+        )
 
     def rate_per_s(self, now_ns: int | None = None) -> float | None:
         """Ok finishes per second of busy time in the window; None without enough evidence (fewer than
@@ -154,8 +156,12 @@ def admit(seq, config, metrics, rate, *, num_waiting: int, ahead, free_slots: in
     An admitted request forecast to wait gets `seq.wait_forecast` (its real wait calibrates later forecasts)."""
     limit = config.max_waiting
     if limit and num_waiting >= limit:
-        raise RequestError(429, f"the engine is overloaded: {limit} requests already waiting",
-                           type="rate_limit_exceeded", retry_after_s=retry_after_s(metrics, num_waiting, config.max_num_seqs))
+        raise RequestError(
+            429,
+            f"the engine is overloaded: {limit} requests already waiting",
+            type="rate_limit_exceeded",
+            retry_after_s=retry_after_s(metrics, num_waiting, config.max_num_seqs),
+        )
     if not config.deadline_admission or seq.deadline_ns is None:
         return
     num_ahead = ahead(seq.priority)
@@ -165,9 +171,13 @@ def admit(seq, config, metrics, rate, *, num_waiting: int, ahead, free_slots: in
     if retry is not None:
         metrics.deadline_refusals += 1
         per_s = rate.rate_per_s() or 0.0
-        raise RequestError(429, f"the engine cannot start this request within its deadline of {deadline_s:.2f} s: "
-                                f"{num_ahead} requests ahead at {per_s:.1f} requests/s",
-                           type="rate_limit_exceeded", retry_after_s=retry)
+        raise RequestError(
+            429,
+            f"the engine cannot start this request within its deadline of {deadline_s:.2f} s: "
+            f"{num_ahead} requests ahead at {per_s:.1f} requests/s",
+            type="rate_limit_exceeded",
+            retry_after_s=retry,
+        )
     if wait_s:  # how long it really waits calibrates the next forecasts
         seq.wait_forecast = (time.monotonic_ns(), wait_s)
 
@@ -211,7 +221,7 @@ class RateSnapshot:
         self._rate, self._run_s, self._factor = rate_per_s, run_s, wait_factor
 
     @classmethod
-    def of(cls, rate: ServiceRate) -> "RateSnapshot":
+    def of(cls, rate: ServiceRate) -> RateSnapshot:
         return cls(rate.rate_per_s(), rate.run_s(), rate.wait_factor())
 
     def as_list(self) -> list:

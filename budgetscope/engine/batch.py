@@ -74,8 +74,9 @@ class StepShape:
         return Batch(logits_rows=f.pop("logits_rows"), block_size=block_size, **f)
 
 
-def pack_step(out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sampled, block_size: int,
-              scratch_block: int) -> None:
+def pack_step(
+    out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sampled, block_size: int, scratch_block: int
+) -> None:
     """Write a step's metadata into out[:shape.size] (int64), padded up to `shape`.
 
     Tokens beyond the real ones form one padding sequence right after the real sequences: positions 0.., K/V in
@@ -97,8 +98,8 @@ def pack_step(out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sample
     tables = b.block_tables
     tables[:] = scratch_block
     for i, seq in enumerate(seqs):
-        table = seq.block_table[:shape.width]
-        tables[i, :len(table)] = table
+        table = seq.block_table[: shape.width]
+        tables[i, : len(table)] = table
     owner = np.repeat(np.arange(s), q_lens)  # sequence of each row
     positions = b.positions
     positions[:] = np.arange(t) - np.repeat(qsl[:-1] - starts, q_lens)
@@ -107,13 +108,13 @@ def pack_step(out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sample
     ids = b.input_ids
     row = 0
     for seq, num in zip(seqs, num_new_tokens):
-        ids[row:row + num] = seq.token_ids[seq.num_computed_tokens:seq.num_computed_tokens + num]
+        ids[row : row + num] = seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + num]
         row += num
     ids[n:] = 0
     logits = b.logits_rows
-    sampled = (qsl[1:real + 1] - 1)[np.asarray(is_sampled, dtype=bool)] if real else np.zeros(0, dtype=np.int64)
-    logits[:len(sampled)] = sampled
-    logits[len(sampled):] = 0
+    sampled = (qsl[1 : real + 1] - 1)[np.asarray(is_sampled, dtype=bool)] if real else np.zeros(0, dtype=np.int64)
+    logits[: len(sampled)] = sampled
+    logits[len(sampled) :] = 0
 
 
 class StepBuffer:
@@ -135,8 +136,9 @@ class StepBuffer:
     def pack(self, shape: StepShape, seqs, num_new_tokens, is_sampled, block_size: int, scratch_block: int) -> Batch:
         """The step's paged Batch on the device (views of the device buffer at fixed addresses per shape)."""
         if shape.size > self.capacity:  # never within the scheduler's limits; a one-off buffer if it happens
-            return StepBuffer(shape.size, self.device).pack(shape, seqs, num_new_tokens, is_sampled, block_size,
-                                                            scratch_block)
+            return StepBuffer(shape.size, self.device).pack(
+                shape, seqs, num_new_tokens, is_sampled, block_size, scratch_block
+            )
         i, self._turn = self._turn, 1 - self._turn
         host = self._host[i]
         event = self._events[i]
@@ -145,7 +147,7 @@ class StepBuffer:
         pack_step(host.numpy(), shape, seqs, num_new_tokens, is_sampled, block_size, scratch_block)
         if not self.on_cuda:
             return shape.views(host, block_size)
-        self.dev[:shape.size].copy_(host[:shape.size], non_blocking=True)
+        self.dev[: shape.size].copy_(host[: shape.size], non_blocking=True)
         event = self._events[i] = event or torch.cuda.Event()
         event.record()
         return shape.views(self.dev, block_size)

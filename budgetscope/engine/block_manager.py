@@ -136,6 +136,6 @@ class BlockManager:
         hashes, size, tokens = seq.block_hashes, self.block_size, seq.token_ids
         prev = hashes[-1] if hashes else 0x9E3779B9
         for i in range(len(hashes), num_full):
-            prev = hash((prev, tuple(tokens[i * size:(i + 1) * size])))
+            prev = hash((prev, tuple(tokens[i * size : (i + 1) * size])))
             hashes.append(prev)
         return hashes[:num_full] if len(hashes) > num_full else hashes

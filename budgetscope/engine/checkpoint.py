@@ -27,7 +27,9 @@ def load_checkpoint(model: LlamaForCausalLM, path: str | Path) -> None:
     if model.config.tie_word_embeddings:
         missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"checkpoint {path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     if model.config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
 

@@ -42,8 +42,9 @@ class CoreClient:
         self.metrics = front.metrics
         self.telemetry = front.telemetry
         self.log_level = log_level
-        self.state = P.CoreState(gauges=EngineGauges(kv_blocks_total=self.config.num_kv_blocks),
-                                 free_slots=self.config.max_num_seqs)
+        self.state = P.CoreState(
+            gauges=EngineGauges(kv_blocks_total=self.config.num_kv_blocks), free_slots=self.config.max_num_seqs
+        )
         self.on_dead: Callable[[str], None] | None = None
         self.pid: int | None = None
         self.device: str | None = None
@@ -132,17 +133,34 @@ class CoreClient:
                 raise RequestError(503, f"the engine is not running: {self._dead}", type="service_unavailable")
             state = self.state
             self._trim_in_transit(state.received)
-            admit(seq, self.config, self.metrics, state.rate,
-                  num_waiting=state.gauges.num_waiting + len(self._in_transit),
-                  ahead=lambda priority: self._ahead(state, priority), free_slots=state.free_slots)
+            admit(
+                seq,
+                self.config,
+                self.metrics,
+                state.rate,
+                num_waiting=state.gauges.num_waiting + len(self._in_transit),
+                ahead=lambda priority: self._ahead(state, priority),
+                free_slots=state.free_slots,
+            )
             seq.trace.mark("queue")
             p = seq.params
             self._live[seq.seq_id] = seq  # before it is sent: the reader may see its first output at once
             try:
-                self._send([P.ADD, seq.seq_id, seq.request_id, seq.token_ids,
-                            [p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.ignore_eos],
-                            seq.tier, seq.priority, seq.arrival_ns, seq.deadline_ns, seq.trace.traceparent,
-                            list(seq.wait_forecast) if seq.wait_forecast is not None else None])
+                self._send(
+                    [
+                        P.ADD,
+                        seq.seq_id,
+                        seq.request_id,
+                        seq.token_ids,
+                        [p.max_tokens, p.temperature, p.top_p, p.top_k, p.seed, p.ignore_eos],
+                        seq.tier,
+                        seq.priority,
+                        seq.arrival_ns,
+                        seq.deadline_ns,
+                        seq.trace.traceparent,
+                        list(seq.wait_forecast) if seq.wait_forecast is not None else None,
+                    ]
+                )
             except RequestError:
                 self._live.pop(seq.seq_id, None)
                 raise
@@ -174,15 +192,18 @@ class CoreClient:
 
     def _ahead(self, state: P.CoreState, priority: int) -> int:
         """Requests waiting at `priority` or a more important one: in the engine's queue, or on their way to it."""
-        return (sum(n for p, n in state.waiting_by_priority.items() if p <= priority)
-                + sum(1 for p in self._in_transit if p <= priority))
+        return sum(n for p, n in state.waiting_by_priority.items() if p <= priority) + sum(
+            1 for p in self._in_transit if p <= priority
+        )
 
     def _send(self, message: list) -> None:
         """One message to the engine process (the caller holds the lock); 503 when it is gone."""
         try:
             self._conn.send_bytes(P.pack(message))
         except OSError:
-            raise RequestError(503, "the engine is not running: its process has gone", type="service_unavailable") from None
+            raise RequestError(
+                503, "the engine is not running: its process has gone", type="service_unavailable"
+            ) from None
 
     # -- outputs ----------------------------------------------------------------------------------------------------
     def _read(self) -> None:

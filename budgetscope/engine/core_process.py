@@ -180,9 +180,16 @@ class EngineCore:
     def _add(self, msg: list) -> None:
         _, handle, request_id, prompt, params, tier, priority, arrival_ns, deadline_ns, traceparent, forecast = msg
         max_tokens, temperature, top_p, top_k, seed, ignore_eos = params
-        seq = Sequence(prompt, SamplingParams(max_tokens, temperature, top_p, top_k, seed, ignore_eos),
-                       request_id=request_id, tier=tier, priority=priority, arrival_ns=arrival_ns,
-                       deadline_ns=deadline_ns, trace=CoreTrace(handle, traceparent, len(prompt), self.dirty))
+        seq = Sequence(
+            prompt,
+            SamplingParams(max_tokens, temperature, top_p, top_k, seed, ignore_eos),
+            request_id=request_id,
+            tier=tier,
+            priority=priority,
+            arrival_ns=arrival_ns,
+            deadline_ns=deadline_ns,
+            trace=CoreTrace(handle, traceparent, len(prompt), self.dirty),
+        )
         seq.wait_forecast = tuple(forecast) if forecast is not None else None
         self.seqs[handle] = seq
         self.engine.scheduler.add(seq)
@@ -206,7 +213,7 @@ class EngineCore:
             seq = self.seqs.get(trace.handle)
             if seq is None:  # aborted by the API process meanwhile
                 continue
-            new_ids = seq.token_ids[trace.num_sent:]
+            new_ids = seq.token_ids[trace.num_sent :]
             trace.num_sent = len(seq.token_ids)
             if seq.is_finished:
                 del self.seqs[trace.handle]
@@ -219,9 +226,11 @@ class EngineCore:
         engine = self.engine
         sched = engine.scheduler
         return P.CoreState(
-            received=self.received, gauges=EngineGauges.of(engine),
+            received=self.received,
+            gauges=EngineGauges.of(engine),
             waiting_by_priority={p: len(q) for p, q in sched.waiting.items() if q},
-            free_slots=engine.config.max_num_seqs - sched.num_running, rate=RateSnapshot.of(self.service),
+            free_slots=engine.config.max_num_seqs - sched.num_running,
+            rate=RateSnapshot.of(self.service),
         )
 
     def _send(self, data: bytes) -> None:

@@ -38,8 +38,19 @@ READY, STEP, FATAL = 10, 11, 12
 TOKEN = -1
 """Event code of an output token (the others index MARKABLE_STAGES)."""
 STAGE_CODES = {stage: i for i, stage in enumerate(MARKABLE_STAGES)}
-STEP_FIELDS = ("start_ns", "end_ns", "batch_size", "prefill_tokens", "decode_seqs", "kv_blocks_used",
-               "kv_blocks_total", "queue_depth", "preempted", "max_seqs", "token_budget")
+STEP_FIELDS = (
+    "start_ns",
+    "end_ns",
+    "batch_size",
+    "prefill_tokens",
+    "decode_seqs",
+    "kv_blocks_used",
+    "kv_blocks_total",
+    "queue_depth",
+    "preempted",
+    "max_seqs",
+    "token_budget",
+)
 """The keywords of `Telemetry.step`, in the order a STEP message carries them."""
 
 _packer = msgpack.Packer(use_bin_type=True)
@@ -67,11 +78,26 @@ class CoreState:
 
     def as_list(self) -> list:
         g = self.gauges
-        return [self.received, g.num_running, g.num_waiting, list(self.waiting_by_priority.items()), self.free_slots,
-                g.kv_blocks_used, g.kv_blocks_total, g.num_preemptions, g.num_steps, self.rate.as_list()]
+        return [
+            self.received,
+            g.num_running,
+            g.num_waiting,
+            list(self.waiting_by_priority.items()),
+            self.free_slots,
+            g.kv_blocks_used,
+            g.kv_blocks_total,
+            g.num_preemptions,
+            g.num_steps,
+            self.rate.as_list(),
+        ]
 
     @classmethod
     def from_list(cls, v: list) -> CoreState:
         received, running, waiting, by_priority, free, used, total, preemptions, steps, rate = v
-        return cls(received, EngineGauges(running, waiting, used, total, preemptions, steps),
-                   {p: n for p, n in by_priority}, free, RateSnapshot(*rate))
+        return cls(
+            received,
+            EngineGauges(running, waiting, used, total, preemptions, steps),
+            {p: n for p, n in by_priority},
+            free,
+            RateSnapshot(*rate),
+        )

@@ -75,8 +75,16 @@ class StepGraphs:
     `width` = max(max_model_len, max_tokens) / block_size entries, max_seqs logits rows. `capture=False` runs the
     same padded forward without a graph (CPU tests, under Triton's interpreter)."""
 
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device, max_seqs: int,
-                 max_tokens: int, max_model_len: int, capture: bool | None = None):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_cache: KVCache,
+        device: torch.device,
+        max_seqs: int,
+        max_tokens: int,
+        max_model_len: int,
+        capture: bool | None = None,
+    ):
         self.model = model
         self.kv_cache = kv_cache
         self.device = device
@@ -113,8 +121,13 @@ class StepGraphs:
         for tokens in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory in the pool
             self._get(tokens)
         self.capture_s = time.perf_counter() - t0
-        log.info("step CUDA graphs: %d captured (tokens %s, %d sequences) in %.1f s", len(self._graphs), self.sizes,
-                 self.max_seqs, self.capture_s)
+        log.info(
+            "step CUDA graphs: %d captured (tokens %s, %d sequences) in %.1f s",
+            len(self._graphs),
+            self.sizes,
+            self.max_seqs,
+            self.capture_s,
+        )
         return len(self._graphs)
 
     def _get(self, tokens: int) -> _StepGraph:
@@ -149,8 +162,7 @@ class StepGraphs:
             self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size, self.kv_cache.scratch_block)
             g.graph.replay()
             return g.logits[:rows], g.greedy[:rows]
-        batch = self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size,
-                                 self.kv_cache.scratch_block)
+        batch = self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size, self.kv_cache.scratch_block)
         logits, greedy = self._forward(batch)
         return logits[:rows], greedy[:rows]
 
@@ -183,9 +195,17 @@ class _Static:
 class DecodeGraphs:
     """Padded decode steps, replayed from CUDA graphs when `capture` (the default on CUDA)."""
 
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device, max_batch: int,
-                 max_context: int, capture: bool | None = None, context_step: int = CONTEXT_STEP,
-                 compile: bool = False):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_cache: KVCache,
+        device: torch.device,
+        max_batch: int,
+        max_context: int,
+        capture: bool | None = None,
+        context_step: int = CONTEXT_STEP,
+        compile: bool = False,
+    ):
         self.model = model
         self.kv_cache = kv_cache
         self.device = device
@@ -217,8 +237,17 @@ class DecodeGraphs:
         width = length // self.block_size
         host = torch.zeros(4 * b + b * width, dtype=torch.long, pin_memory=self.device.type == "cuda")
         dev = torch.zeros_like(host, device=self.device)
-        st = _Static(b, length, host, dev, input_ids=dev[:b], positions=dev[b:2 * b], slot_mapping=dev[2 * b:3 * b],
-                     context_lens=dev[3 * b:4 * b], block_tables=dev[4 * b:].view(b, width))
+        st = _Static(
+            b,
+            length,
+            host,
+            dev,
+            input_ids=dev[:b],
+            positions=dev[b : 2 * b],
+            slot_mapping=dev[2 * b : 3 * b],
+            context_lens=dev[3 * b : 4 * b],
+            block_tables=dev[4 * b :].view(b, width),
+        )
         self._fill(st, [], [], [], [], [])  # every row padding: safe to run during warm-up and capture
         st.dev.copy_(st.host)
         return st
@@ -228,11 +257,12 @@ class DecodeGraphs:
         b, n, width = st.batch, len(input_ids), st.context // self.block_size
         scratch = self.kv_cache.scratch_block
         h = st.host.numpy()
-        for k, (values, pad) in enumerate(((input_ids, 0), (positions, 0), (slot_mapping, scratch * self.block_size),
-                                           (context_lens, 1))):
-            h[k * b:k * b + n] = values
-            h[k * b + n:(k + 1) * b] = pad
-        tables = h[4 * b:].reshape(b, width)
+        for k, (values, pad) in enumerate(
+            ((input_ids, 0), (positions, 0), (slot_mapping, scratch * self.block_size), (context_lens, 1))
+        ):
+            h[k * b : k * b + n] = values
+            h[k * b + n : (k + 1) * b] = pad
+        tables = h[4 * b :].reshape(b, width)
         tables[:] = scratch
         for i, t in enumerate(block_tables):
             m = min(len(t), width)
@@ -247,8 +277,16 @@ class DecodeGraphs:
         pos = torch.arange(block_tables.shape[1] * size, device=input_ids.device)
         slots = block_tables[:, pos // size] * size + pos % size  # [b, L]
         mask = pos[None, :] < context_lens[:, None]  # [b, L]; padded rows see one scratch slot
-        batch = Batch(input_ids=input_ids, positions=positions, slot_mapping=slot_mapping, logits_rows=None,
-                      decode_rows=positions, decode_context_slots=slots, decode_context_mask=mask, prefill_segments=[])
+        batch = Batch(
+            input_ids=input_ids,
+            positions=positions,
+            slot_mapping=slot_mapping,
+            logits_rows=None,
+            decode_rows=positions,
+            decode_context_slots=slots,
+            decode_context_mask=mask,
+            prefill_segments=[],
+        )
         hidden = self.model(input_ids, positions, batch, self.kv_cache.layers)
         return self.model.compute_logits(hidden)
 
@@ -268,8 +306,14 @@ class DecodeGraphs:
             self._static.clear()
             self._capture_buckets()
         self.capture_s = time.perf_counter() - t0
-        log.info("decode CUDA graphs: %d captured (batch %s, context to %d by %d) in %.1f s", len(self._static),
-                 self.batch_sizes, self.max_context, self.context_step, self.capture_s)
+        log.info(
+            "decode CUDA graphs: %d captured (batch %s, context to %d by %d) in %.1f s",
+            len(self._static),
+            self.batch_sizes,
+            self.max_context,
+            self.context_step,
+            self.capture_s,
+        )
         return len(self._static)
 
     def _capture_buckets(self) -> None:
@@ -299,8 +343,14 @@ class DecodeGraphs:
         return st
 
     # -- one step ----------------------------------------------------------------------------------------------
-    def run(self, input_ids: list[int], positions: list[int], slot_mapping: list[int],
-            block_tables: list[list[int]], context_lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(
+        self,
+        input_ids: list[int],
+        positions: list[int],
+        slot_mapping: list[int],
+        block_tables: list[list[int]],
+        context_lens: list[int],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [B, vocab] float32, their argmax [B]) of one decode step of B sequences; its K/V land in the cache."""
         n = len(input_ids)
         b, length = self.bucket(n, max(context_lens))

@@ -20,10 +20,10 @@ class Detokenizer:
     def add(self, token_ids: list[int]) -> str:
         """Append token ids; return the new text they complete (may be empty)."""
         self.token_ids.extend(token_ids)
-        prefix = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        full = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
+        prefix = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        full = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
         if len(full) > len(prefix) and not full.endswith("\ufffd"):
-            delta = full[len(prefix):]
+            delta = full[len(prefix) :]
             self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
             self.text += delta
             return delta
@@ -31,9 +31,9 @@ class Detokenizer:
 
     def flush(self) -> str:
         """Whatever text is still held back (an incomplete character shows as U+FFFD)."""
-        prefix = self.tokenizer.decode(self.token_ids[self.prefix_offset:self.read_offset])
-        full = self.tokenizer.decode(self.token_ids[self.prefix_offset:])
-        delta = full[len(prefix):]
+        prefix = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset])
+        full = self.tokenizer.decode(self.token_ids[self.prefix_offset :])
+        delta = full[len(prefix) :]
         self.prefix_offset = self.read_offset = len(self.token_ids)
         self.text += delta
         return delta

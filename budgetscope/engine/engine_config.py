@@ -58,8 +58,9 @@ class EngineConfig:
         if self.max_output_tokens == 0:
             self.max_output_tokens = self.max_model_len - 1
         if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ValueError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
-                             f"not {self.attention_backend!r}")
+            raise ValueError(
+                f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, not {self.attention_backend!r}"
+            )
         if self.max_waiting < 0:
             raise ValueError("max_waiting must be >= 0")
         if "default" not in self.tier_priorities:

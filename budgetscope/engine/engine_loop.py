@@ -44,7 +44,7 @@ class EngineLoop:
         self.on_dead = None  # as CoreClient's; never called: a failed step fails its requests, not the loop
         self._thread = threading.Thread(target=self._run, name="budgetscope-engine", daemon=True)
 
-    def start(self) -> "EngineLoop":
+    def start(self) -> EngineLoop:
         freeze_heap()
         self._thread.start()
         return self
@@ -71,16 +71,24 @@ class EngineLoop:
         """Enqueue seq (marks its queue stage); RequestError(429) when the waiting queue is full, or when seq has
         a deadline that the measured service rate says it cannot start in time (engine/admission.py)."""
         with self._cond:
-            admit(seq, self.engine.config, self.engine.metrics, self.service,
-                  num_waiting=self._num_waiting + len(self._inbox), ahead=self._ahead, free_slots=self._free_slots)
+            admit(
+                seq,
+                self.engine.config,
+                self.engine.metrics,
+                self.service,
+                num_waiting=self._num_waiting + len(self._inbox),
+                ahead=self._ahead,
+                free_slots=self._free_slots,
+            )
             seq.trace.mark("queue")
             self._inbox.append(seq)
             self._cond.notify()
 
     def _ahead(self, priority: int) -> int:
         """Requests waiting at `priority` or a more important one, handed over or not."""
-        return (sum(n for p, n in self._waiting_by_priority.items() if p <= priority)
-                + sum(1 for s in self._inbox if s.priority <= priority))
+        return sum(n for p, n in self._waiting_by_priority.items() if p <= priority) + sum(
+            1 for s in self._inbox if s.priority <= priority
+        )
 
     def abort(self, seq: Sequence, outcome: str = "cancelled", reason: str = "abort") -> None:
         """Finish seq at the next step boundary and free its blocks."""

@@ -46,11 +46,17 @@ class EngineGauges:
     num_steps: int = 0
 
     @classmethod
-    def of(cls, engine) -> "EngineGauges":
+    def of(cls, engine) -> EngineGauges:
         """Read now from an LLMEngine's scheduler, block manager and metrics."""
         sched, blocks = engine.scheduler, engine.block_manager
-        return cls(sched.num_running, sched.num_waiting, blocks.num_used_blocks, blocks.num_blocks,
-                   sched.num_preemptions, engine.metrics.steps)
+        return cls(
+            sched.num_running,
+            sched.num_waiting,
+            blocks.num_used_blocks,
+            blocks.num_blocks,
+            sched.num_preemptions,
+            engine.metrics.steps,
+        )
 
     @property
     def kv_usage(self) -> float:
@@ -81,7 +87,9 @@ class EngineMetrics:
             else:
                 self.itl.observe((now_ns - seq.last_token_ns) / 1e9)
 
-    def observe_finish(self, outcome: str, arrival_ns: int, end_ns: int, prompt_tokens: int, cached_tokens: int) -> None:
+    def observe_finish(
+        self, outcome: str, arrival_ns: int, end_ns: int, prompt_tokens: int, cached_tokens: int
+    ) -> None:
         with self.lock:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
             self.e2e.observe((end_ns - arrival_ns) / 1e9)
@@ -98,22 +106,82 @@ class EngineMetrics:
             lines.append(f"# TYPE {PREFIX}{name} {kind}")
             lines.extend(samples)
 
-        metric("requests_running", "gauge", "Sequences in the running batch.", [f"{PREFIX}requests_running {g.num_running}"])
-        metric("requests_waiting", "gauge", "Sequences in the waiting queue.", [f"{PREFIX}requests_waiting {g.num_waiting}"])
-        metric("kv_cache_usage_ratio", "gauge", "Share of KV blocks held by sequences (0-1).", [f"{PREFIX}kv_cache_usage_ratio {g.kv_usage}"])
-        metric("kv_blocks_used", "gauge", "KV blocks held by sequences.", [f"{PREFIX}kv_blocks_used {g.kv_blocks_used}"])
+        metric(
+            "requests_running",
+            "gauge",
+            "Sequences in the running batch.",
+            [f"{PREFIX}requests_running {g.num_running}"],
+        )
+        metric(
+            "requests_waiting",
+            "gauge",
+            "Sequences in the waiting queue.",
+            [f"{PREFIX}requests_waiting {g.num_waiting}"],
+        )
+        metric(
+            "kv_cache_usage_ratio",
+            "gauge",
+            "Share of KV blocks held by sequences (0-1).",
+            [f"{PREFIX}kv_cache_usage_ratio {g.kv_usage}"],
+        )
+        metric(
+            "kv_blocks_used", "gauge", "KV blocks held by sequences.", [f"{PREFIX}kv_blocks_used {g.kv_blocks_used}"]
+        )
         metric("kv_blocks_total", "gauge", "KV blocks in the cache.", [f"{PREFIX}kv_blocks_total {g.kv_blocks_total}"])
         with self.lock:
-            metric("preemptions_total", "counter", "Sequences preempted (recompute).", [f"{PREFIX}preemptions_total {g.num_preemptions}"])
+            metric(
+                "preemptions_total",
+                "counter",
+                "Sequences preempted (recompute).",
+                [f"{PREFIX}preemptions_total {g.num_preemptions}"],
+            )
             metric("steps_total", "counter", "Engine steps run.", [f"{PREFIX}steps_total {g.num_steps}"])
-            metric("deadline_refusals_total", "counter", "Requests refused at once: not startable within their deadline.",
-                   [f"{PREFIX}deadline_refusals_total {self.deadline_refusals}"])
-            metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [f"{PREFIX}prompt_tokens_total {self.prompt_tokens}"])
-            metric("prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", [f"{PREFIX}prefix_cache_hit_tokens_total {self.cached_tokens}"])
-            metric("generation_tokens_total", "counter", "Output tokens generated.", [f"{PREFIX}generation_tokens_total {self.generation_tokens}"])
-            metric("requests_total", "counter", "Finished requests by outcome.",
-                   [f'{PREFIX}requests_total{{outcome="{k}"}} {v}' for k, v in sorted(self.outcomes.items())])
-            metric("time_to_first_token_seconds", "histogram", "Server receive to first output token.", self.ttft.lines(PREFIX + "time_to_first_token_seconds"))
-            metric("inter_token_latency_seconds", "histogram", "Gap between consecutive output tokens.", self.itl.lines(PREFIX + "inter_token_latency_seconds"))
-            metric("e2e_request_latency_seconds", "histogram", "Server receive to request finish.", self.e2e.lines(PREFIX + "e2e_request_latency_seconds"))
+            metric(
+                "deadline_refusals_total",
+                "counter",
+                "Requests refused at once: not startable within their deadline.",
+                [f"{PREFIX}deadline_refusals_total {self.deadline_refusals}"],
+            )
+            metric(
+                "prompt_tokens_total",
+                "counter",
+                "Prompt tokens of finished requests.",
+                [f"{PREFIX}prompt_tokens_total {self.prompt_tokens}"],
+            )
+            metric(
+                "prefix_cache_hit_tokens_total",
+                "counter",
+                "Prompt tokens served from the prefix cache.",
+                [f"{PREFIX}prefix_cache_hit_tokens_total {self.cached_tokens}"],
+            )
+            metric(
+                "generation_tokens_total",
+                "counter",
+                "Output tokens generated.",
+                [f"{PREFIX}generation_tokens_total {self.generation_tokens}"],
+            )
+            metric(
+                "requests_total",
+                "counter",
+                "Finished requests by outcome.",
+                [f'{PREFIX}requests_total{{outcome="{k}"}} {v}' for k, v in sorted(self.outcomes.items())],
+            )
+            metric(
+                "time_to_first_token_seconds",
+                "histogram",
+                "Server receive to first output token.",
+                self.ttft.lines(PREFIX + "time_to_first_token_seconds"),
+            )
+            metric(
+                "inter_token_latency_seconds",
+                "histogram",
+                "Gap between consecutive output tokens.",
+                self.itl.lines(PREFIX + "inter_token_latency_seconds"),
+            )
+            metric(
+                "e2e_request_latency_seconds",
+                "histogram",
+                "Server receive to request finish.",
+                self.e2e.lines(PREFIX + "e2e_request_latency_seconds"),
+            )
         return "\n".join(lines) + "\n"

@@ -26,7 +26,9 @@ class Frontend:
         self.config = config
         self.telemetry = telemetry or Telemetry(None)
         self.metrics = metrics or EngineMetrics()
-        self.model_config = ModelConfig.from_hf_dir(config.checkpoint) if config.checkpoint else named_config(config.model)
+        self.model_config = (
+            ModelConfig.from_hf_dir(config.checkpoint) if config.checkpoint else named_config(config.model)
+        )
         self.model_name = config.served_model_name or (
             config.checkpoint.rstrip("/").split("/")[-1] if config.checkpoint else config.model
         )
@@ -52,10 +54,16 @@ class Frontend:
         arrival_ns = arrival_ns or time.time_ns()
         timeout_s = timeout_s or self.config.request_timeout_s
         return Sequence(
-            prompt_token_ids, params, request_id=request_id, tier=tier, tenant=tenant,
-            priority=self.config.priority_of(tier), arrival_ns=arrival_ns,
+            prompt_token_ids,
+            params,
+            request_id=request_id,
+            tier=tier,
+            tenant=tenant,
+            priority=self.config.priority_of(tier),
+            arrival_ns=arrival_ns,
             deadline_ns=arrival_ns + int(timeout_s * 1e9) if timeout_s else None,
-            trace=trace, on_output=on_output,
+            trace=trace,
+            on_output=on_output,
         )
 
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
@@ -67,11 +75,17 @@ class Frontend:
         if params.max_tokens > cfg.max_output_tokens:
             raise RequestError(400, f"max_tokens {params.max_tokens} exceeds the limit {cfg.max_output_tokens}")
         if num + params.max_tokens > self.max_model_len:
-            raise RequestError(400, f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                                    f"the model's context of {self.max_model_len} tokens")
+            raise RequestError(
+                400,
+                f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"the model's context of {self.max_model_len} tokens",
+            )
         if -(-(num + params.max_tokens) // cfg.block_size) > cfg.num_kv_blocks:
-            raise RequestError(400, f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) cannot fit "
-                                    f"the KV cache of {cfg.num_kv_blocks * cfg.block_size} tokens")
+            raise RequestError(
+                400,
+                f"prompt ({num} tokens) + max_tokens ({params.max_tokens}) cannot fit "
+                f"the KV cache of {cfg.num_kv_blocks * cfg.block_size} tokens",
+            )
         if any(t < 0 or t >= self.model_config.vocab_size for t in prompt_token_ids):
             raise RequestError(400, "prompt token id out of the vocabulary")
 
@@ -79,9 +93,15 @@ class Frontend:
         """End seq's request trace and count it in the metrics (once the response is complete)."""
         outcome = outcome or seq.outcome or "ok"
         self._response_attributes(seq)
-        seq.trace.finish(outcome=outcome, input_tokens=seq.num_prompt_tokens,
-                         output_tokens=seq.num_output_tokens, cached_tokens=seq.num_cached_tokens)
-        self.metrics.observe_finish(outcome, seq.arrival_ns, time.time_ns(), seq.num_prompt_tokens, seq.num_cached_tokens)
+        seq.trace.finish(
+            outcome=outcome,
+            input_tokens=seq.num_prompt_tokens,
+            output_tokens=seq.num_output_tokens,
+            cached_tokens=seq.num_cached_tokens,
+        )
+        self.metrics.observe_finish(
+            outcome, seq.arrival_ns, time.time_ns(), seq.num_prompt_tokens, seq.num_cached_tokens
+        )
 
     def _response_attributes(self, seq: Sequence) -> None:
         """The GenAI request/response attributes only the engine knows: max tokens, finish reason, model."""

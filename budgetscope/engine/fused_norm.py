@@ -11,8 +11,20 @@ import torch
 from budgetscope.engine.triton_support import kernel, tl
 
 
-def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, sum_ptr, stride_x, stride_r, stride_o, stride_s,
-                         width, eps, BLOCK: tl.constexpr):
+def _add_rms_norm_kernel(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    sum_ptr,
+    stride_x,
+    stride_r,
+    stride_o,
+    stride_s,
+    width,
+    eps,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < width
@@ -26,8 +38,9 @@ def _add_rms_norm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, sum_ptr, stri
     tl.store(out_ptr + row * stride_o + cols, (h * rstd * w).to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(normed [N, H], x + residual [N, H]) from x, residual [N, H] and weight [H]; one kernel launch."""
     rows, width = x.shape
     assert x.stride(1) == 1 and residual.stride(1) == 1 and weight.is_contiguous()
@@ -36,6 +49,18 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
     if rows:
         block = 1 << (width - 1).bit_length()
         kernel(_add_rms_norm_kernel)[(rows,)](
-            x, residual, weight, out, total, x.stride(0), residual.stride(0), out.stride(0), total.stride(0),
-            width, eps, BLOCK=block, num_warps=min(max(block // 256, 1), 8))
+            x,
+            residual,
+            weight,
+            out,
+            total,
+            x.stride(0),
+            residual.stride(0),
+            out.stride(0),
+            total.stride(0),
+            width,
+            eps,
+            BLOCK=block,
+            num_warps=min(max(block // 256, 1), 8),
+        )
     return out, total

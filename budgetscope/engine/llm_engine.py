@@ -38,8 +38,8 @@ class LaunchedStep:
 class LLMEngine:
     """Not thread-safe: one thread steps it (EngineLoop in the server, the caller offline).
 
-        engine = LLMEngine(EngineConfig(model="tiny"))
-        engine.generate(["hello"], SamplingParams(max_tokens=8, temperature=0))
+    engine = LLMEngine(EngineConfig(model="tiny"))
+    engine.generate(["hello"], SamplingParams(max_tokens=8, temperature=0))
     """
 
     def __init__(self, config: EngineConfig, telemetry: Telemetry | None = None, metrics: EngineMetrics | None = None):
@@ -48,8 +48,11 @@ class LLMEngine:
         self.metrics = metrics or EngineMetrics()
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.device = torch.device("cuda" if config.device == "auto" and torch.cuda.is_available() else
-                                   ("cpu" if config.device == "auto" else config.device))
+        self.device = torch.device(
+            "cuda"
+            if config.device == "auto" and torch.cuda.is_available()
+            else ("cpu" if config.device == "auto" else config.device)
+        )
         self.dtype = _dtype(config.dtype, self.device)
         self.attention_backend = attention_backend(config, self.device)  # refused before anything loads
         self.front = Frontend(config, self.telemetry, self.metrics)
@@ -67,19 +70,45 @@ class LLMEngine:
         graphs = None
         if self.device.type == "cuda" and not config.enforce_eager:
             if self.attention_backend == "triton":
-                graphs = StepGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs,
-                                    config.max_num_batched_tokens, self.max_model_len)
+                graphs = StepGraphs(
+                    self.model,
+                    self.kv_cache,
+                    self.device,
+                    config.max_num_seqs,
+                    config.max_num_batched_tokens,
+                    self.max_model_len,
+                )
             else:
-                graphs = DecodeGraphs(self.model, self.kv_cache, self.device, config.max_num_seqs,
-                                      self.max_model_len, compile=config.compile)
+                graphs = DecodeGraphs(
+                    self.model,
+                    self.kv_cache,
+                    self.device,
+                    config.max_num_seqs,
+                    self.max_model_len,
+                    compile=config.compile,
+                )
             graphs.capture_all()
-        self.runner = ModelRunner(self.model, self.kv_cache, self.device, graphs, attention=self.attention_backend,
-                                  max_num_seqs=config.max_num_seqs,
-                                  max_num_batched_tokens=config.max_num_batched_tokens,
-                                  max_model_len=self.max_model_len)
-        log.info("engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB), %s attention",
-                 self.model_name, self.model_config.num_parameters / 1e6, self.device, self.dtype,
-                 config.num_kv_blocks, config.block_size, self.kv_cache.num_bytes / 2**20, self.attention_backend)
+        self.runner = ModelRunner(
+            self.model,
+            self.kv_cache,
+            self.device,
+            graphs,
+            attention=self.attention_backend,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+        )
+        log.info(
+            "engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB), %s attention",
+            self.model_name,
+            self.model_config.num_parameters / 1e6,
+            self.device,
+            self.dtype,
+            config.num_kv_blocks,
+            config.block_size,
+            self.kv_cache.num_bytes / 2**20,
+            self.attention_backend,
+        )
 
     def _load_model(self) -> LlamaForCausalLM:
         torch.manual_seed(self.config.seed)
@@ -149,11 +178,17 @@ class LLMEngine:
                 seq.trace.mark("postprocess")
             self.metrics.steps += 1
             self.telemetry.step(
-                start_ns=launched.start_ns, end_ns=time.time_ns(), batch_size=len(batch.seqs),
-                prefill_tokens=batch.num_prefill_tokens, decode_seqs=batch.num_decode_seqs,
-                kv_blocks_used=self.block_manager.num_used_blocks, kv_blocks_total=self.block_manager.num_blocks,
-                queue_depth=self.scheduler.num_waiting, preempted=len(batch.preempted),
-                max_seqs=self.config.max_num_seqs, token_budget=self.config.max_num_batched_tokens,
+                start_ns=launched.start_ns,
+                end_ns=time.time_ns(),
+                batch_size=len(batch.seqs),
+                prefill_tokens=batch.num_prefill_tokens,
+                decode_seqs=batch.num_decode_seqs,
+                kv_blocks_used=self.block_manager.num_used_blocks,
+                kv_blocks_total=self.block_manager.num_blocks,
+                queue_depth=self.scheduler.num_waiting,
+                preempted=len(batch.preempted),
+                max_seqs=self.config.max_num_seqs,
+                token_budget=self.config.max_num_batched_tokens,
             )
         for seq in touched:
             if seq.on_output is not None:
@@ -161,15 +196,22 @@ class LLMEngine:
         return touched
 
     # -- offline ----------------------------------------------------------------------------------
-    def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams | list[SamplingParams],
-                 tier: str = "default") -> list[Sequence]:
+    def generate(
+        self, prompts: list[str] | list[list[int]], params: SamplingParams | list[SamplingParams], tier: str = "default"
+    ) -> list[Sequence]:
         """Run prompts (text or token ids) to completion with full request tracing; returns the sequences."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         seqs = []
         for prompt, p in zip(prompts, params_list):
             ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-            trace = self.telemetry.start_request(model=self.model_name, tier=tier, tenant=None, traceparent=None,
-                                                 request_id=None, operation="text_completion")
+            trace = self.telemetry.start_request(
+                model=self.model_name,
+                tier=tier,
+                tenant=None,
+                traceparent=None,
+                request_id=None,
+                operation="text_completion",
+            )
             seq = self.make_sequence(ids, p, tier=tier, trace=trace)
             self.add(seq)
             seqs.append(seq)
@@ -185,7 +227,7 @@ class LLMEngine:
 
 
 def attention_backend(config: EngineConfig, device: torch.device) -> str:
-    """"triton" or "sdpa" for this config on this device; ValueError when "triton" cannot run here.
+    """ "triton" or "sdpa" for this config on this device; ValueError when "triton" cannot run here.
 
     auto: triton on CUDA when Triton imports, unless --compile (which compiles the sdpa decode graphs);
     sdpa elsewhere (a CPU engine never imports Triton)."""

@@ -59,7 +59,7 @@ def _rope(q: torch.Tensor, k: torch.Tensor, rope: tuple[torch.Tensor, torch.Tens
     cos, sin = rope
     qk = torch.cat((q, k), dim=1)
     qk = qk * cos + _rotate_half(qk) * sin
-    return qk[:, : q.shape[1]], qk[:, q.shape[1]:]
+    return qk[:, : q.shape[1]], qk[:, q.shape[1] :]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -100,7 +100,8 @@ class LlamaAttention(nn.Module):
         n, d = x.shape[0], self.head_dim
         if self.qkv_weight is not None:
             q, k, v = F.linear(x, self.qkv_weight).split(
-                (self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d), dim=-1)
+                (self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d), dim=-1
+            )
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q, k = _rope(q.view(n, self.num_heads, d), k.view(n, self.num_kv_heads, d), rope)
@@ -118,8 +119,9 @@ class LlamaAttention(nn.Module):
         if batch.block_tables is not None:  # the "triton" backend: one kernel reads the pages in place
             from budgetscope.engine.paged_attention import paged_attention
 
-            return paged_attention(q, k_cache, v_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
-                                   batch.block_size)
+            return paged_attention(
+                q, k_cache, v_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables, batch.block_size
+            )
         if batch.decode_rows is not None and not batch.prefill_segments:
             return self._decode(q, k_cache, v_cache, batch)
         out = torch.empty_like(q)
@@ -149,8 +151,12 @@ class LlamaAttention(nn.Module):
 def _sdpa(q, k, v, is_causal=False, mask=None) -> torch.Tensor:
     """Attention of rows [n, H, D] over keys [ctx, KVH, D]; returns [n, H, D]."""
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-        attn_mask=mask, is_causal=is_causal, enable_gqa=True,
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        attn_mask=mask,
+        is_causal=is_causal,
+        enable_gqa=True,
     )
     return out[0].transpose(0, 1)
 
@@ -179,7 +185,7 @@ def _fuse(*linears: nn.Linear) -> torch.Tensor:
     row = 0
     for lin in linears:
         rows = lin.weight.shape[0]
-        lin.weight.data = fused[row:row + rows]
+        lin.weight.data = fused[row : row + rows]
         row += rows
     return fused
 
@@ -235,7 +241,7 @@ class LlamaForCausalLM(nn.Module):
         """Hidden states [N, hidden]. Without a batch: one sequence, plain causal attention, no cache."""
         return self.model(input_ids, positions, batch, kv_caches)
 
-    def fuse_projections(self) -> "LlamaForCausalLM":
+    def fuse_projections(self) -> LlamaForCausalLM:
         """Fuse q/k/v and gate/up weights (fewer, larger GEMMs: a decode step's kernel count is its cost on a GPU).
         Parameter names and state dict are unchanged; call after loading weights and moving the model."""
         for layer in self.model.layers:
@@ -243,7 +249,7 @@ class LlamaForCausalLM(nn.Module):
             layer.mlp.fuse()
         return self
 
-    def use_triton(self, enabled: bool = True) -> "LlamaForCausalLM":
+    def use_triton(self, enabled: bool = True) -> LlamaForCausalLM:
         """Fuse each residual add with the next RMSNorm in a Triton kernel (the "triton" attention backend)."""
         for module in self.modules():
             if isinstance(module, RMSNorm):
@@ -253,7 +259,7 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
 
-    def init_random(self, seed: int, std: float = 0.02) -> "LlamaForCausalLM":
+    def init_random(self, seed: int, std: float = 0.02) -> LlamaForCausalLM:
         """Fill every weight from a fixed seed (norms to one), the same on every machine."""
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():

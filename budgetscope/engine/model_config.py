@@ -59,7 +59,7 @@ class ModelConfig:
         return out
 
     @classmethod
-    def from_hf_dir(cls, path: str | Path) -> "ModelConfig":
+    def from_hf_dir(cls, path: str | Path) -> ModelConfig:
         """Read `<path>/config.json` of a Hugging Face Llama-family checkpoint."""
         raw = json.loads((Path(path) / "config.json").read_text())
         if raw.get("hidden_act", "silu") != "silu":
@@ -91,16 +91,33 @@ class ModelConfig:
 CONFIGS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(name="tiny"),
     "small": ModelConfig(
-        name="small", hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
-        num_attention_heads=8, num_key_value_heads=4,
+        name="small",
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
     ),
     "medium": ModelConfig(
-        name="medium", vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-        num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True,
+        name="medium",
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
     ),
     "1b": ModelConfig(
-        name="1b", vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-        num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0, tie_word_embeddings=True,
+        name="1b",
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
         max_position_embeddings=4096,
     ),
 }

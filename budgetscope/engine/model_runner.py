@@ -45,9 +45,17 @@ class ModelRunner:
     "triton": the paged-attention kernel, metadata packed in one buffer, every step through StepGraphs when given.
     max_* bound the packed metadata buffer of eager "triton" steps."""
 
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
-                 graphs: DecodeGraphs | StepGraphs | None = None, attention: str = "sdpa", max_num_seqs: int = 32,
-                 max_num_batched_tokens: int = 512, max_model_len: int = 2048):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_cache: KVCache,
+        device: torch.device,
+        graphs: DecodeGraphs | StepGraphs | None = None,
+        attention: str = "sdpa",
+        max_num_seqs: int = 32,
+        max_num_batched_tokens: int = 512,
+        max_model_len: int = 2048,
+    ):
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
@@ -101,9 +109,12 @@ class ModelRunner:
         size = self.block_size
         pos = [s.num_computed_tokens for s in seqs]
         logits, greedy = self.graphs.run(
-            input_ids=[s.token_ids[p] for s, p in zip(seqs, pos)], positions=pos,
+            input_ids=[s.token_ids[p] for s, p in zip(seqs, pos)],
+            positions=pos,
             slot_mapping=[s.block_table[p // size] * size + p % size for s, p in zip(seqs, pos)],
-            block_tables=[s.block_table for s in seqs], context_lens=[p + 1 for p in pos])
+            block_tables=[s.block_table for s in seqs],
+            context_lens=[p + 1 for p in pos],
+        )
         self.graph_steps += 1
         return self.sampler.sample(logits, seqs, greedy=greedy)
 
@@ -118,8 +129,9 @@ class ModelRunner:
         size = self.block_size
         width = max(-(-(s.num_computed_tokens + n) // size) for s, n in zip(scheduled.seqs, scheduled.num_new_tokens))
         shape = StepShape(scheduled.num_tokens, len(scheduled.seqs), width, sum(scheduled.is_sampled))
-        return self.step_buffer.pack(shape, scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled, size,
-                                     self.kv_cache.scratch_block)
+        return self.step_buffer.pack(
+            shape, scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled, size, self.kv_cache.scratch_block
+        )
 
     def _prepare_sdpa(self, scheduled: ScheduledBatch) -> Batch:
         size = self.block_size
@@ -150,7 +162,9 @@ class ModelRunner:
         decode_slots = decode_mask = rows = None
         if decode_rows:
             rows = torch.tensor(decode_rows, device=dev)
-            decode_slots, decode_mask = self._context_slots(decode_seqs, [s.num_computed_tokens + 1 for s in decode_seqs])
+            decode_slots, decode_mask = self._context_slots(
+                decode_seqs, [s.num_computed_tokens + 1 for s in decode_seqs]
+            )
         return Batch(
             input_ids=torch.tensor(input_ids, device=dev),
             positions=torch.tensor(positions, device=dev),

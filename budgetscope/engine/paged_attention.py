@@ -31,11 +31,32 @@ from budgetscope.engine.triton_support import kernel, tl
 
 
 def _paged_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, query_start_loc_ptr, seq_lens_ptr, block_tables_ptr,
-    scale, num_seqs,
-    stride_qt, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh, stride_ot, stride_oh, stride_bt,
-    GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
-    HEAD_DIM_PAD: tl.constexpr, PAGE: tl.constexpr, TILE_N: tl.constexpr, PRECISION: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    block_tables_ptr,
+    scale,
+    num_seqs,
+    stride_qt,
+    stride_qh,
+    stride_ks,
+    stride_kh,
+    stride_vs,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_bt,
+    GROUP: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    TILE_N: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -66,8 +87,11 @@ def _paged_attention_kernel(
     dims = tl.arange(0, HEAD_DIM_PAD)
     dim_ok = dims < HEAD_DIM
     token = q_begin + query
-    q = tl.load(q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    q = tl.load(
+        q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+        mask=row_ok[:, None] & dim_ok[None, :],
+        other=0.0,
+    )
     query_pos = context + query  # absolute position: sees keys 0..query_pos
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -83,8 +107,11 @@ def _paged_attention_kernel(
         key_ok = keys < num_keys
         page = tl.load(block_tables_ptr + seq * stride_bt + keys // PAGE, mask=key_ok, other=0).to(tl.int64)
         slot = page * PAGE + keys % PAGE
-        k = tl.load(k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + dims[:, None],
-                    mask=key_ok[None, :] & dim_ok[:, None], other=0.0)  # [HEAD_DIM_PAD, TILE_N]
+        k = tl.load(
+            k_ptr + slot[None, :] * stride_ks + kv_head * stride_kh + dims[:, None],
+            mask=key_ok[None, :] & dim_ok[:, None],
+            other=0.0,
+        )  # [HEAD_DIM_PAD, TILE_N]
         s = tl.dot(q, k, input_precision=PRECISION) * qk_scale
         visible = key_ok[None, :] & (keys[None, :] <= query_pos[:, None])
         s = tl.where(visible, s, float("-inf"))
@@ -93,18 +120,27 @@ def _paged_attention_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + dims[None, :],
-                    mask=key_ok[:, None] & dim_ok[None, :], other=0.0)  # [TILE_N, HEAD_DIM_PAD]
+        v = tl.load(
+            v_ptr + slot[:, None] * stride_vs + kv_head * stride_vh + dims[None, :],
+            mask=key_ok[:, None] & dim_ok[None, :],
+            other=0.0,
+        )  # [TILE_N, HEAD_DIM_PAD]
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+    tl.store(
+        out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=row_ok[:, None] & dim_ok[None, :],
+    )
 
 
 DEFAULT_TILE_N = 32
-ENV_VARS = {"tile_n": "BUDGETSCOPE_ATTN_TILE_N", "num_warps": "BUDGETSCOPE_ATTN_WARPS",
-            "num_stages": "BUDGETSCOPE_ATTN_STAGES"}
+ENV_VARS = {
+    "tile_n": "BUDGETSCOPE_ATTN_TILE_N",
+    "num_warps": "BUDGETSCOPE_ATTN_WARPS",
+    "num_stages": "BUDGETSCOPE_ATTN_STAGES",
+}
 
 
 def check_launch(tile_n: int | None, num_warps: int | None, num_stages: int | None) -> None:
@@ -141,10 +177,20 @@ def _block_m(group: int) -> int:
     return max(16, 1 << (group - 1).bit_length())
 
 
-def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, query_start_loc: torch.Tensor,
-                    seq_lens: torch.Tensor, block_tables: torch.Tensor, block_size: int, scale: float | None = None,
-                    out: torch.Tensor | None = None, tile_n: int | None = None, num_warps: int | None = None,
-                    num_stages: int | None = None) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    block_size: int,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    tile_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:
     """Causal attention of q [T, H, D] over the paged cache k_cache/v_cache [slots, KVH, D]; returns [T, H, D].
 
     query_start_loc [S+1] (cumulative query counts), seq_lens [S] (context incl. this step's tokens) and
@@ -172,23 +218,45 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     assert block_tables.stride(1) == 1
     grid = (tokens // block_q + num_seqs, kv_heads)
     kernel(_paged_attention_kernel, ("num_seqs",))[grid](
-        q, k_cache, v_cache, out, query_start_loc, seq_lens, block_tables,
-        scale if scale is not None else dim ** -0.5, num_seqs,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        out.stride(0), out.stride(1), block_tables.stride(0),
-        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, HEAD_DIM=dim, HEAD_DIM_PAD=max(16, 1 << (dim - 1).bit_length()),
-        PAGE=block_size, TILE_N=tile_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **options,
+        q,
+        k_cache,
+        v_cache,
+        out,
+        query_start_loc,
+        seq_lens,
+        block_tables,
+        scale if scale is not None else dim**-0.5,
+        num_seqs,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        out.stride(0),
+        out.stride(1),
+        block_tables.stride(0),
+        GROUP=group,
+        BLOCK_Q=block_q,
+        BLOCK_M=block_m,
+        HEAD_DIM=dim,
+        HEAD_DIM_PAD=max(16, 1 << (dim - 1).bit_length()),
+        PAGE=block_size,
+        TILE_N=tile_n,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        **options,
     )
     return out
 
 
-def paged_attention_reference(q, k_cache, v_cache, query_start_loc, seq_lens, block_tables, block_size,
-                              scale: float | None = None) -> torch.Tensor:
+def paged_attention_reference(
+    q, k_cache, v_cache, query_start_loc, seq_lens, block_tables, block_size, scale: float | None = None
+) -> torch.Tensor:
     """The same attention in plain float64 PyTorch, sequence by sequence (tests; reads the metadata on the host)."""
     q, k_cache, v_cache = q.cpu(), k_cache.cpu(), v_cache.cpu()
     heads, dim = q.shape[1], q.shape[2]
     group = heads // k_cache.shape[1]
-    scale = scale if scale is not None else dim ** -0.5
+    scale = scale if scale is not None else dim**-0.5
     out = torch.zeros(q.shape, dtype=torch.float64)
     starts, lens, tables = query_start_loc.tolist(), seq_lens.tolist(), block_tables.tolist()
     for s, seq_len in enumerate(lens):

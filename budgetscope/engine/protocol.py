@@ -37,8 +37,9 @@ def parse_request(body, headers, is_chat: bool, model_name: str, default_max_tok
         raise RequestError(400, "the request body must be a JSON object")
     model = body.get("model")
     if model not in (None, "", model_name):
-        raise RequestError(404, f"model {model!r} does not exist; this server serves {model_name!r}",
-                           type="model_not_found")
+        raise RequestError(
+            404, f"model {model!r} does not exist; this server serves {model_name!r}", type="model_not_found"
+        )
     if body.get("n", 1) != 1 or body.get("best_of", 1) != 1:
         raise RequestError(400, "only n=1 is supported")
     prompt, prompt_ids = _prompt(body, is_chat, render_chat)
@@ -46,7 +47,9 @@ def parse_request(body, headers, is_chat: bool, model_name: str, default_max_tok
     stop = [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise RequestError(400, "stop must be a string or a list of non-empty strings")
-    max_tokens = body.get("max_completion_tokens") if is_chat and body.get("max_tokens") is None else body.get("max_tokens")
+    max_tokens = (
+        body.get("max_completion_tokens") if is_chat and body.get("max_tokens") is None else body.get("max_tokens")
+    )
     try:
         params = SamplingParams(
             max_tokens=default_max_tokens if max_tokens is None else _int(max_tokens, "max_tokens"),
@@ -66,8 +69,12 @@ def parse_request(body, headers, is_chat: bool, model_name: str, default_max_tok
     except ValueError:
         raise RequestError(400, f"{DEADLINE_FIELD} must be a number of milliseconds") from None
     return ParsedRequest(
-        is_chat=is_chat, prompt=prompt, prompt_token_ids=prompt_ids, params=params,
-        stream=bool(body.get("stream", False)), include_usage=bool(options.get("include_usage", False)),
+        is_chat=is_chat,
+        prompt=prompt,
+        prompt_token_ids=prompt_ids,
+        params=params,
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(options.get("include_usage", False)),
         tier=str(body.get(TIER_FIELD) or headers.get(TIER_HEADER) or "default"),
         tenant=body.get(TENANT_FIELD) or headers.get(TENANT_HEADER),
         deadline_s=deadline_s,
@@ -112,8 +119,9 @@ def usage(seq) -> dict:
     }
 
 
-def chunk(req: ParsedRequest, request_id: str, model: str, text: str, finish_reason: str | None,
-          first: bool = False) -> dict:
+def chunk(
+    req: ParsedRequest, request_id: str, model: str, text: str, finish_reason: str | None, first: bool = False
+) -> dict:
     """One streamed event body (`text_completion` or `chat.completion.chunk`)."""
     if req.is_chat:
         delta = {"role": "assistant", "content": text} if first else {"content": text}
@@ -127,18 +135,34 @@ def chunk(req: ParsedRequest, request_id: str, model: str, text: str, finish_rea
 
 def usage_chunk(req: ParsedRequest, request_id: str, model: str, seq) -> dict:
     kind = "chat.completion.chunk" if req.is_chat else "text_completion"
-    return {"id": request_id, "object": kind, "created": int(time.time()), "model": model, "choices": [],
-            "usage": usage(seq)}
+    return {
+        "id": request_id,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": usage(seq),
+    }
 
 
 def response(req: ParsedRequest, request_id: str, model: str, text: str, finish_reason: str, seq) -> dict:
     """The whole (non-streaming) response body."""
     if req.is_chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": finish_reason}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         kind = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         kind = "text_completion"
-    return {"id": request_id, "object": kind, "created": int(time.time()), "model": model,
-            "choices": [choice], "usage": usage(seq)}
+    return {
+        "id": request_id,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(seq),
+    }

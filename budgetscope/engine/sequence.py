@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from budgetscope.engine.sampling_params import SamplingParams
 from budgetscope.engine.telemetry import NULL_TRACE
@@ -29,11 +30,33 @@ class Sequence:
     """
 
     __slots__ = (
-        "seq_id", "request_id", "token_ids", "num_prompt_tokens", "params", "tier", "tenant", "priority",
-        "arrival_ns", "deadline_ns", "status", "block_table", "block_hashes", "num_computed_tokens",
+        "seq_id",
+        "request_id",
+        "token_ids",
+        "num_prompt_tokens",
+        "params",
+        "tier",
+        "tenant",
+        "priority",
+        "arrival_ns",
+        "deadline_ns",
+        "status",
+        "block_table",
+        "block_hashes",
+        "num_computed_tokens",
         "num_hashed_blocks",
-        "num_cached_tokens", "is_admitted", "num_preemptions", "finish_reason", "outcome", "trace",
-        "on_output", "first_token_ns", "last_token_ns", "generator", "admitted_mono_ns", "wait_forecast",
+        "num_cached_tokens",
+        "is_admitted",
+        "num_preemptions",
+        "finish_reason",
+        "outcome",
+        "trace",
+        "on_output",
+        "first_token_ns",
+        "last_token_ns",
+        "generator",
+        "admitted_mono_ns",
+        "wait_forecast",
     )
 
     def __init__(
@@ -48,7 +71,7 @@ class Sequence:
         arrival_ns: int | None = None,
         deadline_ns: int | None = None,
         trace: Any = None,
-        on_output: Callable[["Sequence", list[int]], None] | None = None,
+        on_output: Callable[[Sequence, list[int]], None] | None = None,
     ):
         if not prompt_token_ids:
             raise ValueError("a prompt needs at least one token")
@@ -93,7 +116,7 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def is_finished(self) -> bool:

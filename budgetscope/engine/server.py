@@ -77,7 +77,9 @@ class ApiKeyGate:
         if scope["type"] == "http" and scope["path"].startswith("/v1") and scope["method"] != "OPTIONS":
             header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
             if not bearer_ok(header, self.api_key):
-                err = RequestError(401, "missing or wrong API key (Authorization: Bearer …)", type="authentication_error")
+                err = RequestError(
+                    401, "missing or wrong API key (Authorization: Bearer …)", type="authentication_error"
+                )
                 response = JSONResponse(err.body(), status_code=401, headers={"www-authenticate": "Bearer"})
                 return await response(scope, receive, send)
         await self.app(scope, receive, send)
@@ -88,17 +90,19 @@ class Server:
     `front` (the Frontend), `submit`, `abort`, `render_metrics` and `health`. `app` is the ASGI application
     (Starlette; behind `ApiKeyGate` when an `api_key` is set)."""
 
-    def __init__(self, loop: "EngineLoop | CoreClient", api_key: str | None = None):
+    def __init__(self, loop: EngineLoop | CoreClient, api_key: str | None = None):
         self.loop = loop
         self.engine = loop.front
         self.telemetry = loop.front.telemetry
-        self.app = Starlette(routes=[
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-            Route("/v1/models", self.models, methods=["GET"]),
-            Route("/health", self.health, methods=["GET"]),
-            Route("/metrics", self.metrics, methods=["GET"]),
-        ])
+        self.app = Starlette(
+            routes=[
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
+            ]
+        )
         if api_key is not None:
             self.app = ApiKeyGate(self.app, api_key)
 
@@ -110,8 +114,13 @@ class Server:
         return JSONResponse({"status": "ok"})
 
     async def models(self, request: Request) -> Response:
-        card = {"id": self.engine.model_name, "object": "model", "created": 0, "owned_by": "budgetscope",
-                "max_model_len": self.engine.max_model_len}
+        card = {
+            "id": self.engine.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "budgetscope",
+            "max_model_len": self.engine.max_model_len,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def metrics(self, request: Request) -> Response:
@@ -130,9 +139,12 @@ class Server:
         headers = request.headers
         request_id = headers.get("x-request-id") or f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
         trace = self.telemetry.start_request(
-            model=self.engine.model_name, tier=headers.get(protocol.TIER_HEADER, "default"),
-            tenant=headers.get(protocol.TENANT_HEADER), traceparent=headers.get("traceparent"),
-            request_id=request_id, operation="chat" if is_chat else "text_completion",
+            model=self.engine.model_name,
+            tier=headers.get(protocol.TIER_HEADER, "default"),
+            tenant=headers.get(protocol.TENANT_HEADER),
+            traceparent=headers.get("traceparent"),
+            request_id=request_id,
+            operation="chat" if is_chat else "text_completion",
         )
         events = TokenEvents()
         try:
@@ -148,9 +160,11 @@ class Server:
             out_headers["traceresponse"] = trace.traceparent
         if req.stream:
             state = StreamState()
-            return SSEResponse(self._stream(req, seq, events, request_id, state),
-                               on_close=lambda: self._close(seq, state),
-                               headers={**out_headers, "cache-control": "no-cache"})
+            return SSEResponse(
+                self._stream(req, seq, events, request_id, state),
+                on_close=lambda: self._close(seq, state),
+                headers={**out_headers, "cache-control": "no-cache"},
+            )
         return await self._complete(request, req, seq, events, request_id, out_headers)
 
     async def _frontend(self, request, is_chat, request_id, trace, arrival_ns, events):
@@ -160,15 +174,25 @@ class Server:
             raise RequestError(400, "the request body is not valid JSON") from None
         cfg = self.engine.config
         req = protocol.parse_request(
-            body, request.headers, is_chat, self.engine.model_name,
+            body,
+            request.headers,
+            is_chat,
+            self.engine.model_name,
             cfg.default_chat_max_tokens if is_chat else cfg.default_max_tokens,
             self.engine.tokenizer.apply_chat_template,
         )
         _label(trace, req.tier, req.tenant)
         ids = req.prompt_token_ids if req.prompt_token_ids is not None else self.engine.tokenizer.encode(req.prompt)
         seq = self.engine.make_sequence(
-            ids, req.params, request_id=request_id, tier=req.tier, tenant=req.tenant, arrival_ns=arrival_ns,
-            timeout_s=req.deadline_s, trace=trace, on_output=events.on_output,
+            ids,
+            req.params,
+            request_id=request_id,
+            tier=req.tier,
+            tenant=req.tenant,
+            arrival_ns=arrival_ns,
+            timeout_s=req.deadline_s,
+            trace=trace,
+            on_output=events.on_output,
         )
         return req, seq
 
@@ -199,7 +223,7 @@ class Server:
             if done:
                 return
 
-    async def _stream(self, req: ParsedRequest, seq, events: TokenEvents, request_id: str, state: "StreamState"):
+    async def _stream(self, req: ParsedRequest, seq, events: TokenEvents, request_id: str, state: StreamState):
         model = self.engine.model_name
         detok = Detokenizer(self.engine.tokenizer)
         try:
@@ -217,7 +241,7 @@ class Server:
         finally:
             self._close(seq, state)
 
-    def _close(self, seq, state: "StreamState") -> None:
+    def _close(self, seq, state: StreamState) -> None:
         """End a streamed request once: its outcome when the stream completed, else cancelled (and aborted)."""
         if state.is_closed:
             return
@@ -253,8 +277,9 @@ class Server:
             status = 504 if reason == "timeout" else 500
             err = RequestError(status, f"request ended: {reason}", type=reason)
             return JSONResponse(err.body(), status_code=status, headers=headers)
-        body = protocol.response(req, request_id, self.engine.model_name, _cut_text(detok.text, req.params.stop),
-                                 reason or "length", seq)
+        body = protocol.response(
+            req, request_id, self.engine.model_name, _cut_text(detok.text, req.params.stop), reason or "length", seq
+        )
         self.engine.finish_trace(seq, outcome)
         return JSONResponse(body, headers=headers)
 
@@ -303,8 +328,9 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def serve(engine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
-          api_key: str | None = None) -> None:
+def serve(
+    engine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", api_key: str | None = None
+) -> None:
     """Serve until interrupted, then stop the engine and flush telemetry. `engine`: a Frontend, whose engine then
     runs in its own process (CoreClient), or an LLMEngine, stepped on a thread of this process (EngineLoop).
     `api_key`: /v1/* requests must carry `Authorization: Bearer <api_key>`. EngineCoreError when the engine

@@ -47,7 +47,7 @@ class Telemetry:
         self.enabled = instrumentation is not None and bool(getattr(instrumentation, "enabled", True))
 
     @classmethod
-    def create(cls, enabled: bool = True, exporter: Any = None, service_name: str = "budgetscope-engine") -> "Telemetry":
+    def create(cls, enabled: bool = True, exporter: Any = None, service_name: str = "budgetscope-engine") -> Telemetry:
         """Build on `budgetscope.instrument.Instrumentation`; without that package, a disabled Telemetry.
 
         exporter: None (OTEL_* environment), "jsonl:/path", or an OpenTelemetry SpanExporter.

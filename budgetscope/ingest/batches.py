@@ -13,8 +13,8 @@ import itertools
 import queue
 import threading
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from budgetscope.archive.spool import RawBatch
 from budgetscope.ingest import otlp_fast, otlp_json, otlp_metrics
@@ -62,7 +62,7 @@ def _int64_column(values: list[int]):
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))])
 
 
-def chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, spans_seen=None) -> "Chunk":
+def chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, spans_seen=None) -> Chunk:
     import pyarrow as pa
 
     js = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-json"]
@@ -87,23 +87,40 @@ def chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, spans
     decoded = None if not tables else tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     expected.update((bid, otlp_json.count_spans(p)) for bid, p in js)
     # every span of the chunk came through the C decoders (metrics batches hold none)
-    c_only = not js and not pb and all(rb.format in ("otlp-json", "otlp-proto", *otlp_metrics.FORMATS)
-                                       for _, _, rb in items)
+    c_only = (
+        not js and not pb and all(rb.format in ("otlp-json", "otlp-proto", *otlp_metrics.FORMATS) for _, _, rb in items)
+    )
     if not js:
         return Chunk(items, decoded, None, expected, seen, copies, c_only, repeated)
     table = pa.Table.from_arrays(
-        [_int64_column([b for b, _ in js]), _binary_column([p for _, p in js]),
-         _int64_column([expected[b] for b, _ in js])], names=["batch_id", "doc", "expected"])
+        [
+            _int64_column([b for b, _ in js]),
+            _binary_column([p for _, p in js]),
+            _int64_column([expected[b] for b, _ in js]),
+        ],
+        names=["batch_id", "doc", "expected"],
+    )
     # Small record batches let DuckDB spread the JSON parsing over every core.
-    return Chunk(items, decoded, pa.Table.from_batches(table.to_batches(max_chunksize=8)), expected, seen, copies,
-                  c_only, repeated)
+    return Chunk(
+        items,
+        decoded,
+        pa.Table.from_batches(table.to_batches(max_chunksize=8)),
+        expected,
+        seen,
+        copies,
+        c_only,
+        repeated,
+    )
 
 
 def content_hash(rb: RawBatch) -> str:
     """The batch's identity for idempotency: the first 128 bits of the SHA-256 of its bytes, hex. Metrics
     batches hash with their format, so the same bytes sent as a trace export stay a different batch."""
-    return (hashlib.sha256(rb.payload) if rb.format not in otlp_metrics.FORMATS
-            else hashlib.sha256(rb.format.encode() + b"\0" + rb.payload)).hexdigest()[:32]
+    return (
+        hashlib.sha256(rb.payload)
+        if rb.format not in otlp_metrics.FORMATS
+        else hashlib.sha256(rb.format.encode() + b"\0" + rb.payload)
+    ).hexdigest()[:32]
 
 
 @dataclass(slots=True)
@@ -158,8 +175,11 @@ def decoded_chunk(entries: list[Decoded], known: set[str], next_id: int, repeate
         decoded = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
         if decoded.num_rows != len(ids):
             raise AssertionError(f"decoded rows {decoded.num_rows:,} != the batches' spans {len(ids):,}")
-        decoded = decoded.set_column(decoded.schema.get_field_index("batch_id"), "batch_id",
-                                     pa.Array.from_buffers(pa.int64(), len(ids), [None, pa.py_buffer(ids)]))
+        decoded = decoded.set_column(
+            decoded.schema.get_field_index("batch_id"),
+            "batch_id",
+            pa.Array.from_buffers(pa.int64(), len(ids), [None, pa.py_buffer(ids)]),
+        )
     return Chunk(items, decoded, None, expected, len(copies) + len(items), copies, True, repeated or bool(copies))
 
 

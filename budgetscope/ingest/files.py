@@ -10,9 +10,10 @@ import os
 import stat
 import sys
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.spool import RawBatch
@@ -90,8 +91,12 @@ def _name_suffix(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def input_problem(path: str, what: str = "trace file") -> str | None:
@@ -197,8 +202,8 @@ def _lines(f) -> Iterator[tuple[int, memoryview, int]]:
     block = READ_BLOCK
     while True:
         buf = new_block(len(tail) + block)
-        memoryview(buf)[:len(tail)] = tail
-        got = f.readinto(memoryview(buf)[len(tail):])
+        memoryview(buf)[: len(tail)] = tail
+        got = f.readinto(memoryview(buf)[len(tail) :])
         done += got
         end = len(tail) + got
         view = memoryview(buf)[:end]
@@ -208,7 +213,7 @@ def _lines(f) -> Iterator[tuple[int, memoryview, int]]:
             if nl < 0:
                 break
             n += 1
-            yield n, view[start:nl + 1], done
+            yield n, view[start : nl + 1], done
             start = nl + 1
         if not got:  # end of file: what is left is a last line without its newline
             if start < end:

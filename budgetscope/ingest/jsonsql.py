@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import duckdb
 
-from budgetscope.ingest import staging
 from budgetscope.derive.classify import SOURCE_SQL
+from budgetscope.ingest import staging
 
-_VALUE = ('{"stringValue":"VARCHAR","intValue":"VARCHAR","doubleValue":"DOUBLE","boolValue":"BOOLEAN",'
-          '"bytesValue":"VARCHAR","arrayValue":"JSON","kvlistValue":"JSON"}')
-_ATTRS = '[{"key":"VARCHAR","value":' + _VALUE + '}]'
-_SCALAR_ARRAY = '{"values":[' + _VALUE + ']}'
+_VALUE = (
+    '{"stringValue":"VARCHAR","intValue":"VARCHAR","doubleValue":"DOUBLE","boolValue":"BOOLEAN",'
+    '"bytesValue":"VARCHAR","arrayValue":"JSON","kvlistValue":"JSON"}'
+)
+_ATTRS = '[{"key":"VARCHAR","value":' + _VALUE + "}]"
+_SCALAR_ARRAY = '{"values":[' + _VALUE + "]}"
 STRUCTURE = (
     '{"resourceSpans":[{"resource":{"attributes":' + _ATTRS + '},"scopeSpans":[{"scope":{"name":"VARCHAR"},'
     '"spans":[{"traceId":"VARCHAR","spanId":"VARCHAR","parentSpanId":"VARCHAR","name":"VARCHAR","kind":"VARCHAR",'
-    '"startTimeUnixNano":"VARCHAR","endTimeUnixNano":"VARCHAR","attributes":' + _ATTRS + ','
+    '"startTimeUnixNano":"VARCHAR","endTimeUnixNano":"VARCHAR","attributes":' + _ATTRS + ","
     '"status":{"code":"VARCHAR"},"events":"JSON"}]}]}]}'
 )
 
@@ -65,8 +67,10 @@ SELECT batch_id, x.traceId AS trace_id, x.spanId AS span_id, x.parentSpanId AS p
   res AS resource
 FROM sp"""
 
-_COLS = ("trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, status_code, "
-         "attributes, resource, source, batch_id")
+_COLS = (
+    "trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, status_code, "
+    "attributes, resource, source, batch_id"
+)
 
 # Spans that pass validation land directly; those already stored are removed right after (the batch then counts
 # fewer spans than its bytes and goes to the reference path). An anti-join in the INSERT would build its hash
@@ -143,15 +147,22 @@ def land(con, decoded, raw, expected: dict[int, int], first_id: int, older_than:
         con.execute("BEGIN TRANSACTION")
         for name, t in tables.items():
             con.register(name, t)
-        return _land(con, decoded is not None, flatten.replace("@WHERE@", "WHERE json_valid(doc)"), expected,
-                     first_id, older_than)
+        return _land(
+            con,
+            decoded is not None,
+            flatten.replace("@WHERE@", "WHERE json_valid(doc)"),
+            expected,
+            first_id,
+            older_than,
+        )
     finally:
         for name in tables:
             con.unregister(name)
 
 
-def _land(con, decoded: bool, flatten: str | None, expected: dict[int, int], first_id: int,
-          older_than: int | None) -> list[int]:
+def _land(
+    con, decoded: bool, flatten: str | None, expected: dict[int, int], first_id: int, older_than: int | None
+) -> list[int]:
     if decoded:
         con.execute(_INSERT_DECODED)
     if flatten is not None:
@@ -163,8 +174,9 @@ def _land(con, decoded: bool, flatten: str | None, expected: dict[int, int], fir
             con.execute(_DROP_LATER_COPIES, [first_id, first_id])
     elif older_than:
         con.execute(_DROP_STORED, [first_id, older_than])
-    landed = dict(con.execute("SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1",
-                              [first_id]).fetchall())
+    landed = dict(
+        con.execute("SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1", [first_id]).fetchall()
+    )
     suspect = {b for b, n in expected.items() if landed.get(b, 0) != n}
     if flatten is not None:
         suspect |= {b for (b,) in con.execute(_WITHOUT_SPANS).fetchall()}

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from budgetscope.archive.protocol import Writer
 from budgetscope.archive.spool import RawBatch
@@ -81,8 +81,9 @@ class Lander:
         jsonsql.setup(writer.con)
 
     # -- landing ---------------------------------------------------------------------------------------------
-    def land(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None,
-             derive: bool = True) -> IngestReport:
+    def land(
+        self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None = None, derive: bool = True
+    ) -> IngestReport:
         """Land every good batch; report the bad ones (which change nothing) and what was derived.
 
         `derive=False` leaves the `requests` rows of the touched traces to a later `commit()` (a long-running
@@ -119,9 +120,14 @@ class Lander:
         rep.duplicate_spans += w.republished
         return rep
 
-    def _ingest(self, batches: Iterable[RawBatch], progress: Callable[[IngestReport], None] | None,
-                derive: bool, every_part: Callable[[], None] | None,
-                decoded: tuple[list[Decoded], bool] | None = None) -> IngestReport:
+    def _ingest(
+        self,
+        batches: Iterable[RawBatch],
+        progress: Callable[[IngestReport], None] | None,
+        derive: bool,
+        every_part: Callable[[], None] | None,
+        decoded: tuple[list[Decoded], bool] | None = None,
+    ) -> IngestReport:
         """Land in the working set. `every_part` (with `derive=False`) is called instead of a derivation at each
         DERIVE_EVERY_SPANS but the end. `decoded`: land these instead of `batches` (the accepted batches,
         decoded when they were accepted), with whether the span set they were decoded with saw a pair twice."""
@@ -140,8 +146,11 @@ class Lander:
         rejected_hashes: dict[str, str] = {}
         # Reading, hashing and building the next chunk overlap DuckDB's work on this one.
         # `decoded`: batches the C decoders took already (and whether their span set saw a pair twice), one chunk
-        source = (iter([decoded_chunk(decoded[0], self._known, next_id, decoded[1])]) if decoded is not None
-                  else prefetch(chunks(batches, self._known, next_id, spans_seen)))
+        source = (
+            iter([decoded_chunk(decoded[0], self._known, next_id, decoded[1])])
+            if decoded is not None
+            else prefetch(chunks(batches, self._known, next_id, spans_seen))
+        )
         for chunk in source:
             report.batches += chunk.seen
             report.batches_already_ingested += len(chunk.copies)
@@ -158,8 +167,9 @@ class Lander:
             for h, origin, position in chunk.copies:  # same bytes as an earlier batch of this call, rejected
                 if h in rejected_hashes:
                     report.batches_already_ingested -= 1
-                    report.rejected.append(Rejected(origin, position,
-                                                    f"same bytes as {rejected_hashes[h]}, which was rejected"))
+                    report.rejected.append(
+                        Rejected(origin, position, f"same bytes as {rejected_hashes[h]}, which was rejected")
+                    )
             if (derive or every_part) and report.spans_inserted - derived_upto >= DERIVE_EVERY_SPANS:
                 (every_part or self._derive_part)()
                 parts, derived_upto = parts + 1, report.spans_inserted
@@ -190,8 +200,7 @@ class Lander:
         con.execute("DROP TABLE bs_touched")
         return n, orphans
 
-    def _land(self, ch: Chunk, report: IngestReport, rejected_hashes: dict[str, str],
-              older_than: int | None) -> None:
+    def _land(self, ch: Chunk, report: IngestReport, rejected_hashes: dict[str, str], older_than: int | None) -> None:
         """Land one chunk in one transaction: the fast paths first, then the reference path for the rest.
         `older_than`: see `jsonsql.land`."""
         con = self.writer.con
@@ -215,8 +224,11 @@ class Lander:
                     report.gpu_points_inserted += otlp_metrics.land(con, points, bid)
                     continue
                 try:
-                    batch = (otlp_json.decode(otlp_json.parse(rb.payload)) if rb.format == "otlp-json"
-                             else otlp_proto.decode(rb.payload))
+                    batch = (
+                        otlp_json.decode(otlp_json.parse(rb.payload))
+                        if rb.format == "otlp-json"
+                        else otlp_proto.decode(rb.payload)
+                    )
                 except BadBatch as e:
                     rejected[bid] = str(e)
                     continue
@@ -228,16 +240,28 @@ class Lander:
             insert_rows(con, "rejected", list(rejected.items()), 2)
             con.execute(staging.INSERT_NEW_DEDUP)
             staged = dict(con.execute("SELECT batch_id, count(*) FROM staged GROUP BY 1").fetchall())
-            inserted = dict(con.execute(
-                "SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1", [first]).fetchall())
+            inserted = dict(
+                con.execute("SELECT batch_id, count(*) FROM spans WHERE batch_id >= ? GROUP BY 1", [first]).fetchall()
+            )
             now = time.time_ns()
             rows = []
             for bid, h, rb in ch.items:
                 if bid in rejected:
                     continue
                 total = staged[bid] if bid in staged else ch.expected.get(bid, 0)
-                rows.append((bid, h, rb.origin, rb.position, rb.format, now, total, inserted.get(bid, 0),
-                             total - inserted.get(bid, 0)))
+                rows.append(
+                    (
+                        bid,
+                        h,
+                        rb.origin,
+                        rb.position,
+                        rb.format,
+                        now,
+                        total,
+                        inserted.get(bid, 0),
+                        total - inserted.get(bid, 0),
+                    )
+                )
             insert_rows(con, "ingest_batches", rows, 9)
             con.execute("INSERT INTO pending_traces SELECT DISTINCT trace_id FROM spans WHERE batch_id >= ?", [first])
         for bid, (h, rb) in by_id.items():
@@ -308,8 +332,12 @@ class Lander:
         order = sorted(taken)
         took = [batches[i] for i in order]
         index = {i: k for k, i in enumerate(order)}
-        entry = Decoded(took, [content_hash(b) for b in took], [taken[i] for i in order],
-                        [(t, [index[i] for i in members]) for t, members in parts])
+        entry = Decoded(
+            took,
+            [content_hash(b) for b in took],
+            [taken[i] for i in order],
+            [(t, [index[i] for i in members]) for t, members in parts],
+        )
         with self._spool_lock:
             spool.append(took)
             self._deferred.append(entry)

@@ -22,8 +22,18 @@ except ImportError:  # built without a compiler
 
 AVAILABLE = _otlpjson is not None
 
-STRING_COLUMNS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "service_name", "scope_name",
-                  "status_code", "attributes", "resource")
+STRING_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "service_name",
+    "scope_name",
+    "status_code",
+    "attributes",
+    "resource",
+)
 INT_COLUMNS = ("batch_id", "start_ns", "end_ns")
 
 
@@ -63,9 +73,14 @@ def _table(decoded, batch_ids: list[int]):
     left = [b for b, n in zip(batch_ids, spans) if n < 0]
     if not rows:
         return None, taken, left, repeated
-    cols = {name: pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(data)])
-            for name, data in zip(INT_COLUMNS, ints)}
+    cols = {
+        name: pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(data)])
+        for name, data in zip(INT_COLUMNS, ints)
+    }
     for name, (offsets, data, valid) in zip(STRING_COLUMNS, strings):
-        cols[name] = pa.Array.from_buffers(pa.large_string(), rows, [
-            None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
+        cols[name] = pa.Array.from_buffers(
+            pa.large_string(),
+            rows,
+            [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)],
+        )
     return pa.table(cols), taken, left, repeated

@@ -82,8 +82,11 @@ def _event(e) -> dict | None:
     except (KeyError, TypeError, ValueError, AttributeError):
         attrs = {}
     name = e.get("name")
-    return {"name": name if isinstance(name, str) else None, "time_unix_nano": _event_ns(e.get("timeUnixNano")),
-            "attributes": attrs}
+    return {
+        "name": name if isinstance(name, str) else None,
+        "time_unix_nano": _event_ns(e.get("timeUnixNano")),
+        "attributes": attrs,
+    }
 
 
 def _with_events(attrs: dict, events) -> dict:
@@ -132,10 +135,20 @@ def decode(doc) -> SpanBatch:
                 scope = (ss.get("scope") or _EMPTY).get("name")
                 for s in _objects(ss.get("spans", ()), "spans"):
                     status = (s.get("status") or _EMPTY).get("code")
-                    batch.append(s.get("traceId"), s.get("spanId"), s.get("parentSpanId"), s.get("name"),
-                                 s.get("kind"), s.get("startTimeUnixNano"), s.get("endTimeUnixNano"), service,
-                                 scope, status, dumps(_with_events(attributes(s.get("attributes", ())),
-                                                                   s.get("events"))), res_json)
+                    batch.append(
+                        s.get("traceId"),
+                        s.get("spanId"),
+                        s.get("parentSpanId"),
+                        s.get("name"),
+                        s.get("kind"),
+                        s.get("startTimeUnixNano"),
+                        s.get("endTimeUnixNano"),
+                        service,
+                        scope,
+                        status,
+                        dumps(_with_events(attributes(s.get("attributes", ())), s.get("events"))),
+                        res_json,
+                    )
     except BadBatch:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:

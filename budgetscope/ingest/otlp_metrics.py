@@ -73,10 +73,18 @@ class PointRows:
     def to_arrow(self, batch_id: int):
         import pyarrow as pa
 
-        return pa.table({"ts_ns": pa.array(self.ts_ns, pa.int64()), "host_name": pa.array(self.host_name, pa.string()),
-                         "gpu_uuid": pa.array(self.gpu_uuid, pa.string()), "gpu_index": pa.array(self.gpu_index, pa.int32()),
-                         "metric": pa.array(self.metric, pa.string()), "value": pa.array(self.value, pa.float64()),
-                         "unit": pa.array(self.unit, pa.string()), "batch_id": pa.array([batch_id] * len(self), pa.int64())})
+        return pa.table(
+            {
+                "ts_ns": pa.array(self.ts_ns, pa.int64()),
+                "host_name": pa.array(self.host_name, pa.string()),
+                "gpu_uuid": pa.array(self.gpu_uuid, pa.string()),
+                "gpu_index": pa.array(self.gpu_index, pa.int32()),
+                "metric": pa.array(self.metric, pa.string()),
+                "value": pa.array(self.value, pa.float64()),
+                "unit": pa.array(self.unit, pa.string()),
+                "batch_id": pa.array([batch_id] * len(self), pa.int64()),
+            }
+        )
 
 
 def _gpu(point: dict, resource: dict) -> tuple:
@@ -176,7 +184,9 @@ def decode_proto(payload: bytes) -> PointRows:
                         continue
                     kind = dp.WhichOneof("value")
                     value = None if kind is None else float(getattr(dp, kind))
-                    rows.add(f"metric {m.name!r} point {i}", dp.time_unix_nano, host, uuid, index, m.name, value, m.unit)
+                    rows.add(
+                        f"metric {m.name!r} point {i}", dp.time_unix_nano, host, uuid, index, m.name, value, m.unit
+                    )
     return rows
 
 
@@ -223,5 +233,9 @@ def is_metrics_proto(payload: bytes) -> bool:
         msg = _parse_proto(payload)
     except BadBatch:
         return False
-    return any(m.name and m.WhichOneof("data") in ("gauge", "sum")
-               for rm in msg.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
+    return any(
+        m.name and m.WhichOneof("data") in ("gauge", "sum")
+        for rm in msg.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    )

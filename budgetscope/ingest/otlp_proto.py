@@ -9,8 +9,8 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from budgetscope.ingest.otlp_json import double
-from budgetscope.schema import EVENTS_KEY
 from budgetscope.ingest.spanbatch import BadBatch, SpanBatch
+from budgetscope.schema import EVENTS_KEY
 
 
 def _any(v):
@@ -36,8 +36,10 @@ def _span_attrs(s) -> dict:
     """A span's attributes, with its events (if any) under `EVENTS_KEY`, as the OTLP/JSON decoder keeps them."""
     attrs = _attrs(s.attributes)
     if s.events:
-        attrs[EVENTS_KEY] = [{"name": e.name or None, "time_unix_nano": e.time_unix_nano,
-                              "attributes": _attrs(e.attributes)} for e in s.events]
+        attrs[EVENTS_KEY] = [
+            {"name": e.name or None, "time_unix_nano": e.time_unix_nano, "attributes": _attrs(e.attributes)}
+            for e in s.events
+        ]
     return attrs
 
 
@@ -70,9 +72,20 @@ def decode(payload: bytes) -> SpanBatch:
         for ss in rs.scope_spans:
             scope = ss.scope.name or None
             for s in ss.spans:
-                batch.append(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex() or None, s.name, s.kind,
-                             s.start_time_unix_nano, s.end_time_unix_nano, service, scope, s.status.code,
-                             orjson.dumps(_span_attrs(s)), res_json)
+                batch.append(
+                    s.trace_id.hex(),
+                    s.span_id.hex(),
+                    s.parent_span_id.hex() or None,
+                    s.name,
+                    s.kind,
+                    s.start_time_unix_nano,
+                    s.end_time_unix_nano,
+                    service,
+                    scope,
+                    s.status.code,
+                    orjson.dumps(_span_attrs(s)),
+                    res_json,
+                )
     return batch
 
 
@@ -88,7 +101,7 @@ def split_messages(data: bytes) -> list[bytes]:
         (size,) = struct.unpack_from(">I", data, pos)
         if size == 0 or pos + 4 + size > len(data):
             break
-        out.append(data[pos + 4: pos + 4 + size])
+        out.append(data[pos + 4 : pos + 4 + size])
         pos += 4 + size
     if out and pos == len(data):
         return out

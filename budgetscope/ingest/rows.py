@@ -7,7 +7,7 @@ without building Arrow arrays (whose first use imports pandas: 0.3 s).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def insert_rows(con, table: str, rows: Sequence[Sequence], width: int) -> None:

@@ -6,8 +6,18 @@ Decoders only extract; `budgetscope.ingest.staging` validates every span the sam
 from __future__ import annotations
 
 COLUMNS = (
-    "trace_id", "span_id", "parent_span_id", "name", "kind", "start_raw", "end_raw", "service_name",
-    "scope_name", "status_raw", "attributes", "resource",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_raw",
+    "end_raw",
+    "service_name",
+    "scope_name",
+    "status_raw",
+    "attributes",
+    "resource",
 )
 
 
@@ -27,8 +37,21 @@ class SpanBatch:
     def __len__(self) -> int:
         return len(self.trace_id)
 
-    def append(self, trace_id, span_id, parent, name, kind, start, end, service, scope, status,
-               attributes: bytes, resource: bytes) -> None:
+    def append(
+        self,
+        trace_id,
+        span_id,
+        parent,
+        name,
+        kind,
+        start,
+        end,
+        service,
+        scope,
+        status,
+        attributes: bytes,
+        resource: bytes,
+    ) -> None:
         self.trace_id.append(trace_id)
         self.span_id.append(span_id)
         self.parent_span_id.append(parent)
@@ -49,6 +72,9 @@ class SpanBatch:
         cols = {"batch_id": pa.array([batch_id] * len(self), type=pa.int64())}
         for c in COLUMNS:
             v = getattr(self, c)
-            cols[c] = (pa.array(v, type=pa.binary()).cast(pa.string()) if c in ("attributes", "resource")
-                       else pa.array(v, type=pa.string()))
+            cols[c] = (
+                pa.array(v, type=pa.binary()).cast(pa.string())
+                if c in ("attributes", "resource")
+                else pa.array(v, type=pa.string())
+            )
         return pa.table(cols)

@@ -66,8 +66,10 @@ FROM (SELECT * REPLACE (coalesce(name, '') AS name), bs_id16(trace_id) AS tid, b
 
 ERRORS = "SELECT batch_id, arg_min(err, rowid) FROM staged WHERE err IS NOT NULL GROUP BY batch_id"
 
-_COLS = ("trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, status_code, "
-         "attributes, resource, source, batch_id")
+_COLS = (
+    "trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, status_code, "
+    "attributes, resource, source, batch_id"
+)
 
 # Spans of good batches that are new to the archive. A chunk rarely repeats a span within itself; when it
 # does, the first copy (lowest batch id) wins.
@@ -76,7 +78,6 @@ INSERT INTO spans SELECT {_COLS} FROM (
   SELECT * FROM staged WHERE err IS NULL AND batch_id NOT IN (SELECT batch_id FROM rejected)
   QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY batch_id) = 1) n
 WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = n.trace_id AND s.span_id = n.span_id)"""
-
 
 
 def setup(con) -> None:

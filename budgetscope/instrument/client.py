@@ -90,8 +90,15 @@ class ClientTracer:
     `record` a no-op.
     """
 
-    def __init__(self, service_name: str = "budgetscope-loadgen", exporter: Any = None, enabled: bool = True,
-                 *, max_queued_requests: int = 65536, schedule_delay_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        service_name: str = "budgetscope-loadgen",
+        exporter: Any = None,
+        enabled: bool = True,
+        *,
+        max_queued_requests: int = 65536,
+        schedule_delay_s: float = 1.0,
+    ) -> None:
         self.service_name = os.environ.get("OTEL_SERVICE_NAME") or service_name
         self._worker = None
         span_exporter = resolve_exporter(exporter) if enabled else None
@@ -100,8 +107,13 @@ class ClientTracer:
             from budgetscope.instrument.instrumentation import _resource
 
             builder = ClientSpanBuilder(_resource(self.service_name))
-            self._worker = ExportWorker(builder.build, span_exporter, schedule_delay_s=schedule_delay_s,
-                                        max_batch_spans=512, max_queued_records=max_queued_requests)
+            self._worker = ExportWorker(
+                builder.build,
+                span_exporter,
+                schedule_delay_s=schedule_delay_s,
+                max_batch_spans=512,
+                max_queued_records=max_queued_requests,
+            )
             process_exit.register(self)  # flushed at exit and on SIGTERM
 
     @property
@@ -149,18 +161,30 @@ class ClientSpanBuilder:
         if rec.error_type is not None or (rec.status_code is not None and rec.status_code >= 400):
             status = Status(StatusCode.ERROR, rec.error_type or f"HTTP {rec.status_code}")
         context = SpanContext(rec.trace_id, rec.span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-        return [ReadableSpan(
-            name=request_span_name(rec.operation, rec.model, SPAN_CLIENT_REQUEST), context=context, parent=None, resource=self.resource,
-            attributes=client_attributes(rec), kind=SpanKind.CLIENT, status=status,
-            start_time=rec.start_ns, end_time=max(rec.end_ns, rec.start_ns), instrumentation_scope=self.scope,
-        )]
+        return [
+            ReadableSpan(
+                name=request_span_name(rec.operation, rec.model, SPAN_CLIENT_REQUEST),
+                context=context,
+                parent=None,
+                resource=self.resource,
+                attributes=client_attributes(rec),
+                kind=SpanKind.CLIENT,
+                status=status,
+                start_time=rec.start_ns,
+                end_time=max(rec.end_ns, rec.start_ns),
+                instrumentation_scope=self.scope,
+            )
+        ]
 
 
 def client_attributes(rec: ClientRequest) -> dict[str, Any]:
     """The attributes of a client span (docs/design.md, "The span contract"), with the GenAI and HTTP client
     conventions' `gen_ai.provider.name`, `gen_ai.operation.name`, `server.address` and `server.port`."""
-    attrs: dict[str, Any] = {GEN_AI_PROVIDER_NAME: CLIENT_PROVIDER, HTTP_REQUEST_METHOD: "POST",
-                             CLIENT_SCHEDULED_UNIX_NANO: rec.scheduled_ns}
+    attrs: dict[str, Any] = {
+        GEN_AI_PROVIDER_NAME: CLIENT_PROVIDER,
+        HTTP_REQUEST_METHOD: "POST",
+        CLIENT_SCHEDULED_UNIX_NANO: rec.scheduled_ns,
+    }
     if rec.operation is not None:
         attrs[GEN_AI_OPERATION_NAME] = rec.operation
     if rec.first_token_ns is not None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from budgetscope.instrument.attributes import MARKABLE_STAGES
 
@@ -21,10 +22,10 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_current: ContextVar["RequestTrace | None"] = ContextVar("budgetscope_current_request", default=None)
+_current: ContextVar[RequestTrace | None] = ContextVar("budgetscope_current_request", default=None)
 
 
-def current_request() -> "RequestTrace | None":
+def current_request() -> RequestTrace | None:
     """The request made current in this context by `start_request()` or `with req:`, or None."""
     return _current.get()
 
@@ -43,13 +44,13 @@ class stage:  # noqa: N801 - used as a decorator, named like one
 
     __slots__ = ("name", "request")
 
-    def __init__(self, name: str, request: "RequestTrace | None" = None) -> None:
+    def __init__(self, name: str, request: RequestTrace | None = None) -> None:
         if name not in MARKABLE_STAGES:
             raise unknown_stage_error(name)
         self.name = name
         self.request = request
 
-    def __enter__(self) -> "RequestTrace | None":
+    def __enter__(self) -> RequestTrace | None:
         req = self.request if self.request is not None else _current.get()
         if req is not None:
             req.mark(self.name)

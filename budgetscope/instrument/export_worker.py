@@ -18,7 +18,8 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _log = logging.getLogger(__name__)
 _SPANS_PER_RECORD = 7  # a typical request: root + 6 stage spans; sizes the early wake-up only

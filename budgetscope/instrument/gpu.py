@@ -26,8 +26,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger("budgetscope.gpu")
 
@@ -43,8 +44,18 @@ SM_CLOCK = "budgetscope.gpu.clock.sm"  # Hz
 MEMORY_CLOCK = "budgetscope.gpu.clock.memory"  # Hz
 PEAK_BANDWIDTH = "budgetscope.gpu.memory.peak_bandwidth"  # By/s: max memory clock × 2 (DDR) × bus width / 8
 
-UNITS = {HBM_USED: "By", HBM_LIMIT: "By", GPU_UTILIZATION: "1", POWER: "W", MEMORY_ACTIVITY: "1",
-         DRAM_BANDWIDTH: "1", SM_OCCUPANCY: "1", SM_CLOCK: "Hz", MEMORY_CLOCK: "Hz", PEAK_BANDWIDTH: "By/s"}
+UNITS = {
+    HBM_USED: "By",
+    HBM_LIMIT: "By",
+    GPU_UTILIZATION: "1",
+    POWER: "W",
+    MEMORY_ACTIVITY: "1",
+    DRAM_BANDWIDTH: "1",
+    SM_OCCUPANCY: "1",
+    SM_CLOCK: "Hz",
+    MEMORY_CLOCK: "Hz",
+    PEAK_BANDWIDTH: "By/s",
+}
 
 SCOPE = "budgetscope.gpu"
 DEFAULT_EVERY_S = 0.1
@@ -108,8 +119,9 @@ def _import_nvml():
     try:
         import pynvml
     except ImportError:
-        raise GpuUnavailable(f"GPU sampling unavailable: nvidia-ml-py is not installed ({INSTALL_HINT}); "
-                             "no GPU figures are recorded") from None
+        raise GpuUnavailable(
+            f"GPU sampling unavailable: nvidia-ml-py is not installed ({INSTALL_HINT}); no GPU figures are recorded"
+        ) from None
     return pynvml
 
 
@@ -134,8 +146,9 @@ class Nvml:
         try:
             nv.nvmlInit()
         except Exception as e:  # NVMLError and its subclasses; anything else from a broken install too
-            raise GpuUnavailable(f"GPU sampling unavailable: NVML cannot start ({_why(nv, e)}); "
-                                 "no GPU figures are recorded") from None
+            raise GpuUnavailable(
+                f"GPU sampling unavailable: NVML cannot start ({_why(nv, e)}); no GPU figures are recorded"
+            ) from None
         self.gpus: list[Gpu] = []
         self.notes: list[str] = []
         try:
@@ -164,8 +177,10 @@ class Nvml:
             self.notes.append(f"GPU {i}: peak bandwidth unknown (memory clock or bus width: {_why(nv, e)})")
         if g.is_mig:
             # NVML gives no whole-GPU utilization under MIG, and GPM would need a sample per GPU instance.
-            self.notes.append(f"GPU {i} ({g.name}) is in MIG mode: utilization, memory activity, DRAM bandwidth "
-                              "and SM occupancy are unknown (NVML reports them per MIG instance, not per GPU)")
+            self.notes.append(
+                f"GPU {i} ({g.name}) is in MIG mode: utilization, memory activity, DRAM bandwidth "
+                "and SM occupancy are unknown (NVML reports them per MIG instance, not per GPU)"
+            )
             g.broken |= {GPU_UTILIZATION, MEMORY_ACTIVITY}
             return g
         try:
@@ -175,8 +190,10 @@ class Nvml:
         if g.has_gpm:
             g.gpm_prev = nv.nvmlGpmSampleGet(h, nv.nvmlGpmSampleAlloc())
         else:
-            self.notes.append(f"GPU {i} ({g.name}): no GPM (needs Hopper or newer and a recent driver): DRAM "
-                              "bandwidth and SM occupancy are unknown; memory activity is busy time, not bandwidth")
+            self.notes.append(
+                f"GPU {i} ({g.name}): no GPM (needs Hopper or newer and a recent driver): DRAM "
+                "bandwidth and SM occupancy are unknown; memory activity is busy time, not bandwidth"
+            )
         return g
 
     def close(self) -> None:
@@ -227,15 +244,19 @@ class Nvml:
                 out.append(Point(ts, MEMORY_ACTIVITY, u.memory / 100, g.uuid, g.index))
         put(SM_CLOCK, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM) * 1e6)
         put(MEMORY_CLOCK, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM) * 1e6)
-        if POWER not in g.broken and (not self.power_every_ns or g.energy_prev is None
-                                      or now_ns() - g.energy_prev[0] >= self.power_every_ns):
+        if POWER not in g.broken and (
+            not self.power_every_ns or g.energy_prev is None or now_ns() - g.energy_prev[0] >= self.power_every_ns
+        ):
             try:
                 e1, t1 = nv.nvmlDeviceGetTotalEnergyConsumption(h), now_ns()
             except Exception as e:  # noqa: BLE001 - pre-Volta GPUs have no energy counter
                 g.broken.add(POWER)
                 log.info("GPU %d: power unknown (no energy counter: %s)", g.index, _why(nv, e))
             else:
-                if g.energy_prev is not None and (w := power_watts(g.energy_prev[1], g.energy_prev[0], e1, t1)) is not None:
+                if (
+                    g.energy_prev is not None
+                    and (w := power_watts(g.energy_prev[1], g.energy_prev[0], e1, t1)) is not None
+                ):
                     out.append(Point(t1, POWER, w, g.uuid, g.index))
                 g.energy_prev = (t1, e1)
         if g.peak_bandwidth is not None:
@@ -294,14 +315,35 @@ def service_name() -> str:
 
 def otlp_json(points: list[Point], host_name: str) -> dict:
     """One OTLP/JSON `ExportMetricsServiceRequest`: a gauge per metric, a data point per reading."""
+
     def kv(k, v):
         return {"key": k, "value": {"intValue": str(v)} if isinstance(v, int) else {"stringValue": v}}
 
-    metrics = [{"name": m, "unit": UNITS[m], "gauge": {"dataPoints": [
-        {"timeUnixNano": str(p.ts_ns), "asDouble": p.value, "attributes": [kv(k, v) for k, v in _point_attrs(p).items()]}
-        for p in ps]}} for m, ps in _group(points).items()]
-    return {"resourceMetrics": [{"resource": {"attributes": [kv("host.name", host_name), kv("service.name", service_name())]},
-                                 "scopeMetrics": [{"scope": {"name": SCOPE}, "metrics": metrics}]}]}
+    metrics = [
+        {
+            "name": m,
+            "unit": UNITS[m],
+            "gauge": {
+                "dataPoints": [
+                    {
+                        "timeUnixNano": str(p.ts_ns),
+                        "asDouble": p.value,
+                        "attributes": [kv(k, v) for k, v in _point_attrs(p).items()],
+                    }
+                    for p in ps
+                ]
+            },
+        }
+        for m, ps in _group(points).items()
+    ]
+    return {
+        "resourceMetrics": [
+            {
+                "resource": {"attributes": [kv("host.name", host_name), kv("service.name", service_name())]},
+                "scopeMetrics": [{"scope": {"name": SCOPE}, "metrics": metrics}],
+            }
+        ]
+    }
 
 
 class JsonLinesSink:
@@ -333,15 +375,30 @@ class OtlpSink:
 
     def export(self, points: list[Point], host_name: str) -> Any:
         """Send the points; returns the exporter's result (FAILURE when the collector did not take them)."""
-        from opentelemetry.sdk.metrics.export import (Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics,
-                                                      ScopeMetrics)
+        from opentelemetry.sdk.metrics.export import (
+            Gauge,
+            Metric,
+            MetricsData,
+            NumberDataPoint,
+            ResourceMetrics,
+            ScopeMetrics,
+        )
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-        metrics = [Metric(m, None, UNITS[m], Gauge([NumberDataPoint(_point_attrs(p), 0, p.ts_ns, p.value) for p in ps]))
-                   for m, ps in _group(points).items()]
-        data = MetricsData([ResourceMetrics(Resource({"host.name": host_name, "service.name": service_name()}),
-                                            [ScopeMetrics(InstrumentationScope(SCOPE), metrics, "")], "")])
+        metrics = [
+            Metric(m, None, UNITS[m], Gauge([NumberDataPoint(_point_attrs(p), 0, p.ts_ns, p.value) for p in ps]))
+            for m, ps in _group(points).items()
+        ]
+        data = MetricsData(
+            [
+                ResourceMetrics(
+                    Resource({"host.name": host_name, "service.name": service_name()}),
+                    [ScopeMetrics(InstrumentationScope(SCOPE), metrics, "")],
+                    "",
+                )
+            ]
+        )
         return self._exporter.export(data)
 
     def close(self) -> None:
@@ -365,9 +422,15 @@ class GpuSampler:
     `nvml`: a pynvml-like module (tests pass a fake); default the real `pynvml`.
     """
 
-    def __init__(self, every_s: float = DEFAULT_EVERY_S, sink: Any = "otlp", nvml: Any = None,
-                 host_name: str | None = None, flush_every_s: float = FLUSH_EVERY_S,
-                 power_every_s: float = POWER_EVERY_S):
+    def __init__(
+        self,
+        every_s: float = DEFAULT_EVERY_S,
+        sink: Any = "otlp",
+        nvml: Any = None,
+        host_name: str | None = None,
+        flush_every_s: float = FLUSH_EVERY_S,
+        power_every_s: float = POWER_EVERY_S,
+    ):
         if not every_s > 0:
             raise ValueError(f"every_s must be > 0, got {every_s}")
         self.every_s = every_s
@@ -438,7 +501,9 @@ class GpuSampler:
         """The loop (blocking): tick on a fixed schedule (no drift), flush every `flush_every_s`."""
         if self.nvml is None and not self.open():
             return
-        sink = getattr(self, "_sink", None) or (make_sink(self.sink_spec) if isinstance(self.sink_spec, str) else self.sink_spec)
+        sink = getattr(self, "_sink", None) or (
+            make_sink(self.sink_spec) if isinstance(self.sink_spec, str) else self.sink_spec
+        )
         self._sink = sink
         buf: list[Point] = []
         t0 = time.perf_counter()
@@ -489,9 +554,12 @@ class GpuSampler:
         ctx = mp.get_context("spawn")  # NVML state does not survive fork
         self._process_stop = ctx.Event()
         ready = ctx.Queue()
-        self._process = ctx.Process(target=_child, name="budgetscope-gpu-sampler", daemon=True,
-                                    args=(self.every_s, self.sink_spec, self.host_name, self.flush_every_s,
-                                          self._process_stop, ready))
+        self._process = ctx.Process(
+            target=_child,
+            name="budgetscope-gpu-sampler",
+            daemon=True,
+            args=(self.every_s, self.sink_spec, self.host_name, self.flush_every_s, self._process_stop, ready),
+        )
         self._process.start()
         ok, self.unavailable = ready.get(timeout=60)
         if not ok:
@@ -510,5 +578,13 @@ def _child(every_s, sink_spec, host_name, flush_every_s, stop, ready) -> None:
     s.run()
 
 
-__all__ = ["GpuSampler", "GpuUnavailable", "Nvml", "Point", "peak_bandwidth_bytes_per_s", "power_watts",
-           "otlp_json", "UNITS"]
+__all__ = [
+    "GpuSampler",
+    "GpuUnavailable",
+    "Nvml",
+    "Point",
+    "peak_bandwidth_bytes_per_s",
+    "power_watts",
+    "otlp_json",
+    "UNITS",
+]

@@ -64,8 +64,10 @@ def to_otlp_json(message: Any) -> dict:
 
 def _hex_ids(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: (base64.b64decode(v).hex() if k in _ID_KEYS and isinstance(v, str) else _hex_ids(v))
-                for k, v in node.items()}
+        return {
+            k: (base64.b64decode(v).hex() if k in _ID_KEYS and isinstance(v, str) else _hex_ids(v))
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_hex_ids(v) for v in node]
     return node

@@ -52,7 +52,8 @@ class Instrumentation:
 
             builder = SpanBuilder(_resource(self.service_name), provider_name)
             self._worker = ExportWorker(
-                builder.build, span_exporter,
+                builder.build,
+                span_exporter,
                 schedule_delay_s=_env_int("OTEL_BSP_SCHEDULE_DELAY", 1000) / 1000,
                 max_batch_spans=_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512),
                 max_queued_records=max_queued_requests,
@@ -92,8 +93,13 @@ class Instrumentation:
         parent = parse_traceparent(traceparent) if traceparent else None
         sampled = parent is None or bool(parent.flags & SAMPLED)
         req = RequestTrace(
-            self._submit if sampled else None, model=model, tier=tier, tenant=tenant, parent=parent,
-            request_id=request_id, operation=operation,
+            self._submit if sampled else None,
+            model=model,
+            tier=tier,
+            tenant=tenant,
+            parent=parent,
+            request_id=request_id,
+            operation=operation,
         )
         _current.set(req)
         return req
@@ -125,8 +131,17 @@ class Instrumentation:
         start_ns, end_ns = as_unix_span(start_ns, end_ns)
         self._submit(
             EngineStep(
-                start_ns, end_ns, batch_size, prefill_tokens, decode_seqs,
-                kv_blocks_used, kv_blocks_total, queue_depth, preempted, max_seqs, token_budget,
+                start_ns,
+                end_ns,
+                batch_size,
+                prefill_tokens,
+                decode_seqs,
+                kv_blocks_used,
+                kv_blocks_total,
+                queue_depth,
+                preempted,
+                max_seqs,
+                token_budget,
             )
         )
 

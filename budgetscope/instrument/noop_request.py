@@ -65,7 +65,7 @@ class NoopRequestTrace:
     def stage(self, name: str) -> _NoopStage:
         return _NOOP_STAGE
 
-    def __enter__(self) -> "NoopRequestTrace":
+    def __enter__(self) -> NoopRequestTrace:
         return self
 
     def __exit__(self, *exc_info: object) -> bool:

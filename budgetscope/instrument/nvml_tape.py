@@ -18,8 +18,9 @@ import ctypes
 import json
 import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 _HANDLE = {"handle": True}
 
@@ -59,8 +60,9 @@ class NvmlTape:
 
     # -- recording ---------------------------------------------------------------------------------------------
     @classmethod
-    def record(cls, nv, ticks: int = 20, every_s: float = 0.1, about: dict | None = None,
-               power_every_s: float = 0.0) -> "NvmlTape":
+    def record(
+        cls, nv, ticks: int = 20, every_s: float = 0.1, about: dict | None = None, power_every_s: float = 0.0
+    ) -> NvmlTape:
         """Open NVML through a recorder, read every GPU `ticks` times, every `every_s`; keep calls and points.
         `power_every_s` 0: the energy counter too on every tick (the tape then holds every call)."""
         from budgetscope.instrument.gpu import Nvml
@@ -72,8 +74,15 @@ class NvmlTape:
             for k in range(ticks):
                 for g in nvml.gpus:
                     for p in nvml.read(g, now_ns=tape._tick_clock):
-                        tape.points.append({"ts_ns": p.ts_ns, "metric": p.metric, "value": p.value,
-                                            "gpu_uuid": p.gpu_uuid, "gpu_index": p.gpu_index})
+                        tape.points.append(
+                            {
+                                "ts_ns": p.ts_ns,
+                                "metric": p.metric,
+                                "value": p.value,
+                                "gpu_uuid": p.gpu_uuid,
+                                "gpu_index": p.gpu_index,
+                            }
+                        )
                 if k + 1 < ticks:
                     time.sleep(every_s)
         finally:
@@ -92,14 +101,19 @@ class NvmlTape:
 
     # -- files -------------------------------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        doc = {"about": self.about, "constants": self.constants, "calls": self.calls, "clock_ns": self.clock_ns,
-               "points": self.points}
+        doc = {
+            "about": self.about,
+            "constants": self.constants,
+            "calls": self.calls,
+            "clock_ns": self.clock_ns,
+            "points": self.points,
+        }
         with open(path, "w") as f:
             json.dump(doc, f, indent=None, separators=(",", ":"))
             f.write("\n")
 
     @classmethod
-    def load(cls, path: str) -> "NvmlTape":
+    def load(cls, path: str) -> NvmlTape:
         with open(path) as f:
             doc = json.load(f)
         return cls(doc["calls"], doc["constants"], doc["clock_ns"], doc["points"], doc.get("about", {}))
@@ -132,14 +146,26 @@ class _Recorder:
             try:
                 result = value(*args, **kwargs)
             except Exception as e:
-                tape.calls.append({"fn": name, "error": getattr(e, "value", -1), "message": str(e),
-                                   "us": (time.perf_counter_ns() - t0) // 1000})
+                tape.calls.append(
+                    {
+                        "fn": name,
+                        "error": getattr(e, "value", -1),
+                        "message": str(e),
+                        "us": (time.perf_counter_ns() - t0) // 1000,
+                    }
+                )
                 raise
             us = (time.perf_counter_ns() - t0) // 1000
             if name == "nvmlGpmMetricsGet":  # the answer is the struct it filled
                 mg = args[0]
-                entry = {"fn": name, "result": [{"metricId": m.metricId, "value": m.value, "nvmlReturn": m.nvmlReturn}
-                                                for m in list(mg.metrics)[: mg.numMetrics]], "us": us}
+                entry = {
+                    "fn": name,
+                    "result": [
+                        {"metricId": m.metricId, "value": m.value, "nvmlReturn": m.nvmlReturn}
+                        for m in list(mg.metrics)[: mg.numMetrics]
+                    ],
+                    "us": us,
+                }
             else:
                 entry = {"fn": name, "result": _plain(result), "us": us}
             tape.calls.append(entry)
@@ -163,8 +189,13 @@ class _Replayer:
 
     @staticmethod
     def c_nvmlGpmMetricsGet_t():
-        return types.SimpleNamespace(version=0, numMetrics=0, sample1=None, sample2=None, metrics=[
-            types.SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(210)])
+        return types.SimpleNamespace(
+            version=0,
+            numMetrics=0,
+            sample1=None,
+            sample2=None,
+            metrics=[types.SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(210)],
+        )
 
     def __getattr__(self, name: str):
         if not name.startswith("nvml"):

@@ -40,7 +40,7 @@ TIMEOUT_ENV = "BUDGETSCOPE_FLUSH_TIMEOUT_MS"
 DEFAULT_TIMEOUT_MS = 5000
 
 _log = logging.getLogger(__name__)
-_live: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_live: weakref.WeakSet[Any] = weakref.WeakSet()
 _lock = threading.Lock()
 _state = {"atexit": False, "previous": None, "terminating": False}
 
@@ -126,5 +126,11 @@ def _flush_all(*, stop: bool, why: str) -> None:
             _log.exception("budgetscope: flushing %s on %s failed", type(owner).__name__, why)
             continue
         if lost:
-            _log.warning("budgetscope: on %s, %s gave up after %.3g s (%s): %s",
-                         why, type(owner).__name__, bound, TIMEOUT_ENV, lost)
+            _log.warning(
+                "budgetscope: on %s, %s gave up after %.3g s (%s): %s",
+                why,
+                type(owner).__name__,
+                bound,
+                TIMEOUT_ENV,
+                lost,
+            )

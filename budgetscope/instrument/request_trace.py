@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from budgetscope.instrument.attributes import (
     DEFAULT_OPERATION,
@@ -45,8 +46,22 @@ class RequestTrace:
     """
 
     __slots__ = (
-        "_submit", "_anchor", "_marks", "_tokens", "_stage", "_finished", "_trace_id", "_span_id",
-        "_parent", "_extra", "_ctx_tokens", "model", "tier", "tenant", "operation", "request_id",
+        "_submit",
+        "_anchor",
+        "_marks",
+        "_tokens",
+        "_stage",
+        "_finished",
+        "_trace_id",
+        "_span_id",
+        "_parent",
+        "_extra",
+        "_ctx_tokens",
+        "model",
+        "tier",
+        "tenant",
+        "operation",
+        "request_id",
     )
 
     def __init__(
@@ -158,12 +173,24 @@ class RequestTrace:
             return
         self._submit(
             FinishedRequest(
-                trace_id=self._trace_id, span_id=self._span_id, parent=self._parent, anchor=self._anchor,
-                marks=marks, token_ns=tokens, end_ns=end, model=self.model, tier=self.tier,
-                tenant=self.tenant, operation=self.operation, request_id=self.request_id, outcome=outcome,
+                trace_id=self._trace_id,
+                span_id=self._span_id,
+                parent=self._parent,
+                anchor=self._anchor,
+                marks=marks,
+                token_ns=tokens,
+                end_ns=end,
+                model=self.model,
+                tier=self.tier,
+                tenant=self.tenant,
+                operation=self.operation,
+                request_id=self.request_id,
+                outcome=outcome,
                 input_tokens=input_tokens,
                 output_tokens=len(tokens) if output_tokens is None else output_tokens,
-                cached_tokens=cached_tokens, error_type=error_type, extra=self._extra,
+                cached_tokens=cached_tokens,
+                error_type=error_type,
+                extra=self._extra,
             )
         )
 
@@ -173,7 +200,7 @@ class RequestTrace:
         """`with req.stage("frontend"): ...` marks `name` on entry (it lasts until the next mark)."""
         return stage(name, self)
 
-    def __enter__(self) -> "RequestTrace":
+    def __enter__(self) -> RequestTrace:
         """Make this request current (for `@stage` and `current_request()`) until the block ends."""
         if self._ctx_tokens is None:
             self._ctx_tokens = []
@@ -263,6 +290,4 @@ def _attribute_value(key: str, value: Any) -> Any:
         kinds = {type(v) for v in value}
         if len(kinds) <= 1 and kinds <= {str, bool, int, float}:
             return tuple(value)
-    raise TypeError(
-        f"attribute {key!r}: value must be str, bool, int, float or a list of one of those, got {value!r}"
-    )
+    raise TypeError(f"attribute {key!r}: value must be str, bool, int, float or a list of one of those, got {value!r}")

@@ -49,16 +49,24 @@ class SpanBuilder:
         root_ctx = SpanContext(rec.trace_id, rec.span_id, is_remote=False, trace_flags=_SAMPLED)
         parent = None
         if rec.parent is not None:
-            parent = SpanContext(rec.parent.trace_id, rec.parent.span_id, is_remote=True,
-                                 trace_flags=TraceFlags(rec.parent.flags))
+            parent = SpanContext(
+                rec.parent.trace_id, rec.parent.span_id, is_remote=True, trace_flags=TraceFlags(rec.parent.flags)
+            )
         status = _UNSET
         if rec.outcome in _ERROR_OUTCOMES:
             status = Status(StatusCode.ERROR, rec.error_type or rec.outcome)
         spans = [
             ReadableSpan(
-                name=A.request_span_name(rec.operation, rec.model), context=root_ctx, parent=parent, resource=self.resource,
-                attributes={**self.provider, **_root_attributes(rec, unix0)}, kind=SpanKind.SERVER, status=status,
-                start_time=unix0 + start, end_time=unix0 + end, instrumentation_scope=self.scope,
+                name=A.request_span_name(rec.operation, rec.model),
+                context=root_ctx,
+                parent=parent,
+                resource=self.resource,
+                attributes={**self.provider, **_root_attributes(rec, unix0)},
+                kind=SpanKind.SERVER,
+                status=status,
+                start_time=unix0 + start,
+                end_time=unix0 + end,
+                instrumentation_scope=self.scope,
             )
         ]
         tokens, marks = rec.token_ns, rec.marks
@@ -76,8 +84,13 @@ class SpanBuilder:
                 ReadableSpan(
                     name=_STAGE_NAMES[stage],
                     context=SpanContext(rec.trace_id, new_span_id(), is_remote=False, trace_flags=_SAMPLED),
-                    parent=root_ctx, resource=self.resource, attributes=attrs, kind=SpanKind.INTERNAL,
-                    start_time=unix0 + seg_start, end_time=unix0 + seg_end, instrumentation_scope=self.scope,
+                    parent=root_ctx,
+                    resource=self.resource,
+                    attributes=attrs,
+                    kind=SpanKind.INTERNAL,
+                    start_time=unix0 + seg_start,
+                    end_time=unix0 + seg_end,
+                    instrumentation_scope=self.scope,
                 )
             )
             seg_start = seg_end
@@ -86,9 +99,12 @@ class SpanBuilder:
     def step_span(self, step: EngineStep) -> ReadableSpan:
         """One `engine.step` span (INTERNAL), alone in its own trace."""
         attributes = {
-            A.STEP_BATCH_SIZE: step.batch_size, A.STEP_PREFILL_TOKENS: step.prefill_tokens,
-            A.STEP_DECODE_SEQS: step.decode_seqs, A.STEP_KV_BLOCKS_USED: step.kv_blocks_used,
-            A.STEP_KV_BLOCKS_TOTAL: step.kv_blocks_total, A.STEP_QUEUE_DEPTH: step.queue_depth,
+            A.STEP_BATCH_SIZE: step.batch_size,
+            A.STEP_PREFILL_TOKENS: step.prefill_tokens,
+            A.STEP_DECODE_SEQS: step.decode_seqs,
+            A.STEP_KV_BLOCKS_USED: step.kv_blocks_used,
+            A.STEP_KV_BLOCKS_TOTAL: step.kv_blocks_total,
+            A.STEP_QUEUE_DEPTH: step.queue_depth,
             A.STEP_PREEMPTED: step.preempted,
         }
         if step.max_seqs is not None:
@@ -98,8 +114,12 @@ class SpanBuilder:
         return ReadableSpan(
             name=A.SPAN_ENGINE_STEP,
             context=SpanContext(new_trace_id(), new_span_id(), is_remote=False, trace_flags=_SAMPLED),
-            resource=self.resource, kind=SpanKind.INTERNAL, start_time=step.start_ns, end_time=step.end_ns,
-            instrumentation_scope=self.scope, attributes=attributes,
+            resource=self.resource,
+            kind=SpanKind.INTERNAL,
+            start_time=step.start_ns,
+            end_time=step.end_ns,
+            instrumentation_scope=self.scope,
+            attributes=attributes,
         )
 
 

@@ -14,10 +14,22 @@ Importing this package loads no OpenTelemetry SDK; see docs/loadgen.md.
 from budgetscope._lazy import lazy_exports
 
 _EXPORTS = {
-    "Arrivals": "arrivals", "Distribution": "distributions", "Mix": "distributions", "LoadgenError": "errors",
-    "Plan": "plan", "PlannedRequest": "plan", "build_plan": "plan", "Prompts": "prompts",
-    "RequestRecord": "records", "read_replay": "replay", "FIGURES": "result", "LoadResult": "result",
-    "LoadRunner": "runner", "Target": "target", "SharedPrefix": "workload", "Workload": "workload",
+    "Arrivals": "arrivals",
+    "Distribution": "distributions",
+    "Mix": "distributions",
+    "LoadgenError": "errors",
+    "Plan": "plan",
+    "PlannedRequest": "plan",
+    "build_plan": "plan",
+    "Prompts": "prompts",
+    "RequestRecord": "records",
+    "read_replay": "replay",
+    "FIGURES": "result",
+    "LoadResult": "result",
+    "LoadRunner": "runner",
+    "Target": "target",
+    "SharedPrefix": "workload",
+    "Workload": "workload",
 }
 
 

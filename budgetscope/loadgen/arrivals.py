@@ -47,8 +47,9 @@ class Arrivals:
             raise LoadgenError(f"{kind} takes no parameters; got {spec!r}")
         return cls(kind, rate, 0.0 if kind == "constant" else 1.0)
 
-    def offsets_ns(self, rng: random.Random, *, num_requests: int | None = None,
-                   duration_s: float | None = None) -> list[int]:
+    def offsets_ns(
+        self, rng: random.Random, *, num_requests: int | None = None, duration_s: float | None = None
+    ) -> list[int]:
         """Due times in ns from the start: `num_requests` of them, or all before `duration_s`.
 
         The first request is due at 0; each later one after a gap drawn from the process.

@@ -149,11 +149,17 @@ def apply_dataset(plan: Plan, dataset: Dataset) -> Plan:
         plan.more = lambda k: give(draw(k))
     lengths = "exact lengths" if dataset.exact else "estimated lengths"
     plan.description += f"; prompts from {dataset.path} ({len(dataset.prompts)} records, {lengths})"
-    plan.meta["dataset"] = {"path": dataset.path, "records": len(dataset.prompts), "skipped": dataset.skipped,
-                            "exact_lengths": dataset.exact}
+    plan.meta["dataset"] = {
+        "path": dataset.path,
+        "records": len(dataset.prompts),
+        "skipped": dataset.skipped,
+        "exact_lengths": dataset.exact,
+    }
     plan.meta["prompt_lengths"] = {
         "exact": dataset.exact,
-        "basis": "the dataset's prompts, counted by the target's tokenizer" if dataset.exact else
-                 f"the dataset's prompts, estimated at {CHARS_PER_TOKEN} characters a token (give --tokenizer for "
-                 "exact lengths)"}
+        "basis": "the dataset's prompts, counted by the target's tokenizer"
+        if dataset.exact
+        else f"the dataset's prompts, estimated at {CHARS_PER_TOKEN} characters a token (give --tokenizer for "
+        "exact lengths)",
+    }
     return plan

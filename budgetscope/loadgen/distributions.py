@@ -1,10 +1,10 @@
 """Length distributions and weighted mixes, parsed from short specs.
 
-    Distribution.parse("128")                           # fixed
-    Distribution.parse("uniform:64,512")                # integers, both ends included
-    Distribution.parse("lognormal:median=512,sigma=0.6,max=4096")
-    Distribution.parse("choice:32=0.9,1800=0.1")        # lengths drawn with these weights
-    Mix.parse("interactive=0.7,batch=0.3")              # weights need not sum to 1
+Distribution.parse("128")                           # fixed
+Distribution.parse("uniform:64,512")                # integers, both ends included
+Distribution.parse("lognormal:median=512,sigma=0.6,max=4096")
+Distribution.parse("choice:32=0.9,1800=0.1")        # lengths drawn with these weights
+Mix.parse("interactive=0.7,batch=0.3")              # weights need not sum to 1
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ class Distribution:
             raise LoadgenError(f"uniform needs 1 <= LO <= HI, got {self.a:g},{self.b:g}")
         if self.kind == "lognormal" and (self.a <= 0 or self.b < 0):
             raise LoadgenError(f"lognormal needs median > 0 and sigma >= 0, got {self.a:g},{self.b:g}")
-        if self.kind == "choice" and (not self.choices or any(n < 1 or w < 0 for n, w in self.choices)
-                                      or sum(w for _, w in self.choices) <= 0):
+        if self.kind == "choice" and (
+            not self.choices or any(n < 1 or w < 0 for n, w in self.choices) or sum(w for _, w in self.choices) <= 0
+        ):
             raise LoadgenError("choice needs LEN=W pairs with LEN >= 1, W >= 0 and some W > 0")
         if self.max is not None and self.max < self.min:
             raise LoadgenError(f"max {self.max} is below min {self.min}")
@@ -67,8 +68,13 @@ class Distribution:
                 unknown = set(kv) - {"median", "sigma", "min", "max"}
                 if unknown or "median" not in kv or "sigma" not in kv:
                     raise ValueError
-                return cls("lognormal", kv["median"], kv["sigma"], int(kv.get("min", 1)),
-                           int(kv["max"]) if "max" in kv else None)
+                return cls(
+                    "lognormal",
+                    kv["median"],
+                    kv["sigma"],
+                    int(kv.get("min", 1)),
+                    int(kv["max"]) if "max" in kv else None,
+                )
         except ValueError:
             pass
         raise LoadgenError(f"bad length distribution {spec!r}; valid: {_KINDS}")

@@ -99,7 +99,7 @@ class HttpConnection(asyncio.Protocol):
                 if i < 0:
                     return
                 size = int(bytes(buf[:i]).split(b";", 1)[0], 16)
-                del buf[:i + 2]
+                del buf[: i + 2]
                 self._remaining = size
                 self._state = _CHUNK_DATA if size else _TRAILERS
             elif state == _CHUNK_END:
@@ -116,13 +116,13 @@ class HttpConnection(asyncio.Protocol):
                         raise ValueError("response head over 64 KiB")
                     return
                 head = bytes(buf[:i])
-                del buf[:i + 4]
+                del buf[: i + 4]
                 self._start_body(head, t)
             elif state == _TRAILERS:
                 i = buf.find(b"\r\n")
                 if i < 0:
                     return
-                del buf[:i + 2]
+                del buf[: i + 2]
                 if i == 0:
                     self._finish(t)
             elif state == _LENGTH:

@@ -32,9 +32,20 @@ def request_headers(headers: tuple[str, ...], *, send_deadline: bool, timeout_s:
     return extra
 
 
-def load_plan(workload, *, rate: float | None, arrivals: str, num_requests: int | None, duration_s: float | None,
-              replay: str | None, time_scale: float, concurrency: int | None, seed: int, dataset: str | None,
-              tokenizer=None):
+def load_plan(
+    workload,
+    *,
+    rate: float | None,
+    arrivals: str,
+    num_requests: int | None,
+    duration_s: float | None,
+    replay: str | None,
+    time_scale: float,
+    concurrency: int | None,
+    seed: int,
+    dataset: str | None,
+    tokenizer=None,
+):
     """The plan of `load`: a replayed trace, a closed loop (`concurrency` without `rate`) or an open loop at `rate`
     requests/s, its prompts from `dataset` when one is given."""
     from budgetscope.loadgen import Arrivals, build_plan, read_replay
@@ -52,8 +63,9 @@ def load_plan(workload, *, rate: float | None, arrivals: str, num_requests: int 
             raise LoadgenError("give --rate (requests/s), --concurrency N (closed loop) or --replay FILE")
         if (num_requests is None) == (duration_s is None):
             raise LoadgenError("give exactly one of --requests or --duration")
-        plan = build_plan(Arrivals.parse(arrivals, rate), workload, seed=seed, num_requests=num_requests,
-                          duration_s=duration_s)
+        plan = build_plan(
+            Arrivals.parse(arrivals, rate), workload, seed=seed, num_requests=num_requests, duration_s=duration_s
+        )
     if dataset:
         from budgetscope.loadgen.dataset import apply_dataset, read_dataset
 
@@ -61,8 +73,9 @@ def load_plan(workload, *, rate: float | None, arrivals: str, num_requests: int 
     return plan
 
 
-def closed_plan(workload, concurrency: int, seed: int, num_requests: int | None, duration_s: float | None,
-                arrivals: str):
+def closed_plan(
+    workload, concurrency: int, seed: int, num_requests: int | None, duration_s: float | None, arrivals: str
+):
     """The closed-loop plan of `load --concurrency N` without --rate: --requests and/or --duration end it."""
     from budgetscope.loadgen.plan import build_closed_plan
 
@@ -103,11 +116,14 @@ def plan_lines(plan) -> list[str]:
         size = "drawn as the run goes, until --duration" if plan.more is not None else f"{len(reqs)}"
         lines.append(f"requests {size}, {plan.meta['concurrency']} in flight, seed {plan.seed}")
     else:
-        lines.append(f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), "
-                     f"seed {plan.seed}")
+        lines.append(
+            f"requests {len(reqs)} over {plan.span_s:.2f} s (rate as drawn {plan.rate or 0:.2f}/s), seed {plan.seed}"
+        )
     if reqs:
-        lines.append(f"prompt tokens p50 {prompt[len(prompt) // 2]} max {prompt[-1]}; "
-                     f"output tokens p50 {output[len(output) // 2]} max {output[-1]}")
+        lines.append(
+            f"prompt tokens p50 {prompt[len(prompt) // 2]} max {prompt[-1]}; "
+            f"output tokens p50 {output[len(output) // 2]} max {output[-1]}"
+        )
     lines.append("tiers " + ", ".join(f"{k} {v}" for k, v in tiers.most_common()))
     shared = sum(r.prefix_id >= 0 for r in reqs)
     if shared:

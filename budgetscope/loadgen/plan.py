@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from budgetscope.loadgen.arrivals import Arrivals
 from budgetscope.loadgen.workload import Workload
@@ -66,15 +66,20 @@ class Plan:
         return (len(self.requests) - 1) / span if span > 0 else None
 
 
-def build_plan(arrivals: Arrivals, workload: Workload, *, seed: int = 0, num_requests: int | None = None,
-               duration_s: float | None = None) -> Plan:
+def build_plan(
+    arrivals: Arrivals,
+    workload: Workload,
+    *,
+    seed: int = 0,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+) -> Plan:
     """Draw a synthetic plan: due times from `arrivals`, request shapes from `workload`.
 
     The same seed, arrivals and workload give the same plan (due times, lengths, tiers, prompts).
     Arrivals and shapes use separate random streams, so changing the workload keeps the due times.
     """
-    offsets = arrivals.offsets_ns(random.Random(f"{seed}/arrivals"), num_requests=num_requests,
-                                  duration_s=duration_s)
+    offsets = arrivals.offsets_ns(random.Random(f"{seed}/arrivals"), num_requests=num_requests, duration_s=duration_s)
     rng = random.Random(f"{seed}/workload")
     requests = [_draw(workload, rng, index, offset) for index, offset in enumerate(offsets)]
     return Plan(requests, seed, f"{arrivals}; {workload.describe()}", planned_rate=arrivals.rate)
@@ -97,8 +102,13 @@ def build_closed_plan(workload: Workload, concurrency: int, *, seed: int = 0, nu
         return out
 
     requests = more(num_requests) if num_requests is not None else more(concurrency)
-    return Plan(requests, seed, f"closed loop of {concurrency}; {workload.describe()}",
-                meta={"closed_loop": True, "concurrency": concurrency}, more=None if num_requests is not None else more)
+    return Plan(
+        requests,
+        seed,
+        f"closed loop of {concurrency}; {workload.describe()}",
+        meta={"closed_loop": True, "concurrency": concurrency},
+        more=None if num_requests is not None else more,
+    )
 
 
 def _draw(workload: Workload, rng: random.Random, index: int, offset_ns: int) -> PlannedRequest:
@@ -109,8 +119,13 @@ def _draw(workload: Workload, rng: random.Random, index: int, offset_ns: int) ->
         prefix_id, prefix_tokens = rng.randrange(sp.count), sp.tokens
     own = workload.prompt_tokens.sample(rng)
     return PlannedRequest(
-        index=index, offset_ns=offset_ns, prompt_tokens=prefix_tokens + own,
-        output_tokens=workload.output_tokens.sample(rng), tier=workload.tiers.sample(rng),
-        tenant=workload.tenants.sample(rng), prefix_id=prefix_id, prefix_tokens=prefix_tokens,
+        index=index,
+        offset_ns=offset_ns,
+        prompt_tokens=prefix_tokens + own,
+        output_tokens=workload.output_tokens.sample(rng),
+        tier=workload.tiers.sample(rng),
+        tenant=workload.tenants.sample(rng),
+        prefix_id=prefix_id,
+        prefix_tokens=prefix_tokens,
         seed=rng.getrandbits(63),
     )

@@ -11,24 +11,29 @@ from __future__ import annotations
 
 import random
 
-_WORDS = tuple(dict.fromkeys((
-    "the of and to in is was for on that with as by at from his it an were are which this be has had "
-    "not or have one their but first also after new two its time they who been her other when all would "
-    "there year into more some over only years most can used between than made three many world where "
-    "about state such through city part during later people school being both under while then however "
-    "well known called these them film team four each him national back since united name very early "
-    "number even long day high still life game work war last well five great second before left became "
-    "same best much place including because another against season around three book water music small "
-    "public along family final point house power field light common north south east west river road "
-    "story model order money market system program report light cloud engine token budget queue batch"
-).split()))
+_WORDS = tuple(
+    dict.fromkeys(
+        (
+            "the of and to in is was for on that with as by at from his it an were are which this be has had "
+            "not or have one their but first also after new two its time they who been her other when all would "
+            "there year into more some over only years most can used between than made three many world where "
+            "about state such through city part during later people school being both under while then however "
+            "well known called these them film team four each him national back since united name very early "
+            "number even long day high still life game work war last well five great second before left became "
+            "same best much place including because another against season around three book water music small "
+            "public along family final point house power field light common north south east west river road "
+            "story model order money market system program report light cloud engine token budget queue batch"
+        ).split()
+    )
+)
 
 
 class Prompts:
     """Makes prompt text (or token ids) for planned requests; shared prefixes are made once and reused."""
 
-    def __init__(self, seed: int, token_ids: bool = False, id_range: tuple[int, int] = (32, 127),
-                 tokenizer=None) -> None:
+    def __init__(
+        self, seed: int, token_ids: bool = False, id_range: tuple[int, int] = (32, 127), tokenizer=None
+    ) -> None:
         self.seed = seed
         self.token_ids = token_ids
         self.id_range = id_range
@@ -57,7 +62,9 @@ class Prompts:
             return self._make(rng, unique_tokens)
         prefix = self._prefixes.get(prefix_id)
         if prefix is None:
-            prefix = self._prefixes[prefix_id] = self._make(random.Random(f"{self.seed}/prefix/{prefix_id}"), prefix_tokens)
+            prefix = self._prefixes[prefix_id] = self._make(
+                random.Random(f"{self.seed}/prefix/{prefix_id}"), prefix_tokens
+            )
         if self.token_ids:
             return prefix + self._make(rng, unique_tokens)
         if self.tokenizer is not None:  # the whole prompt counts right, not each part alone

@@ -106,21 +106,36 @@ class RequestRecord:
 
     def to_dict(self, unix0: int) -> dict:
         """A JSON-ready dict: times as Unix-epoch ns (`unix0` + reading), figures in ms (None for NaN)."""
+
         def unix(t):
             return None if t is None else unix0 + t
 
         return {
-            "index": self.index, "trace_id": f"{self.trace_id:032x}", "span_id": f"{self.span_id:016x}",
-            "tier": self.tier, "tenant": self.tenant, "prefix_id": None if self.prefix_id < 0 else self.prefix_id,
-            "prompt_tokens": self.prompt_tokens, "max_tokens": self.max_tokens,
-            "scheduled_unix_nano": unix(self.scheduled_ns), "sent_unix_nano": unix(self.sent_ns),
-            "first_token_unix_nano": unix(self.first_token_ns), "end_unix_nano": unix(self.end_ns),
-            "warmup": self.is_warmup, "status": self.status, "outcome": self.outcome, "error": self.error,
+            "index": self.index,
+            "trace_id": f"{self.trace_id:032x}",
+            "span_id": f"{self.span_id:016x}",
+            "tier": self.tier,
+            "tenant": self.tenant,
+            "prefix_id": None if self.prefix_id < 0 else self.prefix_id,
+            "prompt_tokens": self.prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "scheduled_unix_nano": unix(self.scheduled_ns),
+            "sent_unix_nano": unix(self.sent_ns),
+            "first_token_unix_nano": unix(self.first_token_ns),
+            "end_unix_nano": unix(self.end_ns),
+            "warmup": self.is_warmup,
+            "status": self.status,
+            "outcome": self.outcome,
+            "error": self.error,
             "done": self.is_done,
-            "output_tokens": self.output_tokens, "input_tokens": self.input_tokens,
-            "schedule_lag_ms": _none(self.schedule_lag_ms), "client_ttft_ms": _none(self.ttft_ms),
-            "client_ttft_scheduled_ms": _none(self.ttft_scheduled_ms), "client_e2e_ms": _none(self.e2e_ms),
-            "client_e2e_scheduled_ms": _none(self.e2e_scheduled_ms), "client_tpot_ms": _none(self.tpot_ms),
+            "output_tokens": self.output_tokens,
+            "input_tokens": self.input_tokens,
+            "schedule_lag_ms": _none(self.schedule_lag_ms),
+            "client_ttft_ms": _none(self.ttft_ms),
+            "client_ttft_scheduled_ms": _none(self.ttft_scheduled_ms),
+            "client_e2e_ms": _none(self.e2e_ms),
+            "client_e2e_scheduled_ms": _none(self.e2e_scheduled_ms),
+            "client_tpot_ms": _none(self.tpot_ms),
             "itl_ms": [round(x, 4) for x in self.itl_ms],
         }
 

@@ -23,8 +23,7 @@ from budgetscope.loadgen.plan import Plan, PlannedRequest
 from budgetscope.loadgen.workload import Workload
 
 
-def read_replay(path: str | Path, workload: Workload | None = None, *, seed: int = 0,
-                time_scale: float = 1.0) -> Plan:
+def read_replay(path: str | Path, workload: Workload | None = None, *, seed: int = 0, time_scale: float = 1.0) -> Plan:
     """A plan from a replay file. `time_scale` > 1 replays faster (gaps divided by it).
 
     Missing lengths are drawn from `workload` (default: its defaults). A malformed line raises
@@ -59,8 +58,12 @@ def read_replay(path: str | Path, workload: Workload | None = None, *, seed: int
         req.index = index
         req.offset_ns = round((t - t0) / time_scale * 1e9)
         requests.append(req)
-    return Plan(requests, seed, f"replay of {path.name} ({len(requests)} requests, x{time_scale:g})",
-                meta={"replay": str(path), "time_scale": time_scale})
+    return Plan(
+        requests,
+        seed,
+        f"replay of {path.name} ({len(requests)} requests, x{time_scale:g})",
+        meta={"replay": str(path), "time_scale": time_scale},
+    )
 
 
 def _row(obj, workload: Workload, rng: random.Random) -> tuple[float, PlannedRequest]:
@@ -87,10 +90,16 @@ def _row(obj, workload: Workload, rng: random.Random) -> tuple[float, PlannedReq
         if value is not None and not isinstance(value, str):
             raise ValueError(f"{name} must be a string")
     req = PlannedRequest(
-        index=0, offset_ns=0, prompt_tokens=prompt_tokens + prefix_tokens, output_tokens=output_tokens,
+        index=0,
+        offset_ns=0,
+        prompt_tokens=prompt_tokens + prefix_tokens,
+        output_tokens=output_tokens,
         tier=tier if tier is not None else workload.tiers.sample(rng),
         tenant=tenant if tenant is not None else workload.tenants.sample(rng),
-        prefix_id=prefix_id, prefix_tokens=prefix_tokens, seed=rng.getrandbits(63), prompt=prompt,
+        prefix_id=prefix_id,
+        prefix_tokens=prefix_tokens,
+        seed=rng.getrandbits(63),
+        prompt=prompt,
     )
     return t, req
 

@@ -47,9 +47,19 @@ def describe(values: list[float]) -> dict:
 class LoadResult:
     """What a run produced. `unix0`: add to a record's perf_counter reading to get Unix-epoch ns."""
 
-    def __init__(self, plan: Plan, records: list[RequestRecord], *, unix0: int, started_unix_nano: int,
-                 concurrency: int | None, target_url: str, prompt_lengths: dict | None = None,
-                 warmup_records: list[RequestRecord] | None = None, warmup: str = "none") -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        records: list[RequestRecord],
+        *,
+        unix0: int,
+        started_unix_nano: int,
+        concurrency: int | None,
+        target_url: str,
+        prompt_lengths: dict | None = None,
+        warmup_records: list[RequestRecord] | None = None,
+        warmup: str = "none",
+    ) -> None:
         self.plan = plan
         self.prompt_lengths = prompt_lengths or {"exact": False, "basis": "approximate"}
         """{"exact": whether planned prompt lengths are in the target's tokens, "basis": what they count}."""
@@ -69,9 +79,13 @@ class LoadResult:
         ok = [r for r in self.records if r.is_ok]
         if name == "itl_ms":
             return [gap for r in ok for gap in r.itl_ms]
-        attr = {"client_ttft_ms": "ttft_ms", "client_ttft_scheduled_ms": "ttft_scheduled_ms",
-                "client_tpot_ms": "tpot_ms", "client_e2e_ms": "e2e_ms",
-                "client_e2e_scheduled_ms": "e2e_scheduled_ms"}[name]
+        attr = {
+            "client_ttft_ms": "ttft_ms",
+            "client_ttft_scheduled_ms": "ttft_scheduled_ms",
+            "client_tpot_ms": "tpot_ms",
+            "client_e2e_ms": "e2e_ms",
+            "client_e2e_scheduled_ms": "e2e_scheduled_ms",
+        }[name]
         return [getattr(r, attr) for r in ok]
 
     def summary(self) -> dict:
@@ -97,8 +111,12 @@ class LoadResult:
             "mode": "closed loop" if self.plan.is_closed_loop else "open loop",
             "warmup": {"rule": self.warmup, "requests": len(self.warmup_records)},
             "outcomes": dict(collections.Counter(r.outcome for r in recs).most_common()),
-            "status_codes": {str(k): v for k, v in collections.Counter(
-                r.status if r.status is not None else "none" for r in recs).most_common()},
+            "status_codes": {
+                str(k): v
+                for k, v in collections.Counter(
+                    r.status if r.status is not None else "none" for r in recs
+                ).most_common()
+            },
             "planned_rate_rps": _r(self.plan.planned_rate or self.plan.rate),
             "plan_rate_rps": _r(self.plan.rate),
             "achieved_send_rate_rps": _r((len(sent) - 1) / send_span) if send_span > 0 else None,
@@ -116,11 +134,16 @@ class LoadResult:
         population standard deviation, as numpy's): completed, throughputs, mean/median/std/p90/p99 of each."""
         ok = [r for r in self.records if r.is_ok]
         input_tokens = sum(r.input_tokens or 0 for r in ok)
-        per_s = (lambda x: _r(x / duration_s) if duration_s > 0 else None)
-        out: dict = {"completed": len(ok), "duration": _r(duration_s), "total_input_tokens": input_tokens,
-                     "total_output_tokens": output_tokens, "request_throughput": per_s(len(ok)),
-                     "output_throughput": per_s(output_tokens),
-                     "total_token_throughput": per_s(input_tokens + output_tokens)}
+        per_s = lambda x: _r(x / duration_s) if duration_s > 0 else None
+        out: dict = {
+            "completed": len(ok),
+            "duration": _r(duration_s),
+            "total_input_tokens": input_tokens,
+            "total_output_tokens": output_tokens,
+            "request_throughput": per_s(len(ok)),
+            "output_throughput": per_s(output_tokens),
+            "total_token_throughput": per_s(input_tokens + output_tokens),
+        }
         for short, name in VLLM_BENCH_FIGURES.items():
             xs = sorted(v for v in self.figure(name) if not math.isnan(v))
             mean = sum(xs) / len(xs) if xs else math.nan
@@ -136,9 +159,12 @@ class LoadResult:
         Without the target's tokenizer the planned lengths are approximate: the server's count is the truth."""
         sent = [r for r in self.records if r.sent_ns is not None]
         reported = [r.input_tokens for r in sent if r.input_tokens is not None]
-        return {"exact": bool(self.prompt_lengths.get("exact")), "basis": self.prompt_lengths.get("basis"),
-                "planned": describe([float(r.prompt_tokens) for r in sent]),
-                "server_counted": describe([float(n) for n in reported])}
+        return {
+            "exact": bool(self.prompt_lengths.get("exact")),
+            "basis": self.prompt_lengths.get("basis"),
+            "planned": describe([float(r.prompt_tokens) for r in sent]),
+            "server_counted": describe([float(n) for n in reported]),
+        }
 
     def to_json(self) -> dict:
         """The summary and every request (times in Unix-epoch ns, figures in ms)."""
@@ -166,18 +192,24 @@ class LoadResult:
             f"{'figure (ms)':<26}{'anchor':<19}{'count':>7}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
         ]
         for name, fig in s["figures"].items():
-            lines.append(f"{name:<26}{fig['anchor']:<19}{fig['count']:>7}" + "".join(
-                f"{_f(fig[k]):>10}" for k in ("p50", "p90", "p99", "max")))
+            lines.append(
+                f"{name:<26}{fig['anchor']:<19}{fig['count']:>7}"
+                + "".join(f"{_f(fig[k]):>10}" for k in ("p50", "p90", "p99", "max"))
+            )
         return "\n".join(lines)
 
 
 def _prompt_line(p: dict) -> str:
     planned, counted = p["planned"], p["server_counted"]
-    line = (f"prompts  {'exact' if p['exact'] else 'APPROXIMATE'} lengths ({p['basis']}): planned p50 "
-            f"{_f(planned['p50'])} max {_f(planned['max'])} tokens")
+    line = (
+        f"prompts  {'exact' if p['exact'] else 'APPROXIMATE'} lengths ({p['basis']}): planned p50 "
+        f"{_f(planned['p50'])} max {_f(planned['max'])} tokens"
+    )
     if counted["count"]:
-        line += (f"; the server counted p50 {_f(counted['p50'])} max {_f(counted['max'])} "
-                 f"(usage.prompt_tokens of {counted['count']} requests)")
+        line += (
+            f"; the server counted p50 {_f(counted['p50'])} max {_f(counted['max'])} "
+            f"(usage.prompt_tokens of {counted['count']} requests)"
+        )
     else:
         line += "; the server reported no usage.prompt_tokens"
     return line

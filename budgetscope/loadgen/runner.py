@@ -18,7 +18,7 @@ import asyncio
 import collections
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from budgetscope.instrument.client import ClientRequest, ClientTracer
 from budgetscope.instrument.traceparent import SAMPLED, format_traceparent, new_span_id, new_trace_id
@@ -28,8 +28,7 @@ from budgetscope.loadgen.plan import Plan
 from budgetscope.loadgen.prompts import Prompts
 from budgetscope.loadgen.records import RequestRecord
 from budgetscope.loadgen.result import LoadResult
-from budgetscope.loadgen.server_report import (CLIENT_STREAM, header_attributes,
-                                               timings_attributes)
+from budgetscope.loadgen.server_report import CLIENT_STREAM, header_attributes, timings_attributes
 from budgetscope.loadgen.sse import SSEParser, read_chunk
 from budgetscope.loadgen.target import Target
 from budgetscope.loadgen.warmup import Warmup
@@ -63,12 +62,23 @@ class LoadRunner:
     k-th refusal in a row (at most RETRY_AFTER_CAP_S) before it starts the next one.
     """
 
-    def __init__(self, plan: Plan, target: Target, *, concurrency: int | None = None, connections: int | None = None,
-                 tracer: ClientTracer | None = None, timeout_s: float = 300.0, prompts: Prompts | None = None,
-                 spin_us: int = 0, on_progress: Callable[[LoadRunner], None] | None = None,
-                 sampled: bool = True,
-                 warmup: Warmup | None = None, duration_s: float | None = None,
-                 honour_retry_after: bool = True) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        target: Target,
+        *,
+        concurrency: int | None = None,
+        connections: int | None = None,
+        tracer: ClientTracer | None = None,
+        timeout_s: float = 300.0,
+        prompts: Prompts | None = None,
+        spin_us: int = 0,
+        on_progress: Callable[[LoadRunner], None] | None = None,
+        sampled: bool = True,
+        warmup: Warmup | None = None,
+        duration_s: float | None = None,
+        honour_retry_after: bool = True,
+    ) -> None:
         if plan.is_closed_loop and concurrency is None:
             concurrency = plan.meta["concurrency"]
         if concurrency is not None and concurrency < 1:
@@ -109,8 +119,10 @@ class LoadRunner:
         self._done = loop.create_future()
         for _ in range(max(1, self.num_connections)):
             self._idle.append(await self._connect(first=True))
-        self.records = [RequestRecord(r.index, 0, r.prompt_tokens, r.output_tokens, r.tier, r.tenant, r.prefix_id)
-                        for r in self.plan.requests]
+        self.records = [
+            RequestRecord(r.index, 0, r.prompt_tokens, r.output_tokens, r.tier, r.tenant, r.prefix_id)
+            for r in self.plan.requests
+        ]
         self._prepare_from(0)
         unix, mono = time.time_ns(), _now()
         self._unix0 = unix - mono
@@ -133,13 +145,22 @@ class LoadRunner:
                 progress.cancel()
             for conn in self._idle:
                 conn.close()
-        lengths = self.plan.meta.get("prompt_lengths") or {"exact": self.prompts.exact,
-                                                           "basis": self.prompts.length_basis}
-        started = self.records[:self._next] if closed else self.records  # a closed loop's unstarted tail is dropped
-        return LoadResult(self.plan, [r for r in started if not r.is_warmup], unix0=self._unix0,
-                          started_unix_nano=started_unix, concurrency=self.concurrency, target_url=self.target.url,
-                          prompt_lengths=lengths, warmup_records=[r for r in started if r.is_warmup],
-                          warmup=str(self.warmup))
+        lengths = self.plan.meta.get("prompt_lengths") or {
+            "exact": self.prompts.exact,
+            "basis": self.prompts.length_basis,
+        }
+        started = self.records[: self._next] if closed else self.records  # a closed loop's unstarted tail is dropped
+        return LoadResult(
+            self.plan,
+            [r for r in started if not r.is_warmup],
+            unix0=self._unix0,
+            started_unix_nano=started_unix,
+            concurrency=self.concurrency,
+            target_url=self.target.url,
+            prompt_lengths=lengths,
+            warmup_records=[r for r in started if r.is_warmup],
+            warmup=str(self.warmup),
+        )
 
     # -- scheduling ------------------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -191,8 +212,9 @@ class LoadRunner:
             return False
         new = self.plan.more(_LOOKAHEAD)
         self.plan.requests.extend(new)
-        self.records.extend(RequestRecord(r.index, 0, r.prompt_tokens, r.output_tokens, r.tier, r.tenant, r.prefix_id)
-                            for r in new)
+        self.records.extend(
+            RequestRecord(r.index, 0, r.prompt_tokens, r.output_tokens, r.tier, r.tenant, r.prefix_id) for r in new
+        )
         return True
 
     def _rested(self, refused_in_a_row: int) -> None:
@@ -212,13 +234,14 @@ class LoadRunner:
             req, rec = requests[i], records[i]
             prompt = req.prompt
             if prompt is None:
-                prompt = self.prompts.prompt(req.seed, req.prompt_tokens - req.prefix_tokens, req.prefix_id,
-                                             req.prefix_tokens)
+                prompt = self.prompts.prompt(
+                    req.seed, req.prompt_tokens - req.prefix_tokens, req.prefix_id, req.prefix_tokens
+                )
             rec.trace_id, rec.span_id = new_trace_id(), new_span_id()
             body = self.target.body(prompt, req.output_tokens, req.tier, req.tenant)
-            self._payloads[i] = self.target.request(body, format_traceparent(rec.trace_id, rec.span_id,
-                                                                             self.trace_flags),
-                                                    req.tier, req.tenant)
+            self._payloads[i] = self.target.request(
+                body, format_traceparent(rec.trace_id, rec.span_id, self.trace_flags), req.tier, req.tenant
+            )
         self._prepared = max(self._prepared, end)
 
     def _due(self, i: int) -> None:
@@ -264,7 +287,8 @@ class LoadRunner:
         try:
             _, conn = await asyncio.wait_for(
                 self._loop.create_connection(HttpConnection, t.host, t.port, ssl=t.ssl_context()),
-                timeout=min(self.timeout_s, 10.0))
+                timeout=min(self.timeout_s, 10.0),
+            )
         except (OSError, asyncio.TimeoutError) as err:
             errno = getattr(err, "errno", None)
             reason = os.strerror(errno) if errno else str(err) or "timed out"
@@ -298,7 +322,7 @@ class LoadRunner:
         before = self._refused_in_a_row.pop(rec.index, 0)
         rest_s = rec.retry_after_s if self.honour_retry_after else None
         if rest_s and self._has_more():
-            rest_s = min(rest_s * 2 ** before, RETRY_AFTER_CAP_S)
+            rest_s = min(rest_s * 2**before, RETRY_AFTER_CAP_S)
             if self.duration_ns is not None:  # a rest past the end of the run only delays its end
                 rest_s = min(rest_s, (self.t0 + self.duration_ns - _now()) / 1e9)
             self._resting += 1
@@ -311,14 +335,27 @@ class LoadRunner:
         u = self._unix0
         sent = rec.sent_ns if rec.sent_ns is not None else rec.end_ns
         return ClientRequest(
-            rec.trace_id, rec.span_id, scheduled_ns=u + rec.scheduled_ns, start_ns=u + sent, end_ns=u + rec.end_ns,
+            rec.trace_id,
+            rec.span_id,
+            scheduled_ns=u + rec.scheduled_ns,
+            start_ns=u + sent,
+            end_ns=u + rec.end_ns,
             first_token_ns=None if rec.first_token_ns is None else u + rec.first_token_ns,
-            itl_ms=tuple(rec.itl_ms), status_code=rec.status, output_tokens=rec.output_tokens,
-            input_tokens=rec.input_tokens, tier=rec.tier, tenant=rec.tenant, model=self.target.model,
-            error_type=None if rec.error is None else rec.outcome, url=self.target.url,
+            itl_ms=tuple(rec.itl_ms),
+            status_code=rec.status,
+            output_tokens=rec.output_tokens,
+            input_tokens=rec.input_tokens,
+            tier=rec.tier,
+            tenant=rec.tenant,
+            model=self.target.model,
+            error_type=None if rec.error is None else rec.outcome,
+            url=self.target.url,
             operation="chat" if self.target.api == "chat" else "text_completion",
-            extra_attributes={CLIENT_STREAM: self.target.stream, **(rec.server_attributes or {}),
-                              **({CLIENT_WARMUP: True} if rec.is_warmup else {})},
+            extra_attributes={
+                CLIENT_STREAM: self.target.stream,
+                **(rec.server_attributes or {}),
+                **({CLIENT_WARMUP: True} if rec.is_warmup else {}),
+            },
         )
 
     def _progress(self) -> None:

@@ -18,8 +18,16 @@ from __future__ import annotations
 from typing import Any
 
 CAPTURED_HEADERS = (
-    b"x-total-time", b"x-validation-time", b"x-queue-time", b"x-inference-time", b"x-time-per-token",
-    b"x-prompt-tokens", b"x-generated-tokens", b"x-compute-time", b"x-compute-type", b"openai-processing-ms",
+    b"x-total-time",
+    b"x-validation-time",
+    b"x-queue-time",
+    b"x-inference-time",
+    b"x-time-per-token",
+    b"x-prompt-tokens",
+    b"x-generated-tokens",
+    b"x-compute-time",
+    b"x-compute-type",
+    b"openai-processing-ms",
 )
 """Response headers kept on the client span (lower case, as `HttpConnection` gives them)."""
 HEADER_PREFIX = "http.response.header."
@@ -42,5 +50,6 @@ def timings_attributes(timings: Any) -> dict[str, float]:
     """llama.cpp's `timings` object as `llama_cpp.timings.<field>` attributes (numbers only; others dropped)."""
     if not isinstance(timings, dict):
         return {}
-    return {TIMINGS_PREFIX + k: v for k, v in timings.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        TIMINGS_PREFIX + k: v for k, v in timings.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }

@@ -99,8 +99,9 @@ def read_chunk(payload: bytes) -> StreamChunk:
             chunk.is_token = bool(text) or (text == "" and pending)
         else:
             delta = choice.get("delta") or {}
-            chunk.is_token = bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")) \
-                or (delta.get("content") == "" and pending and "role" not in delta)
+            chunk.is_token = bool(
+                delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
+            ) or (delta.get("content") == "" and pending and "role" not in delta)
     timings = obj.get("timings")
     if isinstance(timings, dict):
         chunk.timings = timings

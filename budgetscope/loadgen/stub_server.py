@@ -24,9 +24,20 @@ MODEL = "stub"
 class StubServer:
     """A canned SSE server. Every knob may be changed between requests (tests do)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, tokens: int = 4, first_token_delay_s: float = 0.0,
-                 token_delay_s: float = 0.0, status: int = 200, error_after: int | None = None,
-                 drop_after: int | None = None, max_concurrency: int | None = None, record: bool = False) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tokens: int = 4,
+        first_token_delay_s: float = 0.0,
+        token_delay_s: float = 0.0,
+        status: int = 200,
+        error_after: int | None = None,
+        drop_after: int | None = None,
+        max_concurrency: int | None = None,
+        record: bool = False,
+    ) -> None:
         self.host = host
         self.port = port
         self.tokens = tokens
@@ -115,8 +126,8 @@ class _StubProtocol(asyncio.Protocol):
             length = int(headers.get("content-length", 0))
             if len(self.buf) < i + 4 + length:
                 return
-            body = self.buf[i + 4:i + 4 + length]
-            self.buf = self.buf[i + 4 + length:]
+            body = self.buf[i + 4 : i + 4 + length]
+            self.buf = self.buf[i + 4 + length :]
             method, path = head[0].split(" ")[:2]
             self._handle(method, path, headers, body)
 
@@ -147,11 +158,19 @@ class _StubProtocol(asyncio.Protocol):
         is_chat, body = job
         n = min(srv.tokens, int(body.get("max_tokens") or srv.tokens))
         if not body.get("stream"):
-            self._json(200, {"object": "text_completion", "model": MODEL, "choices": [{"index": 0, "text": "x" * n}],
-                             "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
+            self._json(
+                200,
+                {
+                    "object": "text_completion",
+                    "model": MODEL,
+                    "choices": [{"index": 0, "text": "x" * n}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+                },
+            )
             return self._done()
-        self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                             b"transfer-encoding: chunked\r\n\r\n")
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if srv.first_token_delay_s or srv.token_delay_s:
             asyncio.get_running_loop().call_later(srv.first_token_delay_s, self._emit, is_chat, n, 0, usage)
@@ -172,8 +191,11 @@ class _StubProtocol(asyncio.Protocol):
                 out.append(_chunk(b'data: {"error":{"message":"stub failure","type":"stub"}}\n\n'))
                 break
             text = f"t{k} "
-            event = {"choices": [{"index": 0, "delta": {"content": text}}]} if is_chat else \
-                {"choices": [{"index": 0, "text": text}]}
+            event = (
+                {"choices": [{"index": 0, "delta": {"content": text}}]}
+                if is_chat
+                else {"choices": [{"index": 0, "text": text}]}
+            )
             out.append(_chunk(b"data: " + orjson.dumps(event) + b"\n\n"))
             k += 1
             if not all_at_once and k < n:
@@ -195,8 +217,10 @@ class _StubProtocol(asyncio.Protocol):
 
     def _json(self, status: int, obj: dict) -> None:
         body = orjson.dumps(obj)
-        self.transport.write(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                             % (status, len(body), body))
+        self.transport.write(
+            b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (status, len(body), body)
+        )
 
 
 def _chunk(data: bytes) -> bytes:
@@ -212,8 +236,13 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=0.0)
     parser.add_argument("--first-token-delay-ms", type=float, default=0.0)
     args = parser.parse_args()
-    server = StubServer(args.host, args.port, tokens=args.tokens, token_delay_s=args.token_delay_ms / 1000,
-                        first_token_delay_s=args.first_token_delay_ms / 1000)
+    server = StubServer(
+        args.host,
+        args.port,
+        tokens=args.tokens,
+        token_delay_s=args.token_delay_ms / 1000,
+        first_token_delay_s=args.first_token_delay_ms / 1000,
+    )
 
     async def serve() -> None:
         await server.start()

@@ -27,9 +27,19 @@ class Target:
     fields (the tier and tenant headers are always sent). `extra_body`: merged into every body.
     """
 
-    def __init__(self, url: str, *, api: str = "auto", model: str | None = None, ignore_eos: bool = True,
-                 include_usage: bool = True, body_hints: bool = True, extra_body: dict | None = None,
-                 headers: dict[str, str] | None = None, stream: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        api: str = "auto",
+        model: str | None = None,
+        ignore_eos: bool = True,
+        include_usage: bool = True,
+        body_hints: bool = True,
+        extra_body: dict | None = None,
+        headers: dict[str, str] | None = None,
+        stream: bool = True,
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LoadgenError(f"bad target URL {url!r}; expected http://host:port[/v1/completions]")
@@ -58,8 +68,10 @@ class Target:
         host_header = parts.netloc.rsplit("@", 1)[-1]
         self.headers = dict(headers or {})
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self._head = (f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\nContent-Type: application/json\r\n"
-                      f"Accept: text/event-stream\r\nUser-Agent: budgetscope-loadgen\r\n{extra}").encode()
+        self._head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\nContent-Type: application/json\r\n"
+            f"Accept: text/event-stream\r\nUser-Agent: budgetscope-loadgen\r\n{extra}"
+        ).encode()
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for https targets, else None."""

@@ -28,8 +28,9 @@ class TargetTokenizer:
         p = Path(path)
         file = p / "tokenizer.json" if p.is_dir() else p
         if not file.is_file():
-            raise LoadgenError(f"--tokenizer: {path}: no tokenizer.json there" if p.is_dir()
-                               else f"--tokenizer: {path}: no such file")
+            raise LoadgenError(
+                f"--tokenizer: {path}: no tokenizer.json there" if p.is_dir() else f"--tokenizer: {path}: no such file"
+            )
         try:
             self._tok = Tokenizer.from_file(str(file))
         except Exception as e:  # the library raises its own Exception type for any malformed file

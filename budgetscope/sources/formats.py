@@ -84,7 +84,8 @@ def wrong_format(path: str | Path, wanted: str) -> str | None:
     found = recognise(path)
     if found is None or found == wanted:
         return None
-    how = {"otlp": "`budgetscope ingest`",
-           "aiperf-raw": "`budgetscope import --from aiperf` of the profile_export.jsonl beside it"}.get(
-        found, f"`budgetscope import --from {found}`")
+    how = {
+        "otlp": "`budgetscope ingest`",
+        "aiperf-raw": "`budgetscope import --from aiperf` of the profile_export.jsonl beside it",
+    }.get(found, f"`budgetscope import --from {found}`")
     return f"{path}: this is {NAMES[found]}, not {NAMES[wanted]}: read it with {how}"

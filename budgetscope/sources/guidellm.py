@@ -29,6 +29,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from budgetscope.derive.client import ID_ATTR
 from budgetscope.sources.importers import (
     FIRST_EVENT,
     FIRST_TOKEN_DEFINITION,
@@ -40,7 +41,6 @@ from budgetscope.sources.importers import (
     number,
     seconds_to_ns,
 )
-from budgetscope.derive.client import ID_ATTR
 
 REPORT_VERSIONS = (1, 2)
 """`metadata.version` values read (absent in GuideLLM 0.4, 1 in 0.5–0.6, 2 from 0.7)."""
@@ -51,17 +51,21 @@ STATUSES = {"successful": None, "incomplete": "cancelled", "errored": "error"}
 def guidellm(path: Path, data: bytes) -> bytes:
     """A GuideLLM `benchmarks.json` → an OTLP/JSON document of client spans (raises ImportFormatError)."""
     if path.suffix.lower() in (".yaml", ".yml"):
-        raise ImportFormatError(f"{path}: a GuideLLM YAML report is not read; write its JSON with "
-                                f"`guidellm export {path.name} --output json`")
+        raise ImportFormatError(
+            f"{path}: a GuideLLM YAML report is not read; write its JSON with "
+            f"`guidellm export {path.name} --output json`"
+        )
     obj = load_json(path, data)
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
         raise ImportFormatError(f"{path}: not a GuideLLM report (want a JSON object with a `benchmarks` list)")
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     version = meta.get("version")
     if version is not None and version not in REPORT_VERSIONS:
-        raise ImportFormatError(f"{path}: GuideLLM report schema version {version} (guidellm "
-                                f"{meta.get('guidellm_version', '?')}) is not read; this reads versions 1–2 and "
-                                "unversioned 0.4 reports")
+        raise ImportFormatError(
+            f"{path}: GuideLLM report schema version {version} (guidellm "
+            f"{meta.get('guidellm_version', '?')}) is not read; this reads versions 1–2 and "
+            "unversioned 0.4 reports"
+        )
     seed = hashlib.blake2b(data, digest_size=16).digest()
     spans: list[dict] = []
     for b, bench in enumerate(obj["benchmarks"]):
@@ -75,8 +79,9 @@ def guidellm(path: Path, data: bytes) -> bytes:
             if not isinstance(records, list):
                 raise ImportFormatError(f"{where}.requests.{status}: expected a list")
             for i, rec in enumerate(records):
-                spans.append(_request_span(seed, len(spans), rec, f"{where}.requests.{status}[{i}]", status,
-                                           error_type, context))
+                spans.append(
+                    _request_span(seed, len(spans), rec, f"{where}.requests.{status}[{i}]", status, error_type, context)
+                )
     if not spans:
         raise ImportFormatError(f"{path}: the report holds no requests")
     return document("guidellm", spans)
@@ -87,24 +92,31 @@ def _benchmark_attributes(bench: dict, index: int) -> dict[str, Any]:
     backend = config.get("backend") if isinstance(config.get("backend"), dict) else {}
     strategy = config.get("strategy") if isinstance(config.get("strategy"), dict) else {}
     model = backend.get("model")
-    return {"gen_ai.request.model": model if isinstance(model, str) and model else None,
-            "guidellm.benchmark_index": index, "guidellm.benchmark_id": _text(config.get("id_")),
-            "guidellm.run_id": _text(config.get("run_id")), "guidellm.strategy": _text(strategy.get("type_"))}
+    return {
+        "gen_ai.request.model": model if isinstance(model, str) and model else None,
+        "guidellm.benchmark_index": index,
+        "guidellm.benchmark_id": _text(config.get("id_")),
+        "guidellm.run_id": _text(config.get("run_id")),
+        "guidellm.strategy": _text(strategy.get("type_")),
+    }
 
 
 def _text(x: Any) -> str | None:
     return x if isinstance(x, str) else None
 
 
-def _request_span(seed: bytes, k: int, rec: Any, where: str, status: str, error_type: str | None,
-                  context: dict[str, Any]) -> dict:
+def _request_span(
+    seed: bytes, k: int, rec: Any, where: str, status: str, error_type: str | None, context: dict[str, Any]
+) -> dict:
     info = rec.get("info") if isinstance(rec, dict) else None
     timings = info.get("timings") if isinstance(info, dict) else None
     if not isinstance(timings, dict):
         kind = rec.get("type_") if isinstance(rec, dict) else None
         if isinstance(kind, str) and kind.startswith("generative_text_"):
-            raise ImportFormatError(f"{where}: a GuideLLM 0.2/0.3 report (`{kind}` records) is not read; "
-                                    "re-run the benchmark with GuideLLM 0.4 or later")
+            raise ImportFormatError(
+                f"{where}: a GuideLLM 0.2/0.3 report (`{kind}` records) is not read; "
+                "re-run the benchmark with GuideLLM 0.4 or later"
+            )
         raise ImportFormatError(f"{where}: not a GuideLLM request record (want `info.timings`)")
 
     def at(*names: str) -> int | None:
@@ -122,19 +134,32 @@ def _request_span(seed: bytes, k: int, rec: Any, where: str, status: str, error_
         error = str(info.get("error") or ("cancelled" if error_type == "cancelled" else "error"))
     itl = rec.get("inter_token_latency_ms")
     return client_span(
-        seed, k, sent_ns=sent, end_ns=end, first_token_ns=at("first_token_iteration"), itl_ms=None,
+        seed,
+        k,
+        sent_ns=sent,
+        end_ns=end,
+        first_token_ns=at("first_token_iteration"),
+        itl_ms=None,
         input_tokens=_tokens(rec, "prompt_tokens", "input_metrics", where),
         output_tokens=_tokens(rec, "output_tokens", "output_metrics", where),
         cached_tokens=_count(rec.get("cached_tokens"), f"{where} cached_tokens"),
-        model=context["gen_ai.request.model"], error=error, error_type=error_type or "error",
+        model=context["gen_ai.request.model"],
+        error=error,
+        error_type=error_type or "error",
         scheduled_ns=at("targeted_start"),
-        extra={name: v for name, v in context.items() if name != "gen_ai.request.model"} | {
-            "guidellm.request_id": _text(rec.get("request_id")), "guidellm.response_id": _text(rec.get("response_id")),
-            ID_ATTR: _text(rec.get("response_id")), FIRST_TOKEN_DEFINITION: NONEMPTY_CHUNK,
+        extra={name: v for name, v in context.items() if name != "gen_ai.request.model"}
+        | {
+            "guidellm.request_id": _text(rec.get("request_id")),
+            "guidellm.response_id": _text(rec.get("response_id")),
+            ID_ATTR: _text(rec.get("response_id")),
+            FIRST_TOKEN_DEFINITION: NONEMPTY_CHUNK,
             FIRST_EVENT: at("first_request_iteration"),
-            "guidellm.status": status, "guidellm.error": error,
+            "guidellm.status": status,
+            "guidellm.error": error,
             "guidellm.inter_token_latency_ms": None if itl is None else number(itl, f"{where} inter_token_latency_ms"),
-            "guidellm.last_token_unix_nano": at("last_token_iteration")})
+            "guidellm.last_token_unix_nano": at("last_token_iteration"),
+        },
+    )
 
 
 def _tokens(rec: dict, computed: str, usage: str, where: str) -> int | None:

@@ -22,8 +22,16 @@ class NotImported(Exception):
     another known format). Nothing of it landed."""
 
 
-def import_file(a, archive: str, path: Path, kind: str, *, start_ns: int | None = None,
-                clock_offset_ns: int | None = None, service_name: str | None = None) -> dict:
+def import_file(
+    a,
+    archive: str,
+    path: Path,
+    kind: str,
+    *,
+    start_ns: int | None = None,
+    clock_offset_ns: int | None = None,
+    service_name: str | None = None,
+) -> dict:
     """Land the file `path` of `kind` in the archive `a`, open for writing at `archive`; return its summary entry
     (docs/cli.md, `import --format json`). `start_ns`: vllm-bench's start, or prometheus' scrape time (int64 ns;
     default its `date`, or the file's modification time). Raises NotImported."""
@@ -39,9 +47,15 @@ def import_file(a, archive: str, path: Path, kind: str, *, start_ns: int | None 
         said = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
         raise NotImported(wrong_format(path, kind) or said) from None
     report = a.ingest([RawBatch(doc, "otlp-json", str(path), f"{kind} file")])
-    return {"file": str(path), "spans": report.spans, "spans_inserted": report.spans_inserted,
-            "already_imported": report.batches_already_ingested > 0, "requests_derived": report.requests_derived,
-            "joined_to_server_rows": joined, "rejected": str(report.rejected[0]) if report.rejected else None}
+    return {
+        "file": str(path),
+        "spans": report.spans,
+        "spans_inserted": report.spans_inserted,
+        "already_imported": report.batches_already_ingested > 0,
+        "requests_derived": report.requests_derived,
+        "joined_to_server_rows": joined,
+        "rejected": str(report.rejected[0]) if report.rejected else None,
+    }
 
 
 def _spans_document(path: Path, data: bytes, kind: str, start_ns: int | None, clock_offset_ns: int | None) -> bytes:
@@ -59,16 +73,25 @@ def _spans_document(path: Path, data: bytes, kind: str, start_ns: int | None, cl
 
 def _land_metrics(a, path: Path, data: bytes, ts_ns: int | None, service_name: str | None) -> dict:
     """Prometheus text into server_metrics, scraped at `ts_ns` (default the file's modification time)."""
-    n = land(a, data.decode("utf-8", "replace"), instance=str(path), service_name=service_name or path.stem,
-             ts_ns=ts_ns if ts_ns is not None else path.stat().st_mtime_ns, origin=str(path), position="document")
+    n = land(
+        a,
+        data.decode("utf-8", "replace"),
+        instance=str(path),
+        service_name=service_name or path.stem,
+        ts_ns=ts_ns if ts_ns is not None else path.stat().st_mtime_ns,
+        origin=str(path),
+        position="document",
+    )
     return {"file": str(path), "samples": n, "rejected": None}
 
 
 def server_lookup(a, archive: str):
     """`ids → {id: trace id}` over the server rows already in the archive `a` (open at `archive`)."""
+
     def lookup(ids: list[str]) -> dict[str, str]:
         if is_single_file(archive):
             return joins.server_traces(a.con, ids)
         with ArchiveReader(archive) as r:
             return joins.server_traces(r.con, ids)
+
     return lookup

@@ -21,13 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from budgetscope.derive.classify import CLIENT_ROOT
-from budgetscope.derive.client import (FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR,
-                                       NONEMPTY_CHUNK, TOKEN_EVENT)
+from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK, TOKEN_EVENT
 from budgetscope.derive.triton import TRITON_RESPONSE, TRITON_ROOT, TRITON_TS_PREFIX
 
 FORMATS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton")
@@ -56,12 +56,27 @@ def span_ids(seed: bytes, index: int) -> tuple[str, str]:
     return h[:32], h[32:48]
 
 
-def span(trace_id: str, span_id: str, name: str, kind: int, start_ns: int, end_ns: int,
-         attributes: dict[str, Any], parent_span_id: str | None = None, error: str | None = None) -> dict:
+def span(
+    trace_id: str,
+    span_id: str,
+    name: str,
+    kind: int,
+    start_ns: int,
+    end_ns: int,
+    attributes: dict[str, Any],
+    parent_span_id: str | None = None,
+    error: str | None = None,
+) -> dict:
     """One OTLP/JSON span (attributes with a None value are left out)."""
-    s = {"traceId": trace_id, "spanId": span_id, "name": name, "kind": kind,
-         "startTimeUnixNano": str(start_ns), "endTimeUnixNano": str(max(end_ns, start_ns)),
-         "attributes": [{"key": k, "value": _value(v)} for k, v in attributes.items() if v is not None]}
+    s = {
+        "traceId": trace_id,
+        "spanId": span_id,
+        "name": name,
+        "kind": kind,
+        "startTimeUnixNano": str(start_ns),
+        "endTimeUnixNano": str(max(end_ns, start_ns)),
+        "attributes": [{"key": k, "value": _value(v)} for k, v in attributes.items() if v is not None],
+    }
     if parent_span_id:
         s["parentSpanId"] = parent_span_id
     if error:
@@ -71,9 +86,14 @@ def span(trace_id: str, span_id: str, name: str, kind: int, start_ns: int, end_n
 
 def document(service_name: str, spans: list[dict], scope: str = "budgetscope.import") -> bytes:
     """An OTLP/JSON ExportTraceServiceRequest holding `spans` under one resource."""
-    doc = {"resourceSpans": [{
-        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service_name}}]},
-        "scopeSpans": [{"scope": {"name": scope}, "spans": spans}]}]}
+    doc = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service_name}}]},
+                "scopeSpans": [{"scope": {"name": scope}, "spans": spans}],
+            }
+        ]
+    }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -119,23 +139,42 @@ def json_lines(path: Path, data: bytes) -> Iterator[tuple[int, str, Any]]:
             raise ImportFormatError(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
 
 
-def client_span(seed: bytes, i: int, *, sent_ns: int, end_ns: int, first_token_ns: int | None,
-                itl_ms: list[float] | None, input_tokens, output_tokens, model, error: str | None,
-                extra: dict, error_type: str = "error", status_code: int | None = None,
-                scheduled_ns: int | None = None, cached_tokens: int | None = None) -> dict:
+def client_span(
+    seed: bytes,
+    i: int,
+    *,
+    sent_ns: int,
+    end_ns: int,
+    first_token_ns: int | None,
+    itl_ms: list[float] | None,
+    input_tokens,
+    output_tokens,
+    model,
+    error: str | None,
+    extra: dict,
+    error_type: str = "error",
+    status_code: int | None = None,
+    scheduled_ns: int | None = None,
+    cached_tokens: int | None = None,
+) -> dict:
     """One `llm.client.request` span (record `i` of the file hashed to `seed`); times in ns since the epoch.
 
     `error` (a message) marks it failed: `error_type` is `error`, `cancelled` or `timeout` (derive/client.py maps
     it to the outcome); `status_code` defaults to 200 without an error."""
     trace_id, span_id = span_ids(seed, i)
-    attrs = {"budgetscope.client.first_token_unix_nano": first_token_ns,
-             "budgetscope.client.scheduled_unix_nano": scheduled_ns,
-             "budgetscope.client.itl_ms": [float(x) for x in itl_ms] if itl_ms is not None else None,
-             "http.response.status_code": status_code if status_code is not None or error else 200,
-             "error.type": error_type if error else None,
-             "gen_ai.usage.input_tokens": input_tokens, "gen_ai.usage.output_tokens": output_tokens,
-             "gen_ai.usage.cache_read.input_tokens": cached_tokens,
-             "gen_ai.request.model": model, "budgetscope.tier": "default", **extra}
+    attrs = {
+        "budgetscope.client.first_token_unix_nano": first_token_ns,
+        "budgetscope.client.scheduled_unix_nano": scheduled_ns,
+        "budgetscope.client.itl_ms": [float(x) for x in itl_ms] if itl_ms is not None else None,
+        "http.response.status_code": status_code if status_code is not None or error else 200,
+        "error.type": error_type if error else None,
+        "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": cached_tokens,
+        "gen_ai.request.model": model,
+        "budgetscope.tier": "default",
+        **extra,
+    }
     return span(trace_id, span_id, CLIENT_ROOT, KIND_CLIENT, sent_ns, end_ns, attrs, error=error)
 
 
@@ -154,16 +193,19 @@ def vllm_bench(path: Path, data: bytes, start_ns: int | None = None) -> bytes:
     need = ("start_times", "ttfts", "itls", "input_lens", "output_lens")
     missing = [k for k in need if not isinstance(obj.get(k), list)]
     if missing:
-        raise ImportFormatError(f"{path}: no per-request {', '.join(missing)}: save it with "
-                                "`vllm bench serve --save-result --save-detailed`")
+        raise ImportFormatError(
+            f"{path}: no per-request {', '.join(missing)}: save it with "
+            "`vllm bench serve --save-result --save-detailed`"
+        )
     n = len(obj["start_times"])
     for k in need:
         if len(obj[k]) != n:
             raise ImportFormatError(f"{path}: {k} has {len(obj[k])} entries, start_times has {n}")
     if start_ns is None:
         try:
-            start_ns = int(datetime.strptime(str(obj.get("date")), "%Y%m%d-%H%M%S")
-                           .replace(tzinfo=timezone.utc).timestamp() * 1e9)
+            start_ns = int(
+                datetime.strptime(str(obj.get("date")), "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc).timestamp() * 1e9
+            )
         except ValueError:
             raise ImportFormatError(f"{path}: no usable `date` field; give --start") from None
     latencies = obj.get("e2els") or obj.get("latencies")
@@ -185,12 +227,21 @@ def vllm_bench(path: Path, data: bytes, start_ns: int | None = None) -> bytes:
         else:
             e2e = ttft + sum(gaps)
         first = None if error or ttft <= 0 else sent + seconds_to_ns(ttft)
-        spans.append(client_span(
-            seed, i, sent_ns=sent, end_ns=sent + seconds_to_ns(e2e), first_token_ns=first,
-            itl_ms=[g * 1e3 for g in gaps],
-            input_tokens=int(number(obj["input_lens"][i], where + " input_lens")),
-            output_tokens=int(number(obj["output_lens"][i], where + " output_lens")), model=obj.get("model_id"),
-            error=error, extra={"vllm_bench.index": i, FIRST_TOKEN_DEFINITION: TOKEN_EVENT}))
+        spans.append(
+            client_span(
+                seed,
+                i,
+                sent_ns=sent,
+                end_ns=sent + seconds_to_ns(e2e),
+                first_token_ns=first,
+                itl_ms=[g * 1e3 for g in gaps],
+                input_tokens=int(number(obj["input_lens"][i], where + " input_lens")),
+                output_tokens=int(number(obj["output_lens"][i], where + " output_lens")),
+                model=obj.get("model_id"),
+                error=error,
+                extra={"vllm_bench.index": i, FIRST_TOKEN_DEFINITION: TOKEN_EVENT},
+            )
+        )
     return document("vllm-bench", spans)
 
 
@@ -235,8 +286,9 @@ def aiperf(path: Path, data: bytes) -> bytes:
     for n, where, rec in json_lines(path, data):
         meta, metrics = (rec.get("metadata"), rec.get("metrics")) if isinstance(rec, dict) else (None, None)
         if isinstance(meta, dict) and "responses" in rec and "start_perf_ns" in rec:
-            raise ImportFormatError(f"{where}: AIPerf's raw export; import the profile_export.jsonl beside it, "
-                                    "which reads it")
+            raise ImportFormatError(
+                f"{where}: AIPerf's raw export; import the profile_export.jsonl beside it, which reads it"
+            )
         if not isinstance(meta, dict) or not isinstance(metrics, dict):
             raise ImportFormatError(f"{where}: not an AIPerf record (want metadata and metrics objects)")
         if meta.get("benchmark_phase") == "warmup":
@@ -245,32 +297,50 @@ def aiperf(path: Path, data: bytes) -> bytes:
             raise ImportFormatError(f"{where}: metadata has no request_start_ns")
         sent = integer(meta["request_start_ns"], where + " request_start_ns")
         latency = _metric(metrics, "request_latency", where)
-        end = integer(meta["request_end_ns"], where + " request_end_ns") if "request_end_ns" in meta else \
-            sent + int((latency or 0) * 1e6)
+        end = (
+            integer(meta["request_end_ns"], where + " request_end_ns")
+            if "request_end_ns" in meta
+            else sent + int((latency or 0) * 1e6)
+        )
         ttft = _metric(metrics, "time_to_first_token", where)
         err = rec.get("error")
         error = (err.get("message") or err.get("type") or "error") if isinstance(err, dict) else err
         code = err.get("code") if isinstance(err, dict) and isinstance(err.get("code"), int) else None
         if meta.get("was_cancelled"):
             error = error or "cancelled"
-        spans.append(client_span(
-            seed, n, sent_ns=sent, end_ns=end, first_token_ns=None if ttft is None else sent + int(ttft * 1e6),
-            itl_ms=None, input_tokens=_count_of(metrics, where, "usage_prompt_tokens", "input_sequence_length",
-                                                "error_isl"),
-            output_tokens=_count_of(metrics, where, "usage_completion_tokens", "output_sequence_length"),
-            cached_tokens=_count_of(metrics, where, "usage_prompt_cache_read_tokens"),
-            model=model, error=str(error) if error else None, status_code=code,
-            error_type="cancelled" if meta.get("was_cancelled") else "error",
-            extra={"aiperf.x_request_id": meta.get("x_request_id"), "aiperf.worker_id": meta.get("worker_id"),
-                   ID_ATTR: meta.get("x_request_id"), FIRST_TOKEN_DEFINITION: NONEMPTY_CHUNK,
-                   FIRST_EVENT: (firsts or {}).get(meta.get("x_request_id")),
-                   "aiperf.inter_chunk_latency_ms": _metric_list(metrics, "inter_chunk_latency", where),
-                   "aiperf.inter_token_latency_ms": _metric(metrics, "inter_token_latency", where)}))
+        spans.append(
+            client_span(
+                seed,
+                n,
+                sent_ns=sent,
+                end_ns=end,
+                first_token_ns=None if ttft is None else sent + int(ttft * 1e6),
+                itl_ms=None,
+                input_tokens=_count_of(metrics, where, "usage_prompt_tokens", "input_sequence_length", "error_isl"),
+                output_tokens=_count_of(metrics, where, "usage_completion_tokens", "output_sequence_length"),
+                cached_tokens=_count_of(metrics, where, "usage_prompt_cache_read_tokens"),
+                model=model,
+                error=str(error) if error else None,
+                status_code=code,
+                error_type="cancelled" if meta.get("was_cancelled") else "error",
+                extra={
+                    "aiperf.x_request_id": meta.get("x_request_id"),
+                    "aiperf.worker_id": meta.get("worker_id"),
+                    ID_ATTR: meta.get("x_request_id"),
+                    FIRST_TOKEN_DEFINITION: NONEMPTY_CHUNK,
+                    FIRST_EVENT: (firsts or {}).get(meta.get("x_request_id")),
+                    "aiperf.inter_chunk_latency_ms": _metric_list(metrics, "inter_chunk_latency", where),
+                    "aiperf.inter_token_latency_ms": _metric(metrics, "inter_token_latency", where),
+                },
+            )
+        )
     if not spans:
         raise ImportFormatError(f"{path}: no AIPerf profiling records")
     if firsts is not None and not any(a["key"] == FIRST_EVENT for s in spans for a in s["attributes"]):
-        raise ImportFormatError(f"{path}: none of the {len(firsts):,} records of {raw_export_of(path).name} beside "
-                                "it matches one of its requests by x_request_id (another run's raw export?)")
+        raise ImportFormatError(
+            f"{path}: none of the {len(firsts):,} records of {raw_export_of(path).name} beside "
+            "it matches one of its requests by x_request_id (another run's raw export?)"
+        )
     return document("aiperf", spans)
 
 
@@ -404,12 +474,26 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
         parent = ids.get(t.get("parent_id"))
         trace_id, span_id = (parent[0], ids[tid][1]) if parent else ids[tid]
         responses = times.get(TRITON_RESPONSE, [])
-        attrs = {"triton.trace_id": str(tid), "triton.model_name": t.get("model_name"),
-                 "triton.model_version": None if t.get("model_version") is None else str(t["model_version"]),
-                 "triton.request_id": t.get("request_id"),
-                 "triton.parent_id": None if t.get("parent_id") is None else str(t["parent_id"]),
-                 "triton.responses": len(responses), "triton.first_response_ns": min(responses, default=None),
-                 **{TRITON_TS_PREFIX + name: ns for name, ns in ts.items()}}
-        spans.append(span(trace_id, span_id, TRITON_ROOT, KIND_SERVER, start, end, attrs,
-                          parent_span_id=parent[1] if parent else None))
+        attrs = {
+            "triton.trace_id": str(tid),
+            "triton.model_name": t.get("model_name"),
+            "triton.model_version": None if t.get("model_version") is None else str(t["model_version"]),
+            "triton.request_id": t.get("request_id"),
+            "triton.parent_id": None if t.get("parent_id") is None else str(t["parent_id"]),
+            "triton.responses": len(responses),
+            "triton.first_response_ns": min(responses, default=None),
+            **{TRITON_TS_PREFIX + name: ns for name, ns in ts.items()},
+        }
+        spans.append(
+            span(
+                trace_id,
+                span_id,
+                TRITON_ROOT,
+                KIND_SERVER,
+                start,
+                end,
+                attrs,
+                parent_span_id=parent[1] if parent else None,
+            )
+        )
     return document("triton-inference-server", spans, scope="triton-trace-file")

@@ -32,10 +32,13 @@ def server_traces(con, ids: dict[str, str]) -> dict[str, str]:
     `con`: a DuckDB connection over an archive's `requests`."""
     if not ids:
         return {}
-    rows = con.execute("""SELECT r.request_id, any_value(r.trace_id) FROM requests r
+    rows = con.execute(
+        """SELECT r.request_id, any_value(r.trace_id) FROM requests r
         JOIN (SELECT unnest(?::VARCHAR[]) AS request_id, unnest(?::VARCHAR[]) AS span_id) w USING (request_id)
         WHERE r.server_span_id IS NOT NULL AND (NOT r.has_client_span OR r.client_span_id = w.span_id)
-        GROUP BY r.request_id HAVING count(*) = 1""", [list(ids), list(ids.values())]).fetchall()
+        GROUP BY r.request_id HAVING count(*) = 1""",
+        [list(ids), list(ids.values())],
+    ).fetchall()
     return dict(rows)
 
 

@@ -51,8 +51,9 @@ class _Line:
         self.text, self.pos, self.line_no = text, 0, line_no
 
     def fail(self, why: str = "") -> PrometheusError:
-        return PrometheusError(f"line {self.line_no}: not a Prometheus sample: {self.text[:80]!r}"
-                               + (f" ({why})" if why else ""))
+        return PrometheusError(
+            f"line {self.line_no}: not a Prometheus sample: {self.text[:80]!r}" + (f" ({why})" if why else "")
+        )
 
     def skip_ws(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos] in _WS:
@@ -155,7 +156,7 @@ def _sample(line: str, line_no: int) -> Sample:
             raise cur.fail("no metric name")
     elif cur.pos == len(line) or line[cur.pos - 1] not in _WS:
         raise cur.fail()
-    rest = _FIELDS.split(line[cur.pos:].strip(_WS))
+    rest = _FIELDS.split(line[cur.pos :].strip(_WS))
     if not 1 <= len(rest) <= 2:
         raise cur.fail()
     try:

@@ -15,8 +15,9 @@ from budgetscope.schema import SERVER_METRICS
 from budgetscope.sources.prometheus import parse
 
 
-def land(archive, body: str, *, instance: str, service_name: str, ts_ns: int, origin: str,
-         position: str = "scrape") -> int:
+def land(
+    archive, body: str, *, instance: str, service_name: str, ts_ns: int, origin: str, position: str = "scrape"
+) -> int:
     """Parse `body` and land its samples (raises PrometheusError, landing nothing, on a bad line).
 
     Returns the number of rows inserted (0 when this exact batch was already landed)."""
@@ -30,9 +31,11 @@ def land(archive, body: str, *, instance: str, service_name: str, ts_ns: int, or
             con.execute("ROLLBACK")
             return 0
         (batch_id,) = con.execute("SELECT coalesce(max(batch_id), 0) + 1 FROM ingest_batches").fetchone()
-        con.execute("INSERT INTO ingest_batches (batch_id, content_hash, origin, position, format, received_ns, "
-                    "span_count, spans_inserted, duplicate_spans) VALUES (?, ?, ?, ?, 'prometheus-text', ?, 0, 0, 0)",
-                    [batch_id, digest, origin, position, time.time_ns()])
+        con.execute(
+            "INSERT INTO ingest_batches (batch_id, content_hash, origin, position, format, received_ns, "
+            "span_count, spans_inserted, duplicate_spans) VALUES (?, ?, ?, ?, 'prometheus-text', ?, 0, 0, 0)",
+            [batch_id, digest, origin, position, time.time_ns()],
+        )
         rows = [(s.ts_ns or ts_ns, service_name, instance, s.metric, s.labels_json, s.value, batch_id) for s in samples]
         insert_rows(con, "server_metrics", rows, 7)
         con.execute("COMMIT")

@@ -83,8 +83,10 @@ def _request_span(seed: bytes, n: int, rec: dict, where: str) -> dict:
     elif any(k in m for k in V0_FIELDS):
         latency, end, generated = _v0(t, arrival), t("finished_time"), None
     else:
-        raise ImportFormatError(f"{where}: metrics has neither vLLM V1 (`queued_ts`, `scheduled_ts`, …) nor V0 "
-                                "(`first_scheduled_time`, `finished_time`, …) fields")
+        raise ImportFormatError(
+            f"{where}: metrics has neither vLLM V1 (`queued_ts`, `scheduled_ts`, …) nor V0 "
+            "(`first_scheduled_time`, `finished_time`, …) fields"
+        )
     if end is None:  # V1, or V0 unfinished: the last token is the last thing known
         end = arrival + (latency.get("time_to_first_token") or 0.0) + (latency.get("time_in_model_decode") or 0.0)
     output_tokens = rec.get("output_tokens", generated)
@@ -100,28 +102,46 @@ def _request_span(seed: bytes, n: int, rec: dict, where: str) -> dict:
         **{f"vllm.metrics.{k}": v for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
     }
     trace_id, span_id = span_ids(seed, n)
-    return span(trace_id, span_id, VLLM_ROOT, KIND_SERVER, seconds_to_ns(arrival), seconds_to_ns(end), attrs,
-                error="abort" if finish == "abort" else None)
+    return span(
+        trace_id,
+        span_id,
+        VLLM_ROOT,
+        KIND_SERVER,
+        seconds_to_ns(arrival),
+        seconds_to_ns(end),
+        attrs,
+        error="abort" if finish == "abort" else None,
+    )
 
 
 def _v1(t) -> dict[str, float]:
     """`gen_ai.latency.*` (s) from V1 `RequestStateStats`, as vLLM's do_tracing computes them (no e2e: not kept)."""
     queued, scheduled, first, last = t("queued_ts"), t("scheduled_ts"), t("first_token_ts"), t("last_token_ts")
-    out = {"time_to_first_token": t("first_token_latency") if first is not None else None,
-           "time_in_queue": _diff(scheduled, queued), "time_in_model_prefill": _diff(first, scheduled),
-           "time_in_model_decode": _diff(last, first)}
+    out = {
+        "time_to_first_token": t("first_token_latency") if first is not None else None,
+        "time_in_queue": _diff(scheduled, queued),
+        "time_in_model_prefill": _diff(first, scheduled),
+        "time_in_model_decode": _diff(last, first),
+    }
     return {k: v for k, v in out.items() if v is not None}
 
 
 def _v0(t, arrival: float) -> dict[str, float]:
     """`gen_ai.latency.*` (s) from V0 `RequestMetrics` (every field a wall-clock time.time())."""
-    scheduled, first, last, finished = t("first_scheduled_time"), t("first_token_time"), t("last_token_time"), \
-        t("finished_time")
+    scheduled, first, last, finished = (
+        t("first_scheduled_time"),
+        t("first_token_time"),
+        t("last_token_time"),
+        t("finished_time"),
+    )
     queue = t("time_in_queue")
-    out = {"time_to_first_token": _diff(first, arrival),
-           "time_in_queue": queue if queue is not None else _diff(scheduled, arrival),
-           "time_in_model_prefill": _diff(first, scheduled), "time_in_model_decode": _diff(last, first),
-           "e2e": _diff(finished, arrival)}
+    out = {
+        "time_to_first_token": _diff(first, arrival),
+        "time_in_queue": queue if queue is not None else _diff(scheduled, arrival),
+        "time_in_model_prefill": _diff(first, scheduled),
+        "time_in_model_decode": _diff(last, first),
+        "e2e": _diff(finished, arrival),
+    }
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -26,8 +26,9 @@ from budgetscope.archive.reader import ArchiveReader, affected_segments, check_s
 from budgetscope.spark.dialect import DialectError, archive_columns, emit, parse, spark_type, to_spark
 from budgetscope.spark.session import SparkError, one_line
 
-STORED = {t.name: t for t in (schema.SPANS, schema.REQUESTS, schema.INGEST_BATCHES, schema.GPU_SAMPLES,
-                              schema.SERVER_METRICS)}
+STORED = {
+    t.name: t for t in (schema.SPANS, schema.REQUESTS, schema.INGEST_BATCHES, schema.GPU_SAMPLES, schema.SERVER_METRICS)
+}
 VIEWS = (*STORED, "engine_steps")
 SPLIT_VIEWS = ("bs_split_traces", "bs_split_spans")
 """A sharded root's traces with spans on several shards, and their spans (not queryable: `query` sees VIEWS)."""
@@ -61,7 +62,7 @@ class Cursor:
         self._at = 0
 
     def fetchall(self) -> list[tuple]:
-        rows, self._at = self._rows[self._at:], len(self._rows)
+        rows, self._at = self._rows[self._at :], len(self._rows)
         return rows
 
     def fetchone(self):
@@ -88,8 +89,10 @@ def not_on_spark(e: BaseException) -> str | None:
     m = UNRESOLVED.search(str(e))
     if not m:
         return None
-    return (f"{m.group(1).lower()}() cannot run on Spark (no such function there, and budgetscope does not "
-            "translate it); run this query with --engine duckdb")
+    return (
+        f"{m.group(1).lower()}() cannot run on Spark (no such function there, and budgetscope does not "
+        "translate it); run this query with --engine duckdb"
+    )
 
 
 class SparkConnection:
@@ -181,8 +184,9 @@ class SparkArchive:
             for name, table in STORED.items():
                 df = self._requests() if name == "requests" else self._scan(self.segments._segments[name], table)
                 df.createOrReplaceTempView(name)
-            self.spark.sql(to_spark(schema.ENGINE_STEPS_VIEW.replace("CREATE OR REPLACE VIEW",
-                                                                       "CREATE OR REPLACE TEMPORARY VIEW")))
+            self.spark.sql(
+                to_spark(schema.ENGINE_STEPS_VIEW.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMPORARY VIEW"))
+            )
         except ArchiveError:
             raise
         except Exception as e:  # noqa: BLE001 - AnalysisException, Py4JJavaError, ...: one line
@@ -206,7 +210,9 @@ class SparkArchive:
         paths = [str(self.path / s.path) for s in segs]
         reader = self.spark.read.option("mergeSchema", "false")
         if table:
-            reader = reader.schema(", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns) + ", `_seq` BIGINT")
+            reader = reader.schema(
+                ", ".join(f"`{c.name}` {spark_type(c.type)}" for c in table.columns) + ", `_seq` BIGINT"
+            )
         return reader.parquet(*paths).select(*cols)
 
     def _scan(self, segs, table: schema.Table):
@@ -229,8 +235,13 @@ class SparkArchive:
                 parts.append(self._read(plain, cols, schema.REQUESTS))
             if hit:
                 r = self._read(hit, [*cols, "_seq"], schema.REQUESTS).alias("r")
-                d = (self._read(dels, ["trace_id", "_seq"]).groupBy("trace_id").max("_seq")
-                     .withColumnRenamed("max(_seq)", "_del_seq").withColumnRenamed("trace_id", "_del_trace"))
+                d = (
+                    self._read(dels, ["trace_id", "_seq"])
+                    .groupBy("trace_id")
+                    .max("_seq")
+                    .withColumnRenamed("max(_seq)", "_del_seq")
+                    .withColumnRenamed("trace_id", "_del_trace")
+                )
                 # keep a row unless a delete of its trace has a higher _seq (reader.requests_sql)
                 kept = r.join(d, (r["trace_id"] == d["_del_trace"]) & (r["_seq"] < d["_del_seq"]), "left_anti")
                 parts.append(kept.select(*cols))
@@ -253,8 +264,10 @@ class SparkArchive:
         groups = [g for g in self.segments._by_group if g["spans"]]
         if len(groups) < 2:
             return stored
-        ids = [self._read(g["spans"], ["trace_id"]).distinct().withColumn("bs_shard", F.lit(i))
-               for i, g in enumerate(groups)]
+        ids = [
+            self._read(g["spans"], ["trace_id"]).distinct().withColumn("bs_shard", F.lit(i))
+            for i, g in enumerate(groups)
+        ]
         every = ids[0]
         for d in ids[1:]:
             every = every.unionByName(d)
@@ -276,7 +289,7 @@ class SparkArchive:
     def pending_traces(self) -> int:
         return 0
 
-    def __enter__(self) -> "SparkArchive":
+    def __enter__(self) -> SparkArchive:
         return self
 
     def __exit__(self, *exc) -> None:

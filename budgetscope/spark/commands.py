@@ -9,13 +9,26 @@ from budgetscope.archive.errors import ArchiveError
 from budgetscope.spark.session import SparkError
 
 READ_ONLY = "the archive is read-only to queries; budgetscope ingest is the way in"
-FORBIDDEN_FUNCTIONS = {"reflect", "java_method", "try_reflect", "read_parquet", "read_csv", "read_json",
-                       "read_csv_auto", "read_json_auto", "parquet_scan", "read_text", "read_blob", "glob"}
+FORBIDDEN_FUNCTIONS = {
+    "reflect",
+    "java_method",
+    "try_reflect",
+    "read_parquet",
+    "read_csv",
+    "read_json",
+    "read_csv_auto",
+    "read_json_auto",
+    "parquet_scan",
+    "read_text",
+    "read_blob",
+    "glob",
+}
 
 
 @contextlib.contextmanager
-def spark_archive(path: str | os.PathLike, master: str | None = None, since_ns: int | None = None,
-                  until_ns: int | None = None):
+def spark_archive(
+    path: str | os.PathLike, master: str | None = None, since_ns: int | None = None, until_ns: int | None = None
+):
     """A SparkArchive of `path` on a fresh session of `master`, stopped on exit. Everything is checked that can
     be before Spark starts: the archive's manifests and segments first, then Java and the master."""
     from budgetscope.spark.archive import Segments, SparkArchive
@@ -73,8 +86,8 @@ def check_read_only(sql: str, views) -> None:
 def run_query(path: str | os.PathLike, sql: str, master: str | None = None, *, max_rows: int | None = None):
     """`budgetscope query --engine spark`: the statement (DuckDB's dialect, as for `--engine duckdb`) transpiled
     and run on Spark over the archive's views. Returns budgetscope.query.QueryResult, at most `max_rows` rows."""
-    from budgetscope.query import QueryResult
     from budgetscope.archive.reader import STALE
+    from budgetscope.query import QueryResult
     from budgetscope.spark.archive import VIEWS
 
     check_read_only(sql, VIEWS)
@@ -87,8 +100,12 @@ def run_query(path: str | os.PathLike, sql: str, master: str | None = None, *, m
             raise SparkError(f"{path}: {STALE}") from None
         rows = cur.fetchall()  # Spark collects the whole result; the cap bounds what is printed
     truncated = max_rows is not None and len(rows) > max_rows
-    return QueryResult([d[0] for d in cur.description], [d[1] for d in cur.description],
-                       rows[:max_rows] if truncated else rows, truncated)
+    return QueryResult(
+        [d[0] for d in cur.description],
+        [d[1] for d in cur.description],
+        rows[:max_rows] if truncated else rows,
+        truncated,
+    )
 
 
 __all__ = ["spark_archive", "run_query", "check_read_only", "SparkError", "ArchiveError"]

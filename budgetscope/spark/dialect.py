@@ -39,8 +39,14 @@ import json
 import re
 
 DUCKDB_TO_SPARK_TYPES = {
-    "VARCHAR": "STRING", "JSON": "STRING", "BIGINT": "BIGINT", "INTEGER": "INT", "DOUBLE": "DOUBLE",
-    "BOOLEAN": "BOOLEAN", "SMALLINT": "SMALLINT", "FLOAT": "FLOAT",
+    "VARCHAR": "STRING",
+    "JSON": "STRING",
+    "BIGINT": "BIGINT",
+    "INTEGER": "INT",
+    "DOUBLE": "DOUBLE",
+    "BOOLEAN": "BOOLEAN",
+    "SMALLINT": "SMALLINT",
+    "FLOAT": "FLOAT",
 }
 
 EPOCH_SCALE = {"epoch_ns": 1000, "epoch_us": 1}
@@ -68,10 +74,13 @@ def literal(v) -> str:
     if isinstance(v, bool):
         return "TRUE" if v else "FALSE"
     if isinstance(v, int):
-        return str(v) if -2**63 <= v < 2**63 else f"CAST('{v}' AS DOUBLE)"
+        return str(v) if -(2**63) <= v < 2**63 else f"CAST('{v}' AS DOUBLE)"
     if isinstance(v, float):
-        return f"CAST('{v!r}' AS DOUBLE)" if v == v and abs(v) != float("inf") else \
-            f"CAST('{'NaN' if v != v else ('Infinity' if v > 0 else '-Infinity')}' AS DOUBLE)"
+        return (
+            f"CAST('{v!r}' AS DOUBLE)"
+            if v == v and abs(v) != float("inf")
+            else f"CAST('{'NaN' if v != v else ('Infinity' if v > 0 else '-Infinity')}' AS DOUBLE)"
+        )
     if isinstance(v, str):
         return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
     raise DialectError(f"cannot bind a parameter of type {type(v).__name__}")
@@ -87,7 +96,7 @@ def bind(sql: str, params=None) -> tuple[str, list[str]]:
     out, bound, i, last, after_arrow = [], [], 0, 0, False
     for m in _TOKENS.finditer(sql):
         tok = m.group(0)
-        out.append(sql[last:m.start()])
+        out.append(sql[last : m.start()])
         last = m.end()
         if tok == "?":
             if i >= len(params):
@@ -155,7 +164,6 @@ def _spark_path(path):
 
 
 def _rewrite(tree, tables: dict[str, list[str]]):
-    import sqlglot
     from sqlglot import exp
 
     def fix(node):
@@ -172,8 +180,12 @@ def _rewrite(tree, tables: dict[str, list[str]]):
         if isinstance(node, exp.Anonymous) and node.name.lower() == "json_exists":
             # Spark has none: a key whose value is JSON null counts as absent
             src, path = node.expressions
-            return exp.Not(this=exp.Is(this=exp.Anonymous(this="get_json_object", expressions=[src, _spark_path(path)]),
-                                       expression=exp.Null()))
+            return exp.Not(
+                this=exp.Is(
+                    this=exp.Anonymous(this="get_json_object", expressions=[src, _spark_path(path)]),
+                    expression=exp.Null(),
+                )
+            )
         if isinstance(node, exp.Anonymous) and node.name.lower() == "json_transform":
             src, structure = node.expressions
             if not isinstance(structure, exp.Literal) or not structure.is_string:
@@ -185,15 +197,26 @@ def _rewrite(tree, tables: dict[str, list[str]]):
             if key.args.get("desc"):
                 raise DialectError("list(... ORDER BY ... DESC) is not carried over")
             val = order.this
-            pairs = exp.Anonymous(this="collect_list", expressions=[
-                exp.Anonymous(this="struct", expressions=[exp.alias_(key.this, "k"), exp.alias_(val, "v")])])
-            return exp.Anonymous(this="__bs_values", expressions=[exp.Anonymous(this="array_sort", expressions=[pairs])])
+            pairs = exp.Anonymous(
+                this="collect_list",
+                expressions=[
+                    exp.Anonymous(this="struct", expressions=[exp.alias_(key.this, "k"), exp.alias_(val, "v")])
+                ],
+            )
+            return exp.Anonymous(
+                this="__bs_values", expressions=[exp.Anonymous(this="array_sort", expressions=[pairs])]
+            )
         if isinstance(node, exp.Anonymous) and node.name.lower() == "isfinite":
             x = node.expressions[0].transform(fix)  # transform() does not descend into what `fix` returns
             inf = exp.cast(exp.Literal.string("Infinity"), "DOUBLE")
-            return exp.Not(this=exp.Paren(this=exp.Or(
-                this=exp.Anonymous(this="isnan", expressions=[x.copy()]),
-                expression=exp.EQ(this=exp.Abs(this=x.copy()), expression=inf))))
+            return exp.Not(
+                this=exp.Paren(
+                    this=exp.Or(
+                        this=exp.Anonymous(this="isnan", expressions=[x.copy()]),
+                        expression=exp.EQ(this=exp.Abs(this=x.copy()), expression=inf),
+                    )
+                )
+            )
         if isinstance(node, exp.Anonymous) and node.name.lower() in EPOCH_SCALE:
             ts = node.expressions[0].transform(fix)
             us, scale = exp.Anonymous(this="unix_micros", expressions=[ts]), EPOCH_SCALE[node.name.lower()]
@@ -202,20 +225,28 @@ def _rewrite(tree, tables: dict[str, list[str]]):
             # DuckDB's to_timestamp(seconds) keeps the fraction, rounded half to even to the microsecond (a
             # tie is common: doubles near 1.7e15 µs step by 0.25); SQLGlot's from_unixtime formats whole
             # seconds, Spark's timestamp_seconds truncates
-            us = exp.Anonymous(this="bround", expressions=[
-                exp.Mul(this=exp.Paren(this=node.this.transform(fix)), expression=exp.Literal.number("1e6"))])
+            us = exp.Anonymous(
+                this="bround",
+                expressions=[
+                    exp.Mul(this=exp.Paren(this=node.this.transform(fix)), expression=exp.Literal.number("1e6"))
+                ],
+            )
             return exp.Anonymous(this="timestamp_micros", expressions=[exp.cast(us, "BIGINT")])
         if isinstance(node, exp.TimeToUnix):  # DuckDB's epoch(ts): seconds with their fraction
-            return exp.Div(this=exp.Anonymous(this="unix_micros", expressions=[node.this.transform(fix)]),
-                           expression=exp.Literal.number("1e6"))
+            return exp.Div(
+                this=exp.Anonymous(this="unix_micros", expressions=[node.this.transform(fix)]),
+                expression=exp.Literal.number("1e6"),
+            )
         if isinstance(node, exp.Union) and node.args.get("by_name"):
             names = _names(node, tables)
             left, right = node.this, node.expression
             have = set(_names(right, tables))
 
             def pick(side, have_all):
-                cols = [exp.column(n, quoted=True) if n in have_all else exp.alias_(exp.Null(), n, quoted=True)
-                        for n in names]
+                cols = [
+                    exp.column(n, quoted=True) if n in have_all else exp.alias_(exp.Null(), n, quoted=True)
+                    for n in names
+                ]
                 return exp.select(*cols).from_(side.subquery(f"bs_u{next(counter)}"))
 
             node.set("by_name", None)
@@ -244,12 +275,18 @@ def _sizes_of_lists(tree, tables: dict[str, list[str]]) -> None:
         node.meta["bs_len"] = i
     types = schema_types(tables)
     try:
-        typed = annotate_types(qualify(tree.copy(), schema=types, dialect="duckdb", validate_qualify_columns=False,
-                                       identify=False), schema=types, dialect="duckdb")
+        typed = annotate_types(
+            qualify(tree.copy(), schema=types, dialect="duckdb", validate_qualify_columns=False, identify=False),
+            schema=types,
+            dialect="duckdb",
+        )
     except (SqlglotError, KeyError, ValueError):
         return
-    lists = {n.meta["bs_len"] for n in typed.find_all(exp.Length)
-             if "bs_len" in n.meta and n.this.type is not None and n.this.type.is_type(exp.DataType.Type.ARRAY)}
+    lists = {
+        n.meta["bs_len"]
+        for n in typed.find_all(exp.Length)
+        if "bs_len" in n.meta and n.this.type is not None and n.this.type.is_type(exp.DataType.Type.ARRAY)
+    }
     for node in lengths:
         if node.meta["bs_len"] in lists:
             node.replace(exp.ArraySize(this=node.this.copy()))
@@ -299,8 +336,13 @@ def _inline_struct_unnest(sel):
     out = sel.expressions[0].copy()
     for col in list(out.find_all(exp.Column)):
         if col.table == alias and col.name in names:
-            col.replace(exp.RegexpExtract(this=rx.this.copy(), expression=rx.expression.copy(),
-                                          group=exp.Literal.number(names.index(col.name) + 1)))
+            col.replace(
+                exp.RegexpExtract(
+                    this=rx.this.copy(),
+                    expression=rx.expression.copy(),
+                    group=exp.Literal.number(names.index(col.name) + 1),
+                )
+            )
     return out
 
 
@@ -327,7 +369,7 @@ def _names(node, tables: dict[str, list[str]]) -> list[str]:
             w = _with(up) if isinstance(up, exp.Query) else None
             if w is not None:
                 for cte in w.expressions:
-                    if cte.alias_or_name == name and not cte.this.find(exp.Table) is node:
+                    if cte.alias_or_name == name and cte.this.find(exp.Table) is not node:
                         return _names(cte.this, tables)
             up = up.parent
         if name in tables:
@@ -361,8 +403,10 @@ def _fix_filters(tree):
             f.replace(inner)
     for v in list(tree.find_all(exp.Anonymous)):
         if v.name == "__bs_values":
-            lam = exp.Lambda(this=exp.Dot(this=exp.to_identifier("bs_e"), expression=exp.to_identifier("v")),
-                             expressions=[exp.to_identifier("bs_e")])
+            lam = exp.Lambda(
+                this=exp.Dot(this=exp.to_identifier("bs_e"), expression=exp.to_identifier("v")),
+                expressions=[exp.to_identifier("bs_e")],
+            )
             pairs = v.expressions[0]
             v.replace(_null_if_empty(pairs, exp.Anonymous(this="transform", expressions=[pairs.copy(), lam])))
     for agg in list(tree.find_all(exp.ArrayAgg)):  # an unordered list(x): collect_list, NULL when empty
@@ -375,8 +419,11 @@ def _null_if_empty(arr, value):
     """DuckDB's list() of no rows is NULL, Spark's collect_list() is []: `IF(size(arr) = 0, NULL, value)`."""
     from sqlglot import exp
 
-    return exp.If(this=exp.EQ(this=exp.Anonymous(this="size", expressions=[arr]), expression=exp.Literal.number(0)),
-                  true=exp.Null(), false=value)
+    return exp.If(
+        this=exp.EQ(this=exp.Anonymous(this="size", expressions=[arr]), expression=exp.Literal.number(0)),
+        true=exp.Null(),
+        false=value,
+    )
 
 
 def to_spark(sql: str, params=None, tables: dict[str, list[str]] | None = None) -> str:

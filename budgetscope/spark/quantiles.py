@@ -56,8 +56,10 @@ def plan(tree) -> Plan | None:
     `percentile` reads them once (and such sources are small next to `requests`)."""
     from sqlglot import exp
 
-    if not isinstance(tree, exp.Select) or any(tree.args.get(k) for k in ("group", "having", "distinct", "qualify",
-                                                                          "order", "limit", "offset", "with", "with_")):
+    if not isinstance(tree, exp.Select) or any(
+        tree.args.get(k)
+        for k in ("group", "having", "distinct", "qualify", "order", "limit", "offset", "with", "with_")
+    ):
         return None
     quantiles, others = [], []
     for i, e in enumerate(tree.expressions):
@@ -110,10 +112,12 @@ def _quantile(position: int, e) -> Quantile | None:
 def log_bucket(v: str) -> str:
     """Spark SQL: a bucket of the double `v`, monotone in v: NaN and ±Infinity their own, 0 (and −0) its own,
     then 1/LOG_BUCKETS of an octave (log2), positive values above 0 and negative ones below."""
-    return (f"CASE WHEN isnan({v}) THEN {_NAN} WHEN {v} = CAST('Infinity' AS DOUBLE) THEN {_INF} "
-            f"WHEN {v} = CAST('-Infinity' AS DOUBLE) THEN -{_INF} "
-            f"WHEN {v} > 0 THEN {_SIGN} + CAST(floor(log2({v}) * {LOG_BUCKETS}) AS BIGINT) "
-            f"WHEN {v} < 0 THEN -{_SIGN} - CAST(floor(log2(-{v}) * {LOG_BUCKETS}) AS BIGINT) ELSE 0 END")
+    return (
+        f"CASE WHEN isnan({v}) THEN {_NAN} WHEN {v} = CAST('Infinity' AS DOUBLE) THEN {_INF} "
+        f"WHEN {v} = CAST('-Infinity' AS DOUBLE) THEN -{_INF} "
+        f"WHEN {v} > 0 THEN {_SIGN} + CAST(floor(log2({v}) * {LOG_BUCKETS}) AS BIGINT) "
+        f"WHEN {v} < 0 THEN -{_SIGN} - CAST(floor(log2(-{v}) * {LOG_BUCKETS}) AS BIGINT) ELSE 0 END"
+    )
 
 
 def quantile_of(n: int, fraction: float, at) -> float:
@@ -162,11 +166,21 @@ def _source(p: Plan):
         if src.args.get(key) is not None:
             with_ = (key, src.args[key])
             src.set(key, None)
-    structs = [exp.Anonymous(this="named_struct", expressions=[
-        exp.Literal.string("k"), exp.Literal.number(j), exp.Literal.string("v"), q.value.copy()])
-        for j, q in enumerate(p.quantiles)]
-    src.set("expressions", [exp.alias_(exp.Anonymous(this="explode", expressions=[
-        exp.Anonymous(this="array", expressions=structs)]), "bs_e")])
+    structs = [
+        exp.Anonymous(
+            this="named_struct",
+            expressions=[exp.Literal.string("k"), exp.Literal.number(j), exp.Literal.string("v"), q.value.copy()],
+        )
+        for j, q in enumerate(p.quantiles)
+    ]
+    src.set(
+        "expressions",
+        [
+            exp.alias_(
+                exp.Anonymous(this="explode", expressions=[exp.Anonymous(this="array", expressions=structs)]), "bs_e"
+            )
+        ],
+    )
     return src, with_
 
 
@@ -189,8 +203,10 @@ def _windows_sql(windows: list[tuple[int, float, float]]) -> str:
     """A CASE naming the window (its index) a value of quantile k falls in, NULL when none."""
     from budgetscope.spark.dialect import literal
 
-    whens = " ".join(f"WHEN bs_e.k = {k} AND bs_e.v >= {literal(lo)} AND bs_e.v <= {literal(hi)} THEN {w}"
-                     for w, (k, lo, hi) in enumerate(windows))
+    whens = " ".join(
+        f"WHEN bs_e.k = {k} AND bs_e.v >= {literal(lo)} AND bs_e.v <= {literal(hi)} THEN {w}"
+        for w, (k, lo, hi) in enumerate(windows)
+    )
     return f"CASE {whens} END"
 
 
@@ -198,8 +214,10 @@ def _split_sql(windows: list[tuple[int, float, float]]) -> str:
     from budgetscope.spark.dialect import literal
 
     # (v − lo) / (hi − lo) is in [0, 1] and monotone in v, even where hi − lo is subnormal (its inverse is not finite)
-    whens = " ".join(f"WHEN {w} THEN CAST(floor((v - {literal(lo)}) / {literal(hi - lo)} * {SPLIT_BUCKETS}) AS BIGINT)"
-                     for w, (_, lo, hi) in enumerate(windows))
+    whens = " ".join(
+        f"WHEN {w} THEN CAST(floor((v - {literal(lo)}) / {literal(hi - lo)} * {SPLIT_BUCKETS}) AS BIGINT)"
+        for w, (_, lo, hi) in enumerate(windows)
+    )
     return f"CASE w {whens} END"
 
 
@@ -239,8 +257,15 @@ def _cells(rows) -> dict[int, _Cells]:
 
 def run(p: Plan, execute) -> list:
     """The statement's one row. `execute(tree)` runs a DuckDB-dialect tree on Spark and returns its rows."""
-    hist = _cells(execute(_around(f"SELECT bs_e.k, {log_bucket('bs_e.v')} AS b, count(*), min(bs_e.v), max(bs_e.v) "
-                                  "FROM bs_src WHERE bs_e.v IS NOT NULL GROUP BY 1, 2", p)))
+    hist = _cells(
+        execute(
+            _around(
+                f"SELECT bs_e.k, {log_bucket('bs_e.v')} AS b, count(*), min(bs_e.v), max(bs_e.v) "
+                "FROM bs_src WHERE bs_e.v IS NOT NULL GROUP BY 1, 2",
+                p,
+            )
+        )
+    )
     totals = {k: sum(n for _, _, n in c.cells) for k, c in hist.items()}
     known: dict[tuple[int, int], float] = {}
     pending: dict[tuple[int, int], tuple[_Cells, int]] = {}  # (k, rank) → (the cells it is in, k)
@@ -265,8 +290,9 @@ def run(p: Plan, execute) -> list:
         case = _windows_sql(order)
         if sum(n for _, n in windows.values()) <= COLLECT_MAX or _ == MAX_PASSES:
             got: dict[int, list[float]] = {}
-            for w, v in execute(_around(f"SELECT w, v FROM (SELECT {case} AS w, bs_e.v AS v FROM bs_src) "
-                                        "WHERE w IS NOT NULL", p)):
+            for w, v in execute(
+                _around(f"SELECT w, v FROM (SELECT {case} AS w, bs_e.v AS v FROM bs_src) WHERE w IS NOT NULL", p)
+            ):
                 got.setdefault(w, []).append(v)
             for w, key in enumerate(order):
                 got.setdefault(w, []).sort()
@@ -276,9 +302,15 @@ def run(p: Plan, execute) -> list:
                 w = order.index(key)
                 known[(k, r)] = got[w][r - windows[key][0]]
             break
-        split = _cells(execute(_around(
-            f"SELECT w, {_split_sql(order)} AS b, count(*), min(v), max(v) FROM (SELECT {case} AS w, bs_e.v AS v "
-            "FROM bs_src) WHERE w IS NOT NULL GROUP BY 1, 2", p)))
+        split = _cells(
+            execute(
+                _around(
+                    f"SELECT w, {_split_sql(order)} AS b, count(*), min(v), max(v) FROM (SELECT {case} AS w, bs_e.v AS v "
+                    "FROM bs_src) WHERE w IS NOT NULL GROUP BY 1, 2",
+                    p,
+                )
+            )
+        )
         pending = {}
         for (k, r), key in at.items():
             w = order.index(key)

@@ -50,7 +50,7 @@ def _check_master(master: str) -> None:
     if master.startswith("local"):
         return
     if master.startswith("spark://"):
-        hosts = master[len("spark://"):].split(",")
+        hosts = master[len("spark://") :].split(",")
         for hp in hosts:
             host, _, port = hp.rpartition(":")
             try:
@@ -153,6 +153,6 @@ def one_line(e: BaseException) -> str:
             continue
         for prefix in ("py4j.protocol.Py4JJavaError: ", "An error occurred while calling"):
             if line.startswith(prefix):
-                line = line[len(prefix):]
+                line = line[len(prefix) :]
         return line[:400]
     return type(e).__name__

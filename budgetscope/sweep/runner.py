@@ -19,8 +19,8 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from budgetscope.analysis import capacity
 
@@ -182,21 +182,32 @@ class Sweep:
             if cfg.token_ids and target.api == "chat":
                 raise SweepError("--prompt-format token-ids needs the completions API")
             target.model = cfg.model or target.probe()
-            plan = build_plan(Arrivals.parse("constant", 10.0), cfg.workload, seed=cfg.seed,
-                              num_requests=PREFLIGHT_REQUESTS)
+            plan = build_plan(
+                Arrivals.parse("constant", 10.0), cfg.workload, seed=cfg.seed, num_requests=PREFLIGHT_REQUESTS
+            )
             # unsampled (traceparent flags 00): a server that follows its parent's sampling, as the OpenTelemetry
             # SDK's default sampler and budgetscope's engine do, exports no span of these requests, which
             # would otherwise land later with no client span beside them
-            result = run_load(plan, target, timeout_s=min(cfg.timeout_s, 60.0),
-                              prompts=Prompts(cfg.seed, token_ids=cfg.token_ids, tokenizer=cfg.tokenizer),
-                              sampled=False)
+            result = run_load(
+                plan,
+                target,
+                timeout_s=min(cfg.timeout_s, 60.0),
+                prompts=Prompts(cfg.seed, token_ids=cfg.token_ids, tokenizer=cfg.tokenizer),
+                sampled=False,
+            )
         except LoadgenError as e:
             raise SweepError(str(e)) from None
         if not any(r.is_ok for r in result.records):
-            why = sorted({f"{r.outcome}" + (f" ({r.error.split(':', 1)[-1].strip()[:120]})" if r.error else "")
-                          for r in result.records})
-            raise SweepError(f"{target.url} refused every request of the pre-flight "
-                             f"({len(result.records)} of {len(result.records)}): {'; '.join(why)}")
+            why = sorted(
+                {
+                    f"{r.outcome}" + (f" ({r.error.split(':', 1)[-1].strip()[:120]})" if r.error else "")
+                    for r in result.records
+                }
+            )
+            raise SweepError(
+                f"{target.url} refused every request of the pre-flight "
+                f"({len(result.records)} of {len(result.records)}): {'; '.join(why)}"
+            )
         return target
 
     # -- the run ---------------------------------------------------------------------------------------------
@@ -213,8 +224,10 @@ class Sweep:
             collector.start()
         except CollectorError as e:
             raise SweepError(str(e)) from None
-        self.say(f"collector: {', '.join(collector.endpoints)} → {cfg.archive} (run {self.run_id}); point the "
-                 "server's OTLP exporter here for its stages")
+        self.say(
+            f"collector: {', '.join(collector.endpoints)} → {cfg.archive} (run {self.run_id}); point the "
+            "server's OTLP exporter here for its stages"
+        )
         tracer = self._tracer(collector.http_port)
         scraper = _MetricsScraper(_metrics_url(target), cfg.headers) if cfg.scrape_metrics else None
         try:
@@ -241,8 +254,11 @@ class Sweep:
         out["duration_s"] = self.config.duration_s
         out["runs_per_rate"] = self.config.runs
         if self.config.search:
-            out["search"] = {"log": self.search_log, "tolerance": self.config.tolerance,
-                             "max_steps": self.config.max_steps}
+            out["search"] = {
+                "log": self.search_log,
+                "tolerance": self.config.tolerance,
+                "max_steps": self.config.max_steps,
+            }
         return out
 
     def _tracer(self, http_port: int) -> _TaggedTracer:
@@ -251,8 +267,7 @@ class Sweep:
         from budgetscope.instrument.client import ClientTracer
 
         exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/traces")
-        return _TaggedTracer(ClientTracer(service_name="budgetscope-sweep", exporter=exporter,
-                                          schedule_delay_s=0.5))
+        return _TaggedTracer(ClientTracer(service_name="budgetscope-sweep", exporter=exporter, schedule_delay_s=0.5))
 
     def _step_index(self) -> int:
         return len(self.step_results)
@@ -274,8 +289,9 @@ class Sweep:
         if cfg.concurrencies:
             plan = build_closed_plan(cfg.workload, int(level), seed=cfg.seed + index)
         else:
-            plan = build_plan(Arrivals.parse(cfg.arrivals, level), cfg.workload, seed=cfg.seed + index,
-                              duration_s=cfg.duration_s)
+            plan = build_plan(
+                Arrivals.parse(cfg.arrivals, level), cfg.workload, seed=cfg.seed + index, duration_s=cfg.duration_s
+            )
         if cfg.dataset is not None:
             from budgetscope.loadgen.dataset import apply_dataset
 
@@ -288,19 +304,31 @@ class Sweep:
         cfg = self.config
         index = self._step_index()
         plan = self._plan(rate, index)
-        load = ({capacity.CONCURRENCY: int(rate)} if cfg.concurrencies else {capacity.RATE: float(rate)})
-        tracer.tags = {capacity.RUN: self.run_id, capacity.STEP: index, capacity.REPEAT: repeat,
-                       capacity.DURATION: float(cfg.duration_s), **load}
-        what = (f"a closed loop of {rate:g} in flight" if cfg.concurrencies else
-                f"{rate:g} req/s ({len(plan)} requests)")
-        self.say(f"step {index + 1}: {what} for {cfg.duration_s:g} s"
-                 + (f", run {repeat + 1} of {cfg.runs}" if cfg.runs > 1 else ""))
+        load = {capacity.CONCURRENCY: int(rate)} if cfg.concurrencies else {capacity.RATE: float(rate)}
+        tracer.tags = {
+            capacity.RUN: self.run_id,
+            capacity.STEP: index,
+            capacity.REPEAT: repeat,
+            capacity.DURATION: float(cfg.duration_s),
+            **load,
+        }
+        what = f"a closed loop of {rate:g} in flight" if cfg.concurrencies else f"{rate:g} req/s ({len(plan)} requests)"
+        self.say(
+            f"step {index + 1}: {what} for {cfg.duration_s:g} s"
+            + (f", run {repeat + 1} of {cfg.runs}" if cfg.runs > 1 else "")
+        )
         if scraper is not None and scraper.is_available:
             scraper.start()
         try:
-            result = run_load(plan, target, tracer=tracer, timeout_s=cfg.timeout_s,
-                              prompts=Prompts(cfg.seed + index, token_ids=cfg.token_ids, tokenizer=cfg.tokenizer),
-                              warmup=cfg.warmup, duration_s=cfg.duration_s if plan.is_closed_loop else None)
+            result = run_load(
+                plan,
+                target,
+                tracer=tracer,
+                timeout_s=cfg.timeout_s,
+                prompts=Prompts(cfg.seed + index, token_ids=cfg.token_ids, tokenizer=cfg.tokenizer),
+                warmup=cfg.warmup,
+                duration_s=cfg.duration_s if plan.is_closed_loop else None,
+            )
         finally:
             if scraper is not None:
                 scraper.stop()
@@ -328,17 +356,22 @@ class Sweep:
                         s = steps[0]
                         counts = a.con.execute(
                             "SELECT count(*), count(server_span_id), count_if(has_client_span) FROM requests "
-                            "WHERE arrival_ns >= ? AND arrival_ns <= ?", [s.start_ns, s.end_ns]).fetchone()
+                            "WHERE arrival_ns >= ? AND arrival_ns <= ?",
+                            [s.start_ns, s.end_ns],
+                        ).fetchone()
                     now = time.monotonic()
                     if counts != last:
                         last, stable_since = counts, now
                     complete = steps and steps[0].sent >= sent and counts[2] >= sent
                     if (complete and now - stable_since >= 1.5) or now > deadline:
                         if not steps:
-                            raise SweepError(f"no client span of step {index + 1} reached the archive within "
-                                             f"{self.config.settle_s:g} s")
-                        return capacity.step_figures(a.con, steps[0], self.config.budgets,
-                                                     self.config.target_attainment)
+                            raise SweepError(
+                                f"no client span of step {index + 1} reached the archive within "
+                                f"{self.config.settle_s:g} s"
+                            )
+                        return capacity.step_figures(
+                            a.con, steps[0], self.config.budgets, self.config.target_attainment
+                        )
             except ArchiveError:
                 if time.monotonic() > deadline:
                     raise
@@ -425,8 +458,14 @@ class Sweep:
         with Archive(self.config.archive) as a:
             for ts_ns, body in scraper.bodies:
                 try:
-                    landed += server_metrics.land(a, body, instance=url, service_name=f"{target.host}:{target.port}",
-                                                  ts_ns=ts_ns, origin=f"sweep:{self.run_id}")
+                    landed += server_metrics.land(
+                        a,
+                        body,
+                        instance=url,
+                        service_name=f"{target.host}:{target.port}",
+                        ts_ns=ts_ns,
+                        origin=f"sweep:{self.run_id}",
+                    )
                 except PrometheusError as e:
                     self.say(f"note: a /metrics scrape was not Prometheus text ({e}); skipped")
         self.say(f"/metrics: {len(scraper.bodies)} scrapes, {landed:,} samples landed in server_metrics")
@@ -444,6 +483,7 @@ def _step_line(s: dict) -> str:
         dom = f", TTFT tail {a['dominant']} {100 * a['shares'][a['dominant']]:.0f}%" if a and a["dominant"] else ""
         att = "n/a" if t["attainment"] is None else f"{100 * t['attainment']:.0f}%"
         verdict = "UNKNOWN" if t["status"] == "UNKNOWN" else "keeps" if t["keeps"] else "BREAKS"
-        parts.append(f"{t['name']}: attainment {att}, {key} TTFT "
-                     f"{'n/a' if ttft is None else f'{ttft:.0f} ms'}{dom}, {verdict}")
+        parts.append(
+            f"{t['name']}: attainment {att}, {key} TTFT {'n/a' if ttft is None else f'{ttft:.0f} ms'}{dom}, {verdict}"
+        )
     return "; ".join(parts)

@@ -1,8 +1,8 @@
 """Budgets: per tier, the one-sentence verdict, attainment and p50/p95/p99 of TTFT, TPOT and E2E against budget."""
 
+import state
 import streamlit as st
 
-import state
 from budgetscope.analysis.verdict import LABEL, outcomes_words
 
 ov, f, text, bpath = state.start_page("Budgets")
@@ -16,24 +16,42 @@ for e in rep["tiers"]:
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Attainment (goodput)", "n/a" if e["attainment"] is None else f"{100 * e['attainment']:.1f}%")
     rate = "n/a" if e["error_rate"] is None else f"{100 * e['error_rate']:.1f}%"
-    c2.metric("Requests", f"{e['requests']:,}", help=f"{e['ok_requests']:,} ended ok: {outcomes_words(e['outcomes'])}; "
-              f"error rate {rate} (max {100 * e['max_error_rate']:g}%). Percentiles are over the ok requests.")
-    c3.metric(f"{key} TTFT", state.ms(e["metrics"]["ttft_ms"][key]),
-              help=f"budget {state.ms(e['metrics']['ttft_ms']['budget'])}")
-    c4.metric(f"{key} E2E", state.ms(e["metrics"]["e2e_ms"][key]),
-              help=f"budget {state.ms(e['metrics']['e2e_ms']['budget'])}")
+    c2.metric(
+        "Requests",
+        f"{e['requests']:,}",
+        help=f"{e['ok_requests']:,} ended ok: {outcomes_words(e['outcomes'])}; "
+        f"error rate {rate} (max {100 * e['max_error_rate']:g}%). Percentiles are over the ok requests.",
+    )
+    c3.metric(
+        f"{key} TTFT",
+        state.ms(e["metrics"]["ttft_ms"][key]),
+        help=f"budget {state.ms(e['metrics']['ttft_ms']['budget'])}",
+    )
+    c4.metric(
+        f"{key} E2E", state.ms(e["metrics"]["e2e_ms"][key]), help=f"budget {state.ms(e['metrics']['e2e_ms']['budget'])}"
+    )
     cols = ["p50", "p95", "p99"] + ([key] if key not in ("p50", "p95", "p99") else [])
-    rows = [{"metric": LABEL[m], "column": v["column"], **{c: state.ms(v.get(c)) for c in cols},
-             "budget": "—" if v["budget"] is None else state.ms(v["budget"]),
-             "kept": "—" if v["budget"] is None or v[key] is None else ("yes" if v[key] <= v["budget"] else "NO")}
-            for m, v in e["metrics"].items()]
+    rows = [
+        {
+            "metric": LABEL[m],
+            "column": v["column"],
+            **{c: state.ms(v.get(c)) for c in cols},
+            "budget": "—" if v["budget"] is None else state.ms(v["budget"]),
+            "kept": "—" if v["budget"] is None or v[key] is None else ("yes" if v[key] <= v["budget"] else "NO"),
+        }
+        for m, v in e["metrics"].items()
+    ]
     st.table(rows)
     st.markdown(e["verdict"])
     if e["figures"] == "server" and e["requests_without_client_span"]:
-        st.caption(f"{e['requests_without_client_span']:,} requests have no client span: server-side figures, "
-                   "no network stage.")
+        st.caption(
+            f"{e['requests_without_client_span']:,} requests have no client span: server-side figures, "
+            "no network stage."
+        )
 if rep["unbudgeted_tiers"]:
-    st.caption("Tiers with no budget in the file: " +
-               ", ".join(f"{t} ({n:,} requests)" for t, n in rep["unbudgeted_tiers"].items()))
+    st.caption(
+        "Tiers with no budget in the file: "
+        + ", ".join(f"{t} ({n:,} requests)" for t, n in rep["unbudgeted_tiers"].items())
+    )
 if not bpath:
     st.caption("Opened without a budgets file: every tier at p99, no budget (use `--budgets`).")
