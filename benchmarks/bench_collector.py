@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_rss_mb  # noqa: E402
+from common import machine, peak_rss_mb
 
-from budgetscope.collector import Collector  # noqa: E402
-from budgetscope.ingest.otlp_json import count_spans  # noqa: E402
-from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+from budgetscope.collector import Collector
+from budgetscope.ingest.otlp_json import count_spans
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 
 def protobuf(line: bytes) -> bytes:

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine  # noqa: E402
+from common import machine
 
-from budgetscope.synthetic import BUDGETS  # noqa: E402
+from budgetscope.synthetic import BUDGETS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,12 +20,12 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine  # noqa: E402
+from common import machine
 
-from budgetscope.derive import requests as current  # noqa: E402
-from budgetscope.ingest.files import read_batches  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
-from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+from budgetscope.derive import requests as current
+from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 
 def _git_show(commit: str, path: str) -> str:
@@ -40,7 +40,7 @@ def _base(commit: str) -> types.ModuleType:
             f"base_{name.replace('/', '_')}"
         )
         exec(
-            compile(_git_show(commit, f"budgetscope/{name}.py"), f"{commit}:{name}.py", "exec"),  # noqa: S102
+            compile(_git_show(commit, f"budgetscope/{name}.py"), f"{commit}:{name}.py", "exec"),  # noqa: S102 - compiles an older commit's module to measure it against this one
             mod.__dict__,
         )  # our own files, from git
     mods["sources/requests"].REQUESTS = mods["archive/schema"].REQUESTS

@@ -26,15 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
-from budgetscope.engine.engine_loop import freeze_heap  # noqa: E402
-from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
-from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
-from budgetscope.engine.telemetry import Telemetry  # noqa: E402
-from budgetscope.gil import short_switch_interval  # noqa: E402
-from budgetscope.stats import quantile_linear  # noqa: E402
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.engine_loop import freeze_heap
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.sampling_params import SamplingParams
+from budgetscope.engine.telemetry import Telemetry
+from budgetscope.gil import short_switch_interval
+from budgetscope.stats import quantile_linear
 
 
 def run(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams, concurrency: int) -> dict:

@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-import httpx  # noqa: E402
-from common import machine  # noqa: E402
-from otlp_wire import export, native_request  # noqa: E402
+import httpx
+from common import machine
+from otlp_wire import export, native_request
 
-from budgetscope.archive.errors import ArchiveError  # noqa: E402
-from budgetscope.collector import Collector  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.collector import Collector
+from budgetscope.opener import Archive
 
 
 def main() -> None:

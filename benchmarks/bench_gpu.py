@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
-from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
-from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
-from budgetscope.instrument import gpu  # noqa: E402
-from budgetscope.instrument.gpu import GpuSampler  # noqa: E402
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.sampling_params import SamplingParams
+from budgetscope.instrument import gpu
+from budgetscope.instrument.gpu import GpuSampler
 
 
 class ListSink:
@@ -284,7 +284,7 @@ def about() -> dict:
         from importlib.metadata import version
 
         out["nvidia_ml_py"] = version("nvidia-ml-py")
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - one failing case is reported and the run goes on
         pass
     pynvml.nvmlShutdown()
     return {k: v.decode() if isinstance(v, bytes) else v for k, v in out.items()}

@@ -17,9 +17,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from test_gpu import fake_pynvml  # noqa: E402
+from test_gpu import fake_pynvml
 
-from budgetscope.instrument.gpu import GpuSampler  # noqa: E402
+from budgetscope.instrument.gpu import GpuSampler
 
 
 def main() -> None:

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_rss_mb  # noqa: E402
+from common import machine, peak_rss_mb
 
-from budgetscope.ingest.files import read_batches  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
-from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 
 def main() -> None:

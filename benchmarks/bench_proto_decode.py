@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_collector import protobuf  # noqa: E402
-from common import machine, peak_rss_mb  # noqa: E402
+from bench_collector import protobuf
+from common import machine, peak_rss_mb
 
-from budgetscope.archive.spool import RawBatch  # noqa: E402
-from budgetscope.ingest import otlp_fast, otlp_proto  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
-from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+from budgetscope.archive.spool import RawBatch
+from budgetscope.ingest import otlp_fast, otlp_proto
+from budgetscope.opener import Archive
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 
 def best(f, repeat: int) -> float:

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_rss_mb  # noqa: E402
+from common import machine, peak_rss_mb
 
-from budgetscope.analysis.budgets import parse_budgets  # noqa: E402
-from budgetscope.analysis.report import build_report  # noqa: E402
-from budgetscope.ingest.files import read_batches  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
-from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl  # noqa: E402
+from budgetscope.analysis.budgets import parse_budgets
+from budgetscope.analysis.report import build_report
+from budgetscope.ingest.files import read_batches
+from budgetscope.opener import Archive
+from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl
 
 HOUR_NS = 3_600_000_000_000
 START_NS = SyntheticSpec().start_ns

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_collector import protobuf  # noqa: E402
-from common import machine  # noqa: E402
+from bench_collector import protobuf
+from common import machine
 
-from budgetscope.opener import Archive  # noqa: E402
-from budgetscope.synthetic import SyntheticSpec, write_jsonl  # noqa: E402
+from budgetscope.opener import Archive
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
 _WORK: list[tuple[bytes, int]] = []  # (protobuf export, spans), set before the senders fork
 CLI = [sys.executable, "-m", "budgetscope.cli"]

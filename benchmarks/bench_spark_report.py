@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine  # noqa: E402
+from common import machine
 
-from budgetscope.analysis.budgets import parse_budgets  # noqa: E402
-from budgetscope.analysis.report import build_report  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
-from budgetscope.synthetic import BUDGETS  # noqa: E402
+from budgetscope.analysis.budgets import parse_budgets
+from budgetscope.analysis.report import build_report
+from budgetscope.opener import Archive
+from budgetscope.synthetic import BUDGETS
 
 
 def worst_difference(a, b) -> float:

@@ -42,8 +42,8 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from common import machine  # noqa: E402
-from otlp_wire import export, native_request, to_proto  # noqa: E402
+from common import machine
+from otlp_wire import export, native_request, to_proto
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 CHECKS = ("bomb", "length", "dribble", "cap", "idle", "chunked", "silent")

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import httpx  # noqa: E402
-from common import free_port, machine  # noqa: E402
+import httpx
+from common import free_port, machine
 
 BS = [sys.executable, "-m", "budgetscope.cli"]
 SHAPE = ["--prompt-tokens", "128", "--output-tokens", "32"]

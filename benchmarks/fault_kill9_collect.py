@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-import httpx  # noqa: E402
-from common import free_port, machine  # noqa: E402
-from otlp_wire import export, native_request  # noqa: E402
+import httpx
+from common import free_port, machine
+from otlp_wire import export, native_request
 
-from budgetscope.archive.errors import ArchiveError  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
+from budgetscope.archive.errors import ArchiveError
+from budgetscope.opener import Archive
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 

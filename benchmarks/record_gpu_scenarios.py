@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from budgetscope.analysis.budgets import load_budgets  # noqa: E402
-from budgetscope.demo.live import run_scenario  # noqa: E402
-from budgetscope.demo.offline import demo_budgets_path  # noqa: E402
-from budgetscope.demo.scenarios import SCENARIOS  # noqa: E402
+from budgetscope.analysis.budgets import load_budgets
+from budgetscope.demo.live import run_scenario
+from budgetscope.demo.offline import demo_budgets_path
+from budgetscope.demo.scenarios import SCENARIOS
 
 
 def scenarios() -> list:

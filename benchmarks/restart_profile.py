@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from common import machine  # noqa: E402
-from otlp_wire import export, native_request  # noqa: E402
+from common import machine
+from otlp_wire import export, native_request
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 

@@ -38,7 +38,7 @@ def Archive(
     recover: bool = True,
     compact: bool = True,
     holding: Holding | None = None,
-):  # noqa: N802
+):  # noqa: N802 - a factory named like the classes it returns (Archive(path))
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
     `sandbox`: no file access but the archive's own, for `budgetscope query`) a reader.
 
@@ -90,7 +90,7 @@ def _attach(store) -> None:
     store.lander = Lander(store)
 
 
-def open(path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: A001
+def open(path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: A001 - shadows the builtin on purpose: budgetscope.archive.open, as builtins.open
     """A reader of the archive at `path`: `.con` (DuckDB, the tables of docs/archive.md), `.requests` and
     `.spans` (DuckDB relations), `.lazy(table)` (a polars LazyFrame). Raises ArchiveError (one line)."""
     return Archive(path, read_only=True, create=False, since_ns=since_ns, until_ns=until_ns)

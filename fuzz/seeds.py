@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id  # noqa: E402
+from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id
 
 
 def dumps(doc) -> bytes:
@@ -24,7 +24,7 @@ def dumps(doc) -> bytes:
 
 
 def trace_docs() -> list[dict]:
-    one = lambda **f: export([dict(span(trace_id(), span_id(), "op", T0, T0 + MS, parent=span_id()), **f)])  # noqa: E731
+    one = lambda **f: export([dict(span(trace_id(), span_id(), "op", T0, T0 + MS, parent=span_id()), **f)])  # noqa: E731 - a one-line helper where it is used
     scalars = attrs({"s": "x", "b": True, "i": -12, "d": 1.5, "arr": [1, 2.5, "z", True], "raw": b"\x00\xff"})
     scalars += [
         {"key": "empty", "value": {}},
@@ -77,7 +77,7 @@ def trace_proto_seeds() -> list[bytes]:
 
 
 def metrics_docs() -> list[dict]:
-    point = lambda v, **a: {"timeUnixNano": str(T0), **v, "attributes": attrs(a)}  # noqa: E731
+    point = lambda v, **a: {"timeUnixNano": str(T0), **v, "attributes": attrs(a)}  # noqa: E731 - a one-line helper where it is used
     return [
         {
             "resourceMetrics": [

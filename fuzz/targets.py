@@ -244,7 +244,7 @@ def otlp_metrics(data: bytes) -> None:
         raise Finding(f"decode raised {type(e).__name__}: {e}") from e
     try:
         rows.to_arrow(1)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - one failing case is reported and the run goes on
         raise Finding(f"decoded points that do not fit gpu_samples ({type(e).__name__}: {e})") from e
     for ts, v in zip(rows.ts_ns, rows.value):
         if not isinstance(ts, int) or ts <= 0 or not isinstance(v, float):
@@ -264,7 +264,7 @@ def budgets(data: bytes) -> None:
         if not str(e).startswith("fuzz.toml: "):
             raise Finding(f"an error that does not name the file: {e!r}") from None
         return
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - one failing case is reported and the run goes on
         raise Finding(f"parse_budgets raised {type(e).__name__}: {e}") from e
     if not b.tiers:
         raise Finding("budgets with no tiers")
@@ -328,7 +328,7 @@ def prometheus(data: bytes) -> None:
         if not str(e).startswith("line "):
             raise Finding(f"an error that does not name its line: {e!r}") from None
         ours = None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - one failing case is reported and the run goes on
         raise Finding(f"parse raised {type(e).__name__}: {e}") from e
     # Against prometheus_client where it parses the body: comment lines aside (its # TYPE renames counters).
     if any(line.lstrip().startswith("#") for line in text.splitlines()):
@@ -403,7 +403,7 @@ def query(data: bytes) -> None:
         if "\n" in str(e):
             raise Finding(f"a QueryError of more than one line: {e!r}") from None
         result = None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - one failing case is reported and the run goes on
         raise Finding(f"run_query raised {type(e).__name__}: {e}") from e
     if result is not None and SECRET in repr(result.rows):
         raise Finding(f"a query read a file outside the archive: {sql!r}")

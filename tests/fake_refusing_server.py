@@ -17,10 +17,10 @@ class FakeRefusingServer(BaseHTTPRequestHandler):
     seen = 0
     lock = threading.Lock()
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):  # noqa: N802 - the name http.server calls
         self._reply(200, b'{"object": "list", "data": [{"id": "m"}]}')
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):  # noqa: N802 - the name http.server calls
         self.rfile.read(int(self.headers.get("content-length", 0)))
         cls = type(self)
         with cls.lock:

@@ -310,7 +310,7 @@ def vllm_classic(r: Timeline, client: bool) -> list[dict]:
     httpx client span."""
     ids = _Ids(2, r.k)
     sid, cid = ids.sid(), ids.sid() if client else None
-    s = lambda us: us / 1e6  # noqa: E731
+    s = lambda us: us / 1e6  # noqa: E731 - a one-line helper where it is used
     decode = sum(r.itls_us)
     traced = r.end + 1_200
     span = _span(

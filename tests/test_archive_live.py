@@ -20,8 +20,8 @@ from budgetscope.archive.errors import ArchiveError
 from budgetscope.opener import Archive
 
 grpc = pytest.importorskip("grpc")
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: E402
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from test_collector import _clean_otlp_env, _export  # noqa: E402,F401 - the fixture is used by name
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"

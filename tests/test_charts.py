@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("plotly", reason="plotly is not installed (the dashboard extra has it)")
 
-from budgetscope.analysis import charts  # noqa: E402
+from budgetscope.analysis import charts
 
 BUCKETS = ["1", "2-4", "5-8", "unknown"]
 

@@ -17,13 +17,13 @@ from budgetscope.instrument import Instrumentation
 
 grpc = pytest.importorskip("grpc")
 from google.rpc import error_details_pb2, status_pb2  # noqa: E402 - needs grpcio's companions
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http import Compression  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from budgetscope.instrument.otlp_json import encode_request  # noqa: E402
+from budgetscope.instrument.otlp_json import encode_request
 
 STAGES = ["stage.frontend", "stage.queue", "stage.prefill", "stage.decode"]
 

@@ -15,8 +15,8 @@ from budgetscope.collector import Collector, CollectorError
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter  # noqa: E402
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: E402
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from test_collector import _bodies, _clean_otlp_env, _export  # noqa: E402,F401 - the fixture is used by name
 
 TOKEN = "s3cr3t-t0ken"

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit", reason="streamlit is not installed (the dashboard extra has it)")
-from click.testing import CliRunner  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from click.testing import CliRunner
+from streamlit.testing.v1 import AppTest
 
-from budgetscope.analysis import build_report, load_budgets  # noqa: E402
-from budgetscope.analysis.overview import headline  # noqa: E402
-from budgetscope.cli import main  # noqa: E402
-from budgetscope.opener import Archive  # noqa: E402
+from budgetscope.analysis import build_report, load_budgets
+from budgetscope.analysis.overview import headline
+from budgetscope.cli import main
+from budgetscope.opener import Archive
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"

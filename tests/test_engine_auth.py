@@ -10,10 +10,10 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from click.testing import CliRunner  # noqa: E402
-from engine_fixtures import running_server  # noqa: E402
+from click.testing import CliRunner
+from engine_fixtures import running_server
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
+from budgetscope.engine.engine_config import EngineConfig
 
 KEY = "sk-test-0123456789"
 

@@ -7,15 +7,15 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 pytest.importorskip("opentelemetry.sdk")
 
-from engine_fixtures import running_server, wait_for  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.trace import SpanKind  # noqa: E402
+from engine_fixtures import running_server, wait_for
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
-from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
-from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
-from budgetscope.engine.telemetry import NULL_TRACE, Telemetry  # noqa: E402
-from budgetscope.instrument import Instrumentation  # noqa: E402
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.sampling_params import SamplingParams
+from budgetscope.engine.telemetry import NULL_TRACE, Telemetry
+from budgetscope.instrument import Instrumentation
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

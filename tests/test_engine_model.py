@@ -6,12 +6,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from budgetscope.engine.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
-from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
-from budgetscope.engine.model import LlamaForCausalLM  # noqa: E402
-from budgetscope.engine.model_config import CONFIGS, ModelConfig, named_config  # noqa: E402
-from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
+from budgetscope.engine.checkpoint import load_checkpoint, save_checkpoint
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.model import LlamaForCausalLM
+from budgetscope.engine.model_config import CONFIGS, ModelConfig, named_config
+from budgetscope.engine.sampling_params import SamplingParams
 
 
 def dense_greedy(model, prompt, num_tokens):

@@ -8,9 +8,9 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from engine_fixtures import running_server, wait_for  # noqa: E402
+from engine_fixtures import running_server, wait_for
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
+from budgetscope.engine.engine_config import EngineConfig
 
 
 @pytest.fixture(scope="module", params=["engine process", "engine thread"])

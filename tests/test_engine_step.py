@@ -6,10 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
-from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
-from budgetscope.engine.model_runner import PendingTokens  # noqa: E402
-from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.model_runner import PendingTokens
+from budgetscope.engine.sampling_params import SamplingParams
 
 
 def _engine(**kw) -> LLMEngine:

@@ -12,10 +12,10 @@ from triton_setup import kernel_device
 DEVICE = kernel_device()
 torch = pytest.importorskip("torch")
 
-from budgetscope.engine.cuda_graphs import StepGraphs, token_buckets  # noqa: E402
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
-from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
-from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
+from budgetscope.engine.cuda_graphs import StepGraphs, token_buckets
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.sampling_params import SamplingParams
 
 
 def _engine(attention: str, **kw) -> LLMEngine:

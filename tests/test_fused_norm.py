@@ -8,8 +8,8 @@ from triton_setup import kernel_device
 DEVICE = kernel_device()
 torch = pytest.importorskip("torch")
 
-from budgetscope.engine.fused_norm import add_rms_norm  # noqa: E402
-from budgetscope.engine.model import RMSNorm  # noqa: E402
+from budgetscope.engine.fused_norm import add_rms_norm
+from budgetscope.engine.model import RMSNorm
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)])

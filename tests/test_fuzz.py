@@ -45,7 +45,7 @@ def test_the_short_runs_fit_the_budget():
 @pytest.fixture(scope="module")
 def atheris_installed():
     try:
-        import atheris  # noqa: F401
+        import atheris  # noqa: F401 - imported to see whether it is installed
     except ImportError:
         pytest.skip("atheris is not installed (the dev extra installs it: `make setup`)")
 

@@ -14,7 +14,7 @@ from otlp_wire import MS, T0, attrs, export, span, span_id, trace_id
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fuzz"))
 
-import targets  # noqa: E402
+import targets
 
 
 def _inputs(target: str) -> list[Path]:

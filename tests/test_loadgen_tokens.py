@@ -196,11 +196,11 @@ def test_dataset_run_sends_the_real_prompts(tmp_path):
 class _Capture(http.server.BaseHTTPRequestHandler):
     seen: list = []
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):  # noqa: N802 - the name http.server calls
         self.seen.append(("GET", self.headers.get("Authorization"), self.headers.get("X-Org")))
         self._reply(200, b'{"data": [{"id": "m"}]}', "application/json")
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):  # noqa: N802 - the name http.server calls
         self.rfile.read(int(self.headers["Content-Length"]))
         self.seen.append(("POST", self.headers.get("Authorization"), self.headers.get("X-Org")))
         body = (

@@ -22,13 +22,13 @@ def test_gpu_exporter_honours_otel_service_name(monkeypatch):
 
 
 # -- GenAI conventions on the spans budgetscope emits ------------------------------------------------------------
-import pytest  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-from opentelemetry.trace import SpanKind  # noqa: E402
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
-from budgetscope.instrument import ClientRequest, ClientTracer, Instrumentation  # noqa: E402
-from budgetscope.instrument import attributes as A  # noqa: E402
-from budgetscope.instrument.client import client_attributes  # noqa: E402
+from budgetscope.instrument import ClientRequest, ClientTracer, Instrumentation
+from budgetscope.instrument import attributes as A
+from budgetscope.instrument.client import client_attributes
 
 
 @pytest.fixture(autouse=True)
@@ -198,7 +198,7 @@ def test_http_json_body_is_otlp_json(monkeypatch):
     bodies = []
 
     class Receiver(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):  # noqa: N802 - the name http.server calls
             bodies.append((self.path, self.headers, self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(200)
             self.send_header("Content-Length", "2")

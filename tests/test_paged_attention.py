@@ -14,7 +14,7 @@ from triton_setup import kernel_device
 DEVICE = kernel_device()
 torch = pytest.importorskip("torch")
 
-from budgetscope.engine.paged_attention import paged_attention, paged_attention_reference  # noqa: E402
+from budgetscope.engine.paged_attention import paged_attention, paged_attention_reference
 
 BLOCK = 16
 

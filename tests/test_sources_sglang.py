@@ -314,7 +314,7 @@ def _unified(rng, n: int, level: int) -> tuple[_Req, dict]:
             },
         ),
     ]
-    ms = lambda us: us / 1000  # noqa: E731
+    ms = lambda us: us / 1000  # noqa: E731 - a one-line helper where it is used
     itl = [ms(b - a) for a, b in zip([prefilled] + loops[:-1], loops)] if level >= 3 else None
     return r, {
         "frontend_ms": ms(enq - created),

@@ -31,7 +31,7 @@ from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl
 
 def _spark_missing() -> str | None:
     try:
-        import pyspark  # noqa: F401
+        import pyspark  # noqa: F401 - imported to see whether it is installed
     except ImportError:
         return "pyspark is not installed (pip install -e '.[dev]')"
     from budgetscope.spark.session import java_problem

@@ -42,7 +42,7 @@ def find_python(version: str) -> str | None:
     """An installed interpreter of `version` ("3.10") that runs: `python3.10` on PATH (a pyenv shim on PATH may
     name a version that is not activated, so each candidate is asked), else the newest pyenv build of it."""
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    patch = lambda p: int(p.parts[-3].rsplit(".", 1)[1]) if p.parts[-3].rsplit(".", 1)[1].isdigit() else -1  # noqa: E731
+    patch = lambda p: int(p.parts[-3].rsplit(".", 1)[1]) if p.parts[-3].rsplit(".", 1)[1].isdigit() else -1  # noqa: E731 - a one-line helper where it is used
     builds = sorted(root.glob(f"{version}.*/bin/python"), key=patch, reverse=True)
     for cand in [shutil.which(f"python{version}"), *map(str, builds)]:
         if (

@@ -31,14 +31,14 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from budgetscope.engine.batch import StepBuffer, StepShape  # noqa: E402
-from budgetscope.engine.model import LlamaAttention  # noqa: E402
-from budgetscope.engine.model_config import named_config  # noqa: E402
-from budgetscope.engine.model_runner import ModelRunner  # noqa: E402
-from budgetscope.engine.paged_attention import paged_attention_reference  # noqa: E402
-from budgetscope.engine.scheduler import ScheduledBatch  # noqa: E402
+from budgetscope.engine.batch import StepBuffer, StepShape
+from budgetscope.engine.model import LlamaAttention
+from budgetscope.engine.model_config import named_config
+from budgetscope.engine.model_runner import ModelRunner
+from budgetscope.engine.paged_attention import paged_attention_reference
+from budgetscope.engine.scheduler import ScheduledBatch
 
 BLOCK = 16
 

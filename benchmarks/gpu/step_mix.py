@@ -33,11 +33,11 @@ if "budgetscope" not in sys.modules:  # run from a checkout: the project on the 
     if not os.environ.get("PYTHONPATH"):
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from budgetscope.engine.engine_config import EngineConfig  # noqa: E402
-from budgetscope.engine.llm_engine import LLMEngine  # noqa: E402
-from budgetscope.engine.sampling_params import SamplingParams  # noqa: E402
+from budgetscope.engine.engine_config import EngineConfig
+from budgetscope.engine.llm_engine import LLMEngine
+from budgetscope.engine.sampling_params import SamplingParams
 
 
 def engine_for(args, **knobs) -> LLMEngine:
