@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_rss_mb
-
 from budgetscope.collector import Collector
 from budgetscope.ingest.otlp_json import count_spans
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from common import machine, peak_rss_mb
 
 
 def protobuf(line: bytes) -> bytes:

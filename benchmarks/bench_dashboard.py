@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine
-
 from budgetscope.synthetic import BUDGETS
+from common import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,12 +20,11 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine
-
 from budgetscope.derive import requests as current
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from common import machine
 
 
 def _git_show(commit: str, path: str) -> str:

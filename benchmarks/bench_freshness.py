@@ -21,12 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 import httpx
-from common import machine
-from otlp_wire import export, native_request
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.collector import Collector
 from budgetscope.opener import Archive
+from common import machine
+from otlp_wire import export, native_request
 
 
 def main() -> None:

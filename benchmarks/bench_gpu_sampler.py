@@ -17,9 +17,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from test_gpu import fake_pynvml
-
 from budgetscope.instrument.gpu import GpuSampler
+from test_gpu import fake_pynvml
 
 
 def main() -> None:

@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_rss_mb
-
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from common import machine, peak_rss_mb
 
 
 def main() -> None:

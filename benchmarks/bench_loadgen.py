@@ -21,10 +21,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import free_port
-
 from budgetscope.instrument.client import ClientTracer
 from budgetscope.loadgen import Arrivals, Distribution, Target, Workload, build_plan, run_load
+from common import free_port
 
 
 def start_server(port: int, tokens: int) -> subprocess.Popen:

@@ -19,12 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_collector import protobuf
-from common import machine, peak_rss_mb
-
 from budgetscope.archive.spool import RawBatch
 from budgetscope.ingest import otlp_fast, otlp_proto
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from common import machine, peak_rss_mb
 
 
 def best(f, repeat: int) -> float:

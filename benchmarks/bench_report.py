@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_rss_mb
-
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import build_report
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
 from budgetscope.synthetic import BUDGETS, SyntheticSpec, write_jsonl
+from common import machine, peak_rss_mb
 
 HOUR_NS = 3_600_000_000_000
 START_NS = SyntheticSpec().start_ns

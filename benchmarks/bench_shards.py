@@ -37,10 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_collector import protobuf
-from common import machine
-
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from common import machine
 
 _WORK: list[tuple[bytes, int]] = []  # (protobuf export, spans), set before the senders fork
 CLI = [sys.executable, "-m", "budgetscope.cli"]

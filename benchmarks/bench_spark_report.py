@@ -20,12 +20,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine
-
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import build_report
 from budgetscope.opener import Archive
 from budgetscope.synthetic import BUDGETS
+from common import machine
 
 
 def worst_difference(a, b) -> float:

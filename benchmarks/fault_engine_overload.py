@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import httpx
+
 from common import free_port, machine
 
 BS = [sys.executable, "-m", "budgetscope.cli"]

@@ -26,11 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 import httpx
-from common import free_port, machine
-from otlp_wire import export, native_request
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.opener import Archive
+from common import free_port, machine
+from otlp_wire import export, native_request
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 

@@ -30,11 +30,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine
-
 from budgetscope.ingest.otlp_json import count_spans
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from common import machine
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 _BODIES: list[bytes] = []  # set before the senders fork

@@ -29,9 +29,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import targets
-
 import build
+import targets
 
 ASAN_OPTIONS = (
     "detect_leaks=0:handle_abort=1:handle_segv=1:allocator_may_return_null=1:malloc_context_size=20:symbolize=1"

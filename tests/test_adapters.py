@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
@@ -213,12 +214,11 @@ def test_vllm_without_stage_attributes_leaves_them_unknown(archive_path, ingest_
 def test_leaving_out_absent_adapters_changes_no_row(tmp_path, ingest_text, kinds):
     """`derive_pending` builds the requests query with only the adapters whose spans are in scope (each costs
     its fixed share of a small batch's derivation); the rows are those of the query with every adapter."""
+    from budgetscope.derive.requests import requests_sql
+    from budgetscope.sources.importers import document
     from test_sources_sglang import _trace as sglang_trace
     from test_sources_tgi import SERVICE as TGI_SERVICE
     from test_sources_tgi import _tgi_trace
-
-    from budgetscope.derive.requests import requests_sql
-    from budgetscope.sources.importers import document
 
     docs = []
     if "native" in kinds:

@@ -4,12 +4,12 @@ report's contrast."""
 from __future__ import annotations
 
 import pytest
-from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
 from budgetscope.analysis import explore
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import Selection, build_report
 from budgetscope.opener import Archive
+from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
 FAST, SLOW = (("frontend", 2), ("queue", 10), ("prefill", 50)), (("frontend", 2), ("queue", 510), ("prefill", 50))
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from otlp_wire import MS, T0, export, jsonl, native_request
 
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import Selection, build_report
 from budgetscope.opener import Archive
+from otlp_wire import MS, T0, export, jsonl, native_request
 
 BUDGETS = parse_budgets("[tiers.interactive]\nttft_ms = 100\n[tiers.batch]\nttft_ms = 1000\n")
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from otlp_wire import MS, T0, export, jsonl, native_request
 
 from budgetscope.analysis import request_view
 from budgetscope.analysis.report import Selection
 from budgetscope.opener import Archive
+from otlp_wire import MS, T0, export, jsonl, native_request
 
 STAGES = (("frontend", 2), ("queue", 10), ("prefill", 50), ("decode", 30), ("postprocess", 3))
 

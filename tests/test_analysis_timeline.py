@@ -4,12 +4,12 @@ GPU series, and what is said when a series is missing."""
 from __future__ import annotations
 
 import pytest
-from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
 from budgetscope.analysis import timeline
 from budgetscope.analysis.budgets import TierBudget, parse_budgets
 from budgetscope.analysis.report import Selection, build_report
 from budgetscope.opener import Archive
+from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
 S = 1000 * MS
 QUEUES = [10, 10, 210, 210, 10, 10]  # TTFT = 2 + q + 50: 62, 62, 262, 262, 62, 62 ms, one request a second

@@ -7,8 +7,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from conftest import rows
-from otlp_wire import MS, T0, export, jsonl, native_request
 
 from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
@@ -18,6 +16,8 @@ from budgetscope.ingest import batches, lander
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request
 
 ROWS = "SELECT * FROM requests ORDER BY trace_id, server_span_id"
 

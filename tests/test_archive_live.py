@@ -14,14 +14,15 @@ import time
 
 import httpx
 import pytest
-from otlp_wire import export, native_request
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.opener import Archive
+from otlp_wire import export, native_request
 
 grpc = pytest.importorskip("grpc")
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
 from test_collector import _clean_otlp_env, _export  # noqa: E402,F401 - the fixture is used by name
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"

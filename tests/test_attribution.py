@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from conftest import rows
-from otlp_wire import MS, T0, export, jsonl, native_request
 
 from budgetscope.analysis import attribution
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import build_report
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request
 
 
 def test_shares_sum_to_one_and_name_the_dominant_stage():

@@ -8,9 +8,9 @@ import re
 import click
 import pytest
 from click.testing import CliRunner
-from otlp_wire import MS, T0, export, jsonl, native_request
 
 from budgetscope.cli import main
+from otlp_wire import MS, T0, export, jsonl, native_request
 
 BUDGETS = """
 [tiers.interactive]

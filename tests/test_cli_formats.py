@@ -14,11 +14,11 @@ import threading
 import httpx
 import pytest
 from click.testing import CliRunner
-from conftest import rows
-from test_collector_cli import JSON_DOC, RUN_COLLECT
 
 from budgetscope.cli import main
 from budgetscope.commands.scrape import scrape
+from conftest import rows
+from test_collector_cli import JSON_DOC, RUN_COLLECT
 
 
 @pytest.fixture

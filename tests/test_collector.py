@@ -10,10 +10,10 @@ import zlib
 import httpx
 import orjson
 import pytest
-from conftest import rows
 
 from budgetscope.collector import Collector, CollectorError
 from budgetscope.instrument import Instrumentation
+from conftest import rows
 
 grpc = pytest.importorskip("grpc")
 from google.rpc import error_details_pb2, status_pb2  # noqa: E402 - needs grpcio's companions

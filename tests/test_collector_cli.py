@@ -11,11 +11,11 @@ import sys
 import httpx
 import pytest
 from click.testing import CliRunner
-from conftest import rows
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.commands.collect import collect
 from budgetscope.opener import Archive
+from conftest import rows
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 JSON_DOC = (

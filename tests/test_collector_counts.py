@@ -8,13 +8,13 @@ import threading
 
 import httpx
 import pytest
-from conftest import rows
-from otlp_wire import export, native_request, to_proto
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.directory import SPOOL_DIR, DirectoryArchive
 from budgetscope.archive.spool import RawBatch, Spool
 from budgetscope.collector import Collector
+from conftest import rows
+from otlp_wire import export, native_request, to_proto
 
 
 def _doc(i: int) -> dict:

@@ -7,16 +7,17 @@ import ssl
 
 import httpx
 import pytest
-from conftest import rows
-from tls_cert import self_signed
 
 from budgetscope.auth import bearer_ok, exposure_warning, is_loopback, read_token
 from budgetscope.collector import Collector, CollectorError
+from conftest import rows
+from tls_cert import self_signed
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
 from test_collector import _bodies, _clean_otlp_env, _export  # noqa: E402,F401 - the fixture is used by name
 
 TOKEN = "s3cr3t-t0ken"

@@ -11,11 +11,11 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import rows
-from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
 from budgetscope.analysis.coverage import unclaimed_spans
 from budgetscope.opener import Archive
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
 ROOT = Path(__file__).parent / "conformance"
 CASES = sorted(p.parent for p in ROOT.glob("*/*/expected.json"))

@@ -288,9 +288,9 @@ def test_live_dashboard_shows_a_request_posted_after_the_page_loaded(browser, tm
     import json
 
     import httpx
-    from otlp_wire import export, native_request
 
     from budgetscope.collector import Collector
+    from otlp_wire import export, native_request
 
     archive = tmp_path / "live"
 

@@ -109,9 +109,8 @@ def test_run_time_is_the_90th_percentile_of_recent_runs():
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from engine_fixtures import running_server, wait_for
-
 from budgetscope.engine.engine_config import EngineConfig
+from engine_fixtures import running_server, wait_for
 
 
 def _busy_server(deadline_admission: bool):

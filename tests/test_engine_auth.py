@@ -11,9 +11,9 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
 from click.testing import CliRunner
-from engine_fixtures import running_server
 
 from budgetscope.engine.engine_config import EngineConfig
+from engine_fixtures import running_server
 
 KEY = "sk-test-0123456789"
 

@@ -21,14 +21,13 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 pytest.importorskip("msgpack")
 
-from engine_fixtures import running_server, wait_for
-
 from budgetscope.engine import core_protocol as P
 from budgetscope.engine.core_client import CoreClient
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.errors import RequestError
 from budgetscope.engine.frontend import Frontend
 from budgetscope.engine.sampling_params import SamplingParams
+from engine_fixtures import running_server, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=64)

@@ -7,7 +7,6 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 pytest.importorskip("opentelemetry.sdk")
 
-from engine_fixtures import running_server, wait_for
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -16,6 +15,7 @@ from budgetscope.engine.llm_engine import LLMEngine
 from budgetscope.engine.sampling_params import SamplingParams
 from budgetscope.engine.telemetry import NULL_TRACE, Telemetry
 from budgetscope.instrument import Instrumentation
+from engine_fixtures import running_server, wait_for
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

@@ -8,9 +8,8 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from engine_fixtures import running_server, wait_for
-
 from budgetscope.engine.engine_config import EngineConfig
+from engine_fixtures import running_server, wait_for
 
 
 @pytest.fixture(scope="module", params=["engine process", "engine thread"])

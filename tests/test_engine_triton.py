@@ -7,6 +7,7 @@ Without a CUDA GPU the kernels run in Triton's CPU interpreter (slow: the worklo
 from __future__ import annotations
 
 import pytest
+
 from triton_setup import kernel_device
 
 DEVICE = kernel_device()

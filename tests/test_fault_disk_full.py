@@ -14,10 +14,10 @@ import time
 
 import httpx
 import pytest
-from otlp_wire import export, native_request
 
 from budgetscope.collector import Collector
 from budgetscope.opener import Archive
+from otlp_wire import export, native_request
 
 pytest.importorskip("grpc")
 from test_collector import _clean_otlp_env  # noqa: E402,F401 - the fixture is used by name

@@ -16,12 +16,12 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
 
-from engine_fixtures import running_server, wait_for
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.telemetry import Telemetry
 from budgetscope.instrument import Instrumentation
+from engine_fixtures import running_server, wait_for
 
 
 def _leave_after(url: str, request_id: str, num_lines: int) -> None:

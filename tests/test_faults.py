@@ -13,12 +13,12 @@ import threading
 import time
 
 import pytest
-from otlp_wire import export, jsonl, native_request
 
 from budgetscope.archive import manifest as mf
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from otlp_wire import export, jsonl, native_request
 
 # `ingest` commits every DERIVE_EVERY_SPANS spans of a file (2M by default), checked at each part it reads
 # (CHUNK_BYTES): both set lower here so that a 210,000-span file has several commits for the kill to fall between.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from triton_setup import kernel_device
 
 DEVICE = kernel_device()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from otlp_wire import MS, T0, attrs, export, span, span_id, trace_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,9 +156,8 @@ def test_the_first_string_service_name_is_the_service_on_every_path(archive_path
     """The reference decoder took service.name from the attributes dict: the last of two (the C decoder and the
     DuckDB path take the first), and a number as it was, which failed the whole ingest in pyarrow
     (ArrowTypeError) for a batch that reached the reference path (here: through a nested value)."""
-    from conftest import rows
-
     from budgetscope.ingest import otlp_fast
+    from conftest import rows
 
     twice = (ROOT / "fuzz/regressions/otlpjson_diff/service-name-twice.json").read_bytes()
     number = (ROOT / "fuzz/regressions/otlpjson_diff/service-name-not-a-string-nested.json").read_bytes()

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
+from budgetscope.cli import main
+from budgetscope.stats import quantile_linear, quantile_nearest_rank
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request
 from test_sources_aiperf import _record
 from test_sources_guidellm import _benchmark, _request
-
-from budgetscope.cli import main
-from budgetscope.stats import quantile_linear, quantile_nearest_rank
 
 SERVER_E2E_MS = 465.0  # native_request's stages: 2 + 10 + 50 + 400 + 3
 

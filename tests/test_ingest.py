@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
@@ -422,10 +423,9 @@ def test_gzip_files_land_as_their_plain_bytes_do(tmp_path, name):
 def test_gzip_protobuf_by_its_inner_suffix(tmp_path):
     import gzip
 
-    from otlp_wire import to_proto
-
     from budgetscope.ingest.files import read_batches
     from budgetscope.opener import Archive
+    from otlp_wire import to_proto
 
     p = tmp_path / "traces.pb.gz"
     p.write_bytes(gzip.compress(to_proto(export(native_request()[1]))))

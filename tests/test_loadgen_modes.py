@@ -8,7 +8,6 @@ import io
 import orjson
 import pytest
 from click.testing import CliRunner
-from fake_refusing_server import refusing
 
 from budgetscope.commands.load import load
 from budgetscope.loadgen import Arrivals, Distribution, Mix, Target, Workload, build_plan, run_load
@@ -17,6 +16,7 @@ from budgetscope.loadgen.plan import build_closed_plan
 from budgetscope.loadgen.records_csv import columns
 from budgetscope.loadgen.stub_server import StubServer
 from budgetscope.loadgen.warmup import Warmup
+from fake_refusing_server import refusing
 
 WORKLOAD = Workload(Distribution.parse("16"), Distribution.parse("5"), Mix.parse(None), Mix.parse(None))
 
@@ -211,9 +211,8 @@ def test_closed_loop_overload_of_a_four_slot_engine_keeps_serving():
     timed out) and the engine finished ok exactly the requests its clients received ok: no work for a client that
     had left."""
     pytest.importorskip("torch")
-    from engine_fixtures import running_server
-
     from budgetscope.engine.engine_config import EngineConfig
+    from engine_fixtures import running_server
 
     config = EngineConfig(model="tiny", max_model_len=512, num_kv_blocks=256, max_num_seqs=4, max_waiting=8)
     workload = Workload(Distribution.parse("16"), Distribution.parse("16"), Mix.parse(None), Mix.parse(None))

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_gpu import fake_pynvml
 
 from budgetscope.instrument import gpu
 from budgetscope.instrument.gpu import Nvml
 from budgetscope.instrument.nvml_tape import NVMLError, NvmlTape
+from test_gpu import fake_pynvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "nvml_tape_h100.json"
 

@@ -7,10 +7,10 @@ import json
 import random
 
 import pytest
-from conftest import rows
-from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id, trace_id
 
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, staging
+from conftest import rows
+from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id, trace_id
 
 COLS = (
     "batch_id",

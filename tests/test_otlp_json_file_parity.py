@@ -15,10 +15,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import rows
 
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
+from conftest import rows
 
 pytestmark = pytest.mark.slow
 

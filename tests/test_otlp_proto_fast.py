@@ -10,11 +10,11 @@ import random
 import struct
 
 import pytest
-from conftest import rows
-from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id
 
 from budgetscope.ingest import otlp_fast, otlp_proto, staging
 from budgetscope.ingest.spanbatch import BadBatch
+from conftest import rows
+from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id
 
 COLS = (
     "batch_id",

@@ -9,6 +9,7 @@ queries. Skipped where Triton does not import.
 from __future__ import annotations
 
 import pytest
+
 from triton_setup import kernel_device
 
 DEVICE = kernel_device()

@@ -10,8 +10,6 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
-from conftest import rows
-from otlp_wire import T0, export, jsonl, native_request
 
 from budgetscope import query as query_module
 from budgetscope.archive import manifest as mf
@@ -19,6 +17,8 @@ from budgetscope.archive.reader import STALE, last_commit
 from budgetscope.cli import main
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
+from conftest import rows
+from otlp_wire import T0, export, jsonl, native_request
 
 NOW = time.time_ns()
 ROOT = Path(__file__).resolve().parent.parent

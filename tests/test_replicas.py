@@ -9,14 +9,14 @@ import json
 import duckdb
 import pytest
 from click.testing import CliRunner
-from conftest import rows
-from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.compaction import merge_sql
 from budgetscope.cli import main
 from budgetscope.opener import Archive
 from budgetscope.schema import REPLICA_COLUMNS
+from conftest import rows
+from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id
 
 REPLICAS = 4
 PER_REPLICA = 25

@@ -8,14 +8,14 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import rows
-from otlp_wire import T0, export, jsonl, native_request
 
 from budgetscope.archive import directory, retention
 from budgetscope.archive import manifest as mf
 from budgetscope.cli import main
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
+from conftest import rows
+from otlp_wire import T0, export, jsonl, native_request
 
 NOW = time.time_ns()
 

@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import rows
-from otlp_wire import export, span, to_proto
 
 from budgetscope.archive.shards import shard_path
 from budgetscope.collector.router import TraceRouter, shard_of, split
 from budgetscope.collector.server import Collector
+from conftest import rows
+from otlp_wire import export, span, to_proto
 
 SPANS = "SELECT trace_id, span_id FROM spans ORDER BY 1, 2"
 

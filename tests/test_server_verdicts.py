@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 from click.testing import CliRunner
+
+from budgetscope.cli import main
 from conftest import rows
 from server_traces import (
     Mix,
@@ -29,8 +31,6 @@ from server_traces import (
     vllm_journey,
     vllm_request_id,
 )
-
-from budgetscope.cli import main
 
 N = 240
 

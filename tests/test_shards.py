@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import rows
-from otlp_wire import export, native_request
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.shards import ShardError, shard_path
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
+from conftest import rows
+from otlp_wire import export, native_request
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 SHARDS = ("a", "b", "c")

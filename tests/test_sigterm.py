@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from conftest import rows
 
 REPO = Path(__file__).resolve().parents[1]

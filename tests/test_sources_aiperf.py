@@ -11,9 +11,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import rows
 
 from budgetscope.cli import main
+from conftest import rows
 
 T0 = 1_800_000_000_000_000_000
 

@@ -13,9 +13,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import rows
 
 from budgetscope.cli import main
+from conftest import rows
 
 T0 = 1_790_000_000.0
 USAGE_FIELDS = (

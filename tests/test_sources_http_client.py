@@ -7,12 +7,12 @@ Figures computed by hand from the spans below.
 from __future__ import annotations
 
 import pytest
-from conftest import rows
-from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id
 
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.report import build_report
 from budgetscope.opener import Archive
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id
 
 OLD = {"http.method": "POST", "http.url": "http://engine:8000/v1/completions", "http.status_code": 200}
 STABLE = {

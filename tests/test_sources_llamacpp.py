@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import rows
 
 from budgetscope.sources.importers import KIND_CLIENT, document, span
+from conftest import rows
 
 T0 = 1_800_000_000_000_000_000
 MS = 1_000_000

@@ -13,9 +13,9 @@ from itertools import accumulate
 from pathlib import Path
 
 import pytest
-from conftest import rows
 
 from budgetscope.sources.importers import KIND_CLIENT, KIND_SERVER, document, span
+from conftest import rows
 
 T0 = 1_800_000_000_000_000_000
 MS = 1_000_000

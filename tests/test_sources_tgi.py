@@ -12,10 +12,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import rows
-from server_traces import rust_duration
 
 from budgetscope.sources.importers import KIND_CLIENT, KIND_SERVER, document, span
+from conftest import rows
+from server_traces import rust_duration
 
 T0 = 1_800_000_000_000_000_000
 MS = 1_000_000

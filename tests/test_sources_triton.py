@@ -12,10 +12,10 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from conftest import rows
 
 from budgetscope.cli import main
 from budgetscope.sources.importers import KIND_CLIENT, KIND_SERVER, document, span
+from conftest import rows
 
 US = 1_000
 STEADY0 = 2_356_425_054_587_444

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import rows
 from otlp_wire import to_proto
 from test_spark import SPARK_MISSING

@@ -11,9 +11,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import rows
 
 from budgetscope.cli import main
+from conftest import rows
 
 T = 1_790_000_000.25  # arrival, wall clock (s)
 MONO = 5000.0  # engine-core monotonic clock (s)

@@ -308,9 +308,8 @@ def test_sharded_archive_with_deletes_on_spark_equals_duckdb(spark, sharded_arch
 def test_status_coverage_and_unclaimed_spans_on_spark_equal_duckdb(spark, tmp_path):
     """A tier half of whose requests failed (BROKEN), one whose spans carry no latency (UNKNOWN), client spans on
     some requests, and spans no adapter claims: the new report fields are the same on both engines."""
-    from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
-
     from budgetscope.spark.archive import SparkArchive
+    from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
 
     docs = [
         export(
@@ -356,9 +355,8 @@ def test_status_coverage_and_unclaimed_spans_on_spark_equal_duckdb(spark, tmp_pa
 def test_split_traces_are_joined_on_spark_as_on_duckdb(spark, tmp_path):
     """Client spans on one shard, stage spans on another: Spark's report over the root is the report of the same
     spans in one archive, and it counts the same split traces."""
-    from test_shards import build_split_fleet
-
     from budgetscope.spark.archive import SparkArchive
+    from test_shards import build_split_fleet
 
     root, single, split = build_split_fleet(tmp_path)
     budgets = parse_budgets(BUDGETS)
@@ -415,10 +413,9 @@ def test_a_spark_read_that_outlives_its_commit_says_so(spark, tmp_path, monkeypa
     """A query whose segments a writer's expiry deleted once readers' grace had passed: one line, as on DuckDB."""
     import contextlib
 
-    from test_reader_stale import NOW, T0, _drop_old_hours, _fill
-
     from budgetscope.archive.reader import STALE
     from budgetscope.spark import commands
+    from test_reader_stale import NOW, T0, _drop_old_hours, _fill
 
     root = tmp_path / "a"
     _fill(root, tmp_path, [T0, NOW])
@@ -512,9 +509,8 @@ def test_replica_columns_and_http_client_spans_derive_the_same_on_spark(spark, r
 
 @needs_spark
 def test_spark_reads_requests_segments_written_before_the_replica_columns(spark, replicas_archive, tmp_path):
-    from test_replicas import _make_old, fleet_jsonl
-
     from budgetscope.spark.archive import SparkArchive
+    from test_replicas import _make_old, fleet_jsonl
 
     _make_old(replicas_archive)
     more = tmp_path / "more.jsonl"

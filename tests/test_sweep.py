@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from fake_refusing_server import refusing
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,13 +8,13 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import rows
-from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
-from otlp_wire import outcome_requests as _requests
 
 from budgetscope.analysis.coverage import id_free, unclaimed_spans
 from budgetscope.cli import main
 from budgetscope.opener import Archive
+from conftest import rows
+from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
+from otlp_wire import outcome_requests as _requests
 
 BUDGETS = "[tiers.interactive]\nttft_ms = 500\ne2e_ms = 2000\n"
 
