@@ -49,6 +49,7 @@ def step_figures(con, intervals_sql: str, params: list) -> dict:
     """Engine-step figures over the steps that overlap the intervals (`s`, `e` ns) `intervals_sql` selects: step
     count, mean and max KV use (0–1), preemptions, the share of steps at `max_seqs` / at `token_budget` (None where the steps do
     not record the limit), the limits, and the median ms and time share of prefill-carrying vs decode-only steps."""
+    # shares as doubles (1e0): Spark averages a 1.0 literal, a DECIMAL, into a DECIMAL
     # a single-file archive written before the limits were kept stores the older engine_steps view
     cols = {d[0] for d in con.execute("SELECT * FROM engine_steps LIMIT 0").description}
     limits = ", ".join(c if c in cols else f"CAST(NULL AS BIGINT) AS {c}" for c in ("max_seqs", "token_budget"))
@@ -75,9 +76,9 @@ def step_figures(con, intervals_sql: str, params: list) -> dict:
                FROM engine_steps st SEMI JOIN iv ON st.start_ns <= iv.e AND st.end_ns >= iv.s)
         SELECT count(*), avg(kv_blocks_used / nullif(kv_blocks_total, 0)),
           max(kv_blocks_used / nullif(kv_blocks_total, 0)), sum(preempted),
-          max(max_seqs), avg(CASE WHEN batch_size >= max_seqs THEN 1.0 ELSE 0.0 END) FILTER (WHERE max_seqs > 0),
+          max(max_seqs), avg(CASE WHEN batch_size >= max_seqs THEN 1e0 ELSE 0e0 END) FILTER (WHERE max_seqs > 0),
           max(token_budget),
-          avg(CASE WHEN prefill_tokens + decode_seqs >= token_budget THEN 1.0 ELSE 0.0 END)
+          avg(CASE WHEN prefill_tokens + decode_seqs >= token_budget THEN 1e0 ELSE 0e0 END)
             FILTER (WHERE token_budget > 0),
           quantile_cont(ms, 0.5) FILTER (WHERE prefill_tokens > 0),
           quantile_cont(ms, 0.5) FILTER (WHERE prefill_tokens = 0),
