@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgetscope.instrument import process_exit
+import budgetscope.instrument.process_exit as process_exit
 from budgetscope.instrument.attributes import (
     CLIENT_PROVIDER,
     DEFAULT_TIER,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from budgetscope.instrument import process_exit
+import budgetscope.instrument.process_exit as process_exit
 from budgetscope.instrument.attributes import DEFAULT_OPERATION, DEFAULT_PROVIDER, DEFAULT_TIER
 from budgetscope.instrument.clock import as_unix_span
 from budgetscope.instrument.context import _current
