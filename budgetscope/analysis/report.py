@@ -400,6 +400,7 @@ def _tier_reports(con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, 
         finally:
             cur.close()
 
+    # imported on use: concurrent.futures 92 ms to import
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(workers, thread_name_prefix="budgetscope-report") as pool:
