@@ -15,6 +15,8 @@ import os
 import threading
 from dataclasses import dataclass
 
+import duckdb
+
 from budgetscope import schema
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import STALE
@@ -45,8 +47,6 @@ def run_query(
     """Run `sql` (one SELECT) against the archive opened read-only, external access disabled and the configuration
     locked. At most `max_rows` rows come back (`truncated` says whether more matched); a query still running after
     `timeout_s` seconds is interrupted (QueryError)."""
-    import duckdb
-
     with Archive(archive, sandbox=True, create=False) as a:
         check_select(a.con, sql)
         timer = threading.Timer(timeout_s, a.con.interrupt) if timeout_s else None

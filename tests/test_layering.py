@@ -1,6 +1,7 @@
 """The import graph of `budgetscope`, read statically (every `import` in every module, function-level ones
 included): the store imports nothing above it, the analysis nothing of the command line, and no two of the
-package's folders import each other, directly or round a longer loop (docs/design.md, "Layout")."""
+package's folders, nor two of its modules, import each other round a loop; and every import inside a function says
+why (docs/design.md, "Architecture")."""
 
 from __future__ import annotations
 
@@ -114,17 +115,70 @@ def test_budgetscope_keeps_its_layers():
     assert violations(graph, "budgetscope", folders_of(PACKAGE)) == []
 
 
-WRITE_PATH = ("collector", "ingest", "archive", "derive", "sources", "opener", "schema")
-"""The rooms a span passes on its way down; no two of their modules import each other round a loop."""
-
-
-def module_cycles(graph: dict[str, set[str]], package: str, rooms: tuple[str, ...]) -> list[list[str]]:
-    keep = {m for m in graph if room(m, package) in rooms or m.split(".")[-1] in rooms}
+def module_cycles(graph: dict[str, set[str]], package: str, rooms: tuple[str, ...] | None = None) -> list[list[str]]:
+    """One circle through each knot of modules importing each other (imports inside functions count: a circle
+    hidden in a function is still a circle); `rooms` narrows the search to those folders or root modules.
+    `from pkg import x` counts as importing the package's `__init__` too, so a module importing its own
+    package's `__init__` that imports it back is a circle."""
+    keep = {m for m in graph if rooms is None or room(m, package) in rooms or m.split(".")[-1] in rooms}
     return _cycles({m: {t for t in graph[m] if t in keep} for m in keep})
 
 
-def test_the_write_path_has_no_circle_between_modules():
-    assert module_cycles(imports(PACKAGE, "budgetscope"), "budgetscope", WRITE_PATH) == []
+def test_no_two_modules_of_the_package_import_each_other_round_a_loop():
+    assert module_cycles(imports(PACKAGE, "budgetscope"), "budgetscope") == []
+
+
+def unexplained_function_imports(root: Path) -> list[str]:
+    """`path:line` of each import inside a function with no comment saying why (the measured cost of importing it
+    at the top). The comment sits on the import's lines or the line above its block of imports. The command modules
+    import the library inside their functions for one reason, measured once in `commands/__init__.py`'s docstring:
+    those imports need no comment of their own."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines), str(path))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for body in _bodies(fn):
+                for block in _import_blocks(body):
+                    need = [n for n in block if not (rel.startswith("commands/") and _of_package(n, root.name))]
+                    first, last = block[0].lineno, block[-1].end_lineno or block[-1].lineno
+                    if need and not any("#" in lines[i - 1] for i in range(max(first - 1, 1), last + 1)):
+                        found += [f"{rel}:{n.lineno}" for n in need]
+    return found
+
+
+def _bodies(fn: ast.AST) -> list[list[ast.stmt]]:
+    """Every statement list inside `fn` (its body, and those of its if/try/with/for blocks)."""
+    return [
+        body
+        for node in ast.walk(fn)
+        for name in ("body", "orelse", "finalbody")
+        if isinstance(body := getattr(node, name, None), list)
+    ]
+
+
+def _import_blocks(body: list[ast.stmt]) -> list[list[ast.stmt]]:
+    """Runs of consecutive import statements in `body`."""
+    blocks: list[list[ast.stmt]] = []
+    for i, node in enumerate(body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if i and isinstance(body[i - 1], (ast.Import, ast.ImportFrom)):
+                blocks[-1].append(node)
+            else:
+                blocks.append([node])
+    return blocks
+
+
+def _of_package(node: ast.stmt, package: str) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return node.level > 0 or (node.module or "").split(".")[0] == package
+    return all(a.name.split(".")[0] == package for a in node.names)
+
+
+def test_every_import_inside_a_function_says_why():
+    assert unexplained_function_imports(PACKAGE) == []
 
 
 FAKE = {  # a fake package, planted with one violation of each rule
@@ -176,6 +230,27 @@ def test_a_circle_between_modules_of_a_fake_package_is_found(fakescope):
     assert module_cycles(imports(fakescope, "fakescope"), "fakescope", ("ingest",)) == [
         ["fakescope.ingest.decode", "fakescope.ingest.lander", "fakescope.ingest.decode"]
     ]
+
+
+def test_a_circle_through_a_function_or_a_package_init_is_found(fakescope):
+    (fakescope / "derive/__init__.py").write_text("from fakescope.derive.rows import Row\n")
+    (fakescope / "derive/rows.py").write_text("def row():\n    from fakescope.derive import classify\n")
+    (fakescope / "derive/classify.py").write_text("")
+    assert module_cycles(imports(fakescope, "fakescope"), "fakescope") == [
+        ["fakescope.archive.store", "fakescope.ingest.lander", "fakescope.archive.store"],
+        ["fakescope.derive", "fakescope.derive.rows", "fakescope.derive"],
+        ["fakescope.loadgen.plan", "fakescope.sweep", "fakescope.loadgen.plan"],
+    ]
+
+
+def test_an_import_inside_a_function_without_a_reason_is_found(fakescope):
+    (fakescope / "ingest/decode.py").write_text(
+        "def a():\n    import json\n\n\ndef b():\n    # pyarrow: 1 s to import\n    import pyarrow\n    import os\n"
+    )
+    (fakescope / "commands/report.py").write_text(
+        "def report():\n    from fakescope.archive import store\n    import re\n"
+    )
+    assert unexplained_function_imports(fakescope) == ["commands/report.py:3", "ingest/decode.py:2"]
 
 
 def test_a_clean_fake_package_passes(fakescope):

@@ -33,6 +33,7 @@ def _times(ns: list[int]) -> list[datetime]:
 def timeline_figure(tl: dict, height_per_row: int = 170):
     """Rolling pXX TTFT and E2E against budget, arrival rate, queue depth, KV usage and (when sampled) DRAM
     bandwidth and HBM use, on one shared time axis; breach windows shaded; missing series say why."""
+    # imported on use: plotly 103 ms to import
     from plotly.subplots import make_subplots
 
     key = f"p{tl['percentile']:g}"
@@ -156,6 +157,7 @@ def timeline_figure(tl: dict, height_per_row: int = 170):
 
 def breakdown_figure(a: dict, title: str):
     """The tail against the body, stage by stage: mean ms of each stage stacked, tail beside body."""
+    # imported on use: plotly 103 ms to import
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -183,6 +185,7 @@ def breakdown_figure(a: dict, title: str):
 
 def shares_figure(a: dict, title: str):
     """Each stage's share of the tail's excess over the body (they add up to 100%)."""
+    # imported on use: plotly 103 ms to import
     import plotly.graph_objects as go
 
     stages = list(a["shares"])
@@ -208,6 +211,7 @@ def shares_figure(a: dict, title: str):
 
 def distribution_figure(d: dict):
     """One dimension's mix in the tail beside the body's."""
+    # imported on use: plotly 103 ms to import
     import plotly.graph_objects as go
 
     vals = [v["value"] for v in d["values"]]
@@ -229,6 +233,7 @@ def distribution_figure(d: dict):
 
 def gantt_figure(view: dict):
     """One request: its spans as bars (ms since its first span), its tokens as ticks on their own lanes."""
+    # imported on use: plotly 103 ms to import
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -271,6 +276,7 @@ def gantt_figure(view: dict):
 
 def token_gaps_figure(view: dict):
     """Inter-token gaps (ms) by token index, server and client."""
+    # imported on use: plotly 103 ms to import
     import plotly.graph_objects as go
 
     fig = go.Figure()

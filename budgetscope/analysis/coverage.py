@@ -68,6 +68,7 @@ _ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
 def unclaimed_in(archive) -> dict:
     """`unclaimed_spans` of the archive at `archive` (a path), as last committed; raises ArchiveError when it
     cannot be read."""
+    # imported on use: duckdb 153 ms, protobuf 57 ms, orjson 28 ms to import
     from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False) as a:

@@ -129,6 +129,7 @@ class Compactor:
         self._thread.join()
 
     def _run(self) -> None:
+        # imported on use: duckdb 153 ms to import
         import duckdb
 
         # One thread: merging is background work, and the writer keeps the other cores (on 2 cores the

@@ -39,6 +39,7 @@ def one(con, sql: str, params=None) -> tuple:
 
 
 def _connect(path: Path, read_only: bool, config: dict | None = None):
+    # imported on use: duckdb 153 ms to import
     import duckdb
 
     try:
@@ -60,6 +61,7 @@ def _over_old_file(path: Path, missing: list, sandbox: bool):
     """A connection that reads the archive file `path` (attached read-only) through views of its tables, the
     `requests` one adding the `missing` columns as NULL. Views in a database of the connection's own, not
     temporary ones: the report and the dashboard query from cursors, which do not see another's temporary views."""
+    # imported on use: duckdb 153 ms to import
     import duckdb
 
     con = duckdb.connect(":memory:")
@@ -123,6 +125,7 @@ class DuckDBArchive(TableAccess):
             self.con.execute("INSERT INTO budgetscope_meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
 
     def _check_format(self) -> None:
+        # imported on use: duckdb 153 ms to import
         import duckdb
 
         try:

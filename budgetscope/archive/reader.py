@@ -146,6 +146,7 @@ class ArchiveReader(TableAccess):
     ):
         """`derive_sql(spans, sources)`: the writer's derivation (`derive.requests.requests_sql`), for the traces
         of a sharded root split across shards; without it, reading a root with such traces is an error."""
+        # imported on use: duckdb 153 ms to import
         import duckdb
 
         self.path = Path(path)

@@ -39,6 +39,7 @@ class TableAccess:
 def polars():
     """The polars module, or ArchiveError naming the extra that installs it."""
     try:
+        # imported on use: polars 132 ms to import
         import polars as pl
     except ImportError:
         raise ArchiveError("polars is not installed (pip install 'budgetscope[polars]')") from None

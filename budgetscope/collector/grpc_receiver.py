@@ -29,6 +29,7 @@ class GrpcUnavailable(ImportError):
 
 def _grpc():
     try:
+        # imported on use: grpc 48 ms to import
         import grpc
     except ImportError:
         raise GrpcUnavailable(

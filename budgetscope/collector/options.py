@@ -21,6 +21,7 @@ def check(
     archive: str, *, shard: str | None, auth_token_file: str | None, retention: str | None, reader_grace: str | None
 ) -> Checked:
     """The options checked and parsed; retention and reader grace apply to folder archives only."""
+    # `budgetscope --help` loads this module: the library loads when the command runs (budgetscope/commands/)
     from budgetscope.archive.archive import is_single_file
     from budgetscope.archive.retention import parse_grace, parse_retention
     from budgetscope.archive.shards import shard_path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import signal
@@ -210,9 +212,6 @@ def collect(
             signal.signal(sig, handler)
     unclaimed = _unclaimed(archive) if not collector.error else None
     if fmt == "json":
-        import dataclasses
-        import json
-
         click.echo(
             json.dumps(
                 {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from budgetscope.commands.options import period_s
@@ -35,8 +37,6 @@ def sample(every: str, out: str | None, otlp: bool, duration: str | None) -> Non
       budgetscope gpu sample --every 100ms --out jsonl:gpu.jsonl
       budgetscope ingest gpu.jsonl --archive prod/
     """
-    import time
-
     from budgetscope.instrument.gpu import GpuSampler
     from budgetscope.instrument.process_exit import Terminated
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -57,9 +59,6 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
       budgetscope import --format triton trace.json --archive runs.duckdb
       budgetscope import --format prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs.duckdb
     """
-    import json
-    from pathlib import Path
-
     from budgetscope.archive.errors import ArchiveError
     from budgetscope.commands.new_archive import NewArchive
     from budgetscope.ingest.files import input_problem

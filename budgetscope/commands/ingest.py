@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -76,8 +77,6 @@ def ingest(files: tuple[str, ...], archive: str, fmt: str) -> None:
       budgetscope ingest traces.jsonl --archive prod/
       budgetscope ingest traces.jsonl --archive prod/ --format json
     """
-    import os
-
     from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_in, unclaimed_line
     from budgetscope.archive.errors import ArchiveError
     from budgetscope.ingest.files import check, input_problem, read_batches

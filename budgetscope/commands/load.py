@@ -6,6 +6,7 @@ import sys
 import time
 
 import click
+import orjson
 
 from budgetscope.commands.options import UsageError, format_option
 from budgetscope.loadgen.errors import LoadgenError
@@ -209,8 +210,6 @@ def load(
       budgetscope load http://127.0.0.1:8000 --rate 10 --requests 200 --dataset sharegpt.json --tokenizer MODEL_DIR
       OPENAI_API_KEY=sk-… budgetscope load https://api.example.com/v1 --rate 1 --requests 20 --model m
     """
-    import orjson
-
     from budgetscope.extras import MissingExtra
     from budgetscope.instrument.client import ClientTracer
     from budgetscope.instrument.process_exit import Terminated

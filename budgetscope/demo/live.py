@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from budgetscope.analysis.attribution import tail_label
+from budgetscope.analysis.report import build_report
 from budgetscope.demo.scenarios import COMMON_LOAD, Scenario
 
 
@@ -104,8 +106,7 @@ def run_scenario(
     """Run one scenario for `duration_s` of load; return its report (archive at out/<name>/).
 
     `model`: the engine's named config (`tiny` everywhere; `1b` on a GPU)."""
-    from budgetscope.analysis.attribution import tail_label
-    from budgetscope.analysis.report import build_report
+    # imported on use: duckdb 153 ms, concurrent.futures 92 ms, asyncio 89 ms to import
     from budgetscope.collector import Collector
     from budgetscope.demo.netdelay import DelayProxy
     from budgetscope.opener import Archive

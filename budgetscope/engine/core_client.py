@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from budgetscope.engine import core_process  # torch-free at import; loads torch in the child only
 from budgetscope.engine import core_protocol as P
 from budgetscope.engine.admission import admit
 from budgetscope.engine.engine_metrics import EngineGauges
@@ -61,13 +62,11 @@ class CoreClient:
     # -- life -------------------------------------------------------------------------------------------------------
     def start(self, timeout_s: float = 900.0) -> CoreClient:
         """Spawn the engine process and wait until its model is loaded; EngineCoreError when it cannot start."""
-        from budgetscope.engine.core_process import (
-            main,  # torch-free at import; loads torch in the child only
-        )
-
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
-        self._proc = ctx.Process(target=main, args=(child, self.config, self.log_level), name="budgetscope-engine-core")
+        self._proc = ctx.Process(
+            target=core_process.main, args=(child, self.config, self.log_level), name="budgetscope-engine-core"
+        )
         self._proc.start()
         child.close()  # ours closed: the child's death then reads as end of file here
         _, self.pid, self.device, num_blocks = self._wait_ready(timeout_s)

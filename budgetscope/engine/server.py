@@ -23,6 +23,7 @@ from budgetscope.engine import protocol
 from budgetscope.engine.detokenizer import Detokenizer
 from budgetscope.engine.engine_loop import EngineLoop
 from budgetscope.engine.errors import RequestError
+from budgetscope.engine.frontend import Frontend
 from budgetscope.engine.protocol import ParsedRequest
 
 if TYPE_CHECKING:
@@ -335,10 +336,10 @@ def serve(
     runs in its own process (CoreClient), or an LLMEngine, stepped on a thread of this process (EngineLoop).
     `api_key`: /v1/* requests must carry `Authorization: Bearer <api_key>`. EngineCoreError when the engine
     process cannot start, or dies while serving (the server then stops: its requests in flight ended `error`)."""
+    # imported on use: uvicorn 467 ms, multiprocessing 37 ms, msgpack 26 ms to import
     import uvicorn
 
     from budgetscope.engine.core_client import CoreClient, EngineCoreError
-    from budgetscope.engine.frontend import Frontend
 
     core = CoreClient(engine, log_level).start() if isinstance(engine, Frontend) else EngineLoop(engine).start()
     server = uvicorn.Server(uvicorn.Config(Server(core, api_key).app, host=host, port=port, log_level=log_level))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-log = logging.getLogger(__name__)
+from budgetscope.instrument import Instrumentation
 
 
 class NullTrace:
@@ -48,16 +47,11 @@ class Telemetry:
 
     @classmethod
     def create(cls, enabled: bool = True, exporter: Any = None, service_name: str = "budgetscope-engine") -> Telemetry:
-        """Build on `budgetscope.instrument.Instrumentation`; without that package, a disabled Telemetry.
+        """Build on `budgetscope.instrument.Instrumentation` (light: it loads the OpenTelemetry SDK only to export).
 
         exporter: None (OTEL_* environment), "jsonl:/path", or an OpenTelemetry SpanExporter.
         """
         if not enabled:
-            return cls(None)
-        try:
-            from budgetscope.instrument import Instrumentation
-        except ImportError as exc:  # the engine must run where the instrument extra is missing
-            log.warning("budgetscope.instrument unavailable (%s); running without instrumentation", exc)
             return cls(None)
         return cls(Instrumentation(service_name=service_name, exporter=exporter, enabled=True))
 

@@ -56,6 +56,7 @@ def _interpreter_compat() -> None:
 
     The interpreter keeps scalars as one-element arrays and converts them with int(array), which NumPy 2.4
     refuses for arrays of one dimension; `range(0, n, TILE_N)` then fails in the interpreter only."""
+    # imported on use: triton 496 ms to import
     from triton.runtime import interpreter
 
     original = interpreter._patch_lang_tensor

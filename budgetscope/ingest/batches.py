@@ -48,6 +48,7 @@ def _binary_column(payloads: list[bytes]):
 
     No UTF-8 check here: a payload that is not UTF-8 is not valid JSON to DuckDB either, so it falls to the
     reference decoder, which rejects it with its exact message."""
+    # imported on use: pyarrow 1027 ms to import
     import pyarrow as pa
 
     offsets = _int64_column([0, *itertools.accumulate(map(len, payloads))])
@@ -57,12 +58,14 @@ def _binary_column(payloads: list[bytes]):
 
 def _int64_column(values: list[int]):
     """An Arrow int64 column over the buffer of an `array` (`pa.array` on Python objects imports pandas: 0.3 s)."""
+    # imported on use: pyarrow 1027 ms to import
     import pyarrow as pa
 
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))])
 
 
 def chunk(items: list[tuple[int, str, RawBatch]], seen: int, copies: list, spans_seen=None) -> Chunk:
+    # imported on use: pyarrow 1027 ms to import
     import pyarrow as pa
 
     js = [(bid, rb.payload) for bid, _, rb in items if rb.format == "otlp-json"]
@@ -140,6 +143,7 @@ def decoded_chunk(entries: list[Decoded], known: set[str], next_id: int, repeate
     """One chunk of already decoded batches: each new to the archive gets the next batch id (its rows are
     renumbered), those seen before are skipped with their rows. `repeated`: as `chunk`'s, for the span set they
     were decoded with."""
+    # imported on use: pyarrow 1027 ms to import
     import pyarrow as pa
 
     items: list[tuple[int, str, RawBatch]] = []

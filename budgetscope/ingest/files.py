@@ -5,6 +5,7 @@ OTLP metrics exports (GPU samples) are told apart per batch (`resourceMetrics`) 
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import stat
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+import orjson
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.spool import RawBatch
@@ -40,10 +43,12 @@ def _zstd_reader(raw: BinaryIO, path: Path) -> tuple[BinaryIO, type[Exception]]:
     """A decompressing reader over `raw` and the error a bad stream raises: the standard library's zstd (Python
     3.14+), else `zstandard` (the `zstd` extra)."""
     if sys.version_info >= (3, 14):
+        # imported on use: compression.zstd (optional, 3.14+) to import
         from compression import zstd
 
         return zstd.ZstdFile(raw), zstd.ZstdError
     try:
+        # imported on use: zstandard 22 ms to import
         import zstandard
     except ImportError:
         raise ArchiveError(f"{path} is zstd-compressed; reading it needs zstandard: {ZSTD_HINT}") from None
@@ -54,8 +59,6 @@ def _zstd_reader(raw: BinaryIO, path: Path) -> tuple[BinaryIO, type[Exception]]:
 def open_trace_file(path: Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
     """(stream of the file's bytes, decompressed when compressed; the file itself, for progress by `tell()`).
     A compressed stream that is cut short or corrupt raises ArchiveError naming the file."""
-    import gzip
-
     kind = compression(path)
     with open(path, "rb") as raw:
         if kind is None:
@@ -125,8 +128,6 @@ def sniff(path: Path) -> str:
     The extension decides for protobuf; otherwise bytes that are not UTF-8 mean protobuf (its ids are random
     bytes), and a JSON file is JSON lines when one of its first lines is a whole JSON object on its own.
     """
-    import orjson
-
     if _name_suffix(path) in PROTO_SUFFIXES:
         return "proto"
     with open_trace_file(path) as (f, _):

@@ -66,6 +66,7 @@ def decode_proto(payloads: list, batch_ids: list[int], seen=None):
 
 
 def _table(decoded, batch_ids: list[int]):
+    # imported on use: pyarrow 1027 ms to import
     import pyarrow as pa
 
     rows, ints, strings, spans, repeated = decoded

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import orjson
+from google.protobuf.message import DecodeError
+
 from budgetscope.ingest.otlp_json import attributes as json_attributes
 from budgetscope.ingest.otlp_proto import _attrs
 from budgetscope.ingest.spanbatch import BadBatch
@@ -71,6 +74,7 @@ class PointRows:
         self.unit.append(unit or None)
 
     def to_arrow(self, batch_id: int):
+        # imported on use: pyarrow 1027 ms to import
         import pyarrow as pa
 
         return pa.table(
@@ -115,8 +119,6 @@ def _json_value(dp: dict):
 
 def decode_json(raw: bytes) -> PointRows:
     """Decode one OTLP/JSON metrics export (`{"resourceMetrics": [...]}`)."""
-    import orjson
-
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -153,7 +155,7 @@ def decode_json(raw: bytes) -> PointRows:
 
 
 def _parse_proto(payload: bytes):
-    from google.protobuf.message import DecodeError
+    # imported on use: the OTLP protobuf classes 64 ms to import
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
     msg = ExportMetricsServiceRequest()

@@ -13,19 +13,24 @@ import functools
 import inspect
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from budgetscope.instrument.attributes import MARKABLE_STAGES
 
-if TYPE_CHECKING:
-    from budgetscope.instrument.request_trace import RequestTrace
-
 F = TypeVar("F", bound=Callable[..., Any])
 
-_current: ContextVar[RequestTrace | None] = ContextVar("budgetscope_current_request", default=None)
+
+class Markable(Protocol):
+    """What `stage` needs of a request: a `RequestTrace` (or its no-op twin), named here by what it does so that
+    this module sits under `request_trace`, which imports it, and imports nothing back."""
+
+    def mark(self, stage: str) -> None: ...
 
 
-def current_request() -> RequestTrace | None:
+_current: ContextVar[Markable | None] = ContextVar("budgetscope_current_request", default=None)
+
+
+def current_request() -> Markable | None:
     """The request made current in this context by `start_request()` or `with req:`, or None."""
     return _current.get()
 
@@ -44,13 +49,13 @@ class stage:  # noqa: N801 - used as a decorator, named like one
 
     __slots__ = ("name", "request")
 
-    def __init__(self, name: str, request: RequestTrace | None = None) -> None:
+    def __init__(self, name: str, request: Markable | None = None) -> None:
         if name not in MARKABLE_STAGES:
             raise unknown_stage_error(name)
         self.name = name
         self.request = request
 
-    def __enter__(self) -> RequestTrace | None:
+    def __enter__(self) -> Markable | None:
         req = self.request if self.request is not None else _current.get()
         if req is not None:
             req.mark(self.name)

@@ -57,6 +57,7 @@ def headers(signal: str) -> dict[str, str]:
 
 def to_otlp_json(message: Any) -> dict:
     """A protobuf OTLP export request as its OTLP/JSON document (ids in hex, enums as integers)."""
+    # imported on use: protobuf 57 ms to import
     from google.protobuf.json_format import MessageToDict
 
     return _hex_ids(MessageToDict(message, use_integers_for_enums=True))
@@ -91,19 +92,23 @@ class OtlpHttpJsonExporter:
 
     def _results(self):
         if self.signal == "traces":
+            # imported on use: the OpenTelemetry SDK 54 ms to import
             from opentelemetry.sdk.trace.export import SpanExportResult
 
             return SpanExportResult.SUCCESS, SpanExportResult.FAILURE
+        # imported on use: the OpenTelemetry SDK 54 ms to import
         from opentelemetry.sdk.metrics.export import MetricExportResult
 
         return MetricExportResult.SUCCESS, MetricExportResult.FAILURE
 
     def _encode(self, data: Any) -> bytes:
         if self.signal == "traces":
+            # imported on use: the OTLP encoders 226 ms to import
             from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
             message = encode_spans(data)
         else:
+            # imported on use: the OTLP encoders 226 ms to import
             from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
             message = encode_metrics(data)
@@ -152,6 +157,7 @@ class DisabledExporter:
     """What `OTEL_SDK_DISABLED=true` leaves of an exporter: it accepts everything and sends nothing."""
 
     def export(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        # imported on use: the OpenTelemetry SDK 54 ms to import
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         return SpanExportResult.SUCCESS

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from budgetscope.instrument.gpu import Nvml
+
 _HANDLE = {"handle": True}
 
 
@@ -65,8 +67,6 @@ class NvmlTape:
     ) -> NvmlTape:
         """Open NVML through a recorder, read every GPU `ticks` times, every `every_s`; keep calls and points.
         `power_every_s` 0: the energy counter too on every tick (the tape then holds every call)."""
-        from budgetscope.instrument.gpu import Nvml
-
         tape = cls(about={**(about or {}), "power_every_s": power_every_s})
         proxy = _Recorder(nv, tape)
         nvml = Nvml(proxy, power_every_s)

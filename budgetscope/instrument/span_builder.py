@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+import budgetscope.instrument.attributes as A
 from budgetscope import __version__
-from budgetscope.instrument import attributes as A
 from budgetscope.instrument.records import EngineStep, FinishedRequest
 from budgetscope.instrument.traceparent import new_span_id, new_trace_id
 

@@ -20,6 +20,8 @@ import os
 import time
 from collections.abc import Callable
 
+import orjson
+
 from budgetscope.instrument.client import ClientRequest, ClientTracer
 from budgetscope.instrument.traceparent import SAMPLED, format_traceparent, new_span_id, new_trace_id
 from budgetscope.loadgen.errors import LoadgenError
@@ -446,7 +448,6 @@ class _Exchange:
             self.rec.server_attributes = (self.rec.server_attributes or {}) | attrs
 
     def _read_plain_body(self) -> None:
-        import orjson
 
         rec = self.rec
         raw = b"".join(self.body_parts)

@@ -21,8 +21,12 @@ from datetime import timezone
 from pathlib import Path
 
 from budgetscope import schema
+from budgetscope.archive.archive import is_single_file
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader, affected_segments, check_segment
+from budgetscope.archive.split_traces import split_spans_sql
+from budgetscope.derive.requests import requests_sql
+from budgetscope.spark import quantiles
 from budgetscope.spark.dialect import DialectError, archive_columns, emit, parse, spark_type, to_spark
 from budgetscope.spark.session import SparkError, one_line
 
@@ -38,7 +42,6 @@ class Segments(ArchiveReader):
     """The segments an `ArchiveReader` of `path` would read (no DuckDB connection, no views)."""
 
     def __init__(self, path: str | os.PathLike, since_ns: int | None = None, until_ns: int | None = None):  # noqa: D107 - the class says it
-        from budgetscope.archive.archive import is_single_file
 
         self.path = Path(path)
         if is_single_file(self.path):
@@ -114,7 +117,6 @@ class SparkConnection:
         pass
 
     def execute(self, sql: str, params=None) -> Cursor:
-        from budgetscope.spark import quantiles
 
         try:
             tree, bound = parse(sql, params)
@@ -143,7 +145,6 @@ class SparkConnection:
 
     def _selected(self, p, bound: list[str]) -> Cursor:
         """A global aggregate with quantile_cont, its quantiles selected exactly (spark/quantiles.py)."""
-        from budgetscope.spark import quantiles
 
         def execute(tree) -> list[tuple]:
             text = emit(tree, bound)
@@ -256,10 +257,8 @@ class SparkArchive:
         """`stored` with the rows of traces whose spans are on more than one shard replaced by rows derived from
         all their spans, as the DuckDB reader does (archive/split_traces.py); sets `split_traces`. Needs the
         `spans` view (created before `requests`)."""
+        # imported on use: pyspark 91 ms to import
         from pyspark.sql import functions as F
-
-        from budgetscope.archive.split_traces import split_spans_sql
-        from budgetscope.derive.requests import requests_sql
 
         groups = [g for g in self.segments._by_group if g["spans"]]
         if len(groups) < 2:

@@ -16,13 +16,15 @@ import os
 from pathlib import Path
 
 from budgetscope.archive.errors import ArchiveError
+from budgetscope.derive.requests import requests_sql
+from budgetscope.spark.commands import spark_archive
+from budgetscope.spark.dialect import to_spark
+from budgetscope.spark.session import SparkError, one_line
 
 
 def derivation_sql(con) -> str:
     """The `requests` SELECT over the view `spans` of `con` (DuckDB or SparkConnection), with only the adapters
     whose spans are present (as the writer does)."""
-    from budgetscope.derive.requests import requests_sql
-
     present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
     return requests_sql("spans", present)
 
@@ -40,6 +42,7 @@ def _out_dir(out: str | os.PathLike, archive: str | os.PathLike) -> Path:
 
 def derive_duckdb(archive: str | os.PathLike, out: str | os.PathLike) -> int:
     """Derive into `out/requests.parquet` with DuckDB; returns the rows written."""
+    # imported on use: duckdb 153 ms, protobuf 57 ms, orjson 28 ms to import
     from budgetscope.opener import Archive
 
     dest = _out_dir(out, archive)
@@ -52,10 +55,6 @@ def derive_duckdb(archive: str | os.PathLike, out: str | os.PathLike) -> int:
 
 def derive_spark(archive: str | os.PathLike, out: str | os.PathLike, master: str | None = None) -> int:
     """Derive into `out/` (Spark's part files) on Spark; returns the rows written."""
-    from budgetscope.spark.commands import spark_archive
-    from budgetscope.spark.dialect import to_spark
-    from budgetscope.spark.session import SparkError, one_line
-
     dest = _out_dir(out, archive)
     with spark_archive(archive, master) as a:
         df = a.spark.sql(to_spark(derivation_sql(a.con)))

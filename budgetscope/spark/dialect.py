@@ -38,6 +38,8 @@ from __future__ import annotations
 import json
 import re
 
+from budgetscope import schema
+
 DUCKDB_TO_SPARK_TYPES = {
     "VARCHAR": "STRING",
     "JSON": "STRING",
@@ -119,15 +121,12 @@ def bind(sql: str, params=None) -> tuple[str, list[str]]:
 
 
 def archive_columns() -> dict[str, list[str]]:
-    from budgetscope import schema
 
     return {t.name: [c.name for c in t.columns] for t in schema.PUBLIC}
 
 
 def schema_types(tables: dict[str, list[str]]) -> dict[str, dict[str, str]]:
     """`tables` with each column's DuckDB type where the archive's schema has it (VARCHAR otherwise)."""
-    from budgetscope import schema
-
     known = {t.name: {c.name: c.type for c in t.columns} for t in schema.PUBLIC}
     return {t: {c: known.get(t, {}).get(c, "VARCHAR") for c in cols} for t, cols in tables.items()}
 
@@ -157,6 +156,7 @@ _QUOTED_KEY = re.compile(r'^\$\."([^"\'\\]*)"$')
 def _spark_path(path):
     """A JSONPath literal `$."key.with.dots"` (DuckDB's quoted key) as Spark's `$['key.with.dots']`: Spark's
     `get_json_object` has no quoted keys and would look for a path that never matches."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     m = _QUOTED_KEY.match(path.this) if isinstance(path, exp.Literal) and path.is_string else None
@@ -164,6 +164,7 @@ def _spark_path(path):
 
 
 def _rewrite(tree, tables: dict[str, list[str]]):
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     def fix(node):
@@ -263,6 +264,7 @@ def _rewrite(tree, tables: dict[str, list[str]]):
 def _sizes_of_lists(tree, tables: dict[str, list[str]]) -> None:
     """`len(x)` / `length(x)` of a list → `size(x)`, in place. Which arguments are lists is read from the types
     SQLGlot infers over the archive's schema; an argument whose type it cannot tell stays a string length."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
     from sqlglot.optimizer.annotate_types import annotate_types
@@ -296,6 +298,7 @@ def _unique_ctes(tree):
     """Spark allows no WITH inside a subquery, so SQLGlot lifts every CTE to the top, where two adapters'
     `r` or `t` would clash: each CTE gets a name of its own first (innermost scopes first), and the tables of
     its scope that named it follow."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     withs = [w for w in tree.find_all(exp.With)]
@@ -317,6 +320,7 @@ def _inline_struct_unnest(sel):
     """`(SELECT f(x.a, x.b) FROM (SELECT unnest(regexp_extract(s, re, ['a', 'b']))) x)`, DuckDB's way to name a
     regex's groups, → `f(regexp_extract(s, re, 1), regexp_extract(s, re, 2))`: Spark's regexp_extract takes one
     group, and a FROM subquery may not refer to the outer row. None when `sel` is not of that form."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     src = sel.args.get("from") or sel.args.get("from_")
@@ -353,6 +357,7 @@ def _with(node):
 def _names(node, tables: dict[str, list[str]]) -> list[str]:
     """The output column names of a query node, stars expanded (through CTEs in scope, subqueries, and the base
     tables in `tables`): what UNION BY NAME needs that SQLGlot does not resolve on its own."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     if isinstance(node, (exp.Subquery, exp.Paren)):
@@ -392,6 +397,7 @@ def _names(node, tables: dict[str, list[str]]) -> list[str]:
 def _fix_filters(tree):
     """`__bs_values(array_sort(collect_list(...))) FILTER (WHERE c)`: the FILTER belongs to collect_list; then
     each `__bs_values(pairs)` becomes `transform(pairs, e -> e.v)`."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     for f in list(tree.find_all(exp.Filter)):
@@ -417,6 +423,7 @@ def _fix_filters(tree):
 
 def _null_if_empty(arr, value):
     """DuckDB's list() of no rows is NULL, Spark's collect_list() is []: `IF(size(arr) = 0, NULL, value)`."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     return exp.If(
@@ -435,6 +442,7 @@ def to_spark(sql: str, params=None, tables: dict[str, list[str]] | None = None) 
 
 def parse(sql: str, params=None):
     """(the statement's DuckDB tree, its parameters as Spark literals): the tree holds `__bs_pN__` for each."""
+    # imported on use: sqlglot 198 ms to import
     import sqlglot
     from sqlglot.errors import ParseError
 

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
+
+from budgetscope.spark.dialect import literal
 
 COLLECT_MAX = 200_000
 """At most this many values are collected to the driver in one pass; windows holding more are split further."""
@@ -54,6 +57,7 @@ def plan(tree) -> Plan | None:
     not a plain global aggregate (GROUP BY, HAVING, DISTINCT, windows, set operations), or has a WITH: a
     statement over CTEs (queue_wait's engine steps, a join) would compute them in each of its passes, where
     `percentile` reads them once (and such sources are small next to `requests`)."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     if not isinstance(tree, exp.Select) or any(
@@ -88,6 +92,7 @@ def plan(tree) -> Plan | None:
 def _quantile(position: int, e) -> Quantile | None:
     """A projection `quantile_cont(x, p | [p, ...]) [FILTER (WHERE c)]` (x as DOUBLE; with a filter, `CASE WHEN c
     THEN x END`), or None."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     cond = None
@@ -134,8 +139,6 @@ def quantile_of(n: int, fraction: float, at) -> float:
 def interpolate(lo: float, d: float, hi: float) -> float:
     """`lo·(1 − d) + hi·d` as DuckDB 2.0 computes it on x86-64: `hi·d` rounded, then one fused multiply-add
     (checked bit for bit against DuckDB on 400 random fractions). Not finite: plainly."""
-    from fractions import Fraction
-
     if not all(map(math.isfinite, (lo, d, hi))):
         return lo * (1.0 - d) + hi * d
     return float(Fraction(lo) * Fraction(1.0 - d) + Fraction(hi * d))
@@ -158,6 +161,7 @@ class Mismatch(RuntimeError):
 
 def _source(p: Plan):
     """(SELECT explode(array(named_struct('k', j, 'v', value_j), ...)) AS bs_e FROM ... WHERE ..., its WITH)."""
+    # imported on use: sqlglot 198 ms to import
     from sqlglot import exp
 
     src = p.tree.copy()
@@ -186,6 +190,7 @@ def _source(p: Plan):
 
 def _around(template: str, p: Plan):
     """`template` (DuckDB SQL over a table `bs_src`) with bs_src the values' source, and the statement's WITH."""
+    # imported on use: sqlglot 198 ms to import
     import sqlglot
     from sqlglot import exp
 
@@ -201,8 +206,6 @@ def _around(template: str, p: Plan):
 
 def _windows_sql(windows: list[tuple[int, float, float]]) -> str:
     """A CASE naming the window (its index) a value of quantile k falls in, NULL when none."""
-    from budgetscope.spark.dialect import literal
-
     whens = " ".join(
         f"WHEN bs_e.k = {k} AND bs_e.v >= {literal(lo)} AND bs_e.v <= {literal(hi)} THEN {w}"
         for w, (k, lo, hi) in enumerate(windows)
@@ -211,7 +214,6 @@ def _windows_sql(windows: list[tuple[int, float, float]]) -> str:
 
 
 def _split_sql(windows: list[tuple[int, float, float]]) -> str:
-    from budgetscope.spark.dialect import literal
 
     # (v − lo) / (hi − lo) is in [0, 1] and monotone in v, even where hi − lo is subnormal (its inverse is not finite)
     whens = " ".join(

@@ -8,9 +8,11 @@ instead of hanging on a master that is not there or printing a Java stack.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
@@ -68,6 +70,7 @@ def session(master: str | None = None, app: str = "budgetscope"):
     """A SparkSession on `master` (default local[2]). Raises SparkError (one line) when it cannot start."""
     master = master or DEFAULT_MASTER
     try:
+        # imported on use: pyspark 91 ms to import
         from pyspark.sql import SparkSession
     except ImportError:
         raise SparkError("the spark engine needs pyspark: pip install 'budgetscope[spark]'") from None
@@ -100,9 +103,8 @@ def session(master: str | None = None, app: str = "budgetscope"):
 def _quiet_query_errors() -> None:
     """pyspark logs every failed statement as a JSON ERROR line on stderr (its SQLQueryContextLogger) before
     raising; budgetscope says what failed itself, in one line."""
-    import logging
-
     try:
+        # imported on use: pyspark 91 ms to import
         from pyspark.logger import PySparkLogger
     except ImportError:  # a pyspark before 4.0 logs no such line
         return
@@ -125,7 +127,6 @@ class _quiet_stderr:
     /dev/null, keeping this process's own stderr."""
 
     def __enter__(self):
-        import sys
 
         try:
             sys.stderr.flush()
