@@ -155,6 +155,12 @@ REQUESTS = Table(
         ),
         C("host_name", "VARCHAR", "resource `host.name` of the server root span; NULL when absent"),
         C("k8s_pod_name", "VARCHAR", "resource `k8s.pod.name` of the server root span; NULL when absent"),
+        C(
+            "client_first_token_definition",
+            "VARCHAR",
+            "how the client counted its first token (client span `budgetscope.client.first_token_definition`, "
+            "`first_token_event` when absent); NULL without a client span, and in rows written before it",
+        ),
     ),
 )
 

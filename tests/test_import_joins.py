@@ -12,9 +12,11 @@ import json
 import shutil
 from pathlib import Path
 
+import duckdb
 import pytest
 from click.testing import CliRunner
 
+from budgetscope.archive import manifest as mf
 from budgetscope.cli import main
 from budgetscope.stats import quantile_linear, quantile_nearest_rank
 from conftest import rows
@@ -219,6 +221,21 @@ def test_the_report_says_load_ttft_is_the_first_token_event_and_a_mix_is_mixed(t
         "first token event": 2,
     }
     assert "client TTFT mixed: 1 to the first non-empty chunk, 2 to the first token event" in report("table")
+    # rows written before `client_first_token_definition` (here the first segment: the two `load` requests) read
+    # their client span's attribute instead, beside newer rows that carry it: the same report
+    assert rows(archive_path, "SELECT count(client_first_token_definition) FROM requests") == [(3,)]
+    first = archive_path / mf.read(archive_path).files("requests")[0].path
+    con = duckdb.connect()
+    con.execute(
+        f"COPY (SELECT * EXCLUDE (client_first_token_definition) FROM read_parquet('{first}')) "
+        f"TO '{first}.old' (FORMAT parquet)"
+    )
+    first.with_name(first.name + ".old").replace(first)
+    assert rows(archive_path, "SELECT count(*), count(client_first_token_definition) FROM requests") == [(3, 1)]
+    assert json.loads(report("json"))["tiers"][0]["client_ttft_definitions"] == {
+        "first non-empty chunk": 1,
+        "first token event": 2,
+    }
 
 
 # -- AIPerf's raw export: the first-event time ----------------------------------------------------------------

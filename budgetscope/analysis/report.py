@@ -18,6 +18,7 @@ from budgetscope.analysis.gpu import tail_gpu
 from budgetscope.analysis.queue_wait import tail_queue_wait
 from budgetscope.analysis.selection import BODY, FILTER_COLUMNS, TAIL, Selection, slowest, split_class, widened
 from budgetscope.analysis.verdict import verdict
+from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, TOKEN_EVENT
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 CLIENT_METRIC = {"ttft_ms": "client_ttft_ms", "tpot_ms": "client_tpot_ms", "e2e_ms": "client_e2e_ms"}
@@ -68,30 +69,36 @@ that is not ok (error, rejected, timeout) is a failure."""
 
 def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
     """Requests by outcome, those with a client span, those with a server TTFT (E2E) but no client one,
-    attainment and the error rate (None without a request that is not cancelled): one scan."""
+    attainment and the error rate (None without a request that is not cancelled), and the ok requests with a
+    client span by the client's first-token definition (None: a row written before the column): one scan."""
     rows = _rows(
         con,
         f"""
-        SELECT outcome, count(*), count_if(has_client_span), count_if({_attainment_condition(tb)}),
-               count_if(client_ttft_ms IS NULL AND ttft_ms IS NOT NULL),
+        SELECT outcome, client_first_token_definition, count(*), count_if(has_client_span),
+               count_if({_attainment_condition(tb)}), count_if(client_ttft_ms IS NULL AND ttft_ms IS NOT NULL),
                count_if(client_e2e_ms IS NULL AND e2e_ms IS NOT NULL)
-        FROM requests {sel.where()} GROUP BY 1 ORDER BY 1""",
+        FROM requests {sel.where()} GROUP BY 1, 2 ORDER BY 1""",
         sel.params,
     )
-    n = sum(r[1] for r in rows)
-    ok = sum(r[1] for r in rows if r[0] == OK)
-    judged = n - sum(r[1] for r in rows if r[0] == CANCELLED)
+    n = sum(r[2] for r in rows)
+    ok_rows = [r for r in rows if r[0] == OK]
+    ok = sum(r[2] for r in ok_rows)
+    judged = n - sum(r[2] for r in rows if r[0] == CANCELLED)
+    outcomes: dict[str, int] = {}
+    for r in rows:
+        outcomes[r[0]] = outcomes.get(r[0], 0) + r[2]
     # the share of the judged requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
-    met = sum(r[3] for r in rows)
+    met = sum(r[4] for r in rows)
     return {
         "n": n,
         "ok": ok,
         "judged": judged,
-        "client": sum(r[2] for r in rows if r[0] == OK),
-        "server_only": {"ttft": sum(r[4] for r in rows if r[0] == OK), "e2e": sum(r[5] for r in rows if r[0] == OK)},
-        "outcomes": {r[0]: r[1] for r in rows},
+        "client": sum(r[3] for r in ok_rows),
+        "server_only": {"ttft": sum(r[5] for r in ok_rows), "e2e": sum(r[6] for r in ok_rows)},
+        "outcomes": outcomes,
         "attainment": met / judged if judged else None,
         "error_rate": (judged - ok) / judged if judged else None,
+        "definitions": {r[1]: r[3] for r in ok_rows if r[3]},
     }
 
 
@@ -101,21 +108,25 @@ own client writes none: the first token event, its text possibly empty). AIPerf 
 text, which comes later on a server that streams a token's bytes before they decode."""
 
 
-def _ttft_definitions(con, sel: Selection) -> dict[str, int]:
-    """How the selection's ok requests' client TTFTs were measured: definition → requests. Reads only the client
-    spans within the selection's send times."""
-    # `r` is read once and the JSON parsed only for the spans joined (Spark ran a CTE read twice twice, and
-    # parsed every client span's attributes)
-    rows = _rows(
-        con,
-        f"""
-        WITH r AS (SELECT trace_id, client_span_id FROM requests {sel.where("outcome = 'ok'", "has_client_span")})
-        SELECT coalesce(c.attributes->>'budgetscope.client.first_token_definition', 'first_token_event'), count(*)
-        FROM r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id
-        WHERE c.source = 'client' GROUP BY 1 ORDER BY 1""",
-        sel.params,
-    )
-    return {TTFT_DEFINITIONS.get(d, d): n for d, n in rows}
+def _ttft_definitions(con, sel: Selection, stored: dict[str | None, int]) -> dict[str, int]:
+    """How the selection's ok requests' client TTFTs were measured: definition → requests. `stored` is the count
+    by the rows' own column (`_counts`); rows written before it (None) read their client span's attribute."""
+    found = {d: n for d, n in stored.items() if d is not None}
+    if None in stored:
+        # `r` is read once and the JSON parsed only for the spans joined (Spark ran a CTE read twice twice, and
+        # parsed every client span's attributes)
+        where = sel.where("outcome = 'ok'", "has_client_span", "client_first_token_definition IS NULL")
+        for d, n in _rows(
+            con,
+            f"""
+            WITH r AS (SELECT trace_id, client_span_id FROM requests {where})
+            SELECT coalesce(c.attributes->>'{FIRST_TOKEN_DEFINITION}', '{TOKEN_EVENT}'), count(*)
+            FROM r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id
+            WHERE c.source = 'client' GROUP BY 1""",
+            sel.params,
+        ):
+            found[d] = found.get(d, 0) + n
+    return {TTFT_DEFINITIONS.get(d, d): found[d] for d in sorted(found)}
 
 
 def _valid(col: str) -> str:
@@ -276,7 +287,7 @@ def tier_report(
         "figures": "client" if all(client_for.values()) else "server",
         "figures_by_kind": {k: "client" if c else "server" for k, c in client_for.items()},
         "requests_without_client_span": counts["ok"] - counts["client"],
-        "client_ttft_definitions": _ttft_definitions(con, sel) if with_client else {},
+        "client_ttft_definitions": _ttft_definitions(con, sel, counts["definitions"]) if with_client else {},
     }
     client_metric = {"ttft_ms": client_for["ttft"], "tpot_ms": all(client_for.values()), "e2e_ms": client_for["e2e"]}
     fig_cols = {m: (CLIENT_METRIC[m] if client_metric[m] else m) for m in METRICS}

@@ -45,7 +45,8 @@ def derive_pending(con, count_orphans: bool = True, track: bool = False) -> tupl
             )
             con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
         present = {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {scope}").fetchall()}
-        con.execute(f"INSERT INTO requests {requests_sql(scope, present)}")
+        # by name: a file that gained columns later (duckdb_archive) may hold them in another order
+        con.execute(f"INSERT INTO requests BY NAME {requests_sql(scope, present)}")
         (n,) = con.execute(
             "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)"
         ).fetchall()[0]

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from budgetscope.derive import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.derive.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
-from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK
+from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK, TOKEN_EVENT
 from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 
 ADAPTERS = (native, vllm)
@@ -110,6 +110,9 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "http_status": 'coalesce(c.a."http.response.status_code", c.a."http.status_code")',
         "network_ms": f"({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms",
         **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
+        # kept on the row so that the report counts the definitions without joining `spans` (analysis/report.py)
+        "client_first_token_definition": f"CASE WHEN c.span_id IS NOT NULL "
+        f"THEN coalesce(c.a.\"{FIRST_TOKEN_DEFINITION}\", '{TOKEN_EVENT}') END",
         # a tool that waits for the first non-empty chunk (AIPerf, GuideLLM) adds the server's empty chunks to
         # its TTFT: only its first event of any kind, where the export has it, is network-comparable
         "ttft_network_ms": f"(CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
