@@ -15,6 +15,15 @@ import click
 from budgetscope.collector.options import TOKEN_ENV
 from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option
 
+MAX_MESSAGE_MB = click.option(
+    "--max-message-mb",
+    type=click.FloatRange(min=0.001),
+    default=16,
+    show_default=True,
+    help="Largest request accepted (after decompression).",
+)
+"""The receivers' message limit, the same for `collect` and `collect-router`."""
+
 
 @click.command()
 @NEW_ARCHIVE
@@ -55,13 +64,7 @@ from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option
     help="Request bytes held in memory (and again as much acknowledged, not yet landed) before new "
     "requests are refused with 429 / RESOURCE_EXHAUSTED.",
 )
-@click.option(
-    "--max-message-mb",
-    type=click.FloatRange(min=0.001),
-    default=16,
-    show_default=True,
-    help="Largest request accepted (after decompression).",
-)
+@MAX_MESSAGE_MB
 @click.option(
     "--linger-ms",
     type=click.FloatRange(0, 5000),
@@ -312,13 +315,7 @@ def _on_signals(stop: threading.Event) -> dict:
     show_default=True,
     help="Request bytes held in memory before new requests are refused with 429.",
 )
-@click.option(
-    "--max-message-mb",
-    type=click.FloatRange(min=0.001),
-    default=16,
-    show_default=True,
-    help="Largest request accepted (after decompression).",
-)
+@MAX_MESSAGE_MB
 def collect_router(
     shards: tuple[str, ...], host: str, port: int, connections: int, max_pending_mb: float, max_message_mb: float
 ) -> None:
