@@ -26,21 +26,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-COLS = (
-    "batch_id",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "name",
-    "kind",
-    "start_ns",
-    "end_ns",
-    "service_name",
-    "scope_name",
-    "status_code",
-    "attributes",
-    "resource",
-)
 SCRATCH = "BUDGETSCOPE_FUZZ_SCRATCH"  # names the scratch folder fuzz/run.py makes for a target's process
 
 
@@ -77,14 +62,14 @@ def decoder():
 
 def _c_rows(decode, data: bytes):
     """The rows the C decoder wrote for one batch, or None when it left it."""
-    from budgetscope.ingest import otlp_fast
+    from budgetscope.ingest import otlp_fast, staging
 
     table, taken, left, _ = otlp_fast._table(decode([_exact(data)], [1]), [1])
     if left:
         if table is not None:
             raise Finding("a batch left, but rows written for it")
         return None
-    got = [] if table is None else [tuple(r[c] for c in COLS) for r in table.to_pylist()]
+    got = [] if table is None else [tuple(r[c] for c in staging.DECODED_COLUMNS) for r in table.to_pylist()]
     if taken != {1: len(got)}:
         raise Finding(f"{taken} spans said taken, {len(got)} rows written")
     return sorted(got, key=repr)
@@ -124,7 +109,9 @@ def _staged(batch) -> list | str:
     con = _duckdb()
     con.register("bs_ref", batch.to_arrow(1))
     try:
-        staged = con.execute(f"SELECT {', '.join(COLS)}, err FROM ({staging.normalise('bs_ref')})").fetchall()
+        staged = con.execute(
+            f"SELECT {', '.join(staging.DECODED_COLUMNS)}, err FROM ({staging.normalise('bs_ref')})"
+        ).fetchall()
     finally:
         con.unregister("bs_ref")
     errors = [r[-1] for r in staged if r[-1] is not None]
@@ -175,7 +162,7 @@ def _duckdb_rows(data: bytes):
         if not valid:
             return None
         flatten = jsonsql._FLATTEN.replace("@RAW@", "bs_raw")
-        sql = f"SELECT {', '.join(COLS)}, err FROM ({staging.normalise('(' + flatten + ')')})"
+        sql = f"SELECT {', '.join(staging.DECODED_COLUMNS)}, err FROM ({staging.normalise('(' + flatten + ')')})"
         try:
             got = con.execute(sql.replace("@WHERE@", "")).fetchall()
         except (duckdb.Error, UnicodeDecodeError):  # as jsonsql.land

@@ -9,24 +9,11 @@ import random
 import pytest
 
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, staging
+from budgetscope.ingest.staging import DECODED_COLUMNS
 from conftest import rows
 from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id, trace_id
 
-COLS = (
-    "batch_id",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "name",
-    "kind",
-    "start_ns",
-    "end_ns",
-    "service_name",
-    "scope_name",
-    "status_code",
-    "attributes",
-    "resource",
-)
+COLS = DECODED_COLUMNS
 
 
 def test_the_extension_is_built():

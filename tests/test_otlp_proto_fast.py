@@ -13,24 +13,11 @@ import pytest
 
 from budgetscope.ingest import otlp_fast, otlp_proto, staging
 from budgetscope.ingest.spanbatch import BadBatch
+from budgetscope.ingest.staging import DECODED_COLUMNS
 from conftest import rows
 from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id
 
-COLS = (
-    "batch_id",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "name",
-    "kind",
-    "start_ns",
-    "end_ns",
-    "service_name",
-    "scope_name",
-    "status_code",
-    "attributes",
-    "resource",
-)
+COLS = DECODED_COLUMNS
 
 
 def test_the_extension_decodes_protobuf():

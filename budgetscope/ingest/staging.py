@@ -5,6 +5,23 @@ from __future__ import annotations
 
 from budgetscope.derive.classify import SOURCE_SQL
 
+DECODED_COLUMNS = (
+    "batch_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "service_name",
+    "scope_name",
+    "status_code",
+    "attributes",
+    "resource",
+)
+"""The columns every decoder's spans have once normalised, in `staged`'s order (before `source` and `err`)."""
+
 STAGED_DDL = """
 CREATE TEMP TABLE IF NOT EXISTS staged (
   batch_id BIGINT, trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR, kind VARCHAR,
