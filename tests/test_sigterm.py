@@ -152,28 +152,17 @@ def _post_all(url: str, body: dict, num: int) -> set[str]:
 
 
 # -- the reference engine: uvicorn drains, then the spans are flushed ----------------------------------------------
+def _spawn_engine(port: int, sink, tmp_path):
+    """`engine serve --config tiny` on port, exporting to sink."""
+    args = ["-m", "budgetscope.cli", "engine", "serve", "--config", "tiny", "--port", str(port)]
+    return _spawn(
+        args + ["--max-model-len", "256", "--kv-blocks", "64", "--log-level", "warning"], dict(sink.env), tmp_path
+    )
+
+
 def test_engine_serve_keeps_every_span_on_sigterm(sink, tmp_path):
     port = _free_port()
-    proc = _spawn(
-        [
-            "-m",
-            "budgetscope.cli",
-            "engine",
-            "serve",
-            "--config",
-            "tiny",
-            "--port",
-            str(port),
-            "--max-model-len",
-            "256",
-            "--kv-blocks",
-            "64",
-            "--log-level",
-            "warning",
-        ],
-        dict(sink.env),
-        tmp_path,
-    )
+    proc = _spawn_engine(port, sink, tmp_path)
     base = f"http://127.0.0.1:{port}"
     _wait_ready(f"{base}/health", proc)
     finished = _post_all(f"{base}/v1/completions", {"prompt": "one two three", "max_tokens": 4}, 12)
@@ -186,26 +175,7 @@ def test_engine_serve_keeps_every_span_on_sigterm(sink, tmp_path):
 def test_engine_finishes_a_request_in_flight_at_sigterm_and_keeps_its_spans(tmp_path):
     sink = Sink("jsonl", tmp_path)
     port = _free_port()
-    proc = _spawn(
-        [
-            "-m",
-            "budgetscope.cli",
-            "engine",
-            "serve",
-            "--config",
-            "tiny",
-            "--port",
-            str(port),
-            "--max-model-len",
-            "256",
-            "--kv-blocks",
-            "64",
-            "--log-level",
-            "warning",
-        ],
-        dict(sink.env),
-        tmp_path,
-    )
+    proc = _spawn_engine(port, sink, tmp_path)
     base = f"http://127.0.0.1:{port}"
     _wait_ready(f"{base}/health", proc)
     tp, trace_id = _traceparent(99)
