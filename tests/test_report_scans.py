@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from budgetscope import schema
-from budgetscope.analysis import attribution, contrast, selection
+from budgetscope.analysis import attribution, contrast, coverage, selection
 from budgetscope.analysis.budgets import parse_budgets
-from budgetscope.analysis.report import CLIENT_METRIC, STAGE_COLUMNS, build_report, pkey
+from budgetscope.analysis.report import CLIENT_METRIC, STAGE_COLUMNS, build_report, pkey, tier_report
 
 BUDGETS = """
 [tiers.big]
@@ -220,3 +220,81 @@ def test_a_tier_without_requests_and_one_without_ok_requests(con):
         and nobody["attribution"] == {"ttft": None, "e2e": None}
     )
     assert broken["requests"] == 1 and broken["attainment"] == 0.0 and broken["metrics"]["e2e_ms"][pkey(99.0)] is None
+
+
+class _Counting:
+    """A fake connection for these tests: the real DuckDB connection, with every statement it ran kept."""
+
+    def __init__(self, con):
+        self.con, self.statements = con, []
+
+    def execute(self, sql, params=None):
+        self.statements.append(sql)
+        return self.con.execute(sql, params or [])
+
+
+OVERLAPPING = """
+[tiers.big]
+percentile = 99
+ttft_ms = 400
+[tiers.big-m1]
+percentile = 95
+match = { tier = "big", model = "m1" }
+e2e_ms = 3000
+[tiers.server]
+percentile = 90
+"""
+
+
+def _json_close(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_json_close(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_json_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return _close(a, b)
+    return a == b
+
+
+def test_tiers_scanned_together_equal_each_tier_alone_even_when_they_overlap(con):
+    """A tier's rows are a condition of its own in each shared scan: a tier whose requests are also another
+    tier's (big-m1 inside big) is counted whole in both, as when each is reported alone."""
+    budgets = parse_budgets(OVERLAPPING)
+    together = build_report(con, budgets)["tiers"]
+    alone = [tier_report(con, tb) for tb in budgets.tiers]
+    assert [t["name"] for t in together] == ["big", "big-m1", "server"]
+    assert together[1]["requests"] == _one(con, "SELECT count(*) FROM requests WHERE tier = 'big' AND model = 'm1'")[0]
+    assert 0 < together[1]["requests"] < together[0]["requests"]
+    for a, b in zip(together, alone):
+        assert _json_close(a, b), a["name"]
+
+
+@pytest.mark.parametrize("tiers", [1, 4])
+def test_the_report_scans_requests_three_times_whatever_the_tiers(con, tiers):
+    """Counts, quantiles and the tail/body groups: one statement each for every tier at once."""
+    names = ["big", "small", "flat", "server"][:tiers]
+    counting = _Counting(con)
+    report = build_report(counting, parse_budgets("".join(f"[tiers.{n}]\n" for n in names)))
+    assert [t["name"] for t in report["tiers"]] == names
+    scans_of = {
+        "counts": [s for s in counting.statements if "SELECT tier, outcome" in s],
+        "quantiles": [s for s in counting.statements if "quantile_cont" in s],
+        "splits": [s for s in counting.statements if "GROUP BY d0" in s],
+    }
+    assert {k: len(v) for k, v in scans_of.items()} == {"counts": 1, "quantiles": 1, "splits": 1}
+
+
+def test_joins_skipped_for_empty_tables_change_nothing(con, monkeypatch):
+    """The report skips the engine-step, gauge and unclaimed-span joins when those tables hold nothing
+    (coverage.contents); told that they hold rows, it runs the joins and finds the same. (Without GPU samples the
+    report says so: that answer is the probe's own, as before.)"""
+    budgets = parse_budgets(BUDGETS)
+    counting = _Counting(con)
+    skipped = build_report(counting, budgets)
+    assert not any("gpu_samples g" in s or "engine_steps st" in s or "spans s WHERE" in s for s in counting.statements)
+    every = {**dict.fromkeys(coverage.contents(con), True), "gpu_samples": False}
+    monkeypatch.setattr(coverage, "contents", lambda c: every)
+    counting = _Counting(con)
+    joined = build_report(counting, budgets)
+    assert any("spans s WHERE" in s for s in counting.statements)
+    assert _json_close(skipped, joined)

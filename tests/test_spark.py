@@ -176,7 +176,9 @@ def test_report_on_spark_equals_duckdb_over_100k_requests(spark, big_archive):
         want = build_report(a.con, budgets)
     with SparkArchive(big_archive, spark) as s:
         got = build_report(s.con, budgets)
-        assert any("PERCENTILE(" in q for q in s.con.statements)  # exact quantiles, not approximations
+        # exact quantiles by selection (spark/quantiles.py), not approximations; three scans for both tiers
+        assert not any("APPROX" in q or "PERCENTILE" in q for q in s.con.statements)
+        assert sum("EXPLODE" in q for q in s.con.statements) == 2  # the histogram, the windows
     assert sum(t["requests"] for t in want["tiers"]) >= 100_000
     assert [t["name"] for t in got["tiers"]] == ["interactive", "batch"]
     assert want["tiers"][0]["attribution"]["ttft"]["dominant"] == "queue"  # the injected cause
@@ -290,9 +292,19 @@ def test_every_sample_archive_reports_on_spark_as_on_duckdb(spark, sample_folder
 
 
 @needs_spark
-@pytest.mark.parametrize("window", [False, True], ids=["whole", "one-hour-window"])
-def test_sharded_archive_with_deletes_on_spark_equals_duckdb(spark, sharded_archive, window):
+@pytest.mark.parametrize(
+    "window,inline",
+    [(False, True), (True, True), (False, False)],
+    ids=["whole", "one-hour-window", "deletes-joined"],
+)
+def test_sharded_archive_with_deletes_on_spark_equals_duckdb(spark, sharded_archive, window, inline, monkeypatch):
+    """Re-derived rows dropped as DuckDB drops them: by a filter of literals (few deletes), or by a join (more than
+    DEAD_INLINE)."""
+    import budgetscope.spark.archive as spark_archive
     from budgetscope.spark.archive import SparkArchive
+
+    if not inline:
+        monkeypatch.setattr(spark_archive, "DEAD_INLINE", 0)
 
     since = until = None
     if window:

@@ -116,7 +116,7 @@ def separators(
     con, base_where: str, params: list, metric: str, tail_min: float, median: float, limit: int = 3
 ) -> list[dict]:
     """The dimensions that most separate tail (metric ≥ tail_min) from body (metric ≤ median), best first."""
-    return _ranked(mixes(con, DIMENSIONS, "requests", base_where, params, metric, tail_min, median), limit)
+    return ranked(mixes(con, DIMENSIONS, "requests", base_where, params, metric, tail_min, median), limit)
 
 
 def separators_of_splits(
@@ -125,10 +125,12 @@ def separators_of_splits(
     """`separators` of several splits (name → (metric, tail_min, median)) of the requests of `where` whose
     metric is neither NULL nor NaN, from one scan."""
     found = mixes_of_splits(con, DIMENSIONS, "requests", where, params, splits)
-    return {k: _ranked(by_dim, limit) for k, by_dim in found.items()}
+    return {k: ranked(by_dim, limit) for k, by_dim in found.items()}
 
 
-def _ranked(by_dim: dict[str, list[tuple[str, int, int]]], limit: int) -> list[dict]:
+def ranked(by_dim: dict[str, list[tuple[str, int, int]]], limit: int = 3) -> list[dict]:
+    """The dimensions (of dimension → [(value, tail, body)]) whose tail and body mixes differ by MIN_DISTANCE or
+    more, most separating first, at most `limit`."""
     out = []
     for dim, vals in by_dim.items():
         if len(vals) < 2 or not sum(v[1] for v in vals) or not sum(v[2] for v in vals):

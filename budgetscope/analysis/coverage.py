@@ -27,13 +27,43 @@ def _window(since_ns: int | None, until_ns: int | None) -> tuple[list[str], list
     return clauses, params
 
 
+KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+"""A server's KV-use gauges in `server_metrics` (vLLM's, its older name, SGLang's): queue_wait reads them."""
+
+
+def contents(con) -> dict[str, bool]:
+    """Which of the tables a report may join hold any row, in one statement: `gpu_samples`, `engine_steps`,
+    `kv_gauges` (server_metrics rows of KV_GAUGES), `unclaimed` (spans of source UNCLAIMED_SOURCE). A report skips
+    the joins of a table that holds nothing: their figures are then known without them (no samples, no steps)."""
+    names = ", ".join(f"'{m}'" for m in KV_GAUGES)
+    probes = {
+        "gpu_samples": "SELECT 1 FROM gpu_samples",
+        "engine_steps": "SELECT 1 FROM engine_steps",
+        "kv_gauges": f"SELECT 1 FROM server_metrics WHERE metric IN ({names})",
+        "unclaimed": f"SELECT 1 FROM spans WHERE source = '{UNCLAIMED_SOURCE}'",
+    }
+    row = con.execute(
+        "SELECT " + ", ".join(f"(SELECT count(*) FROM ({q} LIMIT 1) AS p{i})" for i, q in enumerate(probes.values()))
+    ).fetchone()
+    return {k: bool(v) for k, v in zip(probes, row)}
+
+
 def unclaimed_spans(
-    con, since_ns: int | None = None, until_ns: int | None = None, top: int = TOP_UNCLAIMED, exact: bool = False
+    con,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    top: int = TOP_UNCLAIMED,
+    exact: bool = False,
+    present: dict[str, bool] | None = None,
 ) -> dict:
     """The spans no adapter claimed (those starting in [since_ns, until_ns) when given), by span name and
     service, most first: {"total": spans, "groups": (name, service) pairs, "top": [{"name", "service_name",
     "spans"}] (at most `top`; ids in names replaced by `<id>`)}; with `exact`, also "by_name": {exact span
-    name: spans} (one key a distinct name: for tests and small archives)."""
+    name: spans} (one key a distinct name: for tests and small archives). `present` (`contents`) saves the join
+    when no span is unclaimed."""
+    if present is not None and not present["unclaimed"]:
+        out = {"total": 0, "groups": 0, "top": []}
+        return {**out, "by_name": {}} if exact else out
     clauses, params = _window(since_ns, until_ns)
     where = " AND ".join(
         [
@@ -129,4 +159,13 @@ def coverage_line(c: dict) -> str:
     )
 
 
-__all__ = ["unclaimed_spans", "unclaimed_line", "nothing_derived_warning", "coverage", "coverage_line", "span_count"]
+__all__ = [
+    "contents",
+    "KV_GAUGES",
+    "unclaimed_spans",
+    "unclaimed_line",
+    "nothing_derived_warning",
+    "coverage",
+    "coverage_line",
+    "span_count",
+]

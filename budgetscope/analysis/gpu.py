@@ -171,11 +171,12 @@ def sentence(g: dict) -> str:
     return f"While the tail decoded, GPU: {', '.join(figs) or 'no usable figures'}; its decode is {call}{end}."
 
 
-def tail_gpu(con, sel: Selection, entry: dict) -> dict:
+def tail_gpu(con, sel: Selection, entry: dict, present: dict[str, bool] | None = None) -> dict:
     """The `gpu` key of a report tier entry: figures for the E2E tail's and the body's decode, and the call.
 
-    `classification` is None when the tail is not decode-dominated (the figures are still given)."""
-    if not has_samples(con):
+    `classification` is None when the tail is not decode-dominated (the figures are still given). `present`
+    (coverage.contents) says whether there are samples, else they are looked for."""
+    if not (present["gpu_samples"] if present is not None else has_samples(con)):
         return {"classification": "unknown", "reason": NO_GPU_SAMPLES, "decode_dominated": None}
     a = (entry.get("attribution") or {}).get("e2e")
     if a is None or a["shares"] is None:

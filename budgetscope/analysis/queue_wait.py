@@ -20,6 +20,7 @@ older `vllm:gpu_cache_usage_perc`, SGLang `sglang:token_usage`) answers `kv_bloc
 
 from __future__ import annotations
 
+from budgetscope.analysis.coverage import KV_GAUGES
 from budgetscope.analysis.gpu import KV_FULL
 from budgetscope.analysis.selection import Selection, ok_where
 from budgetscope.analysis.verdict import ms
@@ -27,7 +28,6 @@ from budgetscope.analysis.verdict import ms
 BOUND_SHARE = 0.5  # share of the overlapping steps at a limit for that limit to be what the queue waited on
 LONG_STEP_RATIO = 4.0  # a prefill-carrying step this many times a decode-only step's median is "long"
 LONG_STEP_TIME_SHARE = 0.25  # ... and such steps take at least this share of the steps' time
-KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 REASON_WORDS = {
     "kv_blocks": "KV blocks (the pool was {kv_used_mean} full on average{preemptions})",
     "batch_slots": "batch slots (all {max_seqs} taken in {slots_full_share} of the steps)",
@@ -158,23 +158,27 @@ def sentence(q: dict) -> str:
     return text + "."
 
 
-def tail_queue_wait(con, sel: Selection, entry: dict) -> dict | None:
+def tail_queue_wait(con, sel: Selection, entry: dict, present: dict[str, bool] | None = None) -> dict | None:
     """The `queue_wait` key of a report tier entry, for a TTFT tail whose largest share is queueing (else None):
-    `waited_on` (the reasons of the module docstring), `figures`, `reason` when none is known, `sentence`."""
+    `waited_on` (the reasons of the module docstring), `figures`, `reason` when none is known, `sentence`.
+    `present` (coverage.contents) saves the joins of tables that hold nothing."""
     a = (entry.get("attribution") or {}).get("ttft")
     if a is None or a["shares"] is None or a["top"][0] != "queue":
         return None
     where = ok_where(sel, a["metric"])
     intervals = _INTERVALS.format(where=where) + f" AND {a['metric']} >= ?"
     params = [*sel.params, a["tail_min_ms"]]
-    f = step_figures(con, intervals, params)
+    f = step_figures(con, intervals, params) if present is None or present["engine_steps"] else {"engine_steps": 0}
     if f["engine_steps"]:
         source = "engine_steps"
         not_recorded = [
             w for k, w in (("max_seqs", "batch slots"), ("token_budget", "the token budget")) if f[k] is None
         ]
     else:
-        f = metric_figures(con, intervals, params)
+        if present is None or present["kv_gauges"]:
+            f = metric_figures(con, intervals, params)
+        else:
+            f = {"metric_samples": 0, "kv_used_mean": None, "kv_used_max": None}
         source = "server_metrics" if f["metric_samples"] else None
         not_recorded = ["batch slots", "the token budget", "step times"]
     found = waited_on(f)

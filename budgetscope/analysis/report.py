@@ -13,15 +13,16 @@ from __future__ import annotations
 import budgetscope.analysis.attribution as attribution
 import budgetscope.analysis.contrast as contrast
 import budgetscope.analysis.coverage as coverage
+import budgetscope.analysis.scans as scans
 from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
 from budgetscope.analysis.gpu import tail_gpu
 from budgetscope.analysis.queue_wait import tail_queue_wait
-from budgetscope.analysis.selection import BODY, FILTER_COLUMNS, TAIL, Selection, slowest, split_class, widened
+from budgetscope.analysis.scans import CLIENT_METRIC, pkey
+from budgetscope.analysis.selection import FILTER_COLUMNS, Selection, slowest, widened
 from budgetscope.analysis.verdict import verdict
 from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, TOKEN_EVENT
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
-CLIENT_METRIC = {"ttft_ms": "client_ttft_ms", "tpot_ms": "client_tpot_ms", "e2e_ms": "client_e2e_ms"}
 STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT stages inside the TTFT window)
     "network": "ttft_network_ms",
     "frontend": "ttft_frontend_ms",
@@ -33,73 +34,8 @@ STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT s
 }
 
 
-def pkey(p: float) -> str:
-    """99.0 → "p99", 99.9 → "p99.9"."""
-    return f"p{p:g}"
-
-
 def _rows(con, sql: str, params) -> list[tuple]:
     return con.execute(sql, params).fetchall()
-
-
-def _nan_to_none(x):
-    return None if x is None or x != x else x
-
-
-def _attainment_condition(tb: TierBudget | None) -> str:
-    """A request that ended ok and met every request-level SLO (the client figure when the request has it,
-    the server figure otherwise: an HTTP client span has no client TTFT, derive/requests.py)."""
-    conds = ["outcome = 'ok'"]
-    if tb is not None:
-        for m in METRICS:
-            b = tb.metric_budget(m)
-            if b is None:
-                continue
-            fig = f"coalesce({CLIENT_METRIC[m]}, {m})"
-            ok = f"coalesce({fig} <= {b}, false)"
-            conds.append(f"(isnan({fig}) OR {ok})" if m == "tpot_ms" else ok)
-    return " AND ".join(conds)
-
-
-OK, CANCELLED = "ok", "cancelled"
-"""A cancelled request is the client's choice (it left, or a benchmark ended with it in flight): it is neither
-a success nor a failure of the server, so attainment and the error rate leave it out. Every other outcome
-that is not ok (error, rejected, timeout) is a failure."""
-
-
-def _counts(con, sel: Selection, tb: TierBudget | None) -> dict:
-    """Requests by outcome, those with a client span, those with a server TTFT (E2E) but no client one,
-    attainment and the error rate (None without a request that is not cancelled), and the ok requests with a
-    client span by the client's first-token definition (None: a row written before the column): one scan."""
-    rows = _rows(
-        con,
-        f"""
-        SELECT outcome, client_first_token_definition, count(*), count_if(has_client_span),
-               count_if({_attainment_condition(tb)}), count_if(client_ttft_ms IS NULL AND ttft_ms IS NOT NULL),
-               count_if(client_e2e_ms IS NULL AND e2e_ms IS NOT NULL)
-        FROM requests {sel.where()} GROUP BY 1, 2 ORDER BY 1""",
-        sel.params,
-    )
-    n = sum(r[2] for r in rows)
-    ok_rows = [r for r in rows if r[0] == OK]
-    ok = sum(r[2] for r in ok_rows)
-    judged = n - sum(r[2] for r in rows if r[0] == CANCELLED)
-    outcomes: dict[str, int] = {}
-    for r in rows:
-        outcomes[r[0]] = outcomes.get(r[0], 0) + r[2]
-    # the share of the judged requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
-    met = sum(r[4] for r in rows)
-    return {
-        "n": n,
-        "ok": ok,
-        "judged": judged,
-        "client": sum(r[3] for r in ok_rows),
-        "server_only": {"ttft": sum(r[5] for r in ok_rows), "e2e": sum(r[6] for r in ok_rows)},
-        "outcomes": outcomes,
-        "attainment": met / judged if judged else None,
-        "error_rate": (judged - ok) / judged if judged else None,
-        "definitions": {r[1]: r[3] for r in ok_rows if r[3]},
-    }
 
 
 TTFT_DEFINITIONS = {"first_token_event": "first token event", "first_nonempty_chunk": "first non-empty chunk"}
@@ -110,7 +46,7 @@ text, which comes later on a server that streams a token's bytes before they dec
 
 def _ttft_definitions(con, sel: Selection, stored: dict[str | None, int]) -> dict[str, int]:
     """How the selection's ok requests' client TTFTs were measured: definition → requests. `stored` is the count
-    by the rows' own column (`_counts`); rows written before it (None) read their client span's attribute."""
+    by the rows' own column (scans.counts); rows written before it (None) read their client span's attribute."""
     found = {d: n for d, n in stored.items() if d is not None}
     if None in stored:
         # `r` is read once and the JSON parsed only for the spans joined (Spark ran a CTE read twice twice, and
@@ -129,127 +65,140 @@ def _ttft_definitions(con, sel: Selection, stored: dict[str | None, int]) -> dic
     return {TTFT_DEFINITIONS.get(d, d): found[d] for d in sorted(found)}
 
 
-def _valid(col: str) -> str:
-    """The column with NaN as NULL, which aggregates leave out (cheaper than a FILTER clause)."""
-    return f"nullif({col}, 'NaN'::DOUBLE)"
+def _attribution(con, sel: Selection, split: scans.Split, got: scans.SplitCounts) -> dict:
+    """The attribution of one split: tail T = metric ≥ its quantile (the MIN_TAIL slowest when that is fewer), body
+    B = metric ≤ its median; a mean is the sum of its groups' sums over their count."""
+    comps, metric = split.components, split.metric
+    is_widened = widened(got.n_tail)
+    if is_widened:
+        means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
+        *tail_vals, tail_size, tail_min = slowest(con, sel, metric, f"{means}, count(*), min({metric})")
+    else:
+        tail_vals = [x / got.n_tail for x in got.tail_sums]
+        tail_size, tail_min = got.n_tail, got.tail_min
+    body_vals = [x / got.n_body if got.n_body else None for x in got.body_sums]
+    tail_mean = dict(zip(comps, tail_vals))
+    body_mean = dict(zip(comps, body_vals))
+    sh = attribution.shares(tail_mean, body_mean)
+    return {
+        "metric": metric,
+        "tail_size": tail_size,
+        "tail_widened": is_widened,
+        "body_size": got.n_body,
+        "threshold_ms": split.threshold,
+        "median_ms": split.median,
+        "tail_min_ms": tail_min,
+        "shares": sh.shares,
+        "dominant": sh.dominant,
+        "verdict": sh.verdict,
+        "top": sh.top,
+        "tail_mean_ms": tail_mean,
+        "body_mean_ms": body_mean,
+    }
 
 
-def _quantile_expr(col: str, pcts: list[float]) -> str:
-    return f"quantile_cont({_valid(col)}, {[p / 100 for p in pcts]})"
+class _Tier:
+    """One tier of a report while its entry is built: its budgets, selection and entry."""
+
+    def __init__(self, tb: TierBudget, budgeted: bool, sel: Selection):
+        self.tb, self.budgeted, self.sel = tb, budgeted, sel
+        self.entry: dict = {}
+        self.client_for: dict[str, bool] = {}
 
 
-def _quantiles(
-    con, sel: Selection, groups: list[tuple[dict[str, str], list[float]]], splits: dict[str, tuple[str, float]]
-) -> tuple[list[dict[str, dict[str, float | None]]], dict]:
-    """One scan of the selection's ok requests (NaN and NULL left out of every figure) for:
-
-    - each group (columns name → column, percentiles): name → {pXX: value};
-    - each split (kind → (metric column, percentile)): (requests with the metric, its quantile, its median),
-      the attribution's tail and body boundaries. A group that has the column at both percentiles gives them
-      (the same aggregate over the same rows)."""
-    exprs: list[str] = []
-    at: dict[str, int] = {}
-
-    def agg(sql: str) -> int:  # the position of an aggregate in the row, each computed once
-        if sql not in at:
-            at[sql] = len(exprs)
-            exprs.append(sql)
-        return at[sql]
-
-    group_at = [[(name, agg(_quantile_expr(col, pcts))) for name, col in columns.items()] for columns, pcts in groups]
-    split_at = {}
-    for kind, (col, pct) in splits.items():
-        pcts = next(
-            (pcts for columns, pcts in groups if col in columns.values() and pct in pcts and 50.0 in pcts), [pct, 50.0]
-        )
-        split_at[kind] = (
-            agg(f"count({_valid(col)})"),
-            agg(_quantile_expr(col, pcts)),
-            pcts.index(pct),
-            pcts.index(50.0),
-        )
-    ok = sel.where("outcome = 'ok'")
-    (row,) = _rows(con, f"SELECT {', '.join(exprs)} FROM requests {ok}", sel.params)
-    out = []
-    for (columns, pcts), positions in zip(groups, group_at):
-        figures = {}
-        for name, i in positions:
-            values = row[i]
-            figures[name] = {
-                pkey(p): (_nan_to_none(v) if values is not None else None)
-                for p, v in zip(pcts, values or [None] * len(pcts))
-            }
-        out.append(figures)
-    bounds = {}
-    for kind, (n_at, i, qi, mi) in split_at.items():
-        values = row[i]
-        bounds[kind] = (row[n_at], values[qi], values[mi]) if values is not None else (row[n_at], None, None)
-    return out, bounds
-
-
-def _attributions(con, sel: Selection, client_for: dict[str, bool], bounds: dict) -> dict:
-    """kind → the attribution of its tail (None without requests): tail T = metric ≥ its quantile (the MIN_TAIL
-    slowest when that is fewer), body B = metric ≤ its median. Every kind's T and B from one scan, grouped by
-    the kinds' classes; a mean is the sum of its groups' sums over the sum of their counts."""
-    plan = {}
-    for kind, (n, tq, med) in bounds.items():
-        if n:
-            plan[kind] = (
-                attribution.components(kind, client_for[kind]),
-                attribution.FIGURES[kind][0 if client_for[kind] else 1],
-                tq,
-                med,
-            )
-    out = {kind: None for kind in bounds}
-    if not plan:
-        return out
-    classes = [split_class(metric, "?", "?") for _, metric, _, _ in plan.values()]
-    params = [x for _, _, tq, med in plan.values() for x in (tq, med, tq, med)]
-    mins = [f"min({metric})" for _, metric, _, _ in plan.values()]
-    sums = [f"sum(coalesce({c}, 0))" for comps, _, _, _ in plan.values() for c in comps.values()]
-    ok = sel.where("outcome = 'ok'")
-    names = ", ".join(f"c{j}" for j in range(len(plan)))
-    rows = _rows(
-        con,
-        f"""SELECT {names}, count(*), {", ".join(mins + sums)}
-        FROM (SELECT *, {", ".join(f"{c} AS c{j}" for j, c in enumerate(classes))} FROM requests {ok})
-        GROUP BY {names}""",
-        [*params, *sel.params],
-    )
-    k, at = len(plan), len(plan) + 1 + len(plan)
-    for j, (kind, (comps, metric, tq, med)) in enumerate(plan.items()):
-        tail = [r for r in rows if r[j] in TAIL]
-        body = [r for r in rows if r[j] in BODY]
-        cols = range(at, at + len(comps))
-        at += len(comps)
-        n_tail, n_body = sum(r[k] for r in tail), sum(r[k] for r in body)
-        is_widened = widened(n_tail)
-        if is_widened:
-            means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
-            *tail_vals, tail_size, tail_min = slowest(con, sel, metric, f"{means}, count(*), min({metric})")
-        else:
-            tail_vals = [sum(r[i] for r in tail) / n_tail for i in cols]
-            tail_size, tail_min = n_tail, min(r[k + 1 + j] for r in tail)
-        body_vals = [sum(r[i] for r in body) / n_body if n_body else None for i in cols]
-        tail_mean = dict(zip(comps, tail_vals))
-        body_mean = dict(zip(comps, body_vals))
-        sh = attribution.shares(tail_mean, body_mean)
-        out[kind] = {
-            "metric": metric,
-            "tail_size": tail_size,
-            "tail_widened": is_widened,
-            "body_size": n_body,
-            "threshold_ms": tq,
-            "median_ms": med,
-            "tail_min_ms": tail_min,
-            "shares": sh.shares,
-            "dominant": sh.dominant,
-            "verdict": sh.verdict,
-            "top": sh.top,
-            "tail_mean_ms": tail_mean,
-            "body_mean_ms": body_mean,
+def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -> None:
+    """Every tier's counts, figures, stages, attribution and contrast, from the three scans of scans.py."""
+    wants = {}
+    for j, (t, counts) in enumerate(zip(tiers, counted)):
+        tb = t.tb
+        pcts = sorted(set(PERCENTILES) | {tb.percentile})
+        with_client = counts["ok"] > 0 and counts["client"] == counts["ok"]
+        # per kind, client figures unless a request has the server's figure but not the client's: an OpenTelemetry
+        # HTTP client span carries no first-token time, nor (a streamed response) the response's end
+        t.client_for = client_for = {k: with_client and not counts["server_only"][k] for k in ("ttft", "e2e")}
+        t.entry = {
+            "name": tb.name,
+            "match": tb.match,
+            "requests": counts["n"],
+            "ok_requests": counts["ok"],
+            "judged_requests": counts["judged"],
+            "outcomes": counts["outcomes"],
+            "percentile": tb.percentile,
+            "budgeted": t.budgeted,
+            "percentiles_over": "ok requests",
+            "error_rate": counts["error_rate"],
+            "max_error_rate": tb.error_budget(),
+            "max_error_rate_declared": tb.max_error_rate is not None,
+            "figures": "client" if all(client_for.values()) else "server",
+            "figures_by_kind": {k: "client" if c else "server" for k, c in client_for.items()},
+            "requests_without_client_span": counts["ok"] - counts["client"],
+            "client_ttft_definitions": _ttft_definitions(con, t.sel, counts["definitions"]) if with_client else {},
+            "attainment": counts["attainment"],
         }
-    return out
+        client_metric = {
+            "ttft_ms": client_for["ttft"],
+            "tpot_ms": all(client_for.values()),
+            "e2e_ms": client_for["e2e"],
+        }
+        fig_cols = {m: (CLIENT_METRIC[m] if client_metric[m] else m) for m in METRICS}
+        stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or client_for["ttft"]}
+        stage_pcts = sorted({50.0, tb.percentile})
+        t.groups = [(fig_cols, pcts), (stage_cols, stage_pcts)]
+        if counts["ok"]:
+            splits = {
+                kind: (attribution.FIGURES[kind][0 if client_for[kind] else 1], tb.percentile)
+                for kind in ("ttft", "e2e")
+            }
+            wants[j] = (t.groups, splits)
+    found = scans.quantiles(con, scope, wants)
+    plans = []
+    for j, t in enumerate(tiers):
+        (fig_cols, pcts), (stage_cols, stage_pcts) = t.groups
+        if j in found:
+            (metric_q, stage_q), bounds = found[j]
+            plans += scans.split_plan(j, t.client_for, bounds)
+        else:
+            metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
+            stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
+        t.entry["metrics"] = {
+            m: {**metric_q[m], "column": fig_cols[m], "budget": t.tb.metric_budget(m)} for m in METRICS
+        }
+        t.entry["stages"] = {
+            s: {**stage_q[s], "column": stage_cols[s], "budget": t.tb.stages.get(s)} for s in stage_cols
+        }
+        t.entry["attribution"] = {"ttft": None, "e2e": None}
+        t.entry["contrast"] = {}
+    for split, got in zip(plans, scans.splits(con, scope, plans)):
+        t = tiers[split.tier]
+        a = _attribution(con, t.sel, split, got)
+        t.entry["attribution"][split.kind] = a
+        if a["tail_widened"]:  # the MIN_TAIL slowest: their own contrast
+            mixes = contrast.separators_of_splits(
+                con,
+                t.sel.where("outcome = 'ok'"),
+                t.sel.params,
+                {split.kind: (split.metric, a["tail_min_ms"], split.median)},
+            )[split.kind]
+        else:
+            mixes = contrast.ranked(got.by_dimension())
+        t.entry["contrast"][split.kind] = mixes
+    for t in tiers:
+        t.entry["contrast"] = {k: t.entry["contrast"][k] for k in ("ttft", "e2e") if k in t.entry["contrast"]}
+
+
+def _finish(con, t: _Tier, present: dict[str, bool]) -> dict:
+    """The rest of a tier's entry: what the GPU and the queue did for its tail, its breaches, status and verdict."""
+    entry = t.entry
+    entry["gpu"] = tail_gpu(con, t.sel, entry, present) if entry["ok_requests"] else None
+    entry["queue_wait"] = tail_queue_wait(con, t.sel, entry, present) if entry["ok_requests"] else None
+    entry["breaches"] = breaches(entry)
+    entry["unknown_reason"] = None if entry["breaches"] else unknown_reason(entry)
+    entry["status"] = BROKEN if entry["breaches"] else UNKNOWN if entry["unknown_reason"] else KEPT
+    if entry["status"] == UNKNOWN:
+        entry["attainment"] = None  # requests whose figures are unknown neither met nor missed their SLOs
+    entry["kept"] = entry["status"] == KEPT
+    entry["verdict"] = verdict(entry)
+    return entry
 
 
 def tier_report(
@@ -260,67 +209,8 @@ def tier_report(
     budgeted: bool = True,
     filters: dict | None = None,
 ) -> dict:
-    """The report entry of one tier; `filters` (see `Selection`) narrow its requests further.
-
-    Four scans of the tier's requests, whatever the budgets: counts (and attainment), quantiles, the tail and
-    body means of the attribution, and the contrast of tail and body."""
-    sel = Selection(tb.filters, since_ns, until_ns, filters)
-    counts = _counts(con, sel, tb if budgeted else None)
-    pcts = sorted(set(PERCENTILES) | {tb.percentile})
-    with_client = counts["ok"] > 0 and counts["client"] == counts["ok"]
-    # per kind, client figures unless a request has the server's figure but not the client's: an OpenTelemetry
-    # HTTP client span carries no first-token time, nor (a streamed response) the response's end
-    client_for = {k: with_client and not counts["server_only"][k] for k in ("ttft", "e2e")}
-    entry: dict = {
-        "name": tb.name,
-        "match": tb.match,
-        "requests": counts["n"],
-        "ok_requests": counts["ok"],
-        "judged_requests": counts["judged"],
-        "outcomes": counts["outcomes"],
-        "percentile": tb.percentile,
-        "budgeted": budgeted,
-        "percentiles_over": "ok requests",
-        "error_rate": counts["error_rate"],
-        "max_error_rate": tb.error_budget(),
-        "max_error_rate_declared": tb.max_error_rate is not None,
-        "figures": "client" if all(client_for.values()) else "server",
-        "figures_by_kind": {k: "client" if c else "server" for k, c in client_for.items()},
-        "requests_without_client_span": counts["ok"] - counts["client"],
-        "client_ttft_definitions": _ttft_definitions(con, sel, counts["definitions"]) if with_client else {},
-    }
-    client_metric = {"ttft_ms": client_for["ttft"], "tpot_ms": all(client_for.values()), "e2e_ms": client_for["e2e"]}
-    fig_cols = {m: (CLIENT_METRIC[m] if client_metric[m] else m) for m in METRICS}
-    stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or client_for["ttft"]}
-    stage_pcts = sorted({50.0, tb.percentile})
-    if counts["ok"]:
-        splits = {
-            kind: (attribution.FIGURES[kind][0 if client_for[kind] else 1], tb.percentile) for kind in ("ttft", "e2e")
-        }
-        (metric_q, stage_q), bounds = _quantiles(con, sel, [(fig_cols, pcts), (stage_cols, stage_pcts)], splits)
-        attributed = _attributions(con, sel, client_for, bounds)
-    else:
-        metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
-        stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
-        attributed = {"ttft": None, "e2e": None}
-    entry["metrics"] = {m: {**metric_q[m], "column": fig_cols[m], "budget": tb.metric_budget(m)} for m in METRICS}
-    entry["stages"] = {s: {**stage_q[s], "column": stage_cols[s], "budget": tb.stages.get(s)} for s in stage_cols}
-    entry["attainment"] = counts["attainment"]
-    entry["attribution"] = attributed
-    entry["contrast"] = {}
-    splits = {kind: (a["metric"], a["tail_min_ms"], a["median_ms"]) for kind, a in attributed.items() if a is not None}
-    if splits:
-        found = contrast.separators_of_splits(con, sel.where("outcome = 'ok'"), sel.params, splits)
-        entry["contrast"] = {kind: found[kind] for kind in ("ttft", "e2e") if kind in found}
-    entry["gpu"] = tail_gpu(con, sel, entry) if counts["ok"] else None
-    entry["queue_wait"] = tail_queue_wait(con, sel, entry) if counts["ok"] else None
-    entry["breaches"] = breaches(entry)
-    entry["unknown_reason"] = None if entry["breaches"] else unknown_reason(entry)
-    entry["status"] = BROKEN if entry["breaches"] else UNKNOWN if entry["unknown_reason"] else KEPT
-    if entry["status"] == UNKNOWN:
-        entry["attainment"] = None  # requests whose figures are unknown neither met nor missed their SLOs
-    entry["kept"] = entry["status"] == KEPT
-    entry["verdict"] = verdict(entry)
+    """The report entry of one tier; `filters` (see `Selection`) narrow its requests further."""
+    (entry,), _, _ = _tier_reports(con, [(tb, budgeted)], since_ns, until_ns, filters)
     return entry
 
 
@@ -393,21 +283,25 @@ def tier_selected(tb: TierBudget, filters: dict | None) -> bool:
     return tb.filters["tier"] in ([want] if want is None or isinstance(want, str) else list(want))
 
 
-def _tier_reports(con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, filters) -> list[dict]:
-    """`tier_report` of each (tier, budgeted), in order; several tiers at once, each on its own cursor, as many as
-    DuckDB has threads (docs/benchmarks.md, "Tiers in parallel")."""
-
-    def one(c, tb: TierBudget, budgeted: bool) -> dict:
-        return tier_report(c, tb, since_ns, until_ns, budgeted=budgeted, filters=filters)
-
-    workers = min(len(jobs), _threads(con))
+def _tier_reports(
+    con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, filters, present: dict[str, bool] | None = None
+) -> tuple[list[dict], dict, dict]:
+    """(the entry of each (tier, budgeted), in order; requests by `tier` value; coverage) of the report's rows:
+    three scans for every tier at once (scans.py), then each tier's GPU and queue figures, several tiers at once,
+    each on its own cursor, as many as DuckDB has threads (docs/benchmarks.md, "Tiers in parallel")."""
+    scope = scans.Tiers([tb for tb, _ in jobs], since_ns, until_ns, filters)
+    counted, by_tier, covered = scans.counts(con, scope, [tb if budgeted else None for tb, budgeted in jobs])
+    tiers = [_Tier(tb, budgeted, Selection(tb.filters, since_ns, until_ns, filters)) for tb, budgeted in jobs]
+    _entries(con, tiers, scope, counted)
+    present = present or coverage.contents(con)
+    workers = min(len(tiers), _threads(con))
     if workers < 2:
-        return [one(con, tb, b) for tb, b in jobs]
+        return [_finish(con, t, present) for t in tiers], by_tier, covered
 
-    def on_cursor(job: tuple[TierBudget, bool]) -> dict:
+    def on_cursor(t: _Tier) -> dict:
         cur = con.cursor()
         try:
-            return one(cur, *job)
+            return _finish(cur, t, present)
         finally:
             cur.close()
 
@@ -415,7 +309,7 @@ def _tier_reports(con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, 
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(workers, thread_name_prefix="budgetscope-report") as pool:
-        return list(pool.map(on_cursor, jobs))
+        return list(pool.map(on_cursor, tiers)), by_tier, covered
 
 
 def _threads(con) -> int:
@@ -447,21 +341,14 @@ def build_report(
         jobs = [(tb, False) for tb in (TierBudget(name=t) for t in discovered_tiers(con)) if tier_selected(tb, filters)]
     else:
         jobs = [(tb, True) for tb in budgets.tiers if tier_selected(tb, filters)]
-    tiers = _tier_reports(con, jobs, since_ns, until_ns, filters)
+    present = coverage.contents(con)
+    tiers, by_tier, covered = _tier_reports(con, jobs, since_ns, until_ns, filters, present)
     unbudgeted = {}
-    sel = Selection({}, since_ns, until_ns, filters)
     if budgets is not None:
         named = {tb.match.get("tier", tb.name) for tb in budgets.tiers}
-        unbudgeted = {
-            t: n
-            for t, n in _rows(
-                con, f"SELECT tier, count(*) FROM requests {sel.where()} GROUP BY 1 ORDER BY 1", sel.params
-            )
-            if t not in named
-        }
-    covered = coverage.coverage(con, sel.where(), sel.params)
+        unbudgeted = {t: n for t, n in by_tier.items() if t not in named}
     spans = coverage.span_count(con, since_ns, until_ns)
-    unclaimed = coverage.unclaimed_spans(con, since_ns, until_ns)
+    unclaimed = coverage.unclaimed_spans(con, since_ns, until_ns, present=present)
     status, reason = report_status(tiers, spans, unclaimed)
     whole = Selection({}, since_ns, until_ns)  # the warning is about the window, whatever the filters
     derived = (

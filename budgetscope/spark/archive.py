@@ -34,6 +34,9 @@ STORED = {
     t.name: t for t in (schema.SPANS, schema.REQUESTS, schema.INGEST_BATCHES, schema.GPU_SAMPLES, schema.SERVER_METRICS)
 }
 VIEWS = (*STORED, "engine_steps")
+DEAD_INLINE = 100_000
+"""At most this many re-derived traces are dropped from `requests` by a filter of literals (SparkArchive._live);
+more by a join in every statement."""
 SPLIT_VIEWS = ("bs_split_traces", "bs_split_spans")
 """A sharded root's traces with spans on several shards, and their spans (not queryable: `query` sees VIEWS)."""
 
@@ -123,7 +126,7 @@ class SparkConnection:
             text = emit(tree, bound)
         except DialectError as e:
             raise SparkError(str(e)) from None
-        p = quantiles.plan(tree)
+        p = quantiles.plan(tree, bound)
         if p is not None:
             try:
                 return self._selected(p, bound)
@@ -243,15 +246,36 @@ class SparkArchive:
                     .withColumnRenamed("max(_seq)", "_del_seq")
                     .withColumnRenamed("trace_id", "_del_trace")
                 )
-                # keep a row unless a delete of its trace has a higher _seq (reader.requests_sql)
-                kept = r.join(d, (r["trace_id"] == d["_del_trace"]) & (r["_seq"] < d["_del_seq"]), "left_anti")
-                parts.append(kept.select(*cols))
+                parts.append(self._live(r, d).select(*cols))
         if not parts:
             return self._empty(schema.REQUESTS)
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
         return self._join_split_traces(out)
+
+    def _live(self, r, d):
+        """The rows of `r` that no delete of `d` (`_del_trace`, `_del_seq`) drops: a row goes when a delete of its
+        trace has a higher `_seq` (reader.requests_sql). The deletes are resolved once, here: up to DEAD_INLINE
+        traces become a filter of literals (one `IN` set per commit that deleted: no join, no shuffle, no re-read
+        of `requests_deletes` in each statement; the DuckDB reader likewise resolves them at open), more stay a
+        join."""
+        # imported on use: pyspark 91 ms to import
+        from pyspark.sql import functions as F
+
+        dead = d.limit(DEAD_INLINE + 1).collect()
+        if len(dead) > DEAD_INLINE:
+            return r.join(d, (r["trace_id"] == d["_del_trace"]) & (r["_seq"] < d["_del_seq"]), "left_anti")
+        by_seq: dict[int, list[str]] = {}
+        for trace, seq in dead:
+            by_seq.setdefault(seq, []).append(trace)
+        if not by_seq:
+            return r
+        gone = None
+        for seq, traces in sorted(by_seq.items()):
+            c = F.col("trace_id").isin(traces) & (F.col("_seq") < F.lit(seq))
+            gone = c if gone is None else gone | c
+        return r.where(~F.coalesce(gone, F.lit(False)))
 
     def _join_split_traces(self, stored):
         """`stored` with the rows of traces whose spans are on more than one shard replaced by rows derived from

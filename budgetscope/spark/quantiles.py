@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from fractions import Fraction
 
 from budgetscope.spark.dialect import literal
@@ -34,6 +35,7 @@ MAX_PASSES = 6
 LOG_BUCKETS = 1024  # buckets an octave in the first pass
 SPLIT_BUCKETS = 4096  # buckets a window is split into in a later pass
 _NAN, _INF = 1 << 23, 1 << 22
+_PLACEHOLDER = re.compile(r"__bs_p(\d+)__")  # a bound parameter (dialect.bind)
 _SIGN = 1 << 21  # keeps log buckets of positive values above 0 and of negative values below
 
 
@@ -52,7 +54,7 @@ class Plan:
         self.tree, self.quantiles, self.counts, self.rest, self.width = tree, quantiles, counts, rest, width
 
 
-def plan(tree) -> Plan | None:
+def plan(tree, bound: list[str] | None = None) -> Plan | None:
     """The plan of a parsed DuckDB statement, or None when it has no top-level quantile_cont to select, or is
     not a plain global aggregate (GROUP BY, HAVING, DISTINCT, windows, set operations), or has a WITH: a
     statement over CTEs (queue_wait's engine steps, a join) would compute them in each of its passes, where
@@ -74,12 +76,16 @@ def plan(tree) -> Plan | None:
             quantiles.append(q)
     if not quantiles or any(e.find(exp.PercentileCont, exp.Window) for _, e in others):
         return None
-    keys = {q.value.sql(): j for j, q in enumerate(quantiles)}
+
+    def same(sql: str) -> str:  # two `?` bound to one value are two placeholders: compare the values
+        return _PLACEHOLDER.sub(lambda m: bound[int(m.group(1))], sql) if bound else sql
+
+    keys = {same(q.value.sql()): j for j, q in enumerate(quantiles)}
     counts, rest = {}, []
     for i, e in others:
-        inner = e.unalias() if isinstance(e, exp.Alias) else e
-        if isinstance(inner, exp.Count) and not isinstance(inner.this, exp.Distinct) and inner.this.sql() in keys:
-            counts[i] = keys[inner.this.sql()]
+        key = _counted(e.unalias() if isinstance(e, exp.Alias) else e)
+        if key is not None and same(key) in keys:
+            counts[i] = keys[same(key)]
         else:
             rest.append((i, e))
     rest_tree = None
@@ -87,6 +93,23 @@ def plan(tree) -> Plan | None:
         rest_tree = tree.copy()
         rest_tree.set("expressions", [e.copy() for _, e in rest])
     return Plan(tree, quantiles, counts, (rest_tree, [i for i, _ in rest]) if rest else None, len(tree.expressions))
+
+
+def _counted(e) -> str | None:
+    """The value key (as `Quantile.value`) of a projection `count(x) [FILTER (WHERE c)]`, or None: such a count is
+    the histogram's total of that value, with no scan of its own."""
+    # imported on use: sqlglot 198 ms to import
+    from sqlglot import exp
+
+    cond = None
+    if isinstance(e, exp.Filter) and isinstance(e.this, exp.Count):
+        cond, e = e.expression.this, e.this
+    if not isinstance(e, exp.Count) or isinstance(e.this, (exp.Distinct, exp.Star)) or e.this is None:
+        return None
+    value = exp.cast(e.this.copy(), "DOUBLE")
+    if cond is not None:
+        value = exp.Case(ifs=[exp.If(this=cond.copy(), true=value)])
+    return value.sql()
 
 
 def _quantile(position: int, e) -> Quantile | None:
@@ -181,11 +204,22 @@ def _source(p: Plan):
         "expressions",
         [
             exp.alias_(
-                exp.Anonymous(this="explode", expressions=[exp.Anonymous(this="array", expressions=structs)]), "bs_e"
+                exp.Anonymous(this="explode", expressions=[_known(exp.Anonymous(this="array", expressions=structs))]),
+                "bs_e",
             )
         ],
     )
     return src, with_
+
+
+def _known(values):
+    """`filter(values, x -> x.v IS NOT NULL)`: a row's values that are not NULL, before they become rows (a value
+    outside a tier's FILTER is NULL: with several tiers most are)."""
+    # imported on use: sqlglot 198 ms to import
+    from sqlglot import exp
+
+    known = exp.Lambda(this=exp.column("v", table="x").is_(exp.null()).not_(), expressions=[exp.to_identifier("x")])
+    return exp.Anonymous(this="filter", expressions=[values, known])
 
 
 def _around(template: str, p: Plan):
@@ -204,23 +238,16 @@ def _around(template: str, p: Plan):
     return tree
 
 
-def _windows_sql(windows: list[tuple[int, float, float]]) -> str:
-    """A CASE naming the window (its index) a value of quantile k falls in, NULL when none."""
-    whens = " ".join(
-        f"WHEN bs_e.k = {k} AND bs_e.v >= {literal(lo)} AND bs_e.v <= {literal(hi)} THEN {w}"
-        for w, (k, lo, hi) in enumerate(windows)
+def _in_windows(windows: list[tuple[int, float, float]], select: str) -> str:
+    """DuckDB SQL: `select` over the values (`k`, `v`) of bs_src that lie in a window, each joined with its window
+    (`w` its index, `lo`, `hi`). A join with the windows as a table of literals, not a CASE of one branch a window:
+    with a few dozen windows (several tiers' quantiles at once) the CASE outgrew Spark's code generation and ran
+    interpreted, ~20× slower."""
+    rows = ", ".join(f"({w}, {k}, {literal(lo)}, {literal(hi)})" for w, (k, lo, hi) in enumerate(windows))
+    return (
+        f"SELECT {select} FROM (SELECT bs_e.k AS k, bs_e.v AS v FROM bs_src WHERE bs_e.v IS NOT NULL) AS bs_x "
+        f"JOIN (VALUES {rows}) AS bs_w(w, wk, lo, hi) ON bs_x.k = bs_w.wk AND bs_x.v >= bs_w.lo AND bs_x.v <= bs_w.hi"
     )
-    return f"CASE {whens} END"
-
-
-def _split_sql(windows: list[tuple[int, float, float]]) -> str:
-
-    # (v − lo) / (hi − lo) is in [0, 1] and monotone in v, even where hi − lo is subnormal (its inverse is not finite)
-    whens = " ".join(
-        f"WHEN {w} THEN CAST(floor((v - {literal(lo)}) / {literal(hi - lo)} * {SPLIT_BUCKETS}) AS BIGINT)"
-        for w, (_, lo, hi) in enumerate(windows)
-    )
-    return f"CASE w {whens} END"
 
 
 class _Cells:
@@ -289,12 +316,9 @@ def run(p: Plan, execute) -> list:
         if not windows:
             break
         order = list(windows)
-        case = _windows_sql(order)
         if sum(n for _, n in windows.values()) <= COLLECT_MAX or _ == MAX_PASSES:
             got: dict[int, list[float]] = {}
-            for w, v in execute(
-                _around(f"SELECT w, v FROM (SELECT {case} AS w, bs_e.v AS v FROM bs_src) WHERE w IS NOT NULL", p)
-            ):
+            for w, v in execute(_around(_in_windows(order, "w, v"), p)):
                 got.setdefault(w, []).append(v)
             for w, key in enumerate(order):
                 got.setdefault(w, []).sort()
@@ -304,11 +328,13 @@ def run(p: Plan, execute) -> list:
                 w = order.index(key)
                 known[(k, r)] = got[w][r - windows[key][0]]
             break
+        # (v − lo) / (hi − lo) is in [0, 1] and monotone in v, even where hi − lo is subnormal (its inverse is not
+        # finite)
+        bucket = f"CAST(floor((v - lo) / (hi - lo) * {SPLIT_BUCKETS}) AS BIGINT)"
         split = _cells(
             execute(
                 _around(
-                    f"SELECT w, {_split_sql(order)} AS b, count(*), min(v), max(v) FROM (SELECT {case} AS w, bs_e.v AS v "
-                    "FROM bs_src) WHERE w IS NOT NULL GROUP BY 1, 2",
+                    f"SELECT w, b, count(*), min(v), max(v) FROM ({_in_windows(order, f'w, v, {bucket} AS b')}) GROUP BY 1, 2",
                     p,
                 )
             )
