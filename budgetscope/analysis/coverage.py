@@ -34,7 +34,13 @@ KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:to
 def contents(con) -> dict[str, bool]:
     """Which of the tables a report may join hold any row, in one statement: `gpu_samples`, `engine_steps`,
     `kv_gauges` (server_metrics rows of KV_GAUGES), `unclaimed` (spans of source UNCLAIMED_SOURCE). A report skips
-    the joins of a table that holds nothing: their figures are then known without them (no samples, no steps)."""
+    the joins of a table that holds nothing: their figures are then known without them (no samples, no steps).
+
+    A connection with a `memo` dict (a Spark archive's: its segments are fixed when it opens) keeps the answer
+    for its later reports."""
+    memo = getattr(con, "memo", None)
+    if memo is not None and "contents" in memo:
+        return memo["contents"]
     names = ", ".join(f"'{m}'" for m in KV_GAUGES)
     probes = {
         "gpu_samples": "SELECT 1 FROM gpu_samples",
@@ -45,7 +51,10 @@ def contents(con) -> dict[str, bool]:
     row = con.execute(
         "SELECT " + ", ".join(f"(SELECT count(*) FROM ({q} LIMIT 1) AS p{i})" for i, q in enumerate(probes.values()))
     ).fetchone()
-    return {k: bool(v) for k, v in zip(probes, row)}
+    found = {k: bool(v) for k, v in zip(probes, row)}
+    if memo is not None:
+        memo["contents"] = found
+    return found
 
 
 def unclaimed_spans(

@@ -108,13 +108,14 @@ class SparkConnection:
     """Tiers the report runs at once (report._tier_reports): while one waits on its job's last task or is
     planned here, the other's tasks run."""
 
-    def __init__(self, spark, statements: list[str] | None = None):
+    def __init__(self, spark, statements: list[str] | None = None, memo: dict | None = None):
         self.spark = spark
         self.statements = [] if statements is None else statements  # the Spark SQL run, for tests and debugging
+        self.memo = {} if memo is None else memo  # facts of the archive's fixed segments (coverage.contents)
 
     def cursor(self) -> SparkConnection:
         """A connection for another thread, on the same session (its statements are recorded with these)."""
-        return SparkConnection(self.spark, self.statements)
+        return SparkConnection(self.spark, self.statements, self.memo)
 
     def close(self) -> None:  # a cursor holds nothing of its own
         pass
