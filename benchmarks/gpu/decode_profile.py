@@ -19,13 +19,15 @@ no graph pass and no floor (both reported as null with the reason) — the mode 
 runs to check this script.
 
 Prints a table per pass and one line `RESULT {json}` per pass (session.py's `decodeprof` phase keeps them in
-figures.json).
+figures.json). With PYTHONPATH naming an older checkout, that engine is profiled (session.py --baseline).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import re
 import statistics
 import sys
@@ -33,9 +35,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-if "budgetscope" not in sys.modules:  # run from a checkout: the project on the path
+if "budgetscope" not in sys.modules and not os.environ.get("PYTHONPATH"):  # PYTHONPATH may name an older engine
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench_gpu: copy bandwidth, weight bytes
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # bench_gpu: copy bandwidth, weight bytes
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -176,19 +178,20 @@ def print_pass(what: str, result: dict) -> None:
 
 
 def make_engine(args) -> LLMEngine:
+    """A batch-1 engine and the tokens its one sequence needs; knobs an older EngineConfig lacks are left out."""
     need = PROMPT_TOKENS + WARMUP_STEPS + args.steps + 2 * args.eager_steps + 16
-    return LLMEngine(
-        EngineConfig(
-            model=args.config,
-            device=args.device,
-            max_model_len=2048,
-            max_num_seqs=1,
-            max_num_batched_tokens=512,
-            num_kv_blocks=-(-need // 16) + 16,
-            enable_prefix_caching=False,
-            attention_backend=args.attention,
-        )
-    ), need
+    knobs = dict(
+        model=args.config,
+        device=args.device,
+        max_model_len=2048,
+        max_num_seqs=1,
+        max_num_batched_tokens=512,
+        num_kv_blocks=-(-need // 16) + 16,
+        enable_prefix_caching=False,
+        attention_backend=args.attention,
+    )
+    fields = {f.name for f in dataclasses.fields(EngineConfig)}
+    return LLMEngine(EngineConfig(**{k: v for k, v in knobs.items() if k in fields})), need
 
 
 def main() -> None:
@@ -209,8 +212,9 @@ def main() -> None:
     for _ in range(WARMUP_STEPS):
         engine.step()
     common = {
+        "engine": str(Path(sys.modules["budgetscope"].__file__).parent),  # which checkout was profiled
         "config": args.config,
-        "attention": engine.attention_backend,
+        "attention": getattr(engine, "attention_backend", "sdpa"),
         "device": engine.device.type,
         "dtype": str(engine.dtype),
         **floor(engine),

@@ -15,7 +15,7 @@ Phases, in the order they run (a failing phase prints its error and the next one
   baseline's batch 1;
 - decodeprof: benchmarks/gpu/decode_profile.py (batch-1 decode under torch.profiler, graph replay and eager:
   kernels grouped per token — GEMMs, attention, norm, rope, K/V write, activation, sampler, copies, other — beside
-  the floor, the weights at copy speed);
+  the floor, the weights at copy speed), and the baseline's with --baseline;
 - inproc: step_mix.py saturate, 64 sequences of 256 + 256 tokens (the in-process figure for the served one);
 - record: three recordings for sample_traces/ (bandwidth-bound, KV preemptions, host-bound), each
   OUT/rec-<name>.tar.gz with the commands in its README;
@@ -401,6 +401,8 @@ def phase_decodeprof(out, args):
     if SMOKE:
         cmd += ["--config", "tiny", "--device", "cpu", "--steps", "5", "--eager-steps", "5"]
     FIGURES["decodeprof"] = results(sh(out, cmd, 150))
+    if args.baseline and left_s() > COST_S["decodeprof"] + 60:  # the same profile of the older engine
+        FIGURES["decodeprof_baseline"] = results(sh(out, cmd, 150, env=baseline_env(args)))
 
 
 def phase_inproc(out, args):
