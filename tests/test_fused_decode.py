@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from triton_setup import kernel_device
+from triton_setup import kernel_device, kernel_dtypes, kernel_tolerance
 
 DEVICE = kernel_device()
 torch = pytest.importorskip("torch")
@@ -19,12 +19,7 @@ from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM, RotaryEmbedding, _rope
 from budgetscope.engine.model_config import ModelConfig, named_config
 
-DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
-TOLERANCE = {
-    torch.float32: dict(rtol=1e-5, atol=1e-5),
-    torch.float16: dict(rtol=2e-3, atol=2e-3),
-    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
-}
+DTYPES = kernel_dtypes(DEVICE)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -35,7 +30,7 @@ def test_silu_mul_matches_torch(dtype, rows, width):
     gate, up = gate_up.chunk(2, dim=-1)
     got = silu_mul(gate_up)
     assert got.shape == (rows, width) and got.dtype == dtype
-    torch.testing.assert_close(got.float(), (F.silu(gate) * up).float(), **TOLERANCE[dtype])
+    torch.testing.assert_close(got.float(), (F.silu(gate) * up).float(), **kernel_tolerance(dtype))
 
 
 def _rope_case(heads, kv_heads, dim, tokens, dtype, seed=0):
@@ -63,8 +58,8 @@ def test_rope_write_kv_matches_torch(dtype, heads, kv_heads, dim, tokens):
 
     got_q = rope_write_kv(qkv, *rope, slots, k_cache, v_cache, heads, kv_heads)
     assert got_q.shape == (tokens, heads, dim) and got_q.data_ptr() == qkv.data_ptr()  # rotated in place
-    torch.testing.assert_close(got_q.float(), want_q.float(), **TOLERANCE[dtype])
-    torch.testing.assert_close(k_cache.float(), want_k_cache.float(), **TOLERANCE[dtype])
+    torch.testing.assert_close(got_q.float(), want_q.float(), **kernel_tolerance(dtype))
+    torch.testing.assert_close(k_cache.float(), want_k_cache.float(), **kernel_tolerance(dtype))
     torch.testing.assert_close(v_cache, want_v_cache, rtol=0, atol=0)  # v is copied, not computed
 
 
