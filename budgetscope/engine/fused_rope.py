@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from budgetscope.engine.triton_support import kernel, tl
+from budgetscope.engine.triton_support import kernel, next_power_of_2, tl
 
 
 def _rope_write_kv_kernel(
@@ -72,11 +72,6 @@ def _rope_write_kv_kernel(
     tl.store(v_out + HALF, tl.load(v_in + HALF, mask=ok, other=0.0), mask=ok)
 
 
-def _pad(n: int) -> int:
-    """The next power of two >= n (tl.arange needs one)."""
-    return 1 << (n - 1).bit_length()
-
-
 def rope_write_kv(
     qkv: torch.Tensor,
     cos: torch.Tensor,
@@ -110,9 +105,9 @@ def rope_write_kv(
             KV_HEADS=num_kv_heads,
             HEAD_DIM=dim,
             HALF=dim // 2,
-            HEADS_PAD=_pad(num_heads),
-            KV_HEADS_PAD=_pad(num_kv_heads),
-            HALF_PAD=_pad(dim // 2),
+            HEADS_PAD=next_power_of_2(num_heads),
+            KV_HEADS_PAD=next_power_of_2(num_kv_heads),
+            HALF_PAD=next_power_of_2(dim // 2),
             num_warps=4,
         )
     return qkv[:, : num_heads * dim].view(tokens, num_heads, dim)
