@@ -30,7 +30,8 @@ def test_silu_mul_matches_torch(dtype, rows, width):
     gate, up = gate_up.chunk(2, dim=-1)
     got = silu_mul(gate_up)
     assert got.shape == (rows, width) and got.dtype == dtype
-    torch.testing.assert_close(got.float(), (F.silu(gate) * up).float(), **kernel_tolerance(dtype))
+    want = F.silu(gate.float()) * up.float()  # float32 from the same inputs: torch's bf16 ops round more often
+    torch.testing.assert_close(got.float(), want, **kernel_tolerance(dtype))
 
 
 def _rope_case(heads, kv_heads, dim, tokens, dtype, seed=0):
@@ -50,16 +51,16 @@ def _rope_case(heads, kv_heads, dim, tokens, dtype, seed=0):
 @pytest.mark.parametrize("tokens", [1, 7])
 def test_rope_write_kv_matches_torch(dtype, heads, kv_heads, dim, tokens):
     qkv, rope, slots, (k_cache, v_cache) = _rope_case(heads, kv_heads, dim, tokens, dtype, seed=heads * dim + tokens)
-    q, k, v = qkv.clone().split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
-    want_q, want_k = _rope(q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim), rope)
-    want_k_cache, want_v_cache = k_cache.clone(), v_cache.clone()
+    q, k, v = qkv.float().split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)  # the reference in float32
+    want_q, want_k = _rope(q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim), [t.float() for t in rope])
+    want_k_cache, want_v_cache = k_cache.float(), v_cache.clone()
     want_k_cache.index_copy_(0, slots, want_k)
-    want_v_cache.index_copy_(0, slots, v.view(tokens, kv_heads, dim))
+    want_v_cache.index_copy_(0, slots, v.view(tokens, kv_heads, dim).to(dtype))
 
     got_q = rope_write_kv(qkv, *rope, slots, k_cache, v_cache, heads, kv_heads)
     assert got_q.shape == (tokens, heads, dim) and got_q.data_ptr() == qkv.data_ptr()  # rotated in place
-    torch.testing.assert_close(got_q.float(), want_q.float(), **kernel_tolerance(dtype))
-    torch.testing.assert_close(k_cache.float(), want_k_cache.float(), **kernel_tolerance(dtype))
+    torch.testing.assert_close(got_q.float(), want_q, **kernel_tolerance(dtype))
+    torch.testing.assert_close(k_cache.float(), want_k_cache, **kernel_tolerance(dtype))
     torch.testing.assert_close(v_cache, want_v_cache, rtol=0, atol=0)  # v is copied, not computed
 
 
@@ -109,7 +110,8 @@ def test_tiny_forward_fused_equals_unfused(dtype):
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for got, want in zip(got_logits, want_logits):
         torch.testing.assert_close(got, want, **tol)
-        assert torch.equal(got.argmax(-1), want.argmax(-1))
+        if dtype == torch.float32:  # float16's rounding may swap two near-equal top logits; float32's does not
+            assert torch.equal(got.argmax(-1), want.argmax(-1))
     for (gk, gv), (wk, wv) in zip(got_cache, want_cache):
         torch.testing.assert_close(gk.float(), wk.float(), **tol)
         torch.testing.assert_close(gv.float(), wv.float(), **tol)
