@@ -56,9 +56,9 @@ GROUPS = (
     ("norm", r"rms_?norm|layer_?norm"),
     ("kv write", r"index_copy|indexcopy|index_put|scatter"),
     ("activation", r"silu|gelu|swiglu"),
-    ("sampler", r"argmax|softmax|\bsort|multinomial|topk|cumsum|exponential"),
-    ("rope", r"catarray|aten::cat\b|neg"),  # unfused: in a decode step only _rope concatenates and negates
-    ("gemm", r"gemm|gemv|cutlass|xmma|nvjet|cublas|splitk|aten::mm\b|aten::addmm|aten::bmm"),
+    ("sampler", r"argmax|softmax|sort|multinomial|topk|cumsum|scan|distribution"),
+    ("rope", r"catarray|aten::cat\b|neg_kernel|aten::neg\b"),  # unfused: in a decode step only _rope cats, negates
+    ("gemm", r"gemm|gemv|cutlass|xmma|nvjet|cublas|splitk|aten::(mm|addmm|bmm|linear|matmul)\b"),
     ("copies", r"memcpy|memset|copy|index|gather|embedding|fill"),
 )
 _COMPILED = [(group, re.compile(pattern, re.IGNORECASE)) for group, pattern in GROUPS]
