@@ -58,7 +58,8 @@ def test_triton_backend_gives_the_sdpa_tokens():
     want = _run(_engine("sdpa"))
     engine = _engine("triton")
     assert engine.attention_backend == "triton" and engine.runner.step_buffer is not None
-    assert engine.model.model.norm.fused
+    layer = engine.model.model.layers[0]
+    assert engine.model.model.norm.fused and layer.self_attn.fused and layer.mlp.fused  # every Triton fusion on
     assert _run(engine) == want
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from triton_setup import kernel_device
+from triton_setup import kernel_device, kernel_dtypes, kernel_tolerance
 
 DEVICE = kernel_device()
 torch = pytest.importorskip("torch")
@@ -61,12 +61,7 @@ SPECS = [
 ]
 
 
-DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
-TOLERANCE = {
-    torch.float32: dict(rtol=1e-5, atol=1e-5),
-    torch.float16: dict(rtol=1e-2, atol=4e-3),
-    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
-}
+DTYPES = kernel_dtypes(DEVICE)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -77,7 +72,7 @@ def test_kernel_matches_reference(dtype, heads, kv_heads, dim):
     got = paged_attention(q, k, v, *meta, BLOCK)
     want = paged_attention_reference(q, k, v, *meta, BLOCK)
     assert got.dtype == dtype and got.shape == q.shape
-    torch.testing.assert_close(got.cpu().double(), want, **TOLERANCE[dtype])
+    torch.testing.assert_close(got.cpu().double(), want, **kernel_tolerance(dtype))
 
 
 def test_decode_only_and_prefill_only_batches():
@@ -127,7 +122,8 @@ def test_launch_configurations_agree(dtype, tile_n, num_warps, num_stages):
     """Every tile width (one page, several pages, more keys than some contexts) with explicit warps and stages."""
     q, k, v, meta = mixed_batch(11, 8, 2, 64, dtype, LONG_SPECS, num_blocks=64)
     got = paged_attention(q, k, v, *meta, BLOCK, tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)
-    torch.testing.assert_close(got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK), **TOLERANCE[dtype])
+    want = paged_attention_reference(q, k, v, *meta, BLOCK)
+    torch.testing.assert_close(got.cpu().double(), want, **kernel_tolerance(dtype))
 
 
 def test_launch_defaults_from_environment():

@@ -26,3 +26,22 @@ def kernel_device() -> str:
             "triton was imported before TRITON_INTERPRET=1 was set; run this file on its own", allow_module_level=True
         )
     return device
+
+
+def kernel_dtypes(device: str) -> list:
+    """The dtypes a kernel test runs: float32 and float16; bfloat16 too on a GPU (the interpreter's bf16 tl.dot
+    is not exact)."""
+    import torch
+
+    return [torch.float32, torch.float16] + ([torch.bfloat16] if device == "cuda" else [])
+
+
+def kernel_tolerance(dtype) -> dict:
+    """assert_close's rtol/atol for a kernel's output in `dtype` against its float32/float64 reference."""
+    import torch
+
+    return {
+        torch.float32: dict(rtol=1e-5, atol=1e-5),
+        torch.float16: dict(rtol=1e-2, atol=4e-3),
+        torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+    }[dtype]

@@ -13,6 +13,9 @@ Phases, in the order they run (a failing phase prints its error and the next one
 - baseline: with --baseline, step_mix.py mixed against the engine in DIR (an older checkout's `budgetscope/`);
 - decode: benchmarks/bench_gpu.py at batch 1 (copy bandwidth, tokens/s, bytes a step over step time), and the
   baseline's batch 1;
+- decodeprof: benchmarks/gpu/decode_profile.py (batch-1 decode under torch.profiler, graph replay and eager:
+  kernels grouped per token — GEMMs, attention, norm, rope, K/V write, activation, sampler, copies, other — beside
+  the floor, the weights at copy speed), and the baseline's with --baseline;
 - inproc: step_mix.py saturate, 64 sequences of 256 + 256 tokens (the in-process figure for the served one);
 - record: three recordings for sample_traces/ (bandwidth-bound, KV preemptions, host-bound), each
   OUT/rec-<name>.tar.gz with the commands in its README;
@@ -54,6 +57,7 @@ COST_S = {
     "mixed": 70,
     "baseline": 60,
     "decode": 45,
+    "decodeprof": 60,
     "inproc": 45,
     "served": 100,
     "record": 60,
@@ -301,6 +305,7 @@ def phase_tests(out, args):
             "no:cacheprovider",
             "tests/test_paged_attention.py",
             "tests/test_fused_norm.py",
+            "tests/test_fused_decode.py",
             "tests/test_engine_triton.py",
             "tests/test_engine_cuda_graphs.py",
             "tests/test_engine_step.py",
@@ -388,6 +393,16 @@ def phase_decode(out, args):
         path = WORK / "base" / "gpu_figures.json"
         if path.exists():
             FIGURES["decode_baseline"] = json.loads(path.read_text()).get("decode")
+
+
+def phase_decodeprof(out, args):
+    """Per-kernel time and count a token of batch-1 decode, graph replay and eager (one RESULT per pass)."""
+    cmd = [PY, str(ROOT / "benchmarks/gpu/decode_profile.py"), "--attention", ATTENTION[0]]
+    if SMOKE:
+        cmd += ["--config", "tiny", "--device", "cpu", "--steps", "5", "--eager-steps", "5"]
+    FIGURES["decodeprof"] = results(sh(out, cmd, 150))
+    if args.baseline and left_s() > COST_S["decodeprof"] + 60:  # the same profile of the older engine
+        FIGURES["decodeprof_baseline"] = results(sh(out, cmd, 150, env=baseline_env(args)))
 
 
 def phase_inproc(out, args):
@@ -505,6 +520,7 @@ PHASES = {
     "served": phase_served,
     "baseline": phase_baseline,
     "decode": phase_decode,
+    "decodeprof": phase_decodeprof,
     "inproc": phase_inproc,
     "record": phase_record,
     "tests": phase_tests,

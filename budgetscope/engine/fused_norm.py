@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from budgetscope.engine.triton_support import kernel, tl
+from budgetscope.engine.triton_support import kernel, next_power_of_2, tl
 
 
 def _add_rms_norm_kernel(
@@ -47,7 +47,7 @@ def add_rms_norm(
     out = torch.empty_like(x)
     total = torch.empty_like(x)
     if rows:
-        block = 1 << (width - 1).bit_length()
+        block = next_power_of_2(width)
         kernel(_add_rms_norm_kernel)[(rows,)](
             x,
             residual,

@@ -91,12 +91,15 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(self.num_heads * d, h, bias=False)
         self.qkv_weight: torch.Tensor | None = None  # set by fuse(): q, k, v weights as one matrix
+        self.fused = False  # set by LlamaForCausalLM.use_triton(): rotary + K/V write in one Triton kernel
 
     def fuse(self) -> None:
         """One [q; k; v] weight matrix, one GEMM; q/k/v_proj.weight become views of it (same memory, same names)."""
         self.qkv_weight = _fuse(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x, rope, batch: Batch | None, kv_cache) -> torch.Tensor:
+        if self._fused_paged(batch):
+            return self._forward_fused(x, rope, batch, kv_cache)
         n, d = x.shape[0], self.head_dim
         if self.qkv_weight is not None:
             q, k, v = F.linear(x, self.qkv_weight).split(
@@ -111,6 +114,30 @@ class LlamaAttention(nn.Module):
         else:
             out = self._paged(q, k, v, batch, kv_cache)
         return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+
+    def _fused_paged(self, batch: Batch | None) -> bool:
+        """The Triton path: paged layout, fused q/k/v weights, not under torch.compile (inductor fuses by itself)."""
+        return (
+            self.fused
+            and batch is not None
+            and batch.block_tables is not None
+            and self.qkv_weight is not None
+            and not torch.compiler.is_compiling()
+        )
+
+    def _forward_fused(self, x, rope, batch: Batch, kv_cache) -> torch.Tensor:
+        """qkv GEMM, one kernel for rotary + K/V into the cache, the paged attention kernel, o GEMM."""
+        from budgetscope.engine.fused_rope import rope_write_kv
+        from budgetscope.engine.paged_attention import paged_attention
+
+        k_cache, v_cache = kv_cache
+        q = rope_write_kv(
+            F.linear(x, self.qkv_weight), *rope, batch.slot_mapping, k_cache, v_cache, self.num_heads, self.num_kv_heads
+        )
+        out = paged_attention(
+            q, k_cache, v_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables, batch.block_size
+        )
+        return self.o_proj(out.view(x.shape[0], self.num_heads * self.head_dim))
 
     def _paged(self, q, k, v, batch: Batch, kv_cache) -> torch.Tensor:
         k_cache, v_cache = kv_cache
@@ -168,11 +195,16 @@ class LlamaMLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.gate_up_weight: torch.Tensor | None = None  # set by fuse()
+        self.fused = False  # set by LlamaForCausalLM.use_triton(): SiLU(gate) * up in one Triton kernel
 
     def fuse(self) -> None:
         self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_weight is not None and self.fused and not torch.compiler.is_compiling():
+            from budgetscope.engine.fused_activation import silu_mul
+
+            return self.down_proj(silu_mul(F.linear(x, self.gate_up_weight)))
         if self.gate_up_weight is not None:
             gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
             return self.down_proj(F.silu(gate) * up)
@@ -250,9 +282,11 @@ class LlamaForCausalLM(nn.Module):
         return self
 
     def use_triton(self, enabled: bool = True) -> LlamaForCausalLM:
-        """Fuse each residual add with the next RMSNorm in a Triton kernel (the "triton" attention backend)."""
+        """Run the layer's elementwise work as Triton kernels (the "triton" attention backend): each residual add
+        with the next RMSNorm, rotary + the K/V cache write, SiLU(gate) * up. A batch-1 decode step is many small
+        kernels a layer; each fusion removes launches and a round trip of its tensors through memory."""
         for module in self.modules():
-            if isinstance(module, RMSNorm):
+            if isinstance(module, (RMSNorm, LlamaAttention, LlamaMLP)):
                 module.fused = enabled
         return self
 

@@ -27,7 +27,7 @@ import os
 
 import torch
 
-from budgetscope.engine.triton_support import kernel, tl
+from budgetscope.engine.triton_support import kernel, next_power_of_2, tl
 
 
 def _paged_attention_kernel(
@@ -174,7 +174,7 @@ LAUNCH = launch_defaults()  # read once: every launch of this process has the sa
 
 def _block_m(group: int) -> int:
     """Rows a program packs: 16 (the smallest tl.dot tile), or the whole GQA group when it is larger."""
-    return max(16, 1 << (group - 1).bit_length())
+    return max(16, next_power_of_2(group))
 
 
 def paged_attention(
@@ -240,7 +240,7 @@ def paged_attention(
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
         HEAD_DIM=dim,
-        HEAD_DIM_PAD=max(16, 1 << (dim - 1).bit_length()),
+        HEAD_DIM_PAD=max(16, next_power_of_2(dim)),
         PAGE=block_size,
         TILE_N=tile_n,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",

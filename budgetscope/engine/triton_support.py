@@ -1,4 +1,5 @@
-"""Triton, when it imports: the engine's own kernels (paged attention, fused RMSNorm) are wrapped here.
+"""Triton, when it imports: the engine's own kernels (paged attention, the fused norm, rotary + K/V write and
+activation) are wrapped here.
 
 Kernels are wrapped with `triton.jit` on first use, not at import, once per interpreter setting: Triton reads
 TRITON_INTERPRET (its CPU interpreter, used by the tests) when it wraps a kernel. Nothing imports this module
@@ -34,6 +35,11 @@ def usable_on(device) -> bool:
 
 def torch_device_type(device) -> str:
     return device.type if hasattr(device, "type") else str(device).split(":")[0]
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (>= 1): tl.arange and tile shapes take powers of two only."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
 def kernel(fn, do_not_specialize: tuple[str, ...] = ()):
