@@ -21,20 +21,13 @@ from budgetscope.engine.llm_engine import LLMEngine
 from budgetscope.engine.sampling_params import SamplingParams
 from budgetscope.engine.telemetry import Telemetry
 from budgetscope.instrument import Instrumentation
+from test_engine_step import _engine as _cpu_engine
 
-CONFIG = dict(
-    model="tiny",
-    max_model_len=160,
-    num_kv_blocks=64,
-    max_num_seqs=6,
-    device="cpu",
-    dtype="float32",
-    max_num_batched_tokens=48,
-)
+SMALL = dict(max_model_len=160, max_num_seqs=6, max_num_batched_tokens=48)  # on test_engine_step's tiny CPU engine
 
 
-def _engine(async_scheduling: bool, telemetry=None, **kw) -> LLMEngine:
-    return LLMEngine(EngineConfig(**{**CONFIG, **kw, "async_scheduling": async_scheduling}), telemetry)
+def _engine(async_scheduling: bool, **kw) -> LLMEngine:
+    return _cpu_engine(**{**SMALL, **kw, "async_scheduling": async_scheduling})
 
 
 class FakeTrace:
@@ -216,7 +209,7 @@ def test_preemption_under_a_tiny_kv_cache_falls_back_to_a_sync_step():
 def test_step_spans_count_each_launched_step_once():
     exporter = InMemorySpanExporter()
     tel = Telemetry(Instrumentation(service_name="budgetscope-engine", exporter=exporter))
-    engine = _engine(True, tel)
+    engine = LLMEngine(EngineConfig(model="tiny", device="cpu", num_kv_blocks=32, async_scheduling=True), tel)
     launched = []
     launch = engine.runner.launch
     engine.runner.launch = lambda batch: launched.append(batch) or launch(batch)
@@ -273,40 +266,29 @@ def test_engine_serve_with_async_scheduling_gives_the_sync_tokens(tmp_path):
     non-streaming requests with the texts of the synchronous engine offline, counts every token once, records one
     engine.step span per step, frees every block, and stops cleanly on SIGTERM."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
     import threading
-    from pathlib import Path
 
     httpx = pytest.importorskip("httpx")
     from engine_fixtures import wait_for
-    from test_engine_core_process import _free_port, _ready
+    from test_sigterm import _free_port, _spawn, _terminate, _wait_ready
 
-    repo = Path(__file__).resolve().parents[1]
     prompts = [[256, 104, 105], list(range(1, 40)), list(range(1, 40)) + [9, 8, 7], [256] + [7] * 20]
     max_tokens = [12, 5, 9, 20]
-    want = [
-        s.output_token_ids
-        for s in _engine(False, max_model_len=512).generate(
-            prompts, [SamplingParams(max_tokens=m, temperature=0, ignore_eos=True) for m in max_tokens]
-        )
-    ]
+    offline = _engine(False, max_model_len=512)
+    params = [SamplingParams(max_tokens=m, temperature=0, ignore_eos=True) for m in max_tokens]
+    want = [offline.tokenizer.decode(s.output_token_ids) for s in offline.generate(prompts, params)]
     spans = tmp_path / "spans.jsonl"
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "budgetscope.cli", "engine", "serve", "--config", "tiny", "--device", "cpu"]
-        + ["--port", str(port), "--max-model-len", "512", "--kv-blocks", "64", "--max-seqs", "6"]
-        + ["--async-scheduling", "--exporter", f"jsonl:{spans}", "--log-level", "info"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(repo)},
-        stderr=subprocess.PIPE,
-        text=True,
+    base = f"http://127.0.0.1:{port}"
+    proc = _spawn(
+        ["-m", "budgetscope.cli", "engine", "serve", "--config", "tiny", "--device", "cpu", "--port", str(port)]
+        + ["--max-model-len", "512", "--kv-blocks", "64", "--max-seqs", "6", "--async-scheduling"]
+        + ["--exporter", f"jsonl:{spans}", "--log-level", "info"],
+        {},
+        tmp_path,
     )
     try:
-        base = f"http://127.0.0.1:{port}"
-        assert wait_for(lambda: _ready(base), timeout_s=90), "the server did not start"
+        _wait_ready(f"{base}/health", proc, timeout_s=90)
         texts: dict[int, str] = {}
 
         def ask(i: int) -> None:
@@ -323,19 +305,14 @@ def test_engine_serve_with_async_scheduling_gives_the_sync_tokens(tmp_path):
             t.start()
         for t in threads:
             t.join(60)
-        engine = _engine(False, max_model_len=512)
-        assert [texts[i] for i in range(len(prompts))] == [engine.tokenizer.decode(ids) for ids in want]
+        assert [texts.get(i) for i in range(len(prompts))] == want
         assert wait_for(lambda: _metric(httpx.get(f"{base}/metrics").text, "kv_blocks_used") == 0)
         metrics = httpx.get(f"{base}/metrics").text
         assert _metric(metrics, "generation_tokens_total") == sum(max_tokens)
         steps = _metric(metrics, "steps_total")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0
+        code, err = _terminate(proc)
+    assert code == 0, err
     assert "async scheduling" in err  # the engine process's start line
     records = [json.loads(line) for line in spans.read_text().splitlines()]
     assert sum(json.dumps(r).count('"engine.step"') for r in records) == steps > 0
