@@ -316,3 +316,35 @@ def test_engine_serve_with_async_scheduling_gives_the_sync_tokens(tmp_path):
     assert "async scheduling" in err  # the engine process's start line
     records = [json.loads(line) for line in spans.read_text().splitlines()]
     assert sum(json.dumps(r).count('"engine.step"') for r in records) == steps > 0
+
+
+def test_step_n_plus_1_is_launched_before_step_n_is_read_back():
+    """The ordering itself: with async scheduling every step after the first is launched before the tokens of the
+    step before it are waited for; without it, each step is waited for before the next launch."""
+    from budgetscope.engine.model_runner import PendingTokens
+
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    timelines = []
+    for async_scheduling in (False, True):
+        engine, timeline = _engine(async_scheduling), []
+        launch = engine.runner.launch
+
+        class Pending(PendingTokens):
+            def __init__(self, pending, k):
+                self.pending, self.k = pending, k
+
+            def wait(self):
+                timeline.append(f"W{self.k}")
+                return self.pending.wait()
+
+        def recording_launch(batch):
+            k = sum(x[0] == "L" for x in timeline) + 1
+            timeline.append(f"L{k}")
+            return Pending(launch(batch), k)
+
+        engine.runner.launch = recording_launch
+        engine.generate([[1, 2, 3], [4, 5, 6, 7]], params)
+        timelines.append(timeline)
+    sync, async_ = timelines
+    assert sync == [x for k in range(1, 7) for x in (f"L{k}", f"W{k}")]  # a prefill step, then five decode steps
+    assert async_ == ["L1"] + [x for k in range(2, 7) for x in (f"L{k}", f"W{k - 1}")] + ["W6"]
