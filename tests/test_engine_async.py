@@ -348,3 +348,11 @@ def test_step_n_plus_1_is_launched_before_step_n_is_read_back():
     sync, async_ = timelines
     assert sync == [x for k in range(1, 7) for x in (f"L{k}", f"W{k}")]  # a prefill step, then five decode steps
     assert async_ == ["L1"] + [x for k in range(2, 7) for x in (f"L{k}", f"W{k - 1}")] + ["W6"]
+
+
+def test_seeded_sampling_is_the_same_with_async_scheduling():
+    """Each seeded request draws from its own generator once per step it gets a token in: the same draws either way."""
+    params = SamplingParams(max_tokens=10, temperature=0.9, top_p=0.95, seed=11, ignore_eos=True)
+    prompts = _prompts()[:4]
+    got = [[s.output_token_ids for s in _engine(a).generate(prompts, params)] for a in (False, True)]
+    assert got[0] == got[1] and all(len(ids) == 10 for ids in got[0])
