@@ -74,6 +74,23 @@ def test_padded_step_path_gives_the_eager_tokens():
     assert engine.runner.graph_steps > 10  # every step went through the padded path
 
 
+def test_async_scheduling_through_the_padded_step_path():
+    """Step N+1 launched before step N's tokens are read: decode rows gather their input inside the padded step
+    (from StepGraphs' static sampled-id buffer, as a captured graph would); the same tokens."""
+    want = _run(_engine("triton"))
+    engine = _engine("triton", async_scheduling=True)
+    engine.runner.graphs = StepGraphs(
+        engine.model, engine.kv_cache, engine.device, max_seqs=4, max_tokens=24, max_model_len=256, capture=False
+    )
+    engine.runner.step_buffer, engine.runner.sampled = engine.runner.graphs.buffer, engine.runner.graphs.sampled
+    gathered = []
+    launch = engine.runner.launch
+    engine.runner.launch = lambda batch: gathered.extend(i >= 0 for i in batch.inflight_src) or launch(batch)
+    assert _run(engine) == want
+    assert engine.runner.graph_steps > 10 and sum(gathered) > 5
+    assert engine.block_manager.num_used_blocks == 0
+
+
 def test_token_buckets():
     assert token_buckets(4, 24) == [1, 2, 4, 24]
     assert token_buckets(64, 512) == [1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 192, 256, 320, 384, 448, 512]
@@ -81,12 +98,14 @@ def test_token_buckets():
 
 
 @pytest.mark.gpu
-def test_captured_step_graphs_give_the_eager_tokens_on_cuda():
-    """Every step (prefill chunks, mixed, decode) replayed from a CUDA graph gives the eager kernel's tokens."""
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_captured_step_graphs_give_the_eager_tokens_on_cuda(async_scheduling):
+    """Every step (prefill chunks, mixed, decode) replayed from a CUDA graph gives the eager kernel's tokens; with
+    async scheduling the in-flight inputs are gathered inside the graph."""
     if DEVICE != "cuda":
         pytest.skip("no CUDA GPU here")
     want = _run(_engine("triton"))
-    engine = _engine("triton", enforce_eager=False)
+    engine = _engine("triton", enforce_eager=False, async_scheduling=async_scheduling)
     graphs = engine.runner.graphs
     assert isinstance(graphs, StepGraphs) and graphs.num_graphs == len(token_buckets(4, 24))
     assert _run(engine) == want
@@ -114,3 +133,25 @@ def test_launch_does_not_synchronise_on_cuda(eager):
         engine.scheduler.postprocess(batch, pending.wait(), engine.eos_token_ids)
         launched += 1
     assert launched > 5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("eager", [False, True])
+def test_async_launch_does_not_synchronise_on_cuda(eager):
+    """Async scheduling: launching step N+1 (its inputs gathered from step N's ids on the device) never waits."""
+    if DEVICE != "cuda":
+        pytest.skip("no CUDA GPU here")
+    engine = _engine("triton", enforce_eager=eager, async_scheduling=True)
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    for prompt in _prompts()[0]:
+        engine.add(engine.make_sequence(prompt, params))
+    gathered = 0
+    while engine.has_work:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            launched = engine.launch_step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        gathered += sum(i >= 0 for i in launched.batch.inflight_src)
+        engine.finish_step(launched)
+    assert gathered > 5 and engine.block_manager.num_used_blocks == 0

@@ -62,10 +62,12 @@ def make_step(decode: int, context: int, chunk: int, gen: torch.Generator, num_b
         step.seqs.append(FakeSeq(n + 1, n, [free.pop() for _ in range(pages)]))
         step.num_new_tokens.append(1)
         step.is_sampled.append(True)
+        step.inflight_src.append(-1)  # every input on the host
     if chunk:
         step.seqs.append(FakeSeq(chunk, 0, [free.pop() for _ in range(-(-chunk // BLOCK))]))
         step.num_new_tokens.append(chunk)
         step.is_sampled.append(True)
+        step.inflight_src.append(-1)
     return step
 
 

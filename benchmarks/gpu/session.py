@@ -10,6 +10,8 @@ Phases, in the order they run (a failing phase prints its error and the next one
 - mixed: benchmarks/gpu/step_mix.py mixed, this engine (Triton attention, profiled);
 - served: `engine serve --config 1b --max-seqs 64` with the GPU sampler; `load` at 12 req/s (256/256 tokens,
   token ids), then a closed loop of 64 (saturation); the spans and samples come back as OUT/rec-served.tar.gz;
+- async: the same engine at saturation (closed loop of 64) with `--async-scheduling`, then
+  `--no-async-scheduling`: served output tok/s and kernels-busy % (NVML utilization over the timed window) of each;
 - baseline: with --baseline, step_mix.py mixed against the engine in DIR (an older checkout's `budgetscope/`);
 - decode: benchmarks/bench_gpu.py at batch 1 (copy bandwidth, tokens/s, bytes a step over step time), and the
   baseline's batch 1;
@@ -60,6 +62,7 @@ COST_S = {
     "decodeprof": 60,
     "inproc": 45,
     "served": 100,
+    "async": 120,
     "record": 60,
     "sweep": 70,
     "gemv": 20,
@@ -191,7 +194,7 @@ def serve_and_load(
             stderr=open(rec / "gpu.log", "w"),
             start_new_session=True,
         )
-        summaries = []
+        summaries, windows = [], []  # windows: each load's [start, end] in Unix ns
         for i, args in enumerate(loads):
             load = (
                 cli
@@ -207,9 +210,11 @@ def serve_and_load(
                 ]
                 + args
             )
+            t0_ns = time.time_ns()
             text = sh(out, load, timeout=240)
+            windows.append([t0_ns, time.time_ns()])
             summaries.append(text.strip().splitlines()[-12:] if text.strip() else [])
-        FIGURES.setdefault("served", {})[name] = {"loads": loads, "summaries": summaries}
+        FIGURES.setdefault("served", {})[name] = {"loads": loads, "summaries": summaries, "windows_ns": windows}
     finally:
         for p in (sampler, engine):
             if p is not None and p.poll() is None:
@@ -309,6 +314,7 @@ def phase_tests(out, args):
             "tests/test_engine_triton.py",
             "tests/test_engine_cuda_graphs.py",
             "tests/test_engine_step.py",
+            "tests/test_engine_async.py",
         ],
         150,
     )
@@ -451,6 +457,65 @@ def phase_served(out, args):
     )
 
 
+def saturation_load(seconds: float, warmup_s: int) -> list[str]:
+    """`load` arguments of a closed loop of 64 streams, 256 prompt / 256 output tokens (--smoke: 64 / 32, which the
+    `tiny` model on a CPU finishes within a short window)."""
+    prompt, output = ("64", "32") if SMOKE else ("256", "256")
+    lengths = ["--prompt-tokens", prompt, "--output-tokens", output]
+    return ["--concurrency", "64", "--warmup", f"{warmup_s}s", "--duration", str(seconds)] + lengths
+
+
+def kernels_busy(gpu_jsonl: Path, start_ns: int, end_ns: int) -> dict:
+    """NVML utilization (share of time a kernel ran) over [start_ns, end_ns] from `gpu sample`'s OTLP/JSON lines:
+    mean and median in %, and the number of samples; unknown (None, with why) without samples."""
+    values = []
+    if gpu_jsonl.exists():
+        for line in gpu_jsonl.read_text().splitlines():
+            for rm in json.loads(line).get("resourceMetrics", []):
+                for sm in rm.get("scopeMetrics", []):
+                    for m in sm.get("metrics", []):
+                        if m.get("name") != "hw.gpu.utilization":
+                            continue
+                        values += [
+                            float(p["asDouble"])
+                            for p in m["gauge"]["dataPoints"]
+                            if start_ns <= int(p["timeUnixNano"]) <= end_ns
+                        ]
+    if not values:
+        return {"kernels_busy_pct": None, "why": "no GPU utilization samples in the window"}
+    values.sort()
+    return {
+        "kernels_busy_pct": round(100 * sum(values) / len(values), 1),
+        "kernels_busy_median_pct": round(100 * values[len(values) // 2], 1),
+        "samples": len(values),
+    }
+
+
+def phase_async(out, args):
+    """Async scheduling on, then off: the same engine at saturation, served output tok/s and kernels-busy % each."""
+    warmup_s = 1 if SMOKE else 5
+    for flag, name in (("--async-scheduling", "async-on"), ("--no-async-scheduling", "async-off")):
+        serve_and_load(
+            out,
+            name,
+            ["--config", "1b", "--max-seqs", "64", "--attention", ATTENTION[0], flag],
+            [saturation_load(args.seconds, warmup_s)],
+            f"The `1b` engine behind a closed loop of 64 streams (256 prompt / 256 output tokens), `{flag}`.",
+        )
+        rec, served = WORK / f"rec-{name}", FIGURES.get("served", {}).get(name)
+        if served is None or not (rec / "load0.json").exists():
+            FIGURES.setdefault("async", {})[name] = {"error": "the engine or the load did not run (see log.txt)"}
+            continue
+        summary = json.loads((rec / "load0.json").read_text())["summary"]
+        start_ns, end_ns = served["windows_ns"][0]
+        FIGURES.setdefault("async", {})[name] = {
+            "output_tokens_per_s": summary.get("output_tokens_per_s"),
+            "ok": summary.get("ok"),
+            **kernels_busy(rec / "gpu.jsonl", start_ns + warmup_s * 10**9, end_ns),
+        }
+    log(out, "[async] " + json.dumps(FIGURES.get("async")))
+
+
 RECORDINGS = {
     "bandwidth-bound": (
         [
@@ -518,6 +583,7 @@ PHASES = {
     "attn": phase_attn,
     "mixed": phase_mixed,
     "served": phase_served,
+    "async": phase_async,
     "baseline": phase_baseline,
     "decode": phase_decode,
     "decodeprof": phase_decodeprof,

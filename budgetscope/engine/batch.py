@@ -4,6 +4,10 @@ Two layouts. The "sdpa" attention backend (the plain-PyTorch path) gets decode r
 prefill segments. The "triton" backend (`paged_attention.py`) gets `query_start_loc`, `seq_lens` and
 `block_tables`; all of a step's metadata then lives in one int64 buffer (`StepShape`), filled on the host and
 copied to the device in one non-blocking copy from pinned memory (`StepBuffer`), every tensor a view of it.
+
+With async scheduling a decode row's input token may still be on the device (sampled by the step in flight):
+`prev_index` names its row among that step's sampled ids and `gather_inflight` puts it into `input_ids` inside the
+step, from a static buffer, so no host round trip is needed and a CUDA graph can hold the gather.
 """
 
 from __future__ import annotations
@@ -36,16 +40,34 @@ class Batch:
     seq_lens: torch.Tensor | None = None  # [S] int64: context incl. this step's tokens
     block_tables: torch.Tensor | None = None  # [S, W] int64: sequence i's cache blocks
     block_size: int = 0  # tokens per block (paged layout)
+    prev_index: torch.Tensor | None = None  # [N] int64: row's input among the last step's sampled ids; -1: input_ids
 
 
-FIELDS = ("input_ids", "positions", "slot_mapping", "query_start_loc", "seq_lens", "logits_rows", "block_tables")
+FIELDS = (
+    "input_ids",
+    "positions",
+    "slot_mapping",
+    "prev_index",
+    "query_start_loc",
+    "seq_lens",
+    "logits_rows",
+    "block_tables",
+)
+
+
+def gather_inflight(input_ids: torch.Tensor, prev_index: torch.Tensor | None, sampled: torch.Tensor) -> torch.Tensor:
+    """input_ids with each row whose prev_index is >= 0 replaced by sampled[prev_index] (the previous step's sampled
+    id, read where it lies: on the device). Shapes stay static, so a CUDA graph can capture it."""
+    if prev_index is None:
+        return input_ids
+    return torch.where(prev_index >= 0, sampled[prev_index.clamp(min=0)], input_ids)
 
 
 @dataclass(frozen=True, slots=True)
 class StepShape:
     """Sizes of one step's packed metadata: tokens, sequences, block-table width, sampled rows.
 
-    Buffer order (FIELDS): input ids, positions, slots [tokens each]; query_start_loc [seqs + 1]; seq_lens [seqs];
+    Buffer order (FIELDS): input ids, positions, slots, prev_index [tokens each]; query_start_loc [seqs + 1]; seq_lens [seqs];
     logits rows [logits]; block tables [seqs x width]. Each field starts at an even element (16 bytes), so a
     kernel's pointer alignment, which Triton compiles for, is the same for every shape."""
 
@@ -58,7 +80,7 @@ class StepShape:
         """Each field's elements in the buffer."""
         t, s = self.tokens, self.seqs
         out, at = {}, 0
-        for name, n in zip(FIELDS, (t, t, t, s + 1, s, self.logits, s * self.width)):
+        for name, n in zip(FIELDS, (t, t, t, t, s + 1, s, self.logits, s * self.width)):
             out[name] = slice(at, at + n)
             at += n + (n & 1)
         return out
@@ -75,12 +97,21 @@ class StepShape:
 
 
 def pack_step(
-    out: np.ndarray, shape: StepShape, seqs, num_new_tokens, is_sampled, block_size: int, scratch_block: int
+    out: np.ndarray,
+    shape: StepShape,
+    seqs,
+    num_new_tokens,
+    is_sampled,
+    block_size: int,
+    scratch_block: int,
+    inflight_src=None,
 ) -> None:
     """Write a step's metadata into out[:shape.size] (int64), padded up to `shape`.
 
     Tokens beyond the real ones form one padding sequence right after the real sequences: positions 0.., K/V in
     the scratch block, attending only to it. Sequences beyond that have no tokens. Padded logits rows read row 0.
+    inflight_src (ScheduledBatch.inflight_src): a sequence whose one input token is still on the device gets input
+    id 0 and prev_index its row among the last step's sampled ids; every other row's prev_index is -1.
     """
     b = shape.views(out, block_size)
     t, s = shape.tokens, shape.seqs
@@ -105,10 +136,14 @@ def pack_step(
     positions[:] = np.arange(t) - np.repeat(qsl[:-1] - starts, q_lens)
     positions[n:] %= block_size  # padding rows: one block of the scratch block, whatever their number
     b.slot_mapping[:] = tables[owner, positions // block_size] * block_size + positions % block_size
-    ids = b.input_ids
+    ids, prev = b.input_ids, b.prev_index
+    prev[:] = -1
     row = 0
-    for seq, num in zip(seqs, num_new_tokens):
-        ids[row : row + num] = seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + num]
+    for i, (seq, num) in enumerate(zip(seqs, num_new_tokens)):
+        if inflight_src is not None and inflight_src[i] >= 0:
+            ids[row], prev[row] = 0, inflight_src[i]
+        else:
+            ids[row : row + num] = seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + num]
         row += num
     ids[n:] = 0
     logits = b.logits_rows
@@ -133,18 +168,20 @@ class StepBuffer:
         self._turn = 0
         self.dev = torch.zeros(capacity, dtype=torch.long, device=device) if self.on_cuda else None
 
-    def pack(self, shape: StepShape, seqs, num_new_tokens, is_sampled, block_size: int, scratch_block: int) -> Batch:
+    def pack(
+        self, shape: StepShape, seqs, num_new_tokens, is_sampled, block_size: int, scratch_block: int, inflight_src=None
+    ) -> Batch:
         """The step's paged Batch on the device (views of the device buffer at fixed addresses per shape)."""
         if shape.size > self.capacity:  # never within the scheduler's limits; a one-off buffer if it happens
             return StepBuffer(shape.size, self.device).pack(
-                shape, seqs, num_new_tokens, is_sampled, block_size, scratch_block
+                shape, seqs, num_new_tokens, is_sampled, block_size, scratch_block, inflight_src
             )
         i, self._turn = self._turn, 1 - self._turn
         host = self._host[i]
         event = self._events[i]
         if event is not None and not event.query():  # query: no wait (and no sync) in the usual case
             event.synchronize()
-        pack_step(host.numpy(), shape, seqs, num_new_tokens, is_sampled, block_size, scratch_block)
+        pack_step(host.numpy(), shape, seqs, num_new_tokens, is_sampled, block_size, scratch_block, inflight_src)
         if not self.on_cuda:
             return shape.views(host, block_size)
         self.dev[: shape.size].copy_(host[: shape.size], non_blocking=True)

@@ -87,10 +87,11 @@ class BlockManager:
         return True
 
     def commit(self, seq: Sequence) -> None:
-        """Register seq's newly completed full blocks in the prefix cache."""
+        """Register seq's newly completed full blocks in the prefix cache (those whose tokens are all known: with
+        async scheduling a computed token may still be in flight, its id not yet read back)."""
         if not self.enable_prefix_caching:
             return
-        num_full = seq.num_computed_tokens // self.block_size
+        num_full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
         if num_full <= seq.num_hashed_blocks:
             return
         hashes = self._hashes(seq, num_full)

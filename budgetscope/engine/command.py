@@ -105,6 +105,13 @@ def engine():
     "and without --compile, sdpa otherwise.",
 )
 @click.option(
+    "--async-scheduling/--no-async-scheduling",
+    default=None,
+    help="Schedule and launch step N+1 before step N's sampled tokens are read back (their ids are read on the "
+    "device), as vLLM V1 does. Default: on with a CUDA device in the engine process; off on a CPU and with "
+    "--engine-in-process.",
+)
+@click.option(
     "--engine-in-process",
     is_flag=True,
     help="Step the engine on a thread of the server's process (the layout before the engine process; for "
@@ -145,6 +152,7 @@ def serve(
     enforce_eager,
     compile_,
     attention,
+    async_scheduling,
     engine_in_process,
     instrument,
     exporter,
@@ -205,6 +213,7 @@ def serve(
             enforce_eager=enforce_eager,
             compile=compile_,
             attention_backend=attention,
+            async_scheduling=async_scheduling,
         )
         telemetry = Telemetry.create(enabled=instrument, exporter=exporter)
         if engine_in_process:

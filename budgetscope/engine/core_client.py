@@ -222,6 +222,8 @@ class CoreClient:
     def _on_step(self, msg: list) -> None:
         _, token_ns, entries, step, state = msg
         live, metrics = self._live, self.metrics
+        if step is not None:  # first: a request the entries finish may end its response (and a flush) before
+            self.telemetry.step(**dict(zip(P.STEP_FIELDS, step)))
         for handle, ids, events, reason, outcome, cached in entries:
             seq = live.get(handle)
             if seq is None:  # the API side ended it (stop string, client gone) after the engine made these
@@ -238,8 +240,6 @@ class CoreClient:
                 live.pop(handle, None)
             if (ids or reason is not None) and seq.on_output is not None:
                 seq.on_output(seq)
-        if step is not None:
-            self.telemetry.step(**dict(zip(P.STEP_FIELDS, step)))
         self.state = P.CoreState.from_list(state)
 
     def _die(self, reason: str) -> None:

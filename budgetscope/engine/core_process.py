@@ -3,7 +3,9 @@
 Started by `CoreClient` (multiprocessing, spawn: never forked after torch or CUDA is initialised). It takes requests
 and aborts from the API server process over one socket and sends back, once per step, every request's new token
 ids, stage events, finish, and the engine's state (`core_protocol`). The loop overlaps the device: it launches step
-N, then sends step N-1's outputs and reads new messages while the GPU runs N, then waits for N's tokens.
+N, then sends step N-1's outputs and reads new messages while the GPU runs N, then waits for N's tokens. With async
+scheduling (on by default with CUDA) the launch is of step N+1, scheduled before N's tokens are read back, and the
+wait is for N's: the GPU always has the next step queued.
 
 It exports no span itself: its stage events and `engine.step` records travel back with the outputs and the API
 process's exporter builds every span (docs/engine.md, "The engine process").
@@ -11,6 +13,7 @@ process's exporter builds every span (docs/engine.md, "The engine process").
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -93,8 +96,10 @@ class EngineCore:
 
     def __init__(self, config: EngineConfig, conn):
         # imported on use: torch 5376 ms, concurrent.futures 92 ms, asyncio 89 ms to import
-        from budgetscope.engine.llm_engine import LLMEngine
+        from budgetscope.engine.llm_engine import LLMEngine, resolve_device
 
+        if config.async_scheduling is None:  # auto: on where the device runs behind the host
+            config = dataclasses.replace(config, async_scheduling=resolve_device(config).type == "cuda")
         self.conn = conn
         self.parent_pid = os.getppid()
         self.recorder = StepRecorder()
@@ -242,6 +247,7 @@ class EngineCore:
             self.stopping = True
 
     def _fail_all(self) -> None:
+        self.engine.discard_inflight()
         sched = self.engine.scheduler
         for seq in sched.running + [s for q in sched.waiting.values() for s in q]:
             sched.finish(seq, "error", "error")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from budgetscope.engine.batch import Batch, StepBuffer, StepShape
+from budgetscope.engine.batch import Batch, StepBuffer, StepShape, gather_inflight
 from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM
 
@@ -94,6 +94,8 @@ class StepGraphs:
         self.sizes = token_buckets(max_seqs, max_tokens)
         self.width = -(-max(max_model_len, max_tokens) // self.block_size)
         self.buffer = StepBuffer(self.shape(self.sizes[-1]).size, device)
+        # the last step's sampled ids (ModelRunner copies them here): a static buffer the captured gather reads
+        self.sampled = torch.zeros(max_seqs, dtype=torch.long, device=device)
         self._graphs: dict[int, _StepGraph] = {}
         self._pool = None
         self.capture_s = 0.0
@@ -108,7 +110,8 @@ class StepGraphs:
         return next(t for t in self.sizes if t >= num_tokens)
 
     def _forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
+        input_ids = gather_inflight(batch.input_ids, batch.prev_index, self.sampled)
+        hidden = self.model(input_ids, batch.positions, batch, self.kv_cache.layers)
         logits = self.model.compute_logits(hidden[batch.logits_rows])
         return logits, logits.argmax(dim=-1)
 
@@ -152,17 +155,21 @@ class StepGraphs:
         g = self._graphs[tokens] = _StepGraph(batch, logits, greedy, graph)
         return g
 
-    def run(self, seqs, num_new_tokens: list[int], is_sampled: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits [R, vocab] float32, their argmax [R]) of the R sampled sequences; every token's K/V is cached."""
+    def run(
+        self, seqs, num_new_tokens: list[int], is_sampled: list[bool], inflight_src: list[int] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [R, vocab] float32, their argmax [R]) of the R sampled sequences; every token's K/V is cached.
+        inflight_src: as ScheduledBatch's (inputs gathered from `self.sampled`)."""
         tokens = self.bucket(sum(num_new_tokens), len(seqs))
         shape = self.shape(tokens)
         rows = sum(is_sampled)
+        scratch = self.kv_cache.scratch_block
         if self.capture:
             g = self._get(tokens)
-            self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size, self.kv_cache.scratch_block)
+            self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size, scratch, inflight_src)
             g.graph.replay()
             return g.logits[:rows], g.greedy[:rows]
-        batch = self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size, self.kv_cache.scratch_block)
+        batch = self.buffer.pack(shape, seqs, num_new_tokens, is_sampled, self.block_size, scratch, inflight_src)
         logits, greedy = self._forward(batch)
         return logits[:rows], greedy[:rows]
 
@@ -180,13 +187,15 @@ class _Static:
 
     batch: int
     context: int
-    host: torch.Tensor  # [4b + b * width] int64, pinned on CUDA
+    host: torch.Tensor  # [5b + b * width] int64, pinned on CUDA
     dev: torch.Tensor  # the same on the device; the views below are slices of it
     input_ids: torch.Tensor  # [b]
     positions: torch.Tensor  # [b]
     slot_mapping: torch.Tensor  # [b]
     context_lens: torch.Tensor  # [b]
+    prev_index: torch.Tensor  # [b]: the row's input among the last step's sampled ids; -1: input_ids
     block_tables: torch.Tensor  # [b, context / block_size]
+    copied: torch.cuda.Event | None = None  # recorded behind the last host-to-device copy of `host`
     logits: torch.Tensor | None = None  # [b, vocab] float32, written by the forward
     greedy: torch.Tensor | None = None  # [b] argmax of the logits, computed in the graph
     graph: torch.cuda.CUDAGraph | None = None
@@ -219,6 +228,8 @@ class DecodeGraphs:
         self._static: dict[tuple[int, int], _Static] = {}
         self._pool = None
         self.capture_s = 0.0  # time spent capturing graphs (engine start)
+        # the last step's sampled ids (ModelRunner copies them here): a static buffer the captured gather reads
+        self.sampled = torch.zeros(max_batch, dtype=torch.long, device=device)
         # torch.compile (inductor) fuses the elementwise work of a layer (norms, rotary, SiLU, residuals) into a
         # few kernels; shapes are symbolic (dynamic=True), so every bucket shares one compiled graph (two: batch 1
         # is specialised). Off by default: it costs a minute or more at engine start.
@@ -235,7 +246,7 @@ class DecodeGraphs:
 
     def _buffers(self, b: int, length: int) -> _Static:
         width = length // self.block_size
-        host = torch.zeros(4 * b + b * width, dtype=torch.long, pin_memory=self.device.type == "cuda")
+        host = torch.zeros(5 * b + b * width, dtype=torch.long, pin_memory=self.device.type == "cuda")
         dev = torch.zeros_like(host, device=self.device)
         st = _Static(
             b,
@@ -246,23 +257,33 @@ class DecodeGraphs:
             positions=dev[b : 2 * b],
             slot_mapping=dev[2 * b : 3 * b],
             context_lens=dev[3 * b : 4 * b],
-            block_tables=dev[4 * b :].view(b, width),
+            prev_index=dev[4 * b : 5 * b],
+            block_tables=dev[5 * b :].view(b, width),
         )
-        self._fill(st, [], [], [], [], [])  # every row padding: safe to run during warm-up and capture
+        self._fill(st, [], [], [], [], [], [])  # every row padding: safe to run during warm-up and capture
         st.dev.copy_(st.host)
         return st
 
-    def _fill(self, st: _Static, input_ids, positions, slot_mapping, block_tables, context_lens) -> None:
-        """Write one step's inputs, padded to the bucket, into the pinned host buffer."""
+    def _fill(self, st: _Static, input_ids, positions, slot_mapping, block_tables, context_lens, prev_index) -> None:
+        """Write one step's inputs, padded to the bucket, into the pinned host buffer (once its last copy is done:
+        with async scheduling the step before may not have been waited for)."""
+        if st.copied is not None:
+            st.copied.synchronize()
         b, n, width = st.batch, len(input_ids), st.context // self.block_size
         scratch = self.kv_cache.scratch_block
         h = st.host.numpy()
         for k, (values, pad) in enumerate(
-            ((input_ids, 0), (positions, 0), (slot_mapping, scratch * self.block_size), (context_lens, 1))
+            (
+                (input_ids, 0),
+                (positions, 0),
+                (slot_mapping, scratch * self.block_size),
+                (context_lens, 1),
+                (prev_index or [-1] * n, -1),
+            )
         ):
             h[k * b : k * b + n] = values
             h[k * b + n : (k + 1) * b] = pad
-        tables = h[4 * b :].reshape(b, width)
+        tables = h[5 * b :].reshape(b, width)
         tables[:] = scratch
         for i, t in enumerate(block_tables):
             m = min(len(t), width)
@@ -270,9 +291,14 @@ class DecodeGraphs:
 
     # -- the forward every bucket runs ---------------------------------------------------------------------
     def _forward(self, st: _Static) -> torch.Tensor:
-        return self._step(st.input_ids, st.positions, st.slot_mapping, st.block_tables, st.context_lens)
+        return self._step(
+            st.input_ids, st.positions, st.slot_mapping, st.block_tables, st.context_lens, st.prev_index, self.sampled
+        )
 
-    def _forward_tensors(self, input_ids, positions, slot_mapping, block_tables, context_lens) -> torch.Tensor:
+    def _forward_tensors(
+        self, input_ids, positions, slot_mapping, block_tables, context_lens, prev_index, sampled
+    ) -> torch.Tensor:
+        input_ids = gather_inflight(input_ids, prev_index, sampled)
         size = self.block_size
         pos = torch.arange(block_tables.shape[1] * size, device=input_ids.device)
         slots = block_tables[:, pos // size] * size + pos % size  # [b, L]
@@ -350,13 +376,18 @@ class DecodeGraphs:
         slot_mapping: list[int],
         block_tables: list[list[int]],
         context_lens: list[int],
+        prev_index: list[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits [B, vocab] float32, their argmax [B]) of one decode step of B sequences; its K/V land in the cache."""
+        """(logits [B, vocab] float32, their argmax [B]) of one decode step of B sequences; its K/V land in the cache.
+        prev_index[i] >= 0: row i's input is that row of the last step's sampled ids (`self.sampled`), not input_ids."""
         n = len(input_ids)
         b, length = self.bucket(n, max(context_lens))
         st = self._get(b, length)
-        self._fill(st, input_ids, positions, slot_mapping, block_tables, context_lens)
-        st.dev.copy_(st.host, non_blocking=True)  # pinned: asynchronous; the next step's fill waits on the ids
+        self._fill(st, input_ids, positions, slot_mapping, block_tables, context_lens, prev_index)
+        st.dev.copy_(st.host, non_blocking=True)  # pinned: asynchronous; the next fill of this bucket waits for it
+        if self.device.type == "cuda":
+            st.copied = st.copied or torch.cuda.Event()
+            st.copied.record()
         if st.graph is not None:
             st.graph.replay()
             return st.logits[:n], st.greedy[:n]

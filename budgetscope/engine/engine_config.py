@@ -39,6 +39,9 @@ class EngineConfig:
     enforce_eager: bool = False  # True: no CUDA graphs for decode steps (on cpu there are none anyway)
     compile: bool = False  # torch.compile the decode graphs' forward (fewer kernels; slower start)
     attention_backend: str = "auto"  # "triton" (paged kernel), "sdpa" (PyTorch gather); auto: triton on CUDA
+    # schedule and launch step N+1 before step N's sampled tokens are read back (docs/engine.md, "Async
+    # scheduling"); None: on in the engine process of `engine serve` on CUDA, off elsewhere
+    async_scheduling: bool | None = None
 
     def __post_init__(self):
         if self.block_size <= 0 or self.max_model_len <= 1:

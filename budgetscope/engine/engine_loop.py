@@ -143,6 +143,7 @@ class EngineLoop:
         observe_wait(self.service, seq, now)
 
     def _fail_all(self) -> None:
+        self.engine.discard_inflight()
         sched = self.engine.scheduler
         for seq in sched.running + [s for q in sched.waiting.values() for s in q]:
             sched.finish(seq, "error", "error")

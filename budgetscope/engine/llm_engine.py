@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +33,8 @@ class LaunchedStep:
     expired: list[Sequence]  # sequences whose deadline passed at the start of the step
     batch: ScheduledBatch
     pending: PendingTokens | None  # None when nothing was scheduled
+    previous: LaunchedStep | None = None  # async: the step in flight when this one launched, finished next
+    touched: list[Sequence] = field(default_factory=list)  # got a token or finished before this step launched
 
 
 class LLMEngine:
@@ -48,11 +50,7 @@ class LLMEngine:
         self.metrics = metrics or EngineMetrics()
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        self.device = torch.device(
-            "cuda"
-            if config.device == "auto" and torch.cuda.is_available()
-            else ("cpu" if config.device == "auto" else config.device)
-        )
+        self.device = resolve_device(config)
         self.dtype = _dtype(config.dtype, self.device)
         self.attention_backend = attention_backend(config, self.device)  # refused before anything loads
         self.front = Frontend(config, self.telemetry, self.metrics)
@@ -88,6 +86,7 @@ class LLMEngine:
                     compile=config.compile,
                 )
             graphs.capture_all()
+        self._inflight: LaunchedStep | None = None  # async: the step launched last, its tokens not yet read back
         self.runner = ModelRunner(
             self.model,
             self.kv_cache,
@@ -98,8 +97,12 @@ class LLMEngine:
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len,
         )
+        # async scheduling: step N+1 is scheduled and launched before step N's tokens are read back. None (auto)
+        # is off here: the engine process of `engine serve` resolves it (on with CUDA) before it builds the engine
+        self.async_scheduling = bool(config.async_scheduling)
+        self.runner.keep_sampled = self.async_scheduling
         log.info(
-            "engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB), %s attention",
+            "engine: %s (%.1fM params) on %s/%s, %d KV blocks of %d tokens (%.1f MiB), %s attention, %s scheduling",
             self.model_name,
             self.model_config.num_parameters / 1e6,
             self.device,
@@ -108,6 +111,7 @@ class LLMEngine:
             config.block_size,
             self.kv_cache.num_bytes / 2**20,
             self.attention_backend,
+            "async" if self.async_scheduling else "sync",
         )
 
     def _load_model(self) -> LlamaForCausalLM:
@@ -142,58 +146,92 @@ class LLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or self._inflight is not None
+
+    def discard_inflight(self) -> None:
+        """Forget the step in flight without reading its tokens (after a failed step: its requests are failed)."""
+        self._inflight = None
 
     # -- one step -------------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """Run one batch. Returns sequences that got a token or finished; their on_output was called."""
+        """Run one batch. Returns sequences that got a token or finished; their on_output was called.
+
+        With async scheduling this launches step N+1 and finishes step N (the one launched by the call before)."""
         return self.finish_step(self.launch_step())
 
     def launch_step(self) -> LaunchedStep:
         """First half of a step: expire deadlines, schedule, and queue the batch on the device (ModelRunner.launch);
-        returns at once on a GPU. finish_step() must follow before the next launch_step()."""
+        returns at once on a GPU. finish_step() must follow before the next launch_step().
+
+        Async scheduling: the batch is scheduled around the step still in flight (its sampled tokens counted, read
+        on the device) and that step is finished by the finish_step() that follows, while this one stays in
+        flight. Where that schedule would have to preempt, the step in flight is finished first and the batch is
+        scheduled again synchronously (its touched sequences ride on the returned step)."""
         start_ns = time.time_ns()
         expired = self.scheduler.expire(start_ns)
         for seq in expired:
             seq.trace.mark("postprocess")
-        batch = self.scheduler.schedule()
-        pending = None if batch.is_empty else self.runner.launch(batch)
-        return LaunchedStep(start_ns, expired, batch, pending)
+        previous, self._inflight = self._inflight, None
+        batch = self.scheduler.schedule(may_preempt=previous is None)
+        touched = []
+        if batch.needs_sync:
+            touched = self._complete(previous)
+            previous = None
+            batch = self.scheduler.schedule()
+        pending = None
+        if not batch.is_empty:
+            pending = self.runner.launch(batch)
+            self.scheduler.launched(batch)
+        return LaunchedStep(start_ns, expired, batch, pending, previous, touched)
 
     def finish_step(self, launched: LaunchedStep) -> list[Sequence]:
         """Second half: wait for the sampled tokens, append them, finish what ended, record the step. Returns the
-        sequences that got a token or finished; their on_output was called."""
-        touched, batch = launched.expired, launched.batch
-        if launched.pending is not None:
-            finished = self.scheduler.postprocess(batch, launched.pending.wait(), self.eos_token_ids)
-            now_ns = time.time_ns()
-            for seq, is_sampled in zip(batch.seqs, batch.is_sampled):
-                if is_sampled:
-                    self.metrics.observe_token(seq, now_ns)
-                    seq.first_token_ns = seq.first_token_ns or now_ns
-                    seq.last_token_ns = now_ns
-                    seq.trace.token()
-                    touched.append(seq)
-            for seq in finished:
-                seq.trace.mark("postprocess")
-            self.metrics.steps += 1
-            self.telemetry.step(
-                start_ns=launched.start_ns,
-                end_ns=time.time_ns(),
-                batch_size=len(batch.seqs),
-                prefill_tokens=batch.num_prefill_tokens,
-                decode_seqs=batch.num_decode_seqs,
-                kv_blocks_used=self.block_manager.num_used_blocks,
-                kv_blocks_total=self.block_manager.num_blocks,
-                queue_depth=self.scheduler.num_waiting,
-                preempted=len(batch.preempted),
-                max_seqs=self.config.max_num_seqs,
-                token_budget=self.config.max_num_batched_tokens,
-            )
+        sequences that got a token or finished; their on_output was called.
+
+        Async scheduling: finishes the step in flight when `launched` was launched, and keeps `launched` in flight
+        (finished by the next call), unless it is empty."""
+        touched = launched.expired + launched.touched
+        if launched.previous is not None:
+            touched += self._complete(launched.previous)
+        if self.async_scheduling and launched.pending is not None:
+            self._inflight = launched
+        else:
+            touched += self._complete(launched)
         for seq in touched:
             if seq.on_output is not None:
                 seq.on_output(seq)
         return touched
+
+    def _complete(self, launched: LaunchedStep) -> list[Sequence]:
+        """Read a launched step's tokens back and account them (append, finish, metrics, the engine.step record).
+        Returns the sequences that got a token or finished; on_output is the caller's to call."""
+        if launched.pending is None:
+            return []
+        batch = launched.batch
+        emitted, finished = self.scheduler.postprocess(batch, launched.pending.wait(), self.eos_token_ids)
+        now_ns = time.time_ns()
+        for seq in emitted:
+            self.metrics.observe_token(seq, now_ns)
+            seq.first_token_ns = seq.first_token_ns or now_ns
+            seq.last_token_ns = now_ns
+            seq.trace.token()
+        for seq in finished:
+            seq.trace.mark("postprocess")
+        self.metrics.steps += 1
+        self.telemetry.step(
+            start_ns=launched.start_ns,
+            end_ns=time.time_ns(),
+            batch_size=len(batch.seqs),
+            prefill_tokens=batch.num_prefill_tokens,
+            decode_seqs=batch.num_decode_seqs,
+            kv_blocks_used=self.block_manager.num_used_blocks,
+            kv_blocks_total=self.block_manager.num_blocks,
+            queue_depth=self.scheduler.num_waiting,
+            preempted=len(batch.preempted),
+            max_seqs=self.config.max_num_seqs,
+            token_budget=self.config.max_num_batched_tokens,
+        )
+        return emitted
 
     # -- offline ----------------------------------------------------------------------------------
     def generate(
@@ -224,6 +262,13 @@ class LLMEngine:
     def finish_trace(self, seq: Sequence, outcome: str | None = None) -> None:
         """End seq's request trace and count it in the metrics (once the response is complete)."""
         self.front.finish_trace(seq, outcome)
+
+
+def resolve_device(config: EngineConfig) -> torch.device:
+    """The device config names; "auto": cuda when available, else cpu."""
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(config.device)
 
 
 def attention_backend(config: EngineConfig, device: torch.device) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from budgetscope.engine.batch import Batch, StepBuffer, StepShape
+from budgetscope.engine.batch import Batch, StepBuffer, StepShape, gather_inflight
 from budgetscope.engine.cuda_graphs import DecodeGraphs, StepGraphs
 from budgetscope.engine.kv_cache import KVCache
 from budgetscope.engine.model import LlamaForCausalLM
@@ -43,7 +43,10 @@ class PendingTokens:
 class ModelRunner:
     """attention "sdpa": the plain-PyTorch gather path (decode-only steps through DecodeGraphs when given);
     "triton": the paged-attention kernel, metadata packed in one buffer, every step through StepGraphs when given.
-    max_* bound the packed metadata buffer of eager "triton" steps."""
+    max_* bound the packed metadata buffer of eager "triton" steps.
+
+    `keep_sampled` (async scheduling): each step's sampled ids are also copied, on the device, into `self.sampled`
+    (the graphs' static buffer when there are graphs), where the next step gathers the inputs still in flight."""
 
     def __init__(
         self,
@@ -64,6 +67,10 @@ class ModelRunner:
         self.attention = attention
         self.graphs = graphs  # steps go through these when they fit a bucket
         self.graph_steps = 0  # steps that ran padded/static (as graphs on CUDA)
+        self.keep_sampled = False
+        self.sampled = (
+            graphs.sampled if graphs is not None else torch.zeros(max_num_seqs, dtype=torch.long, device=device)
+        )
         self.step_buffer = None
         if attention == "triton":
             if isinstance(graphs, StepGraphs):
@@ -81,22 +88,36 @@ class ModelRunner:
     def launch(self, scheduled: ScheduledBatch) -> PendingTokens:
         """Queue the step on the device and return at once; `.wait()` on the result gives run()'s ids.
 
-        Contract: wait() a step before the next launch() (the next step reads the tokens this one samples, and
-        the sdpa decode graphs refill their one staging buffer). What overlaps the GPU is the host work between
-        launch() and wait(): scheduling the next step, detokenizing, streaming."""
-        sampled = [s for s, is_sampled in zip(scheduled.seqs, scheduled.is_sampled) if is_sampled]
+        A row whose input is still in flight (scheduled.inflight_src) reads it from the previous launch's sampled
+        ids on the device, so this step may be launched before that one's wait() (async scheduling); at most one
+        step may be in flight when the next is launched. What overlaps the GPU is the host work between launch()
+        and wait(): scheduling the next step, detokenizing, streaming."""
+        return PendingTokens(self._keep(self._launch(scheduled)))
+
+    def _keep(self, ids: torch.Tensor | None) -> torch.Tensor | None:
+        """With keep_sampled, copy the step's sampled ids into the static buffer the next step gathers from."""
+        if self.keep_sampled and ids is not None:
+            self.sampled[: len(ids)].copy_(ids, non_blocking=True)
+        return ids
+
+    def _launch(self, scheduled: ScheduledBatch) -> torch.Tensor | None:
+        """The step's sampled ids on the device, not waited for (None when no sequence is sampled)."""
+        sampled = scheduled.sampled_seqs
         if isinstance(self.graphs, StepGraphs) and self.graphs.bucket(scheduled.num_tokens, len(scheduled.seqs)):
-            logits, greedy = self.graphs.run(scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled)
+            logits, greedy = self.graphs.run(
+                scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled, scheduled.inflight_src
+            )
             self.graph_steps += 1
-            return PendingTokens(self.sampler.sample(logits, sampled, greedy=greedy) if sampled else None)
+            return self.sampler.sample(logits, sampled, greedy=greedy) if sampled else None
         if isinstance(self.graphs, DecodeGraphs) and self._graphable(scheduled):
-            return PendingTokens(self._run_graph(scheduled.seqs))
+            return self._run_graph(scheduled.seqs, scheduled.inflight_src)
         batch = self.prepare(scheduled)
-        hidden = self.model(batch.input_ids, batch.positions, batch, self.kv_cache.layers)
+        input_ids = gather_inflight(batch.input_ids, batch.prev_index, self.sampled)
+        hidden = self.model(input_ids, batch.positions, batch, self.kv_cache.layers)
         if not sampled:
-            return PendingTokens(None)
+            return None
         logits = self.model.compute_logits(hidden[batch.logits_rows])
-        return PendingTokens(self.sampler.sample(logits, sampled))
+        return self.sampler.sample(logits, sampled)
 
     def _graphable(self, scheduled: ScheduledBatch) -> bool:
         """A decode-only step (one new token a sequence, every one sampled) that fits a graph bucket."""
@@ -105,15 +126,16 @@ class ModelRunner:
         longest = max(s.num_computed_tokens for s in scheduled.seqs) + 1
         return self.graphs.bucket(len(scheduled.seqs), longest) is not None
 
-    def _run_graph(self, seqs: list[Sequence]) -> torch.Tensor:
+    def _run_graph(self, seqs: list[Sequence], inflight_src: list[int]) -> torch.Tensor:
         size = self.block_size
         pos = [s.num_computed_tokens for s in seqs]
         logits, greedy = self.graphs.run(
-            input_ids=[s.token_ids[p] for s, p in zip(seqs, pos)],
+            input_ids=[0 if src >= 0 else s.token_ids[p] for s, p, src in zip(seqs, pos, inflight_src)],
             positions=pos,
             slot_mapping=[s.block_table[p // size] * size + p % size for s, p in zip(seqs, pos)],
             block_tables=[s.block_table for s in seqs],
             context_lens=[p + 1 for p in pos],
+            prev_index=inflight_src,
         )
         self.graph_steps += 1
         return self.sampler.sample(logits, seqs, greedy=greedy)
@@ -130,7 +152,13 @@ class ModelRunner:
         width = max(-(-(s.num_computed_tokens + n) // size) for s, n in zip(scheduled.seqs, scheduled.num_new_tokens))
         shape = StepShape(scheduled.num_tokens, len(scheduled.seqs), width, sum(scheduled.is_sampled))
         return self.step_buffer.pack(
-            shape, scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled, size, self.kv_cache.scratch_block
+            shape,
+            scheduled.seqs,
+            scheduled.num_new_tokens,
+            scheduled.is_sampled,
+            size,
+            self.kv_cache.scratch_block,
+            scheduled.inflight_src,
         )
 
     def _prepare_sdpa(self, scheduled: ScheduledBatch) -> Batch:
@@ -141,12 +169,20 @@ class ModelRunner:
         logits_rows: list[int] = []
         decode_rows: list[int] = []
         decode_seqs: list[Sequence] = []
+        prev_index: list[int] = []
         segments = []
         row = 0
-        for seq, num_new, is_sampled in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled):
+        for seq, num_new, is_sampled, src in zip(
+            scheduled.seqs, scheduled.num_new_tokens, scheduled.is_sampled, scheduled.inflight_src
+        ):
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + num_new
             table = seq.block_table
-            input_ids.extend(seq.token_ids[start:end])
+            if src >= 0:  # its one input token is still on the device: gathered there (gather_inflight)
+                input_ids.append(0)
+                prev_index.append(src)
+            else:
+                input_ids.extend(seq.token_ids[start:end])
+                prev_index.extend([-1] * num_new)
             positions.extend(range(start, end))
             slots.extend(table[p // size] * size + p % size for p in range(start, end))
             if num_new == 1:
@@ -174,6 +210,7 @@ class ModelRunner:
             decode_context_slots=decode_slots,
             decode_context_mask=decode_mask,
             prefill_segments=segments,
+            prev_index=torch.tensor(prev_index, device=dev) if max(prev_index) >= 0 else None,
         )
 
     def _context_slots(self, seqs: list[Sequence], lengths: list[int]):

@@ -57,6 +57,8 @@ class Sequence:
         "generator",
         "admitted_mono_ns",
         "wait_forecast",
+        "num_inflight_tokens",
+        "inflight_row",
     )
 
     def __init__(
@@ -102,6 +104,10 @@ class Sequence:
         self.generator = None  # a torch.Generator when params.seed is set (made by the sampler)
         self.admitted_mono_ns: int | None = None  # monotonic ns of the first schedule (deadline-aware admission)
         self.wait_forecast: tuple[int, float] | None = None  # (monotonic ns submitted, forecast wait s) till observed
+        # async scheduling: tokens sampled by launched steps, not yet read back (not in token_ids), and the row of
+        # the latest one among its step's sampled ids (where the next step's input gathers it from on the device)
+        self.num_inflight_tokens = 0
+        self.inflight_row = -1
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -109,6 +115,11 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def num_total_tokens(self) -> int:
+        """num_tokens plus the tokens sampled on the device and not yet read back (what the scheduler plans with)."""
+        return len(self.token_ids) + self.num_inflight_tokens
 
     @property
     def num_output_tokens(self) -> int:
