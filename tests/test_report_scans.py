@@ -298,3 +298,20 @@ def test_joins_skipped_for_empty_tables_change_nothing(con, monkeypatch):
     joined = build_report(counting, budgets)
     assert any("spans s WHERE" in s for s in counting.statements)
     assert _json_close(skipped, joined)
+
+
+def test_a_table_an_older_archive_lacks_holds_nothing():
+    """An archive written before `server_metrics` existed: the probe counts the missing table as empty (its joins
+    are skipped) instead of failing the report."""
+    c = duckdb.connect()
+    for stmt in schema.create_statements():
+        c.execute(stmt)
+    c.execute("INSERT INTO spans (trace_id, span_id, name, source) VALUES ('t', 's', 'x', 'other')")
+    c.execute("DROP TABLE server_metrics")
+    assert coverage.contents(c) == {
+        "gpu_samples": False,
+        "engine_steps": False,
+        "kv_gauges": False,
+        "unclaimed": True,
+    }
+    assert build_report(c, None)["unclaimed_spans"]["total"] == 1

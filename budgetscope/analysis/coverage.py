@@ -48,13 +48,25 @@ def contents(con) -> dict[str, bool]:
         "kv_gauges": f"SELECT 1 FROM server_metrics WHERE metric IN ({names})",
         "unclaimed": f"SELECT 1 FROM spans WHERE source = '{UNCLAIMED_SOURCE}'",
     }
-    row = con.execute(
-        "SELECT " + ", ".join(f"(SELECT count(*) FROM ({q} LIMIT 1) AS p{i})" for i, q in enumerate(probes.values()))
-    ).fetchone()
-    found = {k: bool(v) for k, v in zip(probes, row)}
+    try:
+        row = con.execute(
+            "SELECT "
+            + ", ".join(f"(SELECT count(*) FROM ({q} LIMIT 1) AS p{i})" for i, q in enumerate(probes.values()))
+        ).fetchone()
+        found = {k: bool(v) for k, v in zip(probes, row)}
+    except Exception:  # noqa: BLE001 - DuckDB's or Spark's: a table an older single-file archive lacks
+        found = {k: _holds_rows(con, q) for k, q in probes.items()}
     if memo is not None:
         memo["contents"] = found
     return found
+
+
+def _holds_rows(con, query: str) -> bool:
+    """Whether `query` gives a row; False when its table is missing."""
+    try:
+        return bool(con.execute(f"SELECT count(*) FROM ({query} LIMIT 1) AS p").fetchone()[0])
+    except Exception:  # noqa: BLE001 - DuckDB's or Spark's error for a missing table
+        return False
 
 
 def unclaimed_spans(
