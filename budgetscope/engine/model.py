@@ -127,6 +127,7 @@ class LlamaAttention(nn.Module):
 
     def _forward_fused(self, x, rope, batch: Batch, kv_cache) -> torch.Tensor:
         """qkv GEMM, one kernel for rotary + K/V into the cache, the paged attention kernel, o GEMM."""
+        # imported on use: Triton and the kernels 193 ms to import, and only the triton path runs them
         from budgetscope.engine.fused_rope import rope_write_kv
         from budgetscope.engine.paged_attention import paged_attention
 
@@ -202,6 +203,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_weight is not None and self.fused and not torch.compiler.is_compiling():
+            # imported on use: Triton and the kernel ~190 ms to import, only on the triton path
             from budgetscope.engine.fused_activation import silu_mul
 
             return self.down_proj(silu_mul(F.linear(x, self.gate_up_weight)))
