@@ -204,22 +204,12 @@ def _source(p: Plan):
         "expressions",
         [
             exp.alias_(
-                exp.Anonymous(this="explode", expressions=[_known(exp.Anonymous(this="array", expressions=structs))]),
+                exp.Anonymous(this="explode", expressions=[exp.Anonymous(this="array", expressions=structs)]),
                 "bs_e",
             )
         ],
     )
     return src, with_
-
-
-def _known(values):
-    """`filter(values, x -> x.v IS NOT NULL)`: a row's values that are not NULL, before they become rows (a value
-    outside a tier's FILTER is NULL: with several tiers most are)."""
-    # imported on use: sqlglot 198 ms to import
-    from sqlglot import exp
-
-    known = exp.Lambda(this=exp.column("v", table="x").is_(exp.null()).not_(), expressions=[exp.to_identifier("x")])
-    return exp.Anonymous(this="filter", expressions=[values, known])
 
 
 def _around(template: str, p: Plan):
