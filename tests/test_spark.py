@@ -613,6 +613,32 @@ def _fake_java(tmp_path: Path) -> dict:
     return {"JAVA_HOME": str(tmp_path / "fakejdk")}
 
 
+def test_a_local_spark_gets_memory_and_the_throughput_collector(monkeypatch):
+    from budgetscope.spark.session import LOCAL_JAVA_OPTIONS, local_conf
+
+    monkeypatch.delenv("SPARK_DRIVER_MEMORY", raising=False)
+    monkeypatch.delenv("BUDGETSCOPE_SPARK_JAVA_OPTIONS", raising=False)
+    assert local_conf("local[2]") == {"spark.driver.memory": "4g", "spark.driver.extraJavaOptions": LOCAL_JAVA_OPTIONS}
+    assert local_conf("spark://h:7077") == {}  # a cluster keeps its own settings
+    monkeypatch.setenv("SPARK_DRIVER_MEMORY", "14g")
+    monkeypatch.setenv("BUDGETSCOPE_SPARK_JAVA_OPTIONS", "")
+    assert local_conf("local[4]") == {}
+    monkeypatch.setenv("BUDGETSCOPE_SPARK_JAVA_OPTIONS", "-Xss4m")
+    assert local_conf("local[4]") == {"spark.driver.extraJavaOptions": "-Xss4m"}
+
+
+@needs_spark
+def test_the_local_session_runs_with_the_throughput_collector(spark):
+    import os
+
+    if "BUDGETSCOPE_SPARK_JAVA_OPTIONS" in os.environ:
+        pytest.skip("BUDGETSCOPE_SPARK_JAVA_OPTIONS set here")
+    assert "-XX:+UseParallelGC" in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    jvm = spark.sparkContext._jvm
+    names = [b.getName() for b in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()]
+    assert any("PS " in n or "Parallel" in n for n in names), names  # the JVM really runs it
+
+
 @pytest.mark.parametrize("case", ["no-master", "bad-master", "java-home-nowhere", "java-that-fails", "single-file"])
 def test_a_spark_that_cannot_start_is_one_line_and_exit_2(tmp_path, case):
     if case == "java-that-fails" and SPARK_MISSING and "pyspark" in SPARK_MISSING:

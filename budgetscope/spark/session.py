@@ -20,6 +20,10 @@ from budgetscope.archive.errors import ArchiveError
 
 DEFAULT_MASTER = "local[2]"
 LOCAL_DRIVER_MEMORY = "4g"
+LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
+"""The local JVM's collector: the report's generated code allocates a row a value (`explode`), and the throughput
+collector took ~0.3 s (6 %) off a warm report of 1M requests against G1, Java 17's default (docs/benchmarks.md,
+"Spark report: three scans for every tier")."""
 CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -66,6 +70,22 @@ def _check_master(master: str) -> None:
     raise SparkError(f"--spark-master {master!r}: expected local[N], spark://HOST:PORT, yarn or k8s://URL")
 
 
+def local_conf(master: str) -> dict[str, str]:
+    """What budgetscope sets for a local master (the driver is then the executor); a cluster keeps its own."""
+    if not master.startswith("local"):
+        return {}
+    conf = {}
+    if not os.environ.get("SPARK_DRIVER_MEMORY"):
+        # Spark's 1g default is too small for exact percentiles (every distinct value of a column is held, ~50
+        # bytes each); SPARK_DRIVER_MEMORY overrides
+        conf["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+    # BUDGETSCOPE_SPARK_JAVA_OPTIONS replaces ours ("" keeps the JVM's defaults)
+    java = os.environ.get("BUDGETSCOPE_SPARK_JAVA_OPTIONS", LOCAL_JAVA_OPTIONS)
+    if java:
+        conf["spark.driver.extraJavaOptions"] = java
+    return conf
+
+
 def session(master: str | None = None, app: str = "budgetscope"):
     """A SparkSession on `master` (default local[2]). Raises SparkError (one line) when it cannot start."""
     master = master or DEFAULT_MASTER
@@ -81,11 +101,7 @@ def session(master: str | None = None, app: str = "budgetscope"):
     warehouse = tempfile.mkdtemp(prefix="budgetscope-spark-")  # never the working directory
     atexit.register(shutil.rmtree, warehouse, True)
     b = SparkSession.builder.master(master).appName(app)
-    conf = {**CONF, "spark.sql.warehouse.dir": warehouse, "spark.local.dir": warehouse}
-    if master.startswith("local") and not os.environ.get("SPARK_DRIVER_MEMORY"):
-        # in local mode the driver is the executor: Spark's 1g default is too small for exact percentiles
-        # (every distinct value of a column is held, ~50 bytes each); SPARK_DRIVER_MEMORY overrides
-        conf["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+    conf = {**CONF, **local_conf(master), "spark.sql.warehouse.dir": warehouse, "spark.local.dir": warehouse}
     for k, v in conf.items():
         b = b.config(k, v)
     try:
