@@ -50,10 +50,6 @@ _INTERVALS = (
 )
 
 
-def has_samples(con) -> bool:
-    return bool(con.execute("SELECT count(*) FROM (SELECT 1 FROM gpu_samples LIMIT 1)").fetchall()[0][0])
-
-
 def interval_figures(con, intervals_sql: str, params: list) -> dict:
     """GPU and engine figures over the union of the intervals (`s`, `e` ns) that `intervals_sql` selects:
     mean DRAM bandwidth utilization (0–1) and in bytes/s, mean memory activity (0–1, busy time), max and mean
@@ -171,12 +167,12 @@ def sentence(g: dict) -> str:
     return f"While the tail decoded, GPU: {', '.join(figs) or 'no usable figures'}; its decode is {call}{end}."
 
 
-def tail_gpu(con, sel: Selection, entry: dict, present: dict[str, bool] | None = None) -> dict:
+def tail_gpu(con, sel: Selection, entry: dict, present: dict[str, bool]) -> dict:
     """The `gpu` key of a report tier entry: figures for the E2E tail's and the body's decode, and the call.
 
     `classification` is None when the tail is not decode-dominated (the figures are still given). `present`
-    (coverage.contents) says whether there are samples, else they are looked for."""
-    if not (present["gpu_samples"] if present is not None else has_samples(con)):
+    (coverage.contents) says whether the archive has samples."""
+    if not present["gpu_samples"]:
         return {"classification": "unknown", "reason": NO_GPU_SAMPLES, "decode_dominated": None}
     a = (entry.get("attribution") or {}).get("e2e")
     if a is None or a["shares"] is None:

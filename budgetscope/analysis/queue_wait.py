@@ -158,7 +158,7 @@ def sentence(q: dict) -> str:
     return text + "."
 
 
-def tail_queue_wait(con, sel: Selection, entry: dict, present: dict[str, bool] | None = None) -> dict | None:
+def tail_queue_wait(con, sel: Selection, entry: dict, present: dict[str, bool]) -> dict | None:
     """The `queue_wait` key of a report tier entry, for a TTFT tail whose largest share is queueing (else None):
     `waited_on` (the reasons of the module docstring), `figures`, `reason` when none is known, `sentence`.
     `present` (coverage.contents) saves the joins of tables that hold nothing."""
@@ -168,17 +168,18 @@ def tail_queue_wait(con, sel: Selection, entry: dict, present: dict[str, bool] |
     where = ok_where(sel, a["metric"])
     intervals = _INTERVALS.format(where=where) + f" AND {a['metric']} >= ?"
     params = [*sel.params, a["tail_min_ms"]]
-    f = step_figures(con, intervals, params) if present is None or present["engine_steps"] else {"engine_steps": 0}
+    f = step_figures(con, intervals, params) if present["engine_steps"] else {"engine_steps": 0}
     if f["engine_steps"]:
         source = "engine_steps"
         not_recorded = [
             w for k, w in (("max_seqs", "batch slots"), ("token_budget", "the token budget")) if f[k] is None
         ]
     else:
-        if present is None or present["kv_gauges"]:
-            f = metric_figures(con, intervals, params)
-        else:
-            f = {"metric_samples": 0, "kv_used_mean": None, "kv_used_max": None}
+        f = (
+            metric_figures(con, intervals, params)
+            if present["kv_gauges"]
+            else {"metric_samples": 0, "kv_used_mean": None, "kv_used_max": None}
+        )
         source = "server_metrics" if f["metric_samples"] else None
         not_recorded = ["batch slots", "the token budget", "step times"]
     found = waited_on(f)

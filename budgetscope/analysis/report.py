@@ -104,6 +104,7 @@ class _Tier:
         self.tb, self.budgeted, self.sel = tb, budgeted, sel
         self.entry: dict = {}
         self.client_for: dict[str, bool] = {}
+        self.groups: list[tuple[dict[str, str], list[float]]] = []  # (figure columns, percentiles), (stages, ...)
 
 
 def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -> None:
@@ -181,9 +182,7 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
             )[split.kind]
         else:
             mixes = contrast.ranked(got.by_dimension())
-        t.entry["contrast"][split.kind] = mixes
-    for t in tiers:
-        t.entry["contrast"] = {k: t.entry["contrast"][k] for k in ("ttft", "e2e") if k in t.entry["contrast"]}
+        t.entry["contrast"][split.kind] = mixes  # in kind order: a tier's splits come ttft, then e2e
 
 
 def _finish(con, t: _Tier, present: dict[str, bool]) -> dict:
