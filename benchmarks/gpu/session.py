@@ -24,6 +24,8 @@ Phases, in the order they run (a failing phase prints its error and the next one
 - tests: the GPU step's tests (the kernels against their references, graphs against eager) on the GPU;
 - sweep: benchmarks/gpu/attention_sweep.py (the attention kernel's launch configurations on a long-context decode
   step); its best configuration is exported (BUDGETSCOPE_ATTN_*) to the phases after it;
+- attncmp: step_mix.py mixed and saturate, the engine with the attention's default launch configuration and then
+  with the sweep's best (after `sweep`): which one the engine is faster with, decode-only/mixed step ms and tok/s;
 - gemv: benchmarks/gpu/gemv_bw.py (bf16 F.linear at batch 1 on the `1b` weight shapes, against a copy).
 
 Figures go to OUT/figures.json (one entry per phase) and the console; the log of every command to OUT/log.txt.
@@ -66,6 +68,7 @@ COST_S = {
     "record": 60,
     "sweep": 70,
     "gemv": 20,
+    "attncmp": 90,
 }  # a phase starts only if this much time is left (record: per recording)
 
 
@@ -291,6 +294,32 @@ def phase_sweep(out, args):
             "[sweep] later phases run with "
             + " ".join(f"{k}={v}" for k, v in os.environ.items() if k.startswith("BUDGETSCOPE_ATTN_")),
         )
+
+
+ATTN_VARS = ("BUDGETSCOPE_ATTN_TILE_N", "BUDGETSCOPE_ATTN_WARPS", "BUDGETSCOPE_ATTN_STAGES")
+
+
+def phase_attncmp(out, args):
+    """The engine with the attention's built-in launch configuration, then with the one `sweep` exported: the
+    mixed-step figures (decode-only and mixed step ms) and saturated output tok/s of each, in one process each."""
+    swept = {k: os.environ[k] for k in ATTN_VARS if os.environ.get(k)}
+    if not swept:
+        log(out, "[attncmp] no swept configuration (run `sweep` first): nothing to compare")
+        return
+    step_mix = str(ROOT / "benchmarks/gpu/step_mix.py")
+    seconds = "3" if SMOKE else "8"
+    config = ["--config", "tiny"] if SMOKE else []
+    for name, env in (("default", {k: "" for k in ATTN_VARS}), ("swept", swept)):
+        got = results(sh(out, [PY, step_mix, "mixed", "--attention", ATTENTION[0], "--steps", "200"] + config, 90, env))
+        got += results(
+            sh(
+                out,
+                [PY, step_mix, "saturate", "--attention", ATTENTION[0], "--seconds", seconds, "--warmup", "3"] + config,
+                60,
+                env,
+            )
+        )
+        FIGURES.setdefault("attncmp", {})[name] = {"env": env, "results": got}
 
 
 def phase_gemv(out, args):
@@ -592,6 +621,7 @@ PHASES = {
     "tests": phase_tests,
     "sweep": phase_sweep,
     "gemv": phase_gemv,
+    "attncmp": phase_attncmp,
 }  # in the order of what matters most when time runs out
 
 
