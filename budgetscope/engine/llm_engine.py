@@ -148,6 +148,11 @@ class LLMEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work or self._inflight is not None
 
+    @property
+    def runs_behind_host(self) -> bool:
+        """Whether `launch_step` returns before the step is computed (CUDA): then the host's work overlaps it."""
+        return self.device.type == "cuda"
+
     def discard_inflight(self) -> None:
         """Forget the step in flight without reading its tokens (after a failed step: its requests are failed)."""
         self._inflight = None
