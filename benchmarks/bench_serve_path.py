@@ -296,7 +296,7 @@ def start_server(args, port: int, workdir: Path) -> subprocess.Popen:
         cmd += ["--exporter", f"jsonl:{workdir / 'spans.jsonl'}"]
     if args.profile:
         cmd += ["--profile", args.profile]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(cmd, env=_env())
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -306,6 +306,11 @@ def start_server(args, port: int, workdir: Path) -> subprocess.Popen:
         time.sleep(0.2)
     proc.kill()
     raise SystemExit("bench_serve_path: the server did not start within 120 s")
+
+
+def _env() -> dict:
+    """This checkout first on the path (what else PYTHONPATH holds after it: extra packages to try)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
 
 
 def _forwarded(args) -> list[str]:
@@ -427,7 +432,7 @@ def run_loadgen(args, port: int, proc: subprocess.Popen) -> dict:
     steps0, load0 = _steps(port), os.getloadavg()[0]
     before = os.times()
     t0 = time.monotonic()
-    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
     wall = time.monotonic() - t0
     after = os.times()
     if done.returncode != 0:

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from budgetscope.auth import bearer_ok
 from budgetscope.engine import protocol
 from budgetscope.engine.detokenizer import Detokenizer
-from budgetscope.engine.engine_loop import EngineLoop
+from budgetscope.engine.engine_loop import EngineLoop, freeze_heap
 from budgetscope.engine.errors import RequestError
 from budgetscope.engine.frontend import Frontend
 from budgetscope.engine.http_protocol import READ_NS, uvicorn_config
@@ -375,6 +375,7 @@ def serve(
         server.should_exit = True
 
     core.on_dead = stop_serving
+    freeze_heap()  # the imported code, the app, the engine's front: never walked again by a full collection
     try:
         # the core reader thread and the event loop share the GIL: a socket write on the loop hands it over, and
         # without this the loop then waits up to 5 ms for the reader's next message to be done (budgetscope.gil)
