@@ -164,7 +164,7 @@ def test_bad_launch_argument_is_refused_before_launching():
 DECODE_SPECS = [(1, 300), (1, 0), (1, 16), (1, 37), (1, 129)]  # decode rows: long, first token, page edges, odd
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads", [(8, 2), (4, 4), (6, 2)])
 @pytest.mark.parametrize("splits", [2, 8])
 def test_split_kv_matches_reference(dtype, heads, kv_heads, splits):
