@@ -1,6 +1,6 @@
 """The served path's ceiling without a GPU: the real API process of `engine serve` (uvicorn, Starlette, SSE,
 detokenization, spans) and the real engine process loop and messages, stepping a fake engine whose steps take a set
-time on a fake device (`fake_engine_core.py`), behind a closed loop of streaming requests. Prints figures.
+time on a fake device (`tests/fake_engine_core.py`), behind a closed loop of streaming requests. Prints figures.
 
 What it prints, per run: output tokens/s of the SSE events the client received in the timed window, the engine's
 steps/s, and the CPU each process (and each thread of the API process) spent per output token — the figure that
@@ -35,8 +35,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))  # fake_engine_core: the test double of the engine (never on the serving path)
 
-from common import free_port, machine  # noqa: E402
+from common import free_port, machine, stop_process  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 _now = time.perf_counter_ns
@@ -551,11 +552,7 @@ def main() -> None:
         try:
             result = run_raw(args, port, proc, workdir) if args.client == "raw" else run_loadgen(args, port, proc)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
         if args.spans and args.client == "raw":
             result.update(span_latencies(workdir / "spans.jsonl", result["records"]))
     result.pop("records", None)

@@ -1,6 +1,6 @@
 """A fake engine for the engine process of `engine serve`: real scheduling, no model — each step "runs" on a fake
-device for a set time, as a GPU step would, and samples token ids from a fixed list. A test double for benchmarks
-(`bench_serve_path.py`) and tests: never on the serving path.
+device for a set time, as a GPU step would, and samples token ids from a fixed list. A test double (tests/ holds
+every fake) that `benchmarks/bench_serve_path.py` runs: never on the serving path.
 
 The engine process (`core_process.EngineCore`), its loop, the messages and the whole API process are the real ones;
 only `LLMEngine`'s model, KV cache and ModelRunner are replaced. `FakeTimedEngine` keeps LLMEngine's own
@@ -109,12 +109,7 @@ def fake_engine_class() -> type:
             self.telemetry = telemetry or Telemetry(None)
             self.metrics = EngineMetrics()
             self.device = FakeDevice()
-            self.front = Frontend(config, self.telemetry, self.metrics)
-            self.model_config = self.front.model_config
-            self.model_name = self.front.model_name
-            self.tokenizer = self.front.tokenizer
-            self.eos_token_ids = self.front.eos_token_ids
-            self.max_model_len = self.front.max_model_len
+            self._adopt_front(Frontend(config, self.telemetry, self.metrics))
             self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
             self.scheduler = Scheduler(config, self.block_manager)
             self._inflight = None
