@@ -457,8 +457,10 @@ def run_loadgen(args, port: int, proc: subprocess.Popen) -> dict:
 
 
 def span_latencies(spans_path: Path, records: list[dict]) -> dict:
-    """Client send → server span start, and engine first token → client receipt, joined by request id (ms)."""
-    server: dict[str, tuple[int, int | None]] = {}
+    """Client send → server span start, split at the server's read of the request (`budgetscope.http.read_unix_nano`:
+    before it the request waited in the kernel for the loop, after it for the handler); and engine first token →
+    client receipt. Joined by request id; ms."""
+    server: dict[str, list] = {}  # request id → [span start, read, first token]
     with open(spans_path) as fh:
         for line in fh:
             for rs in json.loads(line).get("resourceSpans", []):
@@ -467,28 +469,35 @@ def span_latencies(spans_path: Path, records: list[dict]) -> dict:
                     roots = {}
                     for s in spans:
                         if s.get("kind") == 2:  # SERVER: the request's root span
-                            rid = next(
-                                (
-                                    a["value"].get("stringValue")
-                                    for a in s.get("attributes", [])
-                                    if a["key"] == "gen_ai.response.id"
-                                ),
-                                None,
-                            )
+                            attrs = {a["key"]: a["value"] for a in s.get("attributes", [])}
+                            rid = attrs.get("gen_ai.response.id", {}).get("stringValue")
+                            read = attrs.get("budgetscope.http.read_unix_nano", {}).get("intValue")
                             roots[s["spanId"]] = rid
-                            server.setdefault(rid, [int(s["startTimeUnixNano"]), None])
+                            entry = server.setdefault(rid, [None, None, None])
+                            entry[0], entry[1] = int(s["startTimeUnixNano"]), int(read) if read else None
                     for s in spans:
                         if s["name"] == "stage.decode" and s.get("parentSpanId") in roots:
-                            server.setdefault(roots[s["parentSpanId"]], [0, None])[1] = int(s["startTimeUnixNano"])
-    pre, lag = [], []
+                            server.setdefault(roots[s["parentSpanId"]], [None, None, None])[2] = int(
+                                s["startTimeUnixNano"]
+                            )
+    pre, to_read, read_to_start, lag = [], [], [], []
     for r in records:
-        got = server.get(r["id"])
-        if got is None:
+        start, read, first = server.get(r["id"], (None, None, None))
+        if start is None:
             continue
-        pre.append((got[0] - r["sent_unix_ns"]) / 1e6)
-        if got[1] and r["first_ns"]:
-            lag.append((r["first_ns"] - got[1]) / 1e6)
-    return {"pre_span_ms": _quantiles(pre), "first_token_delivery_ms": _quantiles(lag), "joined": len(pre)}
+        pre.append((start - r["sent_unix_ns"]) / 1e6)
+        if read is not None:
+            to_read.append((read - r["sent_unix_ns"]) / 1e6)
+            read_to_start.append((start - read) / 1e6)
+        if first and r["first_ns"]:
+            lag.append((r["first_ns"] - first) / 1e6)
+    return {
+        "pre_span_ms": _quantiles(pre),
+        "send_to_read_ms": _quantiles(to_read),
+        "read_to_span_ms": _quantiles(read_to_start),
+        "first_token_delivery_ms": _quantiles(lag),
+        "joined": len(pre),
+    }
 
 
 def _quantiles(xs: list[float]) -> dict:
@@ -571,7 +580,7 @@ def main() -> None:
             print("CPU µs a token: " + "  ".join(f"{k} {v:.1f}" for k, v in result[key].items() if v is not None))
     if result.get("client_cpu_us_per_token") is not None:
         print(f"budgetscope load CPU µs a token: {result['client_cpu_us_per_token']:.1f}")
-    for key in ("pre_span_ms", "first_token_delivery_ms"):
+    for key in ("pre_span_ms", "send_to_read_ms", "read_to_span_ms", "first_token_delivery_ms"):
         if key in result:
             print(f"{key}: {result[key]}")
     if args.profile:
