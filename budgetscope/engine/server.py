@@ -2,7 +2,8 @@
 
 Each request: the frontend (parse, tokenize, validate) runs on the event loop, then the sequence goes to the
 engine — the engine process through a CoreClient (the default), or the EngineLoop thread in this process
-(`--engine-in-process`); tokens come back through an asyncio queue, one SSE chunk per output token.
+(`--engine-in-process`); its progress comes back through a TokenRelay (token_stream.py), one SSE event per output
+token, the events of every token that arrived since the request's last wake-up in one write.
 """
 
 from __future__ import annotations
