@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 
-UNCLAIMED_SOURCE = "other"
+from budgetscope.derive.classify import UNCLAIMED as UNCLAIMED_SOURCE
+
 TOP_UNCLAIMED = 5
 """How many (span name, service) pairs a summary names; the total always counts them all."""
 

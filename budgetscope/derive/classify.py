@@ -102,6 +102,9 @@ TRITON_SQL = (
 """SQL over a span: Triton's, by its tracer, its root span's name or a model span's attribute, never by the service
 name (`--trace-config opentelemetry,resource=service.name=…` sets any)."""
 
+UNCLAIMED = "other"
+"""The `source` of a span no adapter reads."""
+
 SOURCE_SQL = f"""CASE
   WHEN name = '{NATIVE_STEP}' OR starts_with(name, '{STAGE_PREFIX}') OR {NATIVE_ROOT_SQL} THEN 'native'
   WHEN {CLIENT_ROOT_SQL} THEN 'client'
@@ -113,7 +116,7 @@ SOURCE_SQL = f"""CASE
     OR ((name IN {SGLANG_SLICES!r} OR json_exists(attributes, '$.thread_label')) AND {SGLANG_SCOPED})
     THEN 'sglang'
   WHEN {TRITON_SQL} THEN 'triton'
-  ELSE 'other' END"""
+  ELSE '{UNCLAIMED}' END"""
 """SQL expression over the `name`, `kind` (raw or normalised: `bs_kind` of ingest/staging.py reads both),
 `service_name`, `scope_name` and `attributes` columns of a span: native, client, vllm, tgi, sglang, triton or
 other. An OpenTelemetry HTTP client span is `client` whether or not a server span joins it."""

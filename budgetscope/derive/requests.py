@@ -9,6 +9,11 @@ where a client span exists:
   ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT); for a client whose TTFT
                     waits for the first non-empty chunk (AIPerf, GuideLLM), its first event of any kind − server
                     TTFT, NULL where the export lacks it (AIPerf's records)
+  ttft_content_gap_ms = that client's first event → its first non-empty chunk (0 for a client that counts the
+                    first token event), so that client TTFT = TTFT network + server TTFT + the gap, exactly
+Every row is then checked once, whatever its adapter: the stages an adapter left NULL are taken from the instants
+it saw (derive/instants.py), the invariants of derive/invariants.py name what the row breaks (a client span shorter
+than the server's is no client end), and the span events no adapter reads are listed (derive/unread_events.py).
 
 Server rows come in three kinds, and a request (a client span) gets the first kind that claims it:
   1. span adapters (`SPAN_ADAPTERS`): the server sent its own spans, children of the client span;

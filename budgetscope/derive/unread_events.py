@@ -12,9 +12,9 @@ an application trace calling a server several times lists them on each).
 
 from __future__ import annotations
 
+from budgetscope.derive.classify import UNCLAIMED
 from budgetscope.schema import EVENTS_KEY
 
-UNCLAIMED_SOURCE = "other"
 NAMES = '{"' + EVENTS_KEY + '":[{"name":"VARCHAR"}]}'
 """The events' names, as json_transform reads them."""
 
@@ -37,6 +37,6 @@ def unread_sql(spans: str, read: dict[str, tuple[str, ...]]) -> str:
   SELECT DISTINCT trace_id, n FROM (
     SELECT trace_id, source, e.name AS n FROM (
       SELECT trace_id, source, unnest(json_transform(attributes, '{NAMES}')."{EVENTS_KEY}") AS e
-      FROM {spans} WHERE source <> '{UNCLAIMED_SOURCE}' AND attributes LIKE '%"{EVENTS_KEY}"%') x) y
+      FROM {spans} WHERE source <> '{UNCLAIMED}' AND attributes LIKE '%"{EVENTS_KEY}"%') x) y
   WHERE n IS NOT NULL AND NOT ({_read(read)})) z
 GROUP BY trace_id"""
