@@ -1,0 +1,286 @@
+"""The OTLP/HTTP receiver's framing against hostile input (issue 37): chunk sizes, headers, request lines and
+gzip bodies parsed strictly, each refused with its status, one line, a closed connection and nothing landed;
+pipelined requests whose answers are never read held to a bound; a bug in a handler costs one connection and
+one line. A real collector on loopback and real sockets. The full-size attacks, with the collector's RSS and
+the answers of real exporters meanwhile, are `benchmarks/fault_collector_abuse.py`."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import socket
+import time
+import zlib
+
+import httpx
+import pytest
+
+from budgetscope.collector import Collector, inflate, pending
+from budgetscope.collector import http_receiver as hr
+from hostile_http import FRAMING, HEAD, REQUEST_LINES
+
+pytest.importorskip("grpc")
+from test_collector import _bodies, _clean_otlp_env, _wait_for  # noqa: E402,F401 - the fixture is used by name
+
+
+def _files(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _exchange(port: int, data: bytes, timeout_s: float = 10) -> tuple[bytes, bool]:
+    """Send `data` and half-close; (everything answered, whether the collector closed the connection)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # answered and closed before all of it was read
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except TimeoutError:
+            return out, False
+        except OSError:
+            pass  # reset after the answer
+        return out, True
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory):
+    """One collector for the malformed requests: after one commit, its archive's files must not change."""
+    path = tmp_path_factory.mktemp("framing") / "archive"
+    with Collector(path, grpc_port=None, http_port=0) as c:
+        proto, _ = _bodies()
+        r = httpx.post(
+            f"http://127.0.0.1:{c.http_port}/v1/traces",
+            content=proto,
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=10,
+        )
+        assert r.status_code == 200
+        _wait_for(lambda: c.stats.batches_landed == 1)
+        time.sleep(1.5)  # its commit, and the requests derived from it
+        yield c, path
+
+
+CASES = [(what, HEAD + rest, want) for what, rest, want in FRAMING] + REQUEST_LINES
+
+
+@pytest.mark.parametrize(("what", "data", "want"), CASES, ids=[c[0] for c in CASES])
+def test_a_malformed_request_gets_its_status_one_line_a_close_and_lands_nothing(collector, caplog, what, data, want):
+    c, path = collector
+    before, batches = _files(path), c.stats.batches
+    with caplog.at_level(logging.DEBUG, logger="budgetscope.collector"):
+        out, closed = _exchange(c.http_port, data)
+    head = out.partition(b"\r\n\r\n")[0]
+    assert out.startswith(b"HTTP/1.1 %d " % want), (what, out[:300])
+    assert closed and b"Connection: close" in head and out.count(b"HTTP/1.1 ") == 1 and b"Traceback" not in out
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], caplog.text
+    _wait_for(lambda: c._queue.pending_bytes == 0)
+    assert c.stats.batches == batches and _files(path) == before
+
+
+def test_a_chunk_size_of_minus_one_is_refused_before_any_byte_is_kept(archive_path):
+    """Chunk size -1 made `read(-1)` read to the end of the connection: +1,021 MB in 1.8 s against a 64 MB limit.
+    Now 400 at once, and the data that follows is never held."""
+    with Collector(
+        archive_path, grpc_port=None, http_port=0, max_pending_bytes=1 << 20, max_message_bytes=1 << 20
+    ) as c:
+        s = socket.create_connection(("127.0.0.1", c.http_port), timeout=10)
+        s.sendall(HEAD + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n")
+        answer = s.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"malformed chunk size" in answer
+        try:
+            for _ in range(64):
+                s.sendall(bytes(64 << 10))  # what the attacker pushes after it is read for a second at most
+        except OSError:
+            pass
+        assert c._queue.pending_bytes == 0
+        s.close()
+    assert c.stats.batches == 0
+
+
+def test_chunk_extensions_and_trailers_are_accepted_and_dropped(archive_path):
+    proto, _ = _bodies()
+    body = (
+        b'%x;name=value;quoted="a \\" b" ;bare\r\n%s\r\n' % (len(proto) - 10, proto[:-10])
+        + b"a\r\n%s\r\n" % proto[-10:]
+        + b"0;last=1\r\nX-Trailer: yes\r\nX-Other:\r\n\r\n"
+    )
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        out, _ = _exchange(c.http_port, b"\r\n" + HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body)
+    assert out.startswith(b"HTTP/1.1 200 ")
+    assert c.stats.batches == 1 and c.stats.spans == 15
+
+
+def test_tiny_chunks_past_one_per_kib_are_refused(archive_path):
+    body = b"1\r\nx\r\n" * 2000 + b"0\r\n\r\n"
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        out, closed = _exchange(c.http_port, HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body)
+    assert out.startswith(b"HTTP/1.1 400 ") and b"chunks average under 1 KiB" in out and closed
+    assert c.stats.batches == 0
+
+
+def test_a_get_with_a_body_is_answered_then_closed(archive_path):
+    """A body the receiver does not read would be parsed as the next request: the connection ends instead."""
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        smuggled = (
+            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        )
+        get = b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled)
+        out, closed = _exchange(c.http_port, get + smuggled)
+    assert out.startswith(b"HTTP/1.1 200 ") and out.count(b"HTTP/1.1 ") == 1 and closed
+    assert c.stats.batches == 0
+
+
+def test_pipelined_answers_never_read_hold_the_write_buffer_at_most(archive_path, monkeypatch):
+    """`GET /metrics` x 300,000 whose answers are never read grew the collector +987 MB: each answer was written,
+    none read. Now no request is read while more than WRITE_BUFFER_BYTES of answers wait, and a peer that reads
+    none of them for SEND_STALL_S is cut; a real export is served meanwhile."""
+    monkeypatch.setattr(hr, "SEND_STALL_S", 1.0)
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        receiver = c._receivers[0]
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds few answers for us
+        s.connect(("127.0.0.1", c.http_port))
+        s.settimeout(0.2)
+        burst = memoryview(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 300_000)
+        sent, t_end = 0, time.monotonic() + 5
+        while sent < len(burst) and time.monotonic() < t_end:
+            try:
+                sent += s.send(burst[sent:])
+            except TimeoutError:
+                continue  # the collector stopped reading
+            except OSError:
+                break  # cut
+        assert sent < len(burst)  # the collector stopped reading long before the end
+        assert receiver.num_requests < 300_000
+        waiting = [conn.writer.transport.get_write_buffer_size() for conn in list(receiver._connections)]
+        assert all(w <= hr.WRITE_BUFFER_BYTES + 4096 for w in waiting), waiting
+        r = httpx.post(
+            f"http://127.0.0.1:{c.http_port}/v1/traces",
+            content=proto,
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=10,
+        )
+        assert r.status_code == 200
+        _wait_for(lambda: receiver.num_connections == 0, timeout_s=5)  # cut: its answers unread for 1 s
+        assert receiver.num_timed_out >= 1
+        s.close()
+
+
+def _post_gzip(port: int, body: bytes, encoding: str = "gzip") -> httpx.Response:
+    return httpx.post(
+        f"http://127.0.0.1:{port}/v1/traces",
+        content=body,
+        headers={"Content-Type": "application/x-protobuf", "Content-Encoding": encoding},
+        timeout=30,
+    )
+
+
+def test_gzip_members_are_capped_and_a_few_are_served(archive_path):
+    """314,572 empty gzip members cost ~35 CPU-s a body (quadratic) and took both inflating threads: refused
+    400 at the 65th member now. An export split into a few members (as `cat a.gz b.gz` makes) still lands."""
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        r = _post_gzip(c.http_port, gzip.compress(b"", mtime=0) * 314_572)
+        assert r.status_code == 400 and "more than 64 members" in r.text
+        pieces = [proto[i : i + 50] for i in range(0, len(proto), 50)]
+        assert len(pieces) <= inflate.MAX_GZIP_MEMBERS
+        r = _post_gzip(c.http_port, b"".join(gzip.compress(p) for p in pieces))
+        assert r.status_code == 200
+        _wait_for(lambda: c._queue.pending_bytes == 0)
+    assert c.stats.batches == 1 and c.stats.spans == 15
+
+
+@pytest.mark.parametrize(
+    ("encoding", "pack"),
+    [
+        ("deflate", zlib.compress),
+        ("deflate", lambda b: zlib.compress(b)[2:-4]),  # raw deflate, as some clients send
+        ("x-gzip", gzip.compress),
+    ],
+    ids=["zlib", "raw-deflate", "x-gzip"],
+)
+def test_deflate_in_both_forms_and_x_gzip_are_inflated(archive_path, encoding, pack):
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        assert _post_gzip(c.http_port, pack(proto), encoding).status_code == 200
+    assert c.stats.spans == 15
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (gzip.compress(b"x" * 1000)[:-10], "truncated gzip"),
+        (gzip.compress(b"x") + b"\x00\x00", "not valid gzip"),
+        (b"not gzip at all", "not valid gzip"),
+    ],
+    ids=["truncated", "trailing-zeros", "garbage"],
+)
+def test_a_bad_gzip_body_is_one_line_400(archive_path, body, message):
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+        r = _post_gzip(c.http_port, body)
+        assert r.status_code == 400 and message in r.text
+    assert c.stats.batches == 0
+
+
+def test_inflated_bytes_count_against_the_budget_as_they_grow(archive_path, monkeypatch):
+    """The output is reserved while it is made, not once it is whole: with 3 of 4 MiB held by a body still
+    arriving, a gzip body that inflates to 2 MiB is answered busy (429) and holds nothing after."""
+    monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 60.0)
+    with Collector(
+        archive_path, grpc_port=None, http_port=0, max_pending_bytes=4 << 20, max_message_bytes=4 << 20
+    ) as c:
+        held = socket.create_connection(("127.0.0.1", c.http_port), timeout=10)
+        held.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % (4 << 20) + bytes(3 << 20))
+        _wait_for(lambda: c._queue.pending_bytes == 3 << 20)
+        r = _post_gzip(c.http_port, gzip.compress(bytes(2 << 20)))
+        assert r.status_code == 429 and r.headers["retry-after"]
+        assert c._queue.pending_bytes == 3 << 20
+        held.close()
+        _wait_for(lambda: c._queue.pending_bytes == 0)
+    assert c.stats.batches == 0
+
+
+def test_the_inflater_steps_are_bounded():
+    """Each step makes at most STEP_BYTES and starts at most MAX_GZIP_MEMBERS members; the input is fed to zlib
+    FEED_BYTES at a time (no member's end copies the rest of the body)."""
+    granted = []
+    big = gzip.compress(bytes(5 << 20))
+    i = inflate.Inflater(big, "gzip", 8 << 20, len(big), lambda n: granted.append(n))
+    steps = 0
+    while not i.step():
+        steps += 1
+        assert len(i.out) <= steps * inflate.STEP_BYTES
+    assert bytes(i.out) == bytes(5 << 20) and i.reserved == len(big) + sum(granted) == 5 << 20
+    many = inflate.Inflater(gzip.compress(b"", mtime=0) * 1000, "gzip", 1 << 20, 0, lambda n: None)
+    with pytest.raises(inflate.InflateError, match="more than 64 members"):
+        many.step()
+    assert many.pos <= 20 * (inflate.MAX_GZIP_MEMBERS + 1)
+
+
+def test_a_bug_in_a_handler_costs_one_connection_and_one_line(archive_path, caplog):
+    """A handler that raises (a fake, standing for a bug): 500 with one line in the log, no traceback above
+    DEBUG, and the receiver goes on serving."""
+    proto, _ = _bodies()
+    with Collector(archive_path, grpc_port=None, http_port=0) as c:
+
+        def fake_metrics_that_raise():
+            raise RuntimeError("boom")
+
+        c._receivers[0].self_metrics = fake_metrics_that_raise
+        with caplog.at_level(logging.INFO, logger="budgetscope.collector"):
+            out, closed = _exchange(c.http_port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 500 ") and closed
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "RuntimeError: boom" in errors[0].getMessage() and not errors[0].exc_info
+        r = httpx.post(
+            f"http://127.0.0.1:{c.http_port}/v1/traces",
+            content=proto,
+            headers={"Content-Type": "application/x-protobuf"},
+            timeout=10,
+        )
+        assert r.status_code == 200
