@@ -57,5 +57,6 @@ REQUEST_LINES = [
     ("no version (HTTP/0.9)", b"POST /v1/traces\r\nHost: x\r\n\r\n", 400),
     ("a NUL in the method", b"PO\x00ST /v1/traces HTTP/1.1\r\nHost: x\r\n\r\n", 400),
     ("a lower-case version", b"POST /v1/traces http/1.1\r\nHost: x\r\n\r\n", 400),
+    ("no Host", b"POST /v1/traces HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", 400),
     ("a TLS handshake", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400),
 ]

@@ -9,9 +9,9 @@ framing cannot be trusted):
   before it, with a name that is not a token, folded (obs-fold) or holding a control character or a bare CR/LF;
   `Content-Length` that is not ASCII digits alone (`+5`, `-1`, `0x10`, `²`, `5, 5`), given twice, or beside
   `Transfer-Encoding`; `Transfer-Encoding` in an HTTP/1.0 request or with chunked not last; `Host`,
-  `Content-Type`, `Content-Encoding` or `Authorization` given twice; a chunk size that is not 1 to 16 hex digits
-  (`-1`, `+5`, `0x10`, ` 5`) followed by well-formed extensions and CRLF; chunk data not followed by CRLF;
-  more chunks than one per KiB of data plus CHUNK_ALLOWANCE;
+  `Content-Type`, `Content-Encoding` or `Authorization` given twice; no `Host` in an HTTP/1.1 request; a chunk
+  size that is not 1 to 16 hex digits (`-1`, `+5`, `0x10`, ` 5`) followed by well-formed extensions and CRLF;
+  chunk data not followed by CRLF; more chunks than one per KiB of data plus CHUNK_ALLOWANCE;
 - 413 (by the receiver, against its limit): a `Content-Length` or a chunk size past it, before a byte is read;
 - 431: more than MAX_HEADER_LINES header (or trailer) lines, or more than MAX_HEADER_BYTES of them;
 - 501: a transfer coding other than chunked; 505: an HTTP version other than 1.x.
@@ -86,6 +86,8 @@ def parse_head(head: bytes) -> RequestHead:
         raise FramingError(505, f"HTTP/{m.group(3).decode()}.{m.group(4).decode()} is not served (use HTTP/1.1)")
     version = "HTTP/1.0" if m.group(4) == b"0" else "HTTP/1.1"
     headers = field_lines(lines[1:], "header")
+    if version == "HTTP/1.1" and "host" not in headers:
+        raise FramingError(400, "an HTTP/1.1 request without a Host header")
     length = body_length(headers, version)
     connection = {t.strip().lower() for t in headers.get("connection", "").split(",")}
     keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
