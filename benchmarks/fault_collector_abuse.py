@@ -24,7 +24,10 @@
 10. members: --members-senders connections posting gzip bodies made of 314,572 empty members (6 MiB) one after
    another for --abuse-s seconds: the collector's CPU seconds per body, and every gzip export answered
    within --max-answer-s (each body cost ~35 CPU-s, and gzip exports waited over 58 s).
-11. framing: each malformed request line, header and chunk size of the list below on a fresh connection: its status,
+11. bombs: --bomb-senders connections posting small gzip bodies (16 MiB members of zeros, 16 KiB each) that
+   inflate past --max-message-mb, one after another, for --abuse-s seconds: every gzip export answered within
+   --max-answer-s (inflating takes turns, a step of at most 1 MiB a job), the RSS bound held.
+12. framing: each malformed request line, header and chunk size of the list below on a fresh connection: its status,
    whether the collector closed the connection, and no traceback in the collector's log.
 During 5-10 a real OTLP export over HTTP (a fresh connection; JSON, and gzip-compressed protobuf as the
 OpenTelemetry Collector sends) and over gRPC is made every 0.5 s: each must be answered 200 / OK within
@@ -59,7 +62,20 @@ from hostile_http import FRAMING, HEAD, REQUEST_LINES
 from otlp_wire import export, native_request, to_proto
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-CHECKS = ("bomb", "length", "dribble", "cap", "idle", "chunked", "silent", "minus1", "pipeline", "members", "framing")
+CHECKS = (
+    "bomb",
+    "length",
+    "dribble",
+    "cap",
+    "idle",
+    "chunked",
+    "silent",
+    "minus1",
+    "pipeline",
+    "members",
+    "bombs",
+    "framing",
+)
 
 RUN_COLLECT = "import sys; from budgetscope.commands.collect import collect; collect(sys.argv[1:])"
 
@@ -207,6 +223,7 @@ def main() -> None:
     ap.add_argument("--pipelined", type=int, default=300_000, help="GET /metrics requests sent, answers never read")
     ap.add_argument("--members-senders", type=int, default=2, help="connections posting many-member gzip bodies")
     ap.add_argument("--members", type=int, default=314_572, help="empty gzip members a body")
+    ap.add_argument("--bomb-senders", type=int, default=8, help="connections posting gzip bombs one after another")
     ap.add_argument(
         "--safety-mb",
         type=float,
@@ -235,6 +252,7 @@ def main() -> None:
                 ("minus1", check_minus_one),
                 ("pipeline", check_pipeline),
                 ("members", check_members),
+                ("bombs", check_bombs),
                 ("framing", check_framing),
             ):
                 if name in only and not check(args, proc, port, grpc_port):
@@ -627,6 +645,39 @@ def check_members(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bo
     )
     print(f"  the bodies' statuses: {dict(sorted(statuses.items()))}")
     return held and set(statuses) <= {400, 0}
+
+
+def check_bombs(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:
+    """Small gzip bodies that inflate past the message limit, posted one after another on --bomb-senders
+    connections: the inflating threads always busy, every body 413."""
+    body = gzip.compress(bytes(16 << 20), compresslevel=9) * 2  # 32 MiB of zeros in ~32 KiB
+    head = post_head(len(body), "Content-Encoding: gzip\r\n")
+    statuses: dict[int, int] = {}
+
+    def attacker(stop: threading.Event, counter: list[int]) -> None:
+        while not stop.is_set():
+            try:
+                status, _ = request(port, head, body, timeout=120)
+            except OSError:
+                status = 0
+            statuses[status] = statuses.get(status, 0) + 1
+            counter[0] += 1
+
+    held = _under_abuse(
+        args,
+        proc,
+        port,
+        grpc_port,
+        attacker,
+        args.bomb_senders,
+        f"{args.bomb_senders} connections posting {len(body) / 1024:.0f} KiB gzip bodies that inflate to 32 MiB, "
+        "one after another",
+        "bodies answered",
+        check_rss=True,
+        cpu_per="body",
+    )
+    print(f"  the bodies' statuses: {dict(sorted(statuses.items()))}")
+    return held and set(statuses) <= {413, 429}
 
 
 def check_framing(args, proc: subprocess.Popen, port: int, grpc_port: int) -> bool:

@@ -228,9 +228,9 @@ def test_a_bad_gzip_body_is_one_line_400(archive_path, body, message):
     assert c.stats.batches == 0
 
 
-def test_inflated_bytes_count_against_the_budget_as_they_grow(archive_path, monkeypatch):
-    """The output is reserved while it is made, not once it is whole: with 3 of 4 MiB held by a body still
-    arriving, a gzip body that inflates to 2 MiB is answered busy (429) and holds nothing after."""
+def test_an_inflated_body_joins_the_pending_budget(archive_path, monkeypatch):
+    """Once whole, the output counts against `max_pending_bytes`: with 3 of 4 MiB held by a body still arriving,
+    a gzip body that inflates to 2 MiB is answered busy (429) and holds nothing after."""
     monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 60.0)
     with Collector(
         archive_path, grpc_port=None, http_port=0, max_pending_bytes=4 << 20, max_message_bytes=4 << 20
@@ -248,19 +248,38 @@ def test_inflated_bytes_count_against_the_budget_as_they_grow(archive_path, monk
 
 def test_the_inflater_steps_are_bounded():
     """Each step makes at most STEP_BYTES and starts at most MAX_GZIP_MEMBERS members; the input is fed to zlib
-    FEED_BYTES at a time (no member's end copies the rest of the body)."""
-    granted = []
-    big = gzip.compress(bytes(5 << 20))
-    i = inflate.Inflater(big, "gzip", 8 << 20, len(big), lambda n: granted.append(n))
+    FEED_BYTES at a time (no member's end copies the rest of the body); the output is counted as it is made."""
+    pool = inflate.InflatePool(16 << 20)
+    i = inflate.Inflater(gzip.compress(bytes(5 << 20)), "gzip", 8 << 20, pool)
     steps = 0
     while not i.step():
         steps += 1
-        assert len(i.out) <= steps * inflate.STEP_BYTES
-    assert bytes(i.out) == bytes(5 << 20) and i.reserved == len(big) + sum(granted) == 5 << 20
-    many = inflate.Inflater(gzip.compress(b"", mtime=0) * 1000, "gzip", 1 << 20, 0, lambda n: None)
+        assert len(i.out) <= steps * inflate.STEP_BYTES and pool.used == i.held == len(i.out)
+    assert i.output == bytes(5 << 20) and steps == 5
+    pool.release(i)
+    assert pool.used == 0
+    many = inflate.Inflater(gzip.compress(b"", mtime=0) * 1000, "gzip", 1 << 20, pool)
     with pytest.raises(inflate.InflateError, match="more than 64 members"):
         many.step()
     assert many.pos <= 20 * (inflate.MAX_GZIP_MEMBERS + 1)
+
+
+def test_the_largest_inflations_give_way_to_smaller_ones():
+    """The pool full of bodies on their way to 413 (bombs): a small body's output takes the largest's bytes,
+    which is then answered busy; a body as large as the others waits its turn by being refused itself."""
+    pool = inflate.InflatePool(4 << 20)
+    bombs = [inflate.Inflater(gzip.compress(bytes(16 << 20)), "gzip", 16 << 20, pool) for _ in range(4)]
+    for b in bombs:
+        b.step()  # 1 MiB each: the pool is full
+    assert pool.used == 4 << 20
+    small = inflate.Inflater(gzip.compress(bytes(100_000)), "gzip", 16 << 20, pool)
+    assert small.step() and small.output == bytes(100_000)
+    given_way = [b for b in bombs if b.has_given_way]
+    assert len(given_way) == 1 and pool.used == 3 * (1 << 20) + 100_000
+    with pytest.raises(inflate.Busy):
+        given_way[0].step()
+    with pytest.raises(inflate.Busy):  # a bomb's next step: the others are no larger than it will be
+        next(b for b in bombs if not b.has_given_way).step()
 
 
 def test_a_bug_in_a_handler_costs_one_connection_and_one_line(archive_path, caplog):

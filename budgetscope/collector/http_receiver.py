@@ -17,11 +17,11 @@ ones within HEADER_TIMEOUT_S of their first byte) and within MAX_HEADER_BYTES; a
 BODY_STALL_S is cut; a connection idle between requests for IDLE_TIMEOUT_S is closed. Bodies are bounded before
 they are read (Content-Length, and each chunk's size, against `max_message_bytes`), as they arrive (each read is
 reserved in the pending-bytes budget before it is kept: a declared length reserves nothing; chunked bodies count
-too) and while they are inflated (`inflate`: the output is reserved as it grows, at most `max_message_bytes`,
-at most 64 gzip members, in steps that bodies inflating together take in turn). Requests are answered one at a
-time, and the next is read only once the answers so far have left (at most WRITE_BUFFER_BYTES of them wait for a
-peer that does not read; SEND_STALL_S later the connection is cut): pipelined requests whose answers are never
-read hold no more than that.
+too) and while they are inflated (`inflate`: at most `max_message_bytes` each and twice that together, the
+largest giving way to smaller ones; at most 64 gzip members; in steps that bodies inflating together take in
+turn). Requests are answered one at a time, and the next is read only once the answers so far have left (at most
+WRITE_BUFFER_BYTES of them wait for a peer that does not read; SEND_STALL_S later the connection is cut):
+pipelined requests whose answers are never read hold no more than that.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from budgetscope.collector.http_framing import (
     field_lines,
     parse_head,
 )
-from budgetscope.collector.inflate import Busy, InflateError, Inflater, check_encoding
+from budgetscope.collector.inflate import Busy, InflateError, InflatePool, Inflater, check_encoding
 from budgetscope.collector.pending import Hold, Outcome, PendingQueue
 
 log = logging.getLogger("budgetscope.collector")
@@ -413,7 +413,7 @@ class _Connection:
             if encoding in ("", "identity"):
                 payload = body
             else:
-                inflater = Inflater(body, encoding, r.max_message_bytes, reserved, r.queue.reserve)
+                inflater = Inflater(body, encoding, r.max_message_bytes, r.inflating)
                 del body
                 loop = asyncio.get_running_loop()
                 try:
@@ -422,12 +422,15 @@ class _Connection:
                         pass
                 except InflateError as e:
                     return self._error(e.status, fmt, str(e), close=True)
-                except Busy as e:
-                    return self._outcome(e.outcome, fmt, "")
+                except Busy:
+                    return self._outcome(Outcome.BUSY, fmt, "")
                 finally:
-                    reserved = inflater.reserved  # what the output's growth added is released below
-                payload = bytes(inflater.out)
-                inflater.out = bytearray()
+                    r.inflating.release(inflater)
+                payload, inflater.output = inflater.output, b""
+                if len(payload) > reserved:  # grow the reservation to what will sit in memory
+                    if refused := r.queue.reserve(len(payload) - reserved):
+                        return self._outcome(refused, fmt, "")
+                    reserved = len(payload)
             done = asyncio.get_running_loop().create_future()
             ticket = r.queue.submit_nowait(
                 payload, batch_format, "otlp-http", self.peer, reserved, on_done=lambda: r.call_soon(_set_done, done)
@@ -540,6 +543,8 @@ class OtlpHttpReceiver:
         self.num_timed_out = 0  # closed by the sweeper (idle, headers too slow, body stalled)
         self.num_evicted_connections = 0  # closed to give their slot to a new connection (see `_victim`)
         self.inflaters = ThreadPoolExecutor(DECOMPRESS_WORKERS, thread_name_prefix="budgetscope-otlp-http-inflate")
+        # the output of the bodies being inflated, together: twice the largest body
+        self.inflating = InflatePool(2 * max_message_bytes + 2)
         # GET /status reads the archive: on a thread of its own, so that it never delays an inflation
         self.status_pool = ThreadPoolExecutor(1, thread_name_prefix="budgetscope-otlp-http-status")
         # oldest progress first (see `_Connection._touch`): the first one that may lose its slot is found at once
