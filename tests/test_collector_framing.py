@@ -46,18 +46,23 @@ def _exchange(port: int, data: bytes, timeout_s: float = 10) -> tuple[bytes, boo
         return out, True
 
 
+def _export(port: int, body: bytes, encoding: str = "identity") -> httpx.Response:
+    """A real OTLP/HTTP export of `body` (protobuf) with this Content-Encoding."""
+    return httpx.post(
+        f"http://127.0.0.1:{port}/v1/traces",
+        content=body,
+        headers={"Content-Type": "application/x-protobuf", "Content-Encoding": encoding},
+        timeout=30,
+    )
+
+
 @pytest.fixture(scope="module")
 def collector(tmp_path_factory):
     """One collector for the malformed requests: after one commit, its archive's files must not change."""
     path = tmp_path_factory.mktemp("framing") / "archive"
     with Collector(path, grpc_port=None, http_port=0) as c:
         proto, _ = _bodies()
-        r = httpx.post(
-            f"http://127.0.0.1:{c.http_port}/v1/traces",
-            content=proto,
-            headers={"Content-Type": "application/x-protobuf"},
-            timeout=10,
-        )
+        r = _export(c.http_port, proto)
         assert r.status_code == 200
         _wait_for(lambda: c.stats.batches_landed == 1)
         time.sleep(1.5)  # its commit, and the requests derived from it
@@ -160,25 +165,11 @@ def test_pipelined_answers_never_read_hold_the_write_buffer_at_most(archive_path
         assert receiver.num_requests < 300_000
         waiting = [conn.writer.transport.get_write_buffer_size() for conn in list(receiver._connections)]
         assert all(w <= hr.WRITE_BUFFER_BYTES + 4096 for w in waiting), waiting
-        r = httpx.post(
-            f"http://127.0.0.1:{c.http_port}/v1/traces",
-            content=proto,
-            headers={"Content-Type": "application/x-protobuf"},
-            timeout=10,
-        )
+        r = _export(c.http_port, proto)
         assert r.status_code == 200
         _wait_for(lambda: receiver.num_connections == 0, timeout_s=5)  # cut: its answers unread for 1 s
         assert receiver.num_timed_out >= 1
         s.close()
-
-
-def _post_gzip(port: int, body: bytes, encoding: str = "gzip") -> httpx.Response:
-    return httpx.post(
-        f"http://127.0.0.1:{port}/v1/traces",
-        content=body,
-        headers={"Content-Type": "application/x-protobuf", "Content-Encoding": encoding},
-        timeout=30,
-    )
 
 
 def test_gzip_members_are_capped_and_a_few_are_served(archive_path):
@@ -186,11 +177,11 @@ def test_gzip_members_are_capped_and_a_few_are_served(archive_path):
     400 at the 65th member now. An export split into a few members (as `cat a.gz b.gz` makes) still lands."""
     proto, _ = _bodies()
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
-        r = _post_gzip(c.http_port, gzip.compress(b"", mtime=0) * 314_572)
+        r = _export(c.http_port, gzip.compress(b"", mtime=0) * 314_572, "gzip")
         assert r.status_code == 400 and "more than 64 members" in r.text
         pieces = [proto[i : i + 50] for i in range(0, len(proto), 50)]
         assert len(pieces) <= inflate.MAX_GZIP_MEMBERS
-        r = _post_gzip(c.http_port, b"".join(gzip.compress(p) for p in pieces))
+        r = _export(c.http_port, b"".join(gzip.compress(p) for p in pieces), "gzip")
         assert r.status_code == 200
         _wait_for(lambda: c._queue.pending_bytes == 0)
     assert c.stats.batches == 1 and c.stats.spans == 15
@@ -208,7 +199,7 @@ def test_gzip_members_are_capped_and_a_few_are_served(archive_path):
 def test_deflate_in_both_forms_and_x_gzip_are_inflated(archive_path, encoding, pack):
     proto, _ = _bodies()
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
-        assert _post_gzip(c.http_port, pack(proto), encoding).status_code == 200
+        assert _export(c.http_port, pack(proto), encoding).status_code == 200
     assert c.stats.spans == 15
 
 
@@ -223,7 +214,7 @@ def test_deflate_in_both_forms_and_x_gzip_are_inflated(archive_path, encoding, p
 )
 def test_a_bad_gzip_body_is_one_line_400(archive_path, body, message):
     with Collector(archive_path, grpc_port=None, http_port=0) as c:
-        r = _post_gzip(c.http_port, body)
+        r = _export(c.http_port, body, "gzip")
         assert r.status_code == 400 and message in r.text
     assert c.stats.batches == 0
 
@@ -238,7 +229,7 @@ def test_an_inflated_body_joins_the_pending_budget(archive_path, monkeypatch):
         held = socket.create_connection(("127.0.0.1", c.http_port), timeout=10)
         held.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % (4 << 20) + bytes(3 << 20))
         _wait_for(lambda: c._queue.pending_bytes == 3 << 20)
-        r = _post_gzip(c.http_port, gzip.compress(bytes(2 << 20)))
+        r = _export(c.http_port, gzip.compress(bytes(2 << 20)), "gzip")
         assert r.status_code == 429 and r.headers["retry-after"]
         assert c._queue.pending_bytes == 3 << 20
         held.close()
@@ -297,10 +288,5 @@ def test_a_bug_in_a_handler_costs_one_connection_and_one_line(archive_path, capl
         assert out.startswith(b"HTTP/1.1 500 ") and closed
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
         assert len(errors) == 1 and "RuntimeError: boom" in errors[0].getMessage() and not errors[0].exc_info
-        r = httpx.post(
-            f"http://127.0.0.1:{c.http_port}/v1/traces",
-            content=proto,
-            headers={"Content-Type": "application/x-protobuf"},
-            timeout=10,
-        )
+        r = _export(c.http_port, proto)
         assert r.status_code == 200
