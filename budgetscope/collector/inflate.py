@@ -169,7 +169,9 @@ class Inflater:
         piece = self.body[self.pos : self.pos + FEED_BYTES]
         room = min(goal, self.limit + 1) - len(self.out)  # >= 1: 0 would mean no limit to zlib
         made = self.stream.decompress(piece, room)
-        consumed = len(piece) - len(self.stream.unconsumed_tail) - len(self.stream.unused_data)
+        # at the stream's end what follows it is `unused_data` (`unconsumed_tail` may still hold an earlier call's)
+        left = self.stream.unused_data if self.stream.eof else self.stream.unconsumed_tail
+        consumed = len(piece) - len(left)
         self.pos += consumed
         if len(self.out) + len(made) > self.limit:
             raise InflateError(413, f"decompressed body exceeds {self.limit:,} bytes")
