@@ -250,8 +250,8 @@ def http_seeds() -> list[bytes]:
     seeds = [
         post(body),
         post(js, head=json_head),
-        post(gzip.compress(body), b"Content-Encoding: gzip\r\n"),
-        post(gzip.compress(body[:half]) + gzip.compress(body[half:]), b"Content-Encoding: gzip\r\n"),
+        post(gzip.compress(body, mtime=0), b"Content-Encoding: gzip\r\n"),
+        post(gzip.compress(body[:half], mtime=0) + gzip.compress(body[half:], mtime=0), b"Content-Encoding: gzip\r\n"),
         post(zlib.compress(body), b"Content-Encoding: deflate\r\n"),
         post(zlib.compress(body)[2:-4], b"Content-Encoding: deflate\r\n"),
         chunked(body, [half, len(body) - half]),
@@ -269,6 +269,33 @@ def http_seeds() -> list[bytes]:
         seeds.append(HEAD + rest.replace(b"%d\r\n\r\n" % (20 * 314_572), b"2000\r\n\r\n")[:4000])
     seeds += [data for _, data, _ in REQUEST_LINES]
     return seeds
+
+
+def inflate_seeds() -> list[bytes]:
+    """First byte even: gzip, odd: deflate (zlib-wrapped or raw); multi-member, empty, truncated, padded,
+    too many members, past the target's 4 KiB limit, incompressible."""
+    import gzip
+    import random
+    import zlib
+
+    text = dumps(export(native_request()[1]))
+    noise = random.Random(37).randbytes(3000)
+    gz = lambda b: gzip.compress(b, mtime=0)  # noqa: E731 - a one-line helper where it is used
+    return [
+        b"\x00" + gz(text[:4000]),
+        b"\x00" + gz(text[:100]) + gz(text[100:3000]),
+        b"\x00" + gz(b"") * 70,
+        b"\x00" + gz(b"") * 3 + gz(b"x"),
+        b"\x00" + gz(text[:500])[:-3],
+        b"\x00" + gz(b"q") + b"\x00\x00",
+        b"\x00" + gz(bytes(5000)),
+        b"\x00" + gz(noise),
+        b"\x00",
+        b"\x01" + zlib.compress(text[:3000]),
+        b"\x01" + zlib.compress(text[:3000])[2:-4],
+        b"\x01" + zlib.compress(text[:3000]) + b"trailing",
+        b"\x01" + zlib.compress(bytes(8000), 9),
+    ]
 
 
 def write(target: str, seeds: list[bytes]) -> None:
@@ -291,6 +318,7 @@ def main() -> None:
     write("budgets", [b.encode() for b in BUDGETS] + [(ROOT / "budgetscope/data/demo_budgets.toml").read_bytes()])
     write("prometheus", [p.encode() for p in PROMETHEUS])
     write("query", [q.encode() for q in QUERIES])
+    write("inflate", inflate_seeds())
     write("http", http_seeds())
 
 

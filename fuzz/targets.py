@@ -13,6 +13,7 @@ tests/test_fuzz_regressions.py, which replays every file of `fuzz/regressions/`)
 | `budgets` | a budgets file's text | `BudgetError` naming the file, or budgets that keep every rule of the format |
 | `prometheus` | a `/metrics` body | `PrometheusError` naming its line, or samples; the same samples as prometheus_client where both parse it |
 | `query` | SQL to `budgetscope query` | `QueryError` or rows; the archive's files unchanged, no file outside it read, nothing written |
+| `inflate` | a gzip or deflate body (first byte) to `Inflater`, in steps of 97 bytes fed 7 at a time | the output zlib gives in one go, or the same refusal; 413 exactly past the limit; no other exception |
 | `http` | bytes on one connection to the OTLP/HTTP receiver (request lines, headers, chunked bodies, pipelining) | well-formed answers, never 500, no error logged; every body handed on is one h11 parses at that place in the stream; no byte left held |
 """
 
@@ -583,6 +584,64 @@ def http(data: bytes) -> None:
         raise Finding(f"a body was handed on that h11 does not read there: {landed!r}")
 
 
+# -- bounded inflation ----------------------------------------------------------------------------------------
+
+
+def _reference_inflate(body: bytes, is_gzip: bool, wbits: int) -> tuple[bytes | None, int]:
+    """(the output zlib makes of `body` in one call a stream, or None when it refuses it; the gzip members)."""
+    import zlib
+
+    out, rest, members = b"", body, 0  # an empty body is an empty output (a client that gzips nothing)
+    try:
+        while rest:
+            members += 1
+            d = zlib.decompressobj(wbits)
+            out += d.decompress(rest)
+            if not d.eof:
+                return None, members
+            rest = d.unused_data if is_gzip else b""
+    except zlib.error:
+        return None, members
+    return out, members
+
+
+def inflate(data: bytes) -> None:
+    """First byte even: gzip, odd: deflate; the rest is the body, inflated in tiny steps and feeds (the paths of
+    a large body on a small input) against zlib in one call a stream."""
+    from budgetscope.collector import inflate as inf
+
+    if not data:
+        return
+    encoding, body, limit = ("gzip" if data[0] % 2 == 0 else "deflate"), data[1:], 4096
+    inf.FEED_BYTES, inf.STEP_BYTES = 7, 97
+    pool = inf.InflatePool(2 * limit + 2)
+    i = inf.Inflater(body, encoding, limit, pool)
+    try:
+        while not i.step():
+            if i.held != len(i.out) or pool.used != i.held:
+                raise Finding(f"{pool.used} bytes counted in the pool for {len(i.out)} made")
+        ours: bytes | int = i.output
+    except inf.InflateError as e:
+        if "\n" in str(e):
+            raise Finding(f"a refusal of more than one line: {e!r}") from None
+        ours = e.status
+    except Finding:
+        raise
+    except Exception as e:  # noqa: BLE001 - that is the finding
+        raise Finding(f"the inflater raised {type(e).__name__}: {e}") from e
+    finally:
+        pool.release(i)
+    ref, members = _reference_inflate(body, i.is_gzip, i.wbits)
+    if ref is not None and len(ref) > limit:
+        want: bytes | int = 413
+    elif ref is not None and members > inf.MAX_GZIP_MEMBERS and i.is_gzip:
+        want = 400
+    else:
+        want = 400 if ref is None else ref
+    if ours != want and not (ours == 413 and ref is None):  # past the limit before the bad byte: 413 first
+        raise Finding(f"inflated to {ours if isinstance(ours, int) else len(ours)!r}, zlib says {want!r}")
+
+
 TARGETS = {
     "otlpjson": otlpjson,
     "otlpjson_diff": otlpjson_diff,
@@ -592,6 +651,7 @@ TARGETS = {
     "budgets": budgets,
     "prometheus": prometheus,
     "query": query,
+    "inflate": inflate,
     "http": http,
 }
 # the targets that need the sanitizer build of the C decoders when fuzzed

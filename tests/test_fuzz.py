@@ -1,7 +1,7 @@
 """Short coverage-guided fuzz runs of every target of fuzz/targets.py (docs/fuzzing.md), 45 s of fuzzing in all
 (about 60 s with the processes' start-up): the C decoders under ASan + UBSan, alone and against the other
 decoding paths, the OTLP metrics decoder, the budgets loader, the Prometheus parser, the SQL sandbox of
-`query` and the OTLP/HTTP receiver's framing. A run fails on any finding (its input is
+`query`, bounded inflation and the OTLP/HTTP receiver's framing. A run fails on any finding (its input is
 saved under build/fuzz/crashes/TARGET/) and when it ran too few inputs or saw no coverage (a broken harness).
 `make fuzz` runs the same targets for longer."""
 
@@ -28,7 +28,8 @@ SECONDS = {
     "budgets": 3,
     "prometheus": 4,
     "query": 5,
-    "http": 3,
+    "inflate": 1,
+    "http": 2,
 }
 # a query opens the archive (25 a second); a valid JSON batch meets DuckDB under ASan (10 a second: the seeds)
 # an `http` input is a loopback connection to a live receiver (~1,000 a second)
