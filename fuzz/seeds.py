@@ -284,6 +284,7 @@ def inflate_seeds() -> list[bytes]:
     return [
         b"\x00" + gz(text[:4000]),
         b"\x00" + gz(text[:100]) + gz(text[100:3000]),
+        b"\x02" + gz(bytes(3000)) + gz(b"tail"),  # fed 61 bytes: a member's end in the call that fills a step
         b"\x00" + gz(b"") * 70,
         b"\x00" + gz(b"") * 3 + gz(b"x"),
         b"\x00" + gz(text[:500])[:-3],

@@ -13,7 +13,7 @@ tests/test_fuzz_regressions.py, which replays every file of `fuzz/regressions/`)
 | `budgets` | a budgets file's text | `BudgetError` naming the file, or budgets that keep every rule of the format |
 | `prometheus` | a `/metrics` body | `PrometheusError` naming its line, or samples; the same samples as prometheus_client where both parse it |
 | `query` | SQL to `budgetscope query` | `QueryError` or rows; the archive's files unchanged, no file outside it read, nothing written |
-| `inflate` | a gzip or deflate body (first byte) to `Inflater`, in steps of 97 bytes fed 7 at a time | the output zlib gives in one go, or the same refusal; 413 exactly past the limit; no other exception |
+| `inflate` | a gzip or deflate body to `Inflater` in tiny steps and feeds (the first byte picks them) | the output zlib gives in one go, or the same refusal; 413 exactly past the limit; no other exception |
 | `http` | bytes on one connection to the OTLP/HTTP receiver (request lines, headers, chunked bodies, pipelining) | well-formed answers, never 500, no error logged; every body handed on is one h11 parses at that place in the stream; no byte left held |
 """
 
@@ -606,14 +606,16 @@ def _reference_inflate(body: bytes, is_gzip: bool, wbits: int) -> tuple[bytes | 
 
 
 def inflate(data: bytes) -> None:
-    """First byte even: gzip, odd: deflate; the rest is the body, inflated in tiny steps and feeds (the paths of
-    a large body on a small input) against zlib in one call a stream."""
+    """The first byte's bit 0: gzip (0) or deflate (1); bits 1-2: zlib fed 7, 61 or 509 bytes a call; bit 3: steps
+    of 97 or 4,099 bytes. The rest is the body, inflated in tiny steps and feeds (the paths of a large body on a
+    small input) against zlib in one call a stream."""
     from budgetscope.collector import inflate as inf
 
     if not data:
         return
     encoding, body, limit = ("gzip" if data[0] % 2 == 0 else "deflate"), data[1:], 4096
-    inf.FEED_BYTES, inf.STEP_BYTES = 7, 97
+    inf.FEED_BYTES = (7, 61, 509)[(data[0] >> 1 & 3) % 3]
+    inf.STEP_BYTES = (97, 4099)[data[0] >> 3 & 1]
     pool = inf.InflatePool(2 * limit + 2)
     i = inf.Inflater(body, encoding, limit, pool)
     try:
