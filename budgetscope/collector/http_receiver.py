@@ -405,7 +405,8 @@ class _Connection:
             r.queue.drop(hold)  # whatever is still held when no ticket took it
 
     async def _land(self, parts: list[bytes], fmt: str, batch_format: str, encoding: str, reserved: int) -> bool:
-        """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome."""
+        """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome.
+        What it held is given back before a refusal is answered: whoever sees the answer sees the bytes free."""
         r = self.receiver
         try:
             body = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -413,22 +414,20 @@ class _Connection:
             if encoding in ("", "identity"):
                 payload = body
             else:
-                inflater = Inflater(body, encoding, r.max_message_bytes, r.inflating)
-                del body
-                loop = asyncio.get_running_loop()
                 try:
-                    # a step a job: bodies inflating together take turns on the pool, step by step
-                    while not await loop.run_in_executor(r.inflaters, inflater.step):
-                        pass
-                except InflateError as e:
+                    payload = await self._inflate(body, encoding)
+                except (InflateError, Busy) as e:
+                    r.queue.release(reserved)
+                    reserved = 0
+                    if isinstance(e, Busy):
+                        return self._outcome(Outcome.BUSY, fmt, "")
                     return self._error(e.status, fmt, str(e), close=True)
-                except Busy:
-                    return self._outcome(Outcome.BUSY, fmt, "")
                 finally:
-                    r.inflating.release(inflater)
-                payload, inflater.output = inflater.output, b""
+                    del body
                 if len(payload) > reserved:  # grow the reservation to what will sit in memory
                     if refused := r.queue.reserve(len(payload) - reserved):
+                        r.queue.release(reserved)
+                        reserved = 0
                         return self._outcome(refused, fmt, "")
                     reserved = len(payload)
             done = asyncio.get_running_loop().create_future()
@@ -443,6 +442,20 @@ class _Connection:
         finally:
             if reserved:
                 r.queue.release(reserved)
+
+    async def _inflate(self, body: bytes, encoding: str) -> bytes:
+        """`body` inflated, a step a job: bodies inflating together take turns on the pool, step by step.
+        InflateError, or Busy when its output gave way to smaller ones."""
+        r = self.receiver
+        inflater = Inflater(body, encoding, r.max_message_bytes, r.inflating)
+        loop = asyncio.get_running_loop()
+        try:
+            while not await loop.run_in_executor(r.inflaters, inflater.step):
+                pass
+        finally:
+            r.inflating.release(inflater)
+        payload, inflater.output = inflater.output, b""
+        return payload
 
     def _self_metrics(self, headers: dict[str, str]) -> bool:
         """The collector's own figures in Prometheus text (behind the bearer token too, when one is set)."""
