@@ -306,3 +306,27 @@ def test_a_bug_in_a_handler_costs_one_connection_and_one_line(archive_path, capl
         assert len(errors) == 1 and "RuntimeError: boom" in errors[0].getMessage() and not errors[0].exc_info
         r = _export(c.http_port, proto)
         assert r.status_code == 200
+
+
+def test_well_formed_heads_parse_as_rfc_9112_reads_them():
+    from budgetscope.collector.http_framing import chunk_size, parse_head
+
+    r = parse_head(b"POST http://x/v1/traces HTTP/1.1\r\nHost: x\r\nX-A: 1\r\nx-a:\t2 \r\nConnection: a, Close\r\n\r\n")
+    assert (r.method, r.target, r.version, r.length, r.keep_alive) == (
+        "POST",
+        "http://x/v1/traces",
+        "HTTP/1.1",
+        0,
+        False,
+    )
+    assert r.headers["x-a"] == "1, 2" and not r.has_body
+    r = parse_head(b"POST / HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 007\r\n\r\n")
+    assert (r.version, r.length, r.keep_alive, r.has_body) == ("HTTP/1.0", 7, True, True)
+    r = parse_head(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nX-B: caf\xc3\xa9\r\n\r\n")
+    assert r.is_chunked and r.headers["x-b"] == "caf\xc3\xa9" and r.keep_alive
+    assert [chunk_size(x) for x in (b"0\r\n", b"fF\r\n", b'10 ;a=b ; c="d;e"\r\n', b"ffffffffffffffff\r\n")] == [
+        0,
+        255,
+        16,
+        2**64 - 1,
+    ]
