@@ -64,8 +64,8 @@ def collector(tmp_path_factory):
         proto, _ = _bodies()
         r = _export(c.http_port, proto)
         assert r.status_code == 200
-        _wait_for(lambda: c.stats.batches_landed == 1)
-        time.sleep(1.5)  # its commit, and the requests derived from it
+        _wait_for(lambda: c.stats.batches_landed == 1, timeout_s=60)  # its commit, with the requests it derives
+        time.sleep(1.5)  # and the next (empty) commit: nothing more is published
         yield c, path
 
 
