@@ -26,7 +26,7 @@
    within --max-answer-s (each body cost ~35 CPU-s, and gzip exports waited over 58 s).
 11. bombs: --bomb-senders connections posting small gzip bodies (16 MiB members of zeros, 16 KiB each) that
    inflate past --max-message-mb, one after another, for --abuse-s seconds: every gzip export answered within
-   --max-answer-s (inflating takes turns, a step of at most 1 MiB a job), the RSS bound held.
+   --max-answer-s (inflating takes turns, a step of at most 256 KiB a job), the RSS bound held.
 12. framing: each malformed request line, header and chunk size of the list below on a fresh connection: its status,
    whether the collector closed the connection, and no traceback in the collector's log.
 During 5-10 a real OTLP export over HTTP (a fresh connection; JSON, and gzip-compressed protobuf as the

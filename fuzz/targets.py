@@ -620,8 +620,8 @@ def inflate(data: bytes) -> None:
     i = inf.Inflater(body, encoding, limit, pool)
     try:
         while not i.step():
-            if i.held != len(i.out) or pool.used != i.held:
-                raise Finding(f"{pool.used} bytes counted in the pool for {len(i.out)} made")
+            if i.held != i.size or pool.used != i.held:
+                raise Finding(f"{pool.used} bytes counted in the pool for {i.size} made")
         ours: bytes | int = i.output
     except inf.InflateError as e:
         if "\n" in str(e):

@@ -172,6 +172,8 @@ class _Connection:
             is_more = await self._one_request(is_first=True)
             while is_more:
                 await self._flush()
+                # pipelined requests already read answer without a pause: let the other connections have a turn
+                await asyncio.sleep(0)
                 is_more = await self._one_request()
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
             pass

@@ -11,7 +11,7 @@ Bounds, each a refusal when passed:
   member's end copied the rest of the body (quadratic), and still ~0.6 s when linear;
 - the work: linear in the input and the output. zlib is fed at most FEED_BYTES of input a call (what it leaves
   unread is copied, so never more than that), and a `step` makes at most STEP_BYTES of output and starts at most
-  MAX_GZIP_MEMBERS members, so one step costs at most a few milliseconds: the receiver runs each step as its own
+  MAX_GZIP_MEMBERS members, so one step costs at most about a millisecond: the receiver runs each step as its own
   job on a small pool, and bodies inflating together take turns, step by step (a large one never holds up a
   small one for longer than a step);
 - the output of all bodies being inflated together: at most the pool's limit (twice the message limit). When a
@@ -29,7 +29,7 @@ import zlib
 ENCODINGS = ("gzip", "x-gzip", "deflate")
 MAX_GZIP_MEMBERS = 64
 FEED_BYTES = 64 << 10  # input handed to zlib in one call
-STEP_BYTES = 1 << 20  # output of one step
+STEP_BYTES = 256 << 10  # output of one step
 
 
 class InflateError(Exception):
@@ -110,7 +110,8 @@ class Inflater:
         "wbits",
         "is_gzip",
         "limit",
-        "out",
+        "parts",
+        "size",
         "output",
         "stream",
         "members",
@@ -126,7 +127,8 @@ class Inflater:
         self.is_gzip = encoding != "deflate"
         self.wbits = 16 + zlib.MAX_WBITS if self.is_gzip else zlib.MAX_WBITS if _is_zlib(body[:2]) else -zlib.MAX_WBITS
         self.limit = limit
-        self.out = bytearray()
+        self.parts: list[bytes] = []  # the output so far, as zlib made it (joined once, at the end)
+        self.size = 0  # their bytes
         self.output = b""  # the whole output, once `step` returned True
         self.stream = None  # the current member's decompressor
         self.members = 0
@@ -137,9 +139,9 @@ class Inflater:
     def step(self) -> bool:
         """Inflate up to STEP_BYTES more (and at most MAX_GZIP_MEMBERS members); True once the body is done
         (then `output` holds it). Raises InflateError, or Busy when its bytes gave way."""
-        goal = len(self.out) + STEP_BYTES
+        goal = self.size + STEP_BYTES
         try:
-            while len(self.out) < goal:
+            while self.size < goal:
                 if self.stream is None:
                     if self.pos >= len(self.body):
                         return self._done()
@@ -159,23 +161,25 @@ class Inflater:
         return False
 
     def _done(self) -> bool:
-        """The output as bytes (a copy made here, off the event loop), the working buffer let go."""
-        self.output, self.out, self.body = bytes(self.out), bytearray(), memoryview(b"")
+        """The output as one bytes object (joined here, off the event loop), the parts let go."""
+        self.output, self.parts, self.body = b"".join(self.parts), [], memoryview(b"")
         return True
 
     def _feed(self, goal: int) -> bool:
         """One zlib call: at most FEED_BYTES in, at most up to `goal` (and one byte past `limit`) out; whether
         it consumed or made anything."""
         piece = self.body[self.pos : self.pos + FEED_BYTES]
-        room = min(goal, self.limit + 1) - len(self.out)  # >= 1: 0 would mean no limit to zlib
+        room = min(goal, self.limit + 1) - self.size  # >= 1: 0 would mean no limit to zlib
         made = self.stream.decompress(piece, room)
         # at the stream's end what follows it is `unused_data` (`unconsumed_tail` may still hold an earlier call's)
         left = self.stream.unused_data if self.stream.eof else self.stream.unconsumed_tail
         consumed = len(piece) - len(left)
         self.pos += consumed
-        if len(self.out) + len(made) > self.limit:
+        if self.size + len(made) > self.limit:
             raise InflateError(413, f"decompressed body exceeds {self.limit:,} bytes")
         if made and not self.pool.grow(self, len(made)):
             raise Busy
-        self.out += made
+        if made:
+            self.parts.append(made)
+            self.size += len(made)
         return bool(made) or consumed > 0
