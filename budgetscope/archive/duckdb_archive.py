@@ -10,6 +10,7 @@ batch, `requests` rows derived in the same transaction as the spans that change 
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def _connect(path: Path, read_only: bool, config: dict | None = None):
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
             raise ArchiveError(f"{path} is in use by another process ({msg})") from None
+        if not path.exists() and any(os.strerror(n) in msg for n in (errno.EROFS, errno.ENOSPC, errno.EACCES)):
+            raise  # a new file that could not be made: the caller says so (nothing was created), not "not an archive"
         raise ArchiveError(f"{path} is not a DuckDB archive ({msg})") from None
     except duckdb.Error as e:
         raise ArchiveError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
