@@ -6,10 +6,10 @@ import click
 
 from budgetscope.commands.options import (
     ARCHIVE,
-    ENGINE,
     SPARK_MASTER,
     UsageError,
     check_engine,
+    engine_option,
     fail,
     format_option,
     output_rows,
@@ -55,7 +55,7 @@ from budgetscope.query_limits import MAX_RESULT_MB, MEMORY_MB, SPILL_MB
     show_default=True,
     help="The result's size; a larger one is an error (narrow the query or use --max-rows).",
 )
-@ENGINE
+@engine_option("in a process of its own")
 @SPARK_MASTER
 def query(
     sql: str,
