@@ -37,6 +37,7 @@ THREAD_MB = 10
 """Per core: DuckDB runs a thread a core, each with an 8 MiB stack."""
 KILL_GRACE_S = 5.0
 """After its timeout, how long a query has to stop by DuckDB's interrupt before its process is killed."""
+READER_THREAD = "budgetscope-query-reader"
 _HEADER = struct.Struct("<cQ")  # a frame: its kind, the length of its pickled payload
 
 
@@ -72,7 +73,15 @@ def _collect(proc: subprocess.Popen, archive, sql: str, limits: QueryLimits, wor
     except BrokenPipeError:  # it died at start: said below
         pass
     frames: queue.Queue = queue.Queue(maxsize=4)  # the reader waits on a slow consumer: rows held stay few
-    threading.Thread(target=_read_frames, args=(proc.stdout, frames), daemon=True).start()
+    done = threading.Event()  # this side stopped listening: the reader ends too, holding nothing
+    threading.Thread(target=_read_frames, args=(proc.stdout, frames, done), name=READER_THREAD, daemon=True).start()
+    try:
+        return _listen(proc, frames, limits, work)
+    finally:
+        done.set()
+
+
+def _listen(proc: subprocess.Popen, frames: queue.Queue, limits: QueryLimits, work: Path) -> QueryResult:
     res = QueryResult([], [], [])
     deadline = None
     while True:
@@ -100,20 +109,28 @@ def _collect(proc: subprocess.Popen, archive, sql: str, limits: QueryLimits, wor
     raise QueryError(_died(proc.returncode, work / "stderr", limits))
 
 
-def _read_frames(stream, frames: queue.Queue) -> None:
+def _read_frames(stream, frames: queue.Queue, done: threading.Event) -> None:
+    def put(item) -> bool:
+        while not done.is_set():
+            try:
+                frames.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     try:
         while head := stream.read(_HEADER.size):
             if len(head) < _HEADER.size:
                 break
             kind, size = _HEADER.unpack(head)
             payload = stream.read(size)
-            if len(payload) < size:
+            if len(payload) < size or not put((kind, pickle.loads(payload))):
                 break
-            frames.put((kind, pickle.loads(payload)))
     except (OSError, ValueError, pickle.UnpicklingError):
         pass
     finally:
-        frames.put(None)
+        put(None)
 
 
 def _died(code: int, stderr: Path, limits: QueryLimits) -> str:

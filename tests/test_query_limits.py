@@ -147,6 +147,10 @@ def test_a_query_that_ignores_its_interrupt_is_killed_at_its_timeout(archive, wo
     monkeypatch.setattr(qp, "KILL_GRACE_S", 0.2)
     with pytest.raises(QueryError, match=r"^the query ran past its 0.5 s limit and was stopped$"):
         run_isolated(archive, "SELECT sleep_ms(60000)", QueryLimits(timeout_s=0.5))
+    # and the server that ran it holds nothing of it: the thread that read its frames has ended
+    for t in [t for t in threading.enumerate() if t.name == qp.READER_THREAD]:
+        t.join(timeout=30)
+        assert not t.is_alive()
 
 
 def _query_child() -> int | None:
