@@ -25,6 +25,7 @@ from budgetscope.query import QueryError, run_query
 from budgetscope.query_check import MAX_AGGREGATES, MAX_EXPRESSIONS, MAX_SQL_BYTES, TOO_DEEP
 from budgetscope.query_limits import QueryLimits
 from budgetscope.query_process import HEADROOM_MB, THREAD_MB, run_isolated
+from conftest import synthetic_archive
 
 ROOT = Path(__file__).resolve().parent.parent
 CORR_4000 = "SELECT " + ", ".join(f"corr(i+{k}, i)" for k in range(4000)) + " FROM range(10) t(i)"
@@ -37,15 +38,7 @@ CORR_ROW = "SELECT tier, " + ", ".join(f"corr(ttft_ms+{k}, e2e_ms)" for k in ran
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory) -> Path:
-    from budgetscope.ingest.files import read_batches
-    from budgetscope.opener import Archive
-    from budgetscope.synthetic import SyntheticSpec, write_jsonl
-
-    root = tmp_path_factory.mktemp("limits")
-    write_jsonl(root / "t.jsonl", SyntheticSpec(num_requests=20))
-    with Archive(root / "archive") as a:
-        a.ingest(read_batches(root / "t.jsonl"))
-    return root / "archive"
+    return synthetic_archive(tmp_path_factory.mktemp("limits"), 20)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from budgetscope.cli import main
 from budgetscope.query import QueryError, run_query
+from conftest import synthetic_archive
 
 WRITES = [
     "COPY (SELECT * FROM spans LIMIT 0) TO '{seg}' (FORMAT parquet, USE_TMP_FILE false)",
@@ -86,15 +87,7 @@ WRITES += [f"{e} {w}" for e in ("EXPLAIN", "EXPLAIN ANALYZE") for w in WRITES[:1
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory) -> Path:
-    from budgetscope.ingest.files import read_batches
-    from budgetscope.opener import Archive
-    from budgetscope.synthetic import SyntheticSpec, write_jsonl
-
-    root = tmp_path_factory.mktemp("sandbox")
-    write_jsonl(root / "t.jsonl", SyntheticSpec(num_requests=30))
-    with Archive(root / "archive") as a:
-        a.ingest(read_batches(root / "t.jsonl"))
-    return root / "archive"
+    return synthetic_archive(tmp_path_factory.mktemp("sandbox"), 30)
 
 
 def _snapshot(root: Path) -> dict:

@@ -17,6 +17,11 @@ from budgetscope.commands.options import (
 from budgetscope.query_limits import MAX_RESULT_MB, MEMORY_MB, SPILL_MB
 
 
+def _mib(name: str, default: int, least: int, help: str):
+    """An option of MiB, at least `least`."""
+    return click.option(name, type=click.IntRange(min=least), default=default, show_default=True, help=help)
+
+
 @click.command()
 @click.argument("sql")
 @ARCHIVE
@@ -34,26 +39,23 @@ from budgetscope.query_limits import MAX_RESULT_MB, MEMORY_MB, SPILL_MB
     default=None,
     help="Stop a query still running after this many seconds (DuckDB engine). Default: none.",
 )
-@click.option(
+@_mib(
     "--memory-mb",
-    type=click.IntRange(min=64),
-    default=MEMORY_MB,
-    show_default=True,
-    help="DuckDB's memory for the query (its process may hold this plus its own overhead, docs/cli.md).",
+    MEMORY_MB,
+    64,
+    "DuckDB's memory for the query (its process may hold this plus its own overhead, docs/cli.md).",
 )
-@click.option(
+@_mib(
     "--spill-mb",
-    type=click.IntRange(min=0),
-    default=SPILL_MB,
-    show_default=True,
-    help="What the query may spill to a temporary directory of its own when memory runs short (0: nothing).",
+    SPILL_MB,
+    0,
+    "What the query may spill to a temporary directory of its own when memory runs short (0: nothing).",
 )
-@click.option(
+@_mib(
     "--max-result-mb",
-    type=click.IntRange(min=1),
-    default=MAX_RESULT_MB,
-    show_default=True,
-    help="The result's size; a larger one is an error (narrow the query or use --max-rows).",
+    MAX_RESULT_MB,
+    1,
+    "The result's size; a larger one is an error (narrow the query or use --max-rows).",
 )
 @engine_option("in a process of its own")
 @SPARK_MASTER
