@@ -50,12 +50,17 @@ SPANS = Table(
             "VARCHAR",
             "span name, e.g. `chat llama-3-8b` (a request: `{operation} {model}`), `stage.queue`, `llm_request`",
         ),
-        C("kind", "VARCHAR", "SERVER, CLIENT, INTERNAL, PRODUCER, CONSUMER or UNSPECIFIED"),
+        C(
+            "kind",
+            "VARCHAR",
+            "SERVER, CLIENT, INTERNAL, PRODUCER, CONSUMER or UNSPECIFIED (also for a kind outside the OTLP enum: "
+            '`-1`, `1e400`, 2^40, `"foo"`)',
+        ),
         C("start_ns", "BIGINT", "start time, ns since the Unix epoch"),
         C("end_ns", "BIGINT", "end time, ns since the Unix epoch"),
         C("service_name", "VARCHAR", "resource attribute `service.name`"),
         C("scope_name", "VARCHAR", "instrumentation scope name, e.g. `budgetscope`, `vllm.llm_engine`"),
-        C("status_code", "VARCHAR", "UNSET, OK or ERROR"),
+        C("status_code", "VARCHAR", "UNSET, OK or ERROR (UNSET also for a code outside the OTLP enum)"),
         C(
             "attributes",
             "JSON",

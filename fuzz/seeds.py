@@ -223,6 +223,82 @@ QUERIES = [
 ]
 
 
+def http_seeds() -> list[bytes]:
+    """Whole connections' bytes: valid requests of every framing the receiver serves, pipelined, and each
+    malformed request of tests/hostile_http.py (its 6 MiB gzip body cut to 100 members)."""
+    import gzip
+    import zlib
+
+    from hostile_http import FRAMING, HEAD, REQUEST_LINES
+
+    body = to_proto(export(native_request()[1]))
+    js = dumps(export(native_request()[1]))
+
+    def post(payload: bytes, extra: bytes = b"", head: bytes = HEAD) -> bytes:
+        return head + extra + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+
+    def chunked(payload: bytes, sizes: list[int], ext: bytes = b"", trailers: bytes = b"") -> bytes:
+        out, i = HEAD + b"Transfer-Encoding: chunked\r\n\r\n", 0
+        for n in sizes:
+            out += b"%x%s\r\n%s\r\n" % (n, ext, payload[i : i + n])
+            i += n
+        return out + b"0\r\n" + trailers + b"\r\n"
+
+    json_head = HEAD.replace(b"application/x-protobuf", b"application/json")
+    get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    half = len(body) // 2
+    seeds = [
+        post(body),
+        post(js, head=json_head),
+        post(gzip.compress(body, mtime=0), b"Content-Encoding: gzip\r\n"),
+        post(gzip.compress(body[:half], mtime=0) + gzip.compress(body[half:], mtime=0), b"Content-Encoding: gzip\r\n"),
+        post(zlib.compress(body), b"Content-Encoding: deflate\r\n"),
+        post(zlib.compress(body)[2:-4], b"Content-Encoding: deflate\r\n"),
+        chunked(body, [half, len(body) - half]),
+        chunked(body, [len(body)], b';name=value;q="a \\" b"', b"X-Trailer: 1\r\n"),
+        post(body) + get + post(body) + b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n",
+        get * 20,
+        b"\r\n" + post(body, b"Connection: close\r\n") + post(body),
+        post(body, head=HEAD.replace(b"HTTP/1.1", b"HTTP/1.0"), extra=b"Connection: keep-alive\r\n") + get,
+        HEAD.replace(b"/v1/traces", b"/v1/metrics") + b"Content-Length: 2\r\n\r\n{}",
+        post(body, b"Authorization: Bearer nope\r\n"),
+        post(body, b"Expect: 100-continue\r\n"),
+        HEAD + b"Content-Length: 100\r\n\r\n" + body[:50],
+    ]
+    for _, rest, _ in FRAMING:
+        seeds.append(HEAD + rest.replace(b"%d\r\n\r\n" % (20 * 314_572), b"2000\r\n\r\n")[:4000])
+    seeds += [data for _, data, _ in REQUEST_LINES]
+    return seeds
+
+
+def inflate_seeds() -> list[bytes]:
+    """First byte even: gzip, odd: deflate (zlib-wrapped or raw); multi-member, empty, truncated, padded,
+    too many members, past the target's 4 KiB limit, incompressible."""
+    import gzip
+    import random
+    import zlib
+
+    text = dumps(export(native_request()[1]))
+    noise = random.Random(37).randbytes(3000)
+    gz = lambda b: gzip.compress(b, mtime=0)  # noqa: E731 - a one-line helper where it is used
+    return [
+        b"\x00" + gz(text[:4000]),
+        b"\x00" + gz(text[:100]) + gz(text[100:3000]),
+        b"\x02" + gz(bytes(3000)) + gz(b"tail"),  # fed 61 bytes: a member's end in the call that fills a step
+        b"\x00" + gz(b"") * 70,
+        b"\x00" + gz(b"") * 3 + gz(b"x"),
+        b"\x00" + gz(text[:500])[:-3],
+        b"\x00" + gz(b"q") + b"\x00\x00",
+        b"\x00" + gz(bytes(5000)),
+        b"\x00" + gz(noise),
+        b"\x00",
+        b"\x01" + zlib.compress(text[:3000]),
+        b"\x01" + zlib.compress(text[:3000])[2:-4],
+        b"\x01" + zlib.compress(text[:3000]) + b"trailing",
+        b"\x01" + zlib.compress(bytes(8000), 9),
+    ]
+
+
 def write(target: str, seeds: list[bytes]) -> None:
     d = ROOT / "fuzz/corpus" / target
     d.mkdir(parents=True, exist_ok=True)
@@ -243,6 +319,8 @@ def main() -> None:
     write("budgets", [b.encode() for b in BUDGETS] + [(ROOT / "budgetscope/data/demo_budgets.toml").read_bytes()])
     write("prometheus", [p.encode() for p in PROMETHEUS])
     write("query", [q.encode() for q in QUERIES])
+    write("inflate", inflate_seeds())
+    write("http", http_seeds())
 
 
 if __name__ == "__main__":

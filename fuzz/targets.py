@@ -13,6 +13,8 @@ tests/test_fuzz_regressions.py, which replays every file of `fuzz/regressions/`)
 | `budgets` | a budgets file's text | `BudgetError` naming the file, or budgets that keep every rule of the format |
 | `prometheus` | a `/metrics` body | `PrometheusError` naming its line, or samples; the same samples as prometheus_client where both parse it |
 | `query` | SQL to `budgetscope query` | `QueryError` or rows; the archive's files unchanged, no file outside it read, nothing written |
+| `inflate` | a gzip or deflate body to `Inflater` in tiny steps and feeds (the first byte picks them) | the output zlib gives in one go, or the same refusal; 413 exactly past the limit; no other exception |
+| `http` | bytes on one connection to the OTLP/HTTP receiver (request lines, headers, chunked bodies, pipelining) | well-formed answers, never 500, no error logged; every body handed on is one h11 parses at that place in the stream; no byte left held |
 """
 
 from __future__ import annotations
@@ -398,6 +400,250 @@ def query(data: bytes) -> None:
         raise Finding(f"a query changed the files: {sql!r}")
 
 
+# -- the OTLP/HTTP receiver's framing ---------------------------------------------------------------------------
+
+STATUSES = {200, 400, 401, 404, 405, 411, 413, 415, 429, 431, 501, 503, 505}  # 500 is a bug
+
+
+class _FakeArchiveWriter:
+    """A fake of the collector's archive writer: takes every ticket of the queue, records its payload and answers
+    it LANDED (the receiver's framing is under test, not the archive)."""
+
+    def __init__(self, queue):
+        import threading
+
+        self.queue = queue
+        self.payloads: list[bytes] = []
+        threading.Thread(target=self._run, name="fuzz-fake-writer", daemon=True).start()
+
+    def _run(self) -> None:
+        from budgetscope.collector.pending import Outcome
+
+        while True:
+            for t in self.queue.take(0.0, 1 << 30) or []:
+                self.payloads.append(t.payload)
+                self.queue.release(t.reserved)
+                t.resolve(Outcome.LANDED)
+
+
+class _ErrorLog:
+    """The receiver's log records at ERROR or above."""
+
+    def __init__(self):
+        import logging
+
+        self.records: list = []
+        handler = logging.Handler(logging.ERROR)
+        handler.emit = self.records.append
+        logging.getLogger("budgetscope.collector").addHandler(handler)
+
+
+_http = None
+
+
+def _receiver():
+    """One receiver for the process: 64 KiB messages, a budget of 256 KiB, GET /metrics and /status served."""
+    global _http
+    if _http is None:
+        from budgetscope.collector.http_receiver import OtlpHttpReceiver
+        from budgetscope.collector.pending import PendingQueue
+
+        queue = PendingQueue(256 << 10)
+        receiver = OtlpHttpReceiver(
+            "127.0.0.1",
+            0,
+            queue,
+            64 << 10,
+            1.0,
+            metrics=True,
+            status=lambda: {"state": "fuzzing"},
+            self_metrics=lambda: b"fuzz_up 1\n",
+        )
+        receiver.start()
+        _http = (receiver, queue, _FakeArchiveWriter(queue), _ErrorLog())
+    return _http
+
+
+def _exchange(port: int, data: bytes) -> tuple[bytes, bool]:
+    """Send `data` on a new connection, half-close, read until the receiver closes; (what came back, whether it
+    came back whole: False after a reset, which may eat answers)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # answered and closed before all of it was read: the answers are still to read
+        out = b""
+        try:
+            while chunk := s.recv(1 << 16):
+                out += chunk
+        except TimeoutError:
+            raise Finding("the receiver neither answered nor closed within 10 s of the input's end") from None
+        except OSError:
+            return out, False
+    return out, True
+
+
+def _responses(out: bytes) -> list[int]:
+    """The statuses of the responses in `out`, each checked: a status line, headers, a Content-Length body."""
+    statuses = []
+    while out:
+        head, sep, rest = out.partition(b"\r\n\r\n")
+        if not sep:
+            raise Finding(f"an answer cut short: {out[:200]!r}")
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or parts[0] != b"HTTP/1.1" or not parts[1].isdigit():
+            raise Finding(f"not an HTTP/1.1 status line: {lines[0][:200]!r}")
+        fields = dict(line.split(b": ", 1) for line in lines[1:])
+        length = int(fields[b"Content-Length"])
+        statuses.append(int(parts[1]))
+        out = rest[length:]
+    return statuses
+
+
+def _reference_bodies(data: bytes) -> list[bytes | None]:
+    """h11's reading of `data` as requests on one connection (empty lines before a request line skipped, as RFC
+    9112 2.2 allows and h11 does not): each request's body, inflated as its Content-Encoding says (None when
+    that fails); up to the first request h11 refuses or cannot finish."""
+    import gzip
+    import zlib
+
+    import h11
+
+    bodies: list[bytes | None] = []
+    rest = data
+    while rest:
+        while rest.startswith(b"\r\n"):
+            rest = rest[2:]
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=80 << 10)
+        conn.receive_data(rest)
+        conn.receive_data(b"")
+        body, encoding = b"", b""
+        try:
+            while True:
+                event = conn.next_event()
+                if isinstance(event, h11.Request):
+                    encoding = dict(event.headers).get(b"content-encoding", b"").strip().lower()
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                else:  # NEED_DATA at the end, or the peer gone: no whole request
+                    return bodies
+        except h11.RemoteProtocolError:
+            return bodies
+        try:
+            if encoding in (b"gzip", b"x-gzip"):
+                body = gzip.decompress(body)
+            elif encoding == b"deflate":
+                try:
+                    d = zlib.decompressobj(zlib.MAX_WBITS)
+                    inflated = d.decompress(body)
+                except zlib.error:
+                    d = zlib.decompressobj(-zlib.MAX_WBITS)
+                    inflated = d.decompress(body)
+                body = inflated if d.eof else None
+        except (OSError, EOFError, zlib.error):
+            body = None
+        bodies.append(body)
+        conn.send(h11.Response(status_code=200, headers=[("content-length", "0")]))
+        conn.send(h11.EndOfMessage())
+        if conn.our_state is h11.MUST_CLOSE:
+            return bodies
+        rest = conn.trailing_data[0]
+    return bodies
+
+
+def _is_subsequence(got: list[bytes], of: list[bytes | None]) -> bool:
+    it = iter(of)
+    return all(any(g == o for o in it) for g in got)
+
+
+def http(data: bytes) -> None:
+    import time
+
+    receiver, queue, writer, errors = _receiver()
+    landed_before = len(writer.payloads)
+    out, whole = _exchange(receiver.port, data)
+    if whole:
+        statuses = _responses(out)
+        if bad := [s for s in statuses if s not in STATUSES]:
+            raise Finding(f"answered {bad}")
+    deadline = time.monotonic() + 5
+    while (receiver.num_connections or queue.pending_bytes) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if queue.pending_bytes:
+        raise Finding(f"{queue.pending_bytes:,} bytes still held after the connection ended")
+    if errors.records:
+        raise Finding(f"the receiver logged an error: {errors.records[0].getMessage()}")
+    landed = writer.payloads[landed_before:]
+    if landed and not _is_subsequence(landed, _reference_bodies(data)):
+        raise Finding(f"a body was handed on that h11 does not read there: {landed!r}")
+
+
+# -- bounded inflation ----------------------------------------------------------------------------------------
+
+
+def _reference_inflate(body: bytes, is_gzip: bool, wbits: int) -> tuple[bytes | None, int]:
+    """(the output zlib makes of `body` in one call a stream, or None when it refuses it; the gzip members)."""
+    import zlib
+
+    out, rest, members = b"", body, 0  # an empty body is an empty output (a client that gzips nothing)
+    try:
+        while rest:
+            members += 1
+            d = zlib.decompressobj(wbits)
+            out += d.decompress(rest)
+            if not d.eof:
+                return None, members
+            rest = d.unused_data if is_gzip else b""
+    except zlib.error:
+        return None, members
+    return out, members
+
+
+def inflate(data: bytes) -> None:
+    """The first byte's bit 0: gzip (0) or deflate (1); bits 1-2: zlib fed 7, 61 or 509 bytes a call; bit 3: steps
+    of 97 or 4,099 bytes. The rest is the body, inflated in tiny steps and feeds (the paths of a large body on a
+    small input) against zlib in one call a stream."""
+    from budgetscope.collector import inflate as inf
+
+    if not data:
+        return
+    encoding, body, limit = ("gzip" if data[0] % 2 == 0 else "deflate"), data[1:], 4096
+    inf.FEED_BYTES = (7, 61, 509)[(data[0] >> 1 & 3) % 3]
+    inf.STEP_BYTES = (97, 4099)[data[0] >> 3 & 1]
+    pool = inf.InflatePool(2 * limit + 2)
+    i = inf.Inflater(body, encoding, limit, pool)
+    try:
+        while not i.step():
+            if i.held != i.size or pool.used != i.held:
+                raise Finding(f"{pool.used} bytes counted in the pool for {i.size} made")
+        ours: bytes | int = i.output
+    except inf.InflateError as e:
+        if "\n" in str(e):
+            raise Finding(f"a refusal of more than one line: {e!r}") from None
+        ours = e.status
+    except Finding:
+        raise
+    except Exception as e:  # noqa: BLE001 - that is the finding
+        raise Finding(f"the inflater raised {type(e).__name__}: {e}") from e
+    finally:
+        pool.release(i)
+    ref, members = _reference_inflate(body, i.is_gzip, i.wbits)
+    if ref is not None and len(ref) > limit:
+        want: bytes | int = 413
+    elif ref is not None and members > inf.MAX_GZIP_MEMBERS and i.is_gzip:
+        want = 400
+    else:
+        want = 400 if ref is None else ref
+    if ours != want and not (ours == 413 and ref is None):  # past the limit before the bad byte: 413 first
+        raise Finding(f"inflated to {ours if isinstance(ours, int) else len(ours)!r}, zlib says {want!r}")
+
+
 TARGETS = {
     "otlpjson": otlpjson,
     "otlpjson_diff": otlpjson_diff,
@@ -407,6 +653,8 @@ TARGETS = {
     "budgets": budgets,
     "prometheus": prometheus,
     "query": query,
+    "inflate": inflate,
+    "http": http,
 }
 # the targets that need the sanitizer build of the C decoders when fuzzed
 SANITIZED = {"otlpjson", "otlpjson_diff", "otlpproto", "otlpproto_diff"}

@@ -134,6 +134,39 @@ def test_compaction_of_the_current_hour_is_tiered(tmp_path, monkeypatch):
     assert rows(tmp_path / "a", "SELECT count(*), count(DISTINCT trace_id) FROM requests") == [(40, 40)]
 
 
+def test_a_collectors_close_interrupts_a_merge_and_starts_none(tmp_path, monkeypatch):
+    """A durable writer (the collector's) stops its compactor at once: a merge under way is interrupted, none
+    other starts, the manifest is as the last commit left it. Its merges run at nice 10, and a stop that waited
+    for them took minutes on two busy cores (the kill -9 test's SIGTERM wait, issue 37)."""
+    import threading
+
+    path = tmp_path / "a"
+    a = Archive(path, durable=True)
+    p = tmp_path / "t.jsonl"
+    p.write_text(jsonl(export(native_request()[1])))
+    a.ingest(read_batches(p))
+    a.commit()
+    seg = a.manifest.segments[0]
+    started, merges = threading.Event(), []
+
+    def fake_merge_that_never_ends(self, con, job):  # a fake: a real DuckDB query, far longer than any merge
+        merges.append(job)
+        started.set()
+        con.execute("SELECT sum(hash(i)) FROM range(1000000000000) t(i)").fetchall()
+
+    monkeypatch.setattr(compaction.Compactor, "_merge", fake_merge_that_never_ends)
+    monkeypatch.setattr(compaction, "plan", lambda *args, **kwargs: [[seg], [seg]])
+    a.compactor.poke()
+    assert started.wait(30)
+    before = mf.read(path)
+    closing = threading.Thread(target=a.close, daemon=True)
+    closing.start()
+    closing.join(60)
+    assert not closing.is_alive(), "close waited for the merge"
+    assert len(merges) == 1 and mf.read(path) == before
+    assert rows(path, "SELECT count(*) FROM spans") == [(6,)]
+
+
 def _duckdb():
     import duckdb
 

@@ -20,7 +20,7 @@ from budgetscope.opener import Archive
 from otlp_wire import export, native_request
 
 pytest.importorskip("grpc")
-from test_collector import _clean_otlp_env  # noqa: E402,F401 - the fixture is used by name
+from test_collector import _clean_otlp_env, _wait_for  # noqa: E402,F401 - the fixture is used by name
 
 
 @pytest.fixture
@@ -67,12 +67,13 @@ def test_a_full_disk_answers_503_keeps_the_archive_readable_and_loses_nothing_ac
     filler = small_disk / "filler"
     acked: list[list[dict]] = []
     codes: dict[int, int] = {}
+    reasons: set[str] = set()
     with Collector(archive, grpc_port=None, http_port=0, retry_after_s=2) as c, httpx.Client(timeout=20) as h:
         for _ in range(5):
             batch = _batch()
             assert _post(h, c.http_port, batch).status_code == 200
             acked.append(batch)
-        time.sleep(1.5)  # a commit: the archive has something to read
+        _wait_for(lambda: c.stats.batches_landed == 5, timeout_s=30)  # a commit: the archive has them to read
         _fill(filler)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and codes.get(503, 0) < 5:
@@ -83,7 +84,11 @@ def test_a_full_disk_answers_503_keeps_the_archive_readable_and_loses_nothing_ac
                 acked.append(batch)
             else:
                 assert r.status_code == 503 and r.headers["retry-after"] == "2", (r.status_code, r.text)
+                # a short reason: no path of this machine, no DuckDB error document (those go to the log)
+                assert str(small_disk) not in r.text and "exception_type" not in r.text, r.text
+                reasons.add(r.json()["message"])
         assert codes.get(503, 0) >= 5, codes
+        assert any("(No space left on device)" in m for m in reasons), reasons
         with Archive(archive, read_only=True) as r:  # the last commit reads whole while the disk is full
             assert r.con.execute("SELECT count(*) FROM spans").fetchone()[0] >= 5 * 20 * 6
         filler.unlink()  # room again: the same collector reopens its archive (a failed reopen holds no lock)
@@ -96,6 +101,10 @@ def test_a_full_disk_answers_503_keeps_the_archive_readable_and_loses_nothing_ac
                 break
             time.sleep(0.5)
         assert r.status_code == 200 and c.error is None, (r.status_code, c.error)
+    s = c.stats  # every request in exactly one category
+    assert s.batches == s.batches_landed + s.batches_already_stored + s.batches_rejected + s.batches_failed + (
+        s.spooled_batches
+    ), s
     # and a restart (a supervisor's) lands what the spool holds
     with Collector(archive, grpc_port=None, http_port=0) as c2, httpx.Client(timeout=20) as h:
         batch = _batch()
@@ -191,6 +200,36 @@ def test_collect_stopped_on_a_full_disk_says_what_waits_in_the_spool_and_the_nex
     assert want <= seen and spooled(archive) == (0, 0)
 
 
+def test_requests_derived_when_the_archive_reopens_are_counted(small_disk):
+    """The disk full from the first export: what is acknowledged waits in the spool, the archive reopens once
+    there is room, and its first commit derives every request. The summary said "0 requests derived … no adapter
+    reads their format" when every request had been derived by that commit."""
+    from budgetscope.analysis.coverage import nothing_derived_warning
+
+    archive, filler = small_disk / "prod", small_disk / "filler"
+    acked: list[list[dict]] = []
+    with Collector(archive, grpc_port=None, http_port=0, retry_after_s=1) as c, httpx.Client(timeout=20) as h:
+        _fill(filler)
+        os.truncate(filler, filler.stat().st_size - (192 << 10))  # room to spool a few, not to publish them
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and c._writer.unavailable is None:
+            batch = _batch()
+            if _post(h, c.http_port, batch).status_code == 200:
+                acked.append(batch)
+        assert acked and c._writer.unavailable is not None
+        filler.unlink()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and c._writer.unavailable is not None:
+            time.sleep(0.2)  # the reopen, which lands and derives what the spool holds
+    stats = c.stats
+    roots = {s["traceId"] for spans in acked for s in spans if s["name"] == "llm.request"}
+    with Archive(archive, read_only=True) as r:
+        (derived,) = r.con.execute("SELECT count(*) FROM requests").fetchone()
+    assert derived == len(roots) and stats.requests_derived >= len(roots), (derived, stats)
+    assert nothing_derived_warning(stats.spans, stats.requests_derived, {"total": 0}) is None
+    assert stats.batches == stats.batches_landed + stats.batches_failed + stats.batches_already_stored, stats
+
+
 # -- `ingest` and `expire` that cannot write: one line, exit 2, nothing half-written ---------------------------
 def _trace_file(path, first: int, n: int = 150) -> None:
     from otlp_wire import jsonl
@@ -281,3 +320,35 @@ def test_ingest_and_expire_on_a_read_only_archive_are_one_line_exit_2(read_only)
         result = _cli(*args)
         assert (result.exit_code, result.output) == (2, line), args
     assert _files(archive) == before
+    # issue 37: a new archive there said it "keeps its last commit"; there was none, and nothing was created
+    for fresh in (archive.parent / "fresh", archive.parent / "fresh.duckdb"):
+        result = _cli("ingest", str(traces), "-a", str(fresh))
+        assert (result.exit_code, result.output) == (
+            2,
+            f"budgetscope: cannot write {fresh}: Read-only file system; nothing was created, nothing half-written\n",
+        )
+        assert not fresh.exists()
+
+
+def test_expire_on_a_full_disk_is_one_line_exit_2_and_leaves_nothing_behind(small_disk, tmp_path):
+    """Issue 37: `expire` on a full disk said "nothing to expire" and exit 0 (its compactor thread's failure only
+    logged), while --dry-run listed the segments due, and left a 0-byte `.manifest.json.<pid>.tmp` each run."""
+    traces = tmp_path / "t.jsonl"
+    _trace_file(traces, 0, n=20)
+    archive = small_disk / "prod"
+    assert _cli("ingest", str(traces), "-a", str(archive)).exit_code == 0
+    due = _cli("expire", "-a", str(archive), "--retention", "1h", "--dry-run", "--format", "json")
+    assert due.exit_code == 0 and json.loads(due.output)["archives"][str(archive)]["segments"] > 0
+    before = _files(archive)
+    _fill(small_disk / "filler")
+    for _ in range(2):
+        result = _cli("expire", "-a", str(archive), "--retention", "1h")
+        assert (result.exit_code, result.output) == (
+            2,
+            f"budgetscope: cannot write {archive}: No space left on device; the archive keeps its last commit, "
+            "nothing half-written\n",
+        )
+        assert _files(archive) == before  # no .manifest.json.<pid>.tmp, the last commit as it was
+    (small_disk / "filler").unlink()
+    done = _cli("expire", "-a", str(archive), "--retention", "1h", "--no-wait", "--format", "json")
+    assert done.exit_code == 0 and json.loads(done.output) == {**json.loads(due.output), "dry_run": False}

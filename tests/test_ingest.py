@@ -117,6 +117,45 @@ def test_fast_path_and_reference_decoder_agree(archive_path, tmp_path, ingest_te
     ]
 
 
+KINDS = [  # (the raw JSON of `kind`, what is stored): the OTLP enum's name, or UNSPECIFIED for anything else
+    ("1e400", "UNSPECIFIED"),
+    ("-1", "UNSPECIFIED"),
+    (str(2**40), "UNSPECIFIED"),
+    ("9", "UNSPECIFIED"),
+    ("2.0", "UNSPECIFIED"),
+    ("true", "UNSPECIFIED"),
+    ('"foo"', "UNSPECIFIED"),
+    ('"SPAN_KIND_SPAN_KIND_SERVER"', "UNSPECIFIED"),
+    ("2", "SERVER"),
+    ('"2"', "SERVER"),
+    ('"server"', "SERVER"),
+    ('"SPAN_KIND_CLIENT"', "CLIENT"),
+    ("5", "CONSUMER"),
+]
+STATUSES = [('{"code": -1}', "UNSET"), ('{"code": 7}', "UNSET"), ('{"code": 2}', "ERROR"), ('{"code": "ok"}', "OK")]
+
+
+def test_span_kinds_and_status_codes_outside_the_enum_are_stored_as_unspecified(archive_path, ingest_text):
+    """`1e400`, `-1`, 2^40 were stored as-is; every path (C decoders, DuckDB, reference) now stores the OTLP enum
+    value's name, or UNSPECIFIED (UNSET for a status) for what is none."""
+    lines, want = [], {}
+    for raw, name in KINDS:
+        s = span(trace_id(), span_id(), "op", T0, T0 + MS)
+        lines.append(json.dumps(export([s])).replace('"kind": 1', f'"kind": {raw}'))
+        want[s["spanId"]] = name
+    statuses = {}
+    for raw, name in STATUSES:
+        s = span(trace_id(), span_id(), "op", T0, T0 + MS)
+        lines.append(json.dumps(export([s])).replace('"kind": 1', f'"kind": 1, "status": {raw}'))
+        statuses[s["spanId"]] = name
+    rep = ingest_text(archive_path, "\n".join(lines) + "\n")
+    assert rep.rejected == [] and rep.spans_inserted == len(lines)
+    got = dict(rows(archive_path, "SELECT span_id, kind FROM spans"))
+    assert {k: got[k] for k in want} == want
+    got = dict(rows(archive_path, "SELECT span_id, status_code FROM spans"))
+    assert {k: got[k] for k in statuses} == statuses
+
+
 def test_base64_and_uppercase_ids_are_normalised(archive_path, ingest_text):
     import base64
 

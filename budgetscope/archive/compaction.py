@@ -26,7 +26,7 @@ from pathlib import Path
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
-from budgetscope.archive.retention import expire
+from budgetscope.archive.retention import delete_retired, expire
 
 log = logging.getLogger("budgetscope.archive")
 
@@ -116,16 +116,25 @@ class Compactor:
         self._wake = threading.Event()
         self._busy = threading.Lock()
         self._stop = False
+        self._finish = True  # close(finish=...): whether the merges due are done before the thread ends
+        self._con = None  # the thread's DuckDB connection, while it runs
+        self._is_merging = False  # a merge's queries run on it now
         self._thread = threading.Thread(target=self._run, name="budgetscope-compactor", daemon=True)
         self._thread.start()
 
     def poke(self) -> None:
         self._wake.set()
 
-    def close(self) -> None:
-        """Finish the merges due now, then stop."""
+    def close(self, finish: bool = True) -> None:
+        """Stop. `finish`: after the merges due now. Else at once: a merge under way is interrupted (its files
+        stay under _tmp, which the next writer clears) and none other starts; the next writer merges what is
+        left. A collector stops so: its merges run at nice NICE, behind every other process on the machine, and
+        a stop that waited for them took minutes on two busy cores."""
         self._stop = True
+        self._finish = finish
         self._wake.set()
+        if not finish and self._is_merging and self._con is not None:
+            self._con.interrupt()
         self._thread.join()
 
     def _run(self) -> None:
@@ -141,6 +150,7 @@ class Compactor:
             except OSError:
                 pass
         con.execute("SET enable_progress_bar = false")
+        self._con = con
         try:
             while True:
                 self._wake.wait(timeout=30.0)
@@ -148,10 +158,14 @@ class Compactor:
                 try:
                     self.run_once(con)
                 except Exception as e:  # noqa: BLE001 - compaction is an optimisation: log, retry later
+                    if self._stop and not self._finish:  # interrupted by close(finish=False)
+                        log.debug("a merge interrupted by the writer's close: %s", e)
+                        return
                     log.error("compaction failed (will retry): %s", (str(e).splitlines() or [type(e).__name__])[0])
                 if self._stop:
                     return
         finally:
+            self._con = None
             con.close()
 
     def run_once(self, con) -> int:
@@ -171,10 +185,18 @@ class Compactor:
             if not jobs:
                 break
             for job in jobs:
+                if self._stop and not self._finish:
+                    break
                 live = {s.path for s in self.writer.manifest.segments}
                 if all(s.path in live for s in job):
-                    self._merge(con, job)
+                    self._is_merging = True
+                    try:
+                        self._merge(con, job)
+                    finally:
+                        self._is_merging = False
                     done += 1
+            if self._stop and not self._finish:
+                break
         self._sweep()
         self.merges += done
         return done
@@ -191,14 +213,4 @@ class Compactor:
             self.writer.manifest = new
 
     def _sweep(self) -> None:
-        """Delete retired segments whose grace has passed."""
-        cutoff = time.time_ns() - int(self.writer.manifest.grace_s * 1e9)
-        old = [p for p, at in self.writer.manifest.retired if at < cutoff]
-        if not old:
-            return
-        with self.writer._mlock:
-            new = self.writer.manifest.without_retired(old)
-            mf.write(self.root, new)
-            self.writer.manifest = new
-        for p in old:
-            (self.root / p).unlink(missing_ok=True)
+        delete_retired(self.writer, time.time_ns())

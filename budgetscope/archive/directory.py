@@ -207,7 +207,9 @@ class DirectoryArchive:
         commit stays as it was; a durable writer's spool keeps what it acknowledged."""
         for part in (self.compactor, self.hot, self.spool):
             try:
-                if part is not None:
+                if part is self.compactor and part is not None:
+                    part.close(finish=False)  # after a failure no merge is waited for
+                elif part is not None:
                     part.close()
             except Exception:  # noqa: BLE001 - closing what failed may fail too; the lock goes regardless
                 pass
@@ -230,7 +232,8 @@ class DirectoryArchive:
             self.abandon()
 
     def close(self) -> None:
-        """Commit what is pending, let compaction finish, release the archive."""
+        """Commit what is pending, let compaction finish (a durable writer's, the collector's: stop it at once;
+        the next writer merges what is left), release the archive."""
         try:
             if self.hot is not None:
                 self.commit()
@@ -239,7 +242,7 @@ class DirectoryArchive:
             raise
         finally:
             if self.compactor is not None:
-                self.compactor.close()
+                self.compactor.close(finish=not self.durable)
                 self.compactor = None
             if self.hot is not None:
                 self.hot.close()

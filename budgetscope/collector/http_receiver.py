@@ -2,10 +2,12 @@
 gzip/deflate) on one asyncio event loop: a connection costs a few kilobytes, never a thread.
 
 Statuses follow the OTLP/HTTP spec: 200 with an `ExportTraceServiceResponse` in the request's encoding once the
-batch is in the archive; 400 (bad body), 401 (missing or wrong bearer token), 413 (too large), 415 (media type /
-encoding), 404/405 — none of them retried by clients; 429 (pending bytes at their limit) and 503 (shutting down,
-archive failure, too many connections) with `Retry-After`, which clients retry. Every error body is a
-`google.rpc.Status` in the request's encoding.
+batch is in the archive; 400 (bad framing or body), 401 (missing or wrong bearer token), 413 (too large), 415
+(media type / encoding), 404/405, 431 (headers too large), 501 (a transfer coding other than chunked), 505 —
+none of them retried by clients; 429 (pending bytes at their limit) and 503 (shutting down, archive failure,
+too many connections) with `Retry-After`, which clients retry. Every error body is a `google.rpc.Status` in the
+request's encoding. The request line, headers and chunked framing are parsed strictly (`http_framing`: RFC
+9112); a request whose framing is refused is answered and its connection closed.
 
 Abuse bounds: at most `max_connections` open connections; when they are all open a new one takes the slot of
 the connection that has made no progress for longest (silent, idle between requests, or a body that moved no
@@ -13,9 +15,13 @@ byte for SLOT_STALL_S), and only when every slot is making progress is it answer
 connection's first request line and headers must arrive whole within HEADER_TIMEOUT_S of the connection (later
 ones within HEADER_TIMEOUT_S of their first byte) and within MAX_HEADER_BYTES; a body that moves no byte for
 BODY_STALL_S is cut; a connection idle between requests for IDLE_TIMEOUT_S is closed. Bodies are bounded before
-they are read (Content-Length against `max_message_bytes`), as they arrive (each read is reserved in the
-pending-bytes budget before it is kept: a declared length reserves nothing; chunked bodies count too) and while
-they are inflated (`max_message_bytes`).
+they are read (Content-Length, and each chunk's size, against `max_message_bytes`), as they arrive (each read is
+reserved in the pending-bytes budget before it is kept: a declared length reserves nothing; chunked bodies count
+too) and while they are inflated (`inflate`: at most `max_message_bytes` each and twice that together, the
+largest giving way to smaller ones; at most 64 gzip members; in steps that bodies inflating together take in
+turn). Requests are answered one at a time, and the next is read only once the answers so far have left (at most
+WRITE_BUFFER_BYTES of them wait for a peer that does not read; SEND_STALL_S later the connection is cut):
+pipelined requests whose answers are never read hold no more than that.
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ import socket
 import ssl
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +42,17 @@ import orjson
 from budgetscope.auth import bearer_ok
 from budgetscope.collector import self_metrics
 from budgetscope.collector import status as st
+from budgetscope.collector.http_framing import (
+    MAX_HEADER_BYTES,
+    MAX_HEADER_LINES,
+    FramingError,
+    RequestHead,
+    check_chunk_count,
+    chunk_size,
+    field_lines,
+    parse_head,
+)
+from budgetscope.collector.inflate import Busy, InflateError, InflatePool, Inflater, check_encoding
 from budgetscope.collector.pending import Hold, Outcome, PendingQueue
 
 log = logging.getLogger("budgetscope.collector")
@@ -50,7 +66,7 @@ SUCCESS_BODY = {"otlp-proto": b"", "otlp-json": b"{}"}  # an empty Export{Trace,
 CONTENT_TYPE = {"otlp-proto": "application/x-protobuf", "otlp-json": "application/json"}
 ERROR_STATUS = {Outcome.REJECTED: 400, Outcome.BUSY: 429, Outcome.CLOSED: 503, Outcome.FAILED: 503}
 RETRYABLE = (429, 503)  # the statuses that carry Retry-After
-RPC_CODE = {401: st.UNAUTHENTICATED, 429: st.RESOURCE_EXHAUSTED, 503: st.UNAVAILABLE}  # others: INVALID_ARGUMENT
+RPC_CODE = {401: st.UNAUTHENTICATED, 429: st.RESOURCE_EXHAUSTED, 503: st.UNAVAILABLE, 500: st.INTERNAL}
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -63,6 +79,8 @@ REASONS = {
     415: "Unsupported Media Type",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
@@ -70,48 +88,15 @@ IDLE_TIMEOUT_S = 60.0  # a connection that moves no byte this long (between or w
 HEADER_TIMEOUT_S = 10.0  # a request line and headers must arrive whole this soon (after connect, or first byte)
 BODY_STALL_S = 10.0  # a body that moves no byte this long is cut (and sooner, if its bytes are needed)
 SLOT_STALL_S = 2.0  # a body that moved no byte this long may lose its connection's slot to a new connection
-MAX_HEADER_BYTES = 64 << 10  # request line and headers; past it: 431 and the connection is closed
+SEND_STALL_S = 10.0  # answers a peer leaves unread this long (past WRITE_BUFFER_BYTES): the connection is cut
+WRITE_BUFFER_BYTES = 64 << 10  # answers waiting for a peer to read them; past it, no further request is read
 MIN_BODY_RATE = 64 << 10  # bytes/s: a body must arrive within HEADER_TIMEOUT_S + its size at this rate
 READ_CHUNK = 1 << 20
 DRAIN_MAX_BYTES = 1 << 20  # a refused body with at most this much left is read to its end (keep-alive 429)
 LINGER_S = 1.0  # after an early answer, what the peer still sends is read and dropped this long, then close
 LINGER_MAX_BYTES = 256 << 10  # ...and at most this much: more is a sender that a reset will stop sooner
 BACKLOG = 1024  # connections the kernel completes before they are accepted
-DECOMPRESS_WORKERS = 2  # inflating a body (up to max_message_bytes) runs off the event loop
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """Undo Content-Encoding (gzip, possibly multi-member; deflate as zlib or raw), never past `limit` bytes."""
-    if encoding in ("", "identity"):
-        return body
-    if encoding in ("gzip", "x-gzip"):
-        wbits = [16 + zlib.MAX_WBITS]
-    elif encoding == "deflate":
-        wbits = [zlib.MAX_WBITS, -zlib.MAX_WBITS]  # RFC says zlib; some clients send raw deflate
-    else:
-        raise _BadRequest(415, f"unsupported Content-Encoding {encoding!r} (use gzip, deflate or none)")
-    for i, wb in enumerate(wbits):
-        out, data = bytearray(), body
-        try:
-            while data:
-                d = zlib.decompressobj(wb)
-                out += d.decompress(data, limit + 1 - len(out))
-                if len(out) > limit or d.unconsumed_tail:
-                    raise _BadRequest(413, f"decompressed body exceeds {limit:,} bytes")
-                if not d.eof:
-                    raise _BadRequest(400, f"truncated {encoding} body")
-                data = d.unused_data if wb > 16 else b""
-            return bytes(out)
-        except zlib.error as e:
-            if i + 1 == len(wbits):
-                raise _BadRequest(400, f"body is not valid {encoding} ({e})") from None
-    raise AssertionError("unreachable")
+DECOMPRESS_WORKERS = 2  # inflating a body (up to max_message_bytes) runs off the event loop, a step a job
 
 
 class _Closed(Exception):
@@ -155,7 +140,18 @@ class _Body:
 class _Connection:
     """One client connection: reads requests one after another and answers each (HTTP/1.1 keep-alive)."""
 
-    __slots__ = ("receiver", "reader", "writer", "peer", "deadline", "moved", "is_busy", "is_waiting", "is_lingering")
+    __slots__ = (
+        "receiver",
+        "reader",
+        "writer",
+        "peer",
+        "deadline",
+        "moved",
+        "is_busy",
+        "is_waiting",
+        "is_lingering",
+        "is_body_read",
+    )
 
     def __init__(self, receiver: OtlpHttpReceiver, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.receiver = receiver
@@ -168,18 +164,38 @@ class _Connection:
         self.is_busy = False  # a request between its headers and its answer
         self.is_waiting = False  # a request whose body is whole: being inflated or waiting for the writer
         self.is_lingering = False  # answered before its body was read: drain a little before closing
+        self.is_body_read = False  # the current request's body was read to its end
+        writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
 
     async def serve(self) -> None:
         try:
             is_more = await self._one_request(is_first=True)
             while is_more:
+                await self._flush()
+                # pipelined requests already read answer without a pause: let the other connections have a turn
+                await asyncio.sleep(0)
                 is_more = await self._one_request()
         except (_Closed, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
             pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug must cost one connection and one line, never the loop
+            log.error("http %s: internal error, connection closed: %s: %s", self.peer, type(e).__name__, e)
+            log.debug("http %s: internal error", self.peer, exc_info=True)
+            if not self.writer.is_closing():
+                self.writer.write(error_response(500, "otlp-proto", "internal error", 0, close=True))
         finally:
             if self.is_lingering:
                 await self._linger()
             self.writer.close()
+
+    async def _flush(self) -> None:
+        """Before reading the next request: the answers so far must have left (at most WRITE_BUFFER_BYTES wait
+        for the peer); a peer that reads none of them for SEND_STALL_S is cut by the sweeper."""
+        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES:
+            self.deadline = time.monotonic() + SEND_STALL_S
+            await self.writer.drain()
+            self._progress(IDLE_TIMEOUT_S)
 
     async def _linger(self) -> None:
         """Half-close, then read and drop what the peer still sends for up to LINGER_S (and LINGER_MAX_BYTES):
@@ -209,7 +225,8 @@ class _Connection:
 
     async def _head(self, is_first: bool) -> bytes | None:
         """The request line and headers; None when the peer closed between requests. The first request of a
-        connection has HEADER_TIMEOUT_S from the connect, later ones IDLE_TIMEOUT_S to start."""
+        connection has HEADER_TIMEOUT_S from the connect, later ones IDLE_TIMEOUT_S to start. Empty lines
+        before the request line are skipped (RFC 9112 2.2: a client may send a CRLF after a body)."""
         if not is_first:
             self.deadline = time.monotonic() + IDLE_TIMEOUT_S
         first = await self.reader.read(1)
@@ -219,8 +236,12 @@ class _Connection:
             self._progress(HEADER_TIMEOUT_S)  # from the first byte: whole headers, soon
         try:
             head = first + await self.reader.readuntil(b"\r\n\r\n")
+            while head.startswith(b"\r\n"):
+                head = head[2:]
+            if not head:  # empty lines alone: the request line still to come
+                head = await self.reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
-            raise _BadRequest(431, f"request headers exceed {MAX_HEADER_BYTES:,} bytes") from None
+            raise FramingError(431, f"request headers exceed {MAX_HEADER_BYTES:,} bytes") from None
         except asyncio.IncompleteReadError:
             raise _Closed from None
         self._touch()
@@ -230,84 +251,85 @@ class _Connection:
         """Read up to `n` (> 0) bytes of `body`; `is_whole`: `n` bytes make it whole. How many were read."""
         part = await self.reader.read(min(n, READ_CHUNK))
         if not part:
-            raise _BadRequest(400, "body ended before it was complete")
+            raise FramingError(400, "body ended before it was complete")
         self._progress(BODY_STALL_S)
         self.deadline = min(self.deadline, body.until)
         body.add(part, is_whole and len(part) == n)
         return len(part)
 
     async def _read_exactly(self, n: int, body: _Body, is_whole: bool = False) -> None:
-        """`n` bytes of `body`; `is_whole`: they end it."""
+        """`n` (>= 0) bytes of `body`; `is_whole`: they end it."""
         left = n
-        while left:
+        while left > 0:
             left -= await self._receive(left, body, is_whole)
 
-    async def _line(self) -> bytes:
-        """One line of a chunked body's framing."""
+    async def _framing(self, read) -> bytes:
+        """A piece of a chunked body's framing (`read` is a coroutine of the reader); a peer that closes
+        inside the body gets 400."""
         try:
-            return await self.reader.readuntil(b"\n")
+            return await read
         except asyncio.LimitOverrunError:
-            raise _BadRequest(400, "malformed chunked body (a line over 64 KiB)") from None
+            raise FramingError(400, f"a chunked body's line over {MAX_HEADER_BYTES:,} bytes") from None
+        except asyncio.IncompleteReadError:
+            raise FramingError(400, "body ended before it was complete") from None
 
     async def _read_chunked(self, limit: int, body: _Body) -> None:
-        """A chunked body's data, each chunk counted as it arrives; the framing is checked, not kept."""
-        size_so_far = 0
+        """A chunked body's data, each chunk counted as it arrives, at most `limit` bytes in all; the framing
+        (RFC 9112 7.1: sizes, extensions, CRLFs, trailers) is checked strictly and not kept."""
+        data = chunks = 0
         while True:
-            line = await self._line()
-            try:
-                size = int(line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise _BadRequest(400, "malformed chunked body") from None
+            size = chunk_size(await self._framing(self.reader.readuntil(b"\n")))
+            chunks += 1
+            check_chunk_count(chunks, data)
             if size == 0:
-                while (await self._line()).strip():
-                    pass  # trailers
-                return
-            if size_so_far + size > limit:
-                raise _BadRequest(413, f"body exceeds {limit:,} bytes")
+                break
+            if data + size > limit:
+                raise FramingError(413, f"chunked body exceeds {limit:,} bytes")
             await self._read_exactly(size, body)
-            size_so_far += size
-            await self._line()
+            data += size
+            if await self._framing(self.reader.readexactly(2)) != b"\r\n":
+                raise FramingError(400, "chunk data not followed by CRLF")
+        trailers, nbytes = [], 0
+        while (line := await self._framing(self.reader.readuntil(b"\n"))) != b"\r\n":
+            nbytes += len(line)
+            if nbytes > MAX_HEADER_BYTES or len(trailers) >= MAX_HEADER_LINES:
+                raise FramingError(431, f"trailers exceed {MAX_HEADER_LINES} lines or {MAX_HEADER_BYTES:,} bytes")
+            if not line.endswith(b"\r\n"):
+                raise FramingError(400, "a trailer line not ended by CRLF")
+            trailers.append(line[:-2])
+        field_lines(trailers, "trailer")  # checked, then dropped: nothing of a trailer is used
 
     # -- one request -------------------------------------------------------------------------------------------
     async def _one_request(self, is_first: bool = False) -> bool:
         """Read and answer one request; False when the connection is to be closed."""
+        r = self.receiver
         try:
             head = await self._head(is_first)
-        except _BadRequest as e:
+            if head is None:
+                return False
+            req = parse_head(head)
+        except FramingError as e:
             return self._error(e.status, "otlp-proto", str(e), close=True)
-        if head is None:
-            return False
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split()
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            return self._error(400 if len(parts) != 3 else 505, "otlp-proto", "not an HTTP/1.x request", close=True)
-        method, target, version = parts
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            if line:
-                name, sep, value = line.partition(":")
-                if not sep:
-                    return self._error(400, "otlp-proto", "malformed header line", close=True)
-                headers[name.strip().lower()] = value.strip()
-        keep_alive = (
-            (headers.get("connection", "").lower() != "close")
-            if version == "HTTP/1.1"
-            else (headers.get("connection", "").lower() == "keep-alive")
-        )
         self.is_busy = True
-        self.receiver.num_requests += 1
+        self.is_body_read = not req.has_body
+        r.num_requests += 1
         try:
-            return await self._dispatch(method, urlsplit(target).path, headers) and keep_alive
+            keep = await self._dispatch(req, urlsplit(req.target).path)
+            if not self.is_body_read:  # answered without reading its body: the framing is lost with it
+                self.is_lingering = True
+                return False
+            return keep and req.keep_alive
         finally:
             self.is_busy = False
             self._progress(IDLE_TIMEOUT_S)
-            log.debug("http %s: %s %s", self.peer, method, target)
+            log.debug("http %s: %s %s", self.peer, req.method, req.target)
 
-    async def _dispatch(self, method: str, path: str, headers: dict[str, str]) -> bool:
+    async def _dispatch(self, req: RequestHead, path: str) -> bool:
         r = self.receiver
+        method, headers = req.method, req.headers
+        fmt = FORMATS.get(headers.get("content-type", "").split(";")[0].strip().lower())
         if method == "GET" and path == self_metrics.METRICS_PATH and r.self_metrics is not None:
             return self._self_metrics(headers)
-        fmt = FORMATS.get(headers.get("content-type", "").split(";")[0].strip().lower())
         if (method, path) == ("GET", STATUS_PATH) and r.status is not None:
             return await self._status(headers)
         if method != "POST":
@@ -329,75 +351,87 @@ class _Connection:
             return self._error(
                 415,
                 "otlp-proto",
-                f"unsupported Content-Type {headers.get('content-type') or 'none'!r} "
+                f"unsupported Content-Type {headers.get('content-type', '')[:64] or 'none'!r} "
                 "(use application/x-protobuf or application/json)",
                 close=True,
             )
-        return await self._export(fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt, headers)
+        return await self._export(req, fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt)
 
-    async def _export(self, fmt: str, batch_format: str, headers: dict[str, str]) -> bool:
+    async def _export(self, req: RequestHead, fmt: str, batch_format: str) -> bool:
         """`fmt`: the body's encoding (for the answer); `batch_format`: what the archive is told it holds."""
         r = self.receiver
-        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = headers.get("content-length")
-        if not chunked and (length is None or not length.isdigit()):
+        if not req.is_chunked and "content-length" not in req.headers:
             return self._error(411, fmt, "a Content-Length (or chunked body) is required", close=True)
-        declared = 0 if chunked else int(length)
-        if declared > r.max_message_bytes:
-            return self._error(413, fmt, f"body of {declared:,} bytes exceeds {r.max_message_bytes:,}", close=True)
+        declared = req.length
+        if declared is not None and declared > r.max_message_bytes:
+            return self._error(
+                413,
+                fmt,
+                f"body of {req.headers['content-length'][:24]} bytes exceeds {r.max_message_bytes:,}",
+                close=True,
+            )
+        encoding = req.headers.get("content-encoding", "").strip().lower()
+        try:
+            check_encoding(encoding)  # before a byte of the body is read
+        except InflateError as e:
+            return self._error(e.status, fmt, str(e), close=True)
         # the whole body must arrive by then, and each read within BODY_STALL_S of the last
         until = time.monotonic() + HEADER_TIMEOUT_S + (declared or r.max_message_bytes) / MIN_BODY_RATE
         self._progress(BODY_STALL_S)
         self.deadline = min(self.deadline, until)
         hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort))
-        body = _Body(r.queue, hold, until, None if chunked else declared)
+        body = _Body(r.queue, hold, until, declared)
         try:
             try:
                 await (
                     self._read_chunked(r.max_message_bytes, body)
-                    if chunked
+                    if declared is None
                     else self._read_exactly(declared, body, is_whole=True)
                 )
-            except _BadRequest as e:
+            except FramingError as e:
                 return self._error(e.status, fmt, str(e), close=True)
             except _Refused:
                 self.is_lingering = True
+                self.is_body_read = True  # lingering stands for the rest
                 return self._outcome(body.refused, fmt, "", close=True)
+            self.is_body_read = True
             reserved = r.queue.settle(hold)
             if hold.is_evicted:  # stalled before its last byte, and its bytes went to another request
                 return self._outcome(Outcome.BUSY, fmt, "", close=True)
             if body.refused:  # read to its end (nothing kept): the connection can be reused
                 return self._outcome(body.refused, fmt, "")
             self.is_waiting = True  # whole: inflated and answered in bounded time, never cut by the sweeper
-            return await self._land(body.parts, fmt, batch_format, headers, reserved)
+            return await self._land(body.parts, fmt, batch_format, encoding, reserved)
         finally:
             self.is_waiting = False
             r.queue.drop(hold)  # whatever is still held when no ticket took it
 
-    async def _land(
-        self, parts: list[bytes], fmt: str, batch_format: str, headers: dict[str, str], reserved: int
-    ) -> bool:
-        """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome."""
+    async def _land(self, parts: list[bytes], fmt: str, batch_format: str, encoding: str, reserved: int) -> bool:
+        """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome.
+        What it held is given back before a refusal is answered: whoever sees the answer sees the bytes free."""
         r = self.receiver
         try:
             body = parts[0] if len(parts) == 1 else b"".join(parts)
             del parts[:]
-            encoding = headers.get("content-encoding", "").lower()
-            try:
-                payload = (
-                    body
-                    if encoding in ("", "identity")
-                    else await asyncio.get_running_loop().run_in_executor(
-                        r.inflaters, _decompress, body, encoding, r.max_message_bytes
-                    )
-                )
-            except _BadRequest as e:
-                return self._error(e.status, fmt, str(e), close=True)
-            del body
-            if len(payload) > reserved:  # grow the reservation to what will sit in memory
-                if refused := r.queue.reserve(len(payload) - reserved):
-                    return self._outcome(refused, fmt, "")
-                reserved = len(payload)
+            if encoding in ("", "identity"):
+                payload = body
+            else:
+                try:
+                    payload = await self._inflate(body, encoding)
+                except (InflateError, Busy) as e:
+                    r.queue.release(reserved)
+                    reserved = 0
+                    if isinstance(e, Busy):
+                        return self._outcome(Outcome.BUSY, fmt, "")
+                    return self._error(e.status, fmt, str(e), close=True)
+                finally:
+                    del body
+                if len(payload) > reserved:  # grow the reservation to what will sit in memory
+                    if refused := r.queue.reserve(len(payload) - reserved):
+                        r.queue.release(reserved)
+                        reserved = 0
+                        return self._outcome(refused, fmt, "")
+                    reserved = len(payload)
             done = asyncio.get_running_loop().create_future()
             ticket = r.queue.submit_nowait(
                 payload, batch_format, "otlp-http", self.peer, reserved, on_done=lambda: r.call_soon(_set_done, done)
@@ -410,6 +444,20 @@ class _Connection:
         finally:
             if reserved:
                 r.queue.release(reserved)
+
+    async def _inflate(self, body: bytes, encoding: str) -> bytes:
+        """`body` inflated, a step a job: bodies inflating together take turns on the pool, step by step.
+        InflateError, or Busy when its output gave way to smaller ones."""
+        r = self.receiver
+        inflater = Inflater(body, encoding, r.max_message_bytes, r.inflating)
+        loop = asyncio.get_running_loop()
+        try:
+            while not await loop.run_in_executor(r.inflaters, inflater.step):
+                pass
+        finally:
+            r.inflating.release(inflater)
+        payload, inflater.output = inflater.output, b""
+        return payload
 
     def _self_metrics(self, headers: dict[str, str]) -> bool:
         """The collector's own figures in Prometheus text (behind the bearer token too, when one is set)."""
@@ -445,7 +493,7 @@ class _Connection:
         r = self.receiver
         if not bearer_ok(headers.get("authorization"), r.token):
             return self._error(401, "otlp-json", "missing or wrong bearer token (Authorization: Bearer …)", close=True)
-        doc = await asyncio.get_running_loop().run_in_executor(r.inflaters, r.status)
+        doc = await asyncio.get_running_loop().run_in_executor(r.status_pool, r.status)
         return self._send(200, "otlp-json", orjson.dumps(doc))
 
     def _send(self, status: int, fmt: str, body: bytes) -> bool:
@@ -510,6 +558,10 @@ class OtlpHttpReceiver:
         self.num_timed_out = 0  # closed by the sweeper (idle, headers too slow, body stalled)
         self.num_evicted_connections = 0  # closed to give their slot to a new connection (see `_victim`)
         self.inflaters = ThreadPoolExecutor(DECOMPRESS_WORKERS, thread_name_prefix="budgetscope-otlp-http-inflate")
+        # the output of the bodies being inflated, together: twice the largest body
+        self.inflating = InflatePool(2 * max_message_bytes + 2)
+        # GET /status reads the archive: on a thread of its own, so that it never delays an inflation
+        self.status_pool = ThreadPoolExecutor(1, thread_name_prefix="budgetscope-otlp-http-status")
         # oldest progress first (see `_Connection._touch`): the first one that may lose its slot is found at once
         self._connections: OrderedDict[_Connection, None] = OrderedDict()
         # SO_REUSEADDR: a restart after a crash binds past the old socket's TIME_WAIT at
@@ -563,6 +615,7 @@ class OtlpHttpReceiver:
             self.call_soon(self._stop.set)
             self._thread.join(10)
         self.inflaters.shutdown(wait=False)
+        self.status_pool.shutdown(wait=False)
 
     def _any_busy(self) -> bool:
         """Whether a request is in progress; read from another thread while the loop may reorder the

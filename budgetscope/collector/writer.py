@@ -9,8 +9,11 @@ rejected), answering those after `ingest` returned. Landing and publishing no lo
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import queue as queues
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,9 +36,11 @@ log = logging.getLogger("budgetscope.collector")
 class CollectorStats:
     """Counts since the collector started. `batches` are export requests (one OTLP message each)."""
 
+    # Every request that reached the writer (`batches`) ends in exactly one of landed, already stored, rejected,
+    # failed or, at exit, spooled (acknowledged, not yet published): at exit they add up to `batches`.
     batches: int = 0  # requests that reached the writer
     batches_landed: int = 0  # new in the archive (a folder archive's: published, in a commit readers see)
-    batches_already_stored: int = 0  # identical bytes had landed before (a retry): answered success
+    batches_already_stored: int = 0  # identical bytes had landed before, or came twice in one group: success
     batches_rejected: int = 0  # not OTLP / a bad span: answered 400 / INVALID_ARGUMENT
     batches_failed: int = 0  # the archive failed: answered 503 / UNAVAILABLE
     refused_busy: int = 0  # pending bytes at their limit: answered 429 / RESOURCE_EXHAUSTED
@@ -61,9 +66,10 @@ class CollectorStats:
             if self.recovered_batches
             else ""
         )
+        spooled = f", {self.spooled_batches:,} in the spool" if self.spooled_batches else ""
         return (
             f"{self.batches:,} batches ({self.batches_landed:,} landed, {self.batches_already_stored:,} "
-            f"already stored, {self.batches_rejected:,} rejected, {self.batches_failed:,} failed), "
+            f"already stored, {self.batches_rejected:,} rejected, {self.batches_failed:,} failed{spooled}), "
             f"{self.spans:,} spans, {self.requests_derived:,} requests derived in {self.ingests:,} ingests "
             f"over {secs:,.1f} s; {refused:,} refused (busy or closing){recovered}"
         )
@@ -127,7 +133,9 @@ class ArchiveWriter:
         self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
         self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
+        self.broken: str | None = None  # the same, as each 503 says it: a short reason, no path
         self.unavailable: str | None = None  # set while an I/O failure (a full disk) keeps it closed: 503s
+        self._failure = "the archive failed to store this batch"  # what a 503 says otherwise (the last reason)
         self._retry_at = 0.0
         self._archive: Writer | None = None
         self._counts_published = False  # a folder archive's landed batches are counted when published
@@ -212,6 +220,7 @@ class ArchiveWriter:
                 continue
             with self._lock:
                 self.stats.batches += len(tickets)
+                self.stats.batches_already_stored += len(tickets) - 1  # copies in one group: stored once
             for t in tickets:  # the bytes are free before the answer goes: whoever sees it sees them free
                 self.queue.release(t.reserved)
                 t.resolve(Outcome.LANDED)
@@ -348,6 +357,9 @@ class ArchiveWriter:
             self._count_ingest(t0)
         for r in rep.rejected if rep is not None else ():  # only if the C decoder and the reference one disagree
             log.error("an acknowledged batch was rejected when it landed: %s", r)
+        if rep is not None and rep.rejected:
+            with self._lock:  # counted among the rejected: every batch in one category
+                self.stats.batches_rejected += len(rep.rejected)
 
     def _deferred(self) -> tuple[int, int]:
         """(spans, bytes) the open archive's lander accepted and has not landed yet."""
@@ -370,17 +382,20 @@ class ArchiveWriter:
                         t.resolve(Outcome.REJECTED, rejected[b.position])
                     else:
                         t.resolve(Outcome.LANDED)
+            # copies in one group share their batch: the first counts as it, the others as already stored
+            copies = sum(len(firsts[b.position]) - 1 for b in landed if b.position not in rejected)
             with self._lock:
                 self.stats.add(
                     rep, sum(len(firsts[b.position]) for b in landed), num_rejected, landed=not self._counts_published
                 )
+                self.stats.batches_already_stored += copies
         for t in group:
             if t.outcome is None:  # the archive failed on it
                 self.queue.release(t.reserved)
                 with self._lock:
                     self.stats.batches += 1
                     self.stats.batches_failed += 1
-                t.resolve(Outcome.FAILED, self.error or self.unavailable or "the archive failed to store this batch")
+                t.resolve(Outcome.FAILED, self.broken or self.unavailable or self._failure)
 
     def _land(self, batches: list[RawBatch]) -> list[tuple[IngestReport, list[RawBatch]]]:
         """(report, the batches it covers) for what the archive took. If the group fails, each batch is tried
@@ -403,6 +418,7 @@ class ArchiveWriter:
         except Exception as e:  # noqa: BLE001 - any archive failure must still answer the waiting clients
             what = f"{batches[0].origin} {batches[0].position}" if len(batches) == 1 else f"{len(batches)} batches"
             log.error("archive ingest of %s failed: %s", what, (str(e).splitlines() or [type(e).__name__])[0])
+            self._failure = f"the archive failed to store this batch ({public_reason(e)})"
             self._reopen()
             return None
         finally:
@@ -427,35 +443,87 @@ class ArchiveWriter:
             self._retry_at = time.monotonic() + REOPEN_EVERY_S
             try:
                 self._seen = (0, 0, 0)  # what a reopened archive publishes from the spool was acknowledged here
-                self._archive = Archive(self.path, durable=True, **self.archive_options)
+                self._archive = self._open_and_land()
                 self._sync_counts(self._archive)
                 self.unavailable = None
                 with self._lock:
                     self.stats.spooled_batches = self.stats.spooled_spans = 0
             except ArchiveError as e:
                 self.error = f"the archive cannot be reopened: {e}"
+                self.broken = f"the archive cannot be reopened ({public_reason(e)})"
                 log.error("%s", self.error)
             except Exception as e:  # noqa: BLE001 - I/O (a full disk): answer 503 meanwhile, try again later
                 if self.unavailable is None:  # nothing is acknowledged while it is closed: count the spool once
-                    self._outage((str(e).splitlines() or [type(e).__name__])[0])
+                    self._outage(e)
 
-    def _outage(self, why: str) -> None:
-        """The archive cannot be written: say why, and what acknowledged waits in the spool, in every 503."""
+    def _open_and_land(self) -> Writer:
+        """Open the archive again and land what its spool holds (what was acknowledged while it was closed),
+        counting the requests that landing derives: a reopened archive's commit is this collector's work (its
+        summary said "0 requests derived" after a full disk, though all of them were)."""
+        archive = Archive(self.path, durable=True, recover=False, **self.archive_options)
+        if archive.single_file:  # no spool: nothing to land
+            return archive
+        try:
+            derived = archive.recover()
+        except BaseException:
+            archive.abandon()  # nothing opened stays open: the next try starts clean
+            raise
+        with self._lock:
+            self.stats.requests_derived += derived
+        return archive
+
+    def _outage(self, e: Exception) -> None:
+        """The archive cannot be written: say why (short: no path, no DuckDB error document; the whole reason goes
+        to the log), and what acknowledged waits in the spool, in every 503."""
         batches, spans = spooled(self.path)
         with self._lock:
             self.stats.spooled_batches, self.stats.spooled_spans = batches, spans
-        self.unavailable = f"the archive cannot be written ({why})"
+        self.unavailable = f"the archive cannot be written ({public_reason(e)})"
         if batches:
             self.unavailable += (
                 f"; {batches:,} acknowledged batches wait in its spool, unseen by readers until they land"
             )
-        log.error("%s; trying again every %.0f s, answering 503 meanwhile", self.unavailable, REOPEN_EVERY_S)
+        log.error(
+            "%s; trying again every %.0f s, answering 503 meanwhile (%s)",
+            self.unavailable,
+            REOPEN_EVERY_S,
+            (str(e).splitlines() or [type(e).__name__])[0],
+        )
 
     def _retry_open(self) -> None:
         """After an I/O failure left no archive open (not a broken one: `error`), reopen it at most every
         REOPEN_EVERY_S; reopening lands and publishes what the spool holds."""
         if self.error is None and time.monotonic() >= self._retry_at:
             self._reopen()
+
+
+_OS_REASONS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EIO,
+    errno.EMFILE,
+    errno.ENOMEM,
+}
+
+
+def public_reason(e: BaseException) -> str:
+    """Why the archive failed, as a peer may read it in a 503: the operating system's words for the error
+    (`No space left on device`) when there is one, else the kind of error; never a path of this machine or
+    DuckDB's error document (both go to the collector's log)."""
+    if isinstance(e, OSError) and e.errno:
+        return os.strerror(e.errno)
+    text = str(e)
+    if m := re.search(r'"errno"\s*:\s*"?(\d+)', text):  # DuckDB's IO Error carries the OS error number
+        return os.strerror(int(m.group(1)))
+    for code in sorted(_OS_REASONS):
+        if os.strerror(code) in text:
+            return os.strerror(code)
+    if m := re.match(r"([A-Z][A-Za-z ]{0,40}Error):", text):  # DuckDB's kind of error ("IO Error")
+        return m.group(1)
+    return type(e).__name__
 
 
 def _batches(group: list[Ticket]) -> tuple[list[RawBatch], dict[str, list[Ticket]]]:

@@ -20,7 +20,8 @@ MAX_MESSAGE_MB = click.option(
     type=click.FloatRange(min=0.001),
     default=16,
     show_default=True,
-    help="Largest request accepted (after decompression).",
+    help="Largest request accepted (after decompression: 413 past it); the OTLP/HTTP bodies being inflated "
+    "together hold at most twice this.",
 )
 """The receivers' message limit, the same for `collect` and `collect-router`."""
 

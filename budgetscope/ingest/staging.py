@@ -46,14 +46,17 @@ CREATE OR REPLACE TEMP MACRO bs_ns(x) AS coalesce(
   TRY_CAST(x AS BIGINT),
   CASE WHEN TRY_CAST(x AS DOUBLE) = round(TRY_CAST(x AS DOUBLE)) THEN TRY_CAST(TRY_CAST(x AS DOUBLE) AS BIGINT) END);
 CREATE OR REPLACE TEMP MACRO bs_kind(k) AS CASE
-  WHEN k IS NULL THEN 'UNSPECIFIED'
   WHEN k IN ('0', '1', '2', '3', '4', '5')
     THEN ['UNSPECIFIED', 'INTERNAL', 'SERVER', 'CLIENT', 'PRODUCER', 'CONSUMER'][CAST(k AS INTEGER) + 1]
-  ELSE replace(upper(k), 'SPAN_KIND_', '') END;
+  WHEN upper(k) IN ('UNSPECIFIED', 'INTERNAL', 'SERVER', 'CLIENT', 'PRODUCER', 'CONSUMER') THEN upper(k)
+  WHEN starts_with(upper(k), 'SPAN_KIND_')
+    AND upper(k)[11:] IN ('UNSPECIFIED', 'INTERNAL', 'SERVER', 'CLIENT', 'PRODUCER', 'CONSUMER') THEN upper(k)[11:]
+  ELSE 'UNSPECIFIED' END;
 CREATE OR REPLACE TEMP MACRO bs_status(s) AS CASE
-  WHEN s IS NULL THEN 'UNSET'
   WHEN s IN ('0', '1', '2') THEN ['UNSET', 'OK', 'ERROR'][CAST(s AS INTEGER) + 1]
-  ELSE replace(upper(s), 'STATUS_CODE_', '') END;
+  WHEN upper(s) IN ('UNSET', 'OK', 'ERROR') THEN upper(s)
+  WHEN starts_with(upper(s), 'STATUS_CODE_') AND upper(s)[13:] IN ('UNSET', 'OK', 'ERROR') THEN upper(s)[13:]
+  ELSE 'UNSET' END;
 """
 
 
