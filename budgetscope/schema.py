@@ -161,6 +161,19 @@ REQUESTS = Table(
             "how the client counted its first token (client span `budgetscope.client.first_token_definition`, "
             "`first_token_event` when absent); NULL without a client span, and in rows written before it",
         ),
+        C(
+            "gateway_ms",
+            "DOUBLE",
+            "the gateway's time before the request reached the next traced hop (llm-d: the EPP's parse, flow "
+            "control and scheduling and Envoy's forward: `gateway.request` start → the routing sidecar's or "
+            "vLLM's receive), ms; NULL where no gateway traced the request",
+        ),
+        C(
+            "kv_handoff_ms",
+            "DOUBLE",
+            "P/D disaggregation: the prefill leg's first token → the decode leg's arrival (the prefill response's "
+            "return, the routing sidecar, the decode request), ms; NULL without P/D or when a leg is unknown",
+        ),
     ),
 )
 

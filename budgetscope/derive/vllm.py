@@ -187,8 +187,10 @@ def _pd_row() -> str:
     return ",\n  ".join(f"{expr} AS {c}" for c, expr in out.items())
 
 
-def server_rows(spans: str) -> str:
-    """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one)."""
+def span_rows(spans: str) -> str:
+    """SELECT: one server row per vLLM request span of `spans` (PD legs apart, not folded): the journey row where a
+    build also sent a classic `llm_request` under the API span. Other adapters read vLLM's legs through it
+    (derive/llmd.py)."""
     cols = ", ".join(SERVER_COLUMNS)
     return f"""
 WITH r0 AS ({_per_span(spans)}),
@@ -199,10 +201,26 @@ dup AS (
     ON o.trace_id = c.trace_id AND o.server_span_id = c.parent_span_id WHERE o.journey
   UNION ALL
   SELECT c.trace_id, c.server_span_id FROM r0 c JOIN r0 o
-    ON o.trace_id = c.trace_id AND o.parent_span_id = c.server_span_id WHERE NOT c.journey),
-r AS (
-  SELECT r0.* FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.server_span_id
-  WHERE dup.server_span_id IS NULL),
+    ON o.trace_id = c.trace_id AND o.parent_span_id = c.server_span_id WHERE NOT c.journey)
+SELECT {", ".join(f"r0.{c}" for c in SERVER_COLUMNS)}
+FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.server_span_id
+WHERE dup.server_span_id IS NULL"""
+
+
+def server_rows(spans: str, legs: str | None = None) -> str:
+    """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one).
+
+    `legs`: a SELECT of (trace_id, span_id) of `llm_request` spans that are legs of another adapter's request (an
+    llm-d request, derive/llmd.py): no rows of their own, and never folded with another span."""
+    cols = ", ".join(SERVER_COLUMNS)
+    kept = (
+        f"""SELECT r1.* FROM ({span_rows(spans)}) r1 LEFT JOIN ({legs}) lg
+  ON lg.trace_id = r1.trace_id AND lg.span_id = r1.server_span_id WHERE lg.span_id IS NULL"""
+        if legs
+        else span_rows(spans)
+    )
+    return f"""
+WITH r AS ({kept}),
 -- a PD pair: the prefill leg (one output token) ended before the decode leg with its request id began
 pd AS (
   SELECT d_id, p_id FROM (
