@@ -28,14 +28,21 @@ E2E_COMPONENTS = {
     "postprocess": "postprocess_ms",
     "unaccounted": "unaccounted_ms",
 }
+WHERE_SEEN = {"gateway": "gateway_ms", "kv_handoff": "kv_handoff_ms"}
+"""Stages only some formats have (llm-d: the gateway's time, the P/D KV hand-off), wholly before the first token:
+the same column in TTFT and E2E. A tier's attribution names them where some of its requests have them."""
+ORDER = ("network", "gateway", "frontend", "queue", "prefill", "kv_handoff", "decode", "postprocess", "unaccounted")
+"""The stages in the order a request lives through them."""
 NETWORK = {"ttft": "ttft_network_ms", "e2e": "network_ms"}
 FIGURES = {"ttft": ("client_ttft_ms", "ttft_ms"), "e2e": ("client_e2e_ms", "e2e_ms")}
 
 
-def components(kind: str, with_network: bool) -> dict[str, str]:
-    """Stage → column of the components of `kind` ("ttft" or "e2e"), in stage order."""
+def components(kind: str, with_network: bool, seen: tuple[str, ...] = ()) -> dict[str, str]:
+    """Stage → column of the components of `kind` ("ttft" or "e2e"), in stage order; `seen`: the stages of
+    WHERE_SEEN to take too (those some of the tier's requests have)."""
     base = TTFT_COMPONENTS if kind == "ttft" else E2E_COMPONENTS
-    return ({"network": NETWORK[kind]} if with_network else {}) | base
+    got = ({"network": NETWORK[kind]} if with_network else {}) | base | {s: WHERE_SEEN[s] for s in seen}
+    return {s: got[s] for s in ORDER if s in got}
 
 
 @dataclass(frozen=True, slots=True)

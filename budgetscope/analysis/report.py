@@ -104,6 +104,7 @@ class _Tier:
         self.tb, self.budgeted, self.sel = tb, budgeted, sel
         self.entry: dict = {}
         self.client_for: dict[str, bool] = {}
+        self.seen: tuple[str, ...] = ()  # the stages of attribution.WHERE_SEEN its ok requests have
         self.groups: list[tuple[dict[str, str], list[float]]] = []  # (figure columns, percentiles), (stages, ...)
 
 
@@ -135,6 +136,13 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
             "requests_without_client_span": counts["ok"] - counts["client"],
             "client_ttft_definitions": _ttft_definitions(con, t.sel, counts["definitions"]) if with_client else {},
             "attainment": counts["attainment"],
+            # requests of a source that samples its traces: the figures are the sampled requests'
+            "sampling": {
+                "requests": counts["sampled"],
+                "how": {src: scans.SAMPLED_SOURCES[src] for src in counts["sampled"]},
+            }
+            if counts["sampled"]
+            else None,
         }
         client_metric = {
             "ttft_ms": client_for["ttft"],
@@ -142,7 +150,9 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
             "e2e_ms": client_for["e2e"],
         }
         fig_cols = {m: (CLIENT_METRIC[m] if client_metric[m] else m) for m in METRICS}
+        t.seen = tuple(counts["stages_seen"])
         stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or client_for["ttft"]}
+        stage_cols |= {s: attribution.WHERE_SEEN[s] for s in t.seen}
         stage_pcts = sorted({50.0, tb.percentile})
         t.groups = [(fig_cols, pcts), (stage_cols, stage_pcts)]
         if counts["ok"]:
@@ -157,7 +167,7 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
         (fig_cols, pcts), (stage_cols, stage_pcts) = t.groups
         if j in found:
             (metric_q, stage_q), bounds = found[j]
-            plans += scans.split_plan(j, t.client_for, bounds)
+            plans += scans.split_plan(j, t.client_for, bounds, t.seen)
         else:
             metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
             stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}

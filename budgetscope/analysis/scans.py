@@ -27,6 +27,13 @@ a success nor a failure of the server, so attainment and the error rate leave it
 that is not ok (error, rejected, timeout) is a failure."""
 
 
+SAMPLED_SOURCES = {
+    "llmd": "llm-d samples whole traces by trace id (parent-based ratio, OTEL_TRACES_SAMPLER_ARG, 0.1 by default)"
+}
+"""Sources whose requests reach the archive sampled, and how: their percentiles are over the sampled requests and
+their counts are the sampled ones (the spans do not say the ratio)."""
+
+
 def pkey(p: float) -> str:
     """99.0 → "p99", 99.9 → "p99.9"."""
     return f"p{p:g}"
@@ -65,6 +72,8 @@ _TIER_COUNTS = (
     None,  # the tier's attainment condition
     "client_ttft_ms IS NULL AND ttft_ms IS NOT NULL",
     "client_e2e_ms IS NULL AND e2e_ms IS NOT NULL",
+    *(f"{col} IS NOT NULL" for col in attribution.WHERE_SEEN.values()),
+    *(f"source = '{src}'" for src in SAMPLED_SOURCES),
 )
 
 
@@ -129,7 +138,14 @@ def _tier_counts(rows: list[tuple]) -> dict:
     for r in ok_rows:
         if r[3]:
             definitions[r[1]] = definitions.get(r[1], 0) + r[3]
+    at = 7  # the counts after the five above: the optional stages' ok rows, then each sampled source's rows
+    seen = [s for i, s in enumerate(attribution.WHERE_SEEN) if sum(r[at + i] for r in ok_rows)]
+    at += len(attribution.WHERE_SEEN)
+    by_source = {src: sum(r[at + i] for r in rows) for i, src in enumerate(SAMPLED_SOURCES)}
+    sampled = {src: k for src, k in by_source.items() if k}
     return {
+        "stages_seen": seen,
+        "sampled": sampled,
         "n": n,
         "ok": ok,
         "judged": judged,
@@ -301,13 +317,14 @@ def splits(con, tiers: Tiers, wanted: list[Split]) -> list[SplitCounts]:
     return out
 
 
-def split_plan(tier: int, client_for: dict[str, bool], bounds: dict) -> list[Split]:
-    """The Splits of one tier: each kind with requests that have its metric."""
+def split_plan(tier: int, client_for: dict[str, bool], bounds: dict, seen: tuple[str, ...] = ()) -> list[Split]:
+    """The Splits of one tier: each kind with requests that have its metric; `seen`: the stages of
+    attribution.WHERE_SEEN some of its ok requests have."""
     out = []
     for kind, (n, tq, med) in bounds.items():
         if n:
             figure = attribution.FIGURES[kind][0 if client_for[kind] else 1]
-            out.append(Split(tier, kind, figure, attribution.components(kind, client_for[kind]), tq, med))
+            out.append(Split(tier, kind, figure, attribution.components(kind, client_for[kind], seen), tq, med))
     return out
 
 

@@ -80,9 +80,10 @@ TTFT_PARTS = " + ".join(
 """SQL: the server stages of a row inside its TTFT window (the gateway and a KV hand-off lie wholly before the first
 token)."""
 
-CLIENT_END = "CASE WHEN c.is_http AND c.end_ns < s.end_ns THEN NULL ELSE c.end_ns END"
-"""When the client had the whole response: an HTTP client span that ended before the server span timed only
-the response headers (a streamed response), so its end says nothing of the response's."""
+CLIENT_END = "CASE WHEN c.is_http AND (c.end_ns - c.start_ns) / 1e6 < s.e2e_ms - 1e-3 THEN NULL ELSE c.end_ns END"
+"""When the client had the whole response: an HTTP (or GenAI) client span shorter than the server's E2E timed only
+the response headers (a streamed response), so its end says nothing of the response's. Durations are compared, which
+an offset between the two machines' clocks does not move (a server span may end after its own E2E: vLLM's)."""
 
 
 def requests_sql(spans: str, present: set[str] | None = None) -> str:
