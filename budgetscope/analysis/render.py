@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from budgetscope.analysis.coverage import coverage_line, unclaimed_line
+from budgetscope.analysis.coverage import coverage_line, orphan_line, unclaimed_line
 from budgetscope.analysis.verdict import LABEL, ms
 
 
@@ -91,6 +91,8 @@ def _report_lines(report: dict) -> list[str]:
         out.append(f"UNKNOWN: {report['unknown_reason']}")
     out.append(coverage_line(report["coverage"]))
     if line := unclaimed_line(report["unclaimed_spans"]):
+        out.append(line)
+    if line := orphan_line(report.get("llmd_orphans")):
         out.append(line)
     return out
 

@@ -374,6 +374,7 @@ def build_report(
         "coverage": covered,
         "spans": spans,
         "unclaimed_spans": unclaimed,
+        "llmd_orphans": coverage.orphan_legs(con, since_ns, until_ns) if present.get("llmd") else None,
         "warnings": [warning] if warning else [],
     }
     if filters is not None:

@@ -35,6 +35,9 @@ MAX_DEPTH = 7
 """Ancestors followed from a leg up to its `gateway.request`: HTTP POST → decode → prefill → forward_request →
 the sidecar's server span → the gateway (6), and one more for a handler span in between (`chunked_decode`)."""
 LEG_NAMES = (*LLMD_PREFILL, *LLMD_DECODE)
+SIDECAR_LEGS = ("forward_request", "chunked_decode", *LEG_NAMES)
+"""The routing sidecar's spans whose HTTP client spans are legs (chat_completions.go, decode.go, connector_*.go);
+the EPP's own HTTP calls (its tokenizer) are not."""
 PD_SUMS = ("frontend_ms", "queue_ms", "prefill_ms", "ttft_frontend_ms", "ttft_queue_ms", "ttft_prefill_ms")
 """Stages a P/D request takes from both legs."""
 
@@ -165,7 +168,7 @@ def legs_without_server_span(spans: str) -> str:
     """SELECT (trace_id, span_id, name): the sidecar's HTTP client spans of llm-d requests with no `llm_request`
     under them (a leg whose vLLM span lost the trace context, or a vLLM that does not trace)."""
     of = f"""SELECT trace_id, span_id, parent_span_id FROM {spans} WHERE {HTTP_CLIENT_SQL}
-  AND parent_span_id IN (SELECT span_id FROM {spans} WHERE source = 'llmd')"""
+  AND parent_span_id IN (SELECT span_id FROM {spans} WHERE source = 'llmd' AND name IN {_in(SIDECAR_LEGS)})"""
     return f"""
 SELECT a.trace_id, a.span_id FROM ({_ancestry(spans, of)}) a
 LEFT JOIN (SELECT trace_id, parent_span_id FROM {spans} WHERE name = '{vllm.VLLM_ROOT}') v
