@@ -38,7 +38,11 @@ def _rows(con, sql: str, params) -> list[tuple]:
     return con.execute(sql, params).fetchall()
 
 
-TTFT_DEFINITIONS = {"first_token_event": "first token event", "first_nonempty_chunk": "first non-empty chunk"}
+TTFT_DEFINITIONS = {
+    "first_token_event": "first token event",
+    "first_nonempty_chunk": "first non-empty chunk",
+    "first_chunk": "first chunk",
+}
 """How a client counted its first token (client span `budgetscope.client.first_token_definition`; budgetscope's
 own client writes none: the first token event, its text possibly empty). AIPerf and GuideLLM wait for non-empty
 text, which comes later on a server that streams a token's bytes before they decode."""
