@@ -686,3 +686,47 @@ def test_report_cli_on_spark_prints_the_duckdb_json(tmp_path):
     assert runs["spark"].stderr == ""
     assert_same(json.loads(runs["duckdb"].stdout), json.loads(runs["spark"].stdout))
     assert not any(cwd.iterdir())
+
+
+@pytest.fixture
+def gateway_archive(tmp_path) -> Path:
+    """The GenAI-client and llm-d conformance cases in one archive: GenAI spans over httpx, an llm-d P/D trace, one
+    without P/D, sampled ones, and a leg that lost its trace context."""
+    root = Path(__file__).parent / "conformance"
+    f = tmp_path / "t.jsonl"
+    f.write_text(
+        "".join(
+            p.read_text() for p in sorted([*root.glob("genai-client/*/spans.jsonl"), *root.glob("llm-d/*/spans.jsonl")])
+        )
+    )
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(f))
+    return tmp_path / "a"
+
+
+@pytest.mark.slow
+@needs_spark
+def test_genai_clients_and_llmd_derive_and_report_the_same_on_spark(spark, gateway_archive, tmp_path):
+    """The GenAI client join, the llm-d adapter (its ancestry joins and leg sums) and the report's llm-d figures
+    (sampling, the gateway and KV hand-off stages, the legs that lost their trace context) on both engines."""
+    import duckdb
+
+    from budgetscope.spark.archive import SparkArchive
+    from budgetscope.spark.derive import derive_duckdb, derive_spark
+
+    n = derive_duckdb(gateway_archive, tmp_path / "duck")
+    assert n == derive_spark(gateway_archive, tmp_path / "spark") == 12
+    con = duckdb.connect()
+    order = "ORDER BY trace_id, server_span_id"
+    want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {order}").fetchall()
+    got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {order}").fetchall()
+    assert_same(want, got, "derived")
+    with Archive(gateway_archive, read_only=True) as a:
+        want = build_report(a.con)
+    with SparkArchive(gateway_archive, spark) as s:
+        got = build_report(s.con)
+    assert want["llmd_orphans"] == got["llmd_orphans"] and want["llmd_orphans"]["llm_request_roots"] == 1
+    (w,), (g,) = want["tiers"], got["tiers"]
+    assert w["sampling"] == g["sampling"] == {"requests": {"llmd": 6}, "how": w["sampling"]["how"]}
+    assert set(w["stages"]) == set(g["stages"]) >= {"gateway", "kv_handoff"}
+    assert w["attribution"]["e2e"]["shares"] == pytest.approx(g["attribution"]["e2e"]["shares"], rel=1e-9)

@@ -60,7 +60,8 @@ _STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_
 """Summed over the two legs of a PD-disaggregated request."""
 
 # Written in SQL that budgetscope's Spark dialect carries over (spark/dialect.py): no list comprehensions,
-# QUALIFY, GROUP BY ALL or correlated subqueries.
+# QUALIFY, GROUP BY ALL or correlated subqueries; a double cast to BIGINT is rounded first (DuckDB's cast rounds,
+# Spark's truncates).
 
 
 def _journey(spans: str) -> str:
@@ -144,7 +145,7 @@ def _per_span(spans: str) -> str:
         outcome="""CASE WHEN j.abort_reason = 'client_disconnect' THEN 'cancelled'
           WHEN v.status_code = 'ERROR' OR j.aborts > 0 THEN 'error' ELSE 'ok' END""",
         arrival_ns="v.start_ns",
-        first_token_ns=mode(f"v.start_ns + CAST({lat['time_to_first_token']} * 1e6 AS BIGINT)", first_response),
+        first_token_ns=mode(f"v.start_ns + CAST(round({lat['time_to_first_token']} * 1e6) AS BIGINT)", first_response),
         end_ns="v.end_ns",
         input_tokens='coalesce(v.a."gen_ai.usage.prompt_tokens", j.prompt_tokens)',
         cached_tokens='v.a."gen_ai.usage.cache_read.input_tokens"',
