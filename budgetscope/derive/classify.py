@@ -100,7 +100,14 @@ SGLANG_SLICES = (
 """SGLang's `RequestStage` slice names, old and new (python/sglang/srt/observability/req_time_stats.py)."""
 SGLANG_SCOPED = "(starts_with(coalesce(service_name, ''), 'sglang') OR starts_with(coalesce(scope_name, ''), 'sglang'))"
 """SQL: the span was exported under SGLang's service (`sglang`) or tracer (`sglang server`)."""
-TRITON_SERVICE_PREFIX = "triton"
+TRITON_SCOPES = ("triton-server", "triton-trace-file")
+"""Triton's tracer (`kTritonTracer`, triton-inference-server/server src/tracer.h) and the scope of the spans
+`budgetscope import --from triton` writes."""
+TRITON_SQL = (
+    f"(scope_name IN {TRITON_SCOPES!r} OR name = 'InferRequest' OR json_exists(attributes, '$.\"triton.model_name\"'))"
+)
+"""SQL over a span: Triton's, by its tracer, its root span's name or a model span's attribute, never by the service
+name (`--trace-config opentelemetry,resource=service.name=…` sets any)."""
 LLMD_GATEWAY = "gateway.request"
 """The llm-d EPP's SERVER span of a request (llm-d-router pkg/epp/handlers/server.go): the llm-d adapter's root."""
 LLMD_ORCHESTRATION = "gateway.request_orchestration"
@@ -130,7 +137,7 @@ SOURCE_SQL = f"""CASE
   WHEN ({SGLANG_ROOT_SQL})
     OR ((name IN {SGLANG_SLICES!r} OR json_exists(attributes, '$.thread_label')) AND {SGLANG_SCOPED})
     THEN 'sglang'
-  WHEN starts_with(lower(coalesce(service_name, '')), '{TRITON_SERVICE_PREFIX}') THEN 'triton'
+  WHEN {TRITON_SQL} THEN 'triton'
   ELSE 'other' END"""
 """SQL expression over the `name`, `kind` (raw or normalised: `bs_kind` of ingest/staging.py reads both),
 `service_name`, `scope_name` and `attributes` columns of a span: native, client, llmd, vllm, tgi, sglang, triton or

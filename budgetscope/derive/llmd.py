@@ -139,6 +139,8 @@ def server_rows(spans: str) -> str:
         outcome="""CASE WHEN g.status_code = 'ERROR' THEN 'error' ELSE coalesce(d.outcome, 'ok') END""",
         arrival_ns="g.start_ns",
         first_token_ns="d.first_token_ns",
+        # the queue's instants are a leg's, not the request's (its frontend does not start at the gateway's arrival)
+        last_token_ns="d.last_token_ns",
         end_ns="g.end_ns",
         input_tokens="coalesce(d.input_tokens, p.input_tokens)",
         cached_tokens=f"CASE WHEN {pd} THEN p.cached_tokens ELSE d.cached_tokens END",
