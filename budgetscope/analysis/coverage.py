@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from budgetscope.derive import llmd
+
 UNCLAIMED_SOURCE = "other"
 LLMD_SOURCE = "llmd"
 TOP_UNCLAIMED = 5
@@ -223,8 +225,6 @@ def orphan_legs(con, since_ns: int | None = None, until_ns: int | None = None) -
     by service, most first, and the sidecar's legs (its HTTP client spans in llm-d traces) with no `llm_request`
     under them. Neither is joined to a request by a guess: the roots are vLLM rows of their own, and the llm-d
     requests' stages that need the missing leg are NULL (derive/llmd.py). None without llm-d requests."""
-    from budgetscope.derive import llmd
-
     # the window's bounds are ints: written into the SQL, which repeats the spans' relation
     bounds = []
     if since_ns is not None:
