@@ -63,7 +63,11 @@ SPANS = Table(
             " the span's events, if any, under `budgetscope.events` (name, time_unix_nano, attributes)",
         ),
         C("resource", "JSON", "resource attributes as one JSON object"),
-        C("source", "VARCHAR", "adapter that claims the span: native, vllm, client, or other"),
+        C(
+            "source",
+            "VARCHAR",
+            "adapter that claims the span: native, client, llmd, vllm, tgi, sglang, triton, or other",
+        ),
         C("batch_id", "BIGINT", "the `ingest_batches` row that brought it"),
     ),
 )
@@ -105,7 +109,11 @@ REQUESTS = Table(
             "VARCHAR",
             "the server's request/response id (`gen_ai.response.id`, vLLM `gen_ai.request.id`), else the root span id",
         ),
-        C("source", "VARCHAR", "adapter that produced the row: native, vllm"),
+        C(
+            "source",
+            "VARCHAR",
+            "adapter that produced the row: native, llmd, vllm, tgi, sglang, triton, llamacpp, or client",
+        ),
         C(
             "service_name",
             "VARCHAR",
