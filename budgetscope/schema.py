@@ -68,7 +68,11 @@ SPANS = Table(
             " the span's events, if any, under `budgetscope.events` (name, time_unix_nano, attributes)",
         ),
         C("resource", "JSON", "resource attributes as one JSON object"),
-        C("source", "VARCHAR", "adapter that claims the span: native, vllm, client, or other"),
+        C(
+            "source",
+            "VARCHAR",
+            "adapter that claims the span: native, client, llmd, vllm, tgi, sglang, triton, or other",
+        ),
         C("batch_id", "BIGINT", "the `ingest_batches` row that brought it"),
     ),
 )
@@ -110,7 +114,11 @@ REQUESTS = Table(
             "VARCHAR",
             "the server's request/response id (`gen_ai.response.id`, vLLM `gen_ai.request.id`), else the root span id",
         ),
-        C("source", "VARCHAR", "adapter that produced the row: native, vllm"),
+        C(
+            "source",
+            "VARCHAR",
+            "adapter that produced the row: native, llmd, vllm, tgi, sglang, triton, llamacpp, or client",
+        ),
         C(
             "service_name",
             "VARCHAR",
@@ -202,6 +210,19 @@ REQUESTS = Table(
             "VARCHAR[]",
             "names of the span events in the request's trace, on spans an adapter claimed, that no adapter reads; "
             "empty when none, NULL in rows written before it",
+        ),
+        C(
+            "gateway_ms",
+            "DOUBLE",
+            "the gateway's time before the request reached the next traced hop (llm-d: the EPP's parse, flow "
+            "control and scheduling and Envoy's forward: `gateway.request` start → the routing sidecar's or "
+            "vLLM's receive), ms; NULL where no gateway traced the request",
+        ),
+        C(
+            "kv_handoff_ms",
+            "DOUBLE",
+            "P/D disaggregation: the prefill leg's first token → the decode leg's arrival (the prefill response's "
+            "return, the routing sidecar, the decode request), ms; NULL without P/D or when a leg is unknown",
         ),
     ),
 )

@@ -17,7 +17,9 @@ from otlp_wire import attrs
 
 T0 = 1_800_000_000_000_000_000
 US = 1_000
-CAUSES = ("queue", "prefill", "decode", "network")
+CAUSES = ("queue", "prefill", "decode", "network", "gateway", "kv_handoff")
+GATEWAYED = ("gateway", "kv_handoff")
+"""Causes only a request through a gateway has (llm-d): their mixes draw a gateway and a KV hand-off time."""
 
 
 @dataclass
@@ -39,10 +41,12 @@ class Timeline:
     injected: bool = False
     failed: bool = False
     preempted: tuple[int, int] | None = None  # (token gap, µs of it spent back in the queue): a decode preemption
+    gateway: int = 0  # a gateway's time before the server (llm-d's EPP), µs
+    handoff: int = 0  # a P/D KV hand-off between the legs, µs
 
     @property
     def first(self) -> int:
-        return self.arrival + self.frontend + self.queue + self.prefill
+        return self.arrival + self.gateway + self.frontend + self.queue + self.prefill + self.handoff
 
     @property
     def last(self) -> int:
@@ -86,6 +90,8 @@ def draw(name: str, cause: str, n: int, failed_share: float = 0.0) -> Mix:
     and `cause` (one of CAUSES) made 300-1500 ms slower (decode: 5-10x slower steps) in a drawn 5-25 % of them."""
     assert cause in CAUSES
     rng = random.Random(seed_of(name))
+    # a gateway's and a hand-off's times come from an RNG of their own: the other cases' draws stay as they were
+    aux = random.Random(seed_of(name) ^ 0x5EED) if cause in GATEWAYED else None
     rate, share = rng.uniform(5, 40), rng.uniform(0.05, 0.25)
     injected = set(rng.sample(range(n), round(share * n)))
     failed = set(rng.sample(range(n), round(failed_share * n)))
@@ -110,6 +116,8 @@ def draw(name: str, cause: str, n: int, failed_share: float = 0.0) -> Mix:
         if rng.random() < 0.1:
             r.preempted = (rng.randrange(len(r.itls_us)), rng.randint(5_000, 40_000))
             r.itls_us[r.preempted[0]] += r.preempted[1]
+        if aux:
+            r.gateway, r.handoff = aux.randint(1_000, 8_000), aux.randint(2_000, 12_000)
         if r.injected:
             _inject(rng, r, cause)
         mix.requests.append(r)
@@ -124,6 +132,10 @@ def _inject(rng: random.Random, r: Timeline, cause: str) -> None:
         r.prefill += extra
     elif cause == "network":
         r.uplink += extra
+    elif cause == "gateway":
+        r.gateway += extra
+    elif cause == "kv_handoff":
+        r.handoff += extra
     else:
         slow = rng.uniform(5, 10)
         r.itls_us = [int(x * slow) for x in r.itls_us]
@@ -337,6 +349,234 @@ def vllm_classic(r: Timeline, client: bool) -> list[dict]:
     )
     docs = [_doc(_VLLM, "vllm.llm_engine", [span])]
     return docs + ([_httpx_client(ids, r, cid, traced)] if client else [])
+
+
+def _openai_v2_client(ids: _Ids, r: Timeline, sid: str, headers_us: int) -> tuple[list[dict], str]:
+    """An application's openai-v2 GenAI span (legacy conventions) over httpx's POST, a streamed call: the GenAI span
+    ends when the application has read the stream's end (the last chunk's downlink after the server's end); httpx's
+    ends at the response headers, sent at `headers_us`. Returns the exports and the httpx span's id (the server
+    span's parent)."""
+    hid = ids.sid()
+    chat = _span(
+        ids.tid,
+        sid,
+        "chat m",
+        3,
+        r.arrival - r.uplink - 900,
+        r.end + r.downlink + 400,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "m",
+            "server.address": "inference.example",
+            "gen_ai.response.model": "m",
+            "gen_ai.response.finish_reasons": ["length"],
+        },
+    )
+    post = _span(
+        ids.tid,
+        hid,
+        "POST",
+        3,
+        r.arrival - r.uplink - 300,
+        headers_us + r.downlink,
+        {
+            "http.method": "POST",
+            "http.url": "https://inference.example/v1/chat/completions",
+            "http.status_code": 500 if r.failed else 200,
+        },
+        sid,
+    )
+    return [
+        _doc({"service.name": "chat-frontend"}, "opentelemetry.instrumentation.openai_v2", [chat]),
+        _doc({"service.name": "chat-frontend"}, "opentelemetry.instrumentation.httpx", [post]),
+    ], hid
+
+
+def vllm_openai_v2(r: Timeline, client: bool) -> list[dict]:
+    """vLLM's classic span under an application's openai-v2 + httpx spans, streamed: httpx's POST ends at the
+    response headers (after vLLM's frontend), long before vLLM's span; the GenAI span above it ends at the stream's
+    end."""
+    docs = vllm_classic(r, False)
+    if not client:
+        return docs
+    ids = _Ids(12, r.k)
+    spans, hid = _openai_v2_client(ids, r, ids.sid(), r.arrival + r.frontend)
+    for d in docs:  # vLLM's span takes httpx's traceparent, in the application's trace
+        for sp in d["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+            sp["traceId"], sp["parentSpanId"] = ids.tid, hid
+    return docs + spans
+
+
+# --- llm-d (EPP, routing sidecar, vLLM on each leg) ----------------------------------------------------------------
+
+_EPP = {"service.name": "llm-d-epp", "service.version": "v0.8.0"}
+_SIDECAR = {"service.name": "llm-d-disagg-sidecar", "service.version": "v0.8.0"}
+
+
+def _llmd_leg(
+    ids: _Ids,
+    parent: str,
+    arrival: int,
+    frontend: int,
+    queue: int,
+    prefill: int,
+    decode: int,
+    post: int,
+    prompt: int,
+    out: int,
+    rid: str,
+    role: str,
+) -> tuple[dict, dict]:
+    """An otelhttp `HTTP POST` of the sidecar (from `arrival`, ended with the response) and vLLM's classic span
+    under it."""
+    hid, vid = ids.sid(), ids.sid()
+    s = lambda us: us / 1e6  # noqa: E731 - a one-line helper where it is used
+    ttft = frontend + queue + prefill
+    e2e = ttft + decode + post
+    http = _span(
+        ids.tid,
+        hid,
+        "HTTP POST",
+        3,
+        arrival,
+        arrival + e2e + 50,
+        {
+            "http.request.method": "POST",
+            "url.full": f"http://{role}:8000/v1/chat/completions",
+            "server.address": role,
+            "server.port": 8000,
+            "http.response.status_code": 200,
+        },
+        parent,
+    )
+    v = _span(
+        ids.tid,
+        vid,
+        "llm_request",
+        2,
+        arrival,
+        arrival + e2e + 20,
+        {
+            "gen_ai.latency.time_to_first_token": s(ttft),
+            "gen_ai.latency.e2e": s(e2e),
+            "gen_ai.latency.time_in_queue": s(queue),
+            "gen_ai.latency.time_in_model_prefill": s(prefill),
+            "gen_ai.latency.time_in_model_decode": s(decode),
+            "gen_ai.usage.prompt_tokens": prompt,
+            "gen_ai.usage.completion_tokens": out,
+            "gen_ai.request.id": rid,
+            "gen_ai.response.model": "m",
+        },
+        hid,
+    )
+    return (
+        _doc(_SIDECAR, "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", [http]),
+        _doc({"service.name": f"vllm-{role}"}, "vllm.llm_engine", [v]),
+    )
+
+
+def llmd(r: Timeline, client: bool, pd: bool = True) -> list[dict]:
+    """One request through llm-d (llm-d/llm-d-router ebab687; tests/conformance/llm-d/): `gateway.request` from
+    the arrival, `gateway.request_orchestration`, the sidecar's server span and `forward_request` at arrival +
+    gateway, then under P/D (nixlv2) `prefill` with the prefill leg (its frontend, queue and prefill: all but the
+    decode instance's part) and `decode` (the child of `prefill`) with the decode leg from the prefill leg's first
+    token + the hand-off; without P/D the one leg. vLLM's e2e ends 200 µs before the gateway's end. A failed request
+    ends with an ERROR status on `gateway.request`."""
+    ids = _Ids(13 if pd else 14, r.k)
+    g, o, sv, fw = ids.sid(), ids.sid(), ids.sid(), ids.sid()
+    rid = vllm_request_id(r)
+    hop = r.arrival + r.gateway
+    decode, post = sum(r.itls_us), r.post - 200
+    epp = [
+        _span(
+            ids.tid,
+            g,
+            "gateway.request",
+            2,
+            r.arrival,
+            r.end,
+            {},
+            None,
+            error="model server error" if r.failed else None,
+        ),
+        _span(
+            ids.tid,
+            o,
+            "gateway.request_orchestration",
+            2,
+            r.arrival + 300,
+            r.arrival + min(r.gateway, 600) + 300,
+            {"target_model": "m", "request_prio": 0},
+            g,
+        ),
+    ]
+    side = [
+        _span(
+            ids.tid,
+            sv,
+            "llm_d.pd_proxy.POST /v1/chat/completions",
+            2,
+            hop,
+            r.end - 100,
+            {"http.request.method": "POST", "url.path": "/v1/chat/completions", "http.response.status_code": 200},
+            g,
+        ),
+    ]
+    docs = [
+        _doc(_EPP, "llm-d-router/pkg/epp/handlers", epp[:1]),
+        _doc(_EPP, "llm-d-router/pkg/epp/requestcontrol", epp[1:]),
+    ]
+    if pd:
+        fd, qd, pd_ = r.frontend // 3, r.queue // 4, min(6_000, r.prefill // 10)
+        p_first = hop + (r.frontend - fd) + (r.queue - qd) + (r.prefill - pd_)
+        pp, dd = ids.sid(), ids.sid()
+        d_arrival = p_first + r.handoff
+        side += [
+            _span(
+                ids.tid, fw, "forward_request", 2, hop, r.end - 150, {"llm_d.pd_proxy.disaggregation_used": True}, sv
+            ),
+            _span(ids.tid, pp, "prefill", 1, hop, p_first + 500, {"llm_d.pd_proxy.connector": "nixlv2"}, fw),
+            _span(ids.tid, dd, "decode", 1, p_first + 600, r.end - 160, {"llm_d.pd_proxy.connector": "nixlv2"}, pp),
+        ]
+        legs = [
+            _llmd_leg(
+                ids, pp, hop, r.frontend - fd, r.queue - qd, r.prefill - pd_, 0, 400, r.prompt_tokens, 1, rid, "prefill"
+            ),
+            _llmd_leg(ids, dd, d_arrival, fd, qd, pd_, decode, post, r.prompt_tokens, r.output_tokens, rid, "decode"),
+        ]
+    else:
+        side.append(
+            _span(
+                ids.tid, fw, "forward_request", 2, hop, r.end - 150, {"llm_d.pd_proxy.disaggregation_used": False}, sv
+            )
+        )
+        legs = [
+            _llmd_leg(
+                ids,
+                fw,
+                hop,
+                r.frontend,
+                r.queue,
+                r.prefill,
+                decode,
+                post,
+                r.prompt_tokens,
+                r.output_tokens,
+                rid,
+                "decode",
+            )
+        ]
+    docs += [
+        _doc(_SIDECAR, "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", side[:1]),
+        _doc(_SIDECAR, "llm-d-router/pkg/sidecar/proxy", side[1:]),
+    ]
+    return docs + [d for leg in legs for d in leg]
+
+
+def llmd_plain(r: Timeline, client: bool) -> list[dict]:
+    """llm-d without P/D: the sidecar forwards to the one vLLM leg."""
+    return llmd(r, client, pd=False)
 
 
 def _journey(name: str, t: int, step: int, phase: str, r: Timeline, extra: dict | None = None) -> tuple:

@@ -327,6 +327,7 @@ def test_a_table_an_older_archive_lacks_holds_nothing():
         "engine_steps": False,
         "kv_gauges": False,
         "unclaimed": True,
+        "llmd": False,
         "violations": False,
         "unread_events": False,
     }

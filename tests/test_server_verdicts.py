@@ -7,6 +7,7 @@ injected cause, and every request must be counted once."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,11 +18,15 @@ from budgetscope.cli import main
 from conftest import rows
 from server_traces import (
     Mix,
+    Timeline,
     as_exported,
     draw,
     jsonl,
+    llmd,
+    llmd_plain,
     native,
     quantile,
+    seed_of,
     sglang,
     sglang_pd,
     tgi,
@@ -31,6 +36,7 @@ from server_traces import (
     triton_vllm,
     vllm_classic,
     vllm_journey,
+    vllm_openai_v2,
     vllm_request_id,
 )
 
@@ -90,6 +96,12 @@ CASES = [
     Case("triton-vllm-stream-prefill", triton_vllm, "prefill", seen_as="unaccounted"),
     Case("triton-trtllm-stream-queue", triton_trtllm, "queue", client=True),
     Case("triton-trtllm-stream-network", triton_trtllm, "network", client=True),
+    # an application's openai-v2 span over httpx's, streamed: the client figure is the GenAI span's
+    Case("vllm-classic-network-openai-v2", vllm_openai_v2, "network", client=True, client_first_token=False),
+    Case("llmd-pd-gateway", llmd, "gateway"),
+    Case("llmd-pd-kv-handoff", llmd, "kv_handoff"),
+    Case("llmd-pd-decode", llmd, "decode"),
+    Case("llmd-plain-queue", llmd_plain, "queue"),
 ]
 
 
@@ -225,3 +237,56 @@ def test_vllm_journey_rows_keep_their_requeues_in_a_mix(tmp_path):
         wait = r.preempted[1] if r.preempted else 0
         want = ((r.queue - 20 + wait) / 1e3, (sum(r.itls_us) - wait) / 1e3, 2 if r.preempted else 1)
         assert got[vllm_request_id(r)] == pytest.approx(want, abs=1e-3), r
+
+
+def test_a_slow_link_under_a_genai_client_span_breaks_the_client_budget(tmp_path):
+    """The case of issue 33: users of a tier wait ~6.9 s at p99 over a lossy cross-region link while the server's
+    E2E p99 is ~5.4 s. The application's openai-v2 span (over httpx's, which ended at the streamed response's
+    headers) is the client view: BROKEN on the client E2E, network dominant, exit 1 — never KEPT at 5.5 s."""
+    rng = random.Random(seed_of("cross-region-openai-v2"))
+    mix, t = Mix("cross-region", "network", 8.0, 0.15), 0
+    for k in range(N):
+        t += int(rng.expovariate(8.0) * 1e6)
+        lossy = rng.random() < 0.15  # retransmissions over the lossy link hold the stream's tail back
+        itls = [rng.randint(30_000, 36_000) for _ in range(rng.randint(140, 160))]
+        r = Timeline(
+            k,
+            t,
+            rng.randint(300, 2_000),
+            rng.randint(0, 40_000),
+            rng.randint(60_000, 180_000),
+            itls,
+            rng.randint(200, 2_000),
+            rng.randint(200, 1_500),
+            rng.randint(60_000, 90_000),
+            rng.randint(60_000, 90_000) + (rng.randint(900_000, 1_600_000) if lossy else 0),
+            lossy,
+        )
+        mix.requests.append(r)
+    server = [r.e2e_ms(False) for r in mix.requests]
+    users = [r.e2e_ms(True) for r in mix.requests]
+    budget = 6_000.0
+    assert quantile(server, 0.99) < budget < quantile(users, 0.99)  # the server alone keeps it; the users did not
+    archive = _ingest(tmp_path, as_exported([d for r in mix.requests for d in vllm_openai_v2(r, True)], batch=64))
+    code, tier = _report(tmp_path, archive, f"[tiers.default]\ne2e_ms = {budget}\n", "cross-region")
+    assert (code, tier["status"], tier["requests"]) == (1, "BROKEN", N), tier["verdict"]
+    e2e = tier["metrics"]["e2e_ms"]
+    assert e2e["column"] == "client_e2e_ms"
+    assert e2e["p99"] == pytest.approx(quantile(users, 0.99), abs=5)
+    assert tier["attribution"]["e2e"]["dominant"] == "network"
+    assert tier["attribution"]["e2e"]["shares"]["network"] > 0.5
+    # openai-v2 records no first token: the TTFT figures stay the server's, and the report says so
+    assert tier["figures_by_kind"] == {"ttft": "server", "e2e": "client"}
+
+
+def test_llmd_requests_say_their_figures_are_sampled(tmp_path):
+    """llm-d samples whole traces by trace id: a tier of llm-d requests states it (the spans do not say the ratio,
+    so the report says where it is set), and its verdict tells that the percentiles are over the sampled requests."""
+    case = next(c for c in CASES if c.name == "llmd-plain-queue")
+    mix = draw(case.name, case.cause, N)
+    archive = _ingest(tmp_path, _docs(case, mix))
+    _, tier = _report(tmp_path, archive, _keeps(case, mix), "keeps")
+    assert tier["sampling"]["requests"] == {"llmd": N}
+    assert "OTEL_TRACES_SAMPLER_ARG" in tier["sampling"]["how"]["llmd"]
+    assert "percentiles are over the sampled requests" in tier["verdict"]
+    assert set(tier["stages"]) >= {"gateway"} and "kv_handoff" not in tier["stages"]  # no P/D: no hand-off

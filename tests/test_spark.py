@@ -472,23 +472,30 @@ def test_query_on_spark_reads_only_the_archive(sql):
     assert "\n" not in str(e.value)
 
 
-@needs_spark
-def test_derive_on_spark_gives_the_rows_of_duckdb(spark, sharded_archive, tmp_path):
+DERIVED_ORDER = "ORDER BY trace_id, server_span_id"
+
+
+def derived_the_same(archive: Path, tmp_path: Path, n: int):
+    """`budgetscope derive` on DuckDB and on Spark: `n` rows each, the same rows. Returns (a DuckDB connection, the
+    Spark rows in DERIVED_ORDER)."""
     import duckdb
 
     from budgetscope.spark.derive import derive_duckdb, derive_spark
 
-    n_duck = derive_duckdb(sharded_archive, tmp_path / "duck")
-    n_spark = derive_spark(sharded_archive, tmp_path / "spark")
-    assert n_duck == n_spark == 800
+    assert derive_duckdb(archive, tmp_path / "duck") == derive_spark(archive, tmp_path / "spark") == n
     con = duckdb.connect()
-    order = "ORDER BY trace_id, server_span_id"
-    want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {order}").fetchall()
-    got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {order}").fetchall()
+    want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {DERIVED_ORDER}").fetchall()
+    got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {DERIVED_ORDER}").fetchall()
     assert_same(want, got, "derived")
+    return con, got
+
+
+@needs_spark
+def test_derive_on_spark_gives_the_rows_of_duckdb(spark, sharded_archive, tmp_path):
+    _, got = derived_the_same(sharded_archive, tmp_path, 800)
     # and what the writer derived at ingest (re-derived rows dropped): the same requests
     with Archive(sharded_archive, read_only=True) as a:
-        stored = a.con.execute(f"SELECT * FROM requests {order}").fetchall()
+        stored = a.con.execute(f"SELECT * FROM requests {DERIVED_ORDER}").fetchall()
     assert_same(stored, got, "stored")
 
 
@@ -507,18 +514,7 @@ def replicas_archive(tmp_path) -> Path:
 
 @needs_spark
 def test_replica_columns_and_http_client_spans_derive_the_same_on_spark(spark, replicas_archive, tmp_path):
-    import duckdb
-
-    from budgetscope.spark.derive import derive_duckdb, derive_spark
-
-    assert (
-        derive_duckdb(replicas_archive, tmp_path / "duck") == derive_spark(replicas_archive, tmp_path / "spark") == 102
-    )
-    con = duckdb.connect()
-    order = "ORDER BY trace_id, server_span_id"
-    want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {order}").fetchall()
-    got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {order}").fetchall()
-    assert_same(want, got, "derived")
+    con, _ = derived_the_same(replicas_archive, tmp_path, 102)
     (replicas, clients, network) = con.execute(f"""SELECT count(DISTINCT service_instance_id),
         count_if(has_client_span), sum(network_ms) FROM read_parquet('{tmp_path / "spark"}/*.parquet')""").fetchone()
     assert (replicas, clients) == (5, 2) and network == pytest.approx(10.0)  # replica-0..3, vllm-0
@@ -686,3 +682,38 @@ def test_report_cli_on_spark_prints_the_duckdb_json(tmp_path):
     assert runs["spark"].stderr == ""
     assert_same(json.loads(runs["duckdb"].stdout), json.loads(runs["spark"].stdout))
     assert not any(cwd.iterdir())
+
+
+@pytest.fixture
+def gateway_archive(tmp_path) -> Path:
+    """The GenAI-client and llm-d conformance cases in one archive: GenAI spans over httpx, an llm-d P/D trace, one
+    without P/D, sampled ones, and a leg that lost its trace context."""
+    root = Path(__file__).parent / "conformance"
+    f = tmp_path / "t.jsonl"
+    f.write_text(
+        "".join(
+            p.read_text() for p in sorted([*root.glob("genai-client/*/spans.jsonl"), *root.glob("llm-d/*/spans.jsonl")])
+        )
+    )
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(f))
+    return tmp_path / "a"
+
+
+@pytest.mark.slow
+@needs_spark
+def test_genai_clients_and_llmd_derive_and_report_the_same_on_spark(spark, gateway_archive, tmp_path):
+    """The GenAI client join, the llm-d adapter (its ancestry joins and leg sums) and the report's llm-d figures
+    (sampling, the gateway and KV hand-off stages, the legs that lost their trace context) on both engines."""
+    from budgetscope.spark.archive import SparkArchive
+
+    derived_the_same(gateway_archive, tmp_path, 12)
+    with Archive(gateway_archive, read_only=True) as a:
+        want = build_report(a.con)
+    with SparkArchive(gateway_archive, spark) as s:
+        got = build_report(s.con)
+    assert want["llmd_orphans"] == got["llmd_orphans"] and want["llmd_orphans"]["llm_request_roots"] == 1
+    (w,), (g,) = want["tiers"], got["tiers"]
+    assert w["sampling"] == g["sampling"] == {"requests": {"llmd": 6}, "how": w["sampling"]["how"]}
+    assert set(w["stages"]) == set(g["stages"]) >= {"gateway", "kv_handoff"}
+    assert w["attribution"]["e2e"]["shares"] == pytest.approx(g["attribution"]["e2e"]["shares"], rel=1e-9)

@@ -35,6 +35,11 @@ E2E_COMPONENTS = {
     "postprocess": "postprocess_ms",
     "unaccounted": "unaccounted_ms",
 }
+WHERE_SEEN = {"gateway": "gateway_ms", "kv_handoff": "kv_handoff_ms"}
+"""Stages only some formats have (llm-d: the gateway's time, the P/D KV hand-off), wholly before the first token:
+the same column in TTFT and E2E. A tier's attribution names them where some of its requests have them."""
+ORDER = ("network", "gateway", "frontend", "queue", "prefill", "kv_handoff", "decode", "postprocess", "unaccounted")
+"""The stages in the order a request lives through them."""
 NETWORK = {"ttft": "ttft_network_ms", "e2e": "network_ms"}
 CONTENT_GAP = {"content_gap": "ttft_content_gap_ms"}
 """The last part of a client TTFT whose first token is its first non-empty chunk (AIPerf, GuideLLM): its first
@@ -42,12 +47,14 @@ stream event → that chunk (docs/metrics.md)."""
 FIGURES = {"ttft": ("client_ttft_ms", "ttft_ms"), "e2e": ("client_e2e_ms", "e2e_ms")}
 
 
-def components(kind: str, with_network: bool, content_gap: bool = False) -> dict[str, str]:
+def components(kind: str, with_network: bool, content_gap: bool = False, seen: tuple[str, ...] = ()) -> dict[str, str]:
     """Stage → column of the components of `kind` ("ttft" or "e2e"), in stage order; with `content_gap` (a client
-    TTFT to the first non-empty chunk) also the wait for content, last."""
+    TTFT to the first non-empty chunk) also the wait for content, last; `seen`: the stages of WHERE_SEEN to take too
+    (those some of the tier's requests have)."""
     base = TTFT_COMPONENTS if kind == "ttft" else E2E_COMPONENTS
     gap = CONTENT_GAP if content_gap and with_network and kind == "ttft" else {}
-    return ({"network": NETWORK[kind]} if with_network else {}) | base | gap
+    got = ({"network": NETWORK[kind]} if with_network else {}) | base | {s: WHERE_SEEN[s] for s in seen}
+    return {s: got[s] for s in ORDER if s in got} | gap
 
 
 @dataclass(frozen=True, slots=True)

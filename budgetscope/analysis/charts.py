@@ -12,9 +12,11 @@ from budgetscope.analysis.display import utc  # noqa: F401 - re-exported: the da
 
 STAGE_COLORS = {
     "network": "#8c564b",
+    "gateway": "#bcbd22",
     "frontend": "#9467bd",
     "queue": "#d62728",
     "prefill": "#ff7f0e",
+    "kv_handoff": "#17becf",
     "decode": "#1f77b4",
     "postprocess": "#2ca02c",
     "unaccounted": "#7f7f7f",

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import re
 
+from budgetscope.derive import llmd
 from budgetscope.derive.classify import UNCLAIMED as UNCLAIMED_SOURCE
 
+LLMD_SOURCE = "llmd"
 TOP_UNCLAIMED = 5
 """How many (span name, service) pairs a summary names; the total always counts them all."""
 
@@ -44,9 +46,10 @@ ROW_FLAGS = ("violations", "unread_events")
 
 def contents(con) -> dict[str, bool]:
     """Which of the tables a report may join hold any row, in one statement: `gpu_samples`, `engine_steps`,
-    `kv_gauges` (server_metrics rows of KV_GAUGES), `unclaimed` (spans of source UNCLAIMED_SOURCE), and whether a
-    request breaks an invariant (`violations`) or carries unread events (`unread_events`). A report skips the joins
-    and counts of what holds nothing: their figures are then known without them (no samples, no steps).
+    `kv_gauges` (server_metrics rows of KV_GAUGES), `unclaimed` (spans of source UNCLAIMED_SOURCE), `llmd` (llm-d
+    requests), and whether a request breaks an invariant (`violations`) or carries unread events (`unread_events`).
+    A report skips the joins and counts of what holds nothing: their figures are then known without them (no
+    samples, no steps).
 
     A connection with a `memo` dict (a Spark archive's: its segments are fixed when it opens) keeps the answer
     for its later reports."""
@@ -59,6 +62,7 @@ def contents(con) -> dict[str, bool]:
         "engine_steps": "SELECT 1 FROM engine_steps",
         "kv_gauges": f"SELECT 1 FROM server_metrics WHERE metric IN ({names})",
         "unclaimed": f"SELECT 1 FROM spans WHERE source = '{UNCLAIMED_SOURCE}'",
+        "llmd": f"SELECT 1 FROM requests WHERE source = '{LLMD_SOURCE}'",
         **{k: f"SELECT 1 FROM requests WHERE len({k}) > 0" for k in ROW_FLAGS},
     }
     try:
@@ -215,6 +219,57 @@ def nothing_derived_warning(spans: int, requests: int, u: dict) -> str | None:
     )
 
 
+def orphan_legs(con, since_ns: int | None = None, until_ns: int | None = None) -> dict | None:
+    """Where the window holds llm-d requests: the vLLM `llm_request` spans that started a trace of their own (no
+    parent: the trace context was dropped between the routing sidecar and vLLM, or the call bypassed the gateway),
+    by service, most first, and the sidecar's legs (its HTTP client spans in llm-d traces) with no `llm_request`
+    under them. Neither is joined to a request by a guess: the roots are vLLM rows of their own, and the llm-d
+    requests' stages that need the missing leg are NULL (derive/llmd.py). None without llm-d requests."""
+    # the window's bounds are ints: written into the SQL, which repeats the spans' relation
+    bounds = []
+    if since_ns is not None:
+        bounds.append(f"start_ns >= {int(since_ns)}")
+    if until_ns is not None:
+        bounds.append(f"start_ns < {int(until_ns)}")
+    span_window = " AND ".join(bounds)
+    row_window = span_window.replace("start_ns", "arrival_ns") or "true"
+    (n,) = con.execute(f"SELECT count(*) FROM requests WHERE source = '{LLMD_SOURCE}' AND {row_window}").fetchone()
+    if not n:
+        return None
+    spans = f"(SELECT * FROM spans WHERE {span_window or 'true'})"
+    roots = con.execute(
+        f"""SELECT service_name, count(*) FROM {spans} s WHERE name = 'llm_request' AND parent_span_id IS NULL
+        GROUP BY service_name"""
+    ).fetchall()
+    (legs,) = con.execute(f"SELECT count(*) FROM ({llmd.legs_without_server_span(spans)}) x").fetchone()
+    by_service = sorted(roots, key=lambda r: (-r[1], str(r[0])))
+    return {
+        "llmd_requests": n,
+        "llm_request_roots": sum(k for _, k in roots),
+        "by_service": [{"service_name": svc, "spans": k} for svc, k in by_service],
+        "legs_without_llm_request": legs,
+    }
+
+
+def orphan_line(o: dict | None) -> str | None:
+    """One line naming the llm-d legs that lost their trace context, or None when there are none."""
+    if not o or not (o["llm_request_roots"] or o["legs_without_llm_request"]):
+        return None
+    parts = []
+    if o["llm_request_roots"]:
+        svc = ", ".join(f"{t['service_name'] or 'no service'} ({t['spans']:,})" for t in o["by_service"])
+        parts.append(
+            f"{o['llm_request_roots']:,} llm_request spans started a trace of their own ({svc}): their trace context "
+            "was dropped before vLLM, so they are requests of their own, not joined to their llm-d requests"
+        )
+    if o["legs_without_llm_request"]:
+        parts.append(
+            f"{o['legs_without_llm_request']:,} routing-sidecar legs have no llm_request in their trace "
+            "(those llm-d requests' stages of that leg are unknown)"
+        )
+    return "llm-d: " + "; ".join(parts)
+
+
 def coverage(con, where: str = "", params: list | None = None) -> dict:
     """Of the requests in `where` (a WHERE clause over `requests`): how many have a server span (the server
     sent its own timeline), a client span, and both."""
@@ -247,5 +302,7 @@ __all__ = [
     "nothing_derived_warning",
     "coverage",
     "coverage_line",
+    "orphan_legs",
+    "orphan_line",
     "span_count",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from budgetscope.analysis.coverage import ROW_FLAGS, coverage_line, flagged_line, unclaimed_line
+from budgetscope.analysis.coverage import ROW_FLAGS, coverage_line, flagged_line, orphan_line, unclaimed_line
 from budgetscope.analysis.verdict import LABEL, ms
 
 
@@ -96,6 +96,8 @@ def _report_lines(report: dict) -> list[str]:
     if line := unclaimed_line(report["unclaimed_spans"]):
         out.append(line)
     out += [line for k in ROW_FLAGS if k in report and (line := flagged_line(k, report[k]))]
+    if line := orphan_line(report.get("llmd_orphans")):
+        out.append(line)
     return out
 
 

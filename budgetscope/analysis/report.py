@@ -42,7 +42,11 @@ def _rows(con, sql: str, params) -> list[tuple]:
     return con.execute(sql, params).fetchall()
 
 
-TTFT_DEFINITIONS = {"first_token_event": "first token event", "first_nonempty_chunk": "first non-empty chunk"}
+TTFT_DEFINITIONS = {
+    "first_token_event": "first token event",
+    "first_nonempty_chunk": "first non-empty chunk",
+    "first_chunk": "first chunk",
+}
 """How a client counted its first token (client span `budgetscope.client.first_token_definition`; budgetscope's
 own client writes none: the first token event, its text possibly empty). AIPerf and GuideLLM wait for non-empty
 text, which comes later on a server that streams a token's bytes before they decode."""
@@ -116,6 +120,7 @@ class _Tier:
         self.tb, self.budgeted, self.sel = tb, budgeted, sel
         self.entry: dict = {}
         self.client_for: dict[str, bool] = {}
+        self.seen: tuple[str, ...] = ()  # the stages of attribution.WHERE_SEEN its ok requests have
         self.groups: list[tuple[dict[str, str], list[float]]] = []  # (figure columns, percentiles), (stages, ...)
 
 
@@ -147,6 +152,13 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
             "requests_without_client_span": counts["ok"] - counts["client"],
             "client_ttft_definitions": _ttft_definitions(con, t.sel, counts["definitions"]) if with_client else {},
             "attainment": counts["attainment"],
+            # requests of a source that samples its traces: the figures are the sampled requests'
+            "sampling": {
+                "requests": counts["sampled"],
+                "how": {src: scans.SAMPLED_SOURCES[src] for src in counts["sampled"]},
+            }
+            if counts["sampled"]
+            else None,
             # over the requests judged on a known figure (scans.slo_judgement), and each budgeted figure alone
             "attainment_over": counts["attainment_over"],
             "attainment_by_figure": {
@@ -160,7 +172,9 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
             "e2e_ms": client_for["e2e"],
         }
         fig_cols = {m: (CLIENT_METRIC[m] if client_metric[m] else m) for m in METRICS}
+        t.seen = tuple(counts["stages_seen"])
         stage_cols = {s: c for s, c in STAGE_COLUMNS.items() if s != "network" or client_for["ttft"]}
+        stage_cols |= {s: attribution.WHERE_SEEN[s] for s in t.seen}
         stage_pcts = sorted({50.0, tb.percentile})
         t.groups = [(fig_cols, pcts), (stage_cols, stage_pcts)]
         if counts["ok"]:
@@ -176,7 +190,7 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
         if j in found:
             (metric_q, stage_q), bounds = found[j]
             gap = NONEMPTY_CHUNK in counted[j]["definitions"]  # some client TTFTs wait for content
-            plans += scans.split_plan(j, t.client_for, bounds, gap)
+            plans += scans.split_plan(j, t.client_for, bounds, gap, t.seen)
         else:
             metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
             stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
@@ -391,6 +405,7 @@ def build_report(
         "unclaimed_spans": unclaimed,
         "violations": flags["violations"],
         "unread_events": flags["unread_events"],
+        "llmd_orphans": coverage.orphan_legs(con, since_ns, until_ns) if present.get("llmd") else None,
         "warnings": [warning] if warning else [],
     }
     if filters is not None:

@@ -27,6 +27,13 @@ a success nor a failure of the server, so attainment and the error rate leave it
 that is not ok (error, rejected, timeout) is a failure."""
 
 
+SAMPLED_SOURCES = {
+    "llmd": "llm-d samples whole traces by trace id (parent-based ratio, OTEL_TRACES_SAMPLER_ARG, 0.1 by default)"
+}
+"""Sources whose requests reach the archive sampled, and how: their percentiles are over the sampled requests and
+their counts are the sampled ones (the spans do not say the ratio)."""
+
+
 def pkey(p: float) -> str:
     """99.0 → "p99", 99.9 → "p99.9"."""
     return f"p{p:g}"
@@ -103,9 +110,14 @@ _TIER_COUNTS = (
     "judged",
     *(f"{k}:{m}" for m in METRICS for k in ("met", "judged")),
     "len(violations) > 0",
+    *(f"{col} IS NOT NULL" for col in attribution.WHERE_SEEN.values()),
+    *(f"source = '{src}'" for src in SAMPLED_SOURCES),
 )
 """Each tier's counts in `counts`' one scan: requests, with a client span, met, with a server-only TTFT and E2E,
-judged, each metric's met and judged, and those that break an invariant of their format (derive/invariants.py)."""
+judged, each metric's met and judged, those that break an invariant of their format (derive/invariants.py), those
+with each optional stage (attribution.WHERE_SEEN), and those of each sampled source (SAMPLED_SOURCES)."""
+_OPTIONAL_AT = len(_TIER_COUNTS) - len(attribution.WHERE_SEEN) - len(SAMPLED_SOURCES)
+"""Where the optional stages' and the sampled sources' counts start among a tier's counts."""
 
 
 def counts(con, tiers: Tiers, judged_by: list[TierBudget | None]) -> tuple[list[dict], dict, dict]:
@@ -175,7 +187,14 @@ def _tier_counts(rows: list[tuple]) -> dict:
     for r in ok_rows:
         if r[3]:
             definitions[r[1]] = definitions.get(r[1], 0) + r[3]
+    at = 2 + _OPTIONAL_AT  # the last counts: the optional stages' ok rows, then each sampled source's rows
+    seen = [s for i, s in enumerate(attribution.WHERE_SEEN) if sum(r[at + i] for r in ok_rows)]
+    at += len(attribution.WHERE_SEEN)
+    by_source = {src: sum(r[at + i] for r in rows) for i, src in enumerate(SAMPLED_SOURCES)}
+    sampled = {src: k for src, k in by_source.items() if k}
     return {
+        "stages_seen": seen,
+        "sampled": sampled,
         "n": n,
         "ok": ok,
         "judged": judged,
@@ -364,14 +383,17 @@ def splits(con, tiers: Tiers, wanted: list[Split]) -> list[SplitCounts]:
     return out
 
 
-def split_plan(tier: int, client_for: dict[str, bool], bounds: dict, content_gap: bool = False) -> list[Split]:
+def split_plan(
+    tier: int, client_for: dict[str, bool], bounds: dict, content_gap: bool = False, seen: tuple[str, ...] = ()
+) -> list[Split]:
     """The Splits of one tier: each kind with requests that have its metric (`content_gap`: the client TTFT of some
-    of them waits for the first non-empty chunk, a part of its own)."""
+    of them waits for the first non-empty chunk, a part of its own; `seen`: the stages of attribution.WHERE_SEEN
+    some of its ok requests have)."""
     out = []
     for kind, (n, tq, med) in bounds.items():
         if n:
             figure = attribution.FIGURES[kind][0 if client_for[kind] else 1]
-            parts = attribution.components(kind, client_for[kind], content_gap)
+            parts = attribution.components(kind, client_for[kind], content_gap, seen)
             out.append(Split(tier, kind, figure, parts, tq, med))
     return out
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 LABEL = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
 STAGE_WORD = {
     "network": "network",
+    "gateway": "the gateway (EPP)",
     "frontend": "frontend",
     "queue": "queueing",
     "prefill": "prefill",
+    "kv_handoff": "the KV hand-off",
     "decode": "decode",
     "postprocess": "postprocessing",
     "unaccounted": "unaccounted time",
@@ -163,6 +165,12 @@ def verdict(t: dict) -> str:
         parts.append(t["queue_wait"]["sentence"])
     if (t.get("gpu") or {}).get("sentence"):  # only when GPU samples fall in the tail's decode
         parts.append(t["gpu"]["sentence"])
+    if t.get("sampling"):
+        n = sum(t["sampling"]["requests"].values())
+        parts.append(
+            f"{n:,} of its requests come from sampled traces ({'; '.join(t['sampling']['how'].values())}): "
+            "the percentiles are over the sampled requests and the counts are sampled counts."
+        )
     if t["figures"] == "server" and t["requests_without_client_span"]:
         parts.append(
             f"Network time is unknown: {t['requests_without_client_span']} of {t['ok_requests']} requests "

@@ -13,9 +13,8 @@ CLIENT_ROOT = "llm.client.request"
 HTTP_METHOD_KEYS = ("http.request.method", "http.method")
 """The request method of an OpenTelemetry HTTP client span: the stable HTTP semantic conventions' key, and the
 one instrumentations still write by default (opentelemetry-python-contrib `_semconv.py`, `_set_http_method`)."""
-HTTP_CLIENT_SQL = (
-    "(kind = 'CLIENT' AND (" + " OR ".join(f"json_exists(attributes, '$.\"{k}\"')" for k in HTTP_METHOD_KEYS) + "))"
-)
+HTTP_METHOD_SQL = "(" + " OR ".join(f"json_exists(attributes, '$.\"{k}\"')" for k in HTTP_METHOD_KEYS) + ")"
+HTTP_CLIENT_SQL = f"(kind = 'CLIENT' AND {HTTP_METHOD_SQL})"
 """SQL over a stored span (`kind` normalised): an OpenTelemetry HTTP client span (httpx, requests, aiohttp, …).
 It is a request's client span only when it is the parent of a server root (derive/requests.py)."""
 VLLM_ROOT = "llm_request"
@@ -36,6 +35,14 @@ CLIENT_ROOT_SQL = (
     """AND json_exists(attributes, '$."budgetscope.client.scheduled_unix_nano"')))"""
 )
 """SQL: a span is a client request span (budgetscope's client, or an imported tool's record)."""
+GENAI_OPERATION_SQL = """json_exists(attributes, '$."gen_ai.operation.name"')"""
+GENAI_CLIENT_SQL = (
+    f"(kind = 'CLIENT' AND {GENAI_OPERATION_SQL} AND NOT {HTTP_METHOD_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false))"
+)
+"""SQL over a stored span (`kind` normalised): an OpenTelemetry GenAI client span (kind CLIENT with
+`gen_ai.operation.name`: openai-v2's `chat {model}`, OpenLLMetry's `openai.chat`), the application's own span of an
+SDK call; budgetscope's own client spans and HTTP client spans are not. It is a request's client span only above a
+server root (derive/genai.py)."""
 
 TGI_SERVICE_PREFIX = "text-generation-inference"
 """TGI's default `--otlp-service-name` is `text-generation-inference.router` (launcher/src/main.rs)."""
@@ -101,6 +108,23 @@ TRITON_SQL = (
 )
 """SQL over a span: Triton's, by its tracer, its root span's name or a model span's attribute, never by the service
 name (`--trace-config opentelemetry,resource=service.name=…` sets any)."""
+LLMD_GATEWAY = "gateway.request"
+"""The llm-d EPP's SERVER span of a request (llm-d-router pkg/epp/handlers/server.go): the llm-d adapter's root."""
+LLMD_ORCHESTRATION = "gateway.request_orchestration"
+LLMD_PREFILL = ("prefill", "llm_d.pd_proxy.prefill")
+"""The routing sidecar's prefill-leg span: `prefill` (nixlv2, sglang connectors), `llm_d.pd_proxy.prefill` (the
+others)."""
+LLMD_DECODE = ("decode", "llm_d.pd_proxy.decode")
+LLMD_SIDECAR_SERVER = "llm_d.pd_proxy."
+"""The prefix of the routing sidecar's spans; its otelhttp SERVER span is `llm_d.pd_proxy.<METHOD> <path>`."""
+LLMD_SCOPE_PREFIX = "llm-d-router/"
+"""The llm-d components' tracer scopes (`llm-d-router/pkg/epp/handlers`, `.../sidecar/proxy`, ...)."""
+LLMD_SQL = (
+    f"(name IN ('{LLMD_GATEWAY}', '{LLMD_ORCHESTRATION}') OR starts_with(name, '{LLMD_SIDECAR_SERVER}') "
+    f"OR starts_with(coalesce(scope_name, ''), '{LLMD_SCOPE_PREFIX}'))"
+)
+"""SQL: an llm-d span (the EPP's, the routing sidecar's); the generic `prefill` / `decode` names only under the
+llm-d tracer scopes."""
 
 UNCLAIMED = "other"
 """The `source` of a span no adapter reads."""
@@ -108,7 +132,8 @@ UNCLAIMED = "other"
 SOURCE_SQL = f"""CASE
   WHEN name = '{NATIVE_STEP}' OR starts_with(name, '{STAGE_PREFIX}') OR {NATIVE_ROOT_SQL} THEN 'native'
   WHEN {CLIENT_ROOT_SQL} THEN 'client'
-  WHEN {HTTP_CLIENT_SQL.replace("kind = ", "bs_kind(kind) = ")} THEN 'client'
+  WHEN bs_kind(kind) = 'CLIENT' AND ({HTTP_METHOD_SQL} OR {GENAI_OPERATION_SQL}) THEN 'client'
+  WHEN {LLMD_SQL} THEN 'llmd'
   WHEN name IN ('{VLLM_ROOT}', '{VLLM_CORE}') THEN 'vllm'
   WHEN starts_with(coalesce(service_name, ''), '{TGI_SERVICE_PREFIX}')
     AND (name IN {TGI_SPANS!r} OR json_exists(attributes, '$."http.route"')) THEN 'tgi'
@@ -118,5 +143,5 @@ SOURCE_SQL = f"""CASE
   WHEN {TRITON_SQL} THEN 'triton'
   ELSE '{UNCLAIMED}' END"""
 """SQL expression over the `name`, `kind` (raw or normalised: `bs_kind` of ingest/staging.py reads both),
-`service_name`, `scope_name` and `attributes` columns of a span: native, client, vllm, tgi, sglang, triton or
-other. An OpenTelemetry HTTP client span is `client` whether or not a server span joins it."""
+`service_name`, `scope_name` and `attributes` columns of a span: native, client, llmd, vllm, tgi, sglang, triton or
+other. An OpenTelemetry HTTP or GenAI client span is `client` whether or not a server span joins it."""

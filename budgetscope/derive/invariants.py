@@ -8,8 +8,8 @@ exactly: two stages a server measures at different points may overlap by a few Â
 
 | violation | the row |
 | --- | --- |
-| `negative_<stage>` | a stage (or its TTFT-window part) is below zero |
-| `<stage>_longer_than_request` | a stage is longer than the server's E2E |
+| `negative_<stage>` | a stage (or its TTFT-window part) is below zero; `gateway` and `kv_handoff` included |
+| `<stage>_longer_than_request` | a stage is longer than the server's E2E; `gateway` and `kv_handoff` included |
 | `parts_exceed_e2e` | the server stages add up to more than the server's E2E (`unaccounted_ms` < 0) |
 | `parts_exceed_ttft` | the TTFT stages add up to more than the server's TTFT (`ttft_unaccounted_ms` < 0) |
 | `ttft_longer_than_e2e` | the server's TTFT is longer than its E2E |
@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from budgetscope.derive.instants import SERVER_INSTANTS, STAGE_BOUNDS, TTFT_STAGES, seen
 
+GATEWAY_STAGES = ("gateway", "kv_handoff")
+"""The stages an adapter measures between requests' instants of its own (llm-d: derive/llmd.py), checked too."""
 TOLERANCE_MS = 0.1
 """How far a duration may stray before it breaks an invariant, ms."""
 
@@ -59,10 +61,10 @@ def checks(client_e2e_raw: str, client_ttft_raw: str) -> dict[str, str]:
     them, before the rules above set them NULL."""
     tol = TOLERANCE_MS
     out = {}
-    for stage in STAGE_BOUNDS:
+    for stage in (*STAGE_BOUNDS, *GATEWAY_STAGES):
         ttft = f" OR ttft_{stage}_ms < -{tol}" if stage in TTFT_STAGES else ""
         out[f"negative_{stage}"] = f"{stage}_ms < -{tol}{ttft}"
-    for stage in STAGE_BOUNDS:
+    for stage in (*STAGE_BOUNDS, *GATEWAY_STAGES):
         out[f"{stage}_longer_than_request"] = f"{stage}_ms > e2e_ms + {tol}"
     out["parts_exceed_e2e"] = f"unaccounted_ms < -{tol}"
     out["parts_exceed_ttft"] = f"ttft_unaccounted_ms < -{tol}"

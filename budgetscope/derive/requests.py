@@ -32,14 +32,35 @@ first-token time, so the client TTFT (and `ttft_network_ms`, `client_tpot_ms`) s
 for a streamed response it ends before the server span, and then the client end, E2E and network are NULL
 (unknown), never a negative network time.
 
+An OpenTelemetry GenAI client span (an SDK call: openai-v2's `chat {model}`, OpenLLMetry's `openai.chat`) is the
+client span in place of the HTTP span below it, when it holds only that one (derive/genai.py): it timed what the
+application waited for, a streamed response's end included; its first chunk event, where it has one, is the
+client's first token.
+
+An llm-d request (derive/llmd.py) is one row whose vLLM legs are read by the vLLM adapter and are no rows of
+their own; its gateway and KV hand-off are stages (`gateway_ms`, `kv_handoff_ms`), in the unaccounted sums.
+
 Replicas: the server root span's resource gives `service_instance_id`, `host_name` and `k8s_pod_name`
 (schema.REPLICA_COLUMNS), for every adapter at once; rows without a server span have them NULL.
 """
 
 from __future__ import annotations
 
-from budgetscope.derive import client, instants, invariants, llamacpp, native, sglang, tgi, triton, unread_events, vllm
-from budgetscope.derive.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
+from budgetscope.derive import (
+    client,
+    genai,
+    instants,
+    invariants,
+    llamacpp,
+    llmd,
+    native,
+    sglang,
+    tgi,
+    triton,
+    unread_events,
+    vllm,
+)
+from budgetscope.derive.classify import CLIENT_ROOT_SQL, GENAI_CLIENT_SQL, HTTP_CLIENT_SQL
 from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK, TOKEN_EVENT
 from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 
@@ -47,6 +68,7 @@ ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
 SPAN_ADAPTERS = (
     ("native", native.server_rows),
+    ("llmd", llmd.server_rows),
     ("vllm", vllm.server_rows),
     ("tgi", tgi.span_rows),
     ("sglang", sglang.server_rows),
@@ -64,6 +86,18 @@ CLIENT_ATTRS = (
 )
 """The client span attributes the derivation reads; `http.status_code` is the HTTP conventions' old name."""
 
+E2E_PARTS = " + ".join(
+    f"coalesce(s.{c}, 0)"
+    for c in ("gateway_ms", "frontend_ms", "queue_ms", "prefill_ms", "kv_handoff_ms", "decode_ms", "postprocess_ms")
+)
+"""SQL: the server stages of a row, an unknown one as 0 (its time is `unaccounted`)."""
+TTFT_PARTS = " + ".join(
+    f"coalesce(s.{c}, 0)"
+    for c in ("gateway_ms", "ttft_frontend_ms", "ttft_queue_ms", "ttft_prefill_ms", "kv_handoff_ms")
+)
+"""SQL: the server stages of a row inside its TTFT window (the gateway and a KV hand-off lie wholly before the first
+token)."""
+
 CLIENT_E2E_RAW = "(c.end_ns - c.start_ns) / 1e6"
 """The client's E2E as its span timed it."""
 CLIENT_END = (
@@ -74,7 +108,7 @@ response's end (an HTTP client span of a streamed response ended at its headers)
 (derive/invariants.py). A server's reported E2E (a header) is not its clock: there the row is only flagged."""
 CLIENT_FIRST_EVENT = (
     f"CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
-    f'THEN c.a."{FIRST_EVENT}" ELSE c.a."budgetscope.client.first_token_unix_nano" END'
+    f'THEN c.a."{FIRST_EVENT}" ELSE c.first_token_ns END'
 )
 """The client's first stream event of any kind, ns: the time comparable with the server's first token. A tool that
 waits for the first non-empty chunk (AIPerf, GuideLLM) adds the server's empty chunks to its TTFT; only its first
@@ -82,9 +116,9 @@ event, where the export has it, is network-comparable (NULL where it lacks it: A
 CLIENT_TTFT_RAW = f"({CLIENT_FIRST_EVENT} - c.start_ns) / 1e6"
 """The client's TTFT to its first stream event, as its span gave it."""
 CONTENT_GAP = (
-    'CASE WHEN c.a."budgetscope.client.first_token_unix_nano" IS NOT NULL THEN '
+    "CASE WHEN c.first_token_ns IS NOT NULL THEN "
     f"CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
-    f'THEN (c.a."budgetscope.client.first_token_unix_nano" - c.a."{FIRST_EVENT}") / 1e6 ELSE 0 END END'
+    f'THEN (c.first_token_ns - c.a."{FIRST_EVENT}") / 1e6 ELSE 0 END END'
 )
 """`ttft_content_gap_ms`: the client's first event → its first token, for a client whose first token is its first
 non-empty chunk (NULL where its export lacks the first event); 0 for one that counts the first token event. So
@@ -98,7 +132,8 @@ EVENTS_READ = {
     "tgi": tgi.EVENTS_READ,
     "sglang": sglang.EVENTS_READ,
     "triton": triton.EVENTS_READ,
-    "client": client.EVENTS_READ,
+    "client": (*client.EVENTS_READ, *genai.EVENTS_READ),
+    "llmd": llmd.EVENTS_READ,
 }
 """`spans.source` → the span event names its adapter reads (derive/unread_events.py)."""
 
@@ -115,6 +150,9 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
 
     wanted = [a for src, a in SPAN_ADAPTERS if present is None or src in present]
+    if present is None or "llmd" in present:
+        # an llm-d request's vLLM legs are its own, never rows of their own (derive/llmd.py)
+        wanted = [(lambda sp: vllm.server_rows(sp, llmd.legs(sp))) if a is vllm.server_rows else a for a in wanted]
     # with no adapter left, one stands in for the columns and yields nothing (the optimizer drops its scan)
     served = union(wanted) if wanted else f"SELECT * FROM ({union([SPAN_ADAPTERS[0][1]])}) WHERE false"
     reported = (
@@ -127,32 +165,31 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
     client_e2e = "CASE WHEN s.server_span_id IS NULL THEN (c.end_ns - c.start_ns) / 1e6 END"
     client_ttft = (
         "CASE WHEN s.server_span_id IS NULL THEN "
-        f'(c.a."budgetscope.client.first_token_unix_nano" - c.start_ns) / 1e6 - coalesce({CONTENT_GAP}, 0) END'
+        f"(c.first_token_ns - c.start_ns) / 1e6 - coalesce({CONTENT_GAP}, 0) END"
     )
     derived = {
-        "unaccounted_ms": f"coalesce(s.e2e_ms, {client_e2e}) - (coalesce(s.frontend_ms, 0) + coalesce(s.queue_ms, 0)"
-        " + coalesce(s.prefill_ms, 0) + coalesce(s.decode_ms, 0) + coalesce(s.postprocess_ms, 0))",
-        "ttft_unaccounted_ms": f"coalesce(s.ttft_ms, {client_ttft}) - (coalesce(s.ttft_frontend_ms, 0)"
-        " + coalesce(s.ttft_queue_ms, 0) + coalesce(s.ttft_prefill_ms, 0))",
+        "unaccounted_ms": f"coalesce(s.e2e_ms, {client_e2e}) - ({E2E_PARTS})",
+        "ttft_unaccounted_ms": f"coalesce(s.ttft_ms, {client_ttft}) - ({TTFT_PARTS})",
         "tpot_ms": "CASE WHEN s.output_tokens > 1 THEN s.decode_ms / (s.output_tokens - 1) ELSE 'NaN'::DOUBLE END",
         "has_client_span": "c.span_id IS NOT NULL",
         "client_span_id": "c.span_id",
         "client_scheduled_ns": 'c.a."budgetscope.client.scheduled_unix_nano"',
         "client_sent_ns": "c.start_ns",
-        "client_first_token_ns": 'c.a."budgetscope.client.first_token_unix_nano"',
+        "client_first_token_ns": "c.first_token_ns",
         "client_end_ns": CLIENT_END,
-        "client_ttft_ms": '(c.a."budgetscope.client.first_token_unix_nano" - c.start_ns) / 1e6',
+        "client_ttft_ms": "(c.first_token_ns - c.start_ns) / 1e6",
         "client_e2e_ms": f"({CLIENT_END} - c.start_ns) / 1e6",
-        "client_tpot_ms": f'CASE WHEN s.output_tokens > 1 THEN (({CLIENT_END} - c.a."budgetscope.client.first_token_unix_nano")'
+        "client_tpot_ms": f"CASE WHEN s.output_tokens > 1 THEN (({CLIENT_END} - c.first_token_ns)"
         " / 1e6) / (s.output_tokens - 1) ELSE 'NaN'::DOUBLE END",
         "client_itl_ms": 'c.a."budgetscope.client.itl_ms"',
         "schedule_lag_ms": '(c.start_ns - c.a."budgetscope.client.scheduled_unix_nano") / 1e6',
-        "http_status": 'coalesce(c.a."http.response.status_code", c.a."http.status_code")',
+        # a GenAI client span has no HTTP status: the HTTP span under it has
+        "http_status": 'coalesce(c.a."http.response.status_code", c.a."http.status_code", g.http_status)',
         "network_ms": f"({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms",
         **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
         # kept on the row so that the report counts the definitions without joining `spans` (analysis/report.py)
         "client_first_token_definition": f"CASE WHEN c.span_id IS NOT NULL "
-        f"THEN coalesce(c.a.\"{FIRST_TOKEN_DEFINITION}\", '{TOKEN_EVENT}') END",
+        f"THEN coalesce(c.definition, '{TOKEN_EVENT}') END",
         "ttft_network_ms": f"CASE WHEN s.server_span_id IS NULL OR {invariants.client_view_ok(CLIENT_TTFT_RAW, 's.ttft_ms')} "
         f"THEN {CLIENT_TTFT_RAW} - s.ttft_ms END",
         "ttft_content_gap_ms": CONTENT_GAP,
@@ -186,14 +223,22 @@ s0 AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
 s AS ({instants.filled("s0")}),
-c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a FROM (
+c0 AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a FROM (
         SELECT * FROM {spans} WHERE {CLIENT_ROOT_SQL}
-        UNION ALL SELECT * FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false))),
+        UNION ALL SELECT * FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false)
+        UNION ALL SELECT * FROM {spans} WHERE {GENAI_CLIENT_SQL})),
+c AS (SELECT c0.*, coalesce(c0.a."budgetscope.client.first_token_unix_nano", f.first_chunk_ns) AS first_token_ns,
+        coalesce(c0.a."{FIRST_TOKEN_DEFINITION}", CASE WHEN f.first_chunk_ns IS NOT NULL THEN '{genai.FIRST_CHUNK}' END)
+          AS definition
+      FROM c0 LEFT JOIN ({genai.first_chunks(spans)}) f ON f.trace_id = c0.trace_id AND f.span_id = c0.span_id),
+g AS ({genai.over_http(spans)}),
 r AS (
   SELECT {cols},
   {CLIENT_E2E_RAW} AS bs_client_e2e_raw_ms, {CLIENT_TTFT_RAW} AS bs_client_ttft_raw_ms
-  FROM s LEFT JOIN c ON c.trace_id = s.trace_id
-    AND (c.span_id = s.parent_span_id OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
+  FROM s LEFT JOIN g ON g.trace_id = s.trace_id AND g.http_id = s.parent_span_id
+  LEFT JOIN c ON c.trace_id = s.trace_id
+    AND (c.span_id = coalesce(g.genai_id, s.parent_span_id)
+         OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
   LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
     ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id),
 u AS ({unread_events.unread_sql(spans, EVENTS_READ)})

@@ -135,10 +135,10 @@ def server_rows(spans: str) -> str:
     """SELECT: one row per SGLang request in `spans` (a unified root, or a decode root with its prefill root)."""
     arrival = "least(r.start_ns, r.p_start)"
     first = (
-        'coalesce(r.start_ns + CAST(r.a."gen_ai.latency.time_to_first_token" * 1e9 AS BIGINT), '
+        'coalesce(r.start_ns + CAST(round(r.a."gen_ai.latency.time_to_first_token" * 1e9) AS BIGINT), '
         "CASE WHEN r.role = 'unified' THEN r.prefill_end END)"
     )
-    end = 'coalesce(r.start_ns + CAST(r.a."gen_ai.latency.e2e" * 1e9 AS BIGINT), r.end_ns)'
+    end = 'coalesce(r.start_ns + CAST(round(r.a."gen_ai.latency.e2e" * 1e9) AS BIGINT), r.end_ns)'
     frontend = f"(coalesce(r.wait_start, r.frontend_end) - {arrival}) / 1e6"
     queue = "CASE WHEN r.wait_start IS NOT NULL THEN r.queue_ms END"
     prefill = "(f - r.wait_end) / 1e6 - r.dwait_ms"

@@ -79,7 +79,8 @@ _STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_
 """Summed over the two legs of a PD-disaggregated request."""
 
 # Written in SQL that budgetscope's Spark dialect carries over (spark/dialect.py): no list comprehensions,
-# QUALIFY, GROUP BY ALL or correlated subqueries.
+# QUALIFY, GROUP BY ALL or correlated subqueries; a double cast to BIGINT is rounded first (DuckDB's cast rounds,
+# Spark's truncates).
 
 
 def _journey(spans: str) -> str:
@@ -151,8 +152,8 @@ def _per_span(spans: str) -> str:
 
     frontend = f"{lat['time_to_first_token']} - {lat['time_in_queue']} - {lat['time_in_model_prefill']}"
     # classic: the instants laid out from the arrival by vLLM's own intervals
-    first_classic = f"v.start_ns + CAST({lat['time_to_first_token']} * 1e6 AS BIGINT)"
-    scheduled_classic = f"{first_classic} - CAST({lat['time_in_model_prefill']} * 1e6 AS BIGINT)"
+    first_classic = f"v.start_ns + CAST(round({lat['time_to_first_token']} * 1e6) AS BIGINT)"
+    scheduled_classic = f"{first_classic} - CAST(round({lat['time_in_model_prefill']} * 1e6) AS BIGINT)"
     rows = select_list(
         trace_id="v.trace_id",
         server_span_id="v.span_id",
@@ -168,11 +169,11 @@ def _per_span(spans: str) -> str:
         arrival_ns="v.start_ns",
         first_token_ns=mode(first_classic, first_response),
         end_ns="v.end_ns",
-        queue_start_ns=mode(f"{scheduled_classic} - CAST({lat['time_in_queue']} * 1e6 AS BIGINT)", q),
+        queue_start_ns=mode(f"{scheduled_classic} - CAST(round({lat['time_in_queue']} * 1e6) AS BIGINT)", q),
         scheduled_ns=mode(scheduled_classic, sch),
         # journey: the engine's FINISHED, or the API's first response where that came later (a one-token reply)
         last_token_ns=mode(
-            f"{first_classic} + CAST({lat['time_in_model_decode']} * 1e6 AS BIGINT)",
+            f"{first_classic} + CAST(round({lat['time_in_model_decode']} * 1e6) AS BIGINT)",
             f"greatest({fin}, {first_response})",
         ),
         input_tokens='coalesce(v.a."gen_ai.usage.prompt_tokens", j.prompt_tokens)',
@@ -218,8 +219,10 @@ def _pd_row() -> str:
     return ",\n  ".join(f"{expr} AS {c}" for c, expr in out.items())
 
 
-def server_rows(spans: str) -> str:
-    """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one)."""
+def span_rows(spans: str) -> str:
+    """SELECT: one server row per vLLM request span of `spans` (PD legs apart, not folded): the journey row where a
+    build also sent a classic `llm_request` under the API span. Other adapters read vLLM's legs through it
+    (derive/llmd.py)."""
     cols = ", ".join(SERVER_COLUMNS)
     return f"""
 WITH r0 AS ({_per_span(spans)}),
@@ -230,10 +233,26 @@ dup AS (
     ON o.trace_id = c.trace_id AND o.server_span_id = c.parent_span_id WHERE o.journey
   UNION ALL
   SELECT c.trace_id, c.server_span_id FROM r0 c JOIN r0 o
-    ON o.trace_id = c.trace_id AND o.parent_span_id = c.server_span_id WHERE NOT c.journey),
-r AS (
-  SELECT r0.* FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.server_span_id
-  WHERE dup.server_span_id IS NULL),
+    ON o.trace_id = c.trace_id AND o.parent_span_id = c.server_span_id WHERE NOT c.journey)
+SELECT {", ".join(f"r0.{c}" for c in SERVER_COLUMNS)}
+FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.server_span_id
+WHERE dup.server_span_id IS NULL"""
+
+
+def server_rows(spans: str, legs: str | None = None) -> str:
+    """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one).
+
+    `legs`: a SELECT of (trace_id, span_id) of `llm_request` spans that are legs of another adapter's request (an
+    llm-d request, derive/llmd.py): no rows of their own, and never folded with another span."""
+    cols = ", ".join(SERVER_COLUMNS)
+    kept = (
+        f"""SELECT r1.* FROM ({span_rows(spans)}) r1 LEFT JOIN ({legs}) lg
+  ON lg.trace_id = r1.trace_id AND lg.span_id = r1.server_span_id WHERE lg.span_id IS NULL"""
+        if legs
+        else span_rows(spans)
+    )
+    return f"""
+WITH r AS ({kept}),
 -- a PD pair: the prefill leg (one output token) ended before the decode leg with its request id began
 pd AS (
   SELECT d_id, p_id FROM (
