@@ -11,27 +11,20 @@ the reason) and the report the worst of them (docs/report.md).
 from __future__ import annotations
 
 import budgetscope.analysis.attribution as attribution
+import budgetscope.analysis.burn as burn
 import budgetscope.analysis.contrast as contrast
 import budgetscope.analysis.coverage as coverage
 import budgetscope.analysis.scans as scans
 from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
 from budgetscope.analysis.gpu import tail_gpu
+from budgetscope.analysis.judging import CLIENT_METRIC, STAGE_COLUMNS
 from budgetscope.analysis.queue_wait import tail_queue_wait
-from budgetscope.analysis.scans import CLIENT_METRIC, pkey
+from budgetscope.analysis.scans import pkey
 from budgetscope.analysis.selection import FILTER_COLUMNS, Selection, slowest, widened
 from budgetscope.analysis.verdict import verdict
 from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, TOKEN_EVENT
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
-STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT stages inside the TTFT window)
-    "network": "ttft_network_ms",
-    "frontend": "ttft_frontend_ms",
-    "queue": "ttft_queue_ms",
-    "prefill": "ttft_prefill_ms",
-    "decode": "decode_ms",
-    "postprocess": "postprocess_ms",
-    "unaccounted": "unaccounted_ms",
-}
 
 
 def _rows(con, sql: str, params) -> list[tuple]:
@@ -213,6 +206,16 @@ def tier_report(
     return entry
 
 
+def attributions(con, budgets: Budgets, since_ns: int | None = None, until_ns: int | None = None) -> list[dict]:
+    """Each tier's entry as far as its attribution and contrast (the report's three scans; no GPU, queue or
+    verdict): what `collect --budgets` keeps as gauges over its sliding window."""
+    scope = scans.Tiers(list(budgets.tiers), since_ns, until_ns, None)
+    counted, _, _ = scans.counts(con, scope, list(budgets.tiers))
+    tiers = [_Tier(tb, True, Selection(tb.filters, since_ns, until_ns)) for tb in budgets.tiers]
+    _entries(con, tiers, scope, counted)
+    return [t.entry for t in tiers]
+
+
 KEPT, UNKNOWN, BROKEN = "KEPT", "UNKNOWN", "BROKEN"
 STATUSES = (KEPT, UNKNOWN, BROKEN)
 """A tier's status, from best to worst: the report's status is its tiers' worst."""
@@ -292,6 +295,9 @@ def _tier_reports(
     counted, by_tier, covered = scans.counts(con, scope, [tb if budgeted else None for tb, budgeted in jobs])
     tiers = [_Tier(tb, budgeted, Selection(tb.filters, since_ns, until_ns, filters)) for tb, budgeted in jobs]
     _entries(con, tiers, scope, counted)
+    rates = burn.burn_rates(con, scope, [tb if budgeted else None for tb, budgeted in jobs], until_ns)
+    for t, r in zip(tiers, rates):
+        t.entry["burn_rates"] = r
     present = present or coverage.contents(con)
     workers = min(len(tiers), _threads(con))
     if workers < 2:
@@ -388,6 +394,7 @@ def report_status(tiers: list[dict], spans: int, unclaimed: dict) -> tuple[str, 
 
 __all__ = [
     "build_report",
+    "attributions",
     "tier_report",
     "breaches",
     "unknown_reason",

@@ -16,15 +16,15 @@ and a pass over the rows, so three statements for all tiers instead of four a ti
 from __future__ import annotations
 
 import budgetscope.analysis.attribution as attribution
-from budgetscope.analysis.budgets import METRICS, TierBudget
+import budgetscope.analysis.judging as judging
+from budgetscope.analysis.budgets import TierBudget
 from budgetscope.analysis.contrast import DIMENSIONS
+from budgetscope.analysis.judging import CANCELLED, OK
 from budgetscope.analysis.selection import BODY, TAIL, Selection, split_class
 
-CLIENT_METRIC = {"ttft_ms": "client_ttft_ms", "tpot_ms": "client_tpot_ms", "e2e_ms": "client_e2e_ms"}
-OK, CANCELLED = "ok", "cancelled"
-"""A cancelled request is the client's choice (it left, or a benchmark ended with it in flight): it is neither
-a success nor a failure of the server, so attainment and the error rate leave it out. Every other outcome
-that is not ok (error, rejected, timeout) is a failure."""
+# A cancelled request is the client's choice (it left, or a benchmark ended with it in flight): it is neither a
+# success nor a failure of the server, so attainment and the error rate leave it out (judging.py). Every other
+# outcome that is not ok (error, rejected, timeout) is a failure.
 
 
 def pkey(p: float) -> str:
@@ -45,18 +45,8 @@ class Tiers:
 
 
 def attainment_condition(tb: TierBudget | None) -> str:
-    """A request that ended ok and met every request-level SLO (the client figure when the request has it,
-    the server figure otherwise: an HTTP client span has no client TTFT, derive/requests.py)."""
-    conds = ["outcome = 'ok'"]
-    if tb is not None:
-        for m in METRICS:
-            b = tb.metric_budget(m)
-            if b is None:
-                continue
-            fig = f"coalesce({CLIENT_METRIC[m]}, {m})"
-            ok = f"coalesce({fig} <= {b}, false)"
-            conds.append(f"(isnan({fig}) OR {ok})" if m == "tpot_ms" else ok)
-    return " AND ".join(conds)
+    """A request that ended ok and met every request-level SLO (`judging.attainment_sql`, the one definition)."""
+    return judging.attainment_sql(tb)
 
 
 _TIER_COUNTS = (
