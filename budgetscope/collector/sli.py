@@ -76,7 +76,8 @@ class SliCounters:
         # (tier, figure) → [requests ≤ each bound..., count, sum of values (ms)]
         self.histograms = {(tb.name, f): [0] * width + [0, 0.0] for tb in budgets.tiers for f in HISTOGRAM_FIGURES}
         self.rederived_after_count = 0
-        self.waiting = 0
+        self.waiting = 0  # rows waiting, as a scrape reads it
+        self._waiting, self._oldest_ns = 0, 0  # the same and their oldest first time, for the writer thread
         self._sql, self._params = self._settle_sql()
 
     # -- the writer thread -----------------------------------------------------------------------------------
@@ -96,11 +97,31 @@ class SliCounters:
         (trace_id) had rows before. A trace that had rows and has none waiting was counted: it is left out."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         con = self._con
-        con.register("bs_rows", rows)
-        con.register("bs_traces", derived)
-        con.register("bs_replaced", replaced)
+        late = 0
+        if derived.num_rows:
+            con.register("bs_rows", rows)
+            con.register("bs_traces", derived)
+            con.register("bs_replaced", replaced)
+            insert = f"INSERT INTO waiting SELECT ?, r.trace_id, {', '.join(f'r.{c}' for c in COLUMNS)} FROM bs_rows r"
+            try:
+                if not replaced.num_rows:  # the usual commit: new traces only (a waiting one had rows: replaced)
+                    con.execute(insert, [now_ns]).fetchall()
+                else:
+                    late = self._replace(insert, now_ns)
+            finally:
+                for name in ("bs_rows", "bs_traces", "bs_replaced"):
+                    con.unregister(name)
+            self._recount()
+        with self._lock:
+            self.rederived_after_count += late
+        self.settle(now_ns)
+
+    def _replace(self, insert: str, now_ns: int) -> int:
+        """Insert the rows of traces derived again: a waiting trace keeps its first time; one that had rows and has
+        none waiting was counted, and is left out. Returns those."""
+        con = self._con
+        con.execute("BEGIN TRANSACTION")
         try:
-            con.execute("BEGIN TRANSACTION")
             ((late,),) = con.execute(
                 "SELECT count(*) FROM bs_replaced r WHERE NOT EXISTS (SELECT 1 FROM waiting w WHERE w.trace_id = "
                 "r.trace_id)"
@@ -109,49 +130,56 @@ class SliCounters:
                 "CREATE OR REPLACE TEMP TABLE bs_first AS SELECT trace_id, min(first_ns) AS first_ns FROM waiting "
                 "WHERE trace_id IN (SELECT trace_id FROM bs_traces) GROUP BY 1"
             )
-            con.execute("DELETE FROM waiting WHERE trace_id IN (SELECT trace_id FROM bs_traces)")
+            con.execute("DELETE FROM waiting WHERE trace_id IN (SELECT trace_id FROM bs_traces)").fetchall()
             con.execute(
-                f"""INSERT INTO waiting SELECT coalesce(f.first_ns, ?), r.trace_id, {", ".join(f"r.{c}" for c in COLUMNS)}
-                FROM bs_rows r LEFT JOIN bs_first f ON f.trace_id = r.trace_id
-                WHERE f.first_ns IS NOT NULL
-                   OR NOT EXISTS (SELECT 1 FROM bs_replaced x WHERE x.trace_id = r.trace_id)""",
+                insert.replace("SELECT ?,", "SELECT coalesce(f.first_ns, ?),")
+                + """ LEFT JOIN bs_first f ON f.trace_id = r.trace_id
+                WHERE f.first_ns IS NOT NULL OR NOT EXISTS (SELECT 1 FROM bs_replaced x WHERE x.trace_id = r.trace_id)""",
                 [now_ns],
-            )
+            ).fetchall()
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        finally:
-            for name in ("bs_rows", "bs_traces", "bs_replaced"):
-                con.unregister(name)
+        return late
+
+    def _recount(self) -> None:
+        ((n, oldest),) = self._con.execute("SELECT count(*), min(first_ns) FROM waiting").fetchall()
+        self._waiting, self._oldest_ns = n, oldest
         with self._lock:
-            self.rederived_after_count += late
-        self.settle(now_ns)
+            self.waiting = n
 
     def settle(self, now_ns: int | None = None) -> None:
-        """Count the rows that have waited `settle_s` and let them go."""
+        """Count the rows that have waited `settle_s` and let them go (nothing to do, no SQL: most calls)."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         cutoff = now_ns - int(self.settle_s * 1e9)
+        if not self._waiting or self._oldest_ns > cutoff:
+            return
         con = self._con
         (row,) = con.execute(self._sql, [*self._params, cutoff]).fetchall()
-        con.execute("DELETE FROM waiting WHERE first_ns <= ?", [cutoff])
-        ((left,),) = con.execute("SELECT count(*) FROM waiting").fetchall()
+        con.execute("DELETE FROM waiting WHERE first_ns <= ?", [cutoff]).fetchall()
+        self._recount()
         with self._lock:
             i = 0
             for got in self.counts.values():
-                got[0] += row[i] or 0
-                got[1] += row[i + 1] or 0
+                got[0] += row[i]
+                got[1] += row[i + 1]
                 i += 2
+            n = len(self.bounds_ms)
             for got in self.histograms.values():
-                for k in range(len(got) - 1):
-                    got[k] += row[i + k] or 0
-                got[-1] += row[i + len(got) - 1] or 0.0
-                i += len(got)
-            self.waiting = left
+                per_bucket, count, total = row[i] or {}, row[i + 1], row[i + 2]
+                cumulative = 0
+                for k, b in enumerate(self.bounds_ms):
+                    cumulative += per_bucket.get(b, 0)
+                    got[k] += cumulative
+                got[n] += count
+                got[n + 1] += total or 0.0
+                i += 3
 
     def _settle_sql(self) -> tuple[str, list]:
         """One statement over the rows due: per tier, each figure's judged and within counts, then each histogram
-        figure's requests at or under each bound, its count and sum. `?` last: the cutoff."""
+        figure's requests per bucket (DuckDB's `histogram` with the bounds as its bins: a map of upper bound → count,
+        not cumulative), its count and sum. `?` last: the cutoff."""
         aggs, params = [], []
         members = {tb.name: _member(tb) for tb in self.budgets.tiers}
         by_name = {tb.name: tb for tb in self.budgets.tiers}
@@ -160,16 +188,17 @@ class SliCounters:
             for what in (judging.judged_sql(tb, f), judging.within_sql(tb, f)):
                 aggs.append(f"count_if({cond} AND ({what}))")
                 params += cond_params
+        bins = "[" + ", ".join(f"{b!r}::DOUBLE" for b in self.bounds_ms) + "]"
         for tier, f in self.histograms:
             cond, cond_params = members[tier]
             value = judging.value_sql(f)
             known = f"{cond} AND outcome = '{judging.OK}' AND {value} IS NOT NULL AND NOT isnan({value})"
-            for b in self.bounds_ms:
-                aggs.append(f"count_if({known} AND {value} <= {b})")
-                params += cond_params
-            aggs.append(f"count_if({known})")
-            aggs.append(f"coalesce(sum({value}) FILTER (WHERE {known}), 0)")
-            params += cond_params * 2
+            aggs += [
+                f"histogram({value}::DOUBLE, {bins}) FILTER (WHERE {known})",
+                f"count_if({known})",
+                f"sum({value}) FILTER (WHERE {known})",
+            ]
+            params += cond_params * 3
         return f"SELECT {', '.join(aggs)} FROM waiting WHERE first_ns <= ?", params
 
     # -- a scrape ----------------------------------------------------------------------------------------------
