@@ -158,36 +158,23 @@ def humanize_duration(seconds: float) -> str:
 
 def expected_alert(t: TierRules, severity: str, figure: str, value: float, window: str, t_ms: int) -> dict:
     """The alert as promtool reports it: labels and expanded annotations."""
-    kind = slo.attribution_kind(figure)
-    label = slo.figure_label(figure)
     stage, share = max(SHARES.items(), key=lambda kv: kv[1])
     share_text = "%.4g%%" % (share * 100)  # noqa: UP031 - Go's "%.4g%%", the humanizePercentage format
-    contrast = f"{CONTRAST[0]}={CONTRAST[1]}"
-    conds = slo.SEVERITIES[severity]
     now = t_ms / 1000
-    since = rfc3339(now - slo.WINDOWS[window] * t.scale)
-    objective = f"p{t.tb.percentile:g} {label} ≤ {t.figures[figure]:g} ms"
     return {
         "exp_labels": {"severity": severity, "tier": t.tb.name, "figure": figure},
-        "exp_annotations": {
-            "summary": (
-                f"{label} budget of tier {t.tb.name} burning at {value:.1f}× over {t.window(window)}: {stage} "
-                f"{share_text} of the {kind.upper()} tail (contrast: {contrast})"
-            ),
-            "description": (
-                f"{objective} for {t.tb.percentile:g} % of judged requests: the error budget is {100 * t.budget:g} % "
-                f"of them; the Workbook's {severity} fires at "
-                + " or ".join(f"{c.factor:g}× over {t.window(c.long)} and {t.window(c.short)}" for c in conds)
-                + f". The attribution is over the last {humanize_duration(WINDOW_S)} of arrivals."
-            ),
-            "dominant_stage": stage,
-            "dominant_share": share_text,
-            "contrast": contrast,
-            "report": (
-                f"budgetscope report --archive {t.archive} --budgets {t.budgets_path} --since {since} "
-                f"--until {rfc3339(now)}"
-            ),
-        },
+        "exp_annotations": t.annotations(
+            severity,
+            figure,
+            burn=f"{value:.1f}",
+            window=t.window(window),
+            stage=stage,
+            share=share_text,
+            contrast=f"{CONTRAST[0]}={CONTRAST[1]}",
+            since=rfc3339(now - slo.WINDOWS[window] * t.scale),
+            until=rfc3339(now),
+            attribution_window=humanize_duration(WINDOW_S),
+        ),
     }
 
 

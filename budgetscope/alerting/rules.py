@@ -101,32 +101,52 @@ class TierRules:
             "{{ .Labels.contrast_dimension }}={{ .Labels.contrast_value }}{{ else }}none{{ end }}{{ end }}"
             "{{ else }}unknown{{ end }}"
         )
-        since = which(lambda w: _time(f"time() - {slo.WINDOWS[w] * self.scale!r}"))
-        until = _time("time()")
-        report = (
-            f"budgetscope report --archive {self.archive} --budgets {self.budgets_path} --since {since} --until {until}"
-        )
-        objective = f"p{self.tb.percentile:g} {label} ≤ {self.figures[figure]:g} ms"
         return {
             "alert": ALERTS[severity],
             "expr": expr,
             "labels": {"severity": severity, "tier": self.tb.name, "figure": figure},
-            "annotations": {
-                "summary": (
-                    f'{label} budget of tier {self.tb.name} burning at {{{{ printf "%.1f" $value }}}}× over '
-                    f"{which(self.window)}: {dominant} {share} of the {kind.upper()} tail (contrast: {contrast})"
-                ),
-                "description": (
-                    f"{objective} for {self.tb.percentile:g} % of judged requests: the error budget is "
-                    f"{100 * self.budget:g} % of them; the Workbook's {severity} fires at "
-                    + " or ".join(f"{c.factor:g}× over {self.window(c.long)} and {self.window(c.short)}" for c in conds)
-                    + f". The attribution is over the last {_window_gauge()} of arrivals."
-                ),
-                "dominant_stage": dominant,
-                "dominant_share": share,
-                "contrast": contrast,
-                "report": report,
-            },
+            "annotations": self.annotations(
+                severity,
+                figure,
+                burn='{{ printf "%.1f" $value }}',
+                window=which(self.window),
+                stage=dominant,
+                share=share,
+                contrast=contrast,
+                since=which(lambda w: _time(f"time() - {slo.WINDOWS[w] * self.scale!r}")),
+                until=_time("time()"),
+                attribution_window=_window_gauge(),
+            ),
+        }
+
+    def annotations(self, severity: str, figure: str, **parts: str) -> dict:
+        """The annotations of an alert, `parts` filled in: `burn` (the long window's burn rate), `window` (that
+        window), `stage`, `share` (the dominant stage and its share of the tail), `contrast`, `since`, `until`
+        (the window's bounds) and `attribution_window`: template snippets in the rules, their expansions in the
+        unit tests."""
+        label, kind = slo.figure_label(figure), slo.attribution_kind(figure)
+        p = parts
+        windows = " or ".join(
+            f"{c.factor:g}× over {self.window(c.long)} and {self.window(c.short)}" for c in slo.SEVERITIES[severity]
+        )
+        return {
+            "summary": (
+                f"{label} budget of tier {self.tb.name} burning at {p['burn']}× over {p['window']}: {p['stage']} "
+                f"{p['share']} of the {kind.upper()} tail (contrast: {p['contrast']})"
+            ),
+            "description": (
+                f"SLO: {self.tb.percentile:g} % of judged requests with {label} ≤ {self.figures[figure]:g} ms (the "
+                f"tier's p{self.tb.percentile:g} budget); error budget {100 * self.budget:g} %. The Workbook's "
+                f"{severity} fires at {windows}. The attribution is over the last {p['attribution_window']} of "
+                "arrivals."
+            ),
+            "dominant_stage": p["stage"],
+            "dominant_share": p["share"],
+            "contrast": p["contrast"],
+            "report": (
+                f"budgetscope report --archive {self.archive} --budgets {self.budgets_path} --since {p['since']} "
+                f"--until {p['until']}"
+            ),
         }
 
     def _which(self, conds, figure: str):
