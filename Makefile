@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[engine,dev,llamacpp]'
 	# the browser tests drive Debian's Chromium (a test tool's own browser download cannot work here)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
+	# the alerting tests run Debian's Prometheus and promtool on the generated rules (docs/alerting.md); the tests
+	# start their own server on a free port and never use the package's service
+	command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
 	touch $(STAMP) $(EXT)
 
 # The C decoder of the ingest fast path (setup.py) is compiled by the install above; this recompiles it when

@@ -10,7 +10,7 @@ from budgetscope.commands.options import fail
 
 
 @click.command()
-@click.argument("name", type=click.Choice(["otelcol", "otelcol-sharded", "budgets", "grafana"]))
+@click.argument("name", type=click.Choice(["otelcol", "otelcol-sharded", "otelcol-slis", "budgets", "grafana"]))
 @click.option("--path", "show_path", is_flag=True, help="Print where the installed file is instead of its text.")
 def example(name: str, show_path: bool) -> None:
     """Print a file that ships with budgetscope, to start your own from.
@@ -18,6 +18,7 @@ def example(name: str, show_path: bool) -> None:
     \b
       otelcol          an OpenTelemetry Collector config: traces and metrics from your servers to `collect`
       otelcol-sharded  the same, load-balanced by trace id over several `collect --shard` processes
+      otelcol-slis     a Collector pulling the live SLIs of `collect --budgets`, sent on as OTLP metrics
       budgets          the demo's budgets file (also the one of sample_traces/)
       grafana          a Grafana dashboard (JSON) over the live SLIs of `collect --budgets`
 
