@@ -79,6 +79,7 @@ class SliCounters:
         self.waiting = 0  # rows waiting, as a scrape reads it
         self._waiting, self._oldest_ns = 0, 0  # the same and their oldest first time, for the writer thread
         self._sql, self._params = self._settle_sql()
+        self._hist_sql, self._hist_params = self._histogram_sql()
 
     # -- the writer thread -----------------------------------------------------------------------------------
     def published(self, con) -> None:
@@ -157,29 +158,25 @@ class SliCounters:
             return
         con = self._con
         (row,) = con.execute(self._sql, [*self._params, cutoff]).fetchall()
+        binned = con.execute(self._hist_sql, [*self._hist_params, cutoff]).fetchall()
         con.execute("DELETE FROM waiting WHERE first_ns <= ?", [cutoff]).fetchall()
         self._recount()
+        n = len(self.bounds_ms)
+        histograms = list(self.histograms.values())
         with self._lock:
-            i = 0
-            for got in self.counts.values():
-                got[0] += row[i]
-                got[1] += row[i + 1]
-                i += 2
-            n = len(self.bounds_ms)
-            for got in self.histograms.values():
-                per_bucket, count, total = row[i] or {}, row[i + 1], row[i + 2]
-                cumulative = 0
-                for k, b in enumerate(self.bounds_ms):
-                    cumulative += per_bucket.get(b, 0)
-                    got[k] += cumulative
+            for i, got in enumerate(self.counts.values()):
+                got[0] += row[2 * i]
+                got[1] += row[2 * i + 1]
+            for h, bucket, count, total in binned:
+                got = histograms[h]
+                for k in range(bucket, n):  # cumulative: a value under bound `bucket` is under every later one
+                    got[k] += count
                 got[n] += count
-                got[n + 1] += total or 0.0
-                i += 3
+                got[n + 1] += total
 
     def _settle_sql(self) -> tuple[str, list]:
-        """One statement over the rows due: per tier, each figure's judged and within counts, then each histogram
-        figure's requests per bucket (DuckDB's `histogram` with the bounds as its bins: a map of upper bound → count,
-        not cumulative), its count and sum. `?` last: the cutoff."""
+        """The statement over the rows due that counts, per tier and budgeted figure, the judged requests and those
+        within the budget (judging.py's SQL). `?` last: the cutoff."""
         aggs, params = [], []
         members = {tb.name: _member(tb) for tb in self.budgets.tiers}
         by_name = {tb.name: tb for tb in self.budgets.tiers}
@@ -188,18 +185,33 @@ class SliCounters:
             for what in (judging.judged_sql(tb, f), judging.within_sql(tb, f)):
                 aggs.append(f"count_if({cond} AND ({what}))")
                 params += cond_params
-        bins = "[" + ", ".join(f"{b!r}::DOUBLE" for b in self.bounds_ms) + "]"
-        for tier, f in self.histograms:
+        return f"SELECT {', '.join(aggs)} FROM waiting WHERE first_ns <= ?", params
+
+    def _histogram_sql(self) -> tuple[str, list]:
+        """The statement over the rows due that bins every histogram's values: (the histogram's index in
+        `histograms`, the index of the first bound at or over the value (len(bounds_ms): over every one),
+        requests, sum of the values). Each row of a tier's ok requests gives one value a histogram figure, the
+        one it was judged by (NULL and NaN left out), binned once. `?` last: the cutoff."""
+        entries, params = [], []
+        members = {tb.name: _member(tb) for tb in self.budgets.tiers}
+        for h, (tier, f) in enumerate(self.histograms):
             cond, cond_params = members[tier]
             value = judging.value_sql(f)
-            known = f"{cond} AND outcome = '{judging.OK}' AND {value} IS NOT NULL AND NOT isnan({value})"
-            aggs += [
-                f"histogram({value}::DOUBLE, {bins}) FILTER (WHERE {known})",
-                f"count_if({known})",
-                f"sum({value}) FILTER (WHERE {known})",
-            ]
-            params += cond_params * 3
-        return f"SELECT {', '.join(aggs)} FROM waiting WHERE first_ns <= ?", params
+            entries.append(
+                f"{{'h': {h}, 'v': CASE WHEN {cond} AND outcome = '{judging.OK}' AND NOT isnan({value}) "
+                f"THEN {value} END}}"
+            )
+            params += cond_params
+        bucket = (
+            "CASE "
+            + " ".join(f"WHEN x.v <= {b!r} THEN {i}" for i, b in enumerate(self.bounds_ms))
+            + f" ELSE {len(self.bounds_ms)} END"
+        )
+        return (
+            f"SELECT x.h, {bucket}, count(*), sum(x.v) FROM (SELECT unnest([{', '.join(entries)}]) AS x "
+            "FROM waiting WHERE first_ns <= ?) WHERE x.v IS NOT NULL GROUP BY 1, 2",
+            params,
+        )
 
     # -- a scrape ----------------------------------------------------------------------------------------------
     def families(self) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
