@@ -175,3 +175,17 @@ def test_the_demo_budgets_make_rules_for_every_budgeted_figure():
     (t,) = tier_rules(load_budgets(DEMO))
     assert list(t.figures) == ["ttft", "tpot", "e2e", "network", "frontend", "queue", "prefill"]
     assert t.budget == 0.01
+
+
+@needs_promtool
+def test_the_prometheus_config_of_the_docs_is_valid_with_the_rules(tmp_path):
+    """docs/alerting.md's prometheus.yml, beside rules written for the demo's budgets."""
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "alerting.md").read_text()
+    (tmp_path / "prometheus.yml").write_text(re.findall(r"```yaml\n(# prometheus.yml\n.*?)```", text, re.S)[0])
+    (tmp_path / "b.toml").write_text(DEMO.read_text())
+    assert _rules("--budgets", "b.toml", "-o", "budgetscope-rules.yml", cwd=tmp_path).returncode == 0
+    check = _promtool("check", "config", "prometheus.yml", cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: 1 rule files found" in check.stdout + check.stderr
