@@ -230,3 +230,19 @@ def test_a_bad_budgets_file_is_one_line_and_creates_no_archive(tmp_path):
         f"budgetscope: {bad}: tiers.x.ttft_ms: must be a positive number of ms, got -1"
     ]
     assert not archive.exists()
+
+
+def test_budgets_without_the_http_receiver_is_one_line(tmp_path):
+    (tmp_path / "b.toml").write_text("[tiers.x]\nttft_ms = 100\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "budgetscope.cli", "collect", "-a", str(tmp_path / "a"), "--budgets"]
+        + [str(tmp_path / "b.toml"), "--no-http"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (out.returncode, out.stderr.strip()) == (
+        2,
+        "budgetscope: --budgets serves its SLIs on the OTLP/HTTP port's GET /metrics: drop --no-http",
+    )
+    assert not (tmp_path / "a").exists()

@@ -200,6 +200,8 @@ def collect(
 
     _log_to_stderr(verbose)
     b = load_budgets_or_fail(budgets)
+    if b is not None and no_http:
+        raise UsageError("--budgets serves its SLIs on the OTLP/HTTP port's GET /metrics: drop --no-http")
     live = {
         "sli_settle_s": _period(sli_settle, "sli-settle", zero=True),
         "attribution_window_s": _period(attribution_window, "attribution-window"),
