@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from budgetscope.demo.live import _otlp_env, free_port
-from budgetscope.demo.scenarios import COMMON_LOAD, SCENARIOS
+from budgetscope.demo.live import _otlp_env, free_port, load_command
+from budgetscope.demo.scenarios import SCENARIOS
 
 pytest.importorskip("torch")
 PROMETHEUS = shutil.which("prometheus")
@@ -141,22 +141,7 @@ def test_a_queueing_burst_pages_and_the_page_names_queue(tmp_path):
         _wait("the engine", lambda: _get(f"http://127.0.0.1:{engine_port}/health")[0] == 200, 180, procs)
         _wait("Prometheus", lambda: _get(f"http://127.0.0.1:{prom_port}/-/ready")[0] == 200, 60, procs)
         load = subprocess.Popen(
-            _cli(
-                "load",
-                f"http://127.0.0.1:{engine_port}",
-                "--rate",
-                str(sc.rate),
-                "--duration",
-                "25",
-                "--tiers",
-                sc.tiers,
-                "--spans",
-                "otlp",
-                "--seed",
-                "1",
-                *COMMON_LOAD,
-                *sc.load_args,
-            ),
+            load_command(sc, f"http://127.0.0.1:{engine_port}", 25),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

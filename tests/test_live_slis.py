@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -94,19 +95,21 @@ def _until(predicate, timeout_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def _settled(c: Collector, n: int) -> bool:
-    return c.stats.requests_derived >= n and c.sli.waiting == 0
-
-
-def test_counters_and_histograms_judge_every_request_once_as_report_does(archive_path):
-    rng = random.Random(5)
-    n = 160
+@contextmanager
+def _collected(archive_path, seed: int, n: int):
+    """A collector with BUDGETS that has received, derived and counted `n` random requests."""
+    rng = random.Random(seed)
     with Collector(
         archive_path, grpc_port=None, http_port=0, budgets=BUDGETS, sli_settle_s=0, attribution_every_s=3600
     ) as c:
         for first in range(0, n, 40):  # a few exports of many requests: each export lingers for company
             _post(c.http_port, [s for i in range(first, first + 40) for s in _request(rng, i)])
-        _until(lambda: _settled(c, n))
+        _until(lambda: c.stats.requests_derived >= n and c.sli.waiting == 0)
+        yield c
+
+
+def test_counters_and_histograms_judge_every_request_once_as_report_does(archive_path):
+    with _collected(archive_path, 5, 160) as c:
         got = _scrape(c.http_port)
     with Archive(archive_path, read_only=True) as a:
         rep = build_report(a.con, BUDGETS)
@@ -174,14 +177,7 @@ def test_late_spans_change_a_waiting_request_and_never_count_it_twice(archive_pa
 
 
 def test_attribution_gauges_equal_the_report_over_the_window(archive_path):
-    rng = random.Random(9)
-    n = 120
-    with Collector(
-        archive_path, grpc_port=None, http_port=0, budgets=BUDGETS, sli_settle_s=0, attribution_every_s=3600
-    ) as c:
-        for first in range(0, n, 40):  # a few exports of many requests: each export lingers for company
-            _post(c.http_port, [s for i in range(first, first + 40) for s in _request(rng, i)])
-        _until(lambda: _settled(c, n))
+    with _collected(archive_path, 9, 120) as c:
         now = w.T0 + 3_600_000_000_000  # an hour after the first request: every one is in a 2-hour window
         c.attribution_gauges.window_s = 7200
         assert c.attribution_gauges.refresh(now_ns=now)
