@@ -100,8 +100,10 @@ class _Tier:
         self.groups: list[tuple[dict[str, str], list[float]]] = []  # (figure columns, percentiles), (stages, ...)
 
 
-def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -> None:
-    """Every tier's counts, figures, stages, attribution and contrast, from the three scans of scans.py."""
+def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict], quantiles: bool = True) -> None:
+    """Every tier's counts, figures, stages, attribution and contrast, from the three scans of scans.py. Without
+    `quantiles`, no figure's or stage's quantiles (`metrics` and `stages` are left out): the attribution needs its
+    metrics' quantile and median alone."""
     wants = {}
     for j, (t, counts) in enumerate(zip(tiers, counted)):
         tb = t.tb
@@ -143,23 +145,25 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
                 kind: (attribution.FIGURES[kind][0 if client_for[kind] else 1], tb.percentile)
                 for kind in ("ttft", "e2e")
             }
-            wants[j] = (t.groups, splits)
+            wants[j] = (t.groups if quantiles else [], splits)
     found = scans.quantiles(con, scope, wants)
     plans = []
     for j, t in enumerate(tiers):
         (fig_cols, pcts), (stage_cols, stage_pcts) = t.groups
         if j in found:
-            (metric_q, stage_q), bounds = found[j]
-            plans += scans.split_plan(j, t.client_for, bounds)
-        else:
-            metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
-            stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
-        t.entry["metrics"] = {
-            m: {**metric_q[m], "column": fig_cols[m], "budget": t.tb.metric_budget(m)} for m in METRICS
-        }
-        t.entry["stages"] = {
-            s: {**stage_q[s], "column": stage_cols[s], "budget": t.tb.stages.get(s)} for s in stage_cols
-        }
+            plans += scans.split_plan(j, t.client_for, found[j][1])
+        if quantiles:
+            if j in found:
+                metric_q, stage_q = found[j][0]
+            else:
+                metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
+                stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
+            t.entry["metrics"] = {
+                m: {**metric_q[m], "column": fig_cols[m], "budget": t.tb.metric_budget(m)} for m in METRICS
+            }
+            t.entry["stages"] = {
+                s: {**stage_q[s], "column": stage_cols[s], "budget": t.tb.stages.get(s)} for s in stage_cols
+            }
         t.entry["attribution"] = {"ttft": None, "e2e": None}
         t.entry["contrast"] = {}
     for split, got in zip(plans, scans.splits(con, scope, plans)):
@@ -207,12 +211,13 @@ def tier_report(
 
 
 def attributions(con, budgets: Budgets, since_ns: int | None = None, until_ns: int | None = None) -> list[dict]:
-    """Each tier's entry as far as its attribution and contrast (the report's three scans; no GPU, queue or
-    verdict): what `collect --budgets` keeps as gauges over its sliding window."""
+    """Each tier's entry as far as its attribution and contrast (the report's three scans, without the figures'
+    and stages' quantiles; no GPU, queue or verdict): what `collect --budgets` keeps as gauges over its sliding
+    window. The attribution and contrast are the report's, to the bit."""
     scope = scans.Tiers(list(budgets.tiers), since_ns, until_ns, None)
     counted, _, _ = scans.counts(con, scope, list(budgets.tiers))
     tiers = [_Tier(tb, True, Selection(tb.filters, since_ns, until_ns)) for tb in budgets.tiers]
-    _entries(con, tiers, scope, counted)
+    _entries(con, tiers, scope, counted, quantiles=False)
     return [t.entry for t in tiers]
 
 
