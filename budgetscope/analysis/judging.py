@@ -1,19 +1,21 @@
-"""How one request is judged against one budget of its tier: the one place that `report` (attainment, burn rates)
-and `collect --budgets` (the live SLI counters on `/metrics`) both take it from, as SQL over `requests` rows.
+"""How one request is judged against its tier's budgets: the one place that `report` (attainment, burn rates) and
+`collect --budgets` (the live SLI counters on `/metrics`) both take it from, as SQL over `requests` rows.
 
-A tier's budgeted figures are `ttft`, `tpot` and `e2e` (request-level) and each stage with a stage budget
+A tier's budgeted figures are `ttft`, `tpot` and `e2e` (request level) and each stage with a stage budget
 (`queue`, `prefill`, ...). Against each, a request is
 
-- judged unless the client cancelled it (it left, or a benchmark ended with it in flight: neither a success nor a
-  failure of the server);
-- within the budget when it ended ok and its figure is at most the budget. A failed, rejected or timed-out request
-  is judged and is a miss against every budget of its tier.
+- judged when it failed (an outcome other than ok and cancelled: error, rejected, timeout; a row without an
+  outcome counts as failed), or ended ok with the figure known. A request the client cancelled is not judged (it
+  left, or a benchmark ended with it in flight: neither a success nor a failure of the server), and neither is
+  one that ended ok without the figure: an unknown figure is neither met nor missed;
+- within the budget when it ended ok and its figure is at most the budget. A failed request is a miss against
+  every budget of its tier.
 
 The figure of a request-level budget is the client's when the request has a client span with it, the server's
 otherwise (an OpenTelemetry HTTP client span has no first-token time, derive/requests.py); a stage budget is
 compared with the stage's column (the TTFT stages inside the TTFT window). A TPOT that does not exist (NaN: one
-output token) meets its budget. Attainment (goodput) is the share of judged requests within every request-level
-budget of the tier.
+output token) is known and within its budget. Attainment (goodput) judges a request against all the request-level
+budgets at once (`slo_judgement`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT s
 METRIC_FIGURES = {m.removesuffix("_ms"): m for m in METRICS}
 """Request-level figure name (`ttft`, `tpot`, `e2e`: the `figure` label of the SLI series) → budgets key."""
 OK, CANCELLED = "ok", "cancelled"
-JUDGED = f"outcome IS DISTINCT FROM '{CANCELLED}'"
-"""SQL: the request is judged (every outcome but cancelled; a row without an outcome is judged)."""
+FAILED = f"coalesce(outcome, '') NOT IN ('{OK}', '{CANCELLED}')"
+"""SQL: the request failed (an outcome other than ok and cancelled; a row without an outcome too)."""
 
 
 def budgeted_figures(tb: TierBudget) -> dict[str, float]:
@@ -45,48 +47,82 @@ def budgeted_figures(tb: TierBudget) -> dict[str, float]:
     return out
 
 
+def figure_column(metric: str) -> str:
+    """SQL: the figure a request-level SLO on `metric` (`ttft_ms`) judges, the client figure where the request has
+    it, the server figure otherwise."""
+    return f"coalesce({CLIENT_METRIC[metric]}, {metric})"
+
+
 def value_sql(figure: str) -> str:
-    """SQL: the request's value of `figure` (ms) as its budget judges it."""
-    if figure in METRIC_FIGURES:
-        m = METRIC_FIGURES[figure]
-        return f"coalesce({CLIENT_METRIC[m]}, {m})"
-    return STAGE_COLUMNS[figure]
+    """SQL: the request's value of `figure` (`ttft`, `queue`, ..., ms) as its budget judges it."""
+    return figure_column(METRIC_FIGURES[figure]) if figure in METRIC_FIGURES else STAGE_COLUMNS[figure]
 
 
-def met_sql(figure: str, budget_ms: float) -> str:
-    """SQL: the figure is known and within `budget_ms` (true or false, never NULL; a NaN TPOT meets it)."""
-    value = value_sql(figure)
-    met = f"coalesce({value} <= {budget_ms}, false)"
-    return f"(isnan({value}) OR {met})" if figure == "tpot" else met
+def _within_budget(figure: str, budget_ms: float) -> str:
+    v = value_sql(figure)
+    return f"(isnan({v}) OR {v} <= {budget_ms})" if figure == "tpot" else f"{v} <= {budget_ms}"
+
+
+def _over_budget(figure: str, budget_ms: float) -> str:
+    v = value_sql(figure)
+    return f"(NOT isnan({v}) AND {v} > {budget_ms})" if figure == "tpot" else f"{v} > {budget_ms}"
 
 
 def judged_sql(tb: TierBudget, figure: str) -> str:
-    """SQL: the request is judged against the tier's budget of `figure`."""
-    return JUDGED
+    """SQL: the request is judged against the tier's budget of `figure`: it failed, or ended ok with the figure
+    known."""
+    return f"({FAILED} OR (outcome = '{OK}' AND {value_sql(figure)} IS NOT NULL))"
 
 
 def within_sql(tb: TierBudget, figure: str) -> str:
-    """SQL: the request is judged and within the tier's budget of `figure` (it ended ok)."""
-    return f"outcome = '{OK}' AND {met_sql(figure, budgeted_figures(tb)[figure])}"
+    """SQL: the request ended ok within the tier's budget of `figure` (so it is judged)."""
+    return f"(outcome = '{OK}' AND coalesce({_within_budget(figure, budgeted_figures(tb)[figure])}, false))"
 
 
-def attainment_sql(tb: TierBudget | None) -> str:
-    """SQL: the request ended ok and met every request-level budget of the tier (None: no budget but ending ok)."""
-    conds = [f"outcome = '{OK}'"]
-    if tb is not None:
-        conds += [met_sql(f, b) for f, b in budgeted_figures(tb).items() if f in METRIC_FIGURES]
-    return " AND ".join(conds)
+def slo_judgement(tb: TierBudget | None) -> dict[str, str]:
+    """SQL conditions over a `requests` row, the one judgement of a request against its tier's request-level SLOs
+    (attainment, and anything that counts met and missed requests). Each budgeted figure is judged where it is
+    known; an unknown figure is neither met nor missed:
+
+      `met`     ended ok, at least one budgeted figure known, and every known one within its budget (a NaN TPOT,
+                one token, is within);
+      `missed`  failed, or ended ok with a known figure over its budget;
+      `judged`  met or missed. A request that ended ok with every budgeted figure unknown is neither, and so is a
+                cancelled one (the client's choice).
+
+    Per budgeted metric `m` (`ttft_ms`), `met:m` / `judged:m` judge that SLO alone: `within_sql` and `judged_sql`.
+    With no request-level budget (or `tb` None), met = ended ok."""
+    over, known, out = [], [], {}
+    figures = budgeted_figures(tb) if tb is not None else {}
+    for f, m in METRIC_FIGURES.items():
+        if f not in figures:
+            continue
+        over.append(f"coalesce({_over_budget(f, figures[f])}, false)")
+        known.append(f"{value_sql(f)} IS NOT NULL")
+        out[f"met:{m}"] = within_sql(tb, f)
+        out[f"judged:{m}"] = judged_sql(tb, f)
+    if not over:
+        return {
+            "met": f"(outcome = '{OK}')",
+            "missed": f"({FAILED})",
+            "judged": f"(coalesce(outcome, '') <> '{CANCELLED}')",
+            **out,
+        }
+    any_over, any_known = " OR ".join(over), " OR ".join(known)
+    met = f"(outcome = '{OK}' AND NOT ({any_over}) AND ({any_known}))"
+    missed = f"({FAILED} OR (outcome = '{OK}' AND ({any_over})))"
+    return {"met": met, "missed": missed, "judged": f"({met} OR {missed})", **out}
 
 
 __all__ = [
     "CLIENT_METRIC",
     "STAGE_COLUMNS",
     "METRIC_FIGURES",
-    "JUDGED",
+    "FAILED",
     "budgeted_figures",
+    "figure_column",
     "value_sql",
-    "met_sql",
     "judged_sql",
     "within_sql",
-    "attainment_sql",
+    "slo_judgement",
 ]

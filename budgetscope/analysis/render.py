@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from budgetscope.analysis.coverage import coverage_line, unclaimed_line
+from budgetscope.analysis.coverage import ROW_FLAGS, coverage_line, flagged_line, unclaimed_line
 from budgetscope.analysis.display import utc
 from budgetscope.analysis.slo import figure_label
 from budgetscope.analysis.verdict import LABEL, ms
@@ -24,6 +24,14 @@ def _status(value, budget) -> str:
 
 def _share(x) -> str:
     return "" if x is None else f"{100 * x:.0f}%"
+
+
+def _cell(a: dict | None, stage: str) -> str:
+    """A stage's share in an attribution: blank where the attribution has no such stage (or none at all), `null`
+    where the stage is one of its parts but unknown (never 0)."""
+    if not a or not a["shares"] or stage not in a["shares"]:
+        return ""
+    return "null" if a["shares"][stage] is None else _share(a["shares"][stage])
 
 
 def _tier_blocks(t: dict) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -49,16 +57,11 @@ def _tier_blocks(t: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         ("stages", ["stage", *spcols, "budget", "status"], stage_rows),
     ]
     ta, ea = t["attribution"].get("ttft"), t["attribution"].get("e2e")
-    stages = list((ea or ta or {}).get("shares") or {})
+    stages = list(dict.fromkeys([*((ea or {}).get("shares") or {}), *((ta or {}).get("shares") or {})]))
     if stages:
-        rows = [
-            [
-                s,
-                _share((ta or {}).get("shares", {}).get(s) if ta and ta["shares"] else None),
-                _share(ea["shares"].get(s) if ea and ea["shares"] else None),
-            ]
-            for s in stages
-        ]
+        rows = [[s, _cell(ta, s), _cell(ea, s)] for s in stages]
+        if any((a or {}).get("unknown_share") for a in (ta, ea)):
+            rows.append(["(unknown)", *(_share((a or {}).get("unknown_share") or None) for a in (ta, ea))])
         blocks.append(
             (
                 "tail attribution (share of the tail's excess over the median)",
@@ -126,6 +129,7 @@ def _report_lines(report: dict) -> list[str]:
     out.append(coverage_line(report["coverage"]))
     if line := unclaimed_line(report["unclaimed_spans"]):
         out.append(line)
+    out += [line for k in ROW_FLAGS if k in report and (line := flagged_line(k, report[k]))]
     return out
 
 
