@@ -134,6 +134,9 @@ def test_counters_and_histograms_judge_every_request_once_as_report_does(archive
     interactive = next(t for t in rep["tiers"] if t["name"] == "interactive")
     assert interactive["burn_rates"]["figures"]["ttft"]["period"]["judged"] == interactive["judged_requests"]
     assert 0 < interactive["judged_requests"] < interactive["requests"]
+    # an unknown figure is neither met nor missed: the network stage is judged only where a client span is
+    judged = {f: got[(slo.JUDGED, (("figure", f), ("tier", "interactive")))] for f in ("ttft", "network")}
+    assert 0 < judged["network"] < judged["ttft"]
     bounds = bounds_ms(BUDGETS)
     assert {30.0, 60.0, 2.0, 300.0, 150.0, 3.0, 400.0} <= set(bounds)  # every budget is a bucket bound
     for (tier, f), rows in values.items():

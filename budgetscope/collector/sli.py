@@ -3,7 +3,7 @@ budget (Prometheus counters), and per tier and figure a histogram of the judged 
 every budget of the file, served on `GET /metrics` beside the collector's own figures.
 
 Judging is `budgetscope.analysis.judging`'s, the SQL `report` runs: a failed, rejected or timed-out request is a
-miss, a cancelled one is not judged. The rows come from the archive's commits (`DirectoryArchive.on_publish`): the
+miss; a cancelled one, or one that ended ok without the figure (unknown: neither met nor missed), is not judged. The rows come from the archive's commits (`DirectoryArchive.on_publish`): the
 `requests` rows each commit derived, and the traces whose earlier rows it replaced.
 
 Each request is counted once. A trace's rows wait `settle_s` from their first derivation (late spans of the same
@@ -235,7 +235,7 @@ class SliCounters:
             (
                 slo.JUDGED,
                 "counter",
-                "Requests judged against a budget (every one but those the client cancelled), by tier and budgeted "
+                "Requests judged against a budget (failed, or ended ok with the figure known), by tier and budgeted "
                 "figure.",
                 judged,
             ),
