@@ -7,7 +7,15 @@ EXT := $(VENV)/.extension
 
 .PHONY: demo test wheel-check bench fuzz faults setup clean
 
-setup: $(STAMP) $(EXT)
+PROMTOOL := /usr/bin/promtool
+
+setup: $(STAMP) $(EXT) $(PROMTOOL)
+
+# The alerting tests run Debian's Prometheus and promtool (docs/alerting.md): `prometheus` and `promtool` come with
+# the package. The tests start their own server on a free port and never use the package's service. A target of
+# its own, so that a checkout set up before it gets it at its next `make test`.
+$(PROMTOOL):
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 
 # torch==2.13.0 goes in before the package so that the engine extra's torch range is already met
 # by the CPU build and pip never resolves an unpinned torch (several GB of CUDA packages).
@@ -33,7 +41,7 @@ demo: $(STAMP) $(EXT)
 # fresh venv (core and the dashboard extra, never torch), every command run from another directory, once on the
 # oldest declared Python (3.10) and once on the newest (3.13), each found on PATH or under pyenv; a missing one is
 # one SKIPPED line. Both: 2.5 minutes on 2 shared cores, pip's cache warm (was 1.5 for one); `make wheel-check` alone.
-test: $(STAMP) $(EXT)
+test: $(STAMP) $(EXT) $(PROMTOOL)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q

@@ -85,9 +85,12 @@ def cpu_s(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(bodies: list[bytes], kind: str, clients: int, archive: Path) -> tuple[float, float, float, float]:
+def run(
+    bodies: list[bytes], kind: str, clients: int, archive: Path, options: dict | None = None, found: dict | None = None
+) -> tuple[float, float, float, float]:
     """(seconds until every request was answered, seconds until the collector had stored everything, CPU
-    seconds of the collector's process meanwhile, CPU seconds of the exporter processes)."""
+    seconds of the collector's process meanwhile, CPU seconds of the exporter processes). `options`: more
+    `Collector` options (bench_slis.py: budgets); `found["port"]` is set to its HTTP port once it listens."""
     import multiprocessing as mp
 
     global _BODIES
@@ -97,9 +100,16 @@ def run(bodies: list[bytes], kind: str, clients: int, archive: Path) -> tuple[fl
     # the exporters fork before the collector starts its threads (gRPC does not survive a fork)
     with mp.get_context("fork").Pool(clients, initializer=_start_exporter) as pool:
         pool.map(abs, range(clients))  # the exporters are up before the clock starts
-        c = Collector(archive, grpc_port=0 if kind == "grpc" else None, http_port=0 if kind == "http" else None)
+        c = Collector(
+            archive,
+            grpc_port=0 if kind == "grpc" else None,
+            http_port=0 if kind == "http" else None,
+            **(options or {}),
+        )
         c.start()
         port = c.grpc_port if kind == "grpc" else c.http_port
+        if found is not None:
+            found["port"] = c.http_port
         t0, cpu0, exporters0 = time.perf_counter(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
         errors = sum(pool.map(_send, [(kind, port, i, clients) for i in range(clients)], chunksize=1), [])
         answered = time.perf_counter() - t0

@@ -39,6 +39,7 @@ def Archive(
     recover: bool = True,
     compact: bool = True,
     holding: Holding | None = None,
+    on_publish=None,
 ):  # noqa: N802 - a factory named like the classes it returns (Archive(path))
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
     `sandbox`: no file access but the archive's own, DuckDB's configuration locked with `settings` in it, for
@@ -51,7 +52,8 @@ def Archive(
     (`retention.py`). `reader_grace_s` (directory writer): keep replaced segments this long for readers of older
     commits from now on, recorded in the archive (`manifest.Manifest.grace_s`). `recover=False` (directory
     writer): land what a collector left in the spool when the caller calls `recover()`, not now. `compact`
-    (directory writer): merge small segments in a background thread."""
+    (directory writer): merge small segments in a background thread. `on_publish(con, manifest)` (directory
+    writer): called after each commit (`DirectoryArchive`)."""
     if is_single_file(path):
         for given, what in ((retention_ns, "retention"), (reader_grace_s, "a readers' grace")):
             if given and not (read_only or sandbox):
@@ -79,6 +81,7 @@ def Archive(
         retention_ns=retention_ns,
         reader_grace_s=reader_grace_s,
         holding=(holding or HOLDING) if durable else None,
+        on_publish=on_publish,
     )
     try:
         _attach(store)

@@ -15,7 +15,11 @@ from pathlib import Path
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
 _IN_TREE = {"dashboards": _SOURCE_ROOT / "dashboards", "otelcol": _SOURCE_ROOT / "instrumentation" / "otel-collector"}
 
-OTELCOL_CONFIGS = {"otelcol": "otelcol.yaml", "otelcol-sharded": "otelcol-sharded.yaml"}
+OTELCOL_CONFIGS = {
+    "otelcol": "otelcol.yaml",
+    "otelcol-sharded": "otelcol-sharded.yaml",
+    "otelcol-slis": "otelcol-slis.yaml",
+}
 """The Collector configurations `budgetscope example` prints, by name."""
 
 
@@ -40,8 +44,9 @@ def dashboard_app() -> Path:
 
 
 def otelcol_config(name: str = "otelcol") -> Path:
-    """A maintained Collector configuration: `otelcol` (traces and metrics to one collector) or
-    `otelcol-sharded` (traces load-balanced by trace id over several)."""
+    """A maintained Collector configuration: `otelcol` (traces and metrics to one collector),
+    `otelcol-sharded` (traces load-balanced by trace id over several) or `otelcol-slis` (the live SLIs of
+    `collect --budgets` pulled by the Collector's `prometheus` receiver and sent on as OTLP metrics)."""
     return _find("otelcol", OTELCOL_CONFIGS[name])
 
 

@@ -97,6 +97,13 @@ def test_every_page_runs_and_budgets_match_the_report(monkeypatch, name):
             from budgetscope.analysis.verdict import ms
 
             assert list(table["p99"]) == [ms(rep["metrics"][m]["p99"]) for m in ("ttft_ms", "tpot_ms", "e2e_ms")]
+            # the burn rates and the error budget left: the report's (the same as Prometheus's, test_burn_parity.py)
+            from budgetscope.analysis.render import burn_table
+
+            _, headers, rows = burn_table(rep["burn_rates"])
+            burn = at.table[1].value
+            assert (list(burn.columns), burn.values.tolist()) == (headers, rows)
+            assert "Error budget left (worst figure, over the selected range)" in metrics
 
 
 def _ingested(tmp_path, outcomes: list[str]) -> Path:

@@ -25,7 +25,7 @@ def _load(name: str) -> dict:
     return yaml.safe_load((KIT / "otel-collector" / name).read_text())
 
 
-@pytest.mark.parametrize("name", ["otelcol.yaml", "otelcol-sharded.yaml"])
+@pytest.mark.parametrize("name", ["otelcol.yaml", "otelcol-sharded.yaml", "otelcol-slis.yaml"])
 def test_components_exist_in_current_otelcol_contrib(name):
     cfg = _load(name)
     for kind, known in CONTRIB.items():
@@ -50,10 +50,30 @@ def test_the_maintained_config_carries_traces_and_metrics_to_budgetscope():
     assert "--grpc-port 14317" in (KIT / "otel-collector" / "otelcol.yaml").read_text()
 
 
+def test_the_slis_config_pulls_collects_metrics_endpoint_and_sends_otlp_metrics():
+    """OTLP is push-only: the Collector pulls with its `prometheus` receiver (a Prometheus scrape job) and sends
+    the result on as OTLP metrics; the target is collect's OTLP/HTTP port, where GET /metrics answers."""
+    cfg = _load("otelcol-slis.yaml")
+    (job,) = cfg["receivers"]["prometheus/budgetscope"]["config"]["scrape_configs"]
+    assert (
+        job["static_configs"] == [{"targets": ["127.0.0.1:14318"]}]
+        and job.get("metrics_path", "/metrics") == "/metrics"
+    )
+    assert cfg["service"]["pipelines"] == {
+        "metrics": {
+            "receivers": ["prometheus/budgetscope"],
+            "processors": ["memory_limiter", "batch"],
+            "exporters": ["otlp_http/metrics"],
+        }
+    }
+    assert "--http-port 14318" in (KIT / "otel-collector" / "otelcol-slis.yaml").read_text()
+
+
 def test_one_config_not_a_copy_per_server():
     copies = sorted(p.relative_to(ROOT).as_posix() for p in KIT.glob("*/otelcol*.yaml"))
     assert copies == [
         "instrumentation/otel-collector/otelcol-sharded.yaml",
+        "instrumentation/otel-collector/otelcol-slis.yaml",
         "instrumentation/otel-collector/otelcol.yaml",
     ]
     for readme in KIT.glob("*/README.md"):

@@ -59,7 +59,13 @@ def test_license_and_project_urls():
 
 
 @pytest.mark.parametrize(
-    "name, needle", [("otelcol", "otlp_grpc/budgetscope"), ("otelcol-sharded", "loadbalancing"), ("budgets", "[tiers.")]
+    "name, needle",
+    [
+        ("otelcol", "otlp_grpc/budgetscope"),
+        ("otelcol-sharded", "loadbalancing"),
+        ("otelcol-slis", "prometheus/budgetscope"),
+        ("budgets", "[tiers."),
+    ],
 )
 def test_example_prints_a_shipped_file(name, needle):
     r = CliRunner().invoke(main, ["example", name])

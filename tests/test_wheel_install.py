@@ -163,6 +163,7 @@ def test_wheel_ships_the_app_the_collector_configs_the_budgets_and_the_license(w
         "budgetscope/dashboards/pages/what_if.py",
         "budgetscope/otelcol/otelcol.yaml",
         "budgetscope/otelcol/otelcol-sharded.yaml",
+        "budgetscope/otelcol/otelcol-slis.yaml",
         "budgetscope/data/demo_budgets.toml",
     ):
         assert shipped in names, shipped

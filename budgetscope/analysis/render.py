@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from budgetscope.analysis.coverage import ROW_FLAGS, coverage_line, flagged_line, orphan_line, unclaimed_line
+from budgetscope.analysis.display import utc
+from budgetscope.analysis.slo import figure_label
 from budgetscope.analysis.verdict import LABEL, ms
 
 
@@ -67,7 +69,39 @@ def _tier_blocks(t: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                 rows,
             )
         )
+    if burn := burn_table(t.get("burn_rates")):
+        blocks.append(burn)
     return blocks
+
+
+def burn_rate_text(x: float | None) -> str:
+    """A burn rate for people: `16.0×`, `0.25×`; `-` when the window judged no request."""
+    return "-" if x is None else f"{x:.1f}×" if x >= 10 else f"{x:.2f}×"
+
+
+def burn_table(rates: dict | None) -> tuple[str, list[str], list[list[str]]] | None:
+    """(title, headers, rows) of a tier's burn rates (`report`'s `burn_rates`): one row a budgeted figure, its
+    burn rate over each window and the error budget left over the report's range; None without budgets."""
+    if not rates:
+        return None
+    windows = list(rates["windows"])
+    rows = []
+    for f, v in rates["figures"].items():
+        left = v["period"]["budget_left"]
+        rows.append(
+            [
+                figure_label(f),
+                ms(v["budget_ms"]),
+                *(burn_rate_text(v["windows"][w]["burn_rate"]) for w in windows),
+                "-" if left is None else f"{100 * left:.0f}%",
+                f"{v['period']['judged']:,}",
+            ]
+        )
+    title = (
+        f"burn rates (error budget {100 * rates['error_budget']:g}% of judged requests; windows ending "
+        f"{utc(rates['end_ns'])})"
+    )
+    return title, ["figure", "budget", *windows, "budget left", "judged"], rows
 
 
 def _attainment(t: dict) -> str:

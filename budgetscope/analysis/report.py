@@ -11,13 +11,15 @@ the reason) and the report the worst of them (docs/report.md).
 from __future__ import annotations
 
 import budgetscope.analysis.attribution as attribution
+import budgetscope.analysis.burn as burn
 import budgetscope.analysis.contrast as contrast
 import budgetscope.analysis.coverage as coverage
 import budgetscope.analysis.scans as scans
 from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
 from budgetscope.analysis.gpu import tail_gpu
+from budgetscope.analysis.judging import CLIENT_METRIC, STAGE_COLUMNS
 from budgetscope.analysis.queue_wait import tail_queue_wait
-from budgetscope.analysis.scans import CLIENT_METRIC, pkey
+from budgetscope.analysis.scans import pkey
 from budgetscope.analysis.selection import FILTER_COLUMNS, Selection, slowest, widened
 from budgetscope.analysis.verdict import verdict
 from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, NONEMPTY_CHUNK, TOKEN_EVENT
@@ -27,15 +29,6 @@ TIERS_PER_SCAN = 8
 """Tiers whose figures one statement computes (scans.py). DuckDB's cost of a statement grows faster than its
 aggregates (~14 a tier, each with its tier's FILTER), and a row of ~32,000 of them crashed it (SIGFPE): the
 report's statements stay this narrow whatever the number of tiers (docs/benchmarks.md, "Tiers at the bound")."""
-STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT stages inside the TTFT window)
-    "network": "ttft_network_ms",
-    "frontend": "ttft_frontend_ms",
-    "queue": "ttft_queue_ms",
-    "prefill": "ttft_prefill_ms",
-    "decode": "decode_ms",
-    "postprocess": "postprocess_ms",
-    "unaccounted": "unaccounted_ms",
-}
 
 
 def _rows(con, sql: str, params) -> list[tuple]:
@@ -124,8 +117,10 @@ class _Tier:
         self.groups: list[tuple[dict[str, str], list[float]]] = []  # (figure columns, percentiles), (stages, ...)
 
 
-def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -> None:
-    """Every tier's counts, figures, stages, attribution and contrast, from the three scans of scans.py."""
+def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict], quantiles: bool = True) -> None:
+    """Every tier's counts, figures, stages, attribution and contrast, from the three scans of scans.py. Without
+    `quantiles`, no figure's or stage's quantiles (`metrics` and `stages` are left out): the attribution needs its
+    metrics' quantile and median alone."""
     wants = {}
     for j, (t, counts) in enumerate(zip(tiers, counted)):
         tb = t.tb
@@ -159,7 +154,7 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
             }
             if counts["sampled"]
             else None,
-            # over the requests judged on a known figure (scans.slo_judgement), and each budgeted figure alone
+            # over the requests judged on a known figure (judging.slo_judgement), and each budgeted figure alone
             "attainment_over": counts["attainment_over"],
             "attainment_by_figure": {
                 m: v for m, v in counts["attainment_by_figure"].items() if tb.metric_budget(m) is not None
@@ -182,24 +177,26 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
                 kind: (attribution.FIGURES[kind][0 if client_for[kind] else 1], tb.percentile)
                 for kind in ("ttft", "e2e")
             }
-            wants[j] = (t.groups, splits)
+            wants[j] = (t.groups if quantiles else [], splits)
     found = scans.quantiles(con, scope, wants)
     plans = []
     for j, t in enumerate(tiers):
         (fig_cols, pcts), (stage_cols, stage_pcts) = t.groups
         if j in found:
-            (metric_q, stage_q), bounds = found[j]
             gap = NONEMPTY_CHUNK in counted[j]["definitions"]  # some client TTFTs wait for content
-            plans += scans.split_plan(j, t.client_for, bounds, gap, t.seen)
-        else:
-            metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
-            stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
-        t.entry["metrics"] = {
-            m: {**metric_q[m], "column": fig_cols[m], "budget": t.tb.metric_budget(m)} for m in METRICS
-        }
-        t.entry["stages"] = {
-            s: {**stage_q[s], "column": stage_cols[s], "budget": t.tb.stages.get(s)} for s in stage_cols
-        }
+            plans += scans.split_plan(j, t.client_for, found[j][1], gap, t.seen)
+        if quantiles:
+            if j in found:
+                metric_q, stage_q = found[j][0]
+            else:
+                metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
+                stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}
+            t.entry["metrics"] = {
+                m: {**metric_q[m], "column": fig_cols[m], "budget": t.tb.metric_budget(m)} for m in METRICS
+            }
+            t.entry["stages"] = {
+                s: {**stage_q[s], "column": stage_cols[s], "budget": t.tb.stages.get(s)} for s in stage_cols
+            }
         t.entry["attribution"] = {"ttft": None, "e2e": None}
         t.entry["contrast"] = {}
     for split, got in zip(plans, scans.splits(con, scope, plans)):
@@ -244,6 +241,19 @@ def tier_report(
     """The report entry of one tier; `filters` (see `Selection`) narrow its requests further."""
     (entry,), _, _ = _tier_reports(con, [(tb, budgeted)], since_ns, until_ns, filters)
     return entry
+
+
+def attributions(con, budgets: Budgets, since_ns: int | None = None, until_ns: int | None = None) -> list[dict]:
+    """Each tier's entry as far as its attribution and contrast (the report's three scans, without the figures'
+    and stages' quantiles; no GPU, queue or verdict): what `collect --budgets` keeps as gauges over its sliding
+    window. The attribution and contrast are the report's, to the bit."""
+    tiers = [_Tier(tb, True, Selection(tb.filters, since_ns, until_ns)) for tb in budgets.tiers]
+    for at in range(0, len(tiers), TIERS_PER_SCAN):
+        batch = list(budgets.tiers)[at : at + TIERS_PER_SCAN]
+        scope = scans.Tiers(batch, since_ns, until_ns, None)
+        counted, _, _ = scans.counts(con, scope, batch)
+        _entries(con, tiers[at : at + TIERS_PER_SCAN], scope, counted, quantiles=False)
+    return [t.entry for t in tiers]
 
 
 KEPT, UNKNOWN, BROKEN = "KEPT", "UNKNOWN", "BROKEN"
@@ -327,8 +337,11 @@ def _tier_reports(
     for at in range(0, max(len(jobs), 1), TIERS_PER_SCAN):
         batch = jobs[at : at + TIERS_PER_SCAN]
         scope = scans.Tiers([tb for tb, _ in batch], since_ns, until_ns, filters)
-        counted, by_tier, covered = scans.counts(con, scope, [tb if budgeted else None for tb, budgeted in batch])
+        budgeted = [tb if b else None for tb, b in batch]
+        counted, by_tier, covered = scans.counts(con, scope, budgeted)
         _entries(con, tiers[at : at + TIERS_PER_SCAN], scope, counted)
+        for t, r in zip(tiers[at : at + TIERS_PER_SCAN], burn.burn_rates(con, scope, budgeted, until_ns)):
+            t.entry["burn_rates"] = r
     present = present or coverage.contents(con)
     workers = min(len(tiers), _threads(con))
     if workers < 2:
@@ -430,6 +443,7 @@ def report_status(tiers: list[dict], spans: int, unclaimed: dict) -> tuple[str, 
 
 __all__ = [
     "build_report",
+    "attributions",
     "tier_report",
     "breaches",
     "unknown_reason",

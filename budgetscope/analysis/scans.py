@@ -18,13 +18,12 @@ from __future__ import annotations
 import budgetscope.analysis.attribution as attribution
 from budgetscope.analysis.budgets import METRICS, TierBudget
 from budgetscope.analysis.contrast import DIMENSIONS
+from budgetscope.analysis.judging import CANCELLED, OK, figure_column, slo_judgement
 from budgetscope.analysis.selection import BODY, TAIL, Selection, split_class
 
-CLIENT_METRIC = {"ttft_ms": "client_ttft_ms", "tpot_ms": "client_tpot_ms", "e2e_ms": "client_e2e_ms"}
-OK, CANCELLED = "ok", "cancelled"
-"""A cancelled request is the client's choice (it left, or a benchmark ended with it in flight): it is neither
-a success nor a failure of the server, so attainment and the error rate leave it out. Every other outcome
-that is not ok (error, rejected, timeout) is a failure."""
+# A cancelled request is the client's choice (it left, or a benchmark ended with it in flight): it is neither a
+# success nor a failure of the server, so attainment and the error rate leave it out (judging.py). Every other
+# outcome that is not ok (error, rejected, timeout) is a failure.
 
 
 SAMPLED_SOURCES = {
@@ -51,53 +50,8 @@ class Tiers:
             self.member.append(("(" + " AND ".join(own.clauses) + ")" if own.clauses else "true", own.params))
 
 
-def figure_column(metric: str) -> str:
-    """SQL: the figure a request-level SLO on `metric` judges, the client figure where the request has it, the
-    server figure otherwise (an HTTP client span has no client TTFT, derive/requests.py)."""
-    return f"coalesce({CLIENT_METRIC[metric]}, {metric})"
-
-
-def slo_judgement(tb: TierBudget | None) -> dict[str, str]:
-    """SQL conditions over a `requests` row, the one judgement of a request against its tier's request-level SLOs
-    (attainment, here, and anything that counts met and missed requests, e.g. burn rates). Each budgeted figure is
-    judged where it is known; an unknown figure is neither met nor missed:
-
-      `met`     ended ok, at least one budgeted figure known, and every known one within its budget (a NaN TPOT,
-                one token, is within);
-      `missed`  failed (an outcome other than ok and cancelled), or ended ok with a known figure over its budget;
-      `judged`  met or missed. A request that ended ok with every budgeted figure unknown is neither, and so is a
-                cancelled one (the client's choice).
-
-    Per budgeted metric `m`, `met:m` / `judged:m` judge that SLO alone (the requests where its figure is known, and
-    the failures). With no request-level budget (or `tb` None), met = ended ok."""
-    failed = f"coalesce(outcome, '') NOT IN ('{OK}', '{CANCELLED}')"
-    over, known, out = [], [], {}
-    for m in METRICS:
-        b = tb.metric_budget(m) if tb is not None else None
-        if b is None:
-            continue
-        fig = figure_column(m)
-        ok_m = f"(isnan({fig}) OR {fig} <= {b})" if m == "tpot_ms" else f"{fig} <= {b}"
-        over_m = f"(NOT isnan({fig}) AND {fig} > {b})" if m == "tpot_ms" else f"{fig} > {b}"
-        over.append(f"coalesce({over_m}, false)")
-        known.append(f"{fig} IS NOT NULL")
-        out[f"met:{m}"] = f"(outcome = '{OK}' AND coalesce({ok_m}, false))"
-        out[f"judged:{m}"] = f"({failed} OR (outcome = '{OK}' AND {fig} IS NOT NULL))"
-    if not over:
-        return {
-            "met": f"(outcome = '{OK}')",
-            "missed": f"({failed})",
-            "judged": f"(coalesce(outcome, '') <> '{CANCELLED}')",
-            **out,
-        }
-    any_over, any_known = " OR ".join(over), " OR ".join(known)
-    met = f"(outcome = '{OK}' AND NOT ({any_over}) AND ({any_known}))"
-    missed = f"({failed} OR (outcome = '{OK}' AND ({any_over})))"
-    return {"met": met, "missed": missed, "judged": f"({met} OR {missed})", **out}
-
-
 def attainment_condition(tb: TierBudget | None) -> str:
-    """A request that ended ok and met every request-level SLO (slo_judgement's `met`)."""
+    """A request that ended ok and met every request-level SLO (`slo_judgement`'s `met`)."""
     return slo_judgement(tb)["met"]
 
 

@@ -19,8 +19,10 @@ import fcntl
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from budgetscope import schema
 from budgetscope.archive import manifest as mf
@@ -116,7 +118,12 @@ class DirectoryArchive:
         compact: bool = True,
         retention_ns: int | None = None,
         reader_grace_s: float | None = None,
+        on_publish: Callable[[Any, mf.Manifest], None] | None = None,
     ):
+        """`on_publish(con, manifest)`: called after each commit reached the manifest, on the writer's thread, with
+        the working set (`requests` rows of the traces the commit derived: `trace_id IN (SELECT trace_id FROM
+        bs_derived)`; the traces whose earlier rows it replaced: `bs_superseded`) and the new manifest (the live
+        SLIs of `collect --budgets` count from it). It must not raise."""
         self.path = root = Path(root)
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
@@ -137,6 +144,7 @@ class DirectoryArchive:
         self.lander: Landing | None = None  # what lands and derives (budgetscope.opener sets it)
         self.retention_ns = retention_ns  # the compactor drops hours older than this (retention.py)
         self.republished = 0  # spans of the current landing dropped as copies of published ones
+        self.on_publish = on_publish
         self.durable = durable
         self.holding = holding
         self.spool = None
@@ -434,6 +442,8 @@ class DirectoryArchive:
             self.manifest = new
         self.published_batches += batches
         self.published_spans += int(spans)
+        if self.on_publish is not None:
+            self.on_publish(con, new)
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:

@@ -25,15 +25,26 @@ def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, float
         yield f"{PREFIX}{name}{suffix}{labels} {value}"
 
 
+def _named_family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> Iterator[str]:
+    """The lines of a family named in full (a counter's name ends in `_total`); a sample's labels may start with
+    the suffix of a histogram's series (`_bucket{...}`, `_sum`, `_count`)."""
+    yield f"# HELP {name} {help_text}"
+    yield f"# TYPE {name} {kind}"
+    for labels, value in samples:
+        yield f"{name}{labels} {value}"
+
+
 def render(
     stats: CollectorStats,
     pending_bytes: int,
     max_pending_bytes: int,
     refused_connections: int,
     now_ns: int | None = None,
+    extra: list[tuple[str, str, str, list[tuple[str, float]]]] = (),
 ) -> bytes:
     """The exposition of one snapshot. Counters count since the collector started; `commit_age_seconds` is the
-    time since the archive last committed (spans landed or requests derived), or since the start before any."""
+    time since the archive last committed (spans landed or requests derived), or since the start before any.
+    `extra`: families named in full (`collect --budgets`: the live SLIs and the attribution gauges)."""
     now_ns = time.monotonic_ns() if now_ns is None else now_ns
     since = stats.last_commit_ns or stats.started_ns
     families = [
@@ -91,4 +102,5 @@ def render(
         ),
     ]
     lines = [line for family in families for line in _family(*family)]
+    lines += [line for family in extra for line in _named_family(*family)]
     return ("\n".join(lines) + "\n").encode()

@@ -17,13 +17,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from budgetscope.analysis.budgets import Budgets
 from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_spans
 from budgetscope.archive.archive import is_single_file
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader
+from budgetscope.collector.attribution_gauges import EVERY_S, WINDOW_S, AttributionGauges
 from budgetscope.collector.listen import HostError, bind_failure, check_host, why_not
 from budgetscope.collector.pending import PendingQueue
 from budgetscope.collector.self_metrics import render
+from budgetscope.collector.sli import SETTLE_S, SliCounters
 from budgetscope.collector.writer import ArchiveWriter, CollectorStats
 
 log = logging.getLogger("budgetscope.collector")
@@ -58,6 +61,10 @@ class CollectorConfig:
     auth_token: str | None = None  # every export must carry `authorization: Bearer <auth_token>`
     retention_ns: int | None = None  # hour partitions older than this are dropped as it goes (folder archives)
     reader_grace_s: float | None = None  # the folder archive's readers' grace, kept in it (None: leave it as it is)
+    budgets: Budgets | None = None  # serve the live SLIs and the attribution gauges of these budgets on GET /metrics
+    sli_settle_s: float = SETTLE_S  # a trace's rows wait this long (late spans re-derive them) before they count
+    attribution_window_s: float = WINDOW_S  # the attribution gauges are over the arrivals of this long
+    attribution_every_s: float = EVERY_S  # ... recomputed this often
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "http_port"):
@@ -79,6 +86,8 @@ class CollectorConfig:
             raise CollectorError("max_connections must be at least 1")
         if self.auth_token is not None and (not self.auth_token or any(c.isspace() for c in self.auth_token)):
             raise CollectorError("the auth token must be one word (no spaces)")
+        if self.sli_settle_s < 0 or self.attribution_window_s <= 0 or self.attribution_every_s <= 0:
+            raise CollectorError("sli_settle_s must be >= 0, attribution_window_s and attribution_every_s > 0")
 
     def tls(self) -> tuple[bytes, bytes] | None:
         """(certificate chain PEM, key PEM), or None without TLS; CollectorError (one line) if unreadable."""
@@ -134,6 +143,19 @@ class Collector:
         self.grpc_port: int | None = None
         self.http_port: int | None = None
         self._queue = PendingQueue(self.config.max_pending_bytes)
+        self._sli: SliCounters | None = None
+        self._gauges: AttributionGauges | None = None
+        budgets = self.config.budgets
+        if budgets is not None:
+            if is_single_file(self.archive_path):
+                raise CollectorError(
+                    f"{self.archive_path}: live SLIs (--budgets) follow a folder archive's commits; a single-file "
+                    "archive has none (write a folder, or convert it with `budgetscope convert`)"
+                )
+            self._sli = SliCounters(budgets, self.config.sli_settle_s)
+            self._gauges = AttributionGauges(
+                self.archive_path, budgets, self.config.attribution_window_s, self.config.attribution_every_s
+            )
         self._writer = ArchiveWriter(
             self.archive_path,
             self._queue,
@@ -143,6 +165,8 @@ class Collector:
             self.config.max_pending_bytes,
             retention_ns=self.config.retention_ns,
             reader_grace_s=self.config.reader_grace_s,
+            on_publish=self._published if budgets is not None else None,
+            after_commit=self._settle if budgets is not None else None,
         )
         self._receivers: list = []
         self._state = "new"
@@ -182,6 +206,8 @@ class Collector:
                 r.start()
         finally:
             self._writer.listening()  # only now: what a crash left in the spool lands while exports are answered
+        if self._gauges is not None:
+            self._gauges.start()
         self._state = "running"
 
     def _preflight(self) -> None:
@@ -258,13 +284,41 @@ class Collector:
                 log.error("the archive writer did not finish within %.0f s", self.config.drain_timeout_s)
             for r in self._receivers:
                 r.close(timeout_s=5.0)
+            if self._gauges is not None:
+                self._gauges.stop()
             self._state = "stopped"
         return self.stats
 
     def _self_metrics(self) -> bytes:
-        """`GET /metrics`: this collector's figures in Prometheus text."""
+        """`GET /metrics`: this collector's figures in Prometheus text, and with budgets the live SLIs and the
+        attribution gauges."""
         refused = sum(getattr(r, "num_refused_connections", 0) for r in self._receivers)
-        return render(self.stats, self._queue.pending_bytes, self._queue.max_pending_bytes, refused)
+        extra = [*self._sli.families(), *self._gauges.families()] if self._sli and self._gauges else []
+        return render(self.stats, self._queue.pending_bytes, self._queue.max_pending_bytes, refused, extra=extra)
+
+    def _published(self, con, manifest) -> None:
+        """A commit was published (the writer's thread): the live SLIs take its rows, the gauges its time."""
+        try:
+            self._sli.published(con)
+        except Exception as e:  # noqa: BLE001 - the SLIs must never stop the writer; the commit stands
+            log.error("live SLIs: counting a commit failed: %s", (str(e).splitlines() or [type(e).__name__])[0])
+        self._gauges.published(manifest.committed_ns)
+
+    def _settle(self) -> None:
+        try:
+            self._sli.settle()
+        except Exception as e:  # noqa: BLE001 - as above
+            log.error("live SLIs: settling failed: %s", (str(e).splitlines() or [type(e).__name__])[0])
+
+    @property
+    def sli(self) -> SliCounters | None:
+        """The live SLI counters (None without budgets)."""
+        return self._sli
+
+    @property
+    def attribution_gauges(self) -> AttributionGauges | None:
+        """The sliding-window attribution (None without budgets)."""
+        return self._gauges
 
     @property
     def stats(self) -> CollectorStats:

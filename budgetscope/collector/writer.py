@@ -121,14 +121,23 @@ class ArchiveWriter:
         max_deferred_bytes: int = 64 << 20,
         retention_ns: int | None = None,
         reader_grace_s: float | None = None,
+        on_publish=None,
+        after_commit=None,
     ):
+        """`on_publish(con, manifest)`: after each commit, on the lander thread (`DirectoryArchive`);
+        `after_commit()`: after each derivation, published or not (the live SLIs count what has settled)."""
         self.path = path
         self.queue = queue
         self.linger_s = linger_s
         self.gap_s = gap_s
         self.max_group_bytes = max_group_bytes
         # passed to the archive: its compactor expires older hours; the readers' grace it keeps (None: as it is)
-        self.archive_options = {"retention_ns": retention_ns, "reader_grace_s": reader_grace_s}
+        self.archive_options = {
+            "retention_ns": retention_ns,
+            "reader_grace_s": reader_grace_s,
+            "on_publish": on_publish,
+        }
+        self.after_commit = after_commit
         self.max_deferred_bytes = max_deferred_bytes  # acknowledged, not yet landed: past it, accepting waits
         self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
@@ -338,6 +347,8 @@ class ArchiveWriter:
         with self._lock:
             self.stats.requests_derived += n
             self.stats.last_commit_ns = time.monotonic_ns()
+        if self.after_commit is not None:
+            self.after_commit()
 
     def _land_deferred(self) -> None:
         if not self._deferred()[0]:

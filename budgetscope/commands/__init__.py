@@ -33,6 +33,7 @@ COMMANDS = {
     "postmortem": "postmortem:postmortem",
     "query": "query:query",
     "report": "report:report",
+    "rules": "rules:rules",
     "scrape": "scrape:scrape",
     "sweep": "sweep:sweep",
 }

@@ -13,7 +13,7 @@ import threading
 import click
 
 from budgetscope.collector.options import TOKEN_ENV
-from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option
+from budgetscope.commands.options import NEW_ARCHIVE, UsageError, format_option, load_budgets_or_fail, period_s
 
 MAX_MESSAGE_MB = click.option(
     "--max-message-mb",
@@ -108,6 +108,34 @@ MAX_MESSAGE_MB = click.option(
     "archive for every later writer. Default: as the archive has it (60 s when never set).",
 )
 @click.option("--no-metrics", is_flag=True, help="Do not serve OTLP metrics (GPU samples into gpu_samples).")
+@click.option(
+    "--budgets",
+    "-b",
+    type=click.Path(),
+    help="Budgets TOML: serve its live SLIs on GET /metrics (per tier and budgeted figure, requests judged and "
+    "within budget; histograms; the tail attribution over a sliding window). A folder archive only.",
+)
+@click.option(
+    "--sli-settle",
+    default="10s",
+    show_default=True,
+    metavar="PERIOD",
+    help="With --budgets: how long a request's row waits for late spans before it is counted (0 counts at once).",
+)
+@click.option(
+    "--attribution-window",
+    default="10m",
+    show_default=True,
+    metavar="PERIOD",
+    help="With --budgets: the attribution gauges are over the requests that arrived this long before now.",
+)
+@click.option(
+    "--attribution-every",
+    default="15s",
+    show_default=True,
+    metavar="PERIOD",
+    help="With --budgets: how often the attribution gauges are recomputed from the archive's last commit.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Log every HTTP request on stderr.")
 @format_option(
     "table",
@@ -132,6 +160,10 @@ def collect(
     retention: str | None,
     reader_grace: str | None,
     no_metrics: bool,
+    budgets: str | None,
+    sli_settle: str,
+    attribution_window: str,
+    attribution_every: str,
     verbose: bool,
     fmt: str,
 ) -> None:
@@ -144,7 +176,8 @@ def collect(
     SIGTERM) stops accepting, lands everything already accepted, prints a summary and exits (stopped while the disk
     is full, it says how many acknowledged batches wait in the spool for the next writer). GET /metrics on the HTTP
     port serves the collector's own figures (received, landed, rejected, refused, pending bytes, commit lag) in
-    Prometheus text.
+    Prometheus text; with --budgets also the live SLIs of that file and the tail attribution over a sliding
+    window, for `budgetscope rules` (docs/alerting.md).
 
     Beyond this machine (--host 0.0.0.0): --tls-cert/--tls-key and a bearer token (--auth-token-file, or
     $BUDGETSCOPE_COLLECT_TOKEN), which OTLP exporters send with
@@ -159,6 +192,7 @@ def collect(
       vllm serve MODEL --otlp-traces-endpoint grpc://127.0.0.1:4317   # in another shell
       budgetscope collect --archive /shared/prod/ --shard "$(hostname)"  # one of several shards
       budgetscope collect --archive prod/ --host 0.0.0.0 --tls-cert c.pem --tls-key k.pem --auth-token-file t
+      budgetscope collect --archive prod/ --budgets budgets.toml   # + `budgetscope rules` for Prometheus
     """
     from budgetscope.archive.errors import ArchiveError
     from budgetscope.auth import exposure_warning
@@ -166,6 +200,14 @@ def collect(
     from budgetscope.collector.options import check
 
     _log_to_stderr(verbose)
+    b = load_budgets_or_fail(budgets)
+    if b is not None and no_http:
+        raise UsageError("--budgets serves its SLIs on the OTLP/HTTP port's GET /metrics: drop --no-http")
+    live = {
+        "sli_settle_s": _period(sli_settle, "sli-settle", zero=True),
+        "attribution_window_s": _period(attribution_window, "attribution-window"),
+        "attribution_every_s": _period(attribution_every, "attribution-every"),
+    }
     try:
         opts = check(
             archive, shard=shard, auth_token_file=auth_token_file, retention=retention, reader_grace=reader_grace
@@ -188,6 +230,8 @@ def collect(
             auth_token=opts.token,
             retention_ns=opts.retention_ns,
             reader_grace_s=opts.reader_grace_s,
+            budgets=b,
+            **live,
         )
         collector.start()
     except CollectorError as e:
@@ -235,6 +279,13 @@ def collect(
     if collector.error:
         click.echo(f"budgetscope: {collector.error}", err=True)
         sys.exit(1)
+
+
+def _period(text: str, name: str, zero: bool = False) -> float:
+    """A PERIOD option in seconds (`period_s`); `zero`: 0 is allowed too."""
+    if zero and text.strip() in ("0", "0s", "0ms"):
+        return 0.0
+    return period_s(text, name)
 
 
 def _unclaimed(archive: str) -> dict | None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from budgetscope.commands.options import fail
 
 
 @click.command()
-@click.argument("name", type=click.Choice(["otelcol", "otelcol-sharded", "budgets"]))
+@click.argument("name", type=click.Choice(["otelcol", "otelcol-sharded", "otelcol-slis", "budgets", "grafana"]))
 @click.option("--path", "show_path", is_flag=True, help="Print where the installed file is instead of its text.")
 def example(name: str, show_path: bool) -> None:
     """Print a file that ships with budgetscope, to start your own from.
@@ -16,12 +18,22 @@ def example(name: str, show_path: bool) -> None:
     \b
       otelcol          an OpenTelemetry Collector config: traces and metrics from your servers to `collect`
       otelcol-sharded  the same, load-balanced by trace id over several `collect --shard` processes
+      otelcol-slis     a Collector pulling the live SLIs of `collect --budgets`, sent on as OTLP metrics
       budgets          the demo's budgets file (also the one of sample_traces/)
+      grafana          a Grafana dashboard (JSON) over the live SLIs of `collect --budgets`
 
     \b
       budgetscope example otelcol > otelcol.yaml && otelcol-contrib --config otelcol.yaml
       budgetscope example budgets > budgets.toml
+      budgetscope example grafana > budgetscope-dashboard.json   # Grafana: Dashboards → Import
     """
+    if name == "grafana":
+        from budgetscope.alerting.grafana import dashboard
+
+        if show_path:
+            raise fail(ValueError("the grafana dashboard is generated, not a file: print it without --path"))
+        click.echo(json.dumps(dashboard(), indent=2))
+        return
     from budgetscope.shipped import MissingFile, demo_budgets, otelcol_config
 
     try:

@@ -79,12 +79,12 @@ def time_ns(value: str | None, name: str) -> int | None:
         raise UsageError(str(e)) from None
 
 
-PERIOD_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "": 1.0}
+PERIOD_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
 
 def period_s(text: str, name: str) -> float:
     """The option `--name`'s period ('500ms', '1.5s', '1m', or bare seconds '2') in seconds, > 0."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|)\s*", text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*", text)
     if not m or float(m.group(1)) <= 0:
         raise UsageError(f"--{name}: {text!r} is not a period like 500ms, 1s or 1m")
     return float(m.group(1)) * PERIOD_UNITS[m.group(2)]

@@ -67,6 +67,27 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "budgetscope.cli", *args]
 
 
+def load_command(sc: Scenario, url: str, duration_s: float, *more: str) -> list[str]:
+    """The `budgetscope load` command of a scenario against `url` (its client spans over OTLP, seed 1)."""
+    return _cli(
+        "load",
+        url,
+        "--rate",
+        str(sc.rate),
+        "--duration",
+        str(duration_s),
+        "--tiers",
+        sc.tiers,
+        "--spans",
+        "otlp",
+        "--seed",
+        "1",
+        *more,
+        *COMMON_LOAD,
+        *sc.load_args,
+    )
+
+
 def _tail(path: Path, n: int = 5) -> str:
     try:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])
@@ -146,24 +167,7 @@ def run_scenario(
             url = f"http://127.0.0.1:{proxy.port}"
         say(f"[{sc.name}] {sc.what}; {duration_s:g} s of load at {sc.rate:g} req/s")
         load = subprocess.run(
-            _cli(
-                "load",
-                url,
-                "--rate",
-                str(sc.rate),
-                "--duration",
-                str(duration_s),
-                "--tiers",
-                sc.tiers,
-                "--spans",
-                "otlp",
-                "--seed",
-                "1",
-                "--out",
-                str(out / f"{sc.name}-load.json"),
-                *COMMON_LOAD,
-                *sc.load_args,
-            ),
+            load_command(sc, url, duration_s, "--out", str(out / f"{sc.name}-load.json")),
             env=env,
             capture_output=True,
             text=True,

@@ -1,8 +1,11 @@
-"""Budgets: per tier, the one-sentence verdict, attainment and p50/p95/p99 of TTFT, TPOT and E2E against budget."""
+"""Budgets: per tier, the one-sentence verdict, attainment and p50/p95/p99 of TTFT, TPOT and E2E against budget, and
+the error budget left and the burn rates of each budgeted figure."""
 
 import state
 import streamlit as st
 
+from budgetscope.analysis.render import burn_table
+from budgetscope.analysis.slo import figure_label
 from budgetscope.analysis.verdict import LABEL, outcomes_words
 
 ov, f, text, bpath = state.start_page("Budgets")
@@ -51,6 +54,22 @@ for e in rep["tiers"]:
         for m, v in e["metrics"].items()
     ]
     st.table(rows)
+    if burn := burn_table(e.get("burn_rates")):
+        title, headers, burn_rows = burn
+        left = {f: v["period"]["budget_left"] for f, v in e["burn_rates"]["figures"].items()}
+        known = {f: x for f, x in left.items() if x is not None}
+        worst = min(known, key=known.get) if known else None
+        st.metric(
+            "Error budget left (worst figure, over the selected range)",
+            "n/a" if worst is None else f"{100 * known[worst]:.0f}% ({figure_label(worst)})",
+            help=f"1 − the share of judged requests that missed the budget / the error budget "
+            f"({100 * e['burn_rates']['error_budget']:g}% = 1 − p{e['percentile']:g}); below 0 it is spent. "
+            "A burn rate is the same ratio over a window ending at the newest request: 1 spends the budget exactly "
+            "over the SLO period, 14.4 over 1h and 5m pages (docs/alerting.md). The same figures Prometheus "
+            "computes from `collect --budgets`.",
+        )
+        st.caption(title[0].upper() + title[1:])
+        st.table([dict(zip(headers, r)) for r in burn_rows])
     st.markdown(e["verdict"])
     if e["figures"] == "server" and e["requests_without_client_span"]:
         st.caption(
