@@ -19,7 +19,7 @@ import fcntl
 import os
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from budgetscope import schema
@@ -28,6 +28,7 @@ from budgetscope.archive import segments
 from budgetscope.archive.compaction import Compactor
 from budgetscope.archive.duckdb_archive import DuckDBArchive, one
 from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.holding import Holding
 from budgetscope.archive.protocol import Landing
 from budgetscope.archive.reader import ArchiveReader, requests_sql
 from budgetscope.archive.shards import is_sharded
@@ -38,17 +39,6 @@ MEMORY_SPANS = 2_000_000
 """`ingest`'s working set is emptied of published rows once it holds this many spans."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
-
-
-@dataclass(frozen=True)
-class Holding:
-    """How a durable writer's working set holds what it published (the collector's tuning, with the reasons for
-    its figures: budgetscope/collector/tuning.py)."""
-
-    hold_s: float  # spans stay this long after they landed (exact deduplication, no read-back for late spans)
-    max_spans: int  # ... but no more than this many: each commit's cost grows with what it holds
-    dropped_max: int  # traces let go of, remembered by a 64-bit hash: a late span of one reads the trace back
-    seed_spans: int  # an opening writer remembers the traces of its newest segments, up to this many spans
 
 
 _STATE_DDL = (
@@ -121,7 +111,7 @@ class DirectoryArchive:
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
         if durable and holding is None:
-            raise ValueError("a durable writer needs its `holding` (collector/tuning.py)")
+            raise ValueError("a durable writer needs its `holding` (archive/holding.py)")
         if not mf.is_directory_archive(root):
             if is_sharded(root):
                 raise ArchiveError(
