@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from budgetscope.archive import manifest as mf
 from budgetscope.cli import main
-from budgetscope.stats import quantile_linear, quantile_nearest_rank
+from budgetscope.stats import quantile_guidellm, quantile_linear
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request
 from test_sources_aiperf import _record
@@ -178,19 +178,14 @@ def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft
         by_tool.setdefault(tool, []).append((ttft, model, out, cached, net))
     aiperf = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["time_to_first_token"]
     ttfts = sorted(t[0] for t in by_tool["aiperf"])
-    # AIPerf's percentiles interpolate (numpy's default)
-    assert (quantile_linear(ttfts, 0.5), quantile_linear(ttfts, 0.99)) == (
-        pytest.approx(aiperf["p50"], abs=1e-3),
-        pytest.approx(aiperf["p99"], abs=1e-3),
-    )
+    # AIPerf's percentiles interpolate (its own arithmetic is quantile_linear's): every one it printed, to the us
+    printed = {k: v for k, v in aiperf.items() if k[0] == "p" and k[1:].isdigit()}
+    assert {k: quantile_linear(ttfts, int(k[1:]) / 100) for k in printed} == pytest.approx(printed, abs=1e-3)
     report = json.loads(files["guidellm"].read_text())
     gl = report["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]
     ttfts = sorted(t[0] for t in by_tool["guidellm"])
-    # GuideLLM's are nearest rank, never interpolated
-    assert (quantile_nearest_rank(ttfts, 0.5), quantile_nearest_rank(ttfts, 0.99)) == (
-        pytest.approx(gl["p50"], abs=1e-3),
-        pytest.approx(gl["p99"], abs=1e-3),
-    )
+    # GuideLLM's are its running sum's value, never interpolated: every one it printed, to the us
+    assert {k: quantile_guidellm(ttfts, int(k[1:]) / 10 ** (len(k) - 1)) for k in gl} == pytest.approx(gl, abs=1e-3)
     assert quantile_linear(ttfts, 0.99) != pytest.approx(gl["p99"], abs=1e-3)
     # the server's counts, not AIPerf's tokenizer (which counted 39-76 for 64 tokens)
     assert {t[1:4] for t in by_tool["aiperf"]} == {("tiny", 64, 0)}
