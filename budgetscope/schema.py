@@ -161,6 +161,25 @@ REQUESTS = Table(
             "how the client counted its first token (client span `budgetscope.client.first_token_definition`, "
             "`first_token_event` when absent); NULL without a client span, and in rows written before it",
         ),
+        C(
+            "client_last_token_ns",
+            "BIGINT",
+            "when the client received the last chunk with content, ns (client clock; AIPerf's request latency and "
+            "GuideLLM's last token end there, before the end of the response); NULL where the client did not record "
+            "it, and in rows written before it",
+        ),
+        C(
+            "client_trace_id",
+            "VARCHAR",
+            "trace of the client span: `trace_id`, but for an imported record (AIPerf, GuideLLM) joined by request id, "
+            "whose span keeps the trace of its file; NULL without a client span, and in rows written before it",
+        ),
+        C(
+            "client_request_id",
+            "VARCHAR",
+            "the server's request id as the client recorded it (AIPerf `x_request_id`, GuideLLM `response_id`): "
+            "the key an imported record joins its server row by; NULL where the client recorded none",
+        ),
     ),
 )
 

@@ -173,7 +173,7 @@ def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft
         archive_path,
         """SELECT c.service_name, r.client_ttft_ms,
             r.model, r.output_tokens, r.cached_tokens, r.ttft_network_ms
-            FROM requests r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id""",
+            FROM requests r JOIN spans c ON c.trace_id = r.client_trace_id AND c.span_id = r.client_span_id""",
     ):
         by_tool.setdefault(tool, []).append((ttft, model, out, cached, net))
     aiperf = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["time_to_first_token"]
@@ -318,3 +318,120 @@ def test_a_bad_aiperf_raw_export_is_one_line_and_lands_nothing(tmp_path, archive
         "(nothing from it landed)\n"
     )
     assert not archive_path.exists()
+
+
+# -- whichever comes first, and any number of times ---------------------------------------------------------------
+def _engine_spans_in_two(files) -> tuple[Path, Path]:
+    """The recorded engine spans as two files, split between export batches (lines), as a collector receives them."""
+    lines = files["spans"].read_bytes().splitlines(keepends=True)
+    half = len(lines) // 2
+    out = files["spans"].with_name("spans-1.jsonl"), files["spans"].with_name("spans-2.jsonl")
+    out[0].write_bytes(b"".join(lines[:half]))
+    out[1].write_bytes(b"".join(lines[half:]))
+    return out
+
+
+def _one_row_a_request(archive) -> None:
+    """80 requests of the recorded run, one row each: the 40 of each tool joined, network derived, none twice."""
+    assert rows(
+        archive,
+        """SELECT count(*), count(DISTINCT request_id), count(client_span_id), count(DISTINCT client_span_id),
+        count(network_ms), count(*) FILTER (WHERE source = 'client') FROM requests""",
+    ) == [(80, 80, 80, 80, 80, 0)]
+    assert rows(
+        archive,
+        """SELECT c.service_name, count(*) FROM requests r
+        JOIN spans c ON c.trace_id = r.client_trace_id AND c.span_id = r.client_span_id GROUP BY 1 ORDER BY 1""",
+    ) == [("aiperf", 40), ("guidellm", 40)]
+
+
+def _import(kind, f, archive, *more):
+    r = CliRunner().invoke(main, ["import", "--from", kind, str(f), "-a", str(archive), *more])
+    assert r.exit_code == 0, r.output
+    return r
+
+
+@pytest.mark.parametrize("kind", ["folder", "duckdb"])
+def test_imports_before_the_server_spans_join_when_the_spans_land(tmp_path, kind):
+    archive = tmp_path / ("a" if kind == "folder" else "a.duckdb")
+    files = _unpacked(tmp_path)
+    for tool in ("aiperf", "guidellm"):
+        r = _import(tool, files[tool], archive)
+        assert "; 0 records joined" in r.stdout and "40 of 40 records not joined: 40 found no server row" in r.stderr
+    assert rows(archive, "SELECT source, count(*) FROM requests GROUP BY 1") == [("client", 80)]
+    r = CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive), "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["counts"]["requests"] == 80, r.output
+    _one_row_a_request(archive)
+    # the same files again: nothing new, and each record still counted once
+    for tool in ("aiperf", "guidellm"):
+        again = json.loads(_import(tool, files[tool], archive, "--format", "json").stdout)["files"][0]
+        assert (again["spans_inserted"], again["already_imported"], again["joined_to_server_rows"]) == (0, True, 40)
+    _one_row_a_request(archive)
+
+
+def test_imports_between_two_parts_of_the_server_spans_join_both(tmp_path, archive_path):
+    files = _unpacked(tmp_path)
+    first, second = _engine_spans_in_two(files)
+    cli = CliRunner()
+    assert cli.invoke(main, ["ingest", str(first), "-a", str(archive_path)]).exit_code == 0
+    joined = {
+        tool: json.loads(_import(tool, files[tool], archive_path, "--format", "json").stdout)["files"][0]
+        for tool in ("aiperf", "guidellm")
+    }
+    some = {tool: e["joined_to_server_rows"] for tool, e in joined.items()}
+    assert 0 < some["aiperf"] + some["guidellm"] < 80  # part of the server rows were there
+    assert all(len(e["no_server_row"]) == 40 - e["joined_to_server_rows"] for e in joined.values())
+    assert cli.invoke(main, ["ingest", str(second), "-a", str(archive_path)]).exit_code == 0
+    _one_row_a_request(archive_path)
+    for tool in ("aiperf", "guidellm"):  # once more, around nothing
+        assert (
+            json.loads(_import(tool, files[tool], archive_path, "--format", "json").stdout)["files"][0][
+                "joined_to_server_rows"
+            ]
+            == 40
+        )
+    _one_row_a_request(archive_path)
+
+
+def test_the_archives_rows_are_those_of_one_derivation_of_all_its_spans(tmp_path, archive_path):
+    # an import before the spans, the other after: the rows each commit derived equal `budgetscope derive`'s
+    files = _unpacked(tmp_path)
+    _import("aiperf", files["aiperf"], archive_path)
+    assert CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    _import("guidellm", files["guidellm"], archive_path)
+    out = tmp_path / "rederived"
+    r = CliRunner().invoke(main, ["derive", "-a", str(archive_path), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    cols = "request_id, client_trace_id, client_span_id, client_request_id, round(network_ms, 6)"
+    again = (
+        duckdb.connect()
+        .execute(f"SELECT {cols} FROM read_parquet('{out}/**/*.parquet') ORDER BY request_id")
+        .fetchall()
+    )
+    assert rows(archive_path, f"SELECT {cols} FROM requests ORDER BY request_id") == again
+    assert len(again) == 80
+
+
+def test_an_older_imports_copy_in_the_server_trace_and_a_new_import_are_one_record(tmp_path, archive_path):
+    # before 2026-11-28 `import` put each joined record's span into its server row's trace: importing the same file
+    # again now lands the record in its own trace too; the two copies (one span id) are one record, joined once
+    from budgetscope.archive.spool import RawBatch
+    from budgetscope.opener import Archive
+    from budgetscope.sources import importers
+
+    files = _unpacked(tmp_path)
+    assert CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    doc = json.loads(importers.aiperf(files["aiperf"], files["aiperf"].read_bytes()))
+    traces = dict(rows(archive_path, "SELECT request_id, trace_id FROM requests"))
+    for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        rid = next(kv["value"]["stringValue"] for kv in s["attributes"] if kv["key"] == "budgetscope.client.request_id")
+        s["traceId"] = traces[rid]
+    with Archive(archive_path) as a:
+        a.ingest([RawBatch(json.dumps(doc).encode(), "otlp-json", "old import", "aiperf file")])
+    assert rows(archive_path, "SELECT count(*), count(client_span_id) FROM requests") == [(80, 40)]
+    r = _import("aiperf", files["aiperf"], archive_path, "--format", "json")
+    assert json.loads(r.stdout)["files"][0]["joined_to_server_rows"] == 40
+    assert rows(
+        archive_path,
+        "SELECT count(*), count(client_span_id), count(*) FILTER (WHERE client_trace_id = trace_id) FROM requests",
+    ) == [(80, 40, 40)]  # the copy in the server's trace is the one joined

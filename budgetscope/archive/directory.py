@@ -334,6 +334,34 @@ class DirectoryArchive:
                    OR n.trace_id IN (SELECT n.trace_id FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id))""",
                 [m.published_batch],
             )
+        self._read_back(new_spans=True)
+
+    def bring_back(self, traces: str) -> None:
+        """Read back into the working set the published spans and live `requests` rows of the traces that
+        `traces` (SQL: trace_id, lo, hi: ns the spans lie within) yields, where it lacks them; for a derivation of
+        traces with no new span (an imported record and its server row, derive/id_links.py)."""
+        if not self.manifest.files("spans"):
+            return
+        self.hot.con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS {traces}")
+        self._read_back(new_spans=False)
+
+    def published_requests(self, lo_ns: int | None, hi_ns: int | None) -> str | None:
+        """SQL of the live published `requests` rows arriving in [lo_ns, hi_ns] (every one, given None), less the
+        traces the working set holds or derived since the last commit (its rows replace theirs); None if there
+        are none."""
+        m = self.manifest
+        req = m.files("requests", lo_ns, hi_ns)
+        if not req:
+            return None
+        live = requests_sql(self.path, req, m.files("requests_deletes", lo_ns, hi_ns))
+        return f"""SELECT * FROM ({live}) p WHERE p.trace_id NOT IN (SELECT trace_id FROM requests)
+            AND p.trace_id NOT IN (SELECT trace_id FROM bs_derived)"""
+
+    def _read_back(self, new_spans: bool) -> None:
+        """The spans and live rows of the traces in `bs_look` (trace_id, lo, hi), read back from the segments
+        within REHYDRATE_MARGIN_NS of their times. `new_spans`: spans landed since the last commit may be copies of
+        what is read back (they are dropped as duplicates)."""
+        con, m = self.hot.con, self.manifest
         (lo, hi, n) = one(con, "SELECT min(lo), max(hi), count(*) FROM bs_look")
         if not n:
             return
@@ -352,7 +380,8 @@ class DirectoryArchive:
                                     AND s.batch_id <= ?)""",
                     [m.published_batch],
                 )
-                self._drop_republished(m.published_batch)
+                if new_spans:
+                    self._drop_republished(m.published_batch)
             req = m.files("requests", lo, hi)
             if req:
                 # a delete lies in the hour of the row it drops, so the rows' window holds their deletes

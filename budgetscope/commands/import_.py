@@ -43,9 +43,10 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
     ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf, guidellm), vLLM `llm_request`
     spans (vllm-metrics: offline `RequestOutput.metrics` as JSON lines) or Triton `InferRequest` spans, derived
     into `requests` like any ingest; Prometheus text goes to `server_metrics`. An archive this command created
-    stays only if something landed in it. AIPerf and GuideLLM records join the server row of the same request
-    already in the archive, by the id the tool recorded (AIPerf `x_request_id`, GuideLLM `response_id`): one row
-    a request, with network derived; import them after the server's spans. AIPerf's raw export
+    stays only if something landed in it. AIPerf and GuideLLM records join the server row of the same request by
+    the id the tool recorded (AIPerf `x_request_id`, GuideLLM `response_id`): one row a request, with network
+    derived, whether the server's spans landed before or land after; a warning names the records not joined.
+    AIPerf's raw export
     (`profile_export_raw.jsonl`, `--export-level raw`) beside `profile_export.jsonl` is read with it: each
     request's first-event time, so the network share of TTFT. A file of another known format is named in one line
     with the command that reads it.
@@ -94,6 +95,8 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
                 if entry["rejected"]:
                     click.echo(f"budgetscope: {entry['rejected']} (nothing from it landed)", err=True)
                     rejected = True
+                elif entry.get("warning"):
+                    click.echo(f"budgetscope: warning: {entry['warning']}", err=True)
                 entries.append(entry)
                 if out_fmt == "table":
                     click.echo(_summary_line(entry, kind in JOINED))

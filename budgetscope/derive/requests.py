@@ -2,8 +2,10 @@
 
 The client span `llm.client.request` is the parent of the server root (W3C traceparent), so the join is
 (trace_id, client span_id = server parent_span_id). An imported client record (AIPerf, GuideLLM) carries no trace
-context: `budgetscope import` puts it in the trace of the server row whose request id it recorded (joins.py), and
-it joins by (trace_id, client `budgetscope.client.request_id` = server `request_id`). Network is derived only
+context but the server's request id (`budgetscope.client.request_id`): it joins, from whichever trace it is in, the
+one server row with that `request_id` (`ID_LINKS`), when exactly one server row and one client record (by span id)
+have it; then the row's `client_trace_id` is the record's trace. Which spans arrived first does not matter: a
+writer derives both traces together whenever either changes (derive/id_links.py). Network is derived only
 where a client span exists:
   network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
   ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT); for a client whose TTFT
@@ -35,7 +37,14 @@ from __future__ import annotations
 
 from budgetscope.derive import client, llamacpp, native, sglang, tgi, triton, vllm
 from budgetscope.derive.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
-from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK, TOKEN_EVENT
+from budgetscope.derive.client import (
+    FIRST_EVENT,
+    FIRST_TOKEN_DEFINITION,
+    ID_ATTR,
+    LAST_TOKEN,
+    NONEMPTY_CHUNK,
+    TOKEN_EVENT,
+)
 from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 
 ADAPTERS = (native, vllm)
@@ -55,13 +64,33 @@ CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
     '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER","http.status_code":"INTEGER",'
     '"budgetscope.client.request_id":"VARCHAR","budgetscope.client.first_token_definition":"VARCHAR",'
-    '"budgetscope.client.first_event_unix_nano":"BIGINT"}'
+    '"budgetscope.client.first_event_unix_nano":"BIGINT","budgetscope.client.last_token_unix_nano":"BIGINT"}'
 )
 """The client span attributes the derivation reads; `http.status_code` is the HTTP conventions' old name."""
 
 CLIENT_END = "CASE WHEN c.is_http AND c.end_ns < s.end_ns THEN NULL ELSE c.end_ns END"
 """When the client had the whole response: an HTTP client span that ended before the server span timed only
 the response headers (a streamed response), so its end says nothing of the response's."""
+
+
+ID_LINKS = f"""
+SELECT client_trace_id, client_span_id, trace_id, server_span_id FROM (
+  SELECT k.*, row_number() OVER (PARTITION BY k.rid ORDER BY k.client_trace_id = k.trace_id DESC, k.client_trace_id)
+    AS copy
+  FROM (SELECT i.rid, i.trace_id AS client_trace_id, i.span_id AS client_span_id, v.trace_id, v.server_span_id
+        FROM (SELECT trace_id, span_id, a."{ID_ATTR}" AS rid FROM cs WHERE NOT is_http AND a."{ID_ATTR}" IS NOT NULL) i
+        JOIN served v ON v.request_id = i.rid AND v.server_span_id IS NOT NULL
+        WHERE NOT EXISTS (SELECT 1 FROM cs p WHERE p.trace_id = v.trace_id AND p.span_id = v.parent_span_id)) k
+  JOIN (SELECT v.request_id AS rid FROM served v WHERE v.server_span_id IS NOT NULL
+          AND v.request_id IN (SELECT a."{ID_ATTR}" FROM cs WHERE NOT is_http)
+        GROUP BY v.request_id HAVING count(*) = 1) one_server USING (rid)
+  JOIN (SELECT a."{ID_ATTR}" AS rid FROM cs WHERE NOT is_http AND a."{ID_ATTR}" IS NOT NULL
+        GROUP BY 1 HAVING count(DISTINCT span_id) = 1) one_record USING (rid)) j
+WHERE copy = 1"""
+"""Imported client records (`cs`, with the server's request id `ID_ATTR`) → the server row (`served`) each joins,
+in whichever traces both are: only where the id names one server row in all (without a client span of its own)
+and one record. An older import's copy of the record in the server's trace is the same record (by span id), and
+the one joined."""
 
 
 def requests_sql(spans: str, present: set[str] | None = None) -> str:
@@ -100,6 +129,9 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "client_scheduled_ns": 'c.a."budgetscope.client.scheduled_unix_nano"',
         "client_sent_ns": "c.start_ns",
         "client_first_token_ns": 'c.a."budgetscope.client.first_token_unix_nano"',
+        "client_last_token_ns": f'c.a."{LAST_TOKEN}"',
+        "client_trace_id": "c.trace_id",
+        "client_request_id": f'c.a."{ID_ATTR}"',
         "client_end_ns": CLIENT_END,
         "client_ttft_ms": '(c.a."budgetscope.client.first_token_unix_nano" - c.start_ns) / 1e6',
         "client_e2e_ms": f"({CLIENT_END} - c.start_ns) / 1e6",
@@ -120,10 +152,11 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         " - c.start_ns) / 1e6 - s.ttft_ms",
     }
     # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
-    # attributes are parsed
+    # attributes are parsed; a record linked by id is claimed in every trace that holds it (by span id: an
+    # older import put a copy in the server's trace)
     unclaimed = f"""(SELECT * FROM {spans} u WHERE {CLIENT_ROOT_SQL}
-  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND (v.parent_span_id = u.span_id
-    OR v.request_id = CAST(u.attributes->>'{ID_ATTR}' AS VARCHAR)))  -- a cast: DuckDB 1.5 would read request_id as JSON
+  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
+  AND NOT EXISTS (SELECT 1 FROM links l WHERE l.client_span_id = u.span_id)
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     # Two scans for the client spans, not one with OR: each keeps its filter in the scan, which then reads the
     # attributes of the rows it keeps only (one scan with OR cost 0.5 s more over 350,000 spans).
@@ -136,15 +169,18 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
 WITH served AS ({served}),
 reported AS (SELECT * FROM ({reported}) r
   WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
+cs AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
+        SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}
+        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false))),
+links AS ({ID_LINKS}),
 s AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
-c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
-        SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}
-        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false)))
+c AS (SELECT cs.*, coalesce(l.trace_id, cs.trace_id) AS join_trace_id, l.server_span_id AS join_server_span_id
+      FROM cs LEFT JOIN links l ON l.client_trace_id = cs.trace_id AND l.client_span_id = cs.span_id)
 SELECT {cols}
-FROM s LEFT JOIN c ON c.trace_id = s.trace_id
-  AND (c.span_id = s.parent_span_id OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
+FROM s LEFT JOIN c ON c.join_trace_id = s.trace_id
+  AND (c.span_id = s.parent_span_id OR c.join_server_span_id = s.server_span_id)
 LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
   ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id
 """

@@ -40,22 +40,35 @@ def import_file(
         if kind == "prometheus":
             return _land_metrics(a, path, data, start_ns, service_name)
         doc = _spans_document(path, data, kind, start_ns, clock_offset_ns)
-        joined = 0
-        if kind in JOINED:
-            doc, joined = joins.join(doc, server_lookup(a, archive))
     except (importers.ImportFormatError, PrometheusError) as e:
         said = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
         raise NotImported(wrong_format(path, kind) or said) from None
     report = a.ingest([RawBatch(doc, "otlp-json", str(path), f"{kind} file")])
-    return {
+    entry = {
         "file": str(path),
         "spans": report.spans,
         "spans_inserted": report.spans_inserted,
         "already_imported": report.batches_already_ingested > 0,
         "requests_derived": report.requests_derived,
-        "joined_to_server_rows": joined,
         "rejected": str(report.rejected[0]) if report.rejected else None,
     }
+    if kind in JOINED and not report.rejected:
+        entry |= joined_entry(_joins(a, archive, joins.request_ids(doc)), str(path), kind)
+    return entry
+
+
+def joined_entry(rep: joins.JoinReport, path: str, kind: str) -> dict:
+    """The summary entry's fields of what became of a file's records (docs/cli.md)."""
+    return {
+        "joined_to_server_rows": rep.joined,
+        "no_server_row": rep.no_server_row,
+        "ambiguous_request_ids": rep.ambiguous,
+        "warning": rep.warning(path, JOIN_KEYS[kind]),
+    }
+
+
+JOIN_KEYS = {"aiperf": "x_request_id", "guidellm": "response_id"}
+"""What each tool calls the request id its records are joined by."""
 
 
 def _spans_document(path: Path, data: bytes, kind: str, start_ns: int | None, clock_offset_ns: int | None) -> bytes:
@@ -85,13 +98,9 @@ def _land_metrics(a, path: Path, data: bytes, ts_ns: int | None, service_name: s
     return {"file": str(path), "samples": n, "rejected": None}
 
 
-def server_lookup(a, archive: str):
-    """`ids → {id: trace id}` over the server rows already in the archive `a` (open at `archive`)."""
-
-    def lookup(ids: list[str]) -> dict[str, str]:
-        if is_single_file(archive):
-            return joins.server_traces(a.con, ids)
-        with ArchiveReader(archive) as r:
-            return joins.server_traces(r.con, ids)
-
-    return lookup
+def _joins(a, archive: str, ids: dict[str, str]) -> joins.JoinReport:
+    """What became of the records `ids` (client span id → request id) once landed in `a` (open at `archive`)."""
+    if is_single_file(archive):
+        return joins.join_report(a.con, ids)
+    with ArchiveReader(archive) as r:
+        return joins.join_report(r.con, ids)
