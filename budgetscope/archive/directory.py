@@ -27,7 +27,7 @@ from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
 from budgetscope.archive.compaction import Compactor
 from budgetscope.archive.duckdb_archive import DuckDBArchive, one
-from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.errors import ArchiveError, ArchiveLocked
 from budgetscope.archive.holding import Holding
 from budgetscope.archive.protocol import Landing
 from budgetscope.archive.reader import ArchiveReader, requests_sql
@@ -68,9 +68,10 @@ class WriterLock:
         except BlockingIOError:
             holder = os.pread(self._fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(self._fd)
-            raise ArchiveError(
+            raise ArchiveLocked(
                 f"{root} is being written by another process (pid {holder}); "
-                "an archive has one writer, and readers need no lock"
+                "an archive has one writer, and readers need no lock",
+                holder,
             ) from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, str(os.getpid()).encode(), 0)

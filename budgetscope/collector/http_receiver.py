@@ -1,5 +1,7 @@
 """`OtlpHttpReceiver`: OTLP/HTTP `POST /v1/traces` and `POST /v1/metrics` (GPU samples; protobuf or JSON,
-gzip/deflate) on one asyncio event loop: a connection costs a few kilobytes, never a thread.
+gzip/deflate), and `POST /v1/budgetscope/scrapes` (a `/metrics` scrape that `budgetscope scrape` or `import` sends
+to the collector writing its archive: collector/endpoint.py), on one asyncio event loop: a connection costs a few
+kilobytes, never a thread.
 
 Statuses follow the OTLP/HTTP spec: 200 with an `ExportTraceServiceResponse` in the request's encoding once the
 batch is in the archive; 400 (bad body), 401 (missing or wrong bearer token), 413 (too large), 415 (media type /
@@ -35,7 +37,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from budgetscope.auth import bearer_ok
-from budgetscope.collector import self_metrics
+from budgetscope.collector import endpoint, self_metrics
 from budgetscope.collector import status as st
 from budgetscope.collector.pending import Hold, Outcome, PendingQueue
 
@@ -46,6 +48,7 @@ METRICS_PATH = "/v1/metrics"
 STATUS_PATH = "/status"  # GET: the collector's counts and the spans no adapter claimed, as JSON
 FORMATS = {"application/x-protobuf": "otlp-proto", "application/json": "otlp-json"}
 METRICS_FORMATS = {"otlp-proto": "otlp-metrics-proto", "otlp-json": "otlp-metrics-json"}
+
 SUCCESS_BODY = {"otlp-proto": b"", "otlp-json": b"{}"}  # an empty Export{Trace,Metrics}ServiceResponse
 CONTENT_TYPE = {"otlp-proto": "application/x-protobuf", "otlp-json": "application/json"}
 ERROR_STATUS = {Outcome.REJECTED: 400, Outcome.BUSY: 429, Outcome.CLOSED: 503, Outcome.FAILED: 503}
@@ -333,6 +336,10 @@ class _Connection:
                 "(use application/x-protobuf or application/json)",
                 close=True,
             )
+        if path == endpoint.SCRAPES_PATH:  # a `/metrics` scrape from `budgetscope scrape` or `import`, as JSON
+            if fmt != "otlp-json":
+                return self._error(415, "otlp-json", f"a scrape is {endpoint.SCRAPE_CONTENT_TYPE}", close=True)
+            return await self._export(fmt, endpoint.SCRAPE_FORMAT, headers)
         return await self._export(fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt, headers)
 
     async def _export(self, fmt: str, batch_format: str, headers: dict[str, str]) -> bool:
@@ -399,8 +406,10 @@ class _Connection:
                     return self._outcome(refused, fmt, "")
                 reserved = len(payload)
             done = asyncio.get_running_loop().create_future()
+            # a file `budgetscope import` sent keeps its path as the batch's origin (header `x-budgetscope-origin`)
+            origin = headers.get(endpoint.ORIGIN_HEADER) or "otlp-http"
             ticket = r.queue.submit_nowait(
-                payload, batch_format, "otlp-http", self.peer, reserved, on_done=lambda: r.call_soon(_set_done, done)
+                payload, batch_format, origin, self.peer, reserved, on_done=lambda: r.call_soon(_set_done, done)
             )
             reserved = 0  # released by the writer (or by submit_nowait, when closed)
             del payload
@@ -499,7 +508,8 @@ class OtlpHttpReceiver:
         self.queue = queue
         self.status = status  # a callable returning the JSON-able document of GET /status; None: not served
         self.self_metrics = self_metrics  # GET /metrics: the collector's own figures (Prometheus text)
-        self.paths = (TRACES_PATH, METRICS_PATH) if metrics else (TRACES_PATH,)  # metrics: GPU samples, opt-in
+        # metrics: GPU samples, opt-in; scrapes: `budgetscope scrape` and `import` into the archive it writes
+        self.paths = (TRACES_PATH, endpoint.SCRAPES_PATH) + ((METRICS_PATH,) if metrics else ())
         self.max_message_bytes = max_message_bytes
         self.retry_after_s = retry_after_s
         self.max_connections = max_connections
