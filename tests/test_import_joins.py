@@ -435,3 +435,41 @@ def test_an_older_imports_copy_in_the_server_trace_and_a_new_import_are_one_reco
         archive_path,
         "SELECT count(*), count(client_span_id), count(*) FILTER (WHERE client_trace_id = trace_id) FROM requests",
     ) == [(80, 40, 40)]  # the copy in the server's trace is the one joined
+
+
+def test_aiperfs_request_latency_and_the_e2e_to_done_are_both_on_its_rows(tmp_path, archive_path):
+    # AIPerf's request latency ends at the last chunk with content, budgetscope's E2E at the end of the response
+    files = _unpacked(tmp_path)
+    assert CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    for tool in ("aiperf", "guidellm"):
+        _import(tool, files[tool], archive_path)
+    got = rows(
+        archive_path,
+        """SELECT client_request_id, (client_last_token_ns - client_sent_ns) / 1e6, client_e2e_ms,
+        client_last_token_ns <= client_end_ns FROM requests""",
+    )
+    assert len(got) == 80 and all(before for *_, before in got)
+    aiperf_ids = {json.loads(line)["metadata"]["x_request_id"] for line in files["aiperf"].read_text().splitlines()}
+    latency = sorted(lat for rid, lat, _, _ in got if rid in aiperf_ids)
+    e2e = sorted(e for rid, _, e, _ in got if rid in aiperf_ids)
+    printed = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["request_latency"]
+    printed = {k: v for k, v in printed.items() if k[0] == "p" and k[1:].isdigit()}
+    assert len(latency) == 40
+    assert {k: quantile_linear(latency, int(k[1:]) / 100) for k in printed} == pytest.approx(printed, abs=1e-6)
+    # the E2E to [DONE] is later: p50 1,157.30 against AIPerf's 1,138.35 ms, p99 2,813.90 against 2,767.42 ms
+    assert (quantile_linear(e2e, 0.5), quantile_linear(e2e, 0.99)) == (
+        pytest.approx(1157.3037285, abs=1e-6),
+        pytest.approx(2813.89966867, abs=1e-6),
+    )
+    # GuideLLM's last token is its `last_token_iteration`
+    report = json.loads(files["guidellm"].read_text())
+    last = {
+        r["response_id"]: r["info"]["timings"]["last_token_iteration"]
+        for r in report["benchmarks"][0]["requests"]["successful"]
+    }
+    got = rows(
+        archive_path,
+        "SELECT client_request_id, client_last_token_ns FROM requests WHERE client_request_id IN (SELECT unnest(?))",
+        [list(last)],
+    )
+    assert dict(got) == {rid: round(t * 1e9) for rid, t in last.items()} and len(got) == 40

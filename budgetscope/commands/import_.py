@@ -55,13 +55,13 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name,
     with the command that reads it.
 
     \b
-      budgetscope import --format vllm-bench result.json --archive runs.duckdb
+      budgetscope import --from vllm-bench result.json --archive runs/
       budgetscope import --from vllm-bench result.json --archive runs/ --format json
-      budgetscope import --format aiperf artifacts/*/profile_export.jsonl --archive runs.duckdb
-      budgetscope import --format guidellm benchmarks.json --archive runs.duckdb
-      budgetscope import --format vllm-metrics vllm-metrics.jsonl --archive runs.duckdb
-      budgetscope import --format triton trace.json --archive runs.duckdb
-      budgetscope import --format prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs.duckdb
+      budgetscope import --from aiperf artifacts/*/profile_export.jsonl --archive runs/
+      budgetscope import --from guidellm benchmarks.json --archive runs/
+      budgetscope import --from vllm-metrics vllm-metrics.jsonl --archive runs/
+      budgetscope import --from triton trace.json --archive runs/
+      budgetscope import --from prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs/
     """
     from budgetscope.archive.errors import ArchiveError, ArchiveLocked
     from budgetscope.collector.endpoint import CollectorUnreachable
