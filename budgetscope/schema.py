@@ -72,8 +72,9 @@ _STAGE_COLS = (
     C(
         "network_ms",
         "DOUBLE",
-        "client span − server span (uplink + downlink), ms; NULL without a client span, or when "
-        "an HTTP client span ended before the server span (it timed the response headers only)",
+        "client span − server span (uplink + downlink), ms, of a request both ends saw complete (outcome ok, the "
+        "client span without a failure); NULL without a client span, for any other request, and where the client "
+        "span is shorter than the server's (flagged `client_end_before_server_end`, docs/metrics.md)",
     ),
     C("frontend_ms", "DOUBLE", "server receive → enqueued (parse, tokenize, validate), ms, summed over its spans"),
     C("queue_ms", "DOUBLE", "waiting to be scheduled, re-queues after preemption included, ms"),
@@ -87,7 +88,8 @@ _TTFT_COLS = (
     C(
         "ttft_network_ms",
         "DOUBLE",
-        "client TTFT − server TTFT: the network part of the client TTFT, ms; NULL without a client span",
+        "client TTFT (to its first stream event) − server TTFT: the network part of the client TTFT, ms; NULL "
+        "without a client span or its first event, for a request not both ends saw complete, and where negative",
     ),
     C("ttft_frontend_ms", "DOUBLE", "frontend time before the first token, ms"),
     C("ttft_queue_ms", "DOUBLE", "queue time before the first token, ms"),

@@ -473,3 +473,44 @@ def test_aiperfs_request_latency_and_the_e2e_to_done_are_both_on_its_rows(tmp_pa
         [list(last)],
     )
     assert dict(got) == {rid: round(t * 1e9) for rid, t in last.items()} and len(got) == 40
+
+
+# -- network: for requests both ends saw complete, and never below zero --------------------------------------------
+def test_network_is_for_completed_requests_and_a_server_span_ending_after_the_client_is_flagged(
+    tmp_path, archive_path, ingest_text
+):
+    # four requests on one clock: ok; ok but the server span ends 0.89 ms after the client got [DONE] (it closes
+    # after its last byte is written); cancelled by the client (AIPerf's was_cancelled), the server saw it end;
+    # the server cancelled it (the engine's outcome) while the client still counted it a success
+    arrivals = [T0 + i * 1_000 * MS for i in range(4)]
+    spans = []
+    for i, t in enumerate(arrivals):
+        extra = {"gen_ai.response.id": f"req-{i}", **({"budgetscope.outcome": "cancelled"} if i == 3 else {})}
+        spans += native_request(arrival=t, extra_root=extra)[1]
+    ingest_text(archive_path, jsonl(export(spans)))
+    recs = [
+        _aiperf_record(0, arrivals[0]),
+        _aiperf_record(1, arrivals[1], up_ms=1.0, down_ms=-1.89),
+        _aiperf_record(2, arrivals[2], down_ms=-60.0),
+        _aiperf_record(3, arrivals[3]),
+    ]
+    recs[2]["metadata"]["was_cancelled"] = True
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert "4 records joined" in _import("aiperf", f, archive_path).stdout
+    got = rows(
+        archive_path,
+        """SELECT request_id, outcome, round(network_ms, 3), round(client_e2e_ms, 3), ttft_network_ms, violations
+        FROM requests ORDER BY request_id""",
+    )
+    assert got == [
+        ("req-0", "ok", 5.0, 470.0, None, []),  # AIPerf's records alone carry no first event: no TTFT network
+        ("req-1", "ok", None, 464.11, None, ["client_end_before_server_end"]),  # -0.89 ms: flagged, not averaged
+        ("req-2", "ok", None, 407.0, None, []),  # the client cancelled: its E2E kept, no network
+        ("req-3", "cancelled", None, 470.0, None, []),  # the server's outcome: no network either
+    ]
+    tier = json.loads(CliRunner().invoke(main, ["report", "-a", str(archive_path), "--format", "json"]).stdout)
+    assert tier["violations"]["total"] == 1
+    assert tier["violations"]["top"] == [{"source": "native", "name": "client_end_before_server_end", "requests": 1}]
+    table = CliRunner().invoke(main, ["report", "-a", str(archive_path)]).stdout
+    assert "1 request misread" in table and "'client_end_before_server_end' (1)" in table

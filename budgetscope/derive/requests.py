@@ -7,7 +7,9 @@ one server row with that `request_id` (`ID_LINKS`), when exactly one server row 
 have it; then the row's `client_trace_id` is the record's trace. Which spans arrived first does not matter: a
 writer derives both traces together whenever either changes (derive/id_links.py). Network is derived only
 where a client span exists:
-  network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
+  network_ms      = client E2E − server E2E   (uplink + downlink over the whole request), for a request both
+                    ends saw complete (`COMPLETED`: outcome ok, the client span without a failure); NULL otherwise,
+                    and where it would be below zero (flagged, derive/invariants.py)
   ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT); for a client whose TTFT
                     waits for the first non-empty chunk (AIPerf, GuideLLM), its first event of any kind − server
                     TTFT, NULL where the export lacks it (AIPerf's records)
@@ -64,18 +66,31 @@ CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
     '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER","http.status_code":"INTEGER",'
     '"budgetscope.client.request_id":"VARCHAR","budgetscope.client.first_token_definition":"VARCHAR",'
-    '"budgetscope.client.first_event_unix_nano":"BIGINT","budgetscope.client.last_token_unix_nano":"BIGINT"}'
+    '"budgetscope.client.first_event_unix_nano":"BIGINT","budgetscope.client.last_token_unix_nano":"BIGINT",'
+    '"error.type":"VARCHAR"}'
 )
 """The client span attributes the derivation reads; `http.status_code` is the HTTP conventions' old name."""
 
 CLIENT_E2E_RAW = "(c.end_ns - c.start_ns) / 1e6"
 """The client's E2E as its span timed it."""
-CLIENT_END = (
-    f"CASE WHEN s.server_span_id IS NULL OR {invariants.client_view_ok(CLIENT_E2E_RAW, 's.e2e_ms')} THEN c.end_ns END"
+COMPLETED = (
+    "s.outcome = 'ok' AND c.a.\"error.type\" IS NULL"
+    ' AND coalesce(c.a."http.response.status_code", c.a."http.status_code", 200) < 400'
 )
-"""When the client had the whole response: a client span shorter than the server span's E2E did not time the
-response's end (an HTTP client span of a streamed response ended at its headers): no client end
-(derive/invariants.py). A server's reported E2E (a header) is not its clock: there the row is only flagged."""
+"""Both ends saw the request complete: the server's outcome is ok and the client's span no failure (a client
+that cancelled, timed out or got an error status stopped timing before the response's end). Network is
+defined for these requests only (docs/metrics.md)."""
+CLIENT_VIEW_OK = invariants.client_view_ok(CLIENT_E2E_RAW, "s.e2e_ms")
+CLIENT_END = (
+    f"CASE WHEN s.server_span_id IS NULL OR NOT c.is_http OR NOT coalesce({COMPLETED}, false) OR {CLIENT_VIEW_OK} "
+    "THEN c.end_ns END"
+)
+"""When the client had the whole response: an HTTP client span shorter than the server span's E2E did not time
+the response's end (that of a streamed response ended at its headers): no client end (derive/invariants.py).
+A span that read the response to its end (`llm.client.request`: `load`, the imports) keeps its end; when it is
+still shorter than the server's, the server span ended after its last byte was written (docs/metrics.md): the
+row is flagged and has no network. A server's reported E2E (a header) is not its clock: there the row is only
+flagged."""
 CLIENT_FIRST_EVENT = (
     f"CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
     f'THEN c.a."{FIRST_EVENT}" ELSE c.a."budgetscope.client.first_token_unix_nano" END'
@@ -175,13 +190,14 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "client_itl_ms": 'c.a."budgetscope.client.itl_ms"',
         "schedule_lag_ms": '(c.start_ns - c.a."budgetscope.client.scheduled_unix_nano") / 1e6',
         "http_status": 'coalesce(c.a."http.response.status_code", c.a."http.status_code")',
-        "network_ms": f"({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms",
+        "network_ms": f"CASE WHEN {COMPLETED} AND (s.server_span_id IS NULL OR {CLIENT_VIEW_OK}) "
+        f"THEN ({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms END",
         **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
         # kept on the row so that the report counts the definitions without joining `spans` (analysis/report.py)
         "client_first_token_definition": f"CASE WHEN c.span_id IS NOT NULL "
         f"THEN coalesce(c.a.\"{FIRST_TOKEN_DEFINITION}\", '{TOKEN_EVENT}') END",
-        "ttft_network_ms": f"CASE WHEN s.server_span_id IS NULL OR {invariants.client_view_ok(CLIENT_TTFT_RAW, 's.ttft_ms')} "
-        f"THEN {CLIENT_TTFT_RAW} - s.ttft_ms END",
+        "ttft_network_ms": f"CASE WHEN {COMPLETED} AND (s.server_span_id IS NULL OR "
+        f"{invariants.client_view_ok(CLIENT_TTFT_RAW, 's.ttft_ms')}) THEN {CLIENT_TTFT_RAW} - s.ttft_ms END",
         "ttft_content_gap_ms": CONTENT_GAP,
     }
     # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
@@ -222,7 +238,7 @@ c AS (SELECT cs.*, coalesce(l.trace_id, cs.trace_id) AS join_trace_id, l.server_
       FROM cs LEFT JOIN links l ON l.client_trace_id = cs.trace_id AND l.client_span_id = cs.span_id),
 r AS (
   SELECT {cols},
-  {CLIENT_E2E_RAW} AS bs_client_e2e_raw_ms, {CLIENT_TTFT_RAW} AS bs_client_ttft_raw_ms
+  CASE WHEN {COMPLETED} THEN {CLIENT_E2E_RAW} END AS bs_client_e2e_raw_ms, {CLIENT_TTFT_RAW} AS bs_client_ttft_raw_ms
   FROM s LEFT JOIN c ON c.join_trace_id = s.trace_id
     AND (c.span_id = s.parent_span_id OR c.join_server_span_id = s.server_span_id)
   LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
