@@ -346,6 +346,10 @@ class DirectoryArchive:
         self.hot.con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS {traces}")
         self._read_back(new_spans=False)
 
+    def new_spans(self) -> str:
+        """SQL of the spans landed since the last commit (the working set's rows past the published batch)."""
+        return f"SELECT * FROM spans WHERE batch_id > {int(self.manifest.published_batch)}"
+
     def published_requests(self, lo_ns: int | None, hi_ns: int | None) -> str | None:
         """SQL of the live published `requests` rows arriving in [lo_ns, hi_ns] (every one, given None), less the
         traces the working set holds or derived since the last commit (its rows replace theirs); None if there

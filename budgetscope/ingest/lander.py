@@ -288,13 +288,18 @@ class Lander:
             w.after_derive()
             return 0, 0
         con, track = w.con, w.track_derivations
-        links = self._links or IdLinks(con, w.published_requests, w.bring_back)
+        links = self._links or IdLinks(con, w.published_requests, w.bring_back, w.new_spans)
         self._links = links
         w.before_derive()
         links.before()
+        if not links.tracking:  # no request id met, none waits: the derivation alone (one query of `before`)
+            rows, orphans = derive_pending(con, count_orphans, track)
+            w.after_derive()
+            return rows, orphans
+        derived = "SELECT trace_id FROM bs_round"
         con.execute("CREATE OR REPLACE TEMP TABLE bs_round AS SELECT DISTINCT trace_id FROM pending_traces")
         rows, orphans = derive_pending(con, count_orphans, track)
-        if links.after("SELECT trace_id FROM bs_round"):  # a server row whose imported record waited for it
+        if links.after(derived):  # a server row whose imported record waited for it
             (again,) = con.execute(
                 "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces) "
                 "AND trace_id IN (SELECT trace_id FROM bs_round)"
@@ -302,7 +307,7 @@ class Lander:
             con.execute("INSERT INTO bs_round SELECT DISTINCT trace_id FROM pending_traces")
             more, more_orphans = derive_pending(con, count_orphans, track)
             rows, orphans = rows + more - again, orphans + more_orphans
-        links.kept("SELECT trace_id FROM bs_round")
+        links.kept(derived)
         con.execute("DROP TABLE bs_round")
         w.after_derive()
         return rows, orphans
