@@ -99,6 +99,10 @@ def test_an_id_held_by_two_server_rows_is_not_joined(tmp_path, archive_path, ing
     f.write_text(json.dumps(rec) + "\n")
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)])
     assert r.exit_code == 0 and "0 records joined" in r.stdout
+    assert r.stderr == (
+        f"budgetscope: warning: {f}: 1 of 1 records not joined: 1 whose x_request_id more than one server row "
+        "or record has (dup): not joined\n"
+    )
     assert rows(archive_path, "SELECT source, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [
         ("client", 1),
         ("native", 2),

@@ -37,7 +37,7 @@ class JoinReport:
             )
         if self.ambiguous:
             parts.append(
-                f"{len(self.ambiguous):,} have a {key} that more than one server row or record has "
+                f"{len(self.ambiguous):,} whose {key} more than one server row or record has "
                 f"({_ids(self.ambiguous)}): not joined"
             )
         if not parts:
