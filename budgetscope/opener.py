@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 
 from budgetscope.archive.archive import is_single_file
-from budgetscope.archive.directory import DirectoryArchive, Holding
+from budgetscope.archive.directory import DirectoryArchive
 from budgetscope.archive.duckdb_archive import DuckDBArchive
 from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.holding import HOLDING, Holding
 from budgetscope.archive.reader import ArchiveReader
-from budgetscope.collector.tuning import HOLDING
 from budgetscope.derive.requests import requests_sql
 from budgetscope.ingest.lander import Lander
 
@@ -47,7 +47,7 @@ def Archive(
 
     `durable` (directory writer): spool what `ingest(derive=False)` landed, so that it survives a crash before
     `commit()` (the collector), holding what it published as `holding` says (default: the collector's,
-    collector/tuning.py). `since_ns`/`until_ns` (directory reader): read only the segments that can hold that
+    archive/holding.py). `since_ns`/`until_ns` (directory reader): read only the segments that can hold that
     window. `retention_ns` (directory writer): drop the hour partitions older than this as it goes
     (`retention.py`). `reader_grace_s` (directory writer): keep replaced segments this long for readers of older
     commits from now on, recorded in the archive (`manifest.Manifest.grace_s`). `recover=False` (directory

@@ -81,8 +81,9 @@ _STAGE_COLS = (
     C(
         "network_ms",
         "DOUBLE",
-        "client span − server span (uplink + downlink), ms; NULL without a client span, or when "
-        "an HTTP client span ended before the server span (it timed the response headers only)",
+        "client span − server span (uplink + downlink), ms, of a request both ends saw complete (outcome ok, the "
+        "client span without a failure); NULL without a client span, for any other request, and where the client "
+        "span is shorter than the server's (flagged `client_end_before_server_end`, docs/metrics.md)",
     ),
     C("frontend_ms", "DOUBLE", "server receive → enqueued (parse, tokenize, validate), ms, summed over its spans"),
     C("queue_ms", "DOUBLE", "waiting to be scheduled, re-queues after preemption included, ms"),
@@ -96,7 +97,8 @@ _TTFT_COLS = (
     C(
         "ttft_network_ms",
         "DOUBLE",
-        "client TTFT − server TTFT: the network part of the client TTFT, ms; NULL without a client span",
+        "client TTFT (to its first stream event) − server TTFT: the network part of the client TTFT, ms; NULL "
+        "without a client span or its first event, for a request not both ends saw complete, and where negative",
     ),
     C("ttft_frontend_ms", "DOUBLE", "frontend time before the first token, ms"),
     C("ttft_queue_ms", "DOUBLE", "queue time before the first token, ms"),
@@ -223,6 +225,25 @@ REQUESTS = Table(
             "DOUBLE",
             "P/D disaggregation: the prefill leg's first token → the decode leg's arrival (the prefill response's "
             "return, the routing sidecar, the decode request), ms; NULL without P/D or when a leg is unknown",
+        ),
+        C(
+            "client_last_token_ns",
+            "BIGINT",
+            "when the client received the last chunk with content, ns (client clock; AIPerf's request latency and "
+            "GuideLLM's last token end there, before the end of the response); NULL where the client did not record "
+            "it, and in rows written before it",
+        ),
+        C(
+            "client_trace_id",
+            "VARCHAR",
+            "trace of the client span: `trace_id`, but for an imported record (AIPerf, GuideLLM) joined by request id, "
+            "whose span keeps the trace of its file; NULL without a client span, and in rows written before it",
+        ),
+        C(
+            "client_request_id",
+            "VARCHAR",
+            "the server's request id as the client recorded it (AIPerf `x_request_id`, GuideLLM `response_id`): "
+            "the key an imported record joins its server row by; NULL where the client recorded none",
         ),
     ),
 )

@@ -192,6 +192,31 @@ def tier_at(path: str, text: str, name: str, percentile: float, f: Filters) -> d
     )
 
 
+def tier_names(rep: dict) -> tuple[list[str], int]:
+    """The tiers a page offers: the budgets' tiers, then the archive's tiers that no budget names (shown without
+    budgets, at p99); and the index of the first that has requests (0 when none has), so that a page opens on a
+    tier with requests, not on a budgeted tier that matched none (the demo budgets over a sample whose requests
+    all sit in `default`)."""
+    names = [e["name"] for e in rep["tiers"]] + list(rep["unbudgeted_tiers"])
+    counts = [e["requests"] for e in rep["tiers"]] + list(rep["unbudgeted_tiers"].values())
+    return names, next((i for i, n in enumerate(counts) if n), 0)
+
+
+def pick_tier(where, rep: dict, path: str, text: str, f: Filters, key: str, more: tuple[str, ...] = ()):
+    """A "Tier" select box in `where` (st, or a column) over `tier_names`, opening on the first tier with requests;
+    returns (the name chosen, its report entry: the report's, or for a tier no budget names its report without
+    budgets; None for one of `more`)."""
+    names, first = tier_names(rep)
+    bare = set(rep["unbudgeted_tiers"])
+    name = where.selectbox(
+        "Tier", names + list(more), index=first, key=key, format_func=lambda n: f"{n} (no budget)" if n in bare else n
+    )
+    if name in more:
+        return name, None
+    entry = next((e for e in rep["tiers"] if e["name"] == name), None)
+    return name, entry if entry is not None else tier_at(path, text, name, 99.0, f)
+
+
 @st.cache_data(show_spinner="Building the timeline…", max_entries=32)
 def tier_timeline(path: str, text: str, name: str, f: Filters, entry: dict) -> dict:
     return timeline.tier_timeline(

@@ -11,7 +11,7 @@ import pytest
 from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.collector.tuning import HOLDING
+from budgetscope.archive.holding import HOLDING
 from budgetscope.ingest import batches, lander
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive

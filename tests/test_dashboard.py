@@ -152,6 +152,23 @@ def test_breakdown_and_explorer_follow_the_percentile(monkeypatch):
     assert "batch_size" in dims and "tenant" in dims
 
 
+def test_pages_open_on_a_tier_that_has_requests(monkeypatch):
+    # the demo budgets over the H200 sample: their `interactive` matches none of its requests, all in `default`
+    at = _app(monkeypatch, SAMPLES / "h200-1b-served")
+    for page, key in (
+        ("breakdown", "bd_tier"),
+        ("timeline", "tl_tier"),
+        ("tail_explorer", "te_tier"),
+        ("what_if", "wi_tier"),
+    ):
+        at.switch_page(f"pages/{page}.py").run()
+        _clean(at, page)
+        box = at.selectbox(key=key)
+        assert (box.value, box.options) == ("default", ["interactive", "default (no budget)", *box.options[2:]]), page
+    at.switch_page("pages/breakdown.py").run()
+    assert "Tail = the **10** requests" in at.markdown[0].value
+
+
 def test_filters_narrow_every_page(monkeypatch):
     at = _app(monkeypatch, SAMPLES / "calm")
     at.run()

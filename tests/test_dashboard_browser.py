@@ -3,7 +3,6 @@ text; a PNG screenshot of each page is kept under test-artifacts/dashboard/ (git
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -59,26 +58,22 @@ def _free_port() -> int:
 
 @contextmanager
 def _app(archive: Path, budgets: Path):
-    """The dashboard over one archive in a streamlit process on a free port; yields its URL."""
+    """The dashboard over one archive as `budgetscope dashboard` serves it (its Streamlit settings), on a free port;
+    yields its URL."""
     port = _free_port()
-    env = {**os.environ, "BUDGETSCOPE_ARCHIVE": str(archive), "BUDGETSCOPE_BUDGETS": str(budgets)}
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "dashboards" / "app.py"),
-            "--server.address",
-            "127.0.0.1",
-            "--server.port",
+            "budgetscope.cli",
+            "dashboard",
+            "-a",
+            str(archive),
+            "-b",
+            str(budgets),
+            "--port",
             str(port),
-            "--server.headless",
-            "true",
-            "--browser.gatherUsageStats",
-            "false",
         ],
-        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -189,6 +184,43 @@ def test_every_page_renders_without_errors(app_url, browser):
             assert bad not in text, f"{name}: {bad!r} on the page"
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
     assert not errors, errors
+
+
+def test_the_served_toolbar_is_a_viewers(app_url, browser):
+    """No Deploy button and no developer entries (rerun, clear cache) in the served app's toolbar and menu."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.goto(app_url)
+    _settle(page)
+    assert page.locator("[data-testid='stToolbar']").count() == 1  # the toolbar is there, and checked
+    assert page.locator("[data-testid='stAppDeployButton']").count() == 0
+    assert "Deploy" not in page.locator("[data-testid='stToolbar']").inner_text()
+    menu = page.locator("[data-testid='stMainMenu']")
+    if menu.count():
+        menu.click()
+        page.wait_for_timeout(500)
+        listed = (
+            page.locator("[data-testid='stMainMenuList']").inner_text()
+            if page.locator("[data-testid='stMainMenuList']").count()
+            else ""
+        )
+        assert "Clear cache" not in listed and "Rerun" not in listed
+
+
+def test_pages_open_on_a_tier_that_has_requests(browser):
+    """The demo budgets over the H200 sample: their one tier matches no request, its 345 requests sit in
+    `default`; the Breakdown opens on `default` and breaks its tail down."""
+    with _app(SAMPLES / "h200-1b-served", SAMPLES / "budgets.toml") as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 2000})
+        page.goto(f"{url}/breakdown")
+        _settle(page)
+        page.wait_for_function(
+            "document.querySelector('[data-testid=\"stMain\"]').innerText.includes('Tail = the')", timeout=60_000
+        )
+        chosen = page.locator(".st-key-bd_tier").inner_html()  # the select box, its chosen option in it
+        assert "default (no budget)" in chosen and "interactive" not in chosen
+        assert "Tail = the 10 requests" in page.locator("[data-testid='stMain']").inner_text()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "breakdown-default-tier.png"), full_page=True)
 
 
 def test_sidebar_time_slider_labels_fit_the_sidebar(app_url, browser):

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from budgetscope.archive import manifest as mf
 from budgetscope.cli import main
-from budgetscope.stats import quantile_linear, quantile_nearest_rank
+from budgetscope.stats import quantile_guidellm, quantile_linear
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request
 from test_sources_aiperf import _record
@@ -99,6 +99,10 @@ def test_an_id_held_by_two_server_rows_is_not_joined(tmp_path, archive_path, ing
     f.write_text(json.dumps(rec) + "\n")
     r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(f), "-a", str(archive_path)])
     assert r.exit_code == 0 and "0 records joined" in r.stdout
+    assert r.stderr == (
+        f"budgetscope: warning: {f}: 1 of 1 records not joined: 1 whose x_request_id more than one server row "
+        "or record has (dup): not joined\n"
+    )
     assert rows(archive_path, "SELECT source, count(*) FROM requests GROUP BY 1 ORDER BY 1") == [
         ("client", 1),
         ("native", 2),
@@ -173,24 +177,19 @@ def test_real_aiperf_and_guidellm_runs_give_one_row_a_request_and_their_own_ttft
         archive_path,
         """SELECT c.service_name, r.client_ttft_ms,
             r.model, r.output_tokens, r.cached_tokens, r.ttft_network_ms
-            FROM requests r JOIN spans c ON c.trace_id = r.trace_id AND c.span_id = r.client_span_id""",
+            FROM requests r JOIN spans c ON c.trace_id = r.client_trace_id AND c.span_id = r.client_span_id""",
     ):
         by_tool.setdefault(tool, []).append((ttft, model, out, cached, net))
     aiperf = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["time_to_first_token"]
     ttfts = sorted(t[0] for t in by_tool["aiperf"])
-    # AIPerf's percentiles interpolate (numpy's default)
-    assert (quantile_linear(ttfts, 0.5), quantile_linear(ttfts, 0.99)) == (
-        pytest.approx(aiperf["p50"], abs=1e-3),
-        pytest.approx(aiperf["p99"], abs=1e-3),
-    )
+    # AIPerf's percentiles interpolate (its own arithmetic is quantile_linear's): every one it printed, to the us
+    printed = {k: v for k, v in aiperf.items() if k[0] == "p" and k[1:].isdigit()}
+    assert {k: quantile_linear(ttfts, int(k[1:]) / 100) for k in printed} == pytest.approx(printed, abs=1e-3)
     report = json.loads(files["guidellm"].read_text())
     gl = report["benchmarks"][0]["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]
     ttfts = sorted(t[0] for t in by_tool["guidellm"])
-    # GuideLLM's are nearest rank, never interpolated
-    assert (quantile_nearest_rank(ttfts, 0.5), quantile_nearest_rank(ttfts, 0.99)) == (
-        pytest.approx(gl["p50"], abs=1e-3),
-        pytest.approx(gl["p99"], abs=1e-3),
-    )
+    # GuideLLM's are its running sum's value, never interpolated: every one it printed, to the us
+    assert {k: quantile_guidellm(ttfts, int(k[1:]) / 10 ** (len(k) - 1)) for k in gl} == pytest.approx(gl, abs=1e-3)
     assert quantile_linear(ttfts, 0.99) != pytest.approx(gl["p99"], abs=1e-3)
     # the server's counts, not AIPerf's tokenizer (which counted 39-76 for 64 tokens)
     assert {t[1:4] for t in by_tool["aiperf"]} == {("tiny", 64, 0)}
@@ -323,3 +322,199 @@ def test_a_bad_aiperf_raw_export_is_one_line_and_lands_nothing(tmp_path, archive
         "(nothing from it landed)\n"
     )
     assert not archive_path.exists()
+
+
+# -- whichever comes first, and any number of times ---------------------------------------------------------------
+def _engine_spans_in_two(files) -> tuple[Path, Path]:
+    """The recorded engine spans as two files, split between export batches (lines), as a collector receives them."""
+    lines = files["spans"].read_bytes().splitlines(keepends=True)
+    half = len(lines) // 2
+    out = files["spans"].with_name("spans-1.jsonl"), files["spans"].with_name("spans-2.jsonl")
+    out[0].write_bytes(b"".join(lines[:half]))
+    out[1].write_bytes(b"".join(lines[half:]))
+    return out
+
+
+def _one_row_a_request(archive) -> None:
+    """80 requests of the recorded run, one row each: the 40 of each tool joined, network derived, none twice."""
+    assert rows(
+        archive,
+        """SELECT count(*), count(DISTINCT request_id), count(client_span_id), count(DISTINCT client_span_id),
+        count(network_ms), count(*) FILTER (WHERE source = 'client') FROM requests""",
+    ) == [(80, 80, 80, 80, 80, 0)]
+    assert rows(
+        archive,
+        """SELECT c.service_name, count(*) FROM requests r
+        JOIN spans c ON c.trace_id = r.client_trace_id AND c.span_id = r.client_span_id GROUP BY 1 ORDER BY 1""",
+    ) == [("aiperf", 40), ("guidellm", 40)]
+
+
+def _import(kind, f, archive, *more):
+    r = CliRunner().invoke(main, ["import", "--from", kind, str(f), "-a", str(archive), *more])
+    assert r.exit_code == 0, r.output
+    return r
+
+
+@pytest.mark.parametrize("kind", ["folder", "duckdb"])
+def test_imports_before_the_server_spans_join_when_the_spans_land(tmp_path, kind):
+    archive = tmp_path / ("a" if kind == "folder" else "a.duckdb")
+    files = _unpacked(tmp_path)
+    for tool in ("aiperf", "guidellm"):
+        r = _import(tool, files[tool], archive)
+        assert "; 0 records joined" in r.stdout and "40 of 40 records not joined: 40 found no server row" in r.stderr
+    assert rows(archive, "SELECT source, count(*) FROM requests GROUP BY 1") == [("client", 80)]
+    r = CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive), "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["counts"]["requests"] == 80, r.output
+    _one_row_a_request(archive)
+    # the same files again: nothing new, and each record still counted once
+    for tool in ("aiperf", "guidellm"):
+        again = json.loads(_import(tool, files[tool], archive, "--format", "json").stdout)["files"][0]
+        assert (again["spans_inserted"], again["already_imported"], again["joined_to_server_rows"]) == (0, True, 40)
+    _one_row_a_request(archive)
+
+
+def test_imports_between_two_parts_of_the_server_spans_join_both(tmp_path, archive_path):
+    files = _unpacked(tmp_path)
+    first, second = _engine_spans_in_two(files)
+    cli = CliRunner()
+    assert cli.invoke(main, ["ingest", str(first), "-a", str(archive_path)]).exit_code == 0
+    joined = {
+        tool: json.loads(_import(tool, files[tool], archive_path, "--format", "json").stdout)["files"][0]
+        for tool in ("aiperf", "guidellm")
+    }
+    some = {tool: e["joined_to_server_rows"] for tool, e in joined.items()}
+    assert 0 < some["aiperf"] + some["guidellm"] < 80  # part of the server rows were there
+    assert all(len(e["no_server_row"]) == 40 - e["joined_to_server_rows"] for e in joined.values())
+    assert cli.invoke(main, ["ingest", str(second), "-a", str(archive_path)]).exit_code == 0
+    _one_row_a_request(archive_path)
+    for tool in ("aiperf", "guidellm"):  # once more, around nothing
+        assert (
+            json.loads(_import(tool, files[tool], archive_path, "--format", "json").stdout)["files"][0][
+                "joined_to_server_rows"
+            ]
+            == 40
+        )
+    _one_row_a_request(archive_path)
+
+
+def test_the_archives_rows_are_those_of_one_derivation_of_all_its_spans(tmp_path, archive_path):
+    # an import before the spans, the other after: the rows each commit derived equal `budgetscope derive`'s
+    files = _unpacked(tmp_path)
+    _import("aiperf", files["aiperf"], archive_path)
+    assert CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    _import("guidellm", files["guidellm"], archive_path)
+    out = tmp_path / "rederived"
+    r = CliRunner().invoke(main, ["derive", "-a", str(archive_path), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    cols = "request_id, client_trace_id, client_span_id, client_request_id, round(network_ms, 6)"
+    again = (
+        duckdb.connect()
+        .execute(f"SELECT {cols} FROM read_parquet('{out}/**/*.parquet') ORDER BY request_id")
+        .fetchall()
+    )
+    assert rows(archive_path, f"SELECT {cols} FROM requests ORDER BY request_id") == again
+    assert len(again) == 80
+
+
+def test_an_older_imports_copy_in_the_server_trace_and_a_new_import_are_one_record(tmp_path, archive_path):
+    # before 2026-11-28 `import` put each joined record's span into its server row's trace: importing the same file
+    # again now lands the record in its own trace too; the two copies (one span id) are one record, joined once
+    from budgetscope.archive.spool import RawBatch
+    from budgetscope.opener import Archive
+    from budgetscope.sources import importers
+
+    files = _unpacked(tmp_path)
+    assert CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    doc = json.loads(importers.aiperf(files["aiperf"], files["aiperf"].read_bytes()))
+    traces = dict(rows(archive_path, "SELECT request_id, trace_id FROM requests"))
+    for s in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        rid = next(kv["value"]["stringValue"] for kv in s["attributes"] if kv["key"] == "budgetscope.client.request_id")
+        s["traceId"] = traces[rid]
+    with Archive(archive_path) as a:
+        a.ingest([RawBatch(json.dumps(doc).encode(), "otlp-json", "old import", "aiperf file")])
+    assert rows(archive_path, "SELECT count(*), count(client_span_id) FROM requests") == [(80, 40)]
+    r = _import("aiperf", files["aiperf"], archive_path, "--format", "json")
+    assert json.loads(r.stdout)["files"][0]["joined_to_server_rows"] == 40
+    assert rows(
+        archive_path,
+        "SELECT count(*), count(client_span_id), count(*) FILTER (WHERE client_trace_id = trace_id) FROM requests",
+    ) == [(80, 40, 40)]  # the copy in the server's trace is the one joined
+
+
+def test_aiperfs_request_latency_and_the_e2e_to_done_are_both_on_its_rows(tmp_path, archive_path):
+    # AIPerf's request latency ends at the last chunk with content, budgetscope's E2E at the end of the response
+    files = _unpacked(tmp_path)
+    assert CliRunner().invoke(main, ["ingest", str(files["spans"]), "-a", str(archive_path)]).exit_code == 0
+    for tool in ("aiperf", "guidellm"):
+        _import(tool, files[tool], archive_path)
+    got = rows(
+        archive_path,
+        """SELECT client_request_id, (client_last_token_ns - client_sent_ns) / 1e6, client_e2e_ms,
+        client_last_token_ns <= client_end_ns FROM requests""",
+    )
+    assert len(got) == 80 and all(before for *_, before in got)
+    aiperf_ids = {json.loads(line)["metadata"]["x_request_id"] for line in files["aiperf"].read_text().splitlines()}
+    latency = sorted(lat for rid, lat, _, _ in got if rid in aiperf_ids)
+    e2e = sorted(e for rid, _, e, _ in got if rid in aiperf_ids)
+    printed = json.loads((FIXTURES / "aiperf-profile_export_aiperf.json").read_text())["request_latency"]
+    printed = {k: v for k, v in printed.items() if k[0] == "p" and k[1:].isdigit()}
+    assert len(latency) == 40
+    assert {k: quantile_linear(latency, int(k[1:]) / 100) for k in printed} == pytest.approx(printed, abs=1e-6)
+    # the E2E to [DONE] is later: p50 1,157.30 against AIPerf's 1,138.35 ms, p99 2,813.90 against 2,767.42 ms
+    assert (quantile_linear(e2e, 0.5), quantile_linear(e2e, 0.99)) == (
+        pytest.approx(1157.3037285, abs=1e-6),
+        pytest.approx(2813.89966867, abs=1e-6),
+    )
+    # GuideLLM's last token is its `last_token_iteration`
+    report = json.loads(files["guidellm"].read_text())
+    last = {
+        r["response_id"]: r["info"]["timings"]["last_token_iteration"]
+        for r in report["benchmarks"][0]["requests"]["successful"]
+    }
+    got = rows(
+        archive_path,
+        "SELECT client_request_id, client_last_token_ns FROM requests WHERE client_request_id IN (SELECT unnest(?))",
+        [list(last)],
+    )
+    assert dict(got) == {rid: round(t * 1e9) for rid, t in last.items()} and len(got) == 40
+
+
+# -- network: for requests both ends saw complete, and never below zero --------------------------------------------
+def test_network_is_for_completed_requests_and_a_server_span_ending_after_the_client_is_flagged(
+    tmp_path, archive_path, ingest_text
+):
+    # four requests on one clock: ok; ok but the server span ends 0.89 ms after the client got [DONE] (it closes
+    # after its last byte is written); cancelled by the client (AIPerf's was_cancelled), the server saw it end;
+    # the server cancelled it (the engine's outcome) while the client still counted it a success
+    arrivals = [T0 + i * 1_000 * MS for i in range(4)]
+    spans = []
+    for i, t in enumerate(arrivals):
+        extra = {"gen_ai.response.id": f"req-{i}", **({"budgetscope.outcome": "cancelled"} if i == 3 else {})}
+        spans += native_request(arrival=t, extra_root=extra)[1]
+    ingest_text(archive_path, jsonl(export(spans)))
+    recs = [
+        _aiperf_record(0, arrivals[0]),
+        _aiperf_record(1, arrivals[1], up_ms=1.0, down_ms=-1.89),
+        _aiperf_record(2, arrivals[2], down_ms=-60.0),
+        _aiperf_record(3, arrivals[3]),
+    ]
+    recs[2]["metadata"]["was_cancelled"] = True
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert "4 records joined" in _import("aiperf", f, archive_path).stdout
+    got = rows(
+        archive_path,
+        """SELECT request_id, outcome, round(network_ms, 3), round(client_e2e_ms, 3), ttft_network_ms, violations
+        FROM requests ORDER BY request_id""",
+    )
+    assert got == [
+        ("req-0", "ok", 5.0, 470.0, None, []),  # AIPerf's records alone carry no first event: no TTFT network
+        ("req-1", "ok", None, 464.11, None, ["client_end_before_server_end"]),  # -0.89 ms: flagged, not averaged
+        ("req-2", "ok", None, 407.0, None, []),  # the client cancelled: its E2E kept, no network
+        ("req-3", "cancelled", None, 470.0, None, []),  # the server's outcome: no network either
+    ]
+    tier = json.loads(CliRunner().invoke(main, ["report", "-a", str(archive_path), "--format", "json"]).stdout)
+    assert tier["violations"]["total"] == 1
+    assert tier["violations"]["top"] == [{"source": "native", "name": "client_end_before_server_end", "requests": 1}]
+    table = CliRunner().invoke(main, ["report", "-a", str(archive_path)]).stdout
+    assert "1 request misread" in table and "'client_end_before_server_end' (1)" in table

@@ -1,7 +1,7 @@
 """The import graph of `budgetscope`, read statically (every `import` in every module, function-level ones
 included): the store imports nothing above it, the analysis nothing of the command line, and no two of the
-package's folders, nor two of its modules, import each other round a loop; and every import inside a function says
-why (docs/design.md, "Architecture")."""
+package's rooms (its folders and its root modules: `opener`, `cli`, …), nor two of its modules, import each other
+round a loop; and every import inside a function says why (docs/design.md, "Architecture")."""
 
 from __future__ import annotations
 
@@ -53,23 +53,26 @@ def room(module: str, package: str) -> str:
 
 
 def violations(graph: dict[str, set[str]], package: str, folders: set[str]) -> list[str]:
-    """What breaks the rules: a forbidden import, or a cycle between the package's folders."""
+    """What breaks the rules: a forbidden import, or a cycle between the package's rooms: its `folders` and its
+    root modules (a root module such as `opener` that imports a folder which imports it back is a circle, though
+    no two modules close it: `opener` → `collector.tuning`, `collector.writer` → `opener`)."""
     found = []
     for mod, targets in graph.items():
         for t in targets:
             if t in graph or any(g.startswith(t + ".") for g in graph):
                 if room(t, package) in FORBIDDEN.get(room(mod, package), ()) and (mod, t) not in EXCEPTIONS:
                     found.append(f"{mod} imports {t}")
-    edges: dict[str, set[str]] = {f: set() for f in folders}
+    rooms = set(folders) | {room(m, package) for m in graph if m.count(".") == 1}
+    edges: dict[str, set[str]] = {r: set() for r in rooms}
     for mod, targets in graph.items():
         a = room(mod, package)
-        if a not in folders:
+        if a not in rooms:
             continue
         for t in targets:
             b = room(t, package)
-            if b in folders and b != a:
+            if b in rooms and b != a:
                 edges[a].add(b)
-    found += [f"folder cycle: {' → '.join(c)}" for c in _cycles(edges)]
+    found += [f"cycle between rooms: {' → '.join(c)}" for c in _cycles(edges)]
     return found
 
 
@@ -218,10 +221,26 @@ def test_each_rule_fails_on_a_fake_package_that_breaks_it(fakescope):
             "fakescope.analysis.report imports fakescope.cli",
             "fakescope.analysis.report imports fakescope.commands.report",
             "fakescope.analysis.report imports fakescope.commands",
-            "folder cycle: archive → ingest → archive",
-            "folder cycle: loadgen → sweep → loadgen",
+            "cycle between rooms: archive → ingest → archive",
+            "cycle between rooms: loadgen → sweep → loadgen",
         ]
     )
+
+
+def test_a_circle_through_a_root_module_is_found(fakescope):
+    # budgetscope's last one: the opener took the collector's tuning while the collector's writer opened archives
+    (fakescope / "archive/store.py").write_text("")
+    (fakescope / "loadgen/plan.py").write_text("")
+    (fakescope / "opener.py").write_text("from fakescope.collector.tuning import HOLDING\n")
+    (fakescope / "collector/__init__.py").parent.mkdir()
+    (fakescope / "collector/__init__.py").write_text("")
+    (fakescope / "collector/tuning.py").write_text("")
+    (fakescope / "collector/writer.py").write_text("def open_():\n    from fakescope.opener import Archive\n")
+    graph = imports(fakescope, "fakescope")
+    assert module_cycles(graph, "fakescope") == []  # no two modules close it
+    assert [v for v in violations(graph, "fakescope", folders_of(fakescope)) if "cycle" in v] == [
+        "cycle between rooms: collector → opener → collector"
+    ]
 
 
 def test_a_circle_between_modules_of_a_fake_package_is_found(fakescope):

@@ -20,6 +20,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tools"
     [
         (gzip.decompress((FIXTURES / "aiperf-profile_export.jsonl.gz").read_bytes())[:65536], "aiperf"),
         (gzip.decompress((FIXTURES / "aiperf-raw-profile_export_raw.jsonl.gz").read_bytes())[:65536], "aiperf-raw"),
+        ((FIXTURES / "aiperf-profile_export_aiperf.json").read_bytes()[:65536], "aiperf-summary"),
         (gzip.decompress((FIXTURES / "guidellm-benchmarks.json.gz").read_bytes())[:65536], "guidellm"),
         (gzip.decompress((FIXTURES / "engine-spans.jsonl.gz").read_bytes())[:65536], "otlp"),
         (b'{\n  "resourceSpans": [\n', "otlp"),
@@ -79,4 +80,19 @@ def test_ingest_or_a_wrong_import_of_aiperfs_raw_export_is_one_line(tmp_path, ar
     assert (r.exit_code, r.stderr) == (2, said.format("an OTLP trace export"))
     r = CliRunner().invoke(main, ["import", "--from", "guidellm", str(raw), "-a", str(archive_path)])
     assert (r.exit_code, r.stderr) == (2, said.format("a GuideLLM benchmarks.json"))
+    assert not archive_path.exists()
+
+
+def test_aiperfs_run_summary_given_to_import_says_what_it_is_and_which_file_to_give(tmp_path, archive_path):
+    summary = tmp_path / "profile_export_aiperf.json"
+    summary.write_bytes((FIXTURES / "aiperf-profile_export_aiperf.json").read_bytes())
+    said = (
+        f"budgetscope: {summary}: this is an AIPerf run summary (profile_export_aiperf.json), not {{}}: read it with "
+        "`budgetscope import --from aiperf` of the profile_export.jsonl beside it (the per-request records; the "
+        "summary is read from beside them for the run's model) (nothing from it landed)\n"
+    )
+    r = CliRunner().invoke(main, ["import", "--from", "aiperf", str(summary), "-a", str(archive_path)])
+    assert (r.exit_code, r.stderr) == (2, said.format("an AIPerf profile_export.jsonl"))
+    r = CliRunner().invoke(main, ["ingest", str(summary), "-a", str(archive_path)])
+    assert (r.exit_code, r.stderr) == (2, said.format("an OTLP trace export"))
     assert not archive_path.exists()

@@ -220,9 +220,14 @@ def test_guidellm_requests_become_client_rows(tmp_path, archive_path):
     f.write_text(json.dumps(_report()))
     r = _import(f, archive_path)
     assert r.exit_code == 0, r.output
-    assert r.output == (
+    assert r.stdout == (
         f"{f}: 5 spans (5 new), 0 already imported; 5 requests derived; "
         "0 records joined to their server spans by request id\n"
+    )
+    # no server spans here: a warning names the records not joined, and why
+    assert r.stderr == (
+        f"budgetscope: warning: {f}: 5 of 5 records not joined: 5 found no server row with their response_id "
+        "(cmpl-0, cmpl-1, cmpl-2, cmpl-3, cmpl-4): client-only rows until the server's spans land, when they join\n"
     )
     got = rows(
         archive_path,

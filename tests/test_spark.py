@@ -521,6 +521,32 @@ def test_replica_columns_and_http_client_spans_derive_the_same_on_spark(spark, r
 
 
 @needs_spark
+def test_imported_records_join_their_server_rows_on_spark_as_on_duckdb(spark, tmp_path):
+    # AIPerf's records imported before the engine's spans: joined across traces by request id, on both engines
+    import duckdb
+    from click.testing import CliRunner
+
+    from budgetscope.cli import main
+    from budgetscope.spark.derive import derive_duckdb, derive_spark
+    from test_import_joins import _unpacked
+
+    files = _unpacked(tmp_path)
+    a = tmp_path / "a"
+    for args in (["import", "--from", "aiperf", str(files["aiperf"])], ["ingest", str(files["spans"])]):
+        assert CliRunner().invoke(main, [*args, "-a", str(a)]).exit_code == 0
+    assert derive_duckdb(a, tmp_path / "duck") == derive_spark(a, tmp_path / "spark") == 80
+    con = duckdb.connect()
+    order = "ORDER BY trace_id, server_span_id"
+    want = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'duck'}/*.parquet') {order}").fetchall()
+    got = con.execute(f"SELECT * FROM read_parquet('{tmp_path / 'spark'}/*.parquet') {order}").fetchall()
+    assert_same(want, got, "derived")
+    assert con.execute(
+        f"""SELECT count(client_span_id), count(network_ms), count_if(client_trace_id <> trace_id)
+        FROM read_parquet('{tmp_path / "spark"}/*.parquet')"""
+    ).fetchone() == (40, 40, 40)
+
+
+@needs_spark
 def test_spark_reads_requests_segments_written_before_the_replica_columns(spark, replicas_archive, tmp_path):
     from budgetscope.spark.archive import SparkArchive
     from test_replicas import _make_old, fleet_jsonl

@@ -33,12 +33,15 @@ def to_toml(budgets: Budgets) -> str:
 def edit_tier(
     budgets: Budgets, name: str, percentile: float, metrics: dict[str, float | None], stages: dict[str, float | None]
 ) -> Budgets:
-    """The budgets with tier `name` given these budgets (None or 0 = no budget), validated like a file:
-    raises BudgetError naming the key when they do not hold together (e.g. stages overflowing TTFT)."""
-    tiers = []
-    for tb in budgets.tiers:
+    """The budgets with tier `name` given these budgets (None or 0 = no budget; a tier the budgets lack is added),
+    validated like a file: raises BudgetError naming the key when they do not hold together (e.g. stages
+    overflowing TTFT)."""
+    tiers = list(budgets.tiers)
+    if name not in {tb.name for tb in tiers}:
+        tiers.append(TierBudget(name=name))
+    for i, tb in enumerate(tiers):
         if tb.name == name:
-            tb = TierBudget(
+            tiers[i] = TierBudget(
                 name=tb.name,
                 match=tb.match,
                 percentile=percentile,
@@ -46,6 +49,5 @@ def edit_tier(
                 stages={s: v for s, v in stages.items() if v},
                 **{m: v for m, v in metrics.items() if v},
             )
-        tiers.append(tb)
     # A round trip through the file format applies exactly the file's validation.
     return parse_budgets(to_toml(Budgets(tuple(tiers))), "what-if budgets")

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,8 @@ from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
 from budgetscope.archive.compaction import Compactor
 from budgetscope.archive.duckdb_archive import DuckDBArchive, one
-from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.errors import ArchiveError, ArchiveLocked
+from budgetscope.archive.holding import Holding
 from budgetscope.archive.protocol import Landing
 from budgetscope.archive.reader import ArchiveReader, requests_sql
 from budgetscope.archive.shards import is_sharded
@@ -40,17 +41,6 @@ MEMORY_SPANS = 2_000_000
 """`ingest`'s working set is emptied of published rows once it holds this many spans."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
-
-
-@dataclass(frozen=True)
-class Holding:
-    """How a durable writer's working set holds what it published (the collector's tuning, with the reasons for
-    its figures: budgetscope/collector/tuning.py)."""
-
-    hold_s: float  # spans stay this long after they landed (exact deduplication, no read-back for late spans)
-    max_spans: int  # ... but no more than this many: each commit's cost grows with what it holds
-    dropped_max: int  # traces let go of, remembered by a 64-bit hash: a late span of one reads the trace back
-    seed_spans: int  # an opening writer remembers the traces of its newest segments, up to this many spans
 
 
 _STATE_DDL = (
@@ -80,9 +70,10 @@ class WriterLock:
         except BlockingIOError:
             holder = os.pread(self._fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(self._fd)
-            raise ArchiveError(
+            raise ArchiveLocked(
                 f"{root} is being written by another process (pid {holder}); "
-                "an archive has one writer, and readers need no lock"
+                "an archive has one writer, and readers need no lock",
+                holder,
             ) from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, str(os.getpid()).encode(), 0)
@@ -128,7 +119,7 @@ class DirectoryArchive:
         if root.is_file():
             raise ArchiveError(f"{root} is a file, not an archive folder")
         if durable and holding is None:
-            raise ValueError("a durable writer needs its `holding` (collector/tuning.py)")
+            raise ValueError("a durable writer needs its `holding` (archive/holding.py)")
         if not mf.is_directory_archive(root):
             if is_sharded(root):
                 raise ArchiveError(
@@ -355,6 +346,38 @@ class DirectoryArchive:
                    OR n.trace_id IN (SELECT n.trace_id FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id))""",
                 [m.published_batch],
             )
+        self._read_back(new_spans=True)
+
+    def bring_back(self, traces: str) -> None:
+        """Read back into the working set the published spans and live `requests` rows of the traces that
+        `traces` (SQL: trace_id, lo, hi: ns the spans lie within) yields, where it lacks them; for a derivation of
+        traces with no new span (an imported record and its server row, derive/id_links.py)."""
+        if not self.manifest.files("spans"):
+            return
+        self.hot.con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS {traces}")
+        self._read_back(new_spans=False)
+
+    def new_spans(self) -> str:
+        """SQL of the spans landed since the last commit (the working set's rows past the published batch)."""
+        return f"SELECT * FROM spans WHERE batch_id > {int(self.manifest.published_batch)}"
+
+    def published_requests(self, lo_ns: int | None, hi_ns: int | None) -> str | None:
+        """SQL of the live published `requests` rows arriving in [lo_ns, hi_ns] (every one, given None), less the
+        traces the working set holds or derived since the last commit (its rows replace theirs); None if there
+        are none."""
+        m = self.manifest
+        req = m.files("requests", lo_ns, hi_ns)
+        if not req:
+            return None
+        live = requests_sql(self.path, req, m.files("requests_deletes", lo_ns, hi_ns))
+        return f"""SELECT * FROM ({live}) p WHERE p.trace_id NOT IN (SELECT trace_id FROM requests)
+            AND p.trace_id NOT IN (SELECT trace_id FROM bs_derived)"""
+
+    def _read_back(self, new_spans: bool) -> None:
+        """The spans and live rows of the traces in `bs_look` (trace_id, lo, hi), read back from the segments
+        within REHYDRATE_MARGIN_NS of their times. `new_spans`: spans landed since the last commit may be copies of
+        what is read back (they are dropped as duplicates)."""
+        con, m = self.hot.con, self.manifest
         (lo, hi, n) = one(con, "SELECT min(lo), max(hi), count(*) FROM bs_look")
         if not n:
             return
@@ -373,7 +396,8 @@ class DirectoryArchive:
                                     AND s.batch_id <= ?)""",
                     [m.published_batch],
                 )
-                self._drop_republished(m.published_batch)
+                if new_spans:
+                    self._drop_republished(m.published_batch)
             req = m.files("requests", lo, hi)
             if req:
                 # a delete lies in the hour of the row it drops, so the rows' window holds their deletes

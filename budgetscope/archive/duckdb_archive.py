@@ -215,6 +215,17 @@ class DuckDBArchive(TableAccess):
     def after_derive(self) -> None:
         """Nothing to do: what a transaction committed here is what readers see (a folder archive publishes)."""
 
+    def bring_back(self, traces: str) -> None:
+        """Nothing to do: every span and row is here (a folder reads published ones back)."""
+
+    def new_spans(self) -> str:
+        """SQL of the spans of the traces not yet derived (a single file commits each landing: they are its new
+        ones)."""
+        return "SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces)"
+
+    def published_requests(self, lo_ns: int | None, hi_ns: int | None) -> None:
+        """None: `requests` here is every row (a folder's working set holds some)."""
+
     publish = after_derive
 
     def spooled(self) -> None:

@@ -9,6 +9,15 @@ class ArchiveError(Exception):
     """A problem with the archive itself (missing, not an archive, locked). The message is one line."""
 
 
+class ArchiveLocked(ArchiveError):
+    """Another process writes the archive (a folder's writer lock is held): `pid` is the holder's, as it wrote
+    it (a string; "?" when unreadable)."""
+
+    def __init__(self, message: str, pid: str):
+        super().__init__(message)
+        self.pid = pid
+
+
 def io_reason(e: BaseException) -> str | None:
     """The one-line reason of a failure to read or write files (an OSError, or a DuckDB error that quotes the
     system's: `No space left on device`, `Read-only file system`), None for any other exception."""

@@ -2,7 +2,8 @@
 
 `Writer` is what `DuckDBArchive` (a single file) and `DirectoryArchive` (a folder) share: a working set to land
 in (`con`, `transaction()`), the spool a durable folder writer keeps, and the steps around a derivation
-(`before_derive` reads published spans back, `after_derive` commits segments). The collector and the `Lander` see
+(`before_derive` reads published spans back, `after_derive` commits segments; `bring_back` and
+`published_requests` read other traces for a derivation that needs them). The collector and the `Lander` see
 a writer through it alone. `Landing` is what lands and derives for a writer (`budgetscope.ingest.lander.Lander`,
 handed to it by `budgetscope.opener`): the archive only stores, and imports neither.
 """
@@ -43,6 +44,12 @@ class Writer(Protocol):
     def before_derive(self) -> None: ...
 
     def after_derive(self) -> None: ...
+
+    def bring_back(self, traces: str) -> None: ...
+
+    def published_requests(self, lo_ns: int | None, hi_ns: int | None) -> str | None: ...
+
+    def new_spans(self) -> str: ...
 
     def spooled(self) -> Iterable[Any] | None: ...
 

@@ -1,5 +1,7 @@
 """`OtlpHttpReceiver`: OTLP/HTTP `POST /v1/traces` and `POST /v1/metrics` (GPU samples; protobuf or JSON,
-gzip/deflate) on one asyncio event loop: a connection costs a few kilobytes, never a thread.
+gzip/deflate), and `POST /v1/budgetscope/scrapes` (a `/metrics` scrape that `budgetscope scrape` or `import` sends
+to the collector writing its archive: collector/endpoint.py), on one asyncio event loop: a connection costs a few
+kilobytes, never a thread.
 
 Statuses follow the OTLP/HTTP spec: 200 with an `ExportTraceServiceResponse` in the request's encoding once the
 batch is in the archive; 400 (bad framing or body), 401 (missing or wrong bearer token), 413 (too large), 415
@@ -40,7 +42,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from budgetscope.auth import bearer_ok
-from budgetscope.collector import self_metrics
+from budgetscope.collector import endpoint, self_metrics
 from budgetscope.collector import status as st
 from budgetscope.collector.http_framing import (
     MAX_HEADER_BYTES,
@@ -62,6 +64,7 @@ METRICS_PATH = "/v1/metrics"
 STATUS_PATH = "/status"  # GET: the collector's counts and the spans no adapter claimed, as JSON
 FORMATS = {"application/x-protobuf": "otlp-proto", "application/json": "otlp-json"}
 METRICS_FORMATS = {"otlp-proto": "otlp-metrics-proto", "otlp-json": "otlp-metrics-json"}
+
 SUCCESS_BODY = {"otlp-proto": b"", "otlp-json": b"{}"}  # an empty Export{Trace,Metrics}ServiceResponse
 CONTENT_TYPE = {"otlp-proto": "application/x-protobuf", "otlp-json": "application/json"}
 ERROR_STATUS = {Outcome.REJECTED: 400, Outcome.BUSY: 429, Outcome.CLOSED: 503, Outcome.FAILED: 503}
@@ -355,6 +358,10 @@ class _Connection:
                 "(use application/x-protobuf or application/json)",
                 close=True,
             )
+        if path == endpoint.SCRAPES_PATH:  # a `/metrics` scrape from `budgetscope scrape` or `import`, as JSON
+            if fmt != "otlp-json":
+                return self._error(415, "otlp-json", f"a scrape is {endpoint.SCRAPE_CONTENT_TYPE}", close=True)
+            return await self._export(req, fmt, endpoint.SCRAPE_FORMAT)
         return await self._export(req, fmt, METRICS_FORMATS[fmt] if path == METRICS_PATH else fmt)
 
     async def _export(self, req: RequestHead, fmt: str, batch_format: str) -> bool:
@@ -401,12 +408,16 @@ class _Connection:
             if body.refused:  # read to its end (nothing kept): the connection can be reused
                 return self._outcome(body.refused, fmt, "")
             self.is_waiting = True  # whole: inflated and answered in bounded time, never cut by the sweeper
-            return await self._land(body.parts, fmt, batch_format, encoding, reserved)
+            # a file `budgetscope import` sent keeps its path as the batch's origin (header `x-budgetscope-origin`)
+            origin = req.headers.get(endpoint.ORIGIN_HEADER) or "otlp-http"
+            return await self._land(body.parts, fmt, batch_format, encoding, reserved, origin)
         finally:
             self.is_waiting = False
             r.queue.drop(hold)  # whatever is still held when no ticket took it
 
-    async def _land(self, parts: list[bytes], fmt: str, batch_format: str, encoding: str, reserved: int) -> bool:
+    async def _land(
+        self, parts: list[bytes], fmt: str, batch_format: str, encoding: str, reserved: int, origin: str
+    ) -> bool:
         """Inflate a whole body (its `reserved` bytes already held), hand it to the writer, answer its outcome.
         What it held is given back before a refusal is answered: whoever sees the answer sees the bytes free."""
         r = self.receiver
@@ -434,7 +445,7 @@ class _Connection:
                     reserved = len(payload)
             done = asyncio.get_running_loop().create_future()
             ticket = r.queue.submit_nowait(
-                payload, batch_format, "otlp-http", self.peer, reserved, on_done=lambda: r.call_soon(_set_done, done)
+                payload, batch_format, origin, self.peer, reserved, on_done=lambda: r.call_soon(_set_done, done)
             )
             reserved = 0  # released by the writer (or by submit_nowait, when closed)
             del payload
@@ -547,7 +558,8 @@ class OtlpHttpReceiver:
         self.queue = queue
         self.status = status  # a callable returning the JSON-able document of GET /status; None: not served
         self.self_metrics = self_metrics  # GET /metrics: the collector's own figures (Prometheus text)
-        self.paths = (TRACES_PATH, METRICS_PATH) if metrics else (TRACES_PATH,)  # metrics: GPU samples, opt-in
+        # metrics: GPU samples, opt-in; scrapes: `budgetscope scrape` and `import` into the archive it writes
+        self.paths = (TRACES_PATH, endpoint.SCRAPES_PATH) + ((METRICS_PATH,) if metrics else ())
         self.max_message_bytes = max_message_bytes
         self.retry_after_s = retry_after_s
         self.max_connections = max_connections

@@ -22,6 +22,7 @@ from budgetscope.analysis.coverage import nothing_derived_warning, unclaimed_spa
 from budgetscope.archive.archive import is_single_file
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader
+from budgetscope.collector import endpoint
 from budgetscope.collector.attribution_gauges import EVERY_S, WINDOW_S, AttributionGauges
 from budgetscope.collector.listen import HostError, bind_failure, check_host, why_not
 from budgetscope.collector.pending import PendingQueue
@@ -209,6 +210,21 @@ class Collector:
         if self._gauges is not None:
             self._gauges.start()
         self._state = "running"
+        self._say_where()
+
+    def _say_where(self) -> None:
+        """Tell `import` and `scrape`, which find the archive locked, where to send their batches instead
+        (collector/endpoint.py); a folder archive's only (a single file has no `_writer/`)."""
+        if is_single_file(self.archive_path):
+            return
+        cfg = self.config
+        url = (
+            None if self.http_port is None else endpoint.listen_url(cfg.host, self.http_port, cfg.tls_cert is not None)
+        )
+        try:
+            endpoint.write(self.archive_path, url, cfg.tls_cert, cfg.auth_token is not None)
+        except OSError as e:  # the collector works without it; imports then say the archive is locked
+            log.error("cannot write %s: %s", endpoint.path_of(self.archive_path), e.strerror or e)
 
     def _preflight(self) -> None:
         """Before the archive is opened (or created): the host both receivers can take, and each given port
@@ -277,6 +293,7 @@ class Collector:
         Requests that arrive meanwhile are refused with a retryable status (503 / UNAVAILABLE)."""
         if self._state == "running":
             self._state = "stopping"
+            endpoint.remove(self.archive_path)
             self._queue.close()
             for r in self._receivers:
                 r.stop_accepting(self.config.drain_timeout_s)

@@ -24,10 +24,13 @@ from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.manifest import WRITER_DIR
 from budgetscope.archive.protocol import Writer
 from budgetscope.archive.spool import RawBatch, Spool
+from budgetscope.collector.endpoint import SCRAPE_FORMAT
 from budgetscope.collector.pending import Outcome, PendingQueue, Ticket
 from budgetscope.ingest import otlp_fast
 from budgetscope.ingest.lander import IngestReport
 from budgetscope.opener import Archive
+from budgetscope.sources.prometheus import PrometheusError
+from budgetscope.sources.server_metrics import land_scrape
 
 log = logging.getLogger("budgetscope.collector")
 
@@ -378,6 +381,12 @@ class ArchiveWriter:
         return (0, 0) if archive is None else (archive.lander.deferred_spans, archive.lander.deferred_bytes)
 
     def _ingest(self, group: list[Ticket]) -> None:
+        scrapes = [t for t in group if t.format == SCRAPE_FORMAT]
+        if scrapes:
+            self._land_scrapes(scrapes)
+            group = [t for t in group if t.format != SCRAPE_FORMAT]
+            if not group:
+                return
         batches, firsts = _batches(group)
         for rep, landed in self._land(batches):
             rejected = {r.position: r.error for r in rep.rejected}
@@ -407,6 +416,30 @@ class ArchiveWriter:
                     self.stats.batches += 1
                     self.stats.batches_failed += 1
                 t.resolve(Outcome.FAILED, self.broken or self.unavailable or self._failure)
+
+    def _land_scrapes(self, tickets: list[Ticket]) -> None:
+        """Scrapes sent by `budgetscope scrape` or `import` (collector/endpoint.py): each landed in
+        `server_metrics` and committed before it is answered (no spool: a commit is what keeps it)."""
+        for t in tickets:
+            self.queue.release(t.reserved)
+            outcome, error = Outcome.FAILED, self.error or self.unavailable or "the archive failed to store this scrape"
+            if self._archive is None:
+                self._retry_open()
+            if self._archive is not None:
+                try:
+                    land_scrape(self._archive, t.payload)
+                    outcome, error = Outcome.LANDED, ""
+                except (PrometheusError, ValueError) as e:
+                    outcome, error = Outcome.REJECTED, str(e)
+                except Exception as e:  # noqa: BLE001 - the archive failed: answered 503, retried by the sender
+                    log.error("landing a scrape failed: %s", (str(e).splitlines() or [type(e).__name__])[0])
+                    self._reopen()
+            with self._lock:
+                self.stats.batches += 1
+                self.stats.batches_rejected += outcome is Outcome.REJECTED
+                self.stats.batches_failed += outcome is Outcome.FAILED
+            self._sync_counts(self._archive)
+            t.resolve(outcome, error)
 
     def _land(self, batches: list[RawBatch]) -> list[tuple[IngestReport, list[RawBatch]]]:
         """(report, the batches it covers) for what the archive took. If the group fails, each batch is tried

@@ -47,12 +47,19 @@ def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
         ENV_BUDGETS: os.path.abspath(budgets) if budgets else "",
         "BUDGETSCOPE_LIVE": "1" if live else "",
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(app),
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), *served_config(port)]
+    click.echo(f"budgetscope dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
+    sys.stderr.flush()
+    # Streamlit takes this process's place, so that a SIGTERM (a supervisor, a test) or Ctrl-C reaches the server
+    # itself: a child would outlive a parent killed by a signal, still holding the port.
+    os.execve(sys.executable, cmd, env)
+
+
+def served_config(port: int) -> list[str]:
+    """Streamlit's settings for the served dashboard: on loopback, no usage statistics, and the toolbar of a viewer
+    (`client.toolbarMode = viewer`: no Deploy button, no rerun or clear-cache in the menu; those are for the app's
+    developers, not the people reading budgets)."""
+    return [
         "--server.address",
         "127.0.0.1",
         "--server.port",
@@ -61,9 +68,6 @@ def dashboard(archive: str, budgets: str | None, port: int, live: bool) -> None:
         "true",
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",
+        "viewer",
     ]
-    click.echo(f"budgetscope dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)", err=True)
-    sys.stderr.flush()
-    # Streamlit takes this process's place, so that a SIGTERM (a supervisor, a test) or Ctrl-C reaches the server
-    # itself: a child would outlive a parent killed by a signal, still holding the port.
-    os.execve(sys.executable, cmd, env)

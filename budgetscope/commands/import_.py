@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from budgetscope.commands.live import AUTH_TOKEN_FILE, collector_for
 from budgetscope.commands.options import NEW_ARCHIVE, UsageError, time_ns
 from budgetscope.sources.formats import IMPORT_KINDS, JOINED
 
@@ -36,71 +37,59 @@ from budgetscope.sources.formats import IMPORT_KINDS, JOINED
     "its modification time).",
 )
 @click.option("--service-name", help="prometheus: the server's name in server_metrics (default: the file name).")
-def import_(files, kind, formats, archive, start, clock_offset_ns, service_name) -> None:
+@AUTH_TOKEN_FILE
+def import_(files, kind, formats, archive, start, clock_offset_ns, service_name, auth_token_file) -> None:
     """Import benchmark exports, vLLM offline metrics, Triton trace files or saved `/metrics` text into an archive.
 
     Every file is one batch: it lands whole or not at all, and the same file lands once (recorded in
     ingest_batches). Requests become `llm.client.request` spans (vllm-bench, aiperf, guidellm), vLLM `llm_request`
     spans (vllm-metrics: offline `RequestOutput.metrics` as JSON lines) or Triton `InferRequest` spans, derived
     into `requests` like any ingest; Prometheus text goes to `server_metrics`. An archive this command created
-    stays only if something landed in it. AIPerf and GuideLLM records join the server row of the same request
-    already in the archive, by the id the tool recorded (AIPerf `x_request_id`, GuideLLM `response_id`): one row
-    a request, with network derived; import them after the server's spans. AIPerf's raw export
+    stays only if something landed in it. AIPerf and GuideLLM records join the server row of the same request by
+    the id the tool recorded (AIPerf `x_request_id`, GuideLLM `response_id`): one row a request, with network
+    derived, whether the server's spans landed before or land after; a warning names the records not joined.
+    Into an archive that `budgetscope collect` is writing, the files go through that collector (the same
+    command; --auth-token-file when it takes a token), and the summary follows its next commit. AIPerf's raw export
     (`profile_export_raw.jsonl`, `--export-level raw`) beside `profile_export.jsonl` is read with it: each
     request's first-event time, so the network share of TTFT. A file of another known format is named in one line
     with the command that reads it.
 
     \b
-      budgetscope import --format vllm-bench result.json --archive runs.duckdb
+      budgetscope import --from vllm-bench result.json --archive runs/
       budgetscope import --from vllm-bench result.json --archive runs/ --format json
-      budgetscope import --format aiperf artifacts/*/profile_export.jsonl --archive runs.duckdb
-      budgetscope import --format guidellm benchmarks.json --archive runs.duckdb
-      budgetscope import --format vllm-metrics vllm-metrics.jsonl --archive runs.duckdb
-      budgetscope import --format triton trace.json --archive runs.duckdb
-      budgetscope import --format prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs.duckdb
+      budgetscope import --from aiperf artifacts/*/profile_export.jsonl --archive runs/
+      budgetscope import --from guidellm benchmarks.json --archive runs/
+      budgetscope import --from vllm-metrics vllm-metrics.jsonl --archive runs/
+      budgetscope import --from triton trace.json --archive runs/
+      budgetscope import --from prometheus metrics.txt --start 2026-01-01T10:00:00Z --archive runs/
     """
-    from budgetscope.archive.errors import ArchiveError
+    from budgetscope.archive.errors import ArchiveError, ArchiveLocked
+    from budgetscope.collector.endpoint import CollectorUnreachable
     from budgetscope.commands.new_archive import NewArchive
     from budgetscope.ingest.files import input_problem
     from budgetscope.opener import Archive
-    from budgetscope.sources.import_files import NotImported, import_file
+    from budgetscope.opener import open as open_archive
+    from budgetscope.sources.import_files import land_here, land_through
 
     kind, out_fmt = _import_kinds(kind, formats)
-    start_ns = time_ns(start, "start")
-    rejected, entries = False, []
+    options = {"start_ns": time_ns(start, "start"), "clock_offset_ns": clock_offset_ns, "service_name": service_name}
     try:
         for f in files:
             if problem := input_problem(f, "results file"):
                 raise UsageError(f"{f}: {problem}")
         new = NewArchive(archive)
-        with Archive(archive) as a:
-            for f in files:
-                try:
-                    entry = import_file(
-                        a,
-                        archive,
-                        Path(f),
-                        kind,
-                        start_ns=start_ns,
-                        clock_offset_ns=clock_offset_ns,
-                        service_name=service_name,
-                    )
-                except NotImported as e:
-                    entry = {"file": f, "rejected": str(e)}
-                    click.echo(f"budgetscope: {e} (nothing from it landed)", err=True)
-                    entries.append(entry)
-                    rejected = True
-                    continue
-                if entry["rejected"]:
-                    click.echo(f"budgetscope: {entry['rejected']} (nothing from it landed)", err=True)
-                    rejected = True
-                entries.append(entry)
-                if out_fmt == "table":
-                    click.echo(_summary_line(entry, kind in JOINED))
-            counts = a.counts()
+        try:
+            with Archive(archive) as a:
+                entries, rejected = _each(files, kind, options, out_fmt, lambda b: land_here(a, archive, b))
+                counts = a.counts()
+        except ArchiveLocked as locked:  # a collector writes it: through the collector (commands/live.py)
+            client = collector_for(archive, locked, auth_token_file)
+            entries, rejected = _each(files, kind, options, out_fmt, lambda b: land_through(client, archive, b))
+            with open_archive(archive) as r:
+                counts = r.counts()
         samples = sum(e.get("samples", 0) for e in entries)
         discarded = new.discard_if_empty({**counts, "server_metrics": samples})
-    except ArchiveError as e:
+    except (ArchiveError, CollectorUnreachable) as e:
         raise UsageError(str(e)) from None
     if out_fmt == "json":
         click.echo(
@@ -112,14 +101,45 @@ def import_(files, kind, formats, archive, start, clock_offset_ns, service_name)
         sys.exit(2)
 
 
+def _each(files, kind: str, options: dict, out_fmt: str, land) -> tuple[list[dict], bool]:
+    """Read and land each file (`land`: here, or through a collector), saying what became of it; (the summary
+    entries, whether any file was rejected)."""
+    from budgetscope.sources.import_files import NotImported, build
+
+    entries, rejected = [], False
+    for f in files:
+        try:
+            entry = land(build(Path(f), kind, **options))
+        except NotImported as e:
+            click.echo(f"budgetscope: {e} (nothing from it landed)", err=True)
+            entries.append({"file": f, "rejected": str(e)})
+            rejected = True
+            continue
+        if entry["rejected"]:
+            click.echo(f"budgetscope: {entry['rejected']} (nothing from it landed)", err=True)
+            rejected = True
+        elif entry.get("warning"):
+            click.echo(f"budgetscope: warning: {entry['warning']}", err=True)
+        entries.append(entry)
+        if out_fmt == "table":
+            click.echo(_summary_line(entry, kind in JOINED))
+    return entries, rejected
+
+
 def _summary_line(entry: dict, joined: bool) -> str:
     """One file's line of the table summary."""
     f = entry["file"]
     if "samples" in entry:
         return f"{f}: {entry['samples']:,} samples" + ("" if entry["samples"] else " (already imported, or empty)")
+    if "through_collector" in entry:
+        landed = f"through the collector (pid {entry['through_collector']})"
+        if entry["spans"] is None:
+            return f"{f}: taken {landed}, not yet committed"
+    else:
+        landed = f"{entry['requests_derived']:,} requests derived"
     return (
         f"{f}: {entry['spans']:,} spans ({entry['spans_inserted']:,} new), {int(entry['already_imported']):,} "
-        f"already imported; {entry['requests_derived']:,} requests derived"
+        f"already imported; {landed}"
         + (f"; {entry['joined_to_server_rows']:,} records joined to their server spans by request id" if joined else "")
     )
 

@@ -36,6 +36,10 @@ FIRST_EVENT = "budgetscope.client.first_event_unix_nano"
 with its raw export beside the records)."""
 ID_ATTR = "budgetscope.client.request_id"
 """Client span attribute: the server's request id as the client recorded it (imports without trace context)."""
+LAST_TOKEN = "budgetscope.client.last_token_unix_nano"
+"""Client span attribute: when the client received the last chunk with content, ns (AIPerf's request latency and
+GuideLLM's `last_token_iteration` end there), where the tool's export has it; the span itself ends at the end of
+the response (`[DONE]`)."""
 
 ATTRS = (
     '{"gen_ai.request.model":"VARCHAR","gen_ai.usage.input_tokens":"BIGINT","gen_ai.usage.output_tokens":"BIGINT",'

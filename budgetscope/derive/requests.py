@@ -2,10 +2,14 @@
 
 The client span `llm.client.request` is the parent of the server root (W3C traceparent), so the join is
 (trace_id, client span_id = server parent_span_id). An imported client record (AIPerf, GuideLLM) carries no trace
-context: `budgetscope import` puts it in the trace of the server row whose request id it recorded (joins.py), and
-it joins by (trace_id, client `budgetscope.client.request_id` = server `request_id`). Network is derived only
+context but the server's request id (`budgetscope.client.request_id`): it joins, from whichever trace it is in, the
+one server row with that `request_id` (`ID_LINKS`), when exactly one server row and one client record (by span id)
+have it; then the row's `client_trace_id` is the record's trace. Which spans arrived first does not matter: a
+writer derives both traces together whenever either changes (derive/id_links.py). Network is derived only
 where a client span exists:
-  network_ms      = client E2E − server E2E   (uplink + downlink over the whole request)
+  network_ms      = client E2E − server E2E   (uplink + downlink over the whole request), for a request both
+                    ends saw complete (`COMPLETED`: outcome ok, the client span without a failure); NULL otherwise,
+                    and where it would be below zero (flagged, derive/invariants.py)
   ttft_network_ms = client TTFT − server TTFT (the network part of the client's TTFT); for a client whose TTFT
                     waits for the first non-empty chunk (AIPerf, GuideLLM), its first event of any kind − server
                     TTFT, NULL where the export lacks it (AIPerf's records)
@@ -61,7 +65,14 @@ from budgetscope.derive import (
     vllm,
 )
 from budgetscope.derive.classify import CLIENT_ROOT_SQL, GENAI_CLIENT_SQL, HTTP_CLIENT_SQL
-from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK, TOKEN_EVENT
+from budgetscope.derive.client import (
+    FIRST_EVENT,
+    FIRST_TOKEN_DEFINITION,
+    ID_ATTR,
+    LAST_TOKEN,
+    NONEMPTY_CHUNK,
+    TOKEN_EVENT,
+)
 from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 
 ADAPTERS = (native, vllm)
@@ -82,7 +93,8 @@ CLIENT_ATTRS = (
     '{"budgetscope.client.scheduled_unix_nano":"BIGINT","budgetscope.client.first_token_unix_nano":"BIGINT",'
     '"budgetscope.client.itl_ms":"DOUBLE[]","http.response.status_code":"INTEGER","http.status_code":"INTEGER",'
     '"budgetscope.client.request_id":"VARCHAR","budgetscope.client.first_token_definition":"VARCHAR",'
-    '"budgetscope.client.first_event_unix_nano":"BIGINT"}'
+    '"budgetscope.client.first_event_unix_nano":"BIGINT","budgetscope.client.last_token_unix_nano":"BIGINT",'
+    '"error.type":"VARCHAR"}'
 )
 """The client span attributes the derivation reads; `http.status_code` is the HTTP conventions' old name."""
 
@@ -100,12 +112,24 @@ token)."""
 
 CLIENT_E2E_RAW = "(c.end_ns - c.start_ns) / 1e6"
 """The client's E2E as its span timed it."""
-CLIENT_END = (
-    f"CASE WHEN s.server_span_id IS NULL OR {invariants.client_view_ok(CLIENT_E2E_RAW, 's.e2e_ms')} THEN c.end_ns END"
+COMPLETED = (
+    "s.outcome = 'ok' AND c.a.\"error.type\" IS NULL"
+    ' AND coalesce(c.a."http.response.status_code", c.a."http.status_code", 200) < 400'
 )
-"""When the client had the whole response: a client span shorter than the server span's E2E did not time the
-response's end (an HTTP client span of a streamed response ended at its headers): no client end
-(derive/invariants.py). A server's reported E2E (a header) is not its clock: there the row is only flagged."""
+"""Both ends saw the request complete: the server's outcome is ok and the client's span no failure (a client
+that cancelled, timed out or got an error status stopped timing before the response's end). Network is
+defined for these requests only (docs/metrics.md)."""
+CLIENT_VIEW_OK = invariants.client_view_ok(CLIENT_E2E_RAW, "s.e2e_ms")
+CLIENT_END = (
+    f"CASE WHEN s.server_span_id IS NULL OR NOT c.is_http OR NOT coalesce({COMPLETED}, false) OR {CLIENT_VIEW_OK} "
+    "THEN c.end_ns END"
+)
+"""When the client had the whole response: an HTTP client span shorter than the server span's E2E did not time
+the response's end (that of a streamed response ended at its headers): no client end (derive/invariants.py).
+A span that read the response to its end (`llm.client.request`: `load`, the imports) keeps its end; when it is
+still shorter than the server's, the server span ended after its last byte was written (docs/metrics.md): the
+row is flagged and has no network. A server's reported E2E (a header) is not its clock: there the row is only
+flagged."""
 CLIENT_FIRST_EVENT = (
     f"CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
     f'THEN c.a."{FIRST_EVENT}" ELSE c.first_token_ns END'
@@ -136,6 +160,26 @@ EVENTS_READ = {
     "llmd": llmd.EVENTS_READ,
 }
 """`spans.source` → the span event names its adapter reads (derive/unread_events.py)."""
+
+
+ID_LINKS = f"""
+SELECT client_trace_id, client_span_id, trace_id, server_span_id FROM (
+  SELECT k.*, row_number() OVER (PARTITION BY k.rid ORDER BY k.client_trace_id = k.trace_id DESC, k.client_trace_id)
+    AS copy
+  FROM (SELECT i.rid, i.trace_id AS client_trace_id, i.span_id AS client_span_id, v.trace_id, v.server_span_id
+        FROM (SELECT trace_id, span_id, a."{ID_ATTR}" AS rid FROM cs WHERE NOT is_http AND a."{ID_ATTR}" IS NOT NULL) i
+        JOIN served v ON v.request_id = i.rid AND v.server_span_id IS NOT NULL
+        WHERE NOT EXISTS (SELECT 1 FROM cs p WHERE p.trace_id = v.trace_id AND p.span_id = v.parent_span_id)) k
+  JOIN (SELECT v.request_id AS rid FROM served v WHERE v.server_span_id IS NOT NULL
+          AND v.request_id IN (SELECT a."{ID_ATTR}" FROM cs WHERE NOT is_http)
+        GROUP BY v.request_id HAVING count(*) = 1) one_server USING (rid)
+  JOIN (SELECT a."{ID_ATTR}" AS rid FROM cs WHERE NOT is_http AND a."{ID_ATTR}" IS NOT NULL
+        GROUP BY 1 HAVING count(DISTINCT span_id) = 1) one_record USING (rid)) j
+WHERE copy = 1"""
+"""Imported client records (`cs`, with the server's request id `ID_ATTR`) → the server row (`served`) each joins,
+in whichever traces both are: only where the id names one server row in all (without a client span of its own)
+and one record. An older import's copy of the record in the server's trace is the same record (by span id), and
+the one joined."""
 
 
 def requests_sql(spans: str, present: set[str] | None = None) -> str:
@@ -176,6 +220,9 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "client_scheduled_ns": 'c.a."budgetscope.client.scheduled_unix_nano"',
         "client_sent_ns": "c.start_ns",
         "client_first_token_ns": "c.first_token_ns",
+        "client_last_token_ns": f'c.a."{LAST_TOKEN}"',
+        "client_trace_id": "c.trace_id",
+        "client_request_id": f'c.a."{ID_ATTR}"',
         "client_end_ns": CLIENT_END,
         "client_ttft_ms": "(c.first_token_ns - c.start_ns) / 1e6",
         "client_e2e_ms": f"({CLIENT_END} - c.start_ns) / 1e6",
@@ -185,20 +232,22 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "schedule_lag_ms": '(c.start_ns - c.a."budgetscope.client.scheduled_unix_nano") / 1e6',
         # a GenAI client span has no HTTP status: the HTTP span under it has
         "http_status": 'coalesce(c.a."http.response.status_code", c.a."http.status_code", g.http_status)',
-        "network_ms": f"({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms",
+        "network_ms": f"CASE WHEN {COMPLETED} AND (s.server_span_id IS NULL OR {CLIENT_VIEW_OK}) "
+        f"THEN ({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms END",
         **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
         # kept on the row so that the report counts the definitions without joining `spans` (analysis/report.py)
         "client_first_token_definition": f"CASE WHEN c.span_id IS NOT NULL "
         f"THEN coalesce(c.definition, '{TOKEN_EVENT}') END",
-        "ttft_network_ms": f"CASE WHEN s.server_span_id IS NULL OR {invariants.client_view_ok(CLIENT_TTFT_RAW, 's.ttft_ms')} "
-        f"THEN {CLIENT_TTFT_RAW} - s.ttft_ms END",
+        "ttft_network_ms": f"CASE WHEN {COMPLETED} AND (s.server_span_id IS NULL OR "
+        f"{invariants.client_view_ok(CLIENT_TTFT_RAW, 's.ttft_ms')}) THEN {CLIENT_TTFT_RAW} - s.ttft_ms END",
         "ttft_content_gap_ms": CONTENT_GAP,
     }
     # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
-    # attributes are parsed
+    # attributes are parsed; a record linked by id is claimed in every trace that holds it (by span id: an
+    # older import put a copy in the server's trace)
     unclaimed = f"""(SELECT * FROM {spans} u WHERE {CLIENT_ROOT_SQL}
-  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND (v.parent_span_id = u.span_id
-    OR v.request_id = CAST(u.attributes->>'{ID_ATTR}' AS VARCHAR)))  -- a cast: DuckDB 1.5 would read request_id as JSON
+  AND NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = u.trace_id AND v.parent_span_id = u.span_id)
+  AND NOT EXISTS (SELECT 1 FROM links l WHERE l.client_span_id = u.span_id)
   AND NOT EXISTS (SELECT 1 FROM reported p WHERE p.trace_id = u.trace_id AND p.parent_span_id = u.span_id))"""
     # Two scans for the client spans, not one with OR: each keeps its filter in the scan, which then reads the
     # attributes of the rows it keeps only (one scan with OR cost 0.5 s more over 350,000 spans).
@@ -219,26 +268,28 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
 WITH served AS ({served}),
 reported AS (SELECT * FROM ({reported}) r
   WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
+cs AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
+        SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}
+        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false)
+        UNION ALL SELECT *, false FROM {spans} WHERE {GENAI_CLIENT_SQL})),
+links AS ({ID_LINKS}),
 s0 AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
 s AS ({instants.filled("s0")}),
-c0 AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a FROM (
-        SELECT * FROM {spans} WHERE {CLIENT_ROOT_SQL}
-        UNION ALL SELECT * FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false)
-        UNION ALL SELECT * FROM {spans} WHERE {GENAI_CLIENT_SQL})),
-c AS (SELECT c0.*, coalesce(c0.a."budgetscope.client.first_token_unix_nano", f.first_chunk_ns) AS first_token_ns,
-        coalesce(c0.a."{FIRST_TOKEN_DEFINITION}", CASE WHEN f.first_chunk_ns IS NOT NULL THEN '{genai.FIRST_CHUNK}' END)
-          AS definition
-      FROM c0 LEFT JOIN ({genai.first_chunks(spans)}) f ON f.trace_id = c0.trace_id AND f.span_id = c0.span_id),
+c AS (SELECT cs.*, coalesce(cs.a."budgetscope.client.first_token_unix_nano", f.first_chunk_ns) AS first_token_ns,
+        coalesce(cs.a."{FIRST_TOKEN_DEFINITION}", CASE WHEN f.first_chunk_ns IS NOT NULL THEN '{genai.FIRST_CHUNK}' END)
+          AS definition,
+        coalesce(l.trace_id, cs.trace_id) AS join_trace_id, l.server_span_id AS join_server_span_id
+      FROM cs LEFT JOIN ({genai.first_chunks(spans)}) f ON f.trace_id = cs.trace_id AND f.span_id = cs.span_id
+      LEFT JOIN links l ON l.client_trace_id = cs.trace_id AND l.client_span_id = cs.span_id),
 g AS ({genai.over_http(spans)}),
 r AS (
   SELECT {cols},
-  {CLIENT_E2E_RAW} AS bs_client_e2e_raw_ms, {CLIENT_TTFT_RAW} AS bs_client_ttft_raw_ms
+  CASE WHEN {COMPLETED} THEN {CLIENT_E2E_RAW} END AS bs_client_e2e_raw_ms, {CLIENT_TTFT_RAW} AS bs_client_ttft_raw_ms
   FROM s LEFT JOIN g ON g.trace_id = s.trace_id AND g.http_id = s.parent_span_id
-  LEFT JOIN c ON c.trace_id = s.trace_id
-    AND (c.span_id = coalesce(g.genai_id, s.parent_span_id)
-         OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
+  LEFT JOIN c ON c.join_trace_id = s.trace_id
+    AND (c.span_id = coalesce(g.genai_id, s.parent_span_id) OR c.join_server_span_id = s.server_span_id)
   LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
     ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id),
 u AS ({unread_events.unread_sql(spans, EVENTS_READ)})

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from budgetscope.archive.protocol import Writer
 from budgetscope.archive.spool import RawBatch
+from budgetscope.derive.id_links import IdLinks
 from budgetscope.derive.pending import derive_pending, orphans_sql
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, otlp_metrics, otlp_proto, staging
 from budgetscope.ingest.batches import Chunk, Decoded, chunks, content_hash, decoded_chunk, prefetch
@@ -77,6 +78,7 @@ class Lander:
         self._deferred_gen = 0  # bumped when a landing takes the deferred batches (and their span set)
         self.deferred_spans = 0
         self.deferred_bytes = 0
+        self._links: IdLinks | None = None  # made at the first derivation
         staging.setup(writer.con)
         jsonsql.setup(writer.con)
 
@@ -277,15 +279,38 @@ class Lander:
     # -- deriving ----------------------------------------------------------------------------------------------
     def commit(self, count_orphans: bool = True) -> tuple[int, int]:
         """Land what `accept` took, derive the pending traces (a folder reads their published spans back
-        first) and have the writer publish; (requests rows derived, orphan stage spans; 0 without
-        `count_orphans`: the collector does not report them, and counting scans the scope again)."""
+        first) with the traces an imported record links them to by request id (derive/id_links.py), and have the
+        writer publish; (requests rows derived, orphan stage spans; 0 without `count_orphans`: the collector does
+        not report them, and counting scans the scope again)."""
         w = self.writer
         self.land_deferred()
-        if w.pending_traces():
-            w.before_derive()
-        derived = derive_pending(w.con, count_orphans, w.track_derivations)
+        if not w.pending_traces():
+            w.after_derive()
+            return 0, 0
+        con, track = w.con, w.track_derivations
+        links = self._links or IdLinks(con, w.published_requests, w.bring_back, w.new_spans)
+        self._links = links
+        w.before_derive()
+        links.before()
+        if not links.tracking:  # no request id met, none waits: the derivation alone (one query of `before`)
+            rows, orphans = derive_pending(con, count_orphans, track)
+            w.after_derive()
+            return rows, orphans
+        derived = "SELECT trace_id FROM bs_round"
+        con.execute("CREATE OR REPLACE TEMP TABLE bs_round AS SELECT DISTINCT trace_id FROM pending_traces")
+        rows, orphans = derive_pending(con, count_orphans, track)
+        if links.after(derived):  # a server row whose imported record waited for it
+            (again,) = con.execute(
+                "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces) "
+                "AND trace_id IN (SELECT trace_id FROM bs_round)"
+            ).fetchone()
+            con.execute("INSERT INTO bs_round SELECT DISTINCT trace_id FROM pending_traces")
+            more, more_orphans = derive_pending(con, count_orphans, track)
+            rows, orphans = rows + more - again, orphans + more_orphans
+        links.kept(derived)
+        con.execute("DROP TABLE bs_round")
         w.after_derive()
-        return derived
+        return rows, orphans
 
     def recover(self) -> int:
         """Land and publish what a collector acknowledged but had not published (the writer's `spooled()`:

@@ -16,14 +16,15 @@ NAMES = {
     "otlp": "an OTLP trace export",
     "aiperf": "an AIPerf profile_export.jsonl",
     "aiperf-raw": "an AIPerf raw export (profile_export_raw.jsonl)",
+    "aiperf-summary": "an AIPerf run summary (profile_export_aiperf.json)",
     "guidellm": "a GuideLLM benchmarks.json",
     "vllm-bench": "a vllm bench serve result",
     "vllm-metrics": "vLLM RequestOutput.metrics lines",
     "triton": "a Triton trace file",
     "prometheus": "Prometheus /metrics text",
 }
-"""Each recognised format → how a message names it. All but `otlp` and `aiperf-raw` (read with the
-`profile_export.jsonl` beside it) are `budgetscope import --from` kinds."""
+"""Each recognised format → how a message names it. All but `otlp`, `aiperf-raw` and `aiperf-summary` (both read
+with the `profile_export.jsonl` beside them) are `budgetscope import --from` kinds."""
 
 IMPORT_KINDS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton", "prometheus")
 """The kinds `budgetscope import --from` takes (sources/import_files.py)."""
@@ -65,6 +66,8 @@ def _by_keys(keys) -> str | None:
     keys = set(keys)
     if "resourceSpans" in keys:
         return "otlp"
+    if "aiperf_version" in keys:  # the run's summary, `profile_export_aiperf.json` (AIPerf 0.13: its second key)
+        return "aiperf-summary"
     if {"metadata", "metrics"} <= keys:
         return "aiperf"
     if {"metadata", "start_perf_ns", "responses"} <= keys:
@@ -87,5 +90,7 @@ def wrong_format(path: str | Path, wanted: str) -> str | None:
     how = {
         "otlp": "`budgetscope ingest`",
         "aiperf-raw": "`budgetscope import --from aiperf` of the profile_export.jsonl beside it",
+        "aiperf-summary": "`budgetscope import --from aiperf` of the profile_export.jsonl beside it (the "
+        "per-request records; the summary is read from beside them for the run's model)",
     }.get(found, f"`budgetscope import --from {found}`")
     return f"{path}: this is {NAMES[found]}, not {NAMES[wanted]}: read it with {how}"

@@ -15,7 +15,7 @@ layout is the same since GuideLLM 0.4 (report schema version absent, 1 or 2).
 
 Mapping: sent = `request_start`, end = `request_end`, first token = `first_token_iteration` (the first chunk with
 non-empty text, GuideLLM's TTFT; its first event of any kind, `first_request_iteration`, is kept as
-`budgetscope.client.first_event_unix_nano`), scheduled =
+`budgetscope.client.first_event_unix_nano`), last token = `last_token_iteration` (`requests.client_last_token_ns`), scheduled =
 `targeted_start` (so `schedule_lag_ms` is GuideLLM's own start delay); `successful` → ok, `errored` → error
 (`info.error`), `incomplete` (cancelled in flight at the end of a benchmark) → cancelled. GuideLLM keeps no
 per-token gaps: `client_itl_ms` is NULL, its mean `inter_token_latency_ms` stays on the span as
@@ -29,7 +29,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from budgetscope.derive.client import ID_ATTR
+from budgetscope.derive.client import ID_ATTR, LAST_TOKEN
 from budgetscope.sources.importers import (
     FIRST_EVENT,
     FIRST_TOKEN_DEFINITION,
@@ -157,7 +157,7 @@ def _request_span(
             "guidellm.status": status,
             "guidellm.error": error,
             "guidellm.inter_token_latency_ms": None if itl is None else number(itl, f"{where} inter_token_latency_ms"),
-            "guidellm.last_token_unix_nano": at("last_token_iteration"),
+            LAST_TOKEN: at("last_token_iteration"),
         },
     )
 

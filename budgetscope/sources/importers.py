@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from budgetscope.derive.classify import CLIENT_ROOT
-from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK, TOKEN_EVENT
+from budgetscope.derive.client import (
+    FIRST_EVENT,
+    FIRST_TOKEN_DEFINITION,
+    ID_ATTR,
+    LAST_TOKEN,
+    NONEMPTY_CHUNK,
+    TOKEN_EVENT,
+)
 from budgetscope.derive.triton import TRITON_RESPONSE, TRITON_ROOT, TRITON_TS_PREFIX
 
 FORMATS = ("vllm-bench", "aiperf", "guidellm", "vllm-metrics", "triton")
@@ -268,6 +275,12 @@ def aiperf(path: Path, data: bytes) -> bytes:
     display units; `error` = {code, type, message} (`ErrorDetails`). A cancelled request is `cancelled`, another
     error `error`. Mapping:
       TTFT            `time_to_first_token`: the first chunk with non-empty text (AIPerf's definition)
+      end             `request_end_ns`: the last response of any kind (AIPerf 0.13's `_create_metric_record_metadata`,
+                      aiperf/records/record_processor_service.py: `responses[-1].perf_ns`), the `[DONE]` of a stream:
+                      the span's end, so `client_e2e_ms` runs to it
+      last token      `request_latency` (aiperf/metrics/types/request_latency_metric.py: the last response with
+                      content − the start, so before `[DONE]` and a usage-only chunk): kept as the last-token time
+                      (`LAST_TOKEN`, `requests.client_last_token_ns`) and as `aiperf.request_latency_ms`
       tokens          `usage_prompt_tokens` / `usage_completion_tokens` (the server's counts), else AIPerf's own
                       tokenizer's `input_sequence_length` (`error_isl` on a failed request) /
                       `output_sequence_length`; cached: `usage_prompt_cache_read_tokens`
@@ -324,6 +337,8 @@ def aiperf(path: Path, data: bytes) -> bytes:
                 status_code=code,
                 error_type="cancelled" if meta.get("was_cancelled") else "error",
                 extra={
+                    LAST_TOKEN: None if latency is None else sent + round(latency * 1e6),
+                    "aiperf.request_latency_ms": latency,
                     "aiperf.x_request_id": meta.get("x_request_id"),
                     "aiperf.worker_id": meta.get("worker_id"),
                     ID_ATTR: meta.get("x_request_id"),

@@ -1,79 +1,91 @@
-"""Imported client records → the trace of the server span of the same request, joined by request id.
+"""What became of an imported file's records: joined to their server rows by request id, or not, and why.
 
-A load tool's export (AIPerf, GuideLLM) has no trace context: the server's spans of the same request sit in a
-trace of their own, so parentage cannot join them, and without a join the archive holds two rows a request (the
-tool's client-only row and the server's). The tools record an id the server also records:
+A load tool's export (AIPerf, GuideLLM) has no trace context; each record keeps the id the server also records:
   aiperf    `metadata.x_request_id`: AIPerf sends it as the `X-Request-ID` header; budgetscope's engine (and
             vLLM, SGLang) take that header as the request id;
   guidellm  `response_id`: the `id` of the OpenAI response, which the server sets to its request id.
-The importer keeps that id on the client span as `ID_ATTR`. Before the file lands, `budgetscope import` looks the
-ids up among the archive's server rows that have no client span yet (`server_traces`) and moves each matched
-client span into that row's trace (`rehome`); derivation (requests.py) then joins it to the server row by id, so
-the request is counted once and network time is derived. An id held by several server rows is ambiguous and
-left unjoined. A record whose server row is not in the archive yet stays a client-only row: import a tool's
-results after the server's spans have landed.
+The importer keeps that id on the client span (`ID_ATTR`); the archive's derivation joins the record to the one
+server row with that request id, whichever landed first (derive/requests.py `ID_LINKS`, derive/id_links.py). This
+module only reads back what happened to a file's records, for the summary and its warning.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from budgetscope.derive.client import ID_ATTR
 
-
-def request_ids(doc: dict) -> dict[str, str]:
-    """request id (`ID_ATTR`) → span id, over the client spans of an OTLP/JSON document (parsed)."""
-    return {v: s["spanId"] for s in _spans(doc) if (v := _id(s)) is not None}
+SHOWN_IDS = 5
+"""How many of the ids not joined a warning names."""
 
 
-def server_traces(con, ids: dict[str, str]) -> dict[str, str]:
-    """request id → trace id of the one server row with that id whose client span is none yet, or the span
-    `ids[request id]` itself (the same file imported again lands in the same traces, so it lands once).
-    `con`: a DuckDB connection over an archive's `requests`."""
-    if not ids:
-        return {}
-    rows = con.execute(
-        """SELECT r.request_id, any_value(r.trace_id) FROM requests r
-        JOIN (SELECT unnest(?::VARCHAR[]) AS request_id, unnest(?::VARCHAR[]) AS span_id) w USING (request_id)
-        WHERE r.server_span_id IS NOT NULL AND (NOT r.has_client_span OR r.client_span_id = w.span_id)
-        GROUP BY r.request_id HAVING count(*) = 1""",
-        [list(ids), list(ids.values())],
-    ).fetchall()
-    return dict(rows)
+@dataclass(slots=True)
+class JoinReport:
+    records: int = 0  # records of the file carrying a request id
+    joined: int = 0  # ... joined to their server row
+    no_server_row: list[str] = field(default_factory=list)  # ids no server row has (yet)
+    ambiguous: list[str] = field(default_factory=list)  # ids several server rows (or several records) have
+
+    def warning(self, path: str, key: str) -> str | None:
+        """One line saying which records were not joined and why, or None when all were."""
+        parts = []
+        if self.no_server_row:
+            parts.append(
+                f"{len(self.no_server_row):,} found no server row with their {key} ({_ids(self.no_server_row)}): "
+                "client-only rows until the server's spans land, when they join"
+            )
+        if self.ambiguous:
+            parts.append(
+                f"{len(self.ambiguous):,} whose {key} more than one server row or record has "
+                f"({_ids(self.ambiguous)}): not joined"
+            )
+        if not parts:
+            return None
+        return f"{path}: {self.records - self.joined:,} of {self.records:,} records not joined: " + "; ".join(parts)
 
 
-def rehome(doc: dict, traces: dict[str, str]) -> int:
-    """Move each client span of `doc` (parsed OTLP/JSON, changed in place) whose id is in `traces` into that trace;
-    returns how many moved."""
-    moved = 0
-    for s in _spans(doc):
-        trace_id = traces.get(_id(s))
-        if trace_id is not None:
-            s["traceId"] = trace_id
-            moved += 1
-    return moved
+def _ids(ids: list[str]) -> str:
+    shown = ", ".join(ids[:SHOWN_IDS])
+    return shown + (f", … {len(ids) - SHOWN_IDS:,} more" if len(ids) > SHOWN_IDS else "")
 
 
-def join(doc_bytes: bytes, lookup) -> tuple[bytes, int]:
-    """`doc_bytes` (an importer's OTLP/JSON) with its client spans moved into their server rows' traces, and how
-    many were; `lookup(ids)` answers as `server_traces`."""
+def request_ids(doc_bytes: bytes) -> dict[str, str]:
+    """client span id → request id (`ID_ATTR`), over the client spans of an importer's OTLP/JSON document."""
     doc = json.loads(doc_bytes)
-    ids = request_ids(doc)
-    traces = lookup(ids) if ids else {}
-    if not traces:
-        return doc_bytes, 0
-    moved = rehome(doc, traces)
-    return json.dumps(doc, separators=(",", ":")).encode(), moved
-
-
-def _spans(doc: dict):
+    out = {}
     for rs in doc.get("resourceSpans", []):
         for ss in rs.get("scopeSpans", []):
-            yield from ss.get("spans", [])
+            for s in ss.get("spans", []):
+                for kv in s.get("attributes", []):
+                    if kv.get("key") == ID_ATTR and "stringValue" in kv.get("value", {}):
+                        out[s["spanId"]] = kv["value"]["stringValue"]
+    return out
 
 
-def _id(span: dict) -> str | None:
-    for kv in span.get("attributes", []):
-        if kv.get("key") == ID_ATTR:
-            return kv["value"].get("stringValue")
-    return None
+def join_report(con, ids: dict[str, str]) -> JoinReport:
+    """What became of the records `ids` (client span id → request id) in the archive read by `con` (its
+    `requests`)."""
+    rep = JoinReport(records=len(ids))
+    if not ids:
+        return rep
+    rows = con.execute(
+        """SELECT r.client_span_id, r.server_span_id IS NOT NULL FROM requests r
+        WHERE r.client_span_id IN (SELECT unnest(?::VARCHAR[]))""",
+        [list(ids)],
+    ).fetchall()
+    joined = {span for span, has_server in rows if has_server}
+    rep.joined = len(joined)
+    waiting = sorted({rid for span, rid in ids.items() if span not in joined})
+    if not waiting:
+        return rep
+    counts = dict(
+        con.execute(
+            """SELECT request_id, count(*) FROM requests WHERE server_span_id IS NOT NULL
+            AND request_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY 1""",
+            [waiting],
+        ).fetchall()
+    )
+    for rid in waiting:  # a server row that is there, yet not joined: another one, or another record, has the id
+        (rep.ambiguous if counts.get(rid) else rep.no_server_row).append(rid)
+    return rep

@@ -8,12 +8,11 @@ from budgetscope.analysis import charts
 ov, f, text, bpath = state.start_page("Breakdown")
 path = state.archive_path()
 rep = state.report(path, text, f, bpath)
-if not rep["tiers"]:
+if not state.tier_names(rep)[0]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
     st.stop()
 c1, c2, c3 = st.columns(3)
-tier = c1.selectbox("Tier", [e["name"] for e in rep["tiers"]], key="bd_tier")
-base = next(e for e in rep["tiers"] if e["name"] == tier)
+tier, base = state.pick_tier(c1, rep, path, text, f, "bd_tier")
 choices = sorted({50.0, 75.0, 90.0, 95.0, 99.0, 99.9, base["percentile"]})
 pct = c2.selectbox(
     "Tail percentile", choices, index=choices.index(base["percentile"]), format_func=lambda p: f"p{p:g}", key="bd_pct"

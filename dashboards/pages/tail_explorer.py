@@ -10,8 +10,7 @@ path = state.archive_path()
 rep = state.report(path, text, f, bpath)
 ALL = "(all tiers)"
 c1, c2, c3 = st.columns(3)
-tier = c1.selectbox("Tier", [e["name"] for e in rep["tiers"]] + [ALL], key="te_tier")
-entry = next((e for e in rep["tiers"] if e["name"] == tier), None)
+tier, entry = state.pick_tier(c1, rep, path, text, f, "te_tier", more=(ALL,))
 kind = c2.radio("Latency", ["ttft", "e2e"], format_func=str.upper, horizontal=True, key="te_kind")
 default = entry["percentile"] if entry else 99.0
 choices = sorted({75.0, 90.0, 95.0, 99.0, 99.9, default})

@@ -10,11 +10,10 @@ from budgetscope.analysis.verdict import LABEL
 ov, f, text, bpath = state.start_page("Timeline / postmortem")
 path = state.archive_path()
 rep = state.report(path, text, f, bpath)
-if not rep["tiers"]:
+if not state.tier_names(rep)[0]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
     st.stop()
-tier = st.selectbox("Tier", [e["name"] for e in rep["tiers"]], key="tl_tier")
-entry = next(e for e in rep["tiers"] if e["name"] == tier)
+tier, entry = state.pick_tier(st, rep, path, text, f, "tl_tier")
 tl = state.tier_timeline(path, text, tier, f, entry)
 if tl["empty"]:
     st.info(f"Timeline: {tl['why']}.")

@@ -12,10 +12,10 @@ from budgetscope.analysis.whatif import edit_tier, to_toml
 ov, f, text, bpath = state.start_page("What if")
 path = state.archive_path()
 rep = state.report(path, text, f, bpath)
-if not rep["tiers"]:
+if not state.tier_names(rep)[0]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
     st.stop()
-tier = st.selectbox("Tier", [e["name"] for e in rep["tiers"]], key="wi_tier")
+tier, before = state.pick_tier(st, rep, path, text, f, "wi_tier")
 tb = state.tier_budget(text, tier)
 st.caption("0 means no budget. Edits stay in this page; the budgets file is not changed.")
 c = st.columns(4)
@@ -36,7 +36,6 @@ try:
 except BudgetError as e:
     st.warning(f"These budgets do not hold together: {e}")
     st.stop()
-before = next(e for e in rep["tiers"] if e["name"] == tier)
 after = next(e for e in state.report(path, to_toml(edited), f)["tiers"] if e["name"] == tier)
 
 

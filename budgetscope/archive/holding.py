@@ -1,9 +1,24 @@
-"""How the collector's writer holds what it published in its working set (`archive.directory.Holding`), and why
-these figures (measured in docs/benchmarks.md)."""
+"""How a durable writer (the collector's) holds what it published in its working set: `Holding`, and the
+collector's figures with the reasons for them (measured in docs/benchmarks.md).
+
+Here, beside the store that reads them, so that `budgetscope.opener` can default to them without importing the
+collector (which imports the opener).
+"""
 
 from __future__ import annotations
 
-from budgetscope.archive.directory import Holding
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Holding:
+    """How a durable writer's working set holds what it published (HOLDING below: the collector's)."""
+
+    hold_s: float  # spans stay this long after they landed (exact deduplication, no read-back for late spans)
+    max_spans: int  # ... but no more than this many: each commit's cost grows with what it holds
+    dropped_max: int  # traces let go of, remembered by a 64-bit hash: a late span of one reads the trace back
+    seed_spans: int  # an opening writer remembers the traces of its newest segments, up to this many spans
+
 
 HOLD_S = 3600.0
 """How long the collector's working set keeps spans after they landed, at most HOT_SPANS of them
