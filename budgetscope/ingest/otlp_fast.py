@@ -6,8 +6,10 @@ Each takes a batch whole or not at all. What `decode` does not take (see the C f
 nested values, doubles it cannot print exactly as DuckDB does, anything odd) goes on to the DuckDB path
 (`jsonsql`), and from there to the reference decoder; what `decode_proto` does not take (malformed wire
 data, nested values, repeated fields, anything the reference would word as an error) goes to the reference
-decoder `otlp_proto`. Each path stores the same bytes for the same span; `tests/test_otlp_fast.py` and
-`tests/test_otlp_proto_fast.py` hold them to it.
+decoder `otlp_proto`. What they take they store as the path the batch takes without them stores it: a JSON
+batch with span events as the reference decoder (the DuckDB path hands those on), events included, every
+other JSON batch as the DuckDB path; `tests/test_otlp_fast.py` and `tests/test_otlp_proto_fast.py` hold them
+to it.
 
 When the extension was not compiled (no C compiler at install time), `AVAILABLE` is false and every batch
 takes the slower paths: same rows.
