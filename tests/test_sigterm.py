@@ -94,7 +94,10 @@ def sink(request, tmp_path):
 def _spawn(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
     full_env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), env.pop("PYTHONPATH", "")]).rstrip(os.pathsep),
+        # the caller's path after this checkout's (a GPU machine's carried wheels live there)
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO), env.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")) if p
+        ),
         "OTEL_BSP_SCHEDULE_DELAY": "30000",
         **env,
     }

@@ -6,7 +6,7 @@ of ~3,400 tokens (3,344..3,456). Every combination of tile_n x num_warps x num_s
 (median of --iters calls after --warmup), and its bandwidth computed as the bytes the step must read at least —
 K and V of every context once, plus q, plus out written — over that time. The table is sorted by bandwidth; the
 best three are checked against the float64 reference on the first 8 sequences (max abs error). Then the best
-configuration and today's default (tile 32, Triton's 4 warps, 3 stages) are timed on the engine's short steps:
+configuration and today's default (`DEFAULT_LAUNCH`: 128-key tiles, 4 warps, 2 stages) are timed on the engine's short steps:
 56 decode rows at ~1k context, and those plus one 256-token prompt chunk, so a config that wins at long context
 is seen not to lose there. For each binary the table adds its registers, spills and shared memory a program,
 and from them an estimate of the programs resident on an SM and of the waves the step's programs make (a step
@@ -44,6 +44,7 @@ import torch
 from attention_bench import time_it
 
 from budgetscope.engine.paged_attention import (
+    DEFAULT_LAUNCH,
     check_launch,
     paged_attention,
     paged_attention_reference,
@@ -53,7 +54,7 @@ BLOCK = 16
 HEADS, KV_HEADS, DIM = 32, 8, 64  # the `1b` model's attention
 COPY_TBPS = 4.25  # measured device-to-device copy bandwidth of the H200 the engine runs on, TB/s
 TILES, WARPS, STAGES = (16, 32, 64, 128), (2, 4, 8), (1, 2, 3, 4)
-DEFAULT = (32, 4, 3)  # today's launch: TILE_N 32, Triton's default num_warps and num_stages on NVIDIA
+DEFAULT = (DEFAULT_LAUNCH["tile_n"], DEFAULT_LAUNCH["num_warps"], DEFAULT_LAUNCH["num_stages"])  # today's launch
 CHECK_SEQS = 8
 RESOURCES: dict[tuple, tuple[str, str, str]] = {}  # config -> resources() of its binary, as first loaded
 

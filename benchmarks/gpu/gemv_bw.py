@@ -2,9 +2,12 @@
 
 A batch-1 decode step reads every weight once; if the per-layer products reach only a fraction of the copy
 bandwidth, so does the step. For each weight shape of the `1b` config (fused q/k/v, o, fused gate/up, down, and the
-tied lm_head) this times F.linear(x[1, K], W[N, K]) with CUDA events (median of 50 after a warm-up), rotating among
-enough copies of W that the 60 MB L2 holds none of them between calls, and prints bytes read / time against a
-device-to-device copy measured the same way.
+tied lm_head) this times F.linear(x[1, K], W[N, K]) as the engine's step runs it: captured in a CUDA graph, one
+call per copy of W (enough copies that the 60 MB L2 holds none of them between calls), the graph replayed between
+two CUDA events (median of 20 replays, per call). It prints bytes read / time against a device-to-device copy.
+
+A lone call between two events (how this script timed it first, 2026-11-28) measures the launch as much as the
+kernel: 36 us for a product the step's graph runs in 6 us.
 
     python benchmarks/gpu/gemv_bw.py
 """
@@ -47,19 +50,23 @@ def copy_bandwidth(dev: torch.device, n: int = 1 << 30) -> float:
 
 
 def gemv_seconds(dev: torch.device, rows: int, cols: int) -> float:
-    """Median seconds of one token's F.linear through a [rows, cols] bf16 weight, none of it in L2."""
+    """Median seconds of one token's F.linear through a [rows, cols] bf16 weight, none of it in L2, back to back in a
+    CUDA graph as the engine's step graph runs them."""
     copies = max(2, -(-256 * 2**20 // (rows * cols * 2)))  # > 4x the L2 in all
     ws = [torch.randn(rows, cols, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
     x = torch.randn(1, cols, device=dev, dtype=torch.bfloat16)
-    k = [0]
-
-    def call():
-        F.linear(x, ws[k[0] % copies])
-        k[0] += 1
-
-    for _ in range(10):
-        call()
-    return timed(call)
+    for w in ws:  # warm-up: cuBLAS picks its kernel
+        F.linear(x, w)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for w in ws:
+            F.linear(x, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(3):
+        graph.replay()
+    return timed(graph.replay, 20) / copies
 
 
 def main() -> None:
