@@ -71,10 +71,9 @@ def _send(args: tuple) -> list[str]:
                 except grpc.RpcError as e:
                     errors.append(f"{e.code()} {e.details()}")
         return errors
+    ctype = "application/x-protobuf" if kind == "http-proto" else "application/json"
     for body in bodies:
-        r = _CLIENT.post(
-            f"http://127.0.0.1:{port}/v1/traces", content=body, headers={"content-type": "application/json"}
-        )
+        r = _CLIENT.post(f"http://127.0.0.1:{port}/v1/traces", content=body, headers={"content-type": ctype})
         if r.status_code != 200:
             errors.append(f"{r.status_code} {r.text[:200]}")
     return errors
@@ -87,7 +86,8 @@ def cpu_s(who: int) -> float:
 
 def run(bodies: list[bytes], kind: str, clients: int, archive: Path) -> tuple[float, float, float, float]:
     """(seconds until every request was answered, seconds until the collector had stored everything, CPU
-    seconds of the collector's process meanwhile, CPU seconds of the exporter processes)."""
+    seconds of the collector's process meanwhile, CPU seconds of the exporter processes). `kind`: "http" (OTLP/JSON
+    bodies), "http-proto" (protobuf bodies over OTLP/HTTP) or "grpc"."""
     import multiprocessing as mp
 
     global _BODIES
@@ -97,7 +97,7 @@ def run(bodies: list[bytes], kind: str, clients: int, archive: Path) -> tuple[fl
     # the exporters fork before the collector starts its threads (gRPC does not survive a fork)
     with mp.get_context("fork").Pool(clients, initializer=_start_exporter) as pool:
         pool.map(abs, range(clients))  # the exporters are up before the clock starts
-        c = Collector(archive, grpc_port=0 if kind == "grpc" else None, http_port=0 if kind == "http" else None)
+        c = Collector(archive, grpc_port=0 if kind == "grpc" else None, http_port=None if kind == "grpc" else 0)
         c.start()
         port = c.grpc_port if kind == "grpc" else c.http_port
         t0, cpu0, exporters0 = time.perf_counter(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
