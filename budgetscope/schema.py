@@ -161,6 +161,43 @@ REQUESTS = Table(
             "how the client counted its first token (client span `budgetscope.client.first_token_definition`, "
             "`first_token_event` when absent); NULL without a client span, and in rows written before it",
         ),
+        C(
+            "queue_start_ns",
+            "BIGINT",
+            "when the server enqueued it (the end of frontend), ns; NULL where the server does not tell",
+        ),
+        C(
+            "scheduled_ns",
+            "BIGINT",
+            "when the engine first scheduled it into a batch (the end of queue), ns; NULL where the server does not tell",
+        ),
+        C("last_token_ns", "BIGINT", "last output token on the server (the end of decode), ns; NULL if unknown"),
+        C(
+            "ttft_content_gap_ms",
+            "DOUBLE",
+            "first stream event → first non-empty chunk, ms: the part of `client_ttft_ms` a client that waits for "
+            "content (AIPerf, GuideLLM) adds; 0 for one that counts the first token event; NULL without a client "
+            "first token, or where the export lacks the first event",
+        ),
+        C(
+            "instants",
+            "VARCHAR[]",
+            "the request's instants its source saw, in order: arrival, queue_start, scheduled, first_token, "
+            "last_token, end (server), client_send, client_first_token, client_end (docs/metrics.md); "
+            "NULL in rows written before it",
+        ),
+        C(
+            "violations",
+            "VARCHAR[]",
+            "the invariants the row breaks (e.g. `first_token_outside_request`, `parts_exceed_e2e`; docs/metrics.md "
+            "lists them): a misread of its format; empty when none, NULL in rows written before it",
+        ),
+        C(
+            "unread_events",
+            "VARCHAR[]",
+            "names of the span events in the request's trace, on spans an adapter claimed, that no adapter reads; "
+            "empty when none, NULL in rows written before it",
+        ),
     ),
 )
 

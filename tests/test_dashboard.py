@@ -231,6 +231,27 @@ def test_spans_no_adapter_reads_are_named_on_the_page(monkeypatch, tmp_path):
     ]
 
 
+def test_misread_requests_and_unread_events_are_named_on_every_page(monkeypatch, tmp_path):
+    """As the report's coverage lines: a request that breaks an invariant of its format, and one whose span carries
+    an event no adapter reads, are named in the notes under each page's title."""
+    from otlp_wire import MS, T0, export, jsonl, native_request
+
+    _, misread = native_request()
+    root = next(s for s in misread if s["name"] == "llm.request")
+    root["endTimeUnixNano"] = str(T0 + 100 * MS)  # its decode span runs past its end
+    _, unread = native_request(arrival=T0 + 1000 * MS)
+    next(s for s in unread if s["name"] == "llm.request")["events"] = [{"timeUnixNano": str(T0), "name": "odd"}]
+    src, a = tmp_path / "t.jsonl", tmp_path / "a"
+    src.write_text(jsonl(export(misread), export(unread)))
+    assert CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)]).exit_code == 0
+    at = _app(monkeypatch, a)
+    at.run()
+    _clean(at, "budgets")
+    notes = [c.value for c in at.caption]
+    assert any("1 request misread (breaking an invariant of their format" in n for n in notes), notes
+    assert any("1 request with span events no adapter reads: native 'odd' (1)" in n for n in notes), notes
+
+
 def test_empty_archive_and_no_budgets_say_what_is_missing(monkeypatch, tmp_path):
     empty = tmp_path / "empty.duckdb"
     Archive(empty).close()

@@ -313,5 +313,7 @@ def test_a_table_an_older_archive_lacks_holds_nothing():
         "engine_steps": False,
         "kv_gauges": False,
         "unclaimed": True,
+        "violations": False,
+        "unread_events": False,
     }
     assert build_report(c, None)["unclaimed_spans"]["total"] == 1

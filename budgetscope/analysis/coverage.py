@@ -1,9 +1,15 @@
-"""What the archive could read: the spans no adapter claimed, and which requests have server and client spans.
+"""What the archive could read: the spans no adapter claimed, the requests that were misread, the span events no
+adapter reads, and which requests have server and client spans.
 
 A span is *unclaimed* when no adapter reads its name (`spans.source` = 'other', decided at ingest by
 `budgetscope/derive/classify.py`) and its trace produced no request. Spans of another kind in a request's
 trace (an HTTP framework's own span beside `llm.request`) are context, not lost data, so they do not count;
 `engine.step` spans are claimed (the `engine_steps` view reads them) though they belong to no request.
+
+A request is *misread* when its row breaks an invariant of budgetscope/derive/invariants.py (`requests.violations`),
+and carries *unread events* when a span an adapter claimed in its trace has an event its adapter does not read
+(`requests.unread_events`, derive/unread_events.py): both are counted here per format (`source`) and named, as the
+unclaimed spans are.
 """
 
 from __future__ import annotations
@@ -31,10 +37,15 @@ KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:to
 """A server's KV-use gauges in `server_metrics` (vLLM's, its older name, SGLang's): queue_wait reads them."""
 
 
+ROW_FLAGS = ("violations", "unread_events")
+"""The `requests` columns that flag a row: the invariants it breaks, the span events of its trace no adapter reads."""
+
+
 def contents(con) -> dict[str, bool]:
     """Which of the tables a report may join hold any row, in one statement: `gpu_samples`, `engine_steps`,
-    `kv_gauges` (server_metrics rows of KV_GAUGES), `unclaimed` (spans of source UNCLAIMED_SOURCE). A report skips
-    the joins of a table that holds nothing: their figures are then known without them (no samples, no steps).
+    `kv_gauges` (server_metrics rows of KV_GAUGES), `unclaimed` (spans of source UNCLAIMED_SOURCE), and whether a
+    request breaks an invariant (`violations`) or carries unread events (`unread_events`). A report skips the joins
+    and counts of what holds nothing: their figures are then known without them (no samples, no steps).
 
     A connection with a `memo` dict (a Spark archive's: its segments are fixed when it opens) keeps the answer
     for its later reports."""
@@ -47,6 +58,7 @@ def contents(con) -> dict[str, bool]:
         "engine_steps": "SELECT 1 FROM engine_steps",
         "kv_gauges": f"SELECT 1 FROM server_metrics WHERE metric IN ({names})",
         "unclaimed": f"SELECT 1 FROM spans WHERE source = '{UNCLAIMED_SOURCE}'",
+        **{k: f"SELECT 1 FROM requests WHERE len({k}) > 0" for k in ROW_FLAGS},
     }
     try:
         row = con.execute(
@@ -116,6 +128,49 @@ _ID = re.compile(r"\b[0-9a-fA-F-]*[0-9][0-9a-fA-F-]*\b")
 """A word of hex digits (and dashes) with at least one digit: a request id or a counter inside a span name."""
 
 
+def flagged(
+    con, column: str, where: str = "", params: list | None = None, top: int = TOP_UNCLAIMED, present=None
+) -> dict:
+    """The requests (those of `where`, a WHERE clause over `requests`) whose `column` (one of ROW_FLAGS) names
+    anything, per format and name, most first: {"total": requests, "groups": (source, name) pairs, "top":
+    [{"source", "name", "requests"}] (at most `top`), "by_source": {source: requests}}. `present` (`contents`)
+    saves the scan when no row is flagged (or the archive's rows predate the column)."""
+    empty = {"total": 0, "groups": 0, "top": [], "by_source": {}}
+    if present is not None and not present.get(column):
+        return empty
+    cond = f"len({column}) > 0"
+    where = f"{where} AND {cond}" if where else f"WHERE {cond}"
+    # one scan: '*' stands for the row itself, so each source's flagged requests come with its names
+    found = con.execute(
+        f"""SELECT source, n, count(*) FROM (
+          SELECT source, unnest(list_concat(['*'], {column})) AS n FROM requests {where}) x GROUP BY 1, 2""",
+        params or [],
+    ).fetchall()
+    by_source = {src: k for src, n, k in found if n == "*"}
+    groups = sorted(((src, n, k) for src, n, k in found if n != "*"), key=lambda g: (-g[2], str(g[0]), g[1]))
+    return {
+        "total": sum(by_source.values()),
+        "groups": len(groups),
+        "top": [{"source": src, "name": n, "requests": k} for src, n, k in groups[:top]],
+        "by_source": dict(sorted(by_source.items(), key=lambda kv: (-kv[1], str(kv[0])))),
+    }
+
+
+FLAG_WORDS = {
+    "violations": 'misread (breaking an invariant of their format, docs/metrics.md "Invariants")',
+    "unread_events": "with span events no adapter reads",
+}
+
+
+def flagged_line(column: str, f: dict) -> str | None:
+    """One line naming the flagged requests of `flagged`, or None when there is none."""
+    if not f["total"]:
+        return None
+    top = ", ".join(f"{t['source']} {t['name']!r} ({t['requests']:,})" for t in f["top"])
+    more = f" and {f['groups'] - len(f['top'])} more" if f["groups"] > len(f["top"]) else ""
+    return f"{f['total']:,} request{'' if f['total'] == 1 else 's'} {FLAG_WORDS[column]}: {top}{more}"
+
+
 def unclaimed_in(archive) -> dict:
     """`unclaimed_spans` of the archive at `archive` (a path), as last committed; raises ArchiveError when it
     cannot be read."""
@@ -182,6 +237,9 @@ def coverage_line(c: dict) -> str:
 
 __all__ = [
     "contents",
+    "flagged",
+    "flagged_line",
+    "ROW_FLAGS",
     "KV_GAUGES",
     "unclaimed_spans",
     "unclaimed_line",

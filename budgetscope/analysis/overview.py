@@ -24,7 +24,7 @@ SOME_CLIENT_SPANS = (
 
 def overview(con) -> dict:
     """Counts, time bounds (ns), the distinct tier/model/tenant/instance values (None = absent tenant) and the
-    notes on missing data, in one pass over `requests` plus three cheap probes."""
+    notes on missing data and misreads, in one pass over `requests` plus cheap probes."""
     n, lo, hi, n_client = con.execute(
         "SELECT count(*), min(arrival_ns), max(arrival_ns), count(*) FILTER (WHERE has_client_span) FROM requests"
     ).fetchone()
@@ -45,6 +45,11 @@ def overview(con) -> dict:
         notes.append(NO_CLIENT_SPANS)
     elif n_client < n:
         notes.append(SOME_CLIENT_SPANS.format(missing=n - n_client, n=n))
+    if n:  # what was misread, and the span events no adapter reads (docs/metrics.md, "Invariants")
+        present = coverage.contents(con)
+        for k in coverage.ROW_FLAGS:
+            if line := coverage.flagged_line(k, coverage.flagged(con, k, present=present)):
+                notes.append(line)
     return {
         "requests": n,
         "first_arrival_ns": lo,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from budgetscope.analysis.coverage import coverage_line, unclaimed_line
+from budgetscope.analysis.coverage import ROW_FLAGS, coverage_line, flagged_line, unclaimed_line
 from budgetscope.analysis.verdict import LABEL, ms
 
 
@@ -92,6 +92,7 @@ def _report_lines(report: dict) -> list[str]:
     out.append(coverage_line(report["coverage"]))
     if line := unclaimed_line(report["unclaimed_spans"]):
         out.append(line)
+    out += [line for k in ROW_FLAGS if k in report and (line := flagged_line(k, report[k]))]
     return out
 
 

@@ -354,6 +354,8 @@ def build_report(
         covered["requests"] if filters is None else coverage.coverage(con, whole.where(), whole.params)["requests"]
     )
     warning = coverage.nothing_derived_warning(spans, derived, unclaimed)
+    rows = Selection({}, since_ns, until_ns, filters)  # the report's requests, as `coverage` counts them
+    flags = {k: coverage.flagged(con, k, rows.where(), rows.params, present=present) for k in coverage.ROW_FLAGS}
     out = {
         "tiers": tiers,
         "unbudgeted_tiers": unbudgeted,
@@ -364,6 +366,8 @@ def build_report(
         "coverage": covered,
         "spans": spans,
         "unclaimed_spans": unclaimed,
+        "violations": flags["violations"],
+        "unread_events": flags["unread_events"],
         "warnings": [warning] if warning else [],
     }
     if filters is not None:

@@ -344,6 +344,7 @@ def _polars_schema(table: schema.Table, pl) -> dict:
         "DOUBLE": pl.Float64,
         "BOOLEAN": pl.Boolean,
         "DOUBLE[]": pl.List(pl.Float64),
+        "VARCHAR[]": pl.List(pl.String),
     }
     return {c.name: types[c.type] for c in table.columns} | {"_seq": pl.Int64}
 

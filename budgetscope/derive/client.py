@@ -21,6 +21,9 @@ from __future__ import annotations
 from budgetscope.derive.classify import CLIENT_ROOT_SQL
 from budgetscope.derive.server_row import select_list
 
+EVENTS_READ: tuple[str, ...] = ()
+"""Span events this adapter reads on a client span: none."""
+
 FIRST_TOKEN_DEFINITION = "budgetscope.client.first_token_definition"
 """Client span attribute: what the client counted as the first token (the anchor of `client_ttft_ms`)."""
 TOKEN_EVENT = "first_token_event"

@@ -6,11 +6,16 @@ decode); otherwise the start of the first `stage.decode` span, or, without one, 
 `stage.prefill` span (the rule of docs/design.md, which holds whenever no prefill follows the first token).
 TTFT components are each stage's time clipped to [arrival, first token], so a re-queue after the first
 token counts in `queue_ms` but not in `ttft_queue_ms`.
+Instants (derive/instants.py): queue start = the first `stage.queue` span's start, scheduled = the first
+`stage.prefill` span's start, last token = the last `stage.decode` span's end; the stages are the spans' sums.
 """
 
 from __future__ import annotations
 
 from budgetscope.derive.classify import NATIVE_ROOT_SQL, STAGE_PREFIX
+
+EVENTS_READ: tuple[str, ...] = ()
+"""Span events this adapter reads (derive/unread_events.py): none, the span contract has none."""
 
 ROOT_ATTRS = (
     '{"gen_ai.request.model":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.response.id":"VARCHAR",'
@@ -54,10 +59,14 @@ st AS (
   FROM {spans} WHERE starts_with(name, '{STAGE_PREFIX}')),
 marks AS (
   SELECT trace_id, parent_span_id, min(start_ns) FILTER (WHERE stage = 'decode') AS decode_start_ns,
-         max(end_ns) FILTER (WHERE stage = 'prefill') AS prefill_end_ns
+         max(end_ns) FILTER (WHERE stage = 'prefill') AS prefill_end_ns,
+         min(start_ns) FILTER (WHERE stage = 'queue') AS queue_start_ns,
+         min(start_ns) FILTER (WHERE stage = 'prefill') AS scheduled_ns,
+         max(end_ns) FILTER (WHERE stage = 'decode') AS last_token_ns
   FROM st GROUP BY trace_id, parent_span_id),
 rf AS (
-  SELECT r.*, coalesce(r.a."budgetscope.first_token_unix_nano", m.decode_start_ns, m.prefill_end_ns) AS first_token_ns
+  SELECT r.*, coalesce(r.a."budgetscope.first_token_unix_nano", m.decode_start_ns, m.prefill_end_ns) AS first_token_ns,
+         m.queue_start_ns, m.scheduled_ns, m.last_token_ns
   FROM roots r LEFT JOIN marks m ON m.trace_id = r.trace_id AND m.parent_span_id = r.span_id),
 sums AS (
   SELECT st.trace_id, st.parent_span_id, {", ".join(stage_sum(x) for x in stages)},
@@ -71,7 +80,7 @@ SELECT r.trace_id, r.span_id AS server_span_id, r.parent_span_id, 'native' AS so
   coalesce(r.a."gen_ai.request.model", r.a."gen_ai.response.model") AS model,
   coalesce(r.a."budgetscope.tier", 'default') AS tier, r.a."budgetscope.tenant" AS tenant,
   coalesce(r.a."budgetscope.outcome", CASE WHEN r.status_code = 'ERROR' THEN 'error' ELSE 'ok' END) AS outcome,
-  r.start_ns AS arrival_ns, r.first_token_ns, r.end_ns,
+  r.start_ns AS arrival_ns, r.first_token_ns, r.end_ns, r.queue_start_ns, r.scheduled_ns, r.last_token_ns,
   r.a."gen_ai.usage.input_tokens" AS input_tokens, r.a."gen_ai.usage.cache_read.input_tokens" AS cached_tokens,
   r.a."gen_ai.usage.output_tokens" AS output_tokens,
   {", ".join(ms(x) for x in stages)},

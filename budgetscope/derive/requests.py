@@ -33,7 +33,7 @@ Replicas: the server root span's resource gives `service_instance_id`, `host_nam
 
 from __future__ import annotations
 
-from budgetscope.derive import client, llamacpp, native, sglang, tgi, triton, vllm
+from budgetscope.derive import client, instants, invariants, llamacpp, native, sglang, tgi, triton, unread_events, vllm
 from budgetscope.derive.classify import CLIENT_ROOT_SQL, HTTP_CLIENT_SQL
 from budgetscope.derive.client import FIRST_EVENT, FIRST_TOKEN_DEFINITION, ID_ATTR, NONEMPTY_CHUNK, TOKEN_EVENT
 from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
@@ -59,9 +59,43 @@ CLIENT_ATTRS = (
 )
 """The client span attributes the derivation reads; `http.status_code` is the HTTP conventions' old name."""
 
-CLIENT_END = "CASE WHEN c.is_http AND c.end_ns < s.end_ns THEN NULL ELSE c.end_ns END"
-"""When the client had the whole response: an HTTP client span that ended before the server span timed only
-the response headers (a streamed response), so its end says nothing of the response's."""
+CLIENT_E2E_RAW = "(c.end_ns - c.start_ns) / 1e6"
+"""The client's E2E as its span timed it."""
+CLIENT_END = (
+    f"CASE WHEN s.server_span_id IS NULL OR {invariants.client_view_ok(CLIENT_E2E_RAW, 's.e2e_ms')} THEN c.end_ns END"
+)
+"""When the client had the whole response: a client span shorter than the server span's E2E did not time the
+response's end (an HTTP client span of a streamed response ended at its headers): no client end
+(derive/invariants.py). A server's reported E2E (a header) is not its clock: there the row is only flagged."""
+CLIENT_FIRST_EVENT = (
+    f"CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
+    f'THEN c.a."{FIRST_EVENT}" ELSE c.a."budgetscope.client.first_token_unix_nano" END'
+)
+"""The client's first stream event of any kind, ns: the time comparable with the server's first token. A tool that
+waits for the first non-empty chunk (AIPerf, GuideLLM) adds the server's empty chunks to its TTFT; only its first
+event, where the export has it, is network-comparable (NULL where it lacks it: AIPerf's records alone)."""
+CLIENT_TTFT_RAW = f"({CLIENT_FIRST_EVENT} - c.start_ns) / 1e6"
+"""The client's TTFT to its first stream event, as its span gave it."""
+CONTENT_GAP = (
+    'CASE WHEN c.a."budgetscope.client.first_token_unix_nano" IS NOT NULL THEN '
+    f"CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
+    f'THEN (c.a."budgetscope.client.first_token_unix_nano" - c.a."{FIRST_EVENT}") / 1e6 ELSE 0 END END'
+)
+"""`ttft_content_gap_ms`: the client's first event → its first token, for a client whose first token is its first
+non-empty chunk (NULL where its export lacks the first event); 0 for one that counts the first token event. So
+client TTFT = TTFT network + the server's TTFT + this gap, exactly."""
+CHECKED = ("instants", "violations", "unread_events")
+"""`requests` columns computed over the finished row (derive/instants.py, invariants.py, unread_events.py)."""
+
+EVENTS_READ = {
+    "native": native.EVENTS_READ,
+    "vllm": vllm.EVENTS_READ,
+    "tgi": tgi.EVENTS_READ,
+    "sglang": sglang.EVENTS_READ,
+    "triton": triton.EVENTS_READ,
+    "client": client.EVENTS_READ,
+}
+"""`spans.source` → the span event names its adapter reads (derive/unread_events.py)."""
 
 
 def requests_sql(spans: str, present: set[str] | None = None) -> str:
@@ -83,11 +117,12 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         if present is None or "client" in present
         else f"SELECT * FROM ({union(REPORTED_ADAPTERS)}) WHERE false"
     )
-    # without a server clock, the unknown remainder of the client figure is unaccounted
+    # without a server clock, the unknown remainder of the client figure is unaccounted (its TTFT less the wait for
+    # content, where the client says how long that was)
     client_e2e = "CASE WHEN s.server_span_id IS NULL THEN (c.end_ns - c.start_ns) / 1e6 END"
     client_ttft = (
         "CASE WHEN s.server_span_id IS NULL THEN "
-        '(c.a."budgetscope.client.first_token_unix_nano" - c.start_ns) / 1e6 END'
+        f'(c.a."budgetscope.client.first_token_unix_nano" - c.start_ns) / 1e6 - coalesce({CONTENT_GAP}, 0) END'
     )
     derived = {
         "unaccounted_ms": f"coalesce(s.e2e_ms, {client_e2e}) - (coalesce(s.frontend_ms, 0) + coalesce(s.queue_ms, 0)"
@@ -113,11 +148,9 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         # kept on the row so that the report counts the definitions without joining `spans` (analysis/report.py)
         "client_first_token_definition": f"CASE WHEN c.span_id IS NOT NULL "
         f"THEN coalesce(c.a.\"{FIRST_TOKEN_DEFINITION}\", '{TOKEN_EVENT}') END",
-        # a tool that waits for the first non-empty chunk (AIPerf, GuideLLM) adds the server's empty chunks to
-        # its TTFT: only its first event of any kind, where the export has it, is network-comparable
-        "ttft_network_ms": f"(CASE WHEN c.a.\"{FIRST_TOKEN_DEFINITION}\" = '{NONEMPTY_CHUNK}' "
-        f'THEN c.a."{FIRST_EVENT}" ELSE c.a."budgetscope.client.first_token_unix_nano" END'
-        " - c.start_ns) / 1e6 - s.ttft_ms",
+        "ttft_network_ms": f"CASE WHEN s.server_span_id IS NULL OR {invariants.client_view_ok(CLIENT_TTFT_RAW, 's.ttft_ms')} "
+        f"THEN {CLIENT_TTFT_RAW} - s.ttft_ms END",
+        "ttft_content_gap_ms": CONTENT_GAP,
     }
     # client spans no server row claims (as parent, or by the request id an import recorded), picked before their
     # attributes are parsed
@@ -130,21 +163,35 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
     # The root spans' resources: narrowed to the roots' span ids first, so that the join probes with those rows
     # alone (350,000 spans: 1.84 → 1.34 s for the whole derivation, against 1.22 s without the join)
     cols = ",\n  ".join(
-        f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}" for c in REQUESTS.columns
+        f"{derived[c.name]} AS {c.name}" if c.name in derived else f"s.{c.name}"
+        for c in REQUESTS.columns
+        if c.name not in CHECKED
     )
+    checked = {
+        "instants": instants.seen_sql(),
+        "violations": invariants.violations_sql("bs_client_e2e_raw_ms", "bs_client_ttft_raw_ms"),
+        "unread_events": "coalesce(u.names, CAST([] AS VARCHAR[]))",
+    }
+    out = ", ".join(f"{checked[c.name]} AS {c.name}" if c.name in checked else f"r.{c.name}" for c in REQUESTS.columns)
     return f"""
 WITH served AS ({served}),
 reported AS (SELECT * FROM ({reported}) r
   WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
-s AS (
+s0 AS (
   SELECT * FROM served UNION ALL BY NAME SELECT * FROM reported
   UNION ALL BY NAME SELECT * FROM ({client.server_rows(unclaimed)}) o),
-c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
-        SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}
-        UNION ALL SELECT *, true FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false)))
-SELECT {cols}
-FROM s LEFT JOIN c ON c.trace_id = s.trace_id
-  AND (c.span_id = s.parent_span_id OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
-LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
-  ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id
+s AS ({instants.filled("s0")}),
+c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a FROM (
+        SELECT * FROM {spans} WHERE {CLIENT_ROOT_SQL}
+        UNION ALL SELECT * FROM {spans} WHERE {HTTP_CLIENT_SQL} AND NOT coalesce({CLIENT_ROOT_SQL}, false))),
+r AS (
+  SELECT {cols},
+  {CLIENT_E2E_RAW} AS bs_client_e2e_raw_ms, {CLIENT_TTFT_RAW} AS bs_client_ttft_raw_ms
+  FROM s LEFT JOIN c ON c.trace_id = s.trace_id
+    AND (c.span_id = s.parent_span_id OR (s.server_span_id IS NOT NULL AND c.a."{ID_ATTR}" = s.request_id))
+  LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
+    ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id),
+u AS ({unread_events.unread_sql(spans, EVENTS_READ)})
+SELECT {out}
+FROM r LEFT JOIN u ON u.trace_id = r.trace_id
 """

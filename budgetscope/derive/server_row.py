@@ -1,6 +1,10 @@
 """The columns every adapter's server rows carry, and a helper that fills the ones a source cannot tell with NULL.
 
-An adapter states what its source measures; every other column is NULL (unknown), never a guess.
+An adapter states what its source measures; every other column is NULL (unknown), never a guess. It gives the
+request's instants it saw (`INSTANT_COLUMNS`, derive/instants.py) and the stage durations it measured; a stage it
+leaves NULL is taken from the two instants that bound it where both were seen (instants.filled), and every row
+is checked against the invariants of derive/invariants.py. An adapter never computes a stage from an instant that
+merely stands in for the one that bounds it (a model span's end is not the last token).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ SERVER_COLUMNS = {
     "arrival_ns": "BIGINT",
     "first_token_ns": "BIGINT",
     "end_ns": "BIGINT",
+    "queue_start_ns": "BIGINT",
+    "scheduled_ns": "BIGINT",
+    "last_token_ns": "BIGINT",
     "input_tokens": "BIGINT",
     "cached_tokens": "BIGINT",
     "output_tokens": "BIGINT",

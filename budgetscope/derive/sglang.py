@@ -34,6 +34,10 @@ from __future__ import annotations
 from budgetscope.derive.classify import SGLANG_ROOT_SQL
 from budgetscope.derive.server_row import select_list
 
+EVENTS_READ: tuple[str, ...] = ("schedule",)
+"""The span events SGLang's trace carries that this adapter knows: `schedule` (level 3, inside `decode_loop`, whose
+bounds it reads). `retract` is not read: the re-queue after a retract stays inside decode, and the report names it."""
+
 ATTRS = (
     '{"rid":"VARCHAR","bootstrap_room":"VARCHAR","gen_ai.request.id":"VARCHAR",'
     '"gen_ai.response.model":"VARCHAR","gen_ai.request.model":"VARCHAR",'

@@ -29,6 +29,10 @@ from budgetscope.derive.classify import TGI_ROOTS, TGI_SERVICE_PREFIX, TGI_STREA
 from budgetscope.derive.server_row import select_list
 from budgetscope.derive.span_tree import descendants
 
+EVENTS_READ: tuple[str, ...] = ("%",)
+"""TGI's span events are its log lines (tracing events: `Success`, an error's message), read as a class: an
+ERROR one sets its span's status, which this adapter reads; their names carry no timing."""
+
 H = "http.response.header."
 HEADER_ATTRS = (
     client.ATTRS[:-1]

@@ -44,6 +44,16 @@ _TS = (
     "HTTP_SEND_END",
     "GRPC_SEND_END",
 )
+EVENTS_READ = (
+    *_TS,
+    "HTTP_RECV_END",
+    "HTTP_SEND_START",
+    "GRPC_WAITREAD_START",
+    "GRPC_SEND_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+)
+"""Triton's timestamps, as span events in OpenTelemetry mode (derive/unread_events.py)."""
 ATTRS = (
     "{"
     + ",".join(f'"{TRITON_TS_PREFIX}{t}":"BIGINT"' for t in _TS)

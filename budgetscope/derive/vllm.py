@@ -31,6 +31,11 @@ leg (one output token, ended before the decode leg began) folds into the decode 
 the prefill leg, stages summed per stage; the decode leg's queue holds its wait for the KV transfer; the hand-off
 (prefill leg's first token → decode leg's arrival, via the proxy) is unaccounted.
 
+Instants (derive/instants.py): classic lays them out from the arrival by vLLM's intervals (first token = arrival +
+time_to_first_token, scheduled = first token − time_in_model_prefill, queue start = scheduled − time_in_queue,
+last token = first token + time_in_model_decode); journey reads them (QUEUED, first SCHEDULED, the first response,
+FINISHED, or the first response where it came later: a one-token reply).
+
 A stage whose figures are missing is NULL, never guessed. `gen_ai.usage.cache_read.input_tokens`, set on the
 spans imported from offline `RequestOutput.metrics` (sources/vllm_offline.py, `num_cached_tokens`), is read as
 `cached_tokens`.
@@ -42,6 +47,20 @@ from budgetscope.derive.classify import VLLM_CORE, VLLM_ROOT
 from budgetscope.derive.server_row import SERVER_COLUMNS, select_list
 from budgetscope.schema import EVENTS_KEY
 
+EVENTS_READ = (
+    "journey.QUEUED",
+    "journey.SCHEDULED",
+    "journey.FIRST_TOKEN",
+    "journey.PREEMPTED",
+    "journey.FINISHED",
+    "api.FIRST_RESPONSE_FROM_CORE",
+    "api.ABORTED",
+    # known and not needed: the API span's own start and end, and the hand-off inside frontend
+    "api.ARRIVED",
+    "api.HANDOFF_TO_CORE",
+    "api.DEPARTED",
+)
+"""The span events of journey tracing this adapter reads or knowingly passes over (derive/unread_events.py)."""
 EVENT_ATTRS = (
     '{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT",'
     '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]}'
@@ -133,6 +152,9 @@ def _per_span(spans: str) -> str:
         return f"CASE WHEN {journey_mode} THEN {journey_sql} ELSE {classic_sql} END"
 
     frontend = f"{lat['time_to_first_token']} - {lat['time_in_queue']} - {lat['time_in_model_prefill']}"
+    # classic: the instants laid out from the arrival by vLLM's own intervals
+    first_classic = f"v.start_ns + CAST({lat['time_to_first_token']} * 1e6 AS BIGINT)"
+    scheduled_classic = f"{first_classic} - CAST({lat['time_in_model_prefill']} * 1e6 AS BIGINT)"
     rows = select_list(
         trace_id="v.trace_id",
         server_span_id="v.span_id",
@@ -146,8 +168,15 @@ def _per_span(spans: str) -> str:
         outcome="""CASE WHEN j.abort_reason = 'client_disconnect' THEN 'cancelled'
           WHEN v.status_code = 'ERROR' OR j.aborts > 0 THEN 'error' ELSE 'ok' END""",
         arrival_ns="v.start_ns",
-        first_token_ns=mode(f"v.start_ns + CAST({lat['time_to_first_token']} * 1e6 AS BIGINT)", first_response),
+        first_token_ns=mode(first_classic, first_response),
         end_ns="v.end_ns",
+        queue_start_ns=mode(f"{scheduled_classic} - CAST({lat['time_in_queue']} * 1e6 AS BIGINT)", q),
+        scheduled_ns=mode(scheduled_classic, sch),
+        # journey: the engine's FINISHED, or the API's first response where that came later (a one-token reply)
+        last_token_ns=mode(
+            f"{first_classic} + CAST({lat['time_in_model_decode']} * 1e6 AS BIGINT)",
+            f"greatest({fin}, {first_response})",
+        ),
         input_tokens='coalesce(v.a."gen_ai.usage.prompt_tokens", j.prompt_tokens)',
         cached_tokens='v.a."gen_ai.usage.cache_read.input_tokens"',
         output_tokens='v.a."gen_ai.usage.completion_tokens"',
@@ -183,6 +212,8 @@ def _pd_row() -> str:
     out.update(
         {c: f"p.{c} + d.{c}" for c in _STAGES},
         arrival_ns="p.arrival_ns",
+        queue_start_ns="p.queue_start_ns",
+        scheduled_ns="p.scheduled_ns",
         ttft_ms=f"d.ttft_ms + {since}",
         e2e_ms=f"d.e2e_ms + {since}",
     )

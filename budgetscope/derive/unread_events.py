@@ -1,0 +1,42 @@
+"""Span events no adapter reads: found at derivation, kept on the request rows of their trace (`unread_events`).
+
+Ingest keeps a span's events under `budgetscope.events` (schema.EVENTS_KEY). Each adapter module declares the event
+names it reads, or knowingly passes over, as `EVENTS_READ` (SQL LIKE patterns); derive/requests.py hands them here
+by `spans.source`. An event on a span an adapter claimed (`source` not `other`) whose name its source's adapter does
+not declare is *unread*: a server that starts stamping a new instant, or a format read from its span bounds only,
+says so in `report` (budgetscope.analysis.coverage) instead of being silently misread.
+
+Kept per trace: every request row of the trace lists the trace's unread names (a trace usually holds one request;
+an application trace calling a server several times lists them on each).
+"""
+
+from __future__ import annotations
+
+from budgetscope.schema import EVENTS_KEY
+
+UNCLAIMED_SOURCE = "other"
+NAMES = '{"' + EVENTS_KEY + '":[{"name":"VARCHAR"}]}'
+"""The events' names, as json_transform reads them."""
+
+
+def _read(read: dict[str, tuple[str, ...]]) -> str:
+    """SQL over (source, n): the adapter of the span's source reads event `n`."""
+    cases = []
+    for source, patterns in read.items():
+        if patterns:
+            names = " OR ".join(f"n LIKE '{p}'" for p in patterns)
+            cases.append(f"(source = '{source}' AND ({names}))")
+    return " OR ".join(cases) or "false"
+
+
+def unread_sql(spans: str, read: dict[str, tuple[str, ...]]) -> str:
+    """SELECT (trace_id, names): per trace of `spans` with an unread event, the distinct unread names, sorted.
+    `read`: source → the LIKE patterns of the event names its adapter reads."""
+    # only spans whose attributes hold events are parsed: a substring test is far cheaper than the JSON parse
+    return f"""SELECT trace_id, list(n ORDER BY n) AS names FROM (
+  SELECT DISTINCT trace_id, n FROM (
+    SELECT trace_id, source, e.name AS n FROM (
+      SELECT trace_id, source, unnest(json_transform(attributes, '{NAMES}')."{EVENTS_KEY}") AS e
+      FROM {spans} WHERE source <> '{UNCLAIMED_SOURCE}' AND attributes LIKE '%"{EVENTS_KEY}"%') x) y
+  WHERE n IS NOT NULL AND NOT ({_read(read)})) z
+GROUP BY trace_id"""
