@@ -1475,27 +1475,40 @@ PyDoc_STRVAR(decode_doc,
 /* One batch, decoded into `o`: 0, or BAIL (`o` then holds part of it: the caller resets it). */
 typedef int (*BatchDecoder)(const unsigned char *p, size_t n, Out *o, int64_t batch_id, Resource *r);
 
-static int guess_orj; /* the form the last batch took: exports of one stream mostly take the same */
+/* 1 when the bytes may hold a span with events: a key "events" whose value is an array with something in it.
+ * Only a hint (the key may belong to some other object): the pass it picks says whether it was right. */
+static int events_hint(const unsigned char *p, size_t n) {
+    const unsigned char *end = p + n, *q = p;
+    while ((q = memmem(q, (size_t)(end - q), "\"events\"", 8))) {
+        q += 8;
+        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t')) q++;
+        if (q >= end || *q != ':') continue;
+        q++;
+        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t')) q++;
+        if (q >= end || *q != '[') continue;
+        q++;
+        while (q < end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t')) q++;
+        if (q < end && *q != ']') return 1;
+    }
+    return 0;
+}
 
-/* A batch in the form its path would store it (see `orj`): in the form the last batch took first, and in the
- * other when the pass shows, or cannot rule out, that the batch is the other form's. */
+/* A batch in the form its path would store it (see `orj`): first in the form the bytes hint at (a scan for a
+ * non-empty "events" array), then in the other when the pass shows, or cannot rule out, that it is the other's. */
 static int json_batch(const unsigned char *p, size_t n, Out *o, int64_t batch_id, Resource *r) {
     Mark m;
     out_mark(o, &m);
-    int mode = guess_orj;
+    int mode = events_hint(p, n);
     for (int pass = 0; pass < 2; pass++, mode = !mode) {
         P s = {p, p + n, 0};
         orj = mode;
         want_orj = saw_events = 0;
         int rc = batch(&s, o, batch_id, r);
         orj = 0;
-        if (mode ? rc == 0 && saw_events : rc == 0) {
-            guess_orj = mode;
-            return 0;
-        }
+        if (mode ? rc == 0 && saw_events : rc == 0) return 0;
         if (mode && saw_events) return BAIL; /* the reference's, in a form this decoder does not take */
-        /* a pass in DuckDB form that stopped before any event: a batch without the word is no reference's */
-        if (!mode && !want_orj && !memmem(p, n, "\"events\"", 8)) return BAIL;
+        /* a pass in DuckDB form that stopped before any event: the scan found none either */
+        if (!mode && !want_orj) return BAIL;
         out_reset(o, &m);
     }
     return BAIL;
