@@ -39,44 +39,40 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def orjson_parse(lines: list[bytes]) -> float:
-    """Seconds to parse every export with orjson and count its spans (the median of three passes)."""
-    import orjson
-
-    times = []
-    for _ in range(3):
-        t = time.perf_counter()
-        n = 0
-        for line in lines:
-            for rs in orjson.loads(line)["resourceSpans"]:
-                for ss in rs["scopeSpans"]:
-                    n += len(ss["spans"])
-        times.append(time.perf_counter() - t)
-    return sorted(times)[1]
-
-
-def orjson_file(path: Path) -> float:
-    """Seconds to read the file and parse it as `orjson_parse` does."""
-    t = time.perf_counter()
-    lines = path.read_bytes().splitlines()
-    read = time.perf_counter() - t
-    return read + orjson_parse(lines)
-
-
-def protobuf_parse(bodies: list[bytes]) -> float:
-    """Seconds to parse every export with the protobuf runtime and count its spans (median of three)."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
+def parse_time(bodies: list[bytes], spans_of) -> float:
+    """Seconds to parse every export and count its spans (`spans_of(body)` does both), the median of three."""
     times = []
     for _ in range(3):
         t = time.perf_counter()
         n = 0
         for body in bodies:
-            for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
-                for ss in rs.scope_spans:
-                    n += len(ss.spans)
+            n += spans_of(body)
         times.append(time.perf_counter() - t)
     return sorted(times)[1]
+
+
+def orjson_spans(body: bytes) -> int:
+    """Spans of an OTLP/JSON export, parsed by orjson."""
+    import orjson
+
+    return sum(len(ss["spans"]) for rs in orjson.loads(body)["resourceSpans"] for ss in rs["scopeSpans"])
+
+
+def protobuf_spans(body: bytes) -> int:
+    """Spans of an OTLP protobuf export, parsed by the protobuf runtime (upb)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    return sum(
+        len(ss.spans) for rs in ExportTraceServiceRequest.FromString(body).resource_spans for ss in rs.scope_spans
+    )
+
+
+def orjson_file(path: Path) -> float:
+    """Seconds to read the file and parse each export with orjson, counting its spans."""
+    t = time.perf_counter()
+    lines = path.read_bytes().splitlines()
+    read = time.perf_counter() - t
+    return read + parse_time(lines, orjson_spans)
 
 
 # `budgetscope ingest` as the command runs it, then its own peak RSS (VmHWM: the process's since its exec, where
@@ -163,11 +159,11 @@ def main() -> None:
         for proto in args.protocols.split(","):
             kind = PROTOCOLS[proto]
             if kind == "http":
-                bodies, parse, parser = lines, orjson_parse(lines), "orjson"
+                bodies, parse, parser = lines, parse_time(lines, orjson_spans), "orjson"
             else:
                 if pb is None:
                     pb = [format_traces.to_protobuf(x) for x in lines]
-                bodies, parse, parser = pb, protobuf_parse(pb), "protobuf"
+                bodies, parse, parser = pb, parse_time(pb, protobuf_spans), "protobuf"
             la = load()
             archive = out / f"{fmt}-collect"
             answered, stored, cpu, exporters = run_collector(bodies, kind, args.senders, archive)

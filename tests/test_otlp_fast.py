@@ -11,6 +11,7 @@ import pytest
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, staging
 from budgetscope.ingest.staging import DECODED_COLUMNS
 from conftest import rows
+from decoded_rows import json_edits, reference_rows
 from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id, trace_id
 
 COLS = DECODED_COLUMNS
@@ -273,39 +274,16 @@ def test_optional_parts_and_unknown_fields_match():
 # `budgetscope.events`.
 
 
-def reference_rows(payloads: list[bytes]):
-    """(rows the reference decoder and the staging SQL give the batches they take, {batch id: error} of the rest)."""
-    import duckdb
-
-    from budgetscope.ingest.spanbatch import BadBatch
-
-    con = duckdb.connect()
-    staging.setup(con)
-    got, bad = [], {}
-    for b, p in enumerate(payloads, 1):
-        try:
-            batch = otlp_json.decode(otlp_json.parse(p))
-        except BadBatch as e:
-            bad[b] = str(e)
-            continue
-        if not len(batch):
-            continue
-        con.register("bs_ref", batch.to_arrow(b))
-        staged = con.execute(f"SELECT {', '.join(COLS)}, err FROM ({staging.normalise('bs_ref')})").fetchall()
-        con.unregister("bs_ref")
-        errors = [r[-1] for r in staged if r[-1] is not None]
-        if errors:
-            bad[b] = errors[0]
-        else:
-            got += [r[:-1] for r in staged]
-    return sorted(got), bad
+def json_reference(payload: bytes):
+    return otlp_json.decode(otlp_json.parse(payload))
 
 
 def assert_same_as_reference(payloads: list[bytes]) -> list[int]:
     """The C decoder's rows equal the reference path's, byte for byte, for every batch it takes; returns the ids
     it left."""
     c, left = c_rows(payloads)
-    ref, bad = reference_rows(payloads)
+    ref, bad = reference_rows(payloads, json_reference)
+    ref = sorted(ref)
     taken = set(range(1, len(payloads) + 1)) - set(left)
     assert not taken & set(bad), f"taken, but the reference rejects them: { {b: bad[b] for b in taken & set(bad)} }"
     assert c == [r for r in ref if r[0] in taken]
@@ -544,25 +522,12 @@ def test_mutated_batches_with_events_are_taken_only_as_the_reference_takes_them(
     same rows (in reference form when a span still has events, else as the DuckDB path)."""
     from server_traces import draw, vllm_journey
 
-    rng = random.Random(5)
     base = [
         json.dumps(d, separators=(",", ":")).encode() for d in vllm_journey(draw("m", "queue", 1).requests[0], True)
     ]
-    payloads = []
-    for _ in range(300):
-        b = bytearray(rng.choice(base[:2]))
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(b))
-            op = rng.random()
-            if op < 0.4:
-                b[i] = rng.choice(b'{}[]",:0123456789abcdefE.-\\ tnul\x00\xc3\x80')
-            elif op < 0.7:
-                del b[i]
-            else:
-                b[i:i] = bytes([rng.choice(b'{}[]",:09a\\ ')])
-        payloads.append(bytes(b))
+    payloads = json_edits(base[:2], 300, 5)
     c, left = c_rows(payloads)
-    ref, bad = reference_rows(payloads)
+    ref, bad = reference_rows(payloads, json_reference)
     d, _ = duckdb_rows(payloads)
     taken = {r[0] for r in c}
     assert not taken & set(bad)
@@ -724,21 +689,7 @@ def test_batches_it_cannot_vouch_for_are_left_whole(case):
 
 def test_mutated_batches_are_taken_only_when_the_duckdb_path_agrees():
     """Random byte edits of a valid batch: whatever the C decoder takes, the DuckDB path takes identically."""
-    rng = random.Random(11)
-    base = dumps(export(native_request(client=(1, 1), itl=[1.0])[1]))
-    payloads = []
-    for _ in range(400):
-        b = bytearray(base)
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(b))
-            op = rng.random()
-            if op < 0.4:
-                b[i] = rng.choice(b'{}[]",:0123456789abcdefE.-\\ tnul\x00\xc3\x80')
-            elif op < 0.7:
-                del b[i]
-            else:
-                b[i:i] = bytes([rng.choice(b'{}[]",:09a\\ ')])
-        payloads.append(bytes(b))
+    payloads = json_edits([dumps(export(native_request(client=(1, 1), itl=[1.0])[1]))], 400, 11)
     c, left = c_rows(payloads)
     d, d_bad = duckdb_rows(payloads)
     taken = {r[0] for r in c}

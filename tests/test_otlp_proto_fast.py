@@ -11,10 +11,10 @@ import struct
 
 import pytest
 
-from budgetscope.ingest import otlp_fast, otlp_proto, staging
-from budgetscope.ingest.spanbatch import BadBatch
+from budgetscope.ingest import otlp_fast, otlp_proto
 from budgetscope.ingest.staging import DECODED_COLUMNS
 from conftest import rows
+from decoded_rows import reference_rows, wire_edits
 from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id
 
 COLS = DECODED_COLUMNS
@@ -101,36 +101,10 @@ def c_rows(payloads: list[bytes]):
     return sorted(got, key=repr), left
 
 
-def reference_rows(payloads: list[bytes]):
-    """(rows the reference decoder and the staging SQL give the batches they take, {batch id: error} of the rest)."""
-    import duckdb
-
-    con = duckdb.connect()
-    staging.setup(con)
-    got, bad = [], {}
-    for b, p in enumerate(payloads, 1):
-        try:
-            batch = otlp_proto.decode(p)
-        except BadBatch as e:
-            bad[b] = str(e)
-            continue
-        if not len(batch):
-            continue
-        con.register("bs_ref", batch.to_arrow(b))
-        staged = con.execute(f"SELECT {', '.join(COLS)}, err FROM ({staging.normalise('bs_ref')})").fetchall()
-        con.unregister("bs_ref")
-        errors = [r[-1] for r in staged if r[-1] is not None]
-        if errors:
-            bad[b] = errors[0]
-        else:
-            got += [r[:-1] for r in staged]
-    return sorted(got, key=repr), bad
-
-
 def assert_same(payloads: list[bytes]) -> list[int]:
     """The C decoder's rows equal the reference path's for every batch it takes; returns the ids it left."""
     c, left = c_rows(payloads)
-    ref, bad = reference_rows(payloads)
+    ref, bad = reference_rows(payloads, otlp_proto.decode)
     taken = set(range(1, len(payloads) + 1)) - set(left)
     assert not taken & set(bad), f"taken, but the reference rejects them: { {b: bad[b] for b in taken & set(bad)} }"
     assert c == [r for r in ref if r[0] in taken]
@@ -602,26 +576,11 @@ def test_random_attributes_match():
 def test_mutated_messages_are_taken_only_when_the_reference_agrees():
     """Random bytes flipped, cut or inserted: whatever the C decoder still takes, the reference decodes to the
     same rows."""
-    rng = random.Random(3)
     base = [
         to_proto(export(native_request(client=(1, 1), itl=[1.5])[1])),
         to_proto(one_span(attributes=attrs({"a": [1, "x"], "b": 2.5, "c": b"\x00"}))),
     ]
-    payloads = []
-    for _ in range(600):
-        p = bytearray(rng.choice(base))
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(p))
-            op = rng.randrange(4)
-            if op == 0:
-                p[i] = rng.randrange(256)
-            elif op == 1:
-                p[i] ^= 1 << rng.randrange(8)
-            elif op == 2:
-                del p[i : i + rng.randint(1, 4)]
-            else:
-                p[i:i] = rng.randbytes(rng.randint(1, 3))
-        payloads.append(bytes(p))
+    payloads = wire_edits(base, 600, 3)
     left = assert_same(payloads)
     assert 0 < len(left) < len(payloads)  # some are still good messages; most are not
 
@@ -629,23 +588,8 @@ def test_mutated_messages_are_taken_only_when_the_reference_agrees():
 def test_mutated_messages_with_events_are_taken_only_when_the_reference_agrees():
     from server_traces import draw, vllm_journey
 
-    rng = random.Random(4)
     base = [to_proto(d) for d in vllm_journey(draw("m", "queue", 1).requests[0], True)[:2]]
-    payloads = []
-    for _ in range(400):
-        p = bytearray(rng.choice(base))
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(p))
-            op = rng.randrange(4)
-            if op == 0:
-                p[i] = rng.randrange(256)
-            elif op == 1:
-                p[i] ^= 1 << rng.randrange(8)
-            elif op == 2:
-                del p[i : i + rng.randint(1, 4)]
-            else:
-                p[i:i] = rng.randbytes(rng.randint(1, 3))
-        payloads.append(bytes(p))
+    payloads = wire_edits(base, 400, 4)
     left = assert_same(payloads)
     assert 20 < len(payloads) - len(left) and left
 
