@@ -701,6 +701,31 @@ def test_mutated_batches_are_taken_only_when_the_duckdb_path_agrees():
 # -- through the archive ---------------------------------------------------------------------------------------
 
 
+def with_and_without_c(tmp_path, ingest_text, monkeypatch, text: str, suffix: str = "") -> list[tuple]:
+    """[(spans, ingest_batches, rejections, requests) with the C decoder, the same without]: `text` ingested into a
+    new archive each time (`suffix` ".duckdb": a single file). Requests compare by repr (a one-token TPOT is NaN)."""
+    query = (
+        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
+        "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
+        "FROM spans ORDER BY batch_id, span_id"
+    )
+    batches = "SELECT batch_id, span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
+    results = []
+    for available in (True, False):
+        monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
+        path = tmp_path / f"{available}{suffix}"
+        rep = ingest_text(path, text)
+        results.append(
+            (
+                rows(path, query),
+                rows(path, batches),
+                [(r.position, r.error) for r in rep.rejected],
+                [tuple(repr(v) for v in r) for r in rows(path, "SELECT * FROM requests ORDER BY trace_id")],
+            )
+        )
+    return results
+
+
 def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, ingest_text, monkeypatch):
     """A file mixing batches each path takes (C, DuckDB, reference), duplicates and a bad batch."""
     _, a = native_request(client=(3, 1))
@@ -711,25 +736,7 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, in
     # a "spanId" that is a value, not a key: counted on the bytes, the DuckDB path hands it on; C takes it
     word = export([span(trace_id(), span_id(), "word", T0, T0 + 1, attributes={"note": "spanId"})])
     text = jsonl(export(a), export(b), nested, b64, export(a[:2], service="again"), bad, export(a), word)
-    query = (
-        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
-        "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
-        "FROM spans ORDER BY batch_id, span_id"
-    )
-    batches = "SELECT batch_id, span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
-    results = []
-    for available in (True, False):
-        monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
-        path = tmp_path / f"{available}.duckdb"
-        rep = ingest_text(path, text)
-        results.append(
-            (
-                rows(path, query),
-                rows(path, batches),
-                [(r.position, r.error) for r in rep.rejected],
-                rows(path, "SELECT * FROM requests ORDER BY trace_id"),
-            )
-        )
+    results = with_and_without_c(tmp_path, ingest_text, monkeypatch, text, ".duckdb")
     assert results[0] == results[1]
     assert len(results[0][2]) == 1 and "ends before it starts" in results[0][2][0][1]
     assert len(results[0][0]) == 6 + 6 + 1 + 1 + 1 + 1
@@ -758,12 +765,6 @@ def test_archive_with_events_holds_the_same_rows_with_and_without_the_c_decoder(
     bad = export([span(trace_id(), span_id(), "late", T0 + 5, T0, events=[event()])])
     copies = {"resourceSpans": docs[0]["resourceSpans"][:1]}
     text = jsonl(*docs, left, bad, copies, export(native_request()[1]))
-    query = (
-        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
-        "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
-        "FROM spans ORDER BY batch_id, span_id"
-    )
-    batches_sql = "SELECT batch_id, span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
     taken: dict[int, int] = {}
     real = otlp_fast.decode
 
@@ -773,20 +774,8 @@ def test_archive_with_events_holds_the_same_rows_with_and_without_the_c_decoder(
         return out
 
     monkeypatch.setattr(otlp_fast, "decode", spy)
-    results = []
-    for available in (True, False):
-        monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
-        path = tmp_path / f"{available}"
-        rep = ingest_text(path, text)
-        results.append(
-            (
-                rows(path, query),
-                rows(path, batches_sql),
-                [(r.position, r.error) for r in rep.rejected],
-                [tuple(repr(v) for v in r) for r in rows(path, "SELECT * FROM requests ORDER BY trace_id")],
-            )
-        )
-    assert results[0] == results[1]  # NaN (one-token TPOT) compared by its repr
+    results = with_and_without_c(tmp_path, ingest_text, monkeypatch, text)
+    assert results[0] == results[1]
     spans, _, rejected, requests = results[0]
     assert len(rejected) == 1 and "ends before it starts" in rejected[0][1]
     assert len(requests) == 3 * n + 1 and sum('"budgetscope.events"' in r[10] for r in spans) > 3 * n
