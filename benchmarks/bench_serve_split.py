@@ -18,8 +18,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,14 +25,12 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import free_port, stop_process  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 VARIANTS = {"thread": ["--engine-in-process"], "process": []}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(args, extra: list[str]) -> tuple[subprocess.Popen, str]:
@@ -140,11 +136,7 @@ def measure(args, name: str) -> dict:
         result.update(load=(load0, os.getloadavg()[0]), steps_s=steps / (time.monotonic() - t0))
         return result
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import signal
 import socket
+import subprocess
 
 
 def machine() -> str:
@@ -30,3 +32,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """SIGTERM (a server drains and flushes its spans), then SIGKILL if it is still there after `timeout_s`."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -16,6 +16,7 @@ from budgetscope.engine.core_client import CoreClient
 from budgetscope.engine.engine_config import EngineConfig
 from budgetscope.engine.engine_loop import EngineLoop
 from budgetscope.engine.frontend import Frontend
+from budgetscope.engine.http_protocol import uvicorn_config
 from budgetscope.engine.server import Server
 from budgetscope.engine.telemetry import Telemetry
 
@@ -63,7 +64,7 @@ def running_server(
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(Server(loop, api_key).app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn_config(Server(loop, api_key).app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

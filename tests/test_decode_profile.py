@@ -28,6 +28,7 @@ def profile():
 NAMES = {
     "_rope_write_kv_kernel": "rope+kv write",
     "_paged_attention_kernel": "attention",
+    "_paged_attention_reduce_kernel": "attention",  # split-KV's second kernel
     "_add_rms_norm_kernel": "norm",
     "_silu_mul_kernel": "activation",
     "void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, float, 128, 16, 4, 4, false>": "gemm",

@@ -78,6 +78,10 @@ def test_server_request_spans_follow_the_contract():
     assert ok.name == "text_completion tiny"
     assert attrs["gen_ai.request.max_tokens"] == 5 and attrs["gen_ai.response.model"] == "tiny"
     assert attrs["gen_ai.response.finish_reasons"] == ("length",)
+    # when uvicorn read each request: before its span began (the handler), and not long before on an idle server
+    for root in roots.values():
+        read_ns = root.attributes["budgetscope.http.read_unix_nano"]
+        assert 0 <= root.start_time - read_ns < 2_000_000_000
     stages = stages_of(ok, spans)
     assert [s.name for s in stages] == [
         "stage.frontend",

@@ -155,3 +155,20 @@ def test_async_launch_does_not_synchronise_on_cuda(eager):
         gathered += sum(i >= 0 for i in launched.batch.inflight_src)
         engine.finish_step(launched)
     assert gathered > 5 and engine.block_manager.num_used_blocks == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("eager", [False, True])
+def test_split_kv_gives_the_unsplit_tokens_on_cuda(eager, monkeypatch):
+    """Split-KV on for every step of the workload (24 tokens at most), eager and replayed from captured graphs
+    (each bucket captured with its own split count), gives the unsplit engine's greedy tokens."""
+    if DEVICE != "cuda":
+        pytest.skip("no CUDA GPU here")
+    from budgetscope.engine import paged_attention
+
+    want = _run(_engine("triton"))
+    monkeypatch.setitem(paged_attention.SPLIT, "max_splits", 32)
+    monkeypatch.setitem(paged_attention.SPLIT, "max_tokens", 24)
+    engine = _engine("triton", enforce_eager=eager)
+    assert paged_attention.kv_splits(1, engine.model_config.num_key_value_heads) == 32
+    assert _run(engine) == want

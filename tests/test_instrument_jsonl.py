@@ -149,6 +149,11 @@ def test_jsonl_appends_one_line_per_export(tmp_path):
         ("x", {"stringValue": "x"}),
         ((1.0, 2.0), {"arrayValue": {"values": [{"doubleValue": 1.0}, {"doubleValue": 2.0}]}}),
         ((), {"arrayValue": {}}),
+        (  # an itl_ms array with non-finite gaps (the all-float fast path), and a mixed one (element by element)
+            (0.5, float("inf"), float("nan")),
+            {"arrayValue": {"values": [{"doubleValue": 0.5}, {"doubleValue": "Infinity"}, {"doubleValue": "NaN"}]}},
+        ),
+        ((1.0, 2, True), {"arrayValue": {"values": [{"doubleValue": 1.0}, {"intValue": "2"}, {"boolValue": True}]}}),
     ],
 )
 def test_any_value_encoding(value, encoded):

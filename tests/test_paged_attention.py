@@ -15,7 +15,7 @@ from triton_setup import kernel_device, kernel_dtypes, kernel_tolerance
 DEVICE = kernel_device()
 torch = pytest.importorskip("torch")
 
-from budgetscope.engine.paged_attention import paged_attention, paged_attention_reference
+from budgetscope.engine.paged_attention import kv_splits, paged_attention, paged_attention_reference
 
 BLOCK = 16
 
@@ -158,3 +158,64 @@ def test_bad_launch_argument_is_refused_before_launching():
     with pytest.raises(ValueError, match=r"tile_n must be a power of two >= 16 \(the smallest tl.dot tile\), got 24"):
         paged_attention(q, k, v, *meta, BLOCK, out=out, tile_n=24)
     assert bool((out == 7.0).all())  # nothing ran
+
+
+# -- split-KV ("flash-decoding"): each query's keys cut into runs computed by separate programs, then merged --------
+DECODE_SPECS = [(1, 300), (1, 0), (1, 16), (1, 37), (1, 129)]  # decode rows: long, first token, page edges, odd
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (4, 4), (6, 2)])
+@pytest.mark.parametrize("splits", [2, 8])
+def test_split_kv_matches_reference(dtype, heads, kv_heads, splits):
+    """Decode rows over odd context lengths on scattered pages, GQA 4:1, 1:1 and 3:1, with padding sequences: more
+    runs than some contexts have tiles (runs that see no key), runs of several tiles."""
+    q, k, v, meta = mixed_batch(splits * heads + kv_heads, heads, kv_heads, 64, dtype, DECODE_SPECS, num_blocks=64)
+    assert kv_splits(q.shape[0], kv_heads, splits) > 1  # the split path runs
+    got = paged_attention(q, k, v, *meta, BLOCK, tile_n=16, kv_splits_max=splits)
+    want = paged_attention_reference(q, k, v, *meta, BLOCK)
+    assert got.dtype == dtype and got.shape == q.shape
+    torch.testing.assert_close(got.cpu().double(), want, **kernel_tolerance(dtype))
+
+
+def test_split_kv_more_runs_than_tiles():
+    """32 runs over contexts of 1–301 keys: most runs see no key at all and add nothing."""
+    q, k, v, meta = mixed_batch(32, 8, 2, 64, torch.float32, DECODE_SPECS[:3], pad_seqs=1, num_blocks=32)
+    got = paged_attention(q, k, v, *meta, BLOCK, kv_splits_max=32)
+    torch.testing.assert_close(
+        got.cpu().double(), paged_attention_reference(q, k, v, *meta, BLOCK), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_split_kv_with_chunks_and_untouched_padding_rows():
+    """Short chunks (a graph step's padding sequence has several queries) after cached context and not, with rows
+    no sequence owns left alone, with the default tile."""
+    q, k, v, meta = mixed_batch(21, 8, 2, 64, torch.float32, [(1, 200), (3, 0), (4, 45), (1, 1)])
+    padded = torch.cat((q, torch.randn(5, 8, 64, device=DEVICE)))
+    out = torch.full_like(padded, 7.0)
+    assert kv_splits(padded.shape[0], 2, 4) == 4
+    paged_attention(padded, k, v, *meta, BLOCK, out=out, kv_splits_max=4)
+    want = paged_attention_reference(q, k, v, *meta, BLOCK)
+    torch.testing.assert_close(out[: q.shape[0]].cpu().double(), want, rtol=1e-5, atol=1e-5)
+    assert bool((out[q.shape[0] :] == 7.0).all())
+
+
+def test_split_kv_off_and_bounds():
+    """Off by default (until a GPU measures it), off past the token bound, and the fewest splits for the target."""
+    from budgetscope.engine.paged_attention import split_defaults
+
+    assert kv_splits(1, 8, 0) == 1 and kv_splits(1, 8, 1) == 1
+    assert kv_splits(1, 8, 64) == 32 and kv_splits(1, 8, 16) == 16 and kv_splits(4, 8, 64) == 8
+    assert kv_splits(17, 8, 64) == 1 and kv_splits(17, 8, 64, max_tokens=32) == 2
+    assert split_defaults({}) == {"max_splits": None, "max_tokens": None}
+    env = {"BUDGETSCOPE_ATTN_KV_SPLITS": "16", "BUDGETSCOPE_ATTN_SPLIT_MAX_TOKENS": "8"}
+    assert split_defaults(env) == {"max_splits": 16, "max_tokens": 8}
+    with pytest.raises(ValueError, match=r"^BUDGETSCOPE_ATTN_KV_SPLITS='12': kv splits must be 0 \(off\) or a power"):
+        split_defaults({"BUDGETSCOPE_ATTN_KV_SPLITS": "12"})
+    with pytest.raises(ValueError, match=r"^BUDGETSCOPE_ATTN_SPLIT_MAX_TOKENS='0': must be >= 1"):
+        split_defaults({"BUDGETSCOPE_ATTN_SPLIT_MAX_TOKENS": "0"})
+
+
+def test_split_kv_no_tokens_launches_nothing():
+    q, k, v, meta = mixed_batch(1, 8, 2, 64, torch.float32, [(1, 3)])
+    assert paged_attention(q[:0], k, v, *meta, BLOCK, kv_splits_max=8).shape == (0, 8, 64)

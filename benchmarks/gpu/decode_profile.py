@@ -4,7 +4,8 @@ step launched eagerly, each under torch.profiler with CUDA activity.
     python benchmarks/gpu/decode_profile.py [--config 1b] [--attention auto] [--steps 50] [--eager-steps 10]
     python benchmarks/gpu/decode_profile.py --config tiny --device cpu     # anywhere: CPU ops, no graphs
 
-One sequence (a 128-token prompt, greedy) decodes. After its prefill and a warm-up, --steps decode steps run under
+One sequence (a 128-token prompt, greedy; --prompt-tokens) decodes. After its prefill and a warm-up (--warmup-steps,
+10), --steps decode steps run under
 the profiler as the engine runs them on CUDA (graph replay), then --eager-steps with the engine's graphs set aside
 (each kernel launched from Python; a few unprofiled steps first, which compile what eager shapes need). Each step
 makes one token. Every device activity (kernels, memcpy, memset) is put in a group by its name (`GROUPS`, first
@@ -179,7 +180,7 @@ def print_pass(what: str, result: dict) -> None:
 
 def make_engine(args) -> LLMEngine:
     """A batch-1 engine and the tokens its one sequence needs; knobs an older EngineConfig lacks are left out."""
-    need = PROMPT_TOKENS + WARMUP_STEPS + args.steps + 2 * args.eager_steps + 16
+    need = args.prompt_tokens + args.warmup_steps + args.steps + 2 * args.eager_steps + 16
     knobs = dict(
         model=args.config,
         device=args.device,
@@ -194,6 +195,15 @@ def make_engine(args) -> LLMEngine:
     return LLMEngine(EngineConfig(**{k: v for k, v in knobs.items() if k in fields})), need
 
 
+def attention_splits(engine) -> dict | None:
+    """The split-KV setting the Triton attention ran with, and the splits of a batch-1 decode step (None: sdpa, or an
+    engine from before split-KV)."""
+    module = sys.modules.get("budgetscope.engine.paged_attention")
+    if getattr(engine, "attention_backend", "sdpa") != "triton" or not hasattr(module, "kv_splits"):
+        return None
+    return {**module.SPLIT, "batch1": module.kv_splits(1, engine.model_config.num_key_value_heads)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="1b")
@@ -201,15 +211,21 @@ def main() -> None:
     ap.add_argument("--attention", default="auto", choices=["auto", "triton", "sdpa"])
     ap.add_argument("--steps", type=int, default=50, help="decode steps profiled as the engine runs them")
     ap.add_argument("--eager-steps", type=int, default=10, help="decode steps profiled with the graphs set aside")
+    ap.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS, help="the sequence's prompt")
+    ap.add_argument("--warmup-steps", type=int, default=WARMUP_STEPS, help="decode steps run before any is profiled")
     args = ap.parse_args()
     engine, need = make_engine(args)
     vocab = engine.model_config.vocab_size
-    prompt = [1] + torch.randint(2, vocab, (PROMPT_TOKENS - 1,), generator=torch.Generator().manual_seed(0)).tolist()
-    seq = engine.make_sequence(prompt, SamplingParams(max_tokens=need - PROMPT_TOKENS, temperature=0, ignore_eos=True))
+    prompt = [1] + torch.randint(
+        2, vocab, (args.prompt_tokens - 1,), generator=torch.Generator().manual_seed(0)
+    ).tolist()
+    seq = engine.make_sequence(
+        prompt, SamplingParams(max_tokens=need - args.prompt_tokens, temperature=0, ignore_eos=True)
+    )
     engine.add(seq)
     while seq.num_computed_tokens < seq.num_prompt_tokens:
         engine.step()
-    for _ in range(WARMUP_STEPS):
+    for _ in range(args.warmup_steps):
         engine.step()
     common = {
         "engine": str(Path(sys.modules["budgetscope"].__file__).parent),  # which checkout was profiled
@@ -217,6 +233,7 @@ def main() -> None:
         "attention": getattr(engine, "attention_backend", "sdpa"),
         "device": engine.device.type,
         "dtype": str(engine.dtype),
+        "kv_splits": attention_splits(engine),
         **floor(engine),
     }
     graphs = engine.runner.graphs

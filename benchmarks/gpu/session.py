@@ -26,7 +26,9 @@ Phases, in the order they run (a failing phase prints its error and the next one
   step); its best configuration is exported (BUDGETSCOPE_ATTN_*) to the phases after it;
 - attncmp: step_mix.py mixed and saturate, the engine with the attention's default launch configuration and then
   with the sweep's best (after `sweep`): which one the engine is faster with, decode-only/mixed step ms and tok/s;
-- gemv: benchmarks/gpu/gemv_bw.py (bf16 F.linear at batch 1 on the `1b` weight shapes, against a copy).
+- gemv: benchmarks/gpu/gemv_bw.py (bf16 F.linear at batch 1 on the `1b` weight shapes, against a copy);
+- splitkv: batch-1 decode with the split-KV attention off, then on (`--kv-splits`, BUDGETSCOPE_ATTN_KV_SPLITS):
+  decode_profile.py and bench_gpu.py at batch 1 in a process each (off by default until this measures it).
 
 Figures go to OUT/figures.json (one entry per phase) and the console; the log of every command to OUT/log.txt.
 """
@@ -69,6 +71,7 @@ COST_S = {
     "sweep": 70,
     "gemv": 20,
     "attncmp": 90,
+    "splitkv": 200,
 }  # a phase starts only if this much time is left (record: per recording)
 
 
@@ -607,6 +610,46 @@ def phase_record(out, args):
         )
 
 
+SPLIT_VAR = "BUDGETSCOPE_ATTN_KV_SPLITS"
+
+
+def phase_splitkv(out, args):
+    """Batch-1 decode with the split-KV attention off, then on (BUDGETSCOPE_ATTN_KV_SPLITS=--kv-splits), a process
+    each: the per-kernel profile (decode_profile.py: the attention group's µs a token beside the others) and the
+    batch-1 figure (bench_gpu.py: tok/s, share of copy bandwidth). The engine's default stays off until this says on
+    is faster. --smoke: the `tiny` engine with the Triton kernels in Triton's CPU interpreter (so the split kernel
+    runs, at most 2 splits), the profile only (bench_gpu.py needs CUDA)."""
+    attention, extra, splits = ATTENTION[0], {}, args.kv_splits
+    profile = [PY, str(ROOT / "benchmarks/gpu/decode_profile.py")]
+    if SMOKE:  # the interpreter runs each program in Python: two runs, one profiled step
+        attention, extra, splits = "triton", {"TRITON_INTERPRET": "1"}, min(args.kv_splits, 2)
+        profile += ["--config", "tiny", "--device", "cpu", "--steps", "1", "--eager-steps", "1"]
+        profile += ["--prompt-tokens", "16", "--warmup-steps", "1"]
+    for name, value in (("off", ""), ("on", str(splits))):
+        env = {**extra, SPLIT_VAR: value}
+        got: dict = {"env": {SPLIT_VAR: value}}
+        got["profile"] = results(sh(out, profile + ["--attention", attention], 150, env))
+        if SMOKE:
+            got["decode"] = {"why_none": "bench_gpu.py needs CUDA"}
+        else:
+            bench_out = WORK / f"splitkv-{name}"
+            sh(
+                out,
+                [PY, str(ROOT / "benchmarks/bench_gpu.py"), "--out", str(bench_out), "--batches", "1"]
+                + ["--modes", "graphs", "--no-tape", "--no-sampler-cost", "--seconds", "3", "--attention", attention],
+                120,
+                env,
+            )
+            path = bench_out / "gpu_figures.json"
+            got["decode"] = json.loads(path.read_text()).get("decode") if path.exists() else None
+            got["copy_bytes_per_s"] = json.loads(path.read_text()).get("copy_bytes_per_s") if path.exists() else None
+        FIGURES.setdefault("splitkv", {})[name] = got
+        attention_us = [
+            (r.get("pass"), (r.get("groups") or {}).get("attention")) for r in got["profile"] if isinstance(r, dict)
+        ]
+        log(out, f"[splitkv] {name}: attention a token {attention_us}; decode {got.get('decode')}")
+
+
 PHASES = {
     "env": phase_env,
     "attn": phase_attn,
@@ -622,6 +665,7 @@ PHASES = {
     "sweep": phase_sweep,
     "gemv": phase_gemv,
     "attncmp": phase_attncmp,
+    "splitkv": phase_splitkv,
 }  # in the order of what matters most when time runs out
 
 
@@ -634,6 +678,7 @@ def main() -> None:
     ap.add_argument("--record-seconds", type=float, default=20.0, help="length of each recording's load")
     ap.add_argument("--recordings", default=None, help="comma-separated names of RECORDINGS (default: all)")
     ap.add_argument("--budget-s", type=float, default=float("inf"), help="end the session within this many seconds")
+    ap.add_argument("--kv-splits", type=int, default=32, help="splitkv: BUDGETSCOPE_ATTN_KV_SPLITS of the `on` run")
     ap.add_argument("--smoke", action="store_true", help="CPU, `tiny` model: check this script without a GPU")
     args = ap.parse_args()
     global SMOKE, DEADLINE

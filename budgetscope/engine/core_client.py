@@ -37,8 +37,9 @@ class CoreClient:
     """Thread-safe: submit()/abort() from any thread. `on_dead(reason)` is called (reader thread) if the engine
     process dies; every request in flight has then ended with outcome `error`, and later ones get 503."""
 
-    def __init__(self, front: Frontend, log_level: str = "warning"):
+    def __init__(self, front: Frontend, log_level: str = "warning", make_engine: Callable | None = None):
         self.front = front
+        self.make_engine = make_engine  # None: an LLMEngine (core_process.EngineCore); benchmarks pass a fake
         self.config = front.config
         self.metrics = front.metrics
         self.telemetry = front.telemetry
@@ -65,7 +66,9 @@ class CoreClient:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
         self._proc = ctx.Process(
-            target=core_process.main, args=(child, self.config, self.log_level), name="budgetscope-engine-core"
+            target=core_process.main,
+            args=(child, self.config, self.log_level, self.make_engine),
+            name="budgetscope-engine-core",
         )
         self._proc.start()
         child.close()  # ours closed: the child's death then reads as end of file here

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from budgetscope.engine import core_protocol as P
 from budgetscope.engine.admission import (
@@ -92,18 +93,21 @@ class StepRecorder:
 
 
 class EngineCore:
-    """The loop of the engine process. `conn`: its end of the socket to the API process."""
+    """The loop of the engine process. `conn`: its end of the socket to the API process. `make_engine(config,
+    telemetry)`: builds the engine it steps (default: an LLMEngine; benchmarks pass a fake with timed steps)."""
 
-    def __init__(self, config: EngineConfig, conn):
-        # imported on use: torch 5376 ms, concurrent.futures 92 ms, asyncio 89 ms to import
-        from budgetscope.engine.llm_engine import LLMEngine, resolve_device
-
-        if config.async_scheduling is None:  # auto: on where the device runs behind the host
-            config = dataclasses.replace(config, async_scheduling=resolve_device(config).type == "cuda")
+    def __init__(self, config: EngineConfig, conn, make_engine: Callable | None = None):
         self.conn = conn
         self.parent_pid = os.getppid()
         self.recorder = StepRecorder()
-        self.engine = LLMEngine(config, self.recorder)
+        if make_engine is None:
+            # imported on use: torch 5376 ms, concurrent.futures 92 ms, asyncio 89 ms to import
+            from budgetscope.engine.llm_engine import LLMEngine, resolve_device
+
+            if config.async_scheduling is None:  # auto: on where the device runs behind the host
+                config = dataclasses.replace(config, async_scheduling=resolve_device(config).type == "cuda")
+            make_engine = LLMEngine
+        self.engine = make_engine(config, self.recorder)
         if self.engine.device.type == "cpu" and not config.num_threads:
             _leave_a_core_to_the_api_process()
         self.service = ServiceRate()
@@ -114,7 +118,7 @@ class EngineCore:
         self.stopping = False
         # With a device that runs behind the host (CUDA), step N-1's outputs are sent while step N runs; on a CPU
         # launch() computes the step, so outputs go out as soon as their step is done.
-        self.overlap = self.engine.device.type == "cuda"
+        self.overlap = self.engine.runs_behind_host
 
     def run(self) -> None:
         freeze_heap()
@@ -264,14 +268,15 @@ def _leave_a_core_to_the_api_process() -> None:
     torch.set_num_threads(max(1, cores - 1))
 
 
-def main(conn, config: EngineConfig, log_level: str = "warning") -> None:
+def main(conn, config: EngineConfig, log_level: str = "warning", make_engine: Callable | None = None) -> None:
     """The engine process's entry point (a multiprocessing spawn target). Ctrl-C and SIGTERM are the API process's
-    to handle: it drains its requests, then sends STOP; this process ends then, or when its socket closes."""
+    to handle: it drains its requests, then sends STOP; this process ends then, or when its socket closes.
+    `make_engine`: as EngineCore's (picklable: a module-level function or a partial of one)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        core = EngineCore(config, conn)
+        core = EngineCore(config, conn, make_engine)
     except Exception as exc:
         log.exception("the engine could not start")
         conn.send_bytes(P.pack([P.FATAL, f"{type(exc).__name__}: {exc}"]))

@@ -53,12 +53,7 @@ class LLMEngine:
         self.device = resolve_device(config)
         self.dtype = _dtype(config.dtype, self.device)
         self.attention_backend = attention_backend(config, self.device)  # refused before anything loads
-        self.front = Frontend(config, self.telemetry, self.metrics)
-        self.model_config = self.front.model_config
-        self.model_name = self.front.model_name
-        self.tokenizer = self.front.tokenizer
-        self.eos_token_ids = self.front.eos_token_ids
-        self.max_model_len = self.front.max_model_len
+        self._adopt_front(Frontend(config, self.telemetry, self.metrics))
         self.model = self._load_model()
         self.kv_cache = KVCache(self.model_config, config.num_kv_blocks, config.block_size, self.dtype, self.device)
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
@@ -114,6 +109,16 @@ class LLMEngine:
             "async" if self.async_scheduling else "sync",
         )
 
+    def _adopt_front(self, front: Frontend) -> None:
+        """The request-facing half, and what the engine reads off it: the model's config and name, the tokenizer,
+        the EOS ids, the context length."""
+        self.front = front
+        self.model_config = front.model_config
+        self.model_name = front.model_name
+        self.tokenizer = front.tokenizer
+        self.eos_token_ids = front.eos_token_ids
+        self.max_model_len = front.max_model_len
+
     def _load_model(self) -> LlamaForCausalLM:
         torch.manual_seed(self.config.seed)
         with torch.device("cpu"):
@@ -147,6 +152,11 @@ class LLMEngine:
     @property
     def has_work(self) -> bool:
         return self.scheduler.has_work or self._inflight is not None
+
+    @property
+    def runs_behind_host(self) -> bool:
+        """Whether `launch_step` returns before the step is computed (CUDA): then the host's work overlaps it."""
+        return self.device.type == "cuda"
 
     def discard_inflight(self) -> None:
         """Forget the step in flight without reading its tokens (after a failed step: its requests are failed)."""

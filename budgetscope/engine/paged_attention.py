@@ -36,6 +36,8 @@ def _paged_attention_kernel(
     k_ptr,
     v_ptr,
     out_ptr,
+    part_acc_ptr,
+    part_ml_ptr,
     query_start_loc_ptr,
     seq_lens_ptr,
     block_tables_ptr,
@@ -58,6 +60,7 @@ def _paged_attention_kernel(
     PAGE: tl.constexpr,
     TILE_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    SPLITS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -103,7 +106,14 @@ def _paged_attention_kernel(
     num_keys = context + q_first + BLOCK_Q
     if num_keys > seq_len:
         num_keys = seq_len
-    for start in range(0, num_keys, TILE_N):
+    first_key = 0
+    if SPLITS > 1:  # split-KV: this program takes one of SPLITS equal runs of whole tiles of those keys
+        split = tl.program_id(2)
+        split_keys = tl.cdiv(tl.cdiv(num_keys, SPLITS), TILE_N) * TILE_N
+        first_key = split * split_keys
+        if num_keys > first_key + split_keys:
+            num_keys = first_key + split_keys
+    for start in range(first_key, num_keys, TILE_N):
         keys = start + tl.arange(0, TILE_N)
         key_ok = keys < num_keys
         page = tl.load(block_tables_ptr + seq * stride_bt + keys // PAGE, mask=key_ok, other=0).to(tl.int64)
@@ -128,11 +138,52 @@ def _paged_attention_kernel(
         )  # [TILE_N, HEAD_DIM_PAD]
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    if (
+        SPLITS > 1
+    ):  # the run's unnormalised sum, its running max and sum of weights; _paged_attention_reduce_kernel adds up
+        part = (token * (GROUP * tl.num_programs(1)) + head) * SPLITS + split  # [tokens, heads, SPLITS]
+        tl.store(part_acc_ptr + part[:, None] * HEAD_DIM_PAD + dims[None, :], acc, mask=row_ok[:, None])
+        tl.store(part_ml_ptr + part * 2, m_i, mask=row_ok)
+        tl.store(part_ml_ptr + part * 2 + 1, l_i, mask=row_ok)
+    else:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(
+            out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=row_ok[:, None] & dim_ok[None, :],
+        )
+
+
+def _paged_attention_reduce_kernel(
+    out_ptr,
+    part_acc_ptr,
+    part_ml_ptr,
+    query_start_loc_ptr,
+    num_seqs,
+    stride_ot,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    SPLITS: tl.constexpr,
+):
+    """Split-KV's second half: one program per (query token, head) merges the SPLITS runs' partial softmaxes."""
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    if token >= tl.load(query_start_loc_ptr + num_seqs):  # a row no sequence owns (a padded step's tail)
+        return
+    part = (token * tl.num_programs(1) + head) * SPLITS + tl.arange(0, SPLITS)
+    m = tl.load(part_ml_ptr + part * 2)
+    weight_sum = tl.load(part_ml_ptr + part * 2 + 1)
+    m = tl.where(weight_sum > 0, m, float("-inf"))  # a run that saw no key adds nothing
+    m_max = tl.max(m, axis=0)
+    m_max = tl.where(m_max > float("-inf"), m_max, 0.0)
+    scale = tl.exp2(m - m_max)  # [SPLITS]
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    acc = tl.load(part_acc_ptr + part[:, None] * HEAD_DIM_PAD + dims[None, :])  # [SPLITS, HEAD_DIM_PAD]
+    total = tl.sum(weight_sum * scale, axis=0)
+    out = tl.sum(acc * scale[:, None], axis=0) / tl.where(total > 0, total, 1.0)
     tl.store(
-        out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
-        out.to(out_ptr.dtype.element_ty),
-        mask=row_ok[:, None] & dim_ok[None, :],
+        out_ptr + token * stride_ot + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM
     )
 
 
@@ -175,6 +226,55 @@ def launch_defaults(environ=os.environ) -> dict[str, int | None]:
 
 LAUNCH = launch_defaults()  # read once: every launch of this process has the same configuration
 
+SPLIT_ENV_VARS = {"max_splits": "BUDGETSCOPE_ATTN_KV_SPLITS", "max_tokens": "BUDGETSCOPE_ATTN_SPLIT_MAX_TOKENS"}
+DEFAULT_SPLIT_MAX_TOKENS = 16
+"""Steps of at most this many query tokens are split when split-KV is on and BUDGETSCOPE_ATTN_SPLIT_MAX_TOKENS is
+unset: decode steps of up to 16 sequences, whose grid of one program a sequence and KV head leaves most SMs idle."""
+SPLIT_TARGET_PROGRAMS = 256
+"""Split-KV aims at about this many programs a launch (twice an H100/H200's 132 SMs), in the fewest splits."""
+
+
+def split_defaults(environ=os.environ) -> dict[str, int | None]:
+    """{max_splits, max_tokens} from BUDGETSCOPE_ATTN_KV_SPLITS (a power of two; unset, 0 or 1: split-KV off, the
+    default until a GPU measures it) and BUDGETSCOPE_ATTN_SPLIT_MAX_TOKENS (>= 1; unset: DEFAULT_SPLIT_MAX_TOKENS).
+    An unreadable value raises ValueError naming the variable."""
+    values: dict[str, int | None] = {}
+    for key, var in SPLIT_ENV_VARS.items():
+        text = environ.get(var, "").strip()
+        try:
+            values[key] = int(text) if text else None
+            if key == "max_splits" and values[key] is not None:
+                check_splits(values[key])
+            if key == "max_tokens" and values[key] is not None and values[key] < 1:
+                raise ValueError(f"must be >= 1, got {values[key]}")
+        except ValueError as e:
+            raise ValueError(f"{var}={text!r}: {e}") from None
+    return values
+
+
+def check_splits(max_splits: int) -> None:
+    """Raise ValueError unless `max_splits` is 0 (off) or a power of two (tl.arange over the splits)."""
+    if max_splits < 0 or (max_splits > 1 and max_splits & (max_splits - 1)):
+        raise ValueError(f"kv splits must be 0 (off) or a power of two, got {max_splits}")
+
+
+SPLIT = split_defaults()  # read once, as LAUNCH: a captured graph keeps the choice it was captured with
+
+
+def kv_splits(tokens: int, kv_heads: int, max_splits: int | None = None, max_tokens: int | None = None) -> int:
+    """How many runs split-KV cuts each query's keys into for a step of `tokens` query tokens: 1 (off) when
+    `max_splits` (default: SPLIT) is below 2 or the step has more than `max_tokens` tokens; else the fewest, a power
+    of two up to `max_splits`, that give about SPLIT_TARGET_PROGRAMS programs with one a token and KV head. From the
+    shapes only, so each CUDA-graph bucket keeps its own."""
+    max_splits = SPLIT["max_splits"] if max_splits is None else max_splits
+    max_tokens = max_tokens or SPLIT["max_tokens"] or DEFAULT_SPLIT_MAX_TOKENS
+    if not max_splits or max_splits < 2 or tokens > max_tokens:
+        return 1
+    splits = 1
+    while splits < max_splits and tokens * kv_heads * splits < SPLIT_TARGET_PROGRAMS:
+        splits *= 2
+    return splits
+
 
 def _block_m(group: int) -> int:
     """Rows a program packs: 16 (the smallest tl.dot tile), or the whole GQA group when it is larger."""
@@ -194,6 +294,7 @@ def paged_attention(
     tile_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    kv_splits_max: int | None = None,
 ) -> torch.Tensor:
     """Causal attention of q [T, H, D] over the paged cache k_cache/v_cache [slots, KVH, D]; returns [T, H, D].
 
@@ -202,6 +303,9 @@ def paged_attention(
     include padding sequences with no queries. Launches one kernel; reads no tensor value on the host.
     tile_n (keys a program loads per iteration), num_warps, num_stages: the launch configuration; None takes
     the process default (`LAUNCH`, from the BUDGETSCOPE_ATTN_* environment variables; else `DEFAULT_LAUNCH`).
+    kv_splits_max: split-KV ("flash-decoding") for short steps — each query's keys cut into up to this many runs
+    computed by separate programs, then merged by a second kernel (`kv_splits`); None takes the process default
+    (BUDGETSCOPE_ATTN_KV_SPLITS: off unless set), 0 or 1 turns it off.
     """
     tile_n = tile_n if tile_n is not None else LAUNCH["tile_n"] or DEFAULT_LAUNCH["tile_n"]
     num_warps = num_warps if num_warps is not None else LAUNCH["num_warps"] or DEFAULT_LAUNCH["num_warps"]
@@ -219,12 +323,20 @@ def paged_attention(
         return out
     assert q.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1 and out.stride(2) == 1
     assert block_tables.stride(1) == 1
-    grid = (tokens // block_q + num_seqs, kv_heads)
+    splits = kv_splits(tokens, kv_heads, kv_splits_max)
+    head_dim_pad = max(16, next_power_of_2(dim))
+    part_acc = part_ml = out  # unused placeholders without splits
+    if splits > 1:
+        part_acc = torch.empty((tokens, heads, splits, head_dim_pad), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((tokens, heads, splits, 2), dtype=torch.float32, device=q.device)
+    grid = (tokens // block_q + num_seqs, kv_heads) + ((splits,) if splits > 1 else ())
     kernel(_paged_attention_kernel, ("num_seqs",))[grid](
         q,
         k_cache,
         v_cache,
         out,
+        part_acc,
+        part_ml,
         query_start_loc,
         seq_lens,
         block_tables,
@@ -243,12 +355,26 @@ def paged_attention(
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
         HEAD_DIM=dim,
-        HEAD_DIM_PAD=max(16, next_power_of_2(dim)),
+        HEAD_DIM_PAD=head_dim_pad,
         PAGE=block_size,
         TILE_N=tile_n,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        SPLITS=splits,
         **options,
     )
+    if splits > 1:
+        kernel(_paged_attention_reduce_kernel, ("num_seqs",))[(tokens, heads)](
+            out,
+            part_acc,
+            part_ml,
+            query_start_loc,
+            num_seqs,
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=dim,
+            HEAD_DIM_PAD=head_dim_pad,
+            SPLITS=splits,
+        )
     return out
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str
 
 from budgetscope.engine.errors import RequestError
 from budgetscope.engine.sampling_params import SamplingParams
@@ -131,6 +133,37 @@ def chunk(
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         kind = "text_completion"
     return {"id": request_id, "object": kind, "created": int(time.time()), "model": model, "choices": [choice]}
+
+
+class ChunkEncoder:
+    """One stream's token events as SSE text: exactly `sse(chunk(req, request_id, model, text, finish_reason, first))`,
+    built from the parts that do not change within the stream (the id, the object kind, the model) and the one JSON
+    string that does (json's own C string encoder), instead of a dict and a `json.dumps` per token."""
+
+    __slots__ = ("_head", "_to_text", "_to_text_first", "_after_text")
+
+    def __init__(self, req: ParsedRequest, request_id: str, model: str):
+        kind = "chat.completion.chunk" if req.is_chat else "text_completion"
+        self._head = f'data: {{"id":{_json_str(request_id)},"object":"{kind}","created":'
+        to_choice = f',"model":{_json_str(model)},"choices":[{{"index":0,'
+        if req.is_chat:
+            self._to_text = to_choice + '"delta":{"content":'
+            self._to_text_first = to_choice + '"delta":{"role":"assistant","content":'
+            self._after_text = '},"logprobs":null,"finish_reason":'
+        else:
+            self._to_text = self._to_text_first = to_choice + '"text":'
+            self._after_text = ',"logprobs":null,"finish_reason":'
+
+    def event(self, text: str, finish_reason: str | None, first: bool, created: int) -> str:
+        """One `data: {...}\\n\\n` event; `created`: Unix seconds (`int(time.time())`)."""
+        reason = "null" if finish_reason is None else _json_str(finish_reason)
+        to_text = self._to_text_first if first else self._to_text
+        return f"{self._head}{created}{to_text}{_json_str(text)}{self._after_text}{reason}}}]}}\n\n"
+
+
+def sse(payload: dict) -> str:
+    """One server-sent event carrying `payload` as compact JSON."""
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
 def usage_chunk(req: ParsedRequest, request_id: str, model: str, seq) -> dict:

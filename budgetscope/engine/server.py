@@ -2,7 +2,8 @@
 
 Each request: the frontend (parse, tokenize, validate) runs on the event loop, then the sequence goes to the
 engine — the engine process through a CoreClient (the default), or the EngineLoop thread in this process
-(`--engine-in-process`); tokens come back through an asyncio queue, one SSE chunk per output token.
+(`--engine-in-process`); its progress comes back through a TokenRelay (token_stream.py), one SSE event per output
+token, the events of every token that arrived since the request's last wake-up in one write.
 """
 
 from __future__ import annotations
@@ -21,24 +22,17 @@ from starlette.routing import Route
 from budgetscope.auth import bearer_ok
 from budgetscope.engine import protocol
 from budgetscope.engine.detokenizer import Detokenizer
-from budgetscope.engine.engine_loop import EngineLoop
+from budgetscope.engine.engine_loop import EngineLoop, freeze_heap
 from budgetscope.engine.errors import RequestError
 from budgetscope.engine.frontend import Frontend
-from budgetscope.engine.protocol import ParsedRequest
+from budgetscope.engine.http_protocol import READ_NS, uvicorn_config
+from budgetscope.engine.protocol import ChunkEncoder, ParsedRequest, sse
+from budgetscope.engine.token_stream import TokenEvents, TokenRelay
+from budgetscope.gil import short_switch_interval
+from budgetscope.instrument import attributes as A
 
 if TYPE_CHECKING:
     from budgetscope.engine.core_client import CoreClient
-
-
-class TokenEvents:
-    """Carries (token count, finished) from the engine thread to the request's coroutine."""
-
-    def __init__(self):
-        self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue = asyncio.Queue()
-
-    def on_output(self, seq) -> None:  # engine thread, or the engine process's reader thread
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (seq.num_tokens, seq.is_finished))
 
 
 class StreamState:
@@ -95,6 +89,7 @@ class Server:
         self.loop = loop
         self.engine = loop.front
         self.telemetry = loop.front.telemetry
+        self._relay: TokenRelay | None = None  # made on the event loop, at the first request
         self.app = Starlette(
             routes=[
                 Route("/v1/completions", self.completions, methods=["POST"]),
@@ -147,7 +142,10 @@ class Server:
             request_id=request_id,
             operation="chat" if is_chat else "text_completion",
         )
-        events = TokenEvents()
+        read_ns = request.scope.get(READ_NS)
+        if read_ns is not None:  # when uvicorn read it: the loop's lag before this handler ran (http_protocol.py)
+            trace.set(A.HTTP_READ_UNIX_NANO, read_ns)
+        events = TokenEvents(self._token_relay())
         try:
             req, seq = await self._frontend(request, is_chat, request_id, trace, arrival_ns, events)
             self.loop.submit(seq)
@@ -167,6 +165,12 @@ class Server:
                 headers={**out_headers, "cache-control": "no-cache"},
             )
         return await self._complete(request, req, seq, events, request_id, out_headers)
+
+    def _token_relay(self) -> TokenRelay:
+        loop = asyncio.get_running_loop()
+        if self._relay is None or self._relay.loop is not loop:
+            self._relay = TokenRelay(loop)
+        return self._relay
 
     async def _frontend(self, request, is_chat, request_id, trace, arrival_ns, events):
         try:
@@ -197,16 +201,19 @@ class Server:
         )
         return req, seq
 
-    async def _tokens(self, req: ParsedRequest, seq, events: TokenEvents, detok: Detokenizer):
-        """Yield (text delta, finish_reason or None) per new output token; finish_reason set on the last.
+    async def _deltas(self, req: ParsedRequest, seq, events: TokenEvents, detok: Detokenizer):
+        """Yield, each time new output tokens arrive, a list of (text delta, finish_reason or None), one per token
+        (finish_reason set on the last): every token that arrived since the last yield, so a loop that fell
+        behind the engine writes them at once.
 
         Stop strings end the request here: the engine is told to drop it, and the text is cut before the stop.
         """
         sent = seq.num_prompt_tokens
         while True:
-            count, done = await events.queue.get()
+            count, done = await events.wait_past(sent)
             new = seq.token_ids[sent:count]
             sent = count
+            out = []
             for i, token_id in enumerate(new):
                 text = detok.add([token_id])
                 last = done and i == len(new) - 1
@@ -216,27 +223,40 @@ class Server:
                 if cut is not None:
                     self.loop.abort(seq, outcome="ok", reason="stop")
                     seq.trace.mark("postprocess")
-                    yield text[:cut], "stop"
+                    out.append((text[:cut], "stop"))
+                    yield out
                     return
-                yield text, (_finish_reason(seq) if last else None)
+                out.append((text, _finish_reason(seq) if last else None))
             if done and not new:
-                yield detok.flush(), _finish_reason(seq)
+                out.append((detok.flush(), _finish_reason(seq)))
+            yield out
             if done:
                 return
 
     async def _stream(self, req: ParsedRequest, seq, events: TokenEvents, request_id: str, state: StreamState):
+        """The SSE body: one write of every token event ready at each wake-up (one event a token, as always)."""
         model = self.engine.model_name
         detok = Detokenizer(self.engine.tokenizer)
+        encoder = ChunkEncoder(req, request_id, model)
         try:
             first = True
-            async for text, reason in self._tokens(req, seq, events, detok):
-                if reason in ("timeout", "error"):
-                    yield _sse({"error": {"message": f"request ended: {reason}", "type": reason, "code": None}})
+            async for deltas in self._deltas(req, seq, events, detok):
+                created, events_text, failed = int(time.time()), [], False
+                for text, reason in deltas:
+                    if reason in ("timeout", "error"):
+                        events_text.append(
+                            sse({"error": {"message": f"request ended: {reason}", "type": reason, "code": None}})
+                        )
+                        failed = True
+                        break
+                    events_text.append(encoder.event(text, reason, first, created))
+                    first = False
+                if events_text:
+                    yield "".join(events_text)
+                if failed:
                     break
-                yield _sse(protocol.chunk(req, request_id, model, text, reason, first))
-                first = False
             if req.include_usage:
-                yield _sse(protocol.usage_chunk(req, request_id, model, seq))
+                yield sse(protocol.usage_chunk(req, request_id, model, seq))
             yield "data: [DONE]\n\n"
             state.outcome = seq.outcome or "ok"
         finally:
@@ -257,19 +277,20 @@ class Server:
         gone = asyncio.ensure_future(_disconnected(request))
         reason = None
         try:
-            tokens = self._tokens(req, seq, events, detok)
+            deltas = self._deltas(req, seq, events, detok)
             while True:
-                step = asyncio.ensure_future(anext(tokens, None))
+                step = asyncio.ensure_future(anext(deltas, None))
                 await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
                     step.cancel()
                     self.loop.abort(seq, outcome="cancelled")
                     self.engine.finish_trace(seq, "cancelled")
                     return Response(status_code=499)
-                item = step.result()
-                if item is None:
+                items = step.result()
+                if items is None:
                     break
-                reason = item[1] or reason
+                for _, item_reason in items:
+                    reason = item_reason or reason
         finally:
             gone.cancel()
         outcome = seq.outcome or "ok"
@@ -325,24 +346,29 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-def _sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
-
-
 def serve(
-    engine, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info", api_key: str | None = None
+    engine,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    api_key: str | None = None,
+    make_engine=None,
 ) -> None:
     """Serve until interrupted, then stop the engine and flush telemetry. `engine`: a Frontend, whose engine then
     runs in its own process (CoreClient), or an LLMEngine, stepped on a thread of this process (EngineLoop).
-    `api_key`: /v1/* requests must carry `Authorization: Bearer <api_key>`. EngineCoreError when the engine
-    process cannot start, or dies while serving (the server then stops: its requests in flight ended `error`)."""
+    `api_key`: /v1/* requests must carry `Authorization: Bearer <api_key>`. `make_engine`: what the engine process
+    steps (CoreClient's; benchmarks pass a fake). EngineCoreError when the engine process cannot start, or dies
+    while serving (the server then stops: its requests in flight ended `error`)."""
     # imported on use: uvicorn 467 ms, multiprocessing 37 ms, msgpack 26 ms to import
     import uvicorn
 
     from budgetscope.engine.core_client import CoreClient, EngineCoreError
 
-    core = CoreClient(engine, log_level).start() if isinstance(engine, Frontend) else EngineLoop(engine).start()
-    server = uvicorn.Server(uvicorn.Config(Server(core, api_key).app, host=host, port=port, log_level=log_level))
+    if isinstance(engine, Frontend):
+        core = CoreClient(engine, log_level, make_engine).start()
+    else:
+        core = EngineLoop(engine).start()
+    server = uvicorn.Server(uvicorn_config(Server(core, api_key).app, host=host, port=port, log_level=log_level))
     died: list[str] = []
 
     def stop_serving(reason: str) -> None:
@@ -350,8 +376,12 @@ def serve(
         server.should_exit = True
 
     core.on_dead = stop_serving
+    freeze_heap()  # the imported code, the app, the engine's front: never walked again by a full collection
     try:
-        server.run()
+        # the core reader thread and the event loop share the GIL: a socket write on the loop hands it over, and
+        # without this the loop then waits up to 5 ms for the reader's next message to be done (budgetscope.gil)
+        with short_switch_interval():
+            server.run()
     finally:
         core.stop()
         engine.telemetry.shutdown()

@@ -12,6 +12,8 @@ class ByteTokenizer:
     bos_token_id = 256
     eos_token_id = 257
     vocab_size = 258
+    silent_from = 256
+    """Ids from here on decode to no text in any context (Detokenizer leaves them out of its window)."""
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -21,7 +23,7 @@ class ByteTokenizer:
         return [self.bos_token_id, *text.encode("utf-8")]
 
     def decode(self, ids: list[int]) -> str:
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+        return bytes([i for i in ids if i < 256]).decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[dict]) -> str:
         return render_chat(messages)

@@ -37,6 +37,9 @@ TENANT = "budgetscope.tenant"
 OUTCOME = "budgetscope.outcome"
 FIRST_TOKEN_UNIX_NANO = "budgetscope.first_token_unix_nano"
 """Unix-epoch ns of the first output token (a budgetscope addition: exact even after a decode-time preemption)."""
+HTTP_READ_UNIX_NANO = "budgetscope.http.read_unix_nano"
+"""Unix-epoch ns at which the server process read the request from its socket, before the span began (the reference
+engine; its root span starts when the route handler runs)."""
 
 # Stage spans `stage.<stage>` (kind INTERNAL).
 STAGE = "budgetscope.stage"
