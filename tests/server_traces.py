@@ -714,52 +714,100 @@ def tgi_trace_filter(r: Timeline, client: bool) -> list[dict]:
 # --- Triton -----------------------------------------------------------------------------------------------------
 
 
-def triton(r: Timeline, client: bool) -> list[dict]:
-    """`--trace-config mode=opentelemetry`: `InferRequest` → a span named after the model → `compute`, all SERVER
-    kind, the timestamps as events (which the archive does not keep). The model's compute holds prefill and
-    decode: Triton cannot tell them apart."""
-    ids = _Ids(7, r.k)
+BOOT_US = -260_000_000_000
+"""Where OpenTelemetry mode puts a stamp Triton left at 0 (a chunked reply's sends): its steady-clock offset + 0, the
+node's boot (here three days before T0)."""
+
+
+def _triton(
+    r: Timeline,
+    client: bool,
+    server: int,
+    model_name: str,
+    responses: list[int],
+    request_end: int,
+    compute_end: int,
+    service: str = "triton-inference-server",
+) -> list[dict]:
+    """`--trace-config mode=opentelemetry` (tests/conformance/triton/): `InferRequest` → a span named after the model
+    → `compute`, all SERVER kind under tracer `triton-server`, the timestamps their events. Triton sees the model's
+    compute, not its engine's batches: prefill is inside COMPUTE_START → the first response."""
+    ids = _Ids(server, r.k)
     root, model, comp, cid = ids.sid(), ids.sid(), ids.sid(), ids.sid() if client else None
     m0, c0 = r.arrival + r.frontend, r.arrival + r.frontend + r.queue
+    chunked = len(responses) > 1
+    sends = [("HTTP_SEND_START", BOOT_US, {}), ("HTTP_SEND_END", BOOT_US, {})] if chunked else []
     spans = [
         _span(
             ids.tid,
             root,
             "InferRequest",
             2,
-            r.arrival,
+            r.arrival + 40,
             r.end,
             {},
             cid,
-            [
-                ("HTTP_RECV_START", r.arrival - 80, {}),
-                ("HTTP_RECV_END", r.arrival - 40, {}),
-                ("INFER_RESPONSE_COMPLETE", r.last, {}),
-            ],
+            [("HTTP_RECV_START", r.arrival, {}), ("HTTP_RECV_END", r.arrival + 30, {})]
+            + [e for t in responses for e in [("INFER_RESPONSE_COMPLETE", t, {}), *sends]]
+            + ([] if chunked else [("HTTP_SEND_START", r.end - 40, {}), ("HTTP_SEND_END", r.end, {})]),
         ),
         _span(
             ids.tid,
             model,
-            "llama3",
+            model_name,
             2,
-            m0,
-            r.last + 100,
+            m0 - 6,
+            request_end,
             {
-                "triton.model_name": "llama3",
-                "triton.model_version": "1",
-                "triton.trace_id": str(r.k + 1),
-                "triton.trace_parent_id": "0",
+                "triton.model_name": model_name,
+                "triton.model_version": 1,
+                "triton.trace_id": r.k + 1,
+                "triton.trace_parent_id": 0,
                 "triton.request_id": f"req-{r.k}",
             },
             root,
-            [("REQUEST_START", m0, {}), ("QUEUE_START", m0 + 6, {}), ("REQUEST_END", r.last + 100, {})],
+            [("REQUEST_START", m0 - 6, {}), ("QUEUE_START", m0, {}), ("REQUEST_END", request_end, {})],
         ),
         _span(
-            ids.tid, comp, "compute", 2, c0, r.last, {}, model, [("COMPUTE_START", c0, {}), ("COMPUTE_END", r.last, {})]
+            ids.tid,
+            comp,
+            "compute",
+            2,
+            c0,
+            compute_end,
+            {},
+            model,
+            [("COMPUTE_START", c0, {}), ("COMPUTE_END", compute_end, {})],
         ),
     ]
-    docs = [_doc({"service.name": "triton-inference-server"}, "triton-server", spans)]
+    docs = [_doc({"service.name": service}, "triton-server", spans)]
     return docs + ([_loadgen_client(ids, r, cid)] if client else [])
+
+
+def triton(r: Timeline, client: bool) -> list[dict]:
+    """A non-decoupled model: one response, at the last token, after its compute; its request released after."""
+    return _triton(r, client, 7, "llama3", [r.last], r.last + 100, r.last)
+
+
+def _token_times(r: Timeline) -> list[int]:
+    out = [r.first]
+    for gap in r.itls_us:
+        out.append(out[-1] + gap)
+    return out
+
+
+def triton_vllm(r: Timeline, client: bool) -> list[dict]:
+    """vLLM's backend (python, decoupled) streaming over HTTP `generate_stream`: `execute()` returns 300 µs after
+    COMPUTE_START and the python backend releases the request (REQUEST_END) then, before the first token; one
+    response a token; every chunk's send stamped 0."""
+    c0 = r.arrival + r.frontend + r.queue
+    return _triton(r, client, 8, "vllm_model", _token_times(r), c0 + 400, c0 + 300)
+
+
+def triton_trtllm(r: Timeline, client: bool) -> list[dict]:
+    """TensorRT-LLM's inflight batcher streaming (decoupled), exported under another service name: COMPUTE_END and
+    REQUEST_END after the final response."""
+    return _triton(r, client, 9, "tensorrt_llm", _token_times(r), r.last + 50, r.last + 30, service="llm-prod")
 
 
 def as_exported(docs: list[dict], batch: int = 512) -> list[dict]:

@@ -27,6 +27,8 @@ from server_traces import (
     tgi,
     tgi_trace_filter,
     triton,
+    triton_trtllm,
+    triton_vllm,
     vllm_classic,
     vllm_journey,
     vllm_request_id,
@@ -44,7 +46,7 @@ class Case:
     cause: str
     client: bool = False
     client_first_token: bool = True  # an HTTP client span (no first-token time) gives no client TTFT
-    has_ttft: bool = True  # Triton's OpenTelemetry mode sees no token
+    has_ttft: bool = True  # a non-streaming Triton model's one response carries every token: no first token
     seen_as: str | None = None  # the stage the cause must show as where the format cannot see the cause itself
 
     @property
@@ -81,6 +83,13 @@ CASES = [
     Case("tgi-trace-filter-prefill", tgi_trace_filter, "prefill"),
     Case("tgi-trace-filter-network", tgi_trace_filter, "network", client=True),
     Case("triton-otel-queue", triton, "queue", has_ttft=False),
+    # streaming: the responses give TTFT, decode and postprocess; the backend's engine (its queue and prefill) is
+    # unseen, so a prefill cause shows as unaccounted, never as postprocessing
+    Case("triton-vllm-stream-queue", triton_vllm, "queue"),
+    Case("triton-vllm-stream-decode", triton_vllm, "decode", client=True),
+    Case("triton-vllm-stream-prefill", triton_vllm, "prefill", seen_as="unaccounted"),
+    Case("triton-trtllm-stream-queue", triton_trtllm, "queue", client=True),
+    Case("triton-trtllm-stream-network", triton_trtllm, "network", client=True),
 ]
 
 

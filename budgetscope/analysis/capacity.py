@@ -177,13 +177,25 @@ def signals(con, start_ns: int, end_ns: int) -> dict:
     return out
 
 
+def _mean_shares(shares: list[dict]) -> dict | None:
+    """Each stage's mean share over runs, over the runs that know it (None where none does)."""
+    if not shares:
+        return None
+    out = {}
+    for k in shares[0]:
+        known = [sh[k] for sh in shares if sh.get(k) is not None]
+        out[k] = sum(known) / len(known) if known else None
+    return out
+
+
 def _tier_at_step(t: dict, wall_s: float, target: float | None) -> dict:
     """The figures of one tier in one step (a report tier entry, condensed), and whether it keeps."""
     key = pkey(t["percentile"])
     want = target if target is not None else t["percentile"] / 100
     n, att = t["requests"], t["attainment"]
-    judged = t["judged_requests"]  # attainment is over the requests not cancelled
-    met = round(att * judged) if att is not None else 0
+    judged = t["judged_requests"]
+    over = t.get("attainment_over", judged)  # attainment is over the requests judged on a known figure
+    met = round(att * over) if att is not None else 0
     attribution = {}
     for kind in ("ttft", "e2e"):
         a = t["attribution"].get(kind)
@@ -210,7 +222,7 @@ def _tier_at_step(t: dict, wall_s: float, target: float | None) -> dict:
         "status": t["status"],
         "outcomes": t["outcomes"],
         "attainment": att,
-        "attainment_interval": wilson(met, judged),
+        "attainment_interval": wilson(met, over),
         "target_attainment": want,
         "goodput_rps": met / wall_s if wall_s > 0 else None,
         "metrics": {
@@ -277,26 +289,31 @@ def points(steps: list[dict]) -> list[dict]:
             key = pkey(ts[0]["percentile"])
             att = [t["attainment"] for t in ts]
             ttft = [t["metrics"]["ttft_ms"][key] for t in ts]
-            n, judged = sum(t["requests"] for t in ts), sum(t["judged_requests"] for t in ts)
-            met = sum(round(t["attainment"] * t["judged_requests"]) for t in ts)
+            n = sum(t["requests"] for t in ts)
+            over = [t.get("attainment_over", t["judged_requests"]) for t in ts]
+            met = sum(round(t["attainment"] * o) for t, o in zip(ts, over))
             shares = [
                 t["attribution"]["ttft"]["shares"]
                 for t in ts
                 if t["attribution"]["ttft"] and t["attribution"]["ttft"]["shares"]
             ]
-            mean_shares = {k: sum(sh[k] for sh in shares) / len(shares) for k in shares[0]} if shares else None
+            mean_shares = _mean_shares(shares)
             tiers[name] = {
                 "keeps": all(t["keeps"] for t in ts),
                 "runs": len(ts),
                 "attainment": _median(att),
                 "attainment_spread": [min(att), max(att)],
-                "attainment_interval": wilson(met, judged),
+                "attainment_interval": wilson(met, sum(over)),
                 "requests": n,
                 "ttft": _median(ttft),
                 "ttft_spread": _spread(ttft),
                 "ttft_key": key,
                 "ttft_shares": mean_shares,
-                "ttft_dominant": max(mean_shares, key=mean_shares.get) if mean_shares else None,
+                "ttft_dominant": max(
+                    (k for k, v in mean_shares.items() if v is not None), key=mean_shares.get, default=None
+                )
+                if mean_shares
+                else None,
                 "breaches": [b for t in ts for b in t["breaches"]],
             }
         out.append(

@@ -181,7 +181,7 @@ def tail_gpu(con, sel: Selection, entry: dict, present: dict[str, bool]) -> dict
     base = ok_where(sel, metric)
     tail = interval_figures(con, _INTERVALS.format(where=base) + f" AND {metric} >= ?", [*sel.params, a["tail_min_ms"]])
     body = interval_figures(con, _INTERVALS.format(where=base) + f" AND {metric} <= ?", [*sel.params, a["median_ms"]])
-    dominated = a["top"][0] == "decode"
+    dominated = a["dominant"] == "decode"
     out = {
         "decode_dominated": dominated,
         "tail": tail,

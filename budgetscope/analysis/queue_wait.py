@@ -163,7 +163,7 @@ def tail_queue_wait(con, sel: Selection, entry: dict, present: dict[str, bool]) 
     `waited_on` (the reasons of the module docstring), `figures`, `reason` when none is known, `sentence`.
     `present` (coverage.contents) saves the joins of tables that hold nothing."""
     a = (entry.get("attribution") or {}).get("ttft")
-    if a is None or a["shares"] is None or a["top"][0] != "queue":
+    if a is None or a["shares"] is None or a["dominant"] != "queue":
         return None
     where = ok_where(sel, a["metric"])
     intervals = _INTERVALS.format(where=where) + f" AND {a['metric']} >= ?"

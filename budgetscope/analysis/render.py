@@ -24,6 +24,14 @@ def _share(x) -> str:
     return "" if x is None else f"{100 * x:.0f}%"
 
 
+def _cell(a: dict | None, stage: str) -> str:
+    """A stage's share in an attribution: blank where the attribution has no such stage (or none at all), `null`
+    where the stage is one of its parts but unknown (never 0)."""
+    if not a or not a["shares"] or stage not in a["shares"]:
+        return ""
+    return "null" if a["shares"][stage] is None else _share(a["shares"][stage])
+
+
 def _tier_blocks(t: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     key = f"p{t['percentile']:g}"
     pcols = [k for k in t["metrics"]["ttft_ms"] if k.startswith("p")]
@@ -47,16 +55,11 @@ def _tier_blocks(t: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         ("stages", ["stage", *spcols, "budget", "status"], stage_rows),
     ]
     ta, ea = t["attribution"].get("ttft"), t["attribution"].get("e2e")
-    stages = list((ea or ta or {}).get("shares") or {})
+    stages = list(dict.fromkeys([*((ea or {}).get("shares") or {}), *((ta or {}).get("shares") or {})]))
     if stages:
-        rows = [
-            [
-                s,
-                _share((ta or {}).get("shares", {}).get(s) if ta and ta["shares"] else None),
-                _share(ea["shares"].get(s) if ea and ea["shares"] else None),
-            ]
-            for s in stages
-        ]
+        rows = [[s, _cell(ta, s), _cell(ea, s)] for s in stages]
+        if any((a or {}).get("unknown_share") for a in (ta, ea)):
+            rows.append(["(unknown)", *(_share((a or {}).get("unknown_share") or None) for a in (ta, ea))])
         blocks.append(
             (
                 "tail attribution (share of the tail's excess over the median)",

@@ -20,7 +20,7 @@ from budgetscope.analysis.queue_wait import tail_queue_wait
 from budgetscope.analysis.scans import CLIENT_METRIC, pkey
 from budgetscope.analysis.selection import FILTER_COLUMNS, Selection, slowest, widened
 from budgetscope.analysis.verdict import verdict
-from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, TOKEN_EVENT
+from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, NONEMPTY_CHUNK, TOKEN_EVENT
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT stages inside the TTFT window)
@@ -70,16 +70,23 @@ def _attribution(con, sel: Selection, split: scans.Split, got: scans.SplitCounts
     B = metric ≤ its median; a mean is the sum of its groups' sums over their count."""
     comps, metric = split.components, split.metric
     is_widened = widened(got.n_tail)
+    known = got.known
     if is_widened:
         means = ", ".join(f"avg(coalesce({c}, 0))" for c in comps.values())
-        *tail_vals, tail_size, tail_min = slowest(con, sel, metric, f"{means}, count(*), min({metric})")
+        seen = ", ".join(f"count({c})" for c in comps.values())
+        *found, tail_size, tail_min, tail_whole = slowest(
+            con, sel, metric, f"{means}, {seen}, count(*), min({metric}), avg({metric})"
+        )
+        tail_vals, known = found[: len(comps)], [a + b for a, b in zip(found[len(comps) :], known)]
     else:
         tail_vals = [x / got.n_tail for x in got.tail_sums]
-        tail_size, tail_min = got.n_tail, got.tail_min
+        tail_size, tail_min, tail_whole = got.n_tail, got.tail_min, got.tail_metric / got.n_tail
     body_vals = [x / got.n_body if got.n_body else None for x in got.body_sums]
     tail_mean = dict(zip(comps, tail_vals))
     body_mean = dict(zip(comps, body_vals))
-    sh = attribution.shares(tail_mean, body_mean)
+    unknown = {s for s, k in zip(comps, known) if not k}
+    whole = tail_whole - got.body_metric / got.n_body if got.n_body else None
+    sh = attribution.shares(tail_mean, body_mean, unknown, whole)
     return {
         "metric": metric,
         "tail_size": tail_size,
@@ -92,8 +99,9 @@ def _attribution(con, sel: Selection, split: scans.Split, got: scans.SplitCounts
         "dominant": sh.dominant,
         "verdict": sh.verdict,
         "top": sh.top,
-        "tail_mean_ms": tail_mean,
-        "body_mean_ms": body_mean,
+        "tail_mean_ms": {s: None if s in unknown else v for s, v in tail_mean.items()},
+        "body_mean_ms": {s: None if s in unknown else v for s, v in body_mean.items()},
+        "unknown_share": sh.unknown,
     }
 
 
@@ -135,6 +143,12 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
             "requests_without_client_span": counts["ok"] - counts["client"],
             "client_ttft_definitions": _ttft_definitions(con, t.sel, counts["definitions"]) if with_client else {},
             "attainment": counts["attainment"],
+            # over the requests judged on a known figure (scans.slo_judgement), and each budgeted figure alone
+            "attainment_over": counts["attainment_over"],
+            "attainment_by_figure": {
+                m: v for m, v in counts["attainment_by_figure"].items() if tb.metric_budget(m) is not None
+            },
+            "misread_requests": counts["misread"],
         }
         client_metric = {
             "ttft_ms": client_for["ttft"],
@@ -157,7 +171,8 @@ def _entries(con, tiers: list[_Tier], scope: scans.Tiers, counted: list[dict]) -
         (fig_cols, pcts), (stage_cols, stage_pcts) = t.groups
         if j in found:
             (metric_q, stage_q), bounds = found[j]
-            plans += scans.split_plan(j, t.client_for, bounds)
+            gap = NONEMPTY_CHUNK in counted[j]["definitions"]  # some client TTFTs wait for content
+            plans += scans.split_plan(j, t.client_for, bounds, gap)
         else:
             metric_q = {m: {pkey(p): None for p in pcts} for m in METRICS}
             stage_q = {s: {pkey(p): None for p in stage_pcts} for s in stage_cols}

@@ -44,28 +44,68 @@ class Tiers:
             self.member.append(("(" + " AND ".join(own.clauses) + ")" if own.clauses else "true", own.params))
 
 
+def figure_column(metric: str) -> str:
+    """SQL: the figure a request-level SLO on `metric` judges, the client figure where the request has it, the
+    server figure otherwise (an HTTP client span has no client TTFT, derive/requests.py)."""
+    return f"coalesce({CLIENT_METRIC[metric]}, {metric})"
+
+
+def slo_judgement(tb: TierBudget | None) -> dict[str, str]:
+    """SQL conditions over a `requests` row, the one judgement of a request against its tier's request-level SLOs
+    (attainment, here, and anything that counts met and missed requests, e.g. burn rates). Each budgeted figure is
+    judged where it is known; an unknown figure is neither met nor missed:
+
+      `met`     ended ok, at least one budgeted figure known, and every known one within its budget (a NaN TPOT,
+                one token, is within);
+      `missed`  failed (an outcome other than ok and cancelled), or ended ok with a known figure over its budget;
+      `judged`  met or missed. A request that ended ok with every budgeted figure unknown is neither, and so is a
+                cancelled one (the client's choice).
+
+    Per budgeted metric `m`, `met:m` / `judged:m` judge that SLO alone (the requests where its figure is known, and
+    the failures). With no request-level budget (or `tb` None), met = ended ok."""
+    failed = f"coalesce(outcome, '') NOT IN ('{OK}', '{CANCELLED}')"
+    over, known, out = [], [], {}
+    for m in METRICS:
+        b = tb.metric_budget(m) if tb is not None else None
+        if b is None:
+            continue
+        fig = figure_column(m)
+        ok_m = f"(isnan({fig}) OR {fig} <= {b})" if m == "tpot_ms" else f"{fig} <= {b}"
+        over_m = f"(NOT isnan({fig}) AND {fig} > {b})" if m == "tpot_ms" else f"{fig} > {b}"
+        over.append(f"coalesce({over_m}, false)")
+        known.append(f"{fig} IS NOT NULL")
+        out[f"met:{m}"] = f"(outcome = '{OK}' AND coalesce({ok_m}, false))"
+        out[f"judged:{m}"] = f"({failed} OR (outcome = '{OK}' AND {fig} IS NOT NULL))"
+    if not over:
+        return {
+            "met": f"(outcome = '{OK}')",
+            "missed": f"({failed})",
+            "judged": f"(coalesce(outcome, '') <> '{CANCELLED}')",
+            **out,
+        }
+    any_over, any_known = " OR ".join(over), " OR ".join(known)
+    met = f"(outcome = '{OK}' AND NOT ({any_over}) AND ({any_known}))"
+    missed = f"({failed} OR (outcome = '{OK}' AND ({any_over})))"
+    return {"met": met, "missed": missed, "judged": f"({met} OR {missed})", **out}
+
+
 def attainment_condition(tb: TierBudget | None) -> str:
-    """A request that ended ok and met every request-level SLO (the client figure when the request has it,
-    the server figure otherwise: an HTTP client span has no client TTFT, derive/requests.py)."""
-    conds = ["outcome = 'ok'"]
-    if tb is not None:
-        for m in METRICS:
-            b = tb.metric_budget(m)
-            if b is None:
-                continue
-            fig = f"coalesce({CLIENT_METRIC[m]}, {m})"
-            ok = f"coalesce({fig} <= {b}, false)"
-            conds.append(f"(isnan({fig}) OR {ok})" if m == "tpot_ms" else ok)
-    return " AND ".join(conds)
+    """A request that ended ok and met every request-level SLO (slo_judgement's `met`)."""
+    return slo_judgement(tb)["met"]
 
 
 _TIER_COUNTS = (
     "true",
     "has_client_span",
-    None,  # the tier's attainment condition
+    "met",  # the tier's judgement (slo_judgement)
     "client_ttft_ms IS NULL AND ttft_ms IS NOT NULL",
     "client_e2e_ms IS NULL AND e2e_ms IS NOT NULL",
+    "judged",
+    *(f"{k}:{m}" for m in METRICS for k in ("met", "judged")),
+    "len(violations) > 0",
 )
+"""Each tier's counts in `counts`' one scan: requests, with a client span, met, with a server-only TTFT and E2E,
+judged, each metric's met and judged, and those that break an invariant of their format (derive/invariants.py)."""
 
 
 def counts(con, tiers: Tiers, judged_by: list[TierBudget | None]) -> tuple[list[dict], dict, dict]:
@@ -77,8 +117,11 @@ def counts(con, tiers: Tiers, judged_by: list[TierBudget | None]) -> tuple[list[
     each tier's budgets for attainment (None: no SLO but ending ok)."""
     aggs, params = [], []
     for (cond, cond_params), tb in zip(tiers.member, judged_by):
+        judge = slo_judgement(tb)
         for c in _TIER_COUNTS:
-            aggs.append(f"count_if({cond} AND ({c or attainment_condition(tb)}))")
+            # the judgement's counts by name (an unbudgeted metric's: none), the others as written
+            sql = judge.get(c, "false") if c in ("met", "judged") or ":" in c else c
+            aggs.append(f"count_if({cond} AND ({sql}))")
             params += cond_params
     rows = con.execute(
         f"""
@@ -99,7 +142,7 @@ def counts(con, tiers: Tiers, judged_by: list[TierBudget | None]) -> tuple[list[
     out = []
     for j in range(len(tiers.member)):
         at = 6 + j * width
-        grouped: dict[tuple, list[int]] = {}  # (outcome, definition) → the tier's five counts
+        grouped: dict[tuple, list[int]] = {}  # (outcome, definition) → the tier's counts
         for r in rows:
             got = grouped.setdefault((r[1], r[2]), [0] * width)
             for i in range(width):
@@ -114,8 +157,7 @@ def _outcome_order(item) -> tuple:
 
 
 def _tier_counts(rows: list[tuple]) -> dict:
-    """A tier's counts from its (outcome, definition, requests, client, attained, server-only TTFT, server-only
-    E2E) rows."""
+    """A tier's counts from its (outcome, definition, *the _TIER_COUNTS counts) rows."""
     n = sum(r[2] for r in rows)
     ok_rows = [r for r in rows if r[0] == OK]
     ok = sum(r[2] for r in ok_rows)
@@ -124,7 +166,11 @@ def _tier_counts(rows: list[tuple]) -> dict:
     for r in rows:
         outcomes[r[0]] = outcomes.get(r[0], 0) + r[2]
     # the share of the judged requests that attained: exactly avg(1.0 if attained else 0.0), as an exact ratio
-    met = sum(r[4] for r in rows)
+    met, over = sum(r[4] for r in rows), sum(r[7] for r in rows)
+    by_figure = {}
+    for i, m in enumerate(METRICS):
+        got, of = sum(r[8 + 2 * i] for r in rows), sum(r[9 + 2 * i] for r in rows)
+        by_figure[m] = {"met": got, "judged": of, "attainment": got / of if of else None}
     definitions: dict = {}
     for r in ok_rows:
         if r[3]:
@@ -136,7 +182,10 @@ def _tier_counts(rows: list[tuple]) -> dict:
         "client": sum(r[3] for r in ok_rows),
         "server_only": {"ttft": sum(r[5] for r in ok_rows), "e2e": sum(r[6] for r in ok_rows)},
         "outcomes": outcomes,
-        "attainment": met / judged if judged else None,
+        "attainment": met / over if over else None,
+        "attainment_over": over,
+        "attainment_by_figure": by_figure,
+        "misread": sum(r[8 + 2 * len(METRICS)] for r in rows),
         "error_rate": (judged - ok) / judged if judged else None,
         "definitions": definitions,
     }
@@ -231,14 +280,16 @@ class Split:
 
 class SplitCounts:
     """What `splits` found for one Split: tail and body sizes, the tail's smallest metric, each component's sum
-    over the tail and over the body, and the contrast's (dimension, value) → [tail, body] counts of the rows whose
-    metric is known."""
+    over the tail and over the body (NULL as 0) and how many of their rows know it, the metric's own sums, and the
+    contrast's (dimension, value) → [tail, body] counts of the rows whose metric is known."""
 
     def __init__(self, n_components: int):
         self.n_tail = self.n_body = 0
         self.tail_min: float | None = None
         self.tail_sums = [0.0] * n_components
         self.body_sums = [0.0] * n_components
+        self.known = [0] * n_components  # rows of the tail or body where the component is not NULL
+        self.tail_metric = self.body_metric = 0.0
         self.mixes: dict[tuple[str, str], list[int]] = {}
 
     def by_dimension(self) -> dict[str, list[tuple[str, int, int]]]:
@@ -267,7 +318,13 @@ def splits(con, tiers: Tiers, wanted: list[Split]) -> list[SplitCounts]:
     inner = ", ".join(
         [f"{expr} AS {d}" for d, expr in zip(ds, DIMENSIONS.values())] + [f"{c} AS {n}" for c, n in zip(classes, cs)]
     )
-    aggs = ["count(*)", *(f"min({m})" for m in metrics), *(f"sum(coalesce({c}, 0))" for c in columns)]
+    aggs = [
+        "count(*)",
+        *(f"min({m})" for m in metrics),
+        *(f"sum(coalesce({c}, 0))" for c in columns),
+        *(f"count({c})" for c in columns),
+        *(f"sum({m})" for m in metrics),
+    ]
     rows = con.execute(
         f"""SELECT {", ".join(ds + cs)}, {", ".join(aggs)}
         FROM (SELECT *, {inner} FROM requests {tiers.common.where(OK_ROWS)})
@@ -277,6 +334,7 @@ def splits(con, tiers: Tiers, wanted: list[Split]) -> list[SplitCounts]:
     names = list(DIMENSIONS)
     nd, nc = len(ds), len(cs)
     n_at, min_at, sum_at = nd + nc, nd + nc + 1, nd + nc + 1 + len(metrics)
+    known_at, metric_at = sum_at + len(columns), sum_at + 2 * len(columns)
     out = [SplitCounts(len(s.components)) for s in wanted]
     for r in rows:
         n = r[n_at]
@@ -286,14 +344,19 @@ def splits(con, tiers: Tiers, wanted: list[Split]) -> list[SplitCounts]:
                 continue
             in_tail, in_body = c in TAIL, c in BODY
             sums = [r[sum_at + columns.index(col)] for col in s.components.values()]
+            whole = r[metric_at + metrics.index(s.metric)]
+            if in_tail or in_body:
+                got.known = [a + r[known_at + columns.index(col)] for a, col in zip(got.known, s.components.values())]
             if in_tail:
                 got.n_tail += n
                 low = r[min_at + metrics.index(s.metric)]
                 got.tail_min = low if got.tail_min is None else min(got.tail_min, low)
                 got.tail_sums = [a + b for a, b in zip(got.tail_sums, sums)]
+                got.tail_metric += whole
             if in_body:
                 got.n_body += n
                 got.body_sums = [a + b for a, b in zip(got.body_sums, sums)]
+                got.body_metric += whole
             for i, name in enumerate(names):
                 x = got.mixes.setdefault((name, r[i]), [0, 0])
                 x[0] += n if in_tail else 0
@@ -301,14 +364,27 @@ def splits(con, tiers: Tiers, wanted: list[Split]) -> list[SplitCounts]:
     return out
 
 
-def split_plan(tier: int, client_for: dict[str, bool], bounds: dict) -> list[Split]:
-    """The Splits of one tier: each kind with requests that have its metric."""
+def split_plan(tier: int, client_for: dict[str, bool], bounds: dict, content_gap: bool = False) -> list[Split]:
+    """The Splits of one tier: each kind with requests that have its metric (`content_gap`: the client TTFT of some
+    of them waits for the first non-empty chunk, a part of its own)."""
     out = []
     for kind, (n, tq, med) in bounds.items():
         if n:
             figure = attribution.FIGURES[kind][0 if client_for[kind] else 1]
-            out.append(Split(tier, kind, figure, attribution.components(kind, client_for[kind]), tq, med))
+            parts = attribution.components(kind, client_for[kind], content_gap)
+            out.append(Split(tier, kind, figure, parts, tq, med))
     return out
 
 
-__all__ = ["Tiers", "counts", "quantiles", "splits", "split_plan", "Split", "SplitCounts", "attainment_condition"]
+__all__ = [
+    "Tiers",
+    "counts",
+    "quantiles",
+    "splits",
+    "split_plan",
+    "Split",
+    "SplitCounts",
+    "attainment_condition",
+    "slo_judgement",
+    "figure_column",
+]

@@ -11,6 +11,7 @@ STAGE_WORD = {
     "decode": "decode",
     "postprocess": "postprocessing",
     "unaccounted": "unaccounted time",
+    "content_gap": "waiting for content (first stream event → first non-empty chunk)",
 }
 
 
@@ -32,6 +33,9 @@ def _attribution_sentence(kind: str, a: dict | None) -> str | None:
     if a["shares"] is None:
         return f"The {name} tail is no slower than the median request, so there is nothing to attribute."
     sh = a["shares"]
+    unknown = a.get("unknown_share") or 0.0
+    if not a["top"]:
+        return f"The {name} tail's excess lies in parts these spans do not tell apart."
     first, second = a["top"][0], a["top"][1] if len(a["top"]) > 1 else None
     head = (
         f"{_pct(sh[first])} of the {name} tail's excess over the median request is {STAGE_WORD[first]} "
@@ -41,6 +45,8 @@ def _attribution_sentence(kind: str, a: dict | None) -> str | None:
         head += f", with {STAGE_WORD[second]} next at {_pct(sh[second])}: a mixed tail"
     elif second and sh[second] >= 0.05:  # a runner-up under 5% is noise, not a finding
         head += f"; next is {STAGE_WORD[second]} at {_pct(sh[second])}"
+    if unknown >= 0.005:  # the parts do not add up to the metric: say how much is unknown, never spread it
+        head += f"; {_pct(unknown)} of it lies in parts unknown for some requests (null in the table)"
     if a["tail_widened"]:
         head += f" (the tail is the {a['tail_size']} slowest requests: too few lie above the percentile)"
     return head + "."
@@ -142,9 +148,16 @@ def verdict(t: dict) -> str:
             + "."
         )
     if t["attainment"] is not None and any(v["budget"] is not None for v in t["metrics"].values()):
+        over = t.get("attainment_over", t["judged_requests"])
+        which = "" if over == t["judged_requests"] else f" of the {over:,} whose budgeted figures are known"
         parts.append(
-            f"{100 * t['attainment']:.1f}% of requests met every SLO (goodput); the percentiles are "
+            f"{100 * t['attainment']:.1f}% of requests{which} met every SLO (goodput); the percentiles are "
             f"over the {t['ok_requests']:,} ok requests."
+        )
+    if t.get("misread_requests"):
+        parts.append(
+            f"{t['misread_requests']:,} of its requests break an invariant of their format (their figures may be "
+            "misread: see the report's coverage lines)."
         )
     if (t.get("queue_wait") or {}).get("sentence"):  # only for a queue-dominated TTFT tail
         parts.append(t["queue_wait"]["sentence"])

@@ -93,7 +93,14 @@ SGLANG_SLICES = (
 """SGLang's `RequestStage` slice names, old and new (python/sglang/srt/observability/req_time_stats.py)."""
 SGLANG_SCOPED = "(starts_with(coalesce(service_name, ''), 'sglang') OR starts_with(coalesce(scope_name, ''), 'sglang'))"
 """SQL: the span was exported under SGLang's service (`sglang`) or tracer (`sglang server`)."""
-TRITON_SERVICE_PREFIX = "triton"
+TRITON_SCOPES = ("triton-server", "triton-trace-file")
+"""Triton's tracer (`kTritonTracer`, triton-inference-server/server src/tracer.h) and the scope of the spans
+`budgetscope import --from triton` writes."""
+TRITON_SQL = (
+    f"(scope_name IN {TRITON_SCOPES!r} OR name = 'InferRequest' OR json_exists(attributes, '$.\"triton.model_name\"'))"
+)
+"""SQL over a span: Triton's, by its tracer, its root span's name or a model span's attribute, never by the service
+name (`--trace-config opentelemetry,resource=service.name=…` sets any)."""
 
 SOURCE_SQL = f"""CASE
   WHEN name = '{NATIVE_STEP}' OR starts_with(name, '{STAGE_PREFIX}') OR {NATIVE_ROOT_SQL} THEN 'native'
@@ -105,7 +112,7 @@ SOURCE_SQL = f"""CASE
   WHEN ({SGLANG_ROOT_SQL})
     OR ((name IN {SGLANG_SLICES!r} OR json_exists(attributes, '$.thread_label')) AND {SGLANG_SCOPED})
     THEN 'sglang'
-  WHEN starts_with(lower(coalesce(service_name, '')), '{TRITON_SERVICE_PREFIX}') THEN 'triton'
+  WHEN {TRITON_SQL} THEN 'triton'
   ELSE 'other' END"""
 """SQL expression over the `name`, `kind` (raw or normalised: `bs_kind` of ingest/staging.py reads both),
 `service_name`, `scope_name` and `attributes` columns of a span: native, client, vllm, tgi, sglang, triton or

@@ -27,6 +27,8 @@ Mapping (ns times; a stage whose slices are missing is NULL):
              the first token, is inside it),
   postprocess = root end (or start + e2e where a version set it) − end of the last decode slice,
   itl      = (level 3) gaps between the end of prefill and each `decode_loop` end (scheduler clock).
+Instants (derive/instants.py): queue start = the prefill side's first wait's start, scheduled = its last wait's end,
+last token = the end of the last decode slice.
 """
 
 from __future__ import annotations
@@ -159,6 +161,9 @@ def server_rows(spans: str) -> str:
         arrival_ns=arrival,
         first_token_ns="f",
         end_ns=end,
+        queue_start_ns="r.wait_start",
+        scheduled_ns="r.wait_end",
+        last_token_ns="r.decode_end",
         input_tokens='r.a."gen_ai.usage.prompt_tokens"',
         cached_tokens="""CASE WHEN r.role = 'decode' THEN r.p_cached ELSE r.a."gen_ai.usage.cached_tokens" END""",
         output_tokens='r.a."gen_ai.usage.completion_tokens"',

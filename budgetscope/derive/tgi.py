@@ -14,6 +14,8 @@ Mapping (stage spans are the handler's descendants, not its whole trace):
   `queued` spans); first token = start of the first `send_generation`; prefill = first token − start of the first
   `infer`; decode = last `send_generation` − first; postprocess = end − end of the last `send_generation`.
 Without `send_generation` spans, prefill, decode and TTFT are NULL (the inference time is then unaccounted).
+Instants (derive/instants.py): queue start = the first `queued` span's start, scheduled = the first `infer` span's
+start, first / last token = the first / last `send_generation` start.
 `output_tokens` counts `send_generation` spans: one a token, except under speculative decoding.
 
 Headers (non-streaming responses only; `budgetscope load --no-stream` keeps them on the client span):
@@ -121,6 +123,9 @@ def span_rows(spans: str) -> str:
         arrival_ns=arrival,
         first_token_ns="g.first_ns",
         end_ns=end,
+        queue_start_ns="q.first_ns",
+        scheduled_ns="i.first_infer_ns",
+        last_token_ns="g.last_ns",
         output_tokens="g.n",
         frontend_ms=frontend,
         queue_ms="qu",

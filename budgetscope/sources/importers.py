@@ -449,7 +449,7 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
     Objects with the same `id` are merged: `model_name`, `model_version`, `request_id`, `parent_id` and the
     `timestamps` list of `{"name": ..., "ns": ...}`; a name logged more than once keeps its last time, and
     INFER_RESPONSE_COMPLETE (one per response of a decoupled model) also gives `triton.responses` (how many) and
-    `triton.first_response_ns`. A trace with a `parent_id` (a model run inside an ensemble) becomes a child span
+    `triton.first_response_ns`, and GRPC_SEND_END `triton.grpc_sends` (how many writes). A trace with a `parent_id` (a model run inside an ensemble) becomes a child span
     of its parent's, in the parent's trace. Triton's `ns` come from a steady (monotonic) clock: give
     `clock_offset_ns` (Unix ns − steady ns) to place them in time; without it, times that are not already
     Unix-epoch ns are anchored so the last timestamp falls at the file's modification time.
@@ -482,6 +482,8 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
             "triton.parent_id": None if t.get("parent_id") is None else str(t["parent_id"]),
             "triton.responses": len(responses),
             "triton.first_response_ns": min(responses, default=None),
+            # over a gRPC stream Triton stamps the first response only, and each write (derive/triton.py)
+            "triton.grpc_sends": len(times.get("GRPC_SEND_END", [])),
             **{TRITON_TS_PREFIX + name: ns for name, ns in ts.items()},
         }
         spans.append(

@@ -14,7 +14,16 @@ for e in rep["tiers"]:
     state.verdict_box(e)
     key = f"p{e['percentile']:g}"
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("Attainment (goodput)", "n/a" if e["attainment"] is None else f"{100 * e['attainment']:.1f}%")
+    c1.metric(
+        "Attainment (goodput)",
+        "n/a" if e["attainment"] is None else f"{100 * e['attainment']:.1f}%",
+        help=f"over the {e.get('attainment_over', e['judged_requests']):,} requests judged on a known figure; "
+        + "; ".join(
+            f"{LABEL[m]}: "
+            + ("unknown (no request has it)" if not v["judged"] else f"{v['met']:,} of {v['judged']:,} met")
+            for m, v in (e.get("attainment_by_figure") or {}).items()
+        ),
+    )
     rate = "n/a" if e["error_rate"] is None else f"{100 * e['error_rate']:.1f}%"
     c2.metric(
         "Requests",
