@@ -11,6 +11,7 @@ BENCHES = [
     "bench_instrument.py",
     "bench_ingest.py",
     "bench_collector.py",
+    "bench_formats.py",
     "bench_report.py",
     "bench_engine.py",
     "bench_loadgen.py",
