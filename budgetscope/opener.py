@@ -30,6 +30,7 @@ def Archive(
     read_only: bool = False,
     create: bool = True,
     sandbox: bool = False,
+    settings: dict | None = None,
     durable: bool = False,
     since_ns: int | None = None,
     until_ns: int | None = None,
@@ -40,7 +41,8 @@ def Archive(
     holding: Holding | None = None,
 ):  # noqa: N802 - a factory named like the classes it returns (Archive(path))
     """The writer of the archive at `path` (created if missing and `create`), or with `read_only` (or
-    `sandbox`: no file access but the archive's own, for `budgetscope query`) a reader.
+    `sandbox`: no file access but the archive's own, DuckDB's configuration locked with `settings` in it, for
+    `budgetscope query`) a reader.
 
     `durable` (directory writer): spool what `ingest(derive=False)` landed, so that it survives a crash before
     `commit()` (the collector), holding what it published as `holding` says (default: the collector's,
@@ -56,7 +58,7 @@ def Archive(
                 raise ArchiveError(
                     f"{path}: {what} applies to folder archives (convert this one with `budgetscope convert`)"
                 )
-        store = DuckDBArchive(path, read_only=read_only, create=create, sandbox=sandbox)
+        store = DuckDBArchive(path, read_only=read_only, create=create, sandbox=sandbox, settings=settings)
         if not store.read_only:
             _attach(store)
             try:
@@ -66,7 +68,9 @@ def Archive(
                 raise
         return store
     if read_only or sandbox:
-        return ArchiveReader(path, since_ns=since_ns, until_ns=until_ns, sandbox=sandbox, derive_sql=requests_sql)
+        return ArchiveReader(
+            path, since_ns=since_ns, until_ns=until_ns, sandbox=sandbox, settings=settings, derive_sql=requests_sql
+        )
     store = DirectoryArchive(
         path,
         create=create,

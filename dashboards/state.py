@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
@@ -76,8 +78,31 @@ def _pinned(path: str) -> dict:
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _archive(key: str) -> Archive:
-    # sandboxed like run_query's, so that the SQL page's own connection shares this database instance
+    # sandboxed as `budgetscope query`'s: the pages read through it only, and nothing of the machine's beyond
     return Archive(key.split(_AT)[0], sandbox=True, create=False)
+
+
+QUERY_SLOTS = 2
+"""How many SQL-page queries the server runs at once (each a process of its own, within the page's limits)."""
+
+
+@st.cache_resource(show_spinner=False)
+def _query_slots() -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(QUERY_SLOTS)
+
+
+@contextmanager
+def query_slot(wait_s: float):
+    """One of the server's QUERY_SLOTS for an SQL-page query, waiting at most `wait_s` for one (QueryError)."""
+    from budgetscope.query import QueryError
+
+    slots = _query_slots()
+    if not slots.acquire(timeout=wait_s):
+        raise QueryError(f"{QUERY_SLOTS} queries kept this server busy for {wait_s:g} s; run it again in a moment")
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def _stale(key: str) -> bool:

@@ -37,3 +37,15 @@ def rows(archive: Path, sql: str, params=None) -> list[tuple]:
 
     with Archive(archive, read_only=True, create=False) as a:
         return a.con.execute(sql, params or []).fetchall()
+
+
+def synthetic_archive(root: Path, num_requests: int) -> Path:
+    """A folder archive, `root`/archive, of `num_requests` synthetic requests landed through the real ingest."""
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+    from budgetscope.synthetic import SyntheticSpec, write_jsonl
+
+    write_jsonl(root / "t.jsonl", SyntheticSpec(num_requests=num_requests))
+    with Archive(root / "archive") as a:
+        a.ingest(read_batches(root / "t.jsonl"))
+    return root / "archive"

@@ -99,3 +99,54 @@ def test_what_if_keeps_a_declared_max_error_rate():
     assert parse_budgets(to_toml(b)).tiers == b.tiers
     edited = edit_tier(b, "a", 95.0, {"ttft_ms": 200.0}, {})
     assert (edited.tiers[0].max_error_rate, edited.tiers[0].ttft_ms) == (0.02, 200.0)
+
+
+def test_the_number_of_tiers_is_bounded_in_one_line_naming_the_file(tmp_path):
+    """Issue 37: ≥ 6,500 tiers raised SIGFPE inside DuckDB in `report`; 10,000 with `match` took 2.1 GB."""
+    from click.testing import CliRunner
+
+    from budgetscope.analysis.budgets import MAX_TIERS
+    from budgetscope.cli import main
+
+    text = "".join(f'[tiers.t{i}]\nmatch = {{ model = "m{i}" }}\nttft_ms = 800\n' for i in range(MAX_TIERS + 1))
+    with pytest.raises(BudgetError) as e:
+        parse_budgets(text, "b.toml")
+    assert str(e.value) == f"b.toml: {MAX_TIERS + 1:,} tiers; a budgets file may declare at most {MAX_TIERS} " + (
+        "(docs/budgets.md)"
+    )
+    assert len(parse_budgets(text[: text.index(f"[tiers.t{MAX_TIERS}]")]).tiers) == MAX_TIERS
+    (tmp_path / "many.toml").write_text(text)
+    r = CliRunner().invoke(main, ["report", "-a", str(tmp_path / "none"), "--budgets", str(tmp_path / "many.toml")])
+    assert r.exit_code == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"budgetscope: {tmp_path / 'many.toml'}: {MAX_TIERS + 1:,} tiers;")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[tiers.a]\nttft_ms = " + "[" * 500 + "]" * 500 + "\n",
+        "[tiers.a]\nmatch = " + "{ a = " * 500 + "1" + " }" * 500 + "\n",
+    ],
+)
+def test_deep_nesting_is_one_line(tmp_path, text):
+    """Issue 37: `[` nested 500 deep was a RecursionError's traceback."""
+    from click.testing import CliRunner
+
+    from budgetscope.cli import main
+
+    with pytest.raises(BudgetError, match=r"^b.toml: invalid TOML \(arrays or tables nested too deep\)$"):
+        parse_budgets(text, "b.toml")
+    (tmp_path / "deep.toml").write_text(text)
+    r = CliRunner().invoke(main, ["report", "-a", str(tmp_path / "none"), "--budgets", str(tmp_path / "deep.toml")])
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "nested too deep" in r.stderr
+
+
+def test_a_byte_order_mark_is_read_as_nothing(tmp_path):
+    """Issue 37: a budgets file saved with a UTF-8 BOM (Windows editors) was "Invalid statement"."""
+    text = "[tiers.interactive]\nttft_ms = 800\n"
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert load_budgets(tmp_path / "bom.toml").tiers == parse_budgets(text).tiers
+    assert parse_budgets("\ufeff" + text).tiers == parse_budgets(text).tiers
+    with pytest.raises(BudgetError, match="invalid TOML"):  # only at the start: anywhere else it is a character
+        parse_budgets(text + "\ufeff[tiers.b]\n")

@@ -281,3 +281,35 @@ def test_ingest_and_expire_on_a_read_only_archive_are_one_line_exit_2(read_only)
         result = _cli(*args)
         assert (result.exit_code, result.output) == (2, line), args
     assert _files(archive) == before
+    # issue 37: a new archive there said it "keeps its last commit"; there was none, and nothing was created
+    for fresh in (archive.parent / "fresh", archive.parent / "fresh.duckdb"):
+        result = _cli("ingest", str(traces), "-a", str(fresh))
+        assert (result.exit_code, result.output) == (
+            2,
+            f"budgetscope: cannot write {fresh}: Read-only file system; nothing was created, nothing half-written\n",
+        )
+        assert not fresh.exists()
+
+
+def test_expire_on_a_full_disk_is_one_line_exit_2_and_leaves_nothing_behind(small_disk, tmp_path):
+    """Issue 37: `expire` on a full disk said "nothing to expire" and exit 0 (its compactor thread's failure only
+    logged), while --dry-run listed the segments due, and left a 0-byte `.manifest.json.<pid>.tmp` each run."""
+    traces = tmp_path / "t.jsonl"
+    _trace_file(traces, 0, n=20)
+    archive = small_disk / "prod"
+    assert _cli("ingest", str(traces), "-a", str(archive)).exit_code == 0
+    due = _cli("expire", "-a", str(archive), "--retention", "1h", "--dry-run", "--format", "json")
+    assert due.exit_code == 0 and json.loads(due.output)["archives"][str(archive)]["segments"] > 0
+    before = _files(archive)
+    _fill(small_disk / "filler")
+    for _ in range(2):
+        result = _cli("expire", "-a", str(archive), "--retention", "1h")
+        assert (result.exit_code, result.output) == (
+            2,
+            f"budgetscope: cannot write {archive}: No space left on device; the archive keeps its last commit, "
+            "nothing half-written\n",
+        )
+        assert _files(archive) == before  # no .manifest.json.<pid>.tmp, the last commit as it was
+    (small_disk / "filler").unlink()
+    done = _cli("expire", "-a", str(archive), "--retention", "1h", "--no-wait", "--format", "json")
+    assert done.exit_code == 0 and json.loads(done.output) == {**json.loads(due.output), "dry_run": False}

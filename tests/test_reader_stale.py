@@ -11,6 +11,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from budgetscope import opener
 from budgetscope import query as query_module
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.reader import STALE, last_commit
@@ -92,17 +93,20 @@ def test_report_that_outlives_its_commit_says_so_in_one_line(tmp_path, monkeypat
 def test_query_that_outlives_its_commit_says_so_in_one_line(tmp_path, monkeypatch):
     root = tmp_path / "a"
     _fill(root, tmp_path, [T0, NOW])
-    real = query_module.Archive
+    real = opener.Archive
 
     def opened_then_expired(*args, **kw):  # the reader opens, then the expiry lands and its grace passes
         a = real(*args, **kw)
-        _drop_old_hours(root, monkeypatch)
+        if kw.get("sandbox"):  # the query's reader, not the expiry's writer
+            _drop_old_hours(root, monkeypatch)
         return a
 
-    monkeypatch.setattr(query_module, "Archive", opened_then_expired)
-    res = CliRunner().invoke(main, ["query", "-a", str(root), "SELECT count(*) FROM requests"])
-    assert res.exit_code == 2 and res.output == f"budgetscope: {root}: {STALE}\n", res.output
-    monkeypatch.setattr(query_module, "Archive", real)
+    # the sandbox as `budgetscope query` runs it in its child process (which no patch reaches)
+    monkeypatch.setattr(opener, "Archive", opened_then_expired)
+    with pytest.raises(query_module.QueryError) as e:
+        query_module.run_query(root, "SELECT count(*) FROM requests")
+    assert str(e.value) == f"{root}: {STALE}"
+    monkeypatch.setattr(opener, "Archive", real)
     assert rows(root, "SELECT count(*) FROM requests") == [(1,)]
 
 

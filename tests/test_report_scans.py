@@ -269,9 +269,23 @@ def test_tiers_scanned_together_equal_each_tier_alone_even_when_they_overlap(con
         assert _json_close(a, b), a["name"]
 
 
+def test_tiers_in_several_scans_equal_tiers_in_one(con, monkeypatch):
+    """Past TIERS_PER_SCAN tiers the report's scans come in batches (issue 37: one statement for ~6,500 tiers raised
+    SIGFPE inside DuckDB); a report cut into batches of two is the report of one batch, tier by tier."""
+    import budgetscope.analysis.report as report_module
+
+    budgets = parse_budgets(BUDGETS + OVERLAPPING.replace("[tiers.big]", "[tiers.big2]").replace("server", "server2"))
+    whole = build_report(con, budgets)
+    monkeypatch.setattr(report_module, "TIERS_PER_SCAN", 2)
+    counting = _Counting(con)
+    cut = build_report(counting, budgets)
+    assert len(budgets.tiers) == 8 and len([s for s in counting.statements if "SELECT tier, outcome" in s]) == 4
+    assert _json_close(whole, cut)
+
+
 @pytest.mark.parametrize("tiers", [1, 4])
 def test_the_report_scans_requests_three_times_whatever_the_tiers(con, tiers):
-    """Counts, quantiles and the tail/body groups: one statement each for every tier at once."""
+    """Counts, quantiles and the tail/body groups: one statement each for up to TIERS_PER_SCAN tiers at once."""
     names = ["big", "small", "flat", "server"][:tiers]
     counting = _Counting(con)
     report = build_report(counting, parse_budgets("".join(f"[tiers.{n}]\n" for n in names)))

@@ -32,6 +32,10 @@ BUDGETABLE_STAGES = ("network", "frontend", "queue", "prefill", "decode", "postp
 TTFT_STAGES = ("network", "frontend", "queue", "prefill")
 MATCH_KEYS = ("tier", "model", "tenant", "service_name", "source")
 TIER_KEYS = ("match", "percentile", *METRICS, "max_error_rate", "stages")
+MAX_TIERS = 256
+"""Tiers one budgets file may declare (docs/budgets.md): a tier is an SLO class, and a report's time grows with
+its tiers (docs/benchmarks.md, "Tiers at the bound")."""
+BOM = "\ufeff"
 
 
 class BudgetError(ValueError):
@@ -132,17 +136,24 @@ def _tier(src: str, name: str, t) -> TierBudget:
 
 
 def parse_budgets(text: str, source: str = "<budgets>") -> Budgets:
-    """Parse and validate budgets TOML text; `source` names it in errors."""
+    """Parse and validate budgets TOML text; `source` names it in errors. A UTF-8 byte order mark before it (what
+    some Windows editors write) is read as nothing."""
     try:
-        doc = tomllib.loads(text)
+        doc = tomllib.loads(text.removeprefix(BOM))
     except tomllib.TOMLDecodeError as e:
         raise BudgetError(f"{source}: invalid TOML ({e})") from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables recursively
+        raise BudgetError(f"{source}: invalid TOML (arrays or tables nested too deep)") from None
     for k in doc:
         if k != "tiers":
             raise BudgetError(f"{source}: {k}: unknown key (a budgets file has one table, [tiers.<name>])")
     tiers = doc.get("tiers")
     if not isinstance(tiers, dict) or not tiers:
         raise BudgetError(f"{source}: no tiers (add a [tiers.<name>] table)")
+    if len(tiers) > MAX_TIERS:
+        raise BudgetError(
+            f"{source}: {len(tiers):,} tiers; a budgets file may declare at most {MAX_TIERS} (docs/budgets.md)"
+        )
     return Budgets(tuple(_tier(source, n, t) for n, t in tiers.items()), source)
 
 

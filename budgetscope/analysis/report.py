@@ -23,6 +23,10 @@ from budgetscope.analysis.verdict import verdict
 from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, NONEMPTY_CHUNK, TOKEN_EVENT
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+TIERS_PER_SCAN = 8
+"""Tiers whose figures one statement computes (scans.py). DuckDB's cost of a statement grows faster than its
+aggregates (~14 a tier, each with its tier's FILTER), and a row of ~32,000 of them crashed it (SIGFPE): the
+report's statements stay this narrow whatever the number of tiers (docs/benchmarks.md, "Tiers at the bound")."""
 STAGE_COLUMNS = {  # stage → column compared with its stage budget (the TTFT stages inside the TTFT window)
     "network": "ttft_network_ms",
     "frontend": "ttft_frontend_ms",
@@ -301,12 +305,16 @@ def _tier_reports(
     con, jobs: list[tuple[TierBudget, bool]], since_ns, until_ns, filters, present: dict[str, bool] | None = None
 ) -> tuple[list[dict], dict, dict]:
     """(the entry of each (tier, budgeted), in order; requests by `tier` value; coverage) of the report's rows:
-    three scans for every tier at once (scans.py), then each tier's GPU and queue figures, several tiers at once,
-    each on its own cursor, as many as DuckDB has threads (docs/benchmarks.md, "Tiers in parallel")."""
-    scope = scans.Tiers([tb for tb, _ in jobs], since_ns, until_ns, filters)
-    counted, by_tier, covered = scans.counts(con, scope, [tb if budgeted else None for tb, budgeted in jobs])
+    three scans for up to TIERS_PER_SCAN tiers at once (scans.py), then each tier's GPU and queue figures, several
+    tiers at once, each on its own cursor, as many as DuckDB has threads (docs/benchmarks.md, "Tiers in
+    parallel")."""
     tiers = [_Tier(tb, budgeted, Selection(tb.filters, since_ns, until_ns, filters)) for tb, budgeted in jobs]
-    _entries(con, tiers, scope, counted)
+    by_tier, covered = {}, {}
+    for at in range(0, max(len(jobs), 1), TIERS_PER_SCAN):
+        batch = jobs[at : at + TIERS_PER_SCAN]
+        scope = scans.Tiers([tb for tb, _ in batch], since_ns, until_ns, filters)
+        counted, by_tier, covered = scans.counts(con, scope, [tb if budgeted else None for tb, budgeted in batch])
+        _entries(con, tiers[at : at + TIERS_PER_SCAN], scope, counted)
     present = present or coverage.contents(con)
     workers = min(len(tiers), _threads(con))
     if workers < 2:

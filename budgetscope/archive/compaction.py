@@ -26,7 +26,7 @@ from pathlib import Path
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
-from budgetscope.archive.retention import expire
+from budgetscope.archive.retention import delete_retired, expire
 
 log = logging.getLogger("budgetscope.archive")
 
@@ -191,14 +191,4 @@ class Compactor:
             self.writer.manifest = new
 
     def _sweep(self) -> None:
-        """Delete retired segments whose grace has passed."""
-        cutoff = time.time_ns() - int(self.writer.manifest.grace_s * 1e9)
-        old = [p for p, at in self.writer.manifest.retired if at < cutoff]
-        if not old:
-            return
-        with self.writer._mlock:
-            new = self.writer.manifest.without_retired(old)
-            mf.write(self.root, new)
-            self.writer.manifest = new
-        for p in old:
-            (self.root / p).unlink(missing_ok=True)
+        delete_retired(self.writer, time.time_ns())

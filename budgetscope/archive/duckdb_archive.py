@@ -10,6 +10,7 @@ batch, `requests` rows derived in the same transaction as the spans that change 
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -48,16 +49,17 @@ def _connect(path: Path, read_only: bool, config: dict | None = None):
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
             raise ArchiveError(f"{path} is in use by another process ({msg})") from None
+        if not path.exists() and any(os.strerror(n) in msg for n in (errno.EROFS, errno.ENOSPC, errno.EACCES)):
+            raise  # a new file that could not be made: the caller says so (nothing was created), not "not an archive"
         raise ArchiveError(f"{path} is not a DuckDB archive ({msg})") from None
     except duckdb.Error as e:
         raise ArchiveError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
-    if not (config or {}).get("lock_configuration"):
-        # DuckDB draws its own progress bar on a terminal during long statements; ours is the one shown.
-        con.execute("SET enable_progress_bar = false")
+    # DuckDB draws its own progress bar on a terminal during long statements; ours is the one shown.
+    con.execute("SET enable_progress_bar = false")
     return con
 
 
-def _over_old_file(path: Path, missing: list, sandbox: bool):
+def _over_old_file(path: Path, missing: list, sandbox: bool, settings: dict | None = None):
     """A connection that reads the archive file `path` (attached read-only) through views of its tables, the
     `requests` one adding the `missing` columns as NULL. Views in a database of the connection's own, not
     temporary ones: the report and the dashboard query from cursors, which do not see another's temporary views."""
@@ -77,6 +79,8 @@ def _over_old_file(path: Path, missing: list, sandbox: bool):
         con.execute(f'CREATE VIEW "{t}" AS SELECT *{nulls if t == "requests" else ""} FROM bs_file.main."{t}"')
     con.execute(schema.ENGINE_STEPS_VIEW)
     if sandbox:
+        for name, value in (settings or {}).items():
+            con.execute(f"SET {name} = ?", [value])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     return con
@@ -86,8 +90,17 @@ class DuckDBArchive(TableAccess):
     """A budgetscope archive in one DuckDB database. Use as a context manager; `read_only=True` for reports and
     queries. The path ":memory:" gives an archive in memory."""
 
-    def __init__(self, path: str | os.PathLike, *, read_only: bool = False, create: bool = True, sandbox: bool = False):
-        """Open (or create) an archive. `sandbox=True` (read-only) forbids the SQL any file access."""
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        read_only: bool = False,
+        create: bool = True,
+        sandbox: bool = False,
+        settings: dict | None = None,
+    ):
+        """Open (or create) an archive. `sandbox=True` (read-only) forbids the SQL any file access and locks DuckDB's
+        configuration, `settings` (DuckDB's, such as `memory_limit`) fixed before it is locked."""
         self.path = Path(path)
         memory = str(path) == ":memory:"
         if not memory:
@@ -101,8 +114,11 @@ class DuckDBArchive(TableAccess):
         self.spool_cut = 0
         self.republished = 0  # spans of a landing found among published ones (a folder's; never here)
         self.recovered = (0, 0)
-        config = {"enable_external_access": False, "lock_configuration": True} if sandbox else None
-        self.con = _connect(self.path, self.read_only, config)
+        self._settings = dict(settings or {}) if sandbox else {}
+        self.con = _connect(self.path, self.read_only, self._settings)
+        if sandbox:  # after the settings: with external access off, DuckDB refuses to set a temp_directory
+            self.con.execute("SET enable_external_access = false")
+            self.con.execute("SET lock_configuration = true")
         if is_new:
             self._create()
         self._check_format()
@@ -160,7 +176,7 @@ class DuckDBArchive(TableAccess):
                 con.execute(f"ALTER TABLE requests ADD COLUMN {c.name} {c.type}")
             return
         con.close()
-        self.con = _over_old_file(self.path, missing, sandbox)
+        self.con = _over_old_file(self.path, missing, sandbox, self._settings)
 
     def transaction(self):
         """A context manager: BEGIN, then COMMIT, or ROLLBACK if the block raised."""

@@ -192,11 +192,15 @@ def read(root: Path) -> Manifest:
 def write(root: Path, m: Manifest) -> None:
     """Replace the manifest atomically and durably: a crash leaves the old one or the new one, whole."""
     tmp = root / f".{MANIFEST}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(m.to_json())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / MANIFEST)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(m.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, root / MANIFEST)
+    except BaseException:  # a full disk, say: no torn temporary file left beside the manifest
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(root)
 
 

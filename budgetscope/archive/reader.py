@@ -142,9 +142,11 @@ class ArchiveReader(TableAccess):
         since_ns: int | None = None,
         until_ns: int | None = None,
         sandbox: bool = False,
+        settings: dict | None = None,
         derive_sql: Callable[[str, set[str]], str] | None = None,
     ):
-        """`derive_sql(spans, sources)`: the writer's derivation (`derive.requests.requests_sql`), for the traces
+        """`sandbox`: the SQL may read the committed segments and no other file, DuckDB's configuration locked, with
+        `settings` (DuckDB's, such as `memory_limit`) fixed before it is. `derive_sql(spans, sources)`: the writer's derivation (`derive.requests.requests_sql`), for the traces
         of a sharded root split across shards; without it, reading a root with such traces is an error."""
         # imported on use: duckdb 153 ms to import
         import duckdb
@@ -171,7 +173,7 @@ class ArchiveReader(TableAccess):
             raise
         self._create_views()
         if sandbox:
-            self._lock_down()
+            self._lock_down(settings or {})
 
     def _manifests(self) -> list[tuple[str, mf.Manifest]]:
         if is_sharded(self.path):
@@ -264,8 +266,10 @@ class ArchiveReader(TableAccess):
             return f"SELECT {cols} FROM {scan}"
         return f"SELECT {cols} FROM {scan} ANTI JOIN {DEAD_TABLE} x ON {ROW_KEY} = x.k"
 
-    def _lock_down(self) -> None:
+    def _lock_down(self, settings: dict) -> None:
         """Only the committed segments may be read; nothing may be written or loaded (`budgetscope query`)."""
+        for name, value in settings.items():
+            self.con.execute(f"SET {name} = ?", [value])
         files = [str(self.path / seg.path) for segs in self._segments.values() for seg in segs]
         self.con.execute("SET allowed_paths = ?", [files])
         self.con.execute("SET enable_external_access = false")

@@ -83,6 +83,21 @@ def due(m: mf.Manifest, retention_ns: int, now_ns: int) -> tuple[list[mf.Segment
     return [s for s in m.segments if (s.hour + 1) * mf.HOUR_NS <= before], before
 
 
+def delete_retired(writer, now_ns: int) -> None:
+    """Delete the segments that a commit replaced (a merge) or dropped (an expiry) once readers have had the
+    archive's grace (`Manifest.grace_s`) since."""
+    cutoff = now_ns - int(writer.manifest.grace_s * 1e9)
+    old = [p for p, at in writer.manifest.retired if at < cutoff]
+    if not old:
+        return
+    with writer._mlock:
+        new = writer.manifest.without_retired(old)
+        mf.write(writer.path, new)
+        writer.manifest = new
+    for p in old:
+        (writer.path / p).unlink(missing_ok=True)
+
+
 def expire(writer, retention_ns: int, now_ns: int) -> Expired:
     """Drop the writer's segments older than the retention in one commit (under its manifest lock). Call it where
     no merge runs at the same time (the compactor's thread, or a writer whose compactor is off)."""

@@ -48,21 +48,21 @@ def _free(roots: list[Path]) -> None:
 
 
 def _expire_once(root: Path, keep_ns: int) -> Expired:
-    """Open the archive's writer with the retention: its compactor expires as the writer opens (after it landed
-    what a collector left in the spool)."""
+    """Open the archive's writer (which lands what a collector left in the spool), drop what the retention says in
+    one commit and delete the files readers have had their grace of, here and now: a commit that cannot be written
+    (a full disk) raises, where a compactor thread's would only be logged and tried again."""
+    from budgetscope.archive.retention import delete_retired, expire
     from budgetscope.opener import Archive  # the opener imports ingest/ and derive/: only when expiring
 
-    w = Archive(root, create=False, retention_ns=keep_ns)
-    compactor = w.compactor
-    w.close()  # lets the compactor finish
-    gone = compactor.expired if compactor is not None else []
-    rows: dict[str, int] = {}
-    for g in gone:
-        for t, n in (g.rows or {}).items():
-            rows[t] = rows.get(t, 0) + n
-    return Expired(
-        sum(g.segments for g in gone), rows, sum(g.bytes for g in gone), max((g.before_ns for g in gone), default=0)
-    )
+    w = Archive(root, create=False, compact=False)
+    try:
+        gone = expire(w, keep_ns, time.time_ns())
+        delete_retired(w, time.time_ns())
+    except BaseException:
+        w.abandon()  # nothing more written: the last commit stays as it was
+        raise
+    w.close()
+    return gone
 
 
 @click.command()

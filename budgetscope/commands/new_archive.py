@@ -20,8 +20,12 @@ class NewArchive:
         self.existed = os.path.exists(path) and not self.was_empty_dir
 
     def discard_if_unused(self) -> bool:
-        """After a failure: `discard_if_empty`, with the counts of what was committed (True if removed)."""
+        """After a failure: `discard_if_empty`, with the counts of what was committed. True when the command leaves
+        no archive that was not there before: removed, or never made (a read-only file system)."""
         from budgetscope.opener import Archive
+
+        if not self.existed and not os.path.exists(self.path):
+            return True
 
         try:
             with Archive(self.path, read_only=True, create=False) as a:

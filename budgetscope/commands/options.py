@@ -43,13 +43,19 @@ BUDGETS = click.option(
     "--budgets", "-b", type=click.Path(), help="Budgets TOML; without it every tier is shown at p99."
 )
 
-ENGINE = click.option(
-    "--engine",
-    type=click.Choice(["duckdb", "spark"]),
-    default="duckdb",
-    show_default=True,
-    help="Run the SQL on DuckDB in this process, or on Spark over the same Parquet files.",
-)
+
+def engine_option(where: str = "in this process"):
+    """`--engine duckdb|spark`; `where` says where DuckDB runs."""
+    return click.option(
+        "--engine",
+        type=click.Choice(["duckdb", "spark"]),
+        default="duckdb",
+        show_default=True,
+        help=f"Run the SQL on DuckDB {where}, or on Spark over the same Parquet files.",
+    )
+
+
+ENGINE = engine_option()
 SPARK_MASTER = click.option(
     "--spark-master",
     metavar="URL",

@@ -54,10 +54,12 @@ SCENARIOS = {
         ),
         Scenario(
             "long-prompts",
-            "one request in ten carries a ~1,800-token prompt: its chunked prefill is long",
+            "one request in ten carries a ~1,800-token prompt, one request at a time: its chunked prefill is long",
             "prefill",
             rate=2.0,
-            load_args=("--prompt-tokens", "choice:32=0.9,1800=0.1", "--output-tokens", "8"),
+            # one in flight: a request arriving during a long prefill waits at the client (schedule lag), not in
+            # the engine's queue, whose share would grow with the step time, i.e. with the machine's load
+            load_args=("--prompt-tokens", "choice:32=0.9,1800=0.1", "--output-tokens", "8", "--concurrency", "1"),
         ),
         Scenario(
             "long-outputs",
