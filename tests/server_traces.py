@@ -197,8 +197,9 @@ class _Ids:
         return f"{self.base:08x}{self.n:08x}"
 
 
-def _loadgen_client(ids: _Ids, r: Timeline, sid: str) -> dict:
-    """budgetscope's own client span (`llm.client.request`), around the server's handling of `r`."""
+def _loadgen_client(ids: _Ids, r: Timeline, sid: str, first_out: int = 0) -> dict:
+    """budgetscope's own client span (`llm.client.request`), around the server's handling of `r`; `first_out`: µs
+    from the engine's first token to the server sending it (the client sees it a downlink later)."""
     return _doc(
         {"service.name": "budgetscope-loadgen"},
         "budgetscope",
@@ -212,7 +213,7 @@ def _loadgen_client(ids: _Ids, r: Timeline, sid: str) -> dict:
                 r.end + r.downlink,
                 {
                     "budgetscope.client.scheduled_unix_nano": _ns(r.arrival - r.uplink),
-                    "budgetscope.client.first_token_unix_nano": _ns(r.first + r.downlink),
+                    "budgetscope.client.first_token_unix_nano": _ns(r.first + first_out + r.downlink),
                     "http.response.status_code": 500 if r.failed else 200,
                     "gen_ai.usage.output_tokens": r.output_tokens,
                 },
@@ -409,7 +410,7 @@ def vllm_journey(r: Timeline, client: bool) -> list[dict]:
             _span(ids.tid, core, "llm_core", 1, queued, r.last + 50, core_a, api, ev),
         ]
     docs = [_doc(_VLLM, "vllm.api", spans[:1]), _doc(_VLLM, "vllm.scheduler", spans[1:])]
-    return docs + ([_loadgen_client(ids, r, cid)] if client else [])
+    return docs + ([_loadgen_client(ids, r, cid, first_out=2_000)] if client else [])
 
 
 # --- SGLang -----------------------------------------------------------------------------------------------------

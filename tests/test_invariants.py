@@ -17,6 +17,7 @@ from budgetscope.derive.invariants import VIOLATIONS
 from budgetscope.derive.server_row import SERVER_COLUMNS
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id
+from test_spark import needs_spark, spark  # noqa: F401 - the session fixture, shared with tests/test_spark.py
 
 ALL_INSTANTS = [
     "arrival",
@@ -199,3 +200,37 @@ def test_an_event_on_an_unclaimed_span_is_not_an_unread_event(archive_path, inge
     other["events"] = [{"timeUnixNano": str(T0), "name": "framework.thing"}]
     ingest_text(archive_path, jsonl(export(spans), export([other], service="web", scope="web")))
     assert rows(archive_path, "SELECT unread_events FROM requests") == [([],)]
+
+
+@needs_spark
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+def test_misreads_and_unread_events_count_the_same_on_spark(spark, tmp_path):  # noqa: F811 - the fixture
+    """The report's `violations` and `unread_events`, and each tier's `misread_requests`, from Spark over the same
+    files: the same as DuckDB's."""
+    from budgetscope.analysis.report import build_report
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+    from budgetscope.spark.archive import SparkArchive
+    from test_spark import assert_same
+
+    docs = []
+    for i in range(6):
+        _, spans = native_request(arrival=T0 + i * 1000 * MS, tier="interactive" if i % 2 else "batch")
+        if i % 3 == 0:
+            _shorter_root(spans)
+        if i % 2 == 0:
+            _root(spans)["events"] = [{"timeUnixNano": str(T0), "name": "odd"}]
+        docs.append(export(spans))
+    f = tmp_path / "t.jsonl"
+    f.write_text(jsonl(*docs))
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(f))
+    with Archive(tmp_path / "a", read_only=True) as a:
+        want = build_report(a.con, None)
+    with SparkArchive(tmp_path / "a", spark) as s:
+        got = build_report(s.con, None)
+    assert want["violations"]["total"] == 2 and want["unread_events"]["by_source"] == {"native": 3}
+    assert [t["misread_requests"] for t in want["tiers"]] == [1, 1]  # batch, interactive
+    for key in ("violations", "unread_events"):
+        assert_same(want[key], got[key], key)
+    assert [t["misread_requests"] for t in got["tiers"]] == [1, 1]
