@@ -71,10 +71,9 @@ def _send(args: tuple) -> list[str]:
                 except grpc.RpcError as e:
                     errors.append(f"{e.code()} {e.details()}")
         return errors
+    ctype = "application/x-protobuf" if kind == "http-proto" else "application/json"
     for body in bodies:
-        r = _CLIENT.post(
-            f"http://127.0.0.1:{port}/v1/traces", content=body, headers={"content-type": "application/json"}
-        )
+        r = _CLIENT.post(f"http://127.0.0.1:{port}/v1/traces", content=body, headers={"content-type": ctype})
         if r.status_code != 200:
             errors.append(f"{r.status_code} {r.text[:200]}")
     return errors
@@ -89,8 +88,9 @@ def run(
     bodies: list[bytes], kind: str, clients: int, archive: Path, options: dict | None = None, found: dict | None = None
 ) -> tuple[float, float, float, float]:
     """(seconds until every request was answered, seconds until the collector had stored everything, CPU
-    seconds of the collector's process meanwhile, CPU seconds of the exporter processes). `options`: more
-    `Collector` options (bench_slis.py: budgets); `found["port"]` is set to its HTTP port once it listens."""
+    seconds of the collector's process meanwhile, CPU seconds of the exporter processes). `kind`: "http" (OTLP/JSON
+    bodies), "http-proto" (protobuf bodies over OTLP/HTTP) or "grpc". `options`: more `Collector` options
+    (bench_slis.py: budgets); `found["port"]` is set to its HTTP port once it listens."""
     import multiprocessing as mp
 
     global _BODIES
@@ -103,7 +103,7 @@ def run(
         c = Collector(
             archive,
             grpc_port=0 if kind == "grpc" else None,
-            http_port=0 if kind == "http" else None,
+            http_port=None if kind == "grpc" else 0,
             **(options or {}),
         )
         c.start()

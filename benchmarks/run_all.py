@@ -12,6 +12,7 @@ BENCHES = [
     "bench_ingest.py",
     "bench_collector.py",
     "bench_slis.py",
+    "bench_formats.py",
     "bench_report.py",
     "bench_engine.py",
     "bench_loadgen.py",

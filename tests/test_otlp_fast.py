@@ -11,6 +11,7 @@ import pytest
 from budgetscope.ingest import jsonsql, otlp_fast, otlp_json, staging
 from budgetscope.ingest.staging import DECODED_COLUMNS
 from conftest import rows
+from decoded_rows import json_edits, reference_rows
 from otlp_wire import MS, T0, attrs, export, jsonl, native_request, span, span_id, trace_id
 
 COLS = DECODED_COLUMNS
@@ -267,33 +268,272 @@ def test_optional_parts_and_unknown_fields_match():
     )
 
 
-def test_spans_with_events_go_to_the_reference_decoder_which_keeps_them():
-    """Span events (vLLM journey tracing puts its timings there) are kept only by the reference decoder, under
-    `budgetscope.events` in the attributes: the C decoder and the DuckDB path leave such a batch whole."""
-    event = {
-        "timeUnixNano": str(T0 + 5),
-        "name": "journey.QUEUED",
-        "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": 1}]}),
-    }
-    with_events = dumps(one_span_doc(events=[event]))
-    assert assert_same([dumps(one_span_doc(events=[])), with_events]) == [2]
-    assert 2 in duckdb_rows([dumps(one_span_doc()), with_events])[1]
-    kept = json.loads(otlp_json.decode(json.loads(with_events)).attributes[0])
-    assert kept[otlp_json.EVENTS_KEY] == [
-        {
-            "name": "journey.QUEUED",
-            "time_unix_nano": T0 + 5,
-            "attributes": {"event.type": "QUEUED", "x": [1, {"deep": 1}]},
-        }
-    ]
-    # events were ignored before they were kept: a malformed one is left out, it does not fail the batch
-    odd = one_span_doc(events=[1, {"name": 5, "timeUnixNano": "soon", "attributes": {"k": 1}}, event])
-    kept = json.loads(otlp_json.decode(odd).attributes[0])[otlp_json.EVENTS_KEY]
-    assert (
-        kept == [{"name": None, "time_unix_nano": None, "attributes": {}}, kept[1]]
-        and kept[1]["name"] == "journey.QUEUED"
+# -- span events: the reference decoder's rows ------------------------------------------------------------------
+# A batch with span events is, without the C decoder, the reference decoder's alone (the DuckDB path hands it
+# on): the C decoder writes every span of it as that path stores it (orjson's JSON), events under
+# `budgetscope.events`.
+
+
+def json_reference(payload: bytes):
+    return otlp_json.decode(otlp_json.parse(payload))
+
+
+def assert_same_as_reference(payloads: list[bytes]) -> list[int]:
+    """The C decoder's rows equal the reference path's, byte for byte, for every batch it takes; returns the ids
+    it left."""
+    c, left = c_rows(payloads)
+    ref, bad = reference_rows(payloads, json_reference)
+    ref = sorted(ref)
+    taken = set(range(1, len(payloads) + 1)) - set(left)
+    assert not taken & set(bad), f"taken, but the reference rejects them: { {b: bad[b] for b in taken & set(bad)} }"
+    assert c == [r for r in ref if r[0] in taken]
+    return left
+
+
+def has_events(payload: bytes) -> bool:
+    """A span of the batch has a non-empty `events` list (the DuckDB path then hands the batch on)."""
+    doc = json.loads(payload)
+    return any(
+        isinstance(s, dict) and isinstance(s.get("events"), list) and s["events"]
+        for rs in doc["resourceSpans"]
+        for ss in rs.get("scopeSpans") or ()
+        for s in ss.get("spans") or ()
     )
-    assert otlp_json.EVENTS_KEY not in json.loads(otlp_json.decode(one_span_doc(events="none")).attributes[0])
+
+
+def event(name="journey.QUEUED", time=T0 + 5, attributes=None, **extra) -> dict:
+    e = {"timeUnixNano": str(time), "name": name, "attributes": attrs(attributes or {})}
+    e.update(extra)
+    return e
+
+
+def test_spans_with_events_are_kept_as_the_reference_keeps_them():
+    """Span events (vLLM journey tracing, Triton, TGI put their timings there) are kept under
+    `budgetscope.events` in the attributes: name, time and attributes, as the reference decoder keeps them."""
+    with_events = dumps(one_span_doc(attributes=attrs({"a": 1}), events=[event(attributes={"event.type": "QUEUED"})]))
+    assert assert_same_as_reference([dumps(one_span_doc(events=[])), with_events]) == []
+    table, _, _, _ = otlp_fast.decode([with_events], [1])
+    assert json.loads(table.column("attributes")[0].as_py()) == {
+        "a": 1,
+        "budgetscope.events": [
+            {"name": "journey.QUEUED", "time_unix_nano": T0 + 5, "attributes": {"event.type": "QUEUED"}}
+        ],
+    }
+    # an empty list is no events: the DuckDB path's batch, as before
+    assert assert_same([dumps(one_span_doc(events=[]))]) == []
+
+
+def test_event_values_of_every_kind_match_the_reference():
+    a = attrs(
+        {
+            "s": "x",
+            "b": True,
+            "f": False,
+            "i": 7,
+            "neg": -12,
+            "min": -(2**63),
+            "big": 2**63 - 1,
+            "d": 1.5,
+            "ts.monotonic": 80000.12345678912,  # 16-17 digits: journey's monotonic clock
+            "tiny": 1e-7,
+            "huge": 1e300,
+            "third": 1 / 3,
+            "negzero": -0.0,
+            "arr": [1, 2.5, "z", True, b"\x01"],
+            "empty_arr": [],
+            "raw": b"\x00\x01\xff",
+            "": "empty key",
+        }
+    )
+    a += [
+        {"key": "empty", "value": {}},
+        {"key": "novalue"},
+        {"key": "zeros", "value": {"intValue": "007"}},
+        {"key": "negzero_int", "value": {"intValue": "-0"}},
+        {"key": "asnumber", "value": {"intValue": 42}},
+        {"key": "dint", "value": {"doubleValue": 3}},
+        {"key": "dnegint", "value": {"doubleValue": -0}},
+        {"key": "d19", "value": {"doubleValue": 1234567890123456789}},
+        {"key": "dexp", "value": {"doubleValue": 1.25e-3}},
+        {"key": "dbig_exp", "value": {"doubleValue": 1.5e16}},
+        {"key": "arr_empty_el", "value": {"arrayValue": {"values": [{}, {"intValue": "1"}]}}},
+    ]
+    doc = one_span_doc(
+        attributes=list(a),
+        events=[event(attributes={}), {"name": "raw", "timeUnixNano": str(T0), "attributes": a}],
+        droppedEventsCount=3,
+    )
+    assert assert_same_as_reference([dumps(doc)]) == []
+
+
+def test_event_texts_with_escapes_and_unicode_match_the_reference():
+    texts = ["tab\there", 'q"uote', "back\\slash", "\b\f\r\n", "\x01\x1f\x7f", "é 漢字 😀", "\u2028", "</a>", ""]
+    a = [{"key": f"k{i}", "value": {"stringValue": t}} for i, t in enumerate(texts)]
+    a.append({"key": 'weird\tkey"é', "value": {"arrayValue": {"values": [{"stringValue": t} for t in texts]}}})
+    events = [event(name=t, attributes=None, attributes_extra=1) for t in texts]
+    for e in events:
+        e["attributes"] = a
+    doc = one_span_doc(name='naïve "name"\n\x01', attributes=a, events=events)
+    doc["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] = "scope\\é\x02"
+    doc["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"] = "svc\t😀\x1f"
+    # raw UTF-8, and every non-ASCII character escaped (json.dumps' default)
+    assert assert_same_as_reference([dumps(doc), json.dumps(doc).encode()]) == []
+    raw = dumps(one_span_doc(events=[event(name="PLACEHOLDER", attributes={"u": "PLACEHOLDER"})]))
+    assert assert_same_as_reference([raw.replace(b"PLACEHOLDER", b"\\u00e9\\u0041\\ud83d\\ude00\\/\\u001f")]) == []
+
+
+def test_event_times_names_and_shapes_match_the_reference():
+    """Times as strings or numbers, negative, past int64 (orjson writes up to 2^64 - 1), with leading zeros, null
+    or absent; names that are no string; members in any order; elements that are no object (left out); events
+    before the attributes; many events; dropped counts; a span with events among spans without."""
+    shapes = [
+        [event(time=-5)],
+        [event(time=0)],
+        [event(time="9223372036854775807")],
+        [event(time="-9223372036854775808")],
+        [event(time="0000123")],
+        [event(time="-0")],
+        [{"timeUnixNano": T0 + 7, "name": "number time"}],
+        [{"timeUnixNano": None, "name": None, "attributes": None}],
+        [{"name": 5, "attributes": {"k": 1}}],
+        [{"name": {"x": [1]}, "timeUnixNano": str(T0)}],
+        [{}],
+        [{"name": "a spanId", "spanId": "00f067aa0ba902b7"}],  # the reference counts no ids: taken
+        [1, "x", None, [2], event(), True],
+        [{"attributes": attrs({"k": "v"}), "droppedAttributesCount": 4, "timeUnixNano": str(T0), "name": "late"}],
+        [event(name=f"e{i}", time=T0 + i, attributes={"i": i, "half": i / 2}) for i in range(300)],
+    ]
+    docs = [one_span_doc(events=e) for e in shapes]
+    first = span(trace_id(), span_id(), "events first", T0, T0 + MS)
+    first = {"events": [event()], **first}
+    docs.append(export([first, span(trace_id(), span_id(), "plain", T0, T0 + 1, attributes={"c": "\x01", "d": 1e20})]))
+    assert assert_same_as_reference([dumps(d) for d in docs]) == []
+
+
+def test_vllm_journey_triton_and_tgi_exports_match_the_reference():
+    from server_traces import as_exported, draw, tgi, triton, vllm_journey
+
+    mix = draw("events", "queue", 40, failed_share=0.2)
+    payloads = [
+        json.dumps(d).encode()
+        for write in (vllm_journey, triton, tgi)
+        for d in as_exported([doc for r in mix.requests for doc in write(r, True)], 64)
+    ]
+    assert assert_same_as_reference(payloads) == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "kvlist in an event",
+        "nested array in an event",
+        "event name twice",
+        "event time twice",
+        "events twice",
+        "time a word",
+        "time with a fraction",
+        "time with an exponent",
+        "time past 2^64",
+        "time below -2^63",
+        "time true",
+        "time with a plus",
+        "time with blanks",
+        "escaped repeat of a key in an event",
+        "escaped repeat of a key beside events",
+        "key twice in an event",
+        "key twice beside events",
+        "resource key twice",
+        "int below -2^63",
+        "double past the doubles",
+        "20-digit integer double",
+        "attribute named budgetscope.events",
+        "event attributes of another kind",
+        "link beside events",
+    ],
+)
+def test_batches_with_events_it_cannot_vouch_for_are_left_whole(case):
+    """Each left whole, whatever the reference decoder then decides (lands it, or rejects it)."""
+    ev = event(attributes={"k": "v"})
+    s = span(trace_id(), span_id(), "op", T0, T0 + MS, attributes={"a": 1}, events=[ev])
+    doc = export([span(trace_id(), span_id(), "first", T0, T0 + 1), s])
+    raw = None
+    if case == "kvlist in an event":
+        ev["attributes"] = attrs({"m": {"k": 1}})
+    elif case == "nested array in an event":
+        ev["attributes"] = attrs({"m": [[1]]})
+    elif case == "event name twice":
+        raw = dumps(doc).replace(b'"name":"journey.QUEUED"', b'"name":"a","name":"journey.QUEUED"')
+    elif case == "event time twice":
+        raw = dumps(doc).replace(b'"timeUnixNano"', b'"timeUnixNano":"1","timeUnixNano"')
+    elif case == "events twice":
+        raw = dumps(doc).replace(b'"events":', b'"events":[],"events":')
+    elif case == "time a word":
+        ev["timeUnixNano"] = "soon"
+    elif case == "time with a fraction":
+        ev["timeUnixNano"] = 1.5
+    elif case == "time with an exponent":
+        ev["timeUnixNano"] = 1e18
+    elif case == "time past 2^64":
+        ev["timeUnixNano"] = str(2**64)
+    elif case == "time below -2^63":
+        ev["timeUnixNano"] = str(-(2**63) - 1)
+    elif case == "time true":
+        ev["timeUnixNano"] = True
+    elif case == "time with a plus":
+        ev["timeUnixNano"] = "+5"
+    elif case == "time with blanks":
+        ev["timeUnixNano"] = " 5"
+    elif case == "escaped repeat of a key in an event":
+        ev["attributes"] += attrs({"PLACEHOLDER": 1})
+        raw = dumps(doc).replace(b"PLACEHOLDER", b"\\u006b")
+    elif case == "escaped repeat of a key beside events":
+        s["attributes"] += attrs({"PLACEHOLDER": 1})
+        raw = dumps(doc).replace(b"PLACEHOLDER", b"\\u0061")
+    elif case == "key twice in an event":
+        ev["attributes"] += attrs({"k": "again"})
+    elif case == "key twice beside events":
+        s["attributes"] += attrs({"a": 2})
+    elif case == "resource key twice":
+        doc["resourceSpans"][0]["resource"]["attributes"] += attrs({"x": 1, "y": 2, "x ": 3})
+        doc["resourceSpans"][0]["resource"]["attributes"] += attrs({"x": 4})
+    elif case == "int below -2^63":
+        ev["attributes"] += [{"key": "m", "value": {"intValue": str(-(2**63) - 1)}}]
+    elif case == "double past the doubles":
+        raw = dumps(doc).replace(b'"stringValue":"v"', b'"doubleValue":1e400')
+    elif case == "20-digit integer double":
+        raw = dumps(doc).replace(b'"stringValue":"v"', b'"doubleValue":12345678901234567890')
+    elif case == "attribute named budgetscope.events":
+        s["attributes"] += attrs({"budgetscope.events": "mine"})
+    elif case == "event attributes of another kind":
+        raw = dumps(doc).replace(b'"attributes":[{"key":"k"', b'"attributes":[1,{"key":"k"')
+    elif case == "link beside events":
+        s["links"] = [{"traceId": trace_id(), "spanId": span_id()}]
+    _left_alone(raw if raw is not None else doc)
+    c, left = c_rows([raw if raw is not None else dumps(doc)])
+    assert left == [1]
+
+
+def test_the_events_key_is_the_schemas():
+    assert otlp_fast._otlpjson.EVENTS_KEY == otlp_json.EVENTS_KEY
+
+
+def test_mutated_batches_with_events_are_taken_only_as_the_reference_takes_them():
+    """Random byte edits of a journey export: whatever the C decoder takes, the reference decoder takes to the
+    same rows (in reference form when a span still has events, else as the DuckDB path)."""
+    from server_traces import draw, vllm_journey
+
+    base = [
+        json.dumps(d, separators=(",", ":")).encode() for d in vllm_journey(draw("m", "queue", 1).requests[0], True)
+    ]
+    payloads = json_edits(base[:2], 300, 5)
+    c, left = c_rows(payloads)
+    ref, bad = reference_rows(payloads, json_reference)
+    d, _ = duckdb_rows(payloads)
+    taken = {r[0] for r in c}
+    assert not taken & set(bad)
+    with_events = {b for b in taken if has_events(payloads[b - 1])}
+    assert c == sorted([r for r in ref if r[0] in with_events] + [r for r in d if r[0] in taken - with_events])
+    assert len(taken) + len(left) == len(payloads) and 20 < len(with_events)
 
 
 # -- what it leaves, whole -------------------------------------------------------------------------------------
@@ -449,21 +689,7 @@ def test_batches_it_cannot_vouch_for_are_left_whole(case):
 
 def test_mutated_batches_are_taken_only_when_the_duckdb_path_agrees():
     """Random byte edits of a valid batch: whatever the C decoder takes, the DuckDB path takes identically."""
-    rng = random.Random(11)
-    base = dumps(export(native_request(client=(1, 1), itl=[1.0])[1]))
-    payloads = []
-    for _ in range(400):
-        b = bytearray(base)
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(b))
-            op = rng.random()
-            if op < 0.4:
-                b[i] = rng.choice(b'{}[]",:0123456789abcdefE.-\\ tnul\x00\xc3\x80')
-            elif op < 0.7:
-                del b[i]
-            else:
-                b[i:i] = bytes([rng.choice(b'{}[]",:09a\\ ')])
-        payloads.append(bytes(b))
+    payloads = json_edits([dumps(export(native_request(client=(1, 1), itl=[1.0])[1]))], 400, 11)
     c, left = c_rows(payloads)
     d, d_bad = duckdb_rows(payloads)
     taken = {r[0] for r in c}
@@ -473,6 +699,31 @@ def test_mutated_batches_are_taken_only_when_the_duckdb_path_agrees():
 
 
 # -- through the archive ---------------------------------------------------------------------------------------
+
+
+def with_and_without_c(tmp_path, ingest_text, monkeypatch, text: str, suffix: str = "") -> list[tuple]:
+    """[(spans, ingest_batches, rejections, requests) with the C decoder, the same without]: `text` ingested into a
+    new archive each time (`suffix` ".duckdb": a single file). Requests compare by repr (a one-token TPOT is NaN)."""
+    query = (
+        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
+        "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
+        "FROM spans ORDER BY batch_id, span_id"
+    )
+    batches = "SELECT batch_id, span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
+    results = []
+    for available in (True, False):
+        monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
+        path = tmp_path / f"{available}{suffix}"
+        rep = ingest_text(path, text)
+        results.append(
+            (
+                rows(path, query),
+                rows(path, batches),
+                [(r.position, r.error) for r in rep.rejected],
+                [tuple(repr(v) for v in r) for r in rows(path, "SELECT * FROM requests ORDER BY trace_id")],
+            )
+        )
+    return results
 
 
 def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, ingest_text, monkeypatch):
@@ -485,28 +736,52 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, in
     # a "spanId" that is a value, not a key: counted on the bytes, the DuckDB path hands it on; C takes it
     word = export([span(trace_id(), span_id(), "word", T0, T0 + 1, attributes={"note": "spanId"})])
     text = jsonl(export(a), export(b), nested, b64, export(a[:2], service="again"), bad, export(a), word)
-    query = (
-        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, service_name, scope_name, "
-        "status_code, CAST(attributes AS VARCHAR), CAST(resource AS VARCHAR), source, batch_id "
-        "FROM spans ORDER BY batch_id, span_id"
-    )
-    batches = "SELECT batch_id, span_count, spans_inserted, duplicate_spans FROM ingest_batches ORDER BY batch_id"
-    results = []
-    for available in (True, False):
-        monkeypatch.setattr(otlp_fast, "AVAILABLE", available)
-        path = tmp_path / f"{available}.duckdb"
-        rep = ingest_text(path, text)
-        results.append(
-            (
-                rows(path, query),
-                rows(path, batches),
-                [(r.position, r.error) for r in rep.rejected],
-                rows(path, "SELECT * FROM requests ORDER BY trace_id"),
-            )
-        )
+    results = with_and_without_c(tmp_path, ingest_text, monkeypatch, text, ".duckdb")
     assert results[0] == results[1]
     assert len(results[0][2]) == 1 and "ends before it starts" in results[0][2][0][1]
     assert len(results[0][0]) == 6 + 6 + 1 + 1 + 1 + 1
+
+
+@pytest.mark.parametrize("one_per_chunk", [False, True])
+def test_archive_with_events_holds_the_same_rows_with_and_without_the_c_decoder(
+    tmp_path, ingest_text, monkeypatch, one_per_chunk
+):
+    """vLLM journey, Triton and TGI exports (events), an events batch the C decoder leaves (a kvlist in an event),
+    a bad one, copies of spans with events, and plain batches: the same archive with the extension on and off,
+    the events batches taken by the C decoder."""
+    from budgetscope.ingest import batches
+    from server_traces import as_exported, draw, tgi, triton, vllm_journey
+
+    if one_per_chunk:
+        monkeypatch.setattr(batches, "CHUNK_BYTES", 1)
+    n = 4 if one_per_chunk else 12  # a chunk a batch costs a transaction each
+    mix = draw("archive events", "queue", n, failed_share=0.25)
+    docs = [
+        d
+        for write in (vllm_journey, triton, tgi)
+        for d in as_exported([x for r in mix.requests for x in write(r, True)], 16)
+    ]
+    left = export([span(trace_id(), span_id(), "n", T0, T0 + 1, events=[event(attributes={"m": {"k": [1]}})])])
+    bad = export([span(trace_id(), span_id(), "late", T0 + 5, T0, events=[event()])])
+    copies = {"resourceSpans": docs[0]["resourceSpans"][:1]}
+    text = jsonl(*docs, left, bad, copies, export(native_request()[1]))
+    taken: dict[int, int] = {}
+    real = otlp_fast.decode
+
+    def spy(payloads, batch_ids, seen=None):
+        out = real(payloads, batch_ids, seen)
+        taken.update(out[1])
+        return out
+
+    monkeypatch.setattr(otlp_fast, "decode", spy)
+    results = with_and_without_c(tmp_path, ingest_text, monkeypatch, text)
+    assert results[0] == results[1]
+    spans, _, rejected, requests = results[0]
+    assert len(rejected) == 1 and "ends before it starts" in rejected[0][1]
+    assert len(requests) == 3 * n + 1 and sum('"budgetscope.events"' in r[10] for r in spans) > 3 * n
+    first_id = min(b for b, *_ in results[0][1])
+    assert set(range(first_id, first_id + len(docs))) <= set(taken)  # every server export, by the C decoder
+    assert first_id + len(docs) not in taken
 
 
 @pytest.fixture

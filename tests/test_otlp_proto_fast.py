@@ -11,10 +11,10 @@ import struct
 
 import pytest
 
-from budgetscope.ingest import otlp_fast, otlp_proto, staging
-from budgetscope.ingest.spanbatch import BadBatch
+from budgetscope.ingest import otlp_fast, otlp_proto
 from budgetscope.ingest.staging import DECODED_COLUMNS
 from conftest import rows
+from decoded_rows import reference_rows, wire_edits
 from otlp_wire import MS, T0, attrs, export, native_request, span, span_id, to_proto, trace_id
 
 COLS = DECODED_COLUMNS
@@ -101,36 +101,10 @@ def c_rows(payloads: list[bytes]):
     return sorted(got, key=repr), left
 
 
-def reference_rows(payloads: list[bytes]):
-    """(rows the reference decoder and the staging SQL give the batches they take, {batch id: error} of the rest)."""
-    import duckdb
-
-    con = duckdb.connect()
-    staging.setup(con)
-    got, bad = [], {}
-    for b, p in enumerate(payloads, 1):
-        try:
-            batch = otlp_proto.decode(p)
-        except BadBatch as e:
-            bad[b] = str(e)
-            continue
-        if not len(batch):
-            continue
-        con.register("bs_ref", batch.to_arrow(b))
-        staged = con.execute(f"SELECT {', '.join(COLS)}, err FROM ({staging.normalise('bs_ref')})").fetchall()
-        con.unregister("bs_ref")
-        errors = [r[-1] for r in staged if r[-1] is not None]
-        if errors:
-            bad[b] = errors[0]
-        else:
-            got += [r[:-1] for r in staged]
-    return sorted(got, key=repr), bad
-
-
 def assert_same(payloads: list[bytes]) -> list[int]:
     """The C decoder's rows equal the reference path's for every batch it takes; returns the ids it left."""
     c, left = c_rows(payloads)
-    ref, bad = reference_rows(payloads)
+    ref, bad = reference_rows(payloads, otlp_proto.decode)
     taken = set(range(1, len(payloads) + 1)) - set(left)
     assert not taken & set(bad), f"taken, but the reference rejects them: { {b: bad[b] for b in taken & set(bad)} }"
     assert c == [r for r in ref if r[0] in taken]
@@ -410,27 +384,94 @@ def test_optional_parts_and_fields_it_skips_match():
     assert assert_same(payloads) == []
 
 
-def test_spans_with_events_go_to_the_reference_decoder_which_keeps_them():
-    """The C decoder leaves a span with events whole; the reference decoder keeps them under `budgetscope.events`
-    in the attributes, as the OTLP/JSON reference decoder does."""
+def event(name="journey.QUEUED", time=T0 + 5, attributes=None, **extra) -> dict:
+    e = {"timeUnixNano": str(time), "name": name, "attributes": attrs(attributes or {})}
+    e.update(extra)
+    return e
+
+
+def raw_event(time: int | None = T0 + 5, name: bytes | None = b"ev", kvs: bytes = b"", extra: bytes = b"") -> bytes:
+    """A Span.Event's wire bytes (field 11 of a span)."""
+    body = (f64(1, time) if time is not None else b"") + (ld(2, name) if name is not None else b"") + kvs + extra
+    return ld(11, body)
+
+
+def test_spans_with_events_are_kept_as_the_reference_keeps_them():
+    """Span events are kept under `budgetscope.events` in the attributes (name, time, attributes), as the
+    reference decoder keeps them, after the span's own attributes."""
     import json
 
-    event = {
-        "timeUnixNano": str(T0 + 5),
-        "name": "journey.QUEUED",
-        "attributes": attrs({"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]}),
-        "droppedAttributesCount": 1,
+    ev = event(attributes={"event.type": "QUEUED", "x": [1, "two"]}, droppedAttributesCount=1)
+    with_events = to_proto(export([span(trace_id(), span_id(), "op", T0, T0 + MS, attributes={"a": 1}, events=[ev])]))
+    assert assert_same([to_proto(one_span()), with_events]) == []
+    table, _, _, _ = otlp_fast.decode_proto([with_events], [1])
+    assert json.loads(table.column("attributes")[0].as_py()) == {
+        "a": 1,
+        "budgetscope.events": [
+            {
+                "name": "journey.QUEUED",
+                "time_unix_nano": T0 + 5,
+                "attributes": {"event.type": "QUEUED", "x": [1, "two"]},
+            }
+        ],
     }
-    with_events = to_proto(export([span(trace_id(), span_id(), "op", T0, T0 + MS, events=[event])]))
-    assert assert_same([to_proto(one_span()), with_events]) == [2]
-    kept = json.loads(otlp_proto.decode(with_events).attributes[0])
-    assert kept["budgetscope.events"] == [
+
+
+def test_event_values_times_and_names_match_the_reference():
+    a = attrs(
         {
-            "name": "journey.QUEUED",
-            "time_unix_nano": T0 + 5,
-            "attributes": {"event.type": "QUEUED", "x": [1, {"deep": {"er": [2]}}]},
+            "s": "x\t\x01é😀",
+            "b": True,
+            "i": -(2**63),
+            "d": 80000.12345678912,
+            "tiny": 1e-7,
+            "arr": [1, 2.5, "z", False, b"\x01"],
+            "raw": b"\x00\xff",
+            "": "empty key",
         }
+    )
+    a += pb_attrs([("nothing", {}), ("inf", {"doubleValue": "-Infinity"}), ("nan", {"doubleValue": "NaN"})])
+    a.append({"key": "novalue"})
+    events = [
+        event(attributes=None),
+        event(name="", time=0),  # an empty name is null, a time 0 is 0, as the reference keeps them
+        event(name='q"uote\n\x1f 漢字', time=2**64 - 1, attributes={"k": "v"}),
+        {"name": "no time"},
+        {},
+        {"name": "all", "timeUnixNano": str(T0), "attributes": a, "droppedAttributesCount": 7},
+        *(event(name=f"e{i}", time=T0 + i, attributes={"i": i, "half": i / 2}) for i in range(300)),
     ]
+    doc = one_span(attributes=a, events=events, droppedEventsCount=2)
+    plain = export([span(trace_id(), span_id(), "plain", T0, T0 + 1, attributes={"c": "\x01"})])
+    assert assert_same([to_proto(doc), to_proto(plain)]) == []
+
+
+def test_event_fields_in_any_order_match_the_reference():
+    """Event fields in any order, events between and before the span's attributes, unknown fields in an event,
+    an empty event message, a NUL-free name of every byte class."""
+    kv = ld(3, ld(1, b"k") + ld(2, ld(1, b"v")))
+    sp = raw_span(
+        extra=raw_event(kvs=kv)
+        + ld(9, ld(1, b"a") + ld(2, vi(3, 1)))
+        + ld(11, kv + ld(2, b"late name") + vi(99, 5) + f64(1, 7) + vi(4, 3))
+        + ld(11, b"")
+        + ld(9, ld(1, b"b") + ld(2, ld(1, b"w")))
+        + raw_event(time=None, name=None)
+    )
+    first = ld(1, bytes.fromhex(trace_id())) + raw_event(name="é\x7f".encode()) + raw_span()[18:]
+    assert assert_same([raw_export(sp), raw_export(first), raw_export(raw_span(), raw_span(extra=raw_event()))]) == []
+
+
+def test_vllm_journey_triton_and_tgi_exports_match_the_reference():
+    from server_traces import as_exported, draw, tgi, triton, vllm_journey
+
+    mix = draw("events", "queue", 40, failed_share=0.2)
+    payloads = [
+        to_proto(d)
+        for write in (vllm_journey, triton, tgi)
+        for d in as_exported([doc for r in mix.requests for doc in write(r, True)], 64)
+    ]
+    assert assert_same(payloads) == []
 
 
 def test_fields_in_any_order_match():
@@ -535,28 +576,22 @@ def test_random_attributes_match():
 def test_mutated_messages_are_taken_only_when_the_reference_agrees():
     """Random bytes flipped, cut or inserted: whatever the C decoder still takes, the reference decodes to the
     same rows."""
-    rng = random.Random(3)
     base = [
         to_proto(export(native_request(client=(1, 1), itl=[1.5])[1])),
         to_proto(one_span(attributes=attrs({"a": [1, "x"], "b": 2.5, "c": b"\x00"}))),
     ]
-    payloads = []
-    for _ in range(600):
-        p = bytearray(rng.choice(base))
-        for _ in range(rng.randint(1, 3)):
-            i = rng.randrange(len(p))
-            op = rng.randrange(4)
-            if op == 0:
-                p[i] = rng.randrange(256)
-            elif op == 1:
-                p[i] ^= 1 << rng.randrange(8)
-            elif op == 2:
-                del p[i : i + rng.randint(1, 4)]
-            else:
-                p[i:i] = rng.randbytes(rng.randint(1, 3))
-        payloads.append(bytes(p))
+    payloads = wire_edits(base, 600, 3)
     left = assert_same(payloads)
     assert 0 < len(left) < len(payloads)  # some are still good messages; most are not
+
+
+def test_mutated_messages_with_events_are_taken_only_when_the_reference_agrees():
+    from server_traces import draw, vllm_journey
+
+    base = [to_proto(d) for d in vllm_journey(draw("m", "queue", 1).requests[0], True)[:2]]
+    payloads = wire_edits(base, 400, 4)
+    left = assert_same(payloads)
+    assert 20 < len(payloads) - len(left) and left
 
 
 # -- what it leaves, whole -------------------------------------------------------------------------------------
@@ -642,6 +677,29 @@ def _bad_case(case: str) -> bytes:
         return raw_export(raw_span(), resource=ld(1, ld(1, b"service.name") + ld(2, vi(3, 5))))
     if case == "subnormal double":
         return raw_export(raw_span(extra=ld(9, ld(1, b"k") + ld(2, f64(4, 1)))))
+    if case == "kvlist in an event":
+        return raw_export(raw_span(extra=raw_event(kvs=ld(3, ld(1, b"k") + ld(2, ld(6, b""))))))
+    if case == "nested array in an event":
+        return raw_export(raw_span(extra=raw_event(kvs=ld(3, ld(1, b"k") + ld(2, ld(5, ld(1, ld(5, b""))))))))
+    if case == "event time twice":
+        return raw_export(raw_span(extra=raw_event(extra=f64(1, 5))))
+    if case == "event name twice":
+        return raw_export(raw_span(extra=raw_event(extra=ld(2, b"again"))))
+    if case == "event time of another wire type":
+        return raw_export(raw_span(extra=ld(11, vi(1, 5))))
+    if case == "event of another wire type":
+        return raw_export(raw_span(extra=vi(11, 1)))
+    if case == "key twice in an event":
+        kv = ld(3, ld(1, b"k") + ld(2, vi(3, 1)))
+        return raw_export(raw_span(extra=raw_event(kvs=kv + ld(3, ld(1, b"x")) + kv)))
+    if case == "NUL in an event name":
+        return raw_export(raw_span(extra=raw_event(name=b"a\x00")))
+    if case == "NUL in an event value":
+        return raw_export(raw_span(extra=raw_event(kvs=ld(3, ld(1, b"k") + ld(2, ld(1, b"\x00"))))))
+    if case == "attribute named budgetscope.events":
+        return raw_export(raw_span(extra=ld(9, ld(1, b"budgetscope.events")) + raw_event()))
+    if case == "truncated event":
+        return raw_export(raw_span(extra=ld(11, f64(1, 5)[:-2])))
     if case == "deeply nested event":
         deep = ld(1, b"")
         for _ in range(40):
@@ -691,6 +749,17 @@ BAD_CASES = [
     "int service.name",
     "subnormal double",
     "deeply nested event",
+    "kvlist in an event",
+    "nested array in an event",
+    "event time twice",
+    "event name twice",
+    "event time of another wire type",
+    "event of another wire type",
+    "key twice in an event",
+    "NUL in an event name",
+    "NUL in an event value",
+    "attribute named budgetscope.events",
+    "truncated event",
 ]
 
 
@@ -852,6 +921,33 @@ def test_archive_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, mo
     assert errors["batch 4"].startswith("not an OTLP protobuf trace export")
     assert counts[1] + counts[2] == counts[0] and counts[2] == 6 + one_per_chunk
     assert requests
+
+
+def test_archive_with_events_holds_the_same_rows_with_and_without_the_c_decoder(tmp_path, monkeypatch):
+    """vLLM journey, Triton and TGI exports in protobuf (events), with an events message the C decoder leaves,
+    a bad one and copies: the same archive with the extension on and off, the server exports taken by C."""
+    from budgetscope.archive.spool import RawBatch
+    from server_traces import as_exported, draw, tgi, triton, vllm_journey
+
+    mix = draw("archive events", "queue", 12, failed_share=0.25)
+    docs = [
+        d for w in (vllm_journey, triton, tgi) for d in as_exported([x for r in mix.requests for x in w(r, True)], 16)
+    ]
+    payloads = [to_proto(d) for d in docs]
+    payloads += [
+        _bad_case("kvlist in an event"),
+        raw_export(raw_span(start=T0 + 5, end=T0, extra=raw_event())),
+        payloads[0],
+    ]
+    pbs = [RawBatch(p, "otlp-proto", "t", f"message {i}") for i, p in enumerate(payloads, 1)]
+    taken: dict[int, int] = {}
+    results = [_ingest(tmp_path / str(available), pbs, monkeypatch, available, taken) for available in (True, False)]
+    spans, _, rejected, counts, _ = results[0]
+    assert results[0][:4] == results[1][:4]
+    assert [[repr(v) for v in r] for r in results[0][4]] == [[repr(v) for v in r] for r in results[1][4]]  # NaN
+    assert len(rejected) == 1 and "ends before it starts" in rejected[0][1]
+    assert len(results[0][4]) == 3 * 12 and sum('"budgetscope.events"' in r[10] for r in spans) > 3 * 12
+    assert set(range(1, len(docs) + 1)) <= set(taken) and len(docs) + 1 not in taken
 
 
 @pytest.mark.parametrize("limit", [None, 3])

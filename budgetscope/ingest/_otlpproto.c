@@ -19,10 +19,12 @@
  * length than 0 or 8, a missing/zero/too large time or an end before the start, a kind or status code out of
  * range, a nested array or key/value-list attribute, a string-table reference (`*_strindex`), a bool that is
  * not 0 or 1, a subnormal double or an exact power of two it cannot print with certainty, an attribute key
- * twice in one list (a dict keeps the first place and the last value), and a `service.name` that is not a
- * string, and a span with events (the reference decoder keeps them). Fields the reference ignores (links,
- * trace state, flags, scope version and attributes, schema urls, unknown fields) are checked as the protobuf
- * runtime checks them, and otherwise skipped.
+ * twice in one list (a dict keeps the first place and the last value), a `service.name` that is not a
+ * string, an event time or name twice, and an attribute named `budgetscope.events` on a span with events.
+ * Span events are kept as the reference keeps them: under `budgetscope.events`, after the span's attributes,
+ * a list of {"name": null when empty, "time_unix_nano", "attributes"} in wire order. Fields the reference
+ * ignores (links, trace state, flags, scope version and attributes, schema urls, dropped counts, unknown
+ * fields) are checked as the protobuf runtime checks them, and otherwise skipped.
  */
 
 #include <float.h>
@@ -379,86 +381,6 @@ static int put_double(Buf *b, double v) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* the keys of one attribute list: a dict keeps a repeated key at its first place with its last value, which
- * this decoder does not reproduce; a repeat bails. A few keys are compared in turn, many through a hash table. */
-
-typedef struct {
-    const unsigned char *p;
-    size_t n;
-    uint64_t h;
-} Key;
-
-static Key *ks_keys;
-static size_t ks_n, ks_cap;
-static uint32_t *ks_tab; /* indexes into ks_keys, + 1; 0 = empty */
-static size_t ks_size, ks_alloc; /* slots in use (a power of two), slots allocated */
-#define KS_LINEAR 16
-
-static inline void ks_reset(void) { ks_n = 0; }
-
-static inline uint64_t key_hash(const unsigned char *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ n;
-    for (size_t k = 0; k < n; k++) h = (h ^ p[k]) * 0x100000001b3ULL;
-    return fmix64(h);
-}
-
-/* A table of `size` slots over the keys held. */
-static int ks_table(size_t size) {
-    if (size > ks_alloc) {
-        uint32_t *t = realloc(ks_tab, size * sizeof *t);
-        if (!t) {
-            oom = 1;
-            return BAIL;
-        }
-        ks_tab = t;
-        ks_alloc = size;
-    }
-    ks_size = size;
-    memset(ks_tab, 0, size * sizeof *ks_tab);
-    for (size_t k = 0; k < ks_n; k++) {
-        size_t i = (size_t)ks_keys[k].h & (size - 1);
-        while (ks_tab[i]) i = (i + 1) & (size - 1);
-        ks_tab[i] = (uint32_t)(k + 1);
-    }
-    return 0;
-}
-
-/* Add a key of the current list; BAIL when it is there already. */
-static int ks_add(const unsigned char *p, size_t n) {
-    if (ks_n == ks_cap) {
-        size_t cap = ks_cap ? 2 * ks_cap : 64;
-        Key *k = cap < UINT32_MAX / 4 ? realloc(ks_keys, cap * sizeof *k) : NULL;
-        if (!k) {
-            oom = 1;
-            return BAIL;
-        }
-        ks_keys = k;
-        ks_cap = cap;
-    }
-    if (ks_n < KS_LINEAR) {
-        for (size_t k = 0; k < ks_n; k++)
-            if (ks_keys[k].n == n && memcmp(ks_keys[k].p, p, n) == 0) return BAIL;
-        ks_keys[ks_n++] = (Key){p, n, 0};
-        return 0;
-    }
-    if (ks_n == KS_LINEAR) { /* from here on, through a hash table */
-        for (size_t k = 0; k < ks_n; k++) ks_keys[k].h = key_hash(ks_keys[k].p, ks_keys[k].n);
-        TRY(ks_table(4 * KS_LINEAR));
-    } else if (2 * (ks_n + 1) > ks_size)
-        TRY(ks_table(2 * ks_size));
-    uint64_t h = key_hash(p, n);
-    size_t i = (size_t)h & (ks_size - 1);
-    while (ks_tab[i]) {
-        const Key *o = &ks_keys[ks_tab[i] - 1];
-        if (o->h == h && o->n == n && memcmp(o->p, p, n) == 0) return BAIL;
-        i = (i + 1) & (ks_size - 1);
-    }
-    ks_keys[ks_n] = (Key){p, n, h};
-    ks_tab[i] = (uint32_t)(++ks_n);
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------------------------------- */
 /* messages */
 
 enum { V_NULL, V_STRING, V_OTHER }; /* what an AnyValue held, for service.name */
@@ -540,9 +462,10 @@ static int pb_any(W w, Buf *b, int in_array, W *str, int *kind, int depth) {
     return 0;
 }
 
-/* One KeyValue, appended to the JSON object being written in b (`first`: no comma before it). With `service`
- * (resource attributes), a string `service.name` is copied there (+ a NUL: "present"); another kind bails. */
-static int pb_keyvalue(W w, Buf *b, int first, Buf *service, int depth) {
+/* One KeyValue of the list whose keys `ks` holds, appended to the JSON object being written in b (`first`: no
+ * comma before it). With `service` (resource attributes), a string `service.name` is copied there (+ a NUL:
+ * "present"); another kind bails. */
+static int pb_keyvalue(W w, Buf *b, int first, Buf *service, KeySet *ks, int depth) {
     W key = {w.p, w.p}, val = {NULL, NULL};
     int has_key = 0, has_val = 0;
     while (w.p < w.end) {
@@ -558,7 +481,7 @@ static int pb_keyvalue(W w, Buf *b, int first, Buf *service, int depth) {
         } else
             TRY(pb_field(&w, M_KEYVALUE, field, wt, depth));
     }
-    TRY(ks_add(key.p, (size_t)(key.end - key.p)));
+    TRY(ks_add(ks, key.p, (size_t)(key.end - key.p)));
     if (!first) TRY(buf_putc(b, ','));
     TRY(pb_json_string(b, key.p, key.end));
     TRY(buf_putc(b, ':'));
@@ -579,7 +502,7 @@ static int pb_keyvalue(W w, Buf *b, int first, Buf *service, int depth) {
 
 static int pb_resource(W w, Resource *r, int depth) {
     int first = 1;
-    ks_reset();
+    ks_reset(&span_keys);
     r->json.len = 0;
     TRY(buf_putc(&r->json, '{'));
     while (w.p < w.end) {
@@ -590,7 +513,7 @@ static int pb_resource(W w, Resource *r, int depth) {
             W kv;
             if (wt != WT_LEN) return BAIL;
             TRY(pb_len(&w, &kv));
-            TRY(pb_keyvalue(kv, &r->json, first, &r->service, depth + 1));
+            TRY(pb_keyvalue(kv, &r->json, first, &r->service, &span_keys, depth + 1));
             first = 0;
         } else
             TRY(pb_field(&w, M_RESOURCE, field, wt, depth));
@@ -629,14 +552,67 @@ static int pb_status(W w, int *code, int depth) {
     return 0;
 }
 
+static int put_u64(Buf *b, uint64_t v) {
+    char t[24];
+    int n = 0;
+    do {
+        t[sizeof t - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return buf_put(b, t + sizeof t - n, (size_t)n);
+}
+
+/* One Span.Event, appended to `ev` as the reference decoder keeps it: {"name": its name or null when empty,
+ * "time_unix_nano": the time as sent (0 when absent), "attributes": {…}}. Its attributes are gathered in
+ * `ev_attrs` first: the fields may come in any order. */
+static Buf ev_attrs;
+
+static int pb_event(W w, Buf *ev, int depth) {
+    W name = {w.p, w.p}, s;
+    uint64_t time = 0;
+    int seen_time = 0, seen_name = 0, first = 1;
+    ks_reset(&event_keys);
+    ev_attrs.len = 0;
+    TRY(buf_putc(&ev_attrs, '{'));
+    while (w.p < w.end) {
+        uint32_t field;
+        unsigned wt;
+        TRY(pb_tag(&w, &field, &wt));
+        if (field == 1) {
+            if (wt != WT_I64 || seen_time++) return BAIL; /* twice: protobuf keeps the last */
+            TRY(pb_fixed64(&w, &time));
+        } else if (field == 2) {
+            if (wt != WT_LEN || seen_name++) return BAIL;
+            TRY(pb_len(&w, &name));
+        } else if (field == 3) {
+            if (wt != WT_LEN) return BAIL;
+            TRY(pb_len(&w, &s));
+            TRY(pb_keyvalue(s, &ev_attrs, first, NULL, &event_keys, depth + 1));
+            first = 0;
+        } else
+            TRY(pb_field(&w, M_EVENT, field, wt, depth));
+    }
+    TRY(buf_putc(&ev_attrs, '}'));
+    TRY(buf_put(ev, "{\"name\":", 8));
+    TRY(name.end > name.p ? pb_json_string(ev, name.p, name.end) : buf_put(ev, "null", 4));
+    TRY(buf_put(ev, ",\"time_unix_nano\":", 18));
+    TRY(put_u64(ev, time));
+    TRY(buf_put(ev, ",\"attributes\":", 14));
+    TRY(buf_put(ev, ev_attrs.p, ev_attrs.len));
+    return buf_putc(ev, '}');
+}
+
+static Buf span_events; /* the events of the span being decoded, as JSON, comma-separated */
+
 static int pb_span(W w, Out *o, int64_t batch_id, const Resource *r, W scope, int depth) {
     W trace = {0}, sid = {0}, parent = {0}, s;
     unsigned seen = 0;
-    int kind = 0, code = 0, first = 1;
+    int kind = 0, code = 0, first = 1, events = 0;
     uint64_t start = 0, end = 0;
     StrCol *c = o->s;
     Buf *attrs = &c[C_ATTRS].data;
-    ks_reset();
+    ks_reset(&span_keys);
+    span_events.len = 0;
     TRY(buf_putc(attrs, '{'));
     while (w.p < w.end) {
         uint32_t field;
@@ -687,7 +663,7 @@ static int pb_span(W w, Out *o, int64_t batch_id, const Resource *r, W scope, in
         case 9:
             if (wt != WT_LEN) return BAIL;
             TRY(pb_len(&w, &s));
-            TRY(pb_keyvalue(s, attrs, first, NULL, depth + 1));
+            TRY(pb_keyvalue(s, attrs, first, NULL, &span_keys, depth + 1));
             first = 0;
             break;
         case 15:
@@ -695,7 +671,12 @@ static int pb_span(W w, Out *o, int64_t batch_id, const Resource *r, W scope, in
             TRY(pb_len(&w, &s));
             TRY(pb_status(s, &code, depth + 1));
             break;
-        case 11: return BAIL; /* a span event: the reference decoder keeps events (in the attributes) */
+        case 11: /* an event: kept in the attributes, as the reference decoder keeps them */
+            if (wt != WT_LEN) return BAIL;
+            TRY(pb_len(&w, &s));
+            if (events++) TRY(buf_putc(&span_events, ','));
+            TRY(pb_event(s, &span_events, depth + 1));
+            break;
         default: TRY(pb_field(&w, M_SPAN, field, wt, depth));
         }
     }
@@ -703,6 +684,13 @@ static int pb_span(W w, Out *o, int64_t batch_id, const Resource *r, W scope, in
     if (trace.end - trace.p != 16 || sid.end - sid.p != 8) return BAIL;
     if (parent.end - parent.p != 0 && parent.end - parent.p != 8) return BAIL;
     if (!start || !end || start > (uint64_t)INT64_MAX || end > (uint64_t)INT64_MAX || end < start) return BAIL;
+    if (events) { /* after the attributes, as the reference adds them to its dict; an attribute of that name bails */
+        if (ks_has(&span_keys, EVENTS_KEY, sizeof EVENTS_KEY - 1)) return BAIL;
+        if (!first) TRY(buf_putc(attrs, ','));
+        TRY(buf_put(attrs, "\"" EVENTS_KEY "\":[", sizeof EVENTS_KEY + 3));
+        TRY(buf_put(attrs, span_events.p, span_events.len));
+        TRY(buf_putc(attrs, ']'));
+    }
     TRY(buf_putc(attrs, '}'));
     TRY(put_hex(&c[C_TRACE].data, trace.p, 16));
     TRY(col_end(&c[C_TRACE], 1));

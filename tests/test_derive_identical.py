@@ -1,0 +1,92 @@
+"""Derivation made faster derives the same rows, bit for bit: native, vLLM classic and vLLM journey requests (with
+preemptions, failures, client spans), each through the derivation as it is and through a slower path that gives
+the rows by definition — the SQL before a speed-up, one trace at a time, or one batch per commit."""
+
+from __future__ import annotations
+
+import pytest
+
+from budgetscope.derive import vllm
+from budgetscope.derive.requests import requests_sql
+from conftest import rows
+from server_traces import draw, jsonl, native, vllm_classic, vllm_journey
+
+WRITERS = {"native": native, "vllm_classic": vllm_classic, "vllm_journey": vllm_journey}
+
+PREEMPTED_ONLY = " AND (trace_id, api_id) IN (SELECT trace_id, api_id FROM j WHERE preemptions > 0)"
+"""The journey adapter's window runs over preempted requests only (derive/vllm.py, `w`)."""
+
+
+def _text(fmt: str, n: int = 40) -> str:
+    mix = draw(f"identical {fmt}", "queue", n, failed_share=0.1)
+    return jsonl([d for r in mix.requests for d in WRITERS[fmt](r, r.k % 2 == 0)])
+
+
+def _same(a: list, b: list) -> bool:
+    """Rows equal value for value, NaN (a one-token TPOT) included."""
+    return [[repr(v) for v in r] for r in a] == [[repr(v) for v in r] for r in b]
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    """Each format ingested once (a single-file archive: its `spans` readable as one table)."""
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    out = {}
+    for fmt in WRITERS:
+        d = tmp_path_factory.mktemp(fmt)
+        (d / "t.jsonl").write_text(_text(fmt))
+        with Archive(d / "a.duckdb") as a:
+            a.ingest(read_batches(d / "t.jsonl"))
+        out[fmt] = d / "a.duckdb"
+    return out
+
+
+def test_the_journey_window_over_preempted_requests_only_changes_nothing(archives):
+    sql = requests_sql("spans", {"vllm", "client"})
+    assert PREEMPTED_ONLY in vllm._journey("spans")
+    got = rows(archives["vllm_journey"], f"SELECT * FROM ({sql}) ORDER BY trace_id, server_span_id")
+    before = rows(
+        archives["vllm_journey"], f"SELECT * FROM ({sql.replace(PREEMPTED_ONLY, '')}) ORDER BY trace_id, server_span_id"
+    )
+    assert len(got) == 40 and _same(got, before)
+    preempted = [r for r in rows(archives["vllm_journey"], "SELECT queue_entries FROM requests") if r[0] and r[0] > 1]
+    assert preempted  # the case the window is for is there
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_all_traces_at_once_derive_what_each_trace_alone_derives(archives, fmt):
+    """The derivation over every trace (what an ingest's commit runs) gives each trace the row it gets alone."""
+    path = archives[fmt]
+    present = {s for (s,) in rows(path, "SELECT DISTINCT source FROM spans")}
+    sql = requests_sql("spans", present)
+    together = rows(path, f"SELECT * FROM ({sql}) ORDER BY trace_id, server_span_id")
+    traces = [t for (t,) in rows(path, "SELECT DISTINCT trace_id FROM spans ORDER BY 1")]
+    alone = [
+        r
+        for t in traces[:6]  # hex ids: safe as literals
+        for r in rows(path, f"SELECT * FROM ({requests_sql(f'(SELECT * FROM spans WHERE trace_id = {t!r})', present)})")
+    ]
+    assert len(together) == 40 and _same([r for r in together if r[0] in traces[:6]], alone)
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_one_derivation_derives_what_one_a_chunk_derives(tmp_path, fmt, monkeypatch):
+    """An ingest deriving once at the end and one deriving after each of its chunks (a trace's spans split
+    between two derivations here and there): the same `requests` rows."""
+    from budgetscope.ingest import batches, lander
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    f = tmp_path / "t.jsonl"
+    f.write_text(_text(fmt, 12))
+    with Archive(tmp_path / "once") as a:
+        a.ingest(read_batches(f))
+    monkeypatch.setattr(batches, "CHUNK_BYTES", f.stat().st_size // 4)
+    monkeypatch.setattr(lander, "DERIVE_EVERY_SPANS", 1)
+    with Archive(tmp_path / "often") as a:
+        a.ingest(read_batches(f))
+    q = "SELECT * FROM requests ORDER BY trace_id"
+    once = rows(tmp_path / "once", q)
+    assert len(once) == 12 and _same(once, rows(tmp_path / "often", q))
