@@ -6,8 +6,8 @@
 Prints the median seconds per derivation of every span of an archive, the query the writer runs at each commit,
 as requests/s and spans/s, with the CPU seconds of the process (DuckDB's threads included) and the load average.
 `--format`: the spans of one upstream format (format_traces.py: vllm_classic, vllm_journey, ...), else
-budgetscope's synthetic native traces (two tiers, client spans). With `--base`, the same for requests.py as it was at COMMIT (read with
-`git show`; the columns added since are left out of its SELECT), run alternately with this one: what a change to
+budgetscope's synthetic native traces (two tiers, client spans). With `--base`, the same for the derivation as it was at COMMIT (the package
+extracted with `git archive`; its SELECT derives that commit's columns), run alternately with this one: what a change to
 the derivation costs (e.g. the server span's resource join for the replica columns).
 """
 
@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -33,23 +32,20 @@ from common import machine
 from format_traces import FORMATS
 
 
-def _git_show(commit: str, path: str) -> str:
-    return subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True, text=True, check=True).stdout
-
-
-def _base(commit: str) -> types.ModuleType:
-    """requests.py at `commit`, deriving the `requests` columns of that commit's schema.py."""
-    mods = {}
-    for name in ("archive/schema", "sources/requests"):
-        mod = mods[name] = sys.modules[f"base_{name.replace('/', '_')}"] = types.ModuleType(
-            f"base_{name.replace('/', '_')}"
+def _base_sql(commit: str, present: set[str]) -> str:
+    """The `requests` SELECT that the package at `commit` writes (extracted with `git archive`, imported by a child
+    interpreter: only its SQL text is needed; it runs on this tree's connection)."""
+    with tempfile.TemporaryDirectory() as d:
+        tar = subprocess.run(["git", "archive", commit, "budgetscope"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", d], input=tar, check=True)
+        code = (
+            "import sys; from budgetscope.derive.requests import requests_sql; "
+            f"sys.stdout.write(requests_sql('spans', set({sorted(present)!r})))"
         )
-        exec(
-            compile(_git_show(commit, f"budgetscope/{name}.py"), f"{commit}:{name}.py", "exec"),  # noqa: S102 - compiles an older commit's module to measure it against this one
-            mod.__dict__,
-        )  # our own files, from git
-    mods["sources/requests"].REQUESTS = mods["archive/schema"].REQUESTS
-    return mods["sources/requests"]
+        env = {**os.environ, "PYTHONPATH": d}
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=d
+        ).stdout
 
 
 def main() -> None:
@@ -60,9 +56,7 @@ def main() -> None:
     ap.add_argument("--format", choices=list(FORMATS), help="an upstream format's spans (default: synthetic native)")
     args = ap.parse_args()
     print(machine())
-    variants = {"this tree": current}
-    if args.base:
-        variants[args.base] = _base(args.base)
+    variants = ["this tree", *([args.base] if args.base else [])]
     with tempfile.TemporaryDirectory() as d:
         traces = Path(d) / "t.jsonl"
         if args.format:
@@ -78,12 +72,15 @@ def main() -> None:
             (spans,) = con.execute("SELECT count(*) FROM spans").fetchone()
             present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
             (requests,) = con.execute("SELECT count(*) FROM requests").fetchone()
+            sqls = {"this tree": current.requests_sql("spans", present)}
+            if args.base:
+                sqls[args.base] = _base_sql(args.base, present)
             times: dict[str, list[float]] = {k: [] for k in variants}
             cpus: dict[str, list[float]] = {k: [] for k in variants}
             load = os.getloadavg()[0]
             for _ in range(args.runs):  # alternately, so that a busy machine weighs on both alike
-                for name, mod in variants.items():
-                    sql = mod.requests_sql("spans", present)
+                for name in variants:
+                    sql = sqls[name]
                     t, c = time.perf_counter(), cpu_s()
                     con.execute(f"CREATE OR REPLACE TEMP TABLE bs_bench AS {sql}")
                     times[name].append(time.perf_counter() - t)

@@ -114,3 +114,20 @@ def test_every_batch_is_in_exactly_one_category_when_copies_race(archive_path):
     assert (s.batches_landed, s.batches_rejected, s.batches_failed, s.spooled_batches) == (10, 8, 0, 0)
     assert s.batches_landed + s.batches_already_stored + s.batches_rejected == s.batches
     assert _stored(archive_path) == (10, 10 * 3 * 6)
+
+
+def test_every_metrics_sample_is_named_as_its_type_line_names_it():
+    """Text format 0.0.4: Prometheus types a sample by the TYPE line of its own name, so a counter's TYPE line
+    carries `_total` as its samples do; a histogram's samples add `_bucket`, `_sum`, `_count`."""
+    import re
+
+    from budgetscope.collector.self_metrics import render
+    from budgetscope.collector.writer import CollectorStats
+
+    text = render(CollectorStats(), 0, 1 << 20, 0).decode()
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    assert "budgetscope_collector_batches_received_total" in types
+    for name in re.findall(r"^([a-z_]+)[{ ]", text, re.M):
+        family = name if name in types else re.sub(r"_(bucket|sum|count)$", "", name)
+        assert family in types, name
+        assert types[family] != "counter" or family.endswith("_total"), family

@@ -169,6 +169,23 @@ def test_pages_open_on_a_tier_that_has_requests(monkeypatch):
     assert "Tail = the **10** requests" in at.markdown[0].value
 
 
+def test_budgets_page_does_not_open_on_a_budgeted_tier_without_requests(monkeypatch):
+    # the same sample: no verdict box for the empty `interactive`, one line naming it, and a warning that names
+    # the tier that holds the requests
+    at = _app(monkeypatch, SAMPLES / "h200-1b-served")
+    at.run()
+    _clean(at, "budgets")
+    assert not [h.value for h in at.header], "a tier without requests is shown as a tier"
+    rep = _report("h200-1b-served")
+    (n,) = rep["unbudgeted_tiers"].values()
+    assert [w.value for w in at.warning] == [
+        f"No budgeted tier has requests here; the requests are in tiers with no budget: default ({n:,} requests). "
+        "Check the tiers' `match` in the budgets file, or open these tiers on the Breakdown page (at p99)."
+    ]
+    captions = [c.value for c in at.caption]
+    assert "Budgeted tiers with no request in the selection (UNKNOWN: nothing to judge): interactive." in captions
+
+
 def test_filters_narrow_every_page(monkeypatch):
     at = _app(monkeypatch, SAMPLES / "calm")
     at.run()

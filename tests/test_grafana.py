@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -36,7 +37,14 @@ def board() -> dict:
 def test_every_expression_names_a_series_collect_exports(board, archive_path):
     budgets = parse_budgets("[tiers.interactive]\nttft_ms = 250\n[tiers.interactive.stages]\nqueue = 100\n")
     with Collector(archive_path, grpc_port=None, http_port=0, budgets=budgets, attribution_every_s=3600) as c:
-        text = httpx.get(f"http://127.0.0.1:{c.http_port}/metrics").text
+        # the attribution's lag is exported once its first computation (at start, in its thread) has read a commit
+        deadline = time.monotonic() + 60
+        while (
+            "budgetscope_attribution_lag_seconds"
+            not in (text := httpx.get(f"http://127.0.0.1:{c.http_port}/metrics").text)
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
     exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     names = set()
     for expr in _exprs(board):

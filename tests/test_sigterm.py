@@ -322,8 +322,8 @@ def _answer_some_then_hold(stub, at_least: int, skip: int = 0) -> set[str]:
 
 FINISHED_CLIENT_SPANS = (
     "SELECT trace_id FROM spans WHERE kind = 'CLIENT' "
-    "AND attributes->>'http.response.status_code' = '200' "
-    "AND attributes->>'gen_ai.usage.output_tokens' = '3'"
+    "AND (attributes->>'http.response.status_code') = '200' "
+    "AND (attributes->>'gen_ai.usage.output_tokens') = '3'"
 )
 
 

@@ -72,7 +72,7 @@ def test_scrape_lands_every_series_under_vllm_names(metrics_url, archive_path):
     (labels,) = rows(
         archive_path,
         "SELECT DISTINCT labels->>'le' FROM server_metrics WHERE metric = "
-        "'vllm:time_to_first_token_seconds_bucket' AND labels->>'le' = '+Inf'",
+        "'vllm:time_to_first_token_seconds_bucket' AND (labels->>'le') = '+Inf'",
     )
     assert labels == ("+Inf",)
     assert rows(archive_path, "SELECT count(*), count(DISTINCT batch_id) FROM server_metrics") == [(36, 3)]

@@ -743,3 +743,13 @@ def test_genai_clients_and_llmd_derive_and_report_the_same_on_spark(spark, gatew
     assert w["sampling"] == g["sampling"] == {"requests": {"llmd": 6}, "how": w["sampling"]["how"]}
     assert set(w["stages"]) == set(g["stages"]) >= {"gateway", "kv_handoff"}
     assert w["attribution"]["e2e"]["shares"] == pytest.approx(g["attribution"]["e2e"]["shares"], rel=1e-9)
+
+
+def test_a_java_error_is_told_by_its_java_line_not_py4j_s_object_name():
+    from budgetscope.spark.session import one_line
+
+    e = RuntimeError(
+        "An error occurred while calling o12483.parquet.\n: java.lang.OutOfMemoryError: GC overhead limit exceeded\n"
+        "\tat org.apache.spark.sql.catalyst.analysis.DeduplicateRelations$.deduplicate(x.scala:241)"
+    )
+    assert one_line(e) == "java.lang.OutOfMemoryError: GC overhead limit exceeded"

@@ -310,7 +310,7 @@ def test_tiny_engine_concurrency_sweep_with_warmup_repeats_and_plots(budgets, tm
 
     with Archive(cap, read_only=True, create=False) as a:
         warm, tagged = a.con.execute(f"""SELECT count_if(attributes->>'{CLIENT_WARMUP}' = 'true'),
-            count_if(attributes->>'{CLIENT_WARMUP}' = 'true' AND attributes->>'{RUN}' IS NOT NULL)
+            count_if(attributes->>'{CLIENT_WARMUP}' = 'true' AND (attributes->>'{RUN}') IS NOT NULL)
             FROM spans WHERE source = 'client'""").fetchone()
     assert (warm, tagged) == (8, 0)  # 2 a step, none of them in a step
     html = (plots / "capacity-interactive.html").read_text()

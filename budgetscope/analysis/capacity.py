@@ -99,8 +99,8 @@ class Step:
 
 def sweep_runs(con) -> list[str]:
     """The sweep runs in the archive, oldest first."""
-    rows = con.execute(f"""SELECT attributes->>'{RUN}' AS run, min(start_ns) FROM spans
-        WHERE source = 'client' AND attributes->>'{RUN}' IS NOT NULL GROUP BY 1 ORDER BY 2""").fetchall()
+    rows = con.execute(f"""SELECT (attributes->>'{RUN}') AS run, min(start_ns) FROM spans
+        WHERE source = 'client' AND (attributes->>'{RUN}') IS NOT NULL GROUP BY 1 ORDER BY 2""").fetchall()
     return [r[0] for r in rows]
 
 
@@ -111,7 +111,7 @@ def sweep_steps(con, run: str) -> list[Step]:
           CAST(attributes->>'{REPEAT}' AS INTEGER), CAST(attributes->>'{RATE}' AS DOUBLE),
           CAST(attributes->>'{DURATION}' AS DOUBLE), min(start_ns), max(end_ns), count(*),
           min(attributes->>'url.full'), CAST(attributes->>'{CONCURRENCY}' AS INTEGER)
-        FROM spans WHERE source = 'client' AND attributes->>'{RUN}' = ?
+        FROM spans WHERE source = 'client' AND (attributes->>'{RUN}') = ?
         GROUP BY 1, 2, 3, 4, 9 ORDER BY 1""",
         [run],
     ).fetchall()

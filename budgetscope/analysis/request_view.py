@@ -93,7 +93,7 @@ def request_view(con, key: str) -> dict | None:
     ids = [s for s in (r["server_span_id"], r["client_span_id"]) if s]
     spans = con.execute(
         f"""
-        SELECT name, kind, start_ns, end_ns, attributes->>'budgetscope.stage' FROM spans
+        SELECT name, kind, start_ns, end_ns, (attributes->>'budgetscope.stage') FROM spans
         WHERE trace_id = ? AND (span_id IN ({", ".join("?" * len(ids))}) OR parent_span_id = ?)
         ORDER BY start_ns, end_ns DESC""",
         [r["trace_id"], *ids, r["server_span_id"]],

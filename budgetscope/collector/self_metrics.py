@@ -17,12 +17,14 @@ PREFIX = "budgetscope_collector_"
 
 
 def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> Iterator[str]:
-    """The lines of one metric family: HELP, TYPE, then `name{labels} value` per (labels, value)."""
-    yield f"# HELP {PREFIX}{name} {help_text}"
-    yield f"# TYPE {PREFIX}{name} {kind}"
-    suffix = "_total" if kind == "counter" else ""
+    """The lines of one metric family: HELP, TYPE, then `name{labels} value` per (labels, value). A counter's
+    name ends in `_total` on its HELP and TYPE lines too: in the text format 0.0.4 a family's samples carry its name
+    as it is, and Prometheus types a sample by the TYPE line of that name."""
+    full = f"{PREFIX}{name}{'_total' if kind == 'counter' else ''}"
+    yield f"# HELP {full} {help_text}"
+    yield f"# TYPE {full} {kind}"
     for labels, value in samples:
-        yield f"{PREFIX}{name}{suffix}{labels} {value}"
+        yield f"{full}{labels} {value}"
 
 
 def _named_family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> Iterator[str]:

@@ -84,7 +84,7 @@ class IdLinks:
         (found,) = self.con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_ids AS
             SELECT CAST(attributes->>'{ID_ATTR}' AS VARCHAR) AS rid, min(start_ns) AS lo, max(end_ns) AS hi
             FROM ({self.new_spans()}) n WHERE contains(attributes, '{ID_ATTR}') AND {CLIENT_ROOT_SQL}
-              AND attributes->>'{ID_ATTR}' IS NOT NULL GROUP BY 1
+              AND (attributes->>'{ID_ATTR}') IS NOT NULL GROUP BY 1
             UNION ALL
             SELECT client_request_id, min(coalesce(client_sent_ns, arrival_ns)), max(coalesce(end_ns, arrival_ns))
             FROM requests WHERE {_IN_PENDING} AND client_request_id IS NOT NULL GROUP BY 1""").fetchone()

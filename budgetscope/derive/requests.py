@@ -182,23 +182,35 @@ and one record. An older import's copy of the record in the server's trace is th
 the one joined."""
 
 
-def requests_sql(spans: str, present: set[str] | None = None) -> str:
-    """SELECT producing `requests` rows (columns in table order) from the relation `spans`.
+def _union(spans: str, adapters) -> str:
+    return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
 
-    `present`: the `source` values found in `spans`, when the caller knows them: adapters with nothing to read
-    are left out of the query. Each adapter costs its own pipelines whether or not it finds rows, and for a
-    small batch that fixed cost was most of the derivation (65-100 ms of it, against ~40 ms for the native
-    adapter alone)."""
 
-    def union(adapters) -> str:
-        return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
-
+def served_sql(spans: str, present: set[str] | None = None) -> str:
+    """SELECT: the server rows of the span adapters (`SPAN_ADAPTERS`) whose sources are `present`, before the
+    client join: the first part of `requests_sql`, which an engine may compute on its own first (Spark does:
+    spark/requests_frame.py)."""
     wanted = [a for src, a in SPAN_ADAPTERS if present is None or src in present]
     if present is None or "llmd" in present:
         # an llm-d request's vLLM legs are its own, never rows of their own (derive/llmd.py)
         wanted = [(lambda sp: vllm.server_rows(sp, llmd.legs(sp))) if a is vllm.server_rows else a for a in wanted]
     # with no adapter left, one stands in for the columns and yields nothing (the optimizer drops its scan)
-    served = union(wanted) if wanted else f"SELECT * FROM ({union([SPAN_ADAPTERS[0][1]])}) WHERE false"
+    return _union(spans, wanted) if wanted else f"SELECT * FROM ({_union(spans, [SPAN_ADAPTERS[0][1]])}) WHERE false"
+
+
+def requests_sql(spans: str, present: set[str] | None = None, served: str | None = None) -> str:
+    """SELECT producing `requests` rows (columns in table order) from the relation `spans`.
+
+    `present`: the `source` values found in `spans`, when the caller knows them: adapters with nothing to read
+    are left out of the query. Each adapter costs its own pipelines whether or not it finds rows, and for a
+    small batch that fixed cost was most of the derivation (65-100 ms of it, against ~40 ms for the native
+    adapter alone). `served`: a relation that already holds `served_sql(spans, present)`'s rows (default: that
+    SELECT, inline)."""
+
+    def union(adapters) -> str:
+        return _union(spans, adapters)
+
+    served = f"SELECT * FROM {served}" if served else served_sql(spans, present)
     reported = (
         union(REPORTED_ADAPTERS)
         if present is None or "client" in present
@@ -234,7 +246,7 @@ def requests_sql(spans: str, present: set[str] | None = None) -> str:
         "http_status": 'coalesce(c.a."http.response.status_code", c.a."http.status_code", g.http_status)',
         "network_ms": f"CASE WHEN {COMPLETED} AND (s.server_span_id IS NULL OR {CLIENT_VIEW_OK}) "
         f"THEN ({CLIENT_END} - c.start_ns) / 1e6 - s.e2e_ms END",
-        **{col: f"res.resource->>'{key}'" for col, key in REPLICA_COLUMNS.items()},
+        **{col: f"(res.resource->>'{key}')" for col, key in REPLICA_COLUMNS.items()},
         # kept on the row so that the report counts the definitions without joining `spans` (analysis/report.py)
         "client_first_token_definition": f"CASE WHEN c.span_id IS NOT NULL "
         f"THEN coalesce(c.definition, '{TOKEN_EVENT}') END",

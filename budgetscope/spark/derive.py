@@ -5,7 +5,8 @@ new folder of Parquet files (the archive itself is never written).
 
 For archives filled in bulk (the OpenTelemetry Collector's file exporter, copied to object storage), where
 deriving every trace on one machine is the slow part. The derivation is `derive.requests.requests_sql`, the
-one the writer runs at each commit, transpiled for Spark (spark/dialect.py): both engines give the same rows.
+one the writer runs at each commit, transpiled for Spark (spark/dialect.py) and run there in two steps
+(spark/requests_frame.py): both engines give the same rows.
 All spans of the root are read as one: a trace whose spans reached two shards gives one row here, as a reader
 of the root gives (the shards' own `requests` hold a partial row each, see docs/archive.md).
 """
@@ -18,15 +19,14 @@ from pathlib import Path
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.derive.requests import requests_sql
 from budgetscope.spark.commands import spark_archive
-from budgetscope.spark.dialect import to_spark
+from budgetscope.spark.requests_frame import requests_frame
 from budgetscope.spark.session import SparkError, one_line
 
 
-def derivation_sql(con) -> str:
-    """The `requests` SELECT over the view `spans` of `con` (DuckDB or SparkConnection), with only the adapters
-    whose spans are present (as the writer does)."""
-    present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
-    return requests_sql("spans", present)
+def present_sources(con) -> set[str]:
+    """The `source` values of the view `spans` of `con` (DuckDB or SparkConnection): only their adapters run (as
+    the writer does)."""
+    return {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
 
 
 def _out_dir(out: str | os.PathLike, archive: str | os.PathLike) -> Path:
@@ -47,7 +47,7 @@ def derive_duckdb(archive: str | os.PathLike, out: str | os.PathLike) -> int:
 
     dest = _out_dir(out, archive)
     with Archive(archive, read_only=True, create=False) as a:
-        sql = derivation_sql(a.con)
+        sql = requests_sql("spans", present_sources(a.con))
         dest.mkdir(exist_ok=True)
         a.con.execute(f"COPY ({sql}) TO '{dest / 'requests.parquet'}' (FORMAT parquet)")
         return a.con.execute(f"SELECT count(*) FROM read_parquet('{dest / 'requests.parquet'}')").fetchone()[0]
@@ -57,8 +57,8 @@ def derive_spark(archive: str | os.PathLike, out: str | os.PathLike, master: str
     """Derive into `out/` (Spark's part files) on Spark; returns the rows written."""
     dest = _out_dir(out, archive)
     with spark_archive(archive, master) as a:
-        df = a.spark.sql(to_spark(derivation_sql(a.con)))
         try:
+            df, _ = requests_frame(a.spark, "spans", present_sources(a.con))
             df.write.mode("errorifexists").parquet(str(dest))
             return a.spark.read.parquet(str(dest)).count()
         except Exception as e:  # noqa: BLE001 - py4j, pyspark and JVM errors alike: one line

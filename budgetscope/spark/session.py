@@ -166,10 +166,11 @@ def one_line(e: BaseException) -> str:
     text = str(e).strip()
     for line in text.splitlines():
         line = line.strip()
-        if not line or line.startswith(("JVM stacktrace", "at ", "Traceback")):
+        # py4j's "An error occurred while calling o123.parquet." names a JVM object; the Java error is the next line
+        if not line or line.startswith(("JVM stacktrace", "at ", "Traceback", "An error occurred while calling")):
             continue
-        for prefix in ("py4j.protocol.Py4JJavaError: ", "An error occurred while calling"):
-            if line.startswith(prefix):
-                line = line[len(prefix) :]
+        line = line.removeprefix("py4j.protocol.Py4JJavaError: ").removeprefix(": ")
+        if "An error occurred while calling" in line:
+            continue
         return line[:400]
     return type(e).__name__

@@ -12,7 +12,16 @@ ov, f, text, bpath = state.start_page("Budgets")
 rep = state.report(state.archive_path(), text, f, bpath)
 if not rep["tiers"]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
-for e in rep["tiers"]:
+# tiers with requests first: a budgeted tier that matched none is one line at the end, not the page's opening
+shown = [e for e in rep["tiers"] if e["requests"]]
+empty = [e["name"] for e in rep["tiers"] if not e["requests"]]
+if empty and not shown and rep["unbudgeted_tiers"]:
+    st.warning(
+        "No budgeted tier has requests here; the requests are in tiers with no budget: "
+        + ", ".join(f"{t} ({n:,} requests)" for t, n in rep["unbudgeted_tiers"].items())
+        + ". Check the tiers' `match` in the budgets file, or open these tiers on the Breakdown page (at p99)."
+    )
+for e in shown:
     st.header(f"Tier {e['name']}")
     state.verdict_box(e)
     key = f"p{e['percentile']:g}"
@@ -76,6 +85,8 @@ for e in rep["tiers"]:
             f"{e['requests_without_client_span']:,} requests have no client span: server-side figures, "
             "no network stage."
         )
+if empty:
+    st.caption("Budgeted tiers with no request in the selection (UNKNOWN: nothing to judge): " + ", ".join(empty) + ".")
 if rep["unbudgeted_tiers"]:
     st.caption(
         "Tiers with no budget in the file: "
