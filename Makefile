@@ -41,10 +41,13 @@ demo: $(STAMP) $(EXT)
 # fresh venv (core and the dashboard extra, never torch), every command run from another directory, once on the
 # oldest declared Python (3.10) and once on the newest (3.13), each found on PATH or under pyenv; a missing one is
 # one SKIPPED line. Both: 2.5 minutes on 2 shared cores, pip's cache warm (was 1.5 for one); `make wheel-check` alone.
+# Two pytest-xdist workers, each test file in one of them (its module and session fixtures stay whole): many tests
+# wait on servers, engines and subprocesses, so two workers on 2 cores took the suite from 1,159 s to 695 s
+# (2026-11-29, load 1-4.5; docs/design.md, "Tests").
 test: $(STAMP) $(EXT) $(PROMTOOL)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 wheel-check: $(STAMP) $(EXT)
 	$(PY) -m pytest -q tests/test_wheel_install.py
