@@ -506,7 +506,8 @@ def _exchange(port: int, data: bytes) -> tuple[bytes, bool]:
 
 
 def _responses(out: bytes) -> list[int]:
-    """The statuses of the responses in `out`, each checked: a status line, headers, a Content-Length body."""
+    """The final statuses of the responses in `out`, each checked: a status line, headers, a Content-Length body
+    (an interim `100 Continue` is a status line alone)."""
     statuses = []
     while out:
         head, sep, rest = out.partition(b"\r\n\r\n")
@@ -516,7 +517,14 @@ def _responses(out: bytes) -> list[int]:
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or parts[0] != b"HTTP/1.1" or not parts[1].isdigit():
             raise Finding(f"not an HTTP/1.1 status line: {lines[0][:200]!r}")
+        if parts[1] == b"100":  # an interim answer to `Expect: 100-continue`: a status line alone, no body
+            if len(lines) != 1:
+                raise Finding(f"a 100 Continue with header fields: {head[:200]!r}")
+            out = rest
+            continue
         fields = dict(line.split(b": ", 1) for line in lines[1:])
+        if b"Content-Length" not in fields:
+            raise Finding(f"an answer without a Content-Length: {head[:200]!r}")
         length = int(fields[b"Content-Length"])
         statuses.append(int(parts[1]))
         out = rest[length:]
@@ -633,6 +641,9 @@ def inflate(data: bytes) -> None:
     if not data:
         return
     encoding, body, limit = ("gzip" if data[0] % 2 == 0 else "deflate"), data[1:], 4096
+    # the module's sizes, set for this input and put back after it: a replay in a test process leaves them as
+    # they were for the tests after it
+    saved = inf.FEED_BYTES, inf.STEP_BYTES
     inf.FEED_BYTES = (7, 61, 509)[(data[0] >> 1 & 3) % 3]
     inf.STEP_BYTES = (97, 4099)[data[0] >> 3 & 1]
     pool = inf.InflatePool(2 * limit + 2)
@@ -652,6 +663,7 @@ def inflate(data: bytes) -> None:
         raise Finding(f"the inflater raised {type(e).__name__}: {e}") from e
     finally:
         pool.release(i)
+        inf.FEED_BYTES, inf.STEP_BYTES = saved
     ref, members = _reference_inflate(body, i.is_gzip, i.wbits)
     if ref is not None and len(ref) > limit:
         want: bytes | int = 413

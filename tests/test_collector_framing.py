@@ -331,3 +331,24 @@ def test_well_formed_heads_parse_as_rfc_9112_reads_them():
         16,
         2**64 - 1,
     ]
+
+
+def test_expect_100_continue_is_answered_before_the_body_and_the_body_lands(tmp_path):
+    proto, _ = _bodies()
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        b"Content-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n" % len(proto)
+    )
+    with Collector(tmp_path / "a", grpc_port=None, http_port=0) as c:
+        with socket.create_connection(("127.0.0.1", c.http_port), timeout=10) as s:
+            s.sendall(head)
+            assert s.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"  # before a byte of the body was sent
+            s.sendall(proto)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        assert out.startswith(b"HTTP/1.1 200 "), out[:80]
+        # a refused head gets its refusal, no 100
+        out, _ = _exchange(c.http_port, head.replace(b"Host: x", b"Host: x\r\nContent-Encoding: br"))
+        assert out.startswith(b"HTTP/1.1 415 ") and b"100 Continue" not in out, out[:80]
+        _wait_for(lambda: c.stats.batches_landed == 1, timeout_s=60)

@@ -386,6 +386,10 @@ class _Connection:
         until = time.monotonic() + HEADER_TIMEOUT_S + (declared or r.max_message_bytes) / MIN_BODY_RATE
         self._progress(BODY_STALL_S)
         self.deadline = min(self.deadline, until)
+        if req.version == "HTTP/1.1" and req.has_body and req.headers.get("expect", "").lower() == "100-continue":
+            # every check a head allows has passed: the client (curl with a large file) may send the body now
+            # instead of waiting a second for an answer that would never come (RFC 9110, 10.1.1)
+            self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort))
         body = _Body(r.queue, hold, until, declared)
         try:
