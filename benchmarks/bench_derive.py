@@ -70,7 +70,7 @@ def main() -> None:
         with Archive(Path(d) / "a.duckdb", read_only=True) as a:
             con = a.con
             (spans,) = con.execute("SELECT count(*) FROM spans").fetchone()
-            present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
+            present = current.present_sources(con)
             (requests,) = con.execute("SELECT count(*) FROM requests").fetchone()
             sqls = {"this tree": current.requests_sql("spans", present)}
             if args.base:

@@ -8,7 +8,7 @@ writer derives them.
 
 from __future__ import annotations
 
-from budgetscope.derive.requests import requests_sql
+from budgetscope.derive.requests import present_sources, requests_sql
 
 
 def orphans_sql(scope: str) -> str:
@@ -44,9 +44,8 @@ def derive_pending(con, count_orphans: bool = True, track: bool = False) -> tupl
                 "SELECT * FROM spans WHERE trace_id IN (SELECT trace_id FROM pending_traces)"
             )
             con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)")
-        present = {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {scope}").fetchall()}
         # by name: a file that gained columns later (duckdb_archive) may hold them in another order
-        con.execute(f"INSERT INTO requests BY NAME {requests_sql(scope, present)}")
+        con.execute(f"INSERT INTO requests BY NAME {requests_sql(scope, present_sources(con, scope))}")
         (n,) = con.execute(
             "SELECT count(*) FROM requests WHERE trace_id IN (SELECT trace_id FROM pending_traces)"
         ).fetchall()[0]

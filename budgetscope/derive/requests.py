@@ -182,6 +182,12 @@ and one record. An older import's copy of the record in the server's trace is th
 the one joined."""
 
 
+def present_sources(con, spans: str = "spans") -> set[str]:
+    """The `source` values found in the relation `spans` of `con` (DuckDB, or a SparkConnection): the `present` of
+    `served_sql` and `requests_sql`, so that only their adapters run."""
+    return {src for (src,) in con.execute(f"SELECT DISTINCT source FROM {spans}").fetchall()}
+
+
 def _union(spans: str, adapters) -> str:
     return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
 

@@ -17,16 +17,10 @@ import os
 from pathlib import Path
 
 from budgetscope.archive.errors import ArchiveError
-from budgetscope.derive.requests import requests_sql
+from budgetscope.derive.requests import present_sources, requests_sql
 from budgetscope.spark.commands import spark_archive
 from budgetscope.spark.requests_frame import requests_frame
 from budgetscope.spark.session import SparkError, one_line
-
-
-def present_sources(con) -> set[str]:
-    """The `source` values of the view `spans` of `con` (DuckDB or SparkConnection): only their adapters run (as
-    the writer does)."""
-    return {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
 
 
 def _out_dir(out: str | os.PathLike, archive: str | os.PathLike) -> Path:

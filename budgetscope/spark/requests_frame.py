@@ -4,7 +4,7 @@ executor memory (`localCheckpoint`), then the client join and the row checks ove
 One statement, as DuckDB runs it, does not finish on Spark once llm-d's spans are present: its server rows read
 the ancestry joins of `derive/llmd.py` four times and vLLM's rows twice, and the derivation refers to the server
 rows three times, so Spark's analyzer (DeduplicateRelations, Spark 4.x) walks a plan of hundreds of self-joins and
-ran out of a 4 GB driver on 12 requests (docs/spark.md). Cut there, the analyzer sees the first step's result as a
+ran out of a 4 GB driver on 12 requests (docs/scale.md). Cut there, the analyzer sees the first step's result as a
 table. The rows are the same as DuckDB's (tests/test_spark.py).
 """
 
