@@ -379,6 +379,35 @@ def test_a_late_span_of_a_trace_the_working_set_dropped_is_read_back_whatever_it
     assert rows(tmp_path / "a", ONE_WHOLE_ROW) == [(1, True, 8.0, 10.0)]
 
 
+def test_a_late_span_reads_back_where_its_dropped_trace_lies_only(tmp_path, monkeypatch):
+    """The collector knows where the spans of a trace it dropped lie: a late span of it reads back the segments
+    that meet that range, not every segment within an hour of the new span (at 100,000 spans/s, a busy hour's
+    segments whole, at every commit: docs/benchmarks.md, "Live SLIs")."""
+    from budgetscope.archive import segments
+
+    server, client = _server_then_client(tmp_path, T0)
+    other = tmp_path / "other.jsonl"  # another trace ten minutes later: the same hour, a segment of its own
+    other.write_text(jsonl(export(native_request(arrival=T0 + 600_000 * MS)[1])))
+    a = Archive(tmp_path / "a", durable=True, holding=replace(HOLDING, hold_s=0), compact=False)
+    read: list[list] = []
+    listed = segments.sql_list
+    monkeypatch.setattr(segments, "sql_list", lambda root, segs: read.append(list(segs)) or listed(root, segs))
+    try:
+        for f in (server, other):
+            a.ingest(read_batches(f), derive=False)
+            a.commit()
+        assert a.con.execute("SELECT count(*) FROM spans").fetchall() == [(0,)]
+        read.clear()
+        a.ingest(read_batches(client), derive=False)
+        a.commit()
+    finally:
+        a.close()
+    both = "SELECT count(*), count(*) FILTER (WHERE has_client_span), min(network_ms) FROM requests"
+    assert rows(tmp_path / "a", both) == [(2, 1, 8.0)]
+    spans_read = [s for segs in read for s in segs if s.table == "spans"]
+    assert len(spans_read) == 1 and spans_read[0].min_ns <= T0 < T0 + 600_000 * MS > spans_read[0].max_ns
+
+
 def test_a_restarted_collector_reads_back_a_trace_the_last_one_published(tmp_path):
     """A new writer holds none of the published traces: the late spans of one the last writer published (their
     producer's clock ahead of the collector's) are derived with its first spans, as one row."""

@@ -47,7 +47,8 @@ _STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS bs_derived (trace_id VARCHAR)",
     "CREATE TABLE IF NOT EXISTS bs_superseded (trace_id VARCHAR, arrival_ns BIGINT)",
     "CREATE TABLE IF NOT EXISTS bs_state (key VARCHAR PRIMARY KEY, value BIGINT)",
-    "CREATE TABLE IF NOT EXISTS bs_dropped (h UBIGINT, at_ns BIGINT)",  # traces the working set let go of
+    # traces the working set let go of, with where their spans lie (start_ns from lo to hi; NULL: not known)
+    "CREATE TABLE IF NOT EXISTS bs_dropped (h UBIGINT, at_ns BIGINT, lo BIGINT, hi BIGINT)",
 )
 
 _PUBLISH = {  # table -> rows new since the last commit ({w}: the last published batch id)
@@ -337,13 +338,27 @@ class DirectoryArchive:
             return
         new = """SELECT s.trace_id, min(s.start_ns) AS lo, max(s.end_ns) AS hi FROM spans s
             WHERE s.batch_id > ? AND s.trace_id IN (SELECT trace_id FROM pending_traces) GROUP BY s.trace_id"""
-        if not self.durable:  # `ingest` looks for every pending trace
-            con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS {new}", [m.published_batch])
-        else:  # the collector's, for the traces it let go of (a join: the pending side is the small one)
+        margin = REHYDRATE_MARGIN_NS
+        if not self.durable:  # `ingest` looks for every pending trace, within the margin of its new spans
             con.execute(
-                f"""CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS ({new})
-                SELECT n.* FROM n WHERE n.lo < {self._forgot_until_ns}
-                   OR n.trace_id IN (SELECT n.trace_id FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id))""",
+                f"""CREATE OR REPLACE TEMP TABLE bs_look AS
+                SELECT trace_id, lo - {margin} AS lo, hi + {margin} AS hi, false AS known FROM ({new}) n""",
+                [m.published_batch],
+            )
+        else:  # the collector's, for the traces it let go of (a join: the pending side is the small one)
+            # where a dropped trace's spans lie is known (they were all in the working set when it let go of it):
+            # read back there alone, not an hour either side of its new spans (a busy hour's segments, whole, at
+            # each commit); a trace it may have forgotten, or seeded at opening, within the margin
+            forgot = self._forgot_until_ns
+            con.execute(
+                f"""CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS ({new}),
+                d AS (SELECT n.trace_id, min(d.lo) AS lo, max(d.hi) AS hi, bool_or(d.lo IS NULL) AS unknown
+                      FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id) GROUP BY n.trace_id),
+                k AS (SELECT n.trace_id, n.lo < {forgot} OR d.trace_id IS NULL OR d.unknown AS wide,
+                        n.lo AS new_lo, n.hi AS new_hi, d.lo, d.hi
+                      FROM n LEFT JOIN d ON d.trace_id = n.trace_id WHERE n.lo < {forgot} OR d.trace_id IS NOT NULL)
+                SELECT trace_id, CASE WHEN wide THEN new_lo - {margin} ELSE lo END AS lo,
+                       CASE WHEN wide THEN new_hi + {margin} ELSE hi END AS hi, NOT wide AS known FROM k""",
                 [m.published_batch],
             )
         self._read_back(new_spans=True)
@@ -354,7 +369,9 @@ class DirectoryArchive:
         traces with no new span (an imported record and its server row, derive/id_links.py)."""
         if not self.manifest.files("spans"):
             return
-        self.hot.con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS {traces}")
+        margin = REHYDRATE_MARGIN_NS
+        self.hot.con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_look AS
+            SELECT trace_id, lo - {margin} AS lo, hi + {margin} AS hi, false AS known FROM ({traces}) t""")
         self._read_back(new_spans=False)
 
     def new_spans(self) -> str:
@@ -374,34 +391,37 @@ class DirectoryArchive:
             AND p.trace_id NOT IN (SELECT trace_id FROM bs_derived)"""
 
     def _read_back(self, new_spans: bool) -> None:
-        """The spans and live rows of the traces in `bs_look` (trace_id, lo, hi), read back from the segments
-        within REHYDRATE_MARGIN_NS of their times. `new_spans`: spans landed since the last commit may be copies of
-        what is read back (they are dropped as duplicates)."""
+        """The spans and live rows of the traces in `bs_look` (trace_id, lo, hi, known), read back from the
+        segments that meet [lo, hi] (the new spans' times widened by REHYDRATE_MARGIN_NS, or where a dropped trace's
+        spans are `known` to start). `new_spans`: spans landed since the last commit may be copies of what is read
+        back (they are dropped as duplicates)."""
         con, m = self.hot.con, self.manifest
-        (lo, hi, n) = one(con, "SELECT min(lo), max(hi), count(*) FROM bs_look")
+        (lo, hi, n, known) = one(con, "SELECT min(lo), max(hi), count(*), bool_and(known) FROM bs_look")
         if not n:
             return
         if self.durable:  # back in the working set: they are held again
             con.execute("DELETE FROM bs_dropped WHERE h IN (SELECT hash(trace_id) FROM bs_look)")
-        lo, hi = lo - REHYDRATE_MARGIN_NS, hi + REHYDRATE_MARGIN_NS
-        span_segs = m.files("spans", lo, hi)
+        span_segs = m.files("spans", lo, hi + 1)
         cols = ", ".join(c.name for c in schema.SPANS.columns)
+        # where every trace's spans are known to start within [lo, hi], the scan skips the row groups outside it
+        # (a merged hour's segment is a few row groups a minute)
+        within = f" AND p.start_ns BETWEEN {lo} AND {hi}" if known else ""
         con.execute("BEGIN TRANSACTION")
         try:
             if span_segs:
                 con.execute(
                     f"""INSERT INTO spans SELECT {cols} FROM read_parquet({segments.sql_list(self.path, span_segs)},
-                    hive_partitioning = false) p WHERE p.trace_id IN (SELECT trace_id FROM bs_look)
+                    hive_partitioning = false) p WHERE p.trace_id IN (SELECT trace_id FROM bs_look){within}
                     AND NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = p.trace_id AND s.span_id = p.span_id
                                     AND s.batch_id <= ?)""",
                     [m.published_batch],
                 )
                 if new_spans:
                     self._drop_republished(m.published_batch)
-            req = m.files("requests", lo, hi)
+            req = m.files("requests", lo, hi + 1)
             if req:
                 # a delete lies in the hour of the row it drops, so the rows' window holds their deletes
-                live = requests_sql(self.path, req, m.files("requests_deletes", lo, hi))
+                live = requests_sql(self.path, req, m.files("requests_deletes", lo, hi + 1))
                 # every live row of the trace that the working set lacks: the derivation supersedes them all
                 con.execute(f"""INSERT INTO requests SELECT * FROM ({live}) r
                     WHERE r.trace_id IN (SELECT trace_id FROM bs_look) AND NOT EXISTS (SELECT 1 FROM requests w
@@ -493,7 +513,8 @@ class DirectoryArchive:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_old AS SELECT trace_id FROM spans GROUP BY trace_id
                         HAVING max(batch_id) <= {last}""")
         if self.durable:
-            con.execute(f"INSERT INTO bs_dropped SELECT hash(trace_id), {time.time_ns()} FROM bs_old")
+            con.execute(f"""INSERT INTO bs_dropped SELECT hash(trace_id), {time.time_ns()}, min(start_ns), max(end_ns)
+                            FROM spans WHERE trace_id IN (SELECT trace_id FROM bs_old) GROUP BY trace_id""")
         con.execute("DELETE FROM spans WHERE trace_id IN (SELECT trace_id FROM bs_old)")
         con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM bs_old)")
         con.execute(f"DELETE FROM gpu_samples WHERE batch_id <= {last}")
@@ -525,7 +546,8 @@ class DirectoryArchive:
         now = time.time_ns()
         self._forgot_until_ns = now if len(take) < len(segs) else 0
         if take:
-            self.hot.con.execute(f"""INSERT INTO bs_dropped SELECT DISTINCT hash(trace_id), {now}
+            # where their spans lie is not known: some may be in older segments
+            self.hot.con.execute(f"""INSERT INTO bs_dropped SELECT DISTINCT hash(trace_id), {now}, NULL, NULL
                 FROM read_parquet({segments.sql_list(self.path, take)}, hive_partitioning = false)""")
 
     # -- reading the working set ---------------------------------------------------------------------------

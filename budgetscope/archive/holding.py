@@ -30,8 +30,9 @@ every second) derives and publishes from it, and that cost grows with what it ho
 collector stored 66,000-80,000 spans/s over gRPC; with 300,000, 105,000, docs/benchmarks.md). Published traces
 of which a span arrives later are read back."""
 DROPPED_MAX = 2_000_000
-"""The collector's working set remembers (by a 64-bit hash, 16 bytes each) this many of the traces it dropped
-most recently: a new span of one of them brings the trace's published spans back whatever its timestamps say.
+"""The collector's working set remembers (by a 64-bit hash, with where their spans lie: 32 bytes each) this many
+of the traces it dropped most recently: a new span of one of them brings the trace's published spans back
+whatever its timestamps say, read from where they lie.
 A trace dropped before those is looked for only if its new spans started before it was forgotten."""
 SEED_SPANS = 2_000_000
 """A collector opening an archive remembers the traces of its newest span segments, up to this many spans, as
