@@ -85,17 +85,25 @@ def cpu_s(who: int) -> float:
 
 
 def run(
-    bodies: list[bytes], kind: str, clients: int, archive: Path, options: dict | None = None, found: dict | None = None
+    bodies: list[bytes],
+    kind: str,
+    clients: int,
+    archive: Path,
+    options: dict | None = None,
+    found: dict | None = None,
+    keep: bool = False,
 ) -> tuple[float, float, float, float]:
     """(seconds until every request was answered, seconds until the collector had stored everything, CPU
     seconds of the collector's process meanwhile, CPU seconds of the exporter processes). `kind`: "http" (OTLP/JSON
     bodies), "http-proto" (protobuf bodies over OTLP/HTTP) or "grpc". `options`: more `Collector` options
-    (bench_slis.py: budgets); `found["port"]` is set to its HTTP port once it listens."""
+    (bench_slis.py: budgets); `found["port"]` is set to its HTTP port once it listens; `keep`: the collector
+    opens `archive` as it is (else it starts from an empty one)."""
     import multiprocessing as mp
 
     global _BODIES
-    shutil.rmtree(archive, ignore_errors=True)
-    archive.unlink(missing_ok=True)
+    if not keep:
+        shutil.rmtree(archive, ignore_errors=True)
+        archive.unlink(missing_ok=True)
     _BODIES = bodies
     # the exporters fork before the collector starts its threads (gRPC does not survive a fork)
     with mp.get_context("fork").Pool(clients, initializer=_start_exporter) as pool:

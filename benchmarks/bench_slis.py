@@ -3,6 +3,7 @@
 than the last landed commit.
 
     python benchmarks/bench_slis.py [--window-requests 1000000] [--live-requests 150000]
+    python benchmarks/bench_slis.py --only steady [--steady-window 8571428] [--steady-live 1000000]
 
 1. scrape: a real `budgetscope collect --budgets` process (two tiers, every figure budgeted) after 20,000
    requests; its CPU (from /proc) over 300 scrapes of GET /metrics, less its CPU idling as long.
@@ -13,6 +14,10 @@ than the last landed commit.
 4. live: bench_collector's eight exporters send --live-requests requests (7 spans each) over OTLP/HTTP JSON to an
    in-process collector with the budgets, scraped every second meanwhile: stored spans/s, the collector's CPU,
    the largest `budgetscope_attribution_lag_seconds` seen; and the same run without budgets.
+5. steady (only when asked: about 25 minutes): the window full from the start. --steady-window requests (default:
+   ten minutes at 100,000 spans/s, 60M spans) built through the real ingest, arriving over the ten minutes before
+   the live run, then --steady-live more sent live as in 4 to a collector that opens that archive: stored spans/s,
+   the collector's CPU, each refresh's wall time, the largest lag, and how many requests the window held at the end.
 """
 
 from __future__ import annotations
@@ -192,6 +197,21 @@ def attribution(out: Path, n: int) -> None:
     )
 
 
+def _watch_lags(found: dict, lags: list[float], stop: threading.Event) -> None:
+    """The collector's /metrics every second, as a scraper would: each `budgetscope_attribution_lag_seconds`."""
+    while not stop.wait(1.0):
+        port = found.get("port")
+        if not port:
+            continue
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("budgetscope_attribution_lag_seconds "):
+                lags.append(float(line.split()[1]))
+
+
 def live(out: Path, n: int) -> None:
     import bench_collector as bc
 
@@ -208,21 +228,8 @@ def live(out: Path, n: int) -> None:
         options = {} if budgets is None else {"budgets": budgets}
         found: dict = {}
 
-        def watch() -> None:  # the collector's /metrics every second, as a scraper would
-            while not stop.wait(1.0):
-                port = found.get("port")
-                if not port:
-                    continue
-                try:
-                    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-                except httpx.HTTPError:
-                    continue
-                for line in text.splitlines():
-                    if line.startswith("budgetscope_attribution_lag_seconds "):
-                        lags.append(float(line.split()[1]))
-
+        watcher = threading.Thread(target=_watch_lags, args=(found, lags, stop), daemon=True)
         load = os.getloadavg()[0]
-        watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         answered, stored, cpu, _ = bc.run(lines, "http", 8, out / "slis-live", options, found)
         stop.set()
@@ -234,12 +241,119 @@ def live(out: Path, n: int) -> None:
         )
 
 
+def _chunk(args: tuple) -> Path:
+    """One part of the full window as a trace file (a process of its own, ahead of the ingest)."""
+    path, n, start_ns, seed = args
+    write_jsonl(
+        path,
+        SyntheticSpec(num_requests=n, tiers=("interactive", "batch"), rate_per_s=RATE, start_ns=start_ns, seed=seed),
+    )
+    return path
+
+
+RATE = 100_000 / 7
+"""Requests a second at 100,000 spans/s (7 spans a request)."""
+
+
+def steady(out: Path, window: int, n: int, lead_s: float) -> None:
+    """The lag with the window full: `window` requests arriving at 100,000 spans/s over ten minutes (built through
+    the real ingest, in parts, ending 150 s after the live run is to start: every one of them stays in the window
+    to its end), then `n` more sent live to a collector that opens the archive (exporters as fast as it answers).
+    The window holds `window` requests and more throughout."""
+    import multiprocessing as mp
+
+    import bench_collector as bc
+    from budgetscope.archive.reader import ArchiveReader
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    t_live = time.time_ns() + int(lead_s * 1e9)  # when the live run is to start, the window built
+    ahead = 150 * 10**9  # the window's arrivals end this long after it: all of them stay in it to the run's end
+    archive = out / "slis-steady"
+    shutil.rmtree(archive, ignore_errors=True)
+    part = 500_000
+    parts = [
+        (
+            out / f"slis-steady-{k}.jsonl",
+            min(part, window - k * part),
+            t_live + ahead - 600 * 10**9 + int(k * part / RATE * 1e9),
+            k + 1,
+        )
+        for k in range((window + part - 1) // part)
+    ]
+    t = time.perf_counter()
+
+    def batches(paths):
+        for p in paths:
+            yield from read_batches(p)
+            p.unlink()
+
+    with mp.get_context("spawn").Pool(1) as pool, Archive(archive) as a:
+        a.ingest(batches(pool.imap(_chunk, parts)))
+    built = time.perf_counter() - t
+    early = (t_live - time.time_ns()) / 1e9
+    print(f"steady: built {window:,} requests ({window * 7:,} spans) in {built:.0f} s; {early:+.0f} s to the live run")
+    if early > 0:
+        time.sleep(early)
+    # the live spans, made now, start two minutes from now: after the collector has opened the archive (a span
+    # older than its opening would be looked for among the published segments as a late span of a forgotten trace)
+    traces = out / "slis-steady-live.jsonl"
+    t = time.perf_counter()
+    start_ns = time.time_ns() + 120 * 10**9
+    spec = SyntheticSpec(num_requests=n, tiers=("interactive", "batch"), rate_per_s=RATE, start_ns=start_ns, seed=999)
+    write_jsonl(traces, spec)
+    lines = [line for line in traces.read_bytes().splitlines() if line.strip()]
+    traces.unlink()
+    made_s = time.perf_counter() - t
+    if time.time_ns() > start_ns - 20 * 10**9:
+        sys.exit(f"making the live requests took {made_s:.0f} s: their spans would start before the collector opens")
+    print(f"steady: {n:,} live requests made in {made_s:.0f} s")
+    refreshes: list[float] = []
+    plain = AttributionGauges.refresh
+
+    def timed(self, now_ns=None):  # the wall time of each refresh, for the print below
+        t0 = time.perf_counter()
+        ok = plain(self, now_ns)
+        refreshes.append(time.perf_counter() - t0)
+        return ok
+
+    AttributionGauges.refresh = timed
+    lags: list[float] = []
+    stop = threading.Event()
+    found: dict = {}
+    watcher = threading.Thread(target=_watch_lags, args=(found, lags, stop), daemon=True)
+    load = os.getloadavg()[0]
+    watcher.start()
+    try:
+        answered, stored, cpu, _ = bc.run(
+            lines, "http", 8, archive, {"budgets": parse_budgets(BUDGETS_TEXT)}, found, keep=True
+        )
+    finally:
+        stop.set()
+        AttributionGauges.refresh = plain
+    end = time.time_ns()
+    with ArchiveReader(archive, since_ns=end - 600 * 10**9) as r:
+        (held,) = r.con.execute(f"SELECT count(*) FROM requests WHERE arrival_ns >= {end - 600 * 10**9}").fetchone()
+    spans = n * 7
+    print(
+        f"steady: {spans:,} spans live into a window of {held:,} requests at the end; stored {spans / stored:,.0f} "
+        f"spans/s (answered {spans / answered:,.0f}); collector CPU {cpu:.1f} s ({cpu / spans * 1e6:.1f} µs a span); "
+        f"{len(refreshes)} refreshes, wall {min(refreshes):.2f}–{max(refreshes):.2f} s; attribution lag max "
+        f"{max(lags) if lags else float('nan'):.1f} s over {len(lags)} scrapes; load {load:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after"
+    )
+    shutil.rmtree(archive, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--window-requests", type=int, default=1_000_000)
     ap.add_argument("--live-requests", type=int, default=150_000)
-    ap.add_argument("--only", choices=["scrape", "counting", "attribution", "live"])
+    ap.add_argument("--only", choices=["scrape", "counting", "attribution", "live", "steady"])
+    ap.add_argument("--steady-window", type=int, default=int(600 * RATE), help="requests in the full window")
+    ap.add_argument("--steady-live", type=int, default=1_000_000, help="requests sent live into the full window")
+    ap.add_argument("--steady-lead", type=float, default=1500, help="seconds allowed for building the window")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
@@ -254,6 +368,8 @@ def main() -> None:
         attribution(out, args.window_requests)
     if args.only in (None, "live"):
         live(out, args.live_requests)
+    if args.only == "steady":  # 20-odd minutes: only when asked
+        steady(out, args.steady_window, args.steady_live, args.steady_lead)
 
 
 if __name__ == "__main__":

@@ -208,6 +208,26 @@ def test_attribution_gauges_equal_the_report_over_the_window(archive_path):
     assert got[(slo.ATTRIBUTION_LAG, ())] == 0
 
 
+def test_the_attribution_lag_is_the_age_of_the_oldest_commit_it_does_not_reflect(archive_path):
+    """After a pause in the stream (the gauges read a commit of minutes ago, then one new commit lands) the lag is
+    how long that new commit has waited, not the pause; it grows while no refresh reads it."""
+    from budgetscope.collector.attribution_gauges import AttributionGauges
+
+    with _collected(archive_path, 3, 120):
+        pass
+    g = AttributionGauges(archive_path, BUDGETS, window_s=10**9)
+    assert g.refresh()
+    read = g._read_ns
+    assert g.lag_s() == 0
+    g.published(read)  # the commit it read, told after: nothing unread
+    assert g.lag_s() == 0
+    later = read + 300 * 10**9  # five minutes of quiet, then two commits a second apart
+    g.published(later)
+    g.published(later + 10**9)
+    assert g.lag_s(now_ns=later + 2 * 10**9) == 2.0
+    assert g.lag_s(now_ns=later + 40 * 10**9) == 40.0
+
+
 def test_budgets_need_a_folder_archive(tmp_path):
     with pytest.raises(CollectorError, match="folder archive"):
         Collector(tmp_path / "a.duckdb", grpc_port=None, http_port=0, budgets=BUDGETS)

@@ -6,7 +6,7 @@ attribution and contrast exactly as `report` does (`budgetscope.analysis.report.
     budgetscope_attribution_info{tier, figure, dominant, verdict, contrast_dimension, contrast_value}   1
     budgetscope_attribution_tail_requests{tier, figure}                   the tail's size
     budgetscope_attribution_window_seconds                                 the window
-    budgetscope_attribution_lag_seconds      how much older the commit they were read from is than the newest one
+    budgetscope_attribution_lag_seconds      how long the oldest commit they do not reflect has been waiting
 
 A figure whose tail is no slower than its body (or a tier without an ok request in the window) has no share and
 no info series: absent, never 0. The labels are bounded: tiers × 2 figures × 7 stages, and one info series a tier
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from budgetscope.analysis import slo
@@ -31,6 +32,9 @@ log = logging.getLogger("budgetscope.collector")
 
 WINDOW_S = 600.0
 """The sliding window's length: ten minutes of arrivals, enough requests for a p99 tail at a few req/s."""
+UNREAD_KEPT = 100_000
+"""Commits remembered while the gauges do not reflect them (a day of one-second commits and more: the oldest is
+what the lag is measured from, and a longer outage is long past any alert's window)."""
 EVERY_S = 15.0
 """How often the gauges are recomputed: a Prometheus scrape interval, so that a gauge is at most about that
 (plus the computation) older than the newest commit."""
@@ -47,7 +51,7 @@ class AttributionGauges:
         self._lock = threading.Lock()
         self._entries: list[dict] | None = None
         self._read_ns = 0  # the wall time of the commit they were read from
-        self._newest_ns = 0  # the wall time of the newest commit the writer published
+        self._unread: deque[int] = deque(maxlen=UNREAD_KEPT)  # wall times of the commits published since
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="budgetscope-attribution", daemon=True)
 
@@ -62,7 +66,8 @@ class AttributionGauges:
     def published(self, committed_ns: int) -> None:
         """The writer published a commit made at `committed_ns` (wall clock)."""
         with self._lock:
-            self._newest_ns = max(self._newest_ns, committed_ns)
+            if committed_ns > self._read_ns:
+                self._unread.append(committed_ns)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -87,13 +92,23 @@ class AttributionGauges:
             return False
         with self._lock:
             self._entries, self._read_ns = entries, read_ns
-            self._newest_ns = max(self._newest_ns, read_ns)
+            while self._unread and self._unread[0] <= read_ns:  # in commit order: the oldest first
+                self._unread.popleft()
         return True
+
+    def lag_s(self, now_ns: int | None = None) -> float:
+        """Seconds since the oldest commit the gauges do not reflect was published; 0 when they reflect the
+        newest. (Not the newest commit's time less that of the one read: after a pause in the stream that is the
+        pause, though the gauges lack one commit.)"""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        with self._lock:
+            oldest = self._unread[0] if self._unread else None
+        return 0.0 if oldest is None else round(max(0, now_ns - oldest) / 1e9, 3)
 
     def families(self) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
         """(name, type, help, [(labels, value)]) of every family, for the exposition (self_metrics.py)."""
         with self._lock:
-            entries, read_ns, newest_ns = self._entries, self._read_ns, self._newest_ns
+            entries = self._entries
         shares, info, tails = [], [], []
         for e in entries or []:
             for kind, a in e["attribution"].items():
@@ -136,8 +151,9 @@ class AttributionGauges:
                 (
                     slo.ATTRIBUTION_LAG,
                     "gauge",
-                    "How much older the commit the attribution was read from is than the newest commit.",
-                    [("", round(max(0, newest_ns - read_ns) / 1e9, 3))],
+                    "Seconds since the oldest commit the attribution does not reflect was published (0: it "
+                    "reflects the newest).",
+                    [("", self.lag_s())],
                 )
             )
         return out
