@@ -181,7 +181,8 @@ def test_overload_answers_429_with_retry_after():
             )
             waiter.start()
             assert wait_for(lambda: engine.scheduler.num_waiting == 1)
-            rejected = httpx.post(f"{url}/v1/completions", json={"prompt": "no room", "max_tokens": 2})
+            # httpx's default 5 s would time the answer: on a loaded 2-core machine it once took longer
+            rejected = httpx.post(f"{url}/v1/completions", json={"prompt": "no room", "max_tokens": 2}, timeout=30)
             assert rejected.status_code == 429
             assert int(rejected.headers["retry-after"]) >= 1
             assert rejected.json()["error"]["type"] == "rate_limit_exceeded"
