@@ -15,8 +15,9 @@ than the last landed commit.
    in-process collector with the budgets, scraped every second meanwhile: stored spans/s, the collector's CPU,
    the largest `budgetscope_attribution_lag_seconds` seen; and the same run without budgets.
 5. steady (only when asked: about 25 minutes): the window full from the start. --steady-window requests (default:
-   ten minutes at 100,000 spans/s, 60M spans) built through the real ingest, arriving over the ten minutes before
-   the live run, then --steady-live more sent live as in 4 to a collector that opens that archive: stored spans/s,
+   ten minutes at 100,000 spans/s, 60M spans) built through the real ingest, arriving over ten minutes that end
+   150 s into the live run (none leaves the window), then --steady-live more sent live as in 4 to a collector that
+   opens that archive: stored spans/s,
    the collector's CPU, each refresh's wall time, the largest lag, and how many requests the window held at the end.
 """
 

@@ -211,13 +211,15 @@ def test_attribution_gauges_equal_the_report_over_the_window(archive_path):
 def test_the_attribution_lag_is_the_age_of_the_oldest_commit_it_does_not_reflect(archive_path):
     """After a pause in the stream (the gauges read a commit of minutes ago, then one new commit lands) the lag is
     how long that new commit has waited, not the pause; it grows while no refresh reads it."""
+    from budgetscope.archive.reader import ArchiveReader
     from budgetscope.collector.attribution_gauges import AttributionGauges
 
     with _collected(archive_path, 3, 120):
         pass
     g = AttributionGauges(archive_path, BUDGETS, window_s=10**9)
     assert g.refresh()
-    read = g._read_ns
+    with ArchiveReader(archive_path) as r:
+        read = r.manifest.committed_ns  # the commit it read
     assert g.lag_s() == 0
     g.published(read)  # the commit it read, told after: nothing unread
     assert g.lag_s() == 0

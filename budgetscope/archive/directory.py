@@ -338,12 +338,9 @@ class DirectoryArchive:
             return
         new = """SELECT s.trace_id, min(s.start_ns) AS lo, max(s.end_ns) AS hi FROM spans s
             WHERE s.batch_id > ? AND s.trace_id IN (SELECT trace_id FROM pending_traces) GROUP BY s.trace_id"""
-        margin = REHYDRATE_MARGIN_NS
         if not self.durable:  # `ingest` looks for every pending trace, within the margin of its new spans
             con.execute(
-                f"""CREATE OR REPLACE TEMP TABLE bs_look AS
-                SELECT trace_id, lo - {margin} AS lo, hi + {margin} AS hi, false AS known FROM ({new}) n""",
-                [m.published_batch],
+                f"CREATE OR REPLACE TEMP TABLE bs_look AS SELECT *, false AS known FROM ({new}) n", [m.published_batch]
             )
         else:  # the collector's, for the traces it let go of (a join: the pending side is the small one)
             # where a dropped trace's spans lie is known (they were all in the working set when it let go of it):
@@ -357,8 +354,8 @@ class DirectoryArchive:
                 k AS (SELECT n.trace_id, n.lo < {forgot} OR d.trace_id IS NULL OR d.unknown AS wide,
                         n.lo AS new_lo, n.hi AS new_hi, d.lo, d.hi
                       FROM n LEFT JOIN d ON d.trace_id = n.trace_id WHERE n.lo < {forgot} OR d.trace_id IS NOT NULL)
-                SELECT trace_id, CASE WHEN wide THEN new_lo - {margin} ELSE lo END AS lo,
-                       CASE WHEN wide THEN new_hi + {margin} ELSE hi END AS hi, NOT wide AS known FROM k""",
+                SELECT trace_id, CASE WHEN wide THEN new_lo ELSE lo END AS lo,
+                       CASE WHEN wide THEN new_hi ELSE hi END AS hi, NOT wide AS known FROM k""",
                 [m.published_batch],
             )
         self._read_back(new_spans=True)
@@ -369,9 +366,7 @@ class DirectoryArchive:
         traces with no new span (an imported record and its server row, derive/id_links.py)."""
         if not self.manifest.files("spans"):
             return
-        margin = REHYDRATE_MARGIN_NS
-        self.hot.con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_look AS
-            SELECT trace_id, lo - {margin} AS lo, hi + {margin} AS hi, false AS known FROM ({traces}) t""")
+        self.hot.con.execute(f"CREATE OR REPLACE TEMP TABLE bs_look AS SELECT *, false AS known FROM ({traces}) t")
         self._read_back(new_spans=False)
 
     def new_spans(self) -> str:
@@ -392,11 +387,14 @@ class DirectoryArchive:
 
     def _read_back(self, new_spans: bool) -> None:
         """The spans and live rows of the traces in `bs_look` (trace_id, lo, hi, known), read back from the
-        segments that meet [lo, hi] (the new spans' times widened by REHYDRATE_MARGIN_NS, or where a dropped trace's
-        spans are `known` to start). `new_spans`: spans landed since the last commit may be copies of what is read
-        back (they are dropped as duplicates)."""
+        segments that meet [lo, hi]: where a dropped trace's spans are `known` to start, else its new spans' times
+        widened by REHYDRATE_MARGIN_NS. `new_spans`: spans landed since the last commit may be copies of what is
+        read back (they are dropped as duplicates)."""
         con, m = self.hot.con, self.manifest
-        (lo, hi, n, known) = one(con, "SELECT min(lo), max(hi), count(*), bool_and(known) FROM bs_look")
+        widen = f"CASE WHEN known THEN 0 ELSE {REHYDRATE_MARGIN_NS} END"
+        (lo, hi, n, known) = one(
+            con, f"SELECT min(lo - {widen}), max(hi + {widen}), count(*), bool_and(known) FROM bs_look"
+        )
         if not n:
             return
         if self.durable:  # back in the working set: they are held again
