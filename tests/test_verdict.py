@@ -208,6 +208,22 @@ def test_a_format_no_adapter_reads_is_unknown_with_a_warning(runner, tmp_path):
     ]
 
 
+def test_claimed_spans_without_their_root_are_not_called_an_unread_format(runner, tmp_path):
+    # vLLM journey tracing's engine-core spans whose `llm_request` roots have not arrived: the vLLM adapter reads
+    # them, so "no adapter reads their format" would be false; one span nothing reads is named beside them
+    cores = [span(trace_id(), span_id(), "llm_core", T0, T0 + 40 * MS, parent=span_id()) for _ in range(4)]
+    docs = [export(cores, service="vllm"), *_unknown_roots(1)]
+    a, _, ingest = _archive(runner, tmp_path, docs)
+    assert ingest.stderr == (
+        f"budgetscope: {a}: warning: 5 spans arrived but no request was derived: 4 of them an adapter reads, "
+        "but no request's root span arrived with them (partial traces: the rest may come later); 1 spans no "
+        "adapter claimed: 'handle_request <id>' of lmserve (1)\n"
+    )
+    r, rep = _report(runner, a)
+    assert (r.exit_code, rep["status"]) == (3, "UNKNOWN")
+    assert "4 of them an adapter reads" in r.stderr and "no adapter reads their format" not in r.stderr
+
+
 def test_unclaimed_spans_by_name_and_service(tmp_path, archive_path, ingest_text):
     _, known = native_request(client=(1, 1))
     tid = known[0]["traceId"]

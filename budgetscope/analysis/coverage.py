@@ -209,13 +209,24 @@ def unclaimed_line(u: dict) -> str | None:
 
 
 def nothing_derived_warning(spans: int, requests: int, u: dict) -> str | None:
-    """The one-line warning when spans arrived but no request was derived from them, else None."""
+    """The one-line warning when spans arrived but no request was derived from them, else None. `u`: the
+    unclaimed spans (`unclaimed_spans`; {"total": None} where they are not known). Spans an adapter claimed that gave
+    no request are a trace whose root has not arrived (vLLM journey tracing's `llm_core` without its
+    `llm_request`): their format is read, and the warning says so rather than that nothing reads it."""
     if not spans or requests:
         return None
+    if u.get("total") is None:  # not read (a single-file archive the collector holds, or an error reading it)
+        return f"warning: {spans:,} spans arrived but no request was derived"
+    unclaimed = min(u["total"], spans)
     what = f"; {unclaimed_line(u)}" if u["total"] else ""
+    if unclaimed == spans:
+        return (
+            f"warning: {spans:,} spans arrived but no request was derived: no adapter reads their format "
+            f"(docs/sources.md lists the formats read){what}"
+        )
     return (
-        f"warning: {spans:,} spans arrived but no request was derived: no adapter reads their format "
-        f"(docs/sources.md lists the formats read){what}"
+        f"warning: {spans:,} spans arrived but no request was derived: {spans - unclaimed:,} of them an adapter "
+        f"reads, but no request's root span arrived with them (partial traces: the rest may come later){what}"
     )
 
 

@@ -349,7 +349,7 @@ class Collector:
         readers (a full disk)."""
         stats = self.stats
         unclaimed = self._unclaimed()
-        warning = nothing_derived_warning(stats.spans, stats.requests_derived, unclaimed or {"total": 0})
+        warning = nothing_derived_warning(stats.spans, stats.requests_derived, unclaimed or {"total": None})
         warnings = [w for w in (warning, stats.spool_note(str(self.archive_path))) if w]
         return {
             "state": self._state,
