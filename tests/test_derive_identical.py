@@ -9,7 +9,7 @@ import pytest
 from budgetscope.derive import vllm
 from budgetscope.derive.requests import requests_sql
 from conftest import rows
-from server_traces import draw, jsonl, native, vllm_classic, vllm_journey
+from server_traces import draw, jsonl, native, sglang, tgi, triton, vllm_classic, vllm_journey
 
 WRITERS = {"native": native, "vllm_classic": vllm_classic, "vllm_journey": vllm_journey}
 
@@ -90,3 +90,31 @@ def test_one_derivation_derives_what_one_a_chunk_derives(tmp_path, fmt, monkeypa
     q = "SELECT * FROM requests ORDER BY trace_id"
     once = rows(tmp_path / "once", q)
     assert len(once) == 12 and _same(once, rows(tmp_path / "often", q))
+
+
+SERVER_ONLY = {"native": native, "vllm_classic": vllm_classic, "vllm_journey": vllm_journey, "sglang": sglang,
+               "tgi": tgi, "triton": triton}
+"""Formats written without client spans (llm-d's sidecar legs are HTTP client spans: never without them)."""
+
+
+@pytest.mark.parametrize("fmt", list(SERVER_ONLY))
+def test_without_client_spans_the_lean_derivation_derives_what_the_whole_one_does(tmp_path, fmt):
+    """A batch with no client span skips the client side of the derivation (derive/requests.py): the same rows,
+    value for value and type for type, as the derivation with it (which finds nothing there)."""
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    mix = draw(f"lean {fmt}", "queue", 24, failed_share=0.1)
+    (tmp_path / "t.jsonl").write_text(jsonl([d for r in mix.requests for d in SERVER_ONLY[fmt](r, False)]))
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+    path = tmp_path / "a.duckdb"
+    present = {s for (s,) in rows(path, "SELECT DISTINCT source FROM spans")}
+    assert "client" not in present
+    order = "ORDER BY trace_id, server_span_id"
+    lean, whole = requests_sql("spans", present), requests_sql("spans", present | {"client"})
+    assert "links AS" in whole and "links AS" not in lean
+    got = rows(path, f"SELECT * FROM ({lean}) {order}")
+    types = [f"SELECT typeof(COLUMNS(*)) FROM ({q}) LIMIT 1" for q in (lean, whole)]
+    assert len(got) >= 20 and _same(got, rows(path, f"SELECT * FROM ({whole}) {order}"))
+    assert rows(path, types[0]) == rows(path, types[1])

@@ -73,6 +73,7 @@ from budgetscope.derive.client import (
     NONEMPTY_CHUNK,
     TOKEN_EVENT,
 )
+from budgetscope.derive.server_row import select_list
 from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
 
 ADAPTERS = (native, vllm)
@@ -217,11 +218,7 @@ def requests_sql(spans: str, present: set[str] | None = None, served: str | None
         return _union(spans, adapters)
 
     served = f"SELECT * FROM {served}" if served else served_sql(spans, present)
-    reported = (
-        union(REPORTED_ADAPTERS)
-        if present is None or "client" in present
-        else f"SELECT * FROM ({union(REPORTED_ADAPTERS)}) WHERE false"
-    )
+    reported = union(REPORTED_ADAPTERS)
     # without a server clock, the unknown remainder of the client figure is unaccounted (its TTFT less the wait for
     # content, where the client says how long that was)
     client_e2e = "CASE WHEN s.server_span_id IS NULL THEN (c.end_ns - c.start_ns) / 1e6 END"
@@ -282,9 +279,8 @@ def requests_sql(spans: str, present: set[str] | None = None, served: str | None
         "unread_events": "coalesce(u.names, CAST([] AS VARCHAR[]))",
     }
     out = ", ".join(f"{checked[c.name]} AS {c.name}" if c.name in checked else f"r.{c.name}" for c in REQUESTS.columns)
-    return f"""
-WITH served AS ({served}),
-reported AS (SELECT * FROM ({reported}) r
+    if present is None or "client" in present:
+        client_side = f"""reported AS (SELECT * FROM ({reported}) r
   WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
 cs AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
         SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}
@@ -301,7 +297,23 @@ c AS (SELECT cs.*, coalesce(cs.a."budgetscope.client.first_token_unix_nano", f.f
         coalesce(l.trace_id, cs.trace_id) AS join_trace_id, l.server_span_id AS join_server_span_id
       FROM cs LEFT JOIN ({genai.first_chunks(spans)}) f ON f.trace_id = cs.trace_id AND f.span_id = cs.span_id
       LEFT JOIN links l ON l.client_trace_id = cs.trace_id AND l.client_span_id = cs.span_id),
-g AS ({genai.over_http(spans)}),
+g AS ({genai.over_http(spans)}),"""
+    else:
+        # No client span of any kind (`source` 'client': budgetscope's, an import's, HTTP, GenAI): no reported
+        # timings, no client rows, no links, nothing to join. The same columns, empty, in place of the client side
+        # (the server columns an adapter leaves out, typed as the others give them): that side costs its
+        # planning even when it finds nothing, about 45 ms a derivation of 120 (a writer derives once a second).
+        client_side = f"""s0 AS (SELECT * FROM served UNION ALL BY NAME SELECT {select_list()} WHERE false),
+s AS ({instants.filled("s0")}),
+c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, false AS is_http,
+        CAST(NULL AS BIGINT) AS first_token_ns, CAST(NULL AS VARCHAR) AS definition, trace_id AS join_trace_id,
+        CAST(NULL AS VARCHAR) AS join_server_span_id
+      FROM {spans} WHERE false),
+g AS (SELECT CAST(NULL AS VARCHAR) AS trace_id, CAST(NULL AS VARCHAR) AS http_id, CAST(NULL AS VARCHAR) AS genai_id,
+        CAST(NULL AS INTEGER) AS http_status WHERE false),"""
+    return f"""
+WITH served AS ({served}),
+{client_side}
 r AS (
   SELECT {cols},
   CASE WHEN {COMPLETED} THEN {CLIENT_E2E_RAW} END AS bs_client_e2e_raw_ms, {CLIENT_TTFT_RAW} AS bs_client_ttft_raw_ms
