@@ -118,3 +118,29 @@ def test_without_client_spans_the_lean_derivation_derives_what_the_whole_one_doe
     types = [f"SELECT typeof(COLUMNS(*)) FROM ({q}) LIMIT 1" for q in (lean, whole)]
     assert len(got) >= 20 and _same(got, rows(path, f"SELECT * FROM ({whole}) {order}"))
     assert rows(path, types[0]) == rows(path, types[1])
+
+
+def test_vllm_events_parsed_once_name_the_unread_ones_as_a_parse_of_their_own_does(tmp_path):
+    """The vLLM adapter's events serve the unread-events check too (derive/requests.py): the names it gives are those
+    the check gives parsing every span itself, an unknown event on an engine-core span and on an API span
+    included."""
+    from budgetscope.derive import unread_events
+    from budgetscope.derive.requests import EVENTS_READ
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    mix = draw("unread vllm", "queue", 12, failed_share=0.1)
+    docs = [d for r in mix.requests for d in vllm_journey(r, r.k % 2 == 0)]
+    spans = [s for d in docs for rs in d["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    core = next(s for s in spans if s["name"] == "llm_core")
+    api = next(s for s in spans if s["name"] == "llm_request" and s["traceId"] != core["traceId"])
+    for s, name in ((core, "journey.MIGRATED"), (api, "api.RETRIED"), (api, "api.RETRIED")):
+        s.setdefault("events", []).append({"timeUnixNano": s["startTimeUnixNano"], "name": name})
+    (tmp_path / "t.jsonl").write_text(jsonl(docs))
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+    path = tmp_path / "a.duckdb"
+    got = dict(rows(path, "SELECT trace_id, unread_events FROM requests"))
+    assert {t: v for t, v in got.items() if v} == {core["traceId"]: ["journey.MIGRATED"], api["traceId"]: ["api.RETRIED"]}
+    alone = dict(rows(path, unread_events.unread_sql("spans", EVENTS_READ)))
+    assert alone == {t: v for t, v in got.items() if v}

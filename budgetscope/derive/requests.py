@@ -64,7 +64,7 @@ from budgetscope.derive import (
     unread_events,
     vllm,
 )
-from budgetscope.derive.classify import CLIENT_ROOT_SQL, GENAI_CLIENT_SQL, HTTP_CLIENT_SQL
+from budgetscope.derive.classify import CLIENT_ROOT_SQL, GENAI_CLIENT_SQL, HTTP_CLIENT_SQL, VLLM_CORE, VLLM_ROOT
 from budgetscope.derive.client import (
     FIRST_EVENT,
     FIRST_TOKEN_DEFINITION,
@@ -193,14 +193,18 @@ def _union(spans: str, adapters) -> str:
     return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
 
 
-def served_sql(spans: str, present: set[str] | None = None) -> str:
+def served_sql(spans: str, present: set[str] | None = None, vllm_events: str | None = None) -> str:
     """SELECT: the server rows of the span adapters (`SPAN_ADAPTERS`) whose sources are `present`, before the
     client join: the first part of `requests_sql`, which an engine may compute on its own first (Spark does:
-    spark/requests_frame.py)."""
+    spark/requests_frame.py). `vllm_events`: a relation holding `vllm.events_sql(spans)`'s rows."""
     wanted = [a for src, a in SPAN_ADAPTERS if present is None or src in present]
-    if present is None or "llmd" in present:
+    legs = llmd.legs if present is None or "llmd" in present else None
+    if legs or vllm_events:
         # an llm-d request's vLLM legs are its own, never rows of their own (derive/llmd.py)
-        wanted = [(lambda sp: vllm.server_rows(sp, llmd.legs(sp))) if a is vllm.server_rows else a for a in wanted]
+        wanted = [
+            (lambda sp: vllm.server_rows(sp, legs(sp) if legs else None, vllm_events)) if a is vllm.server_rows else a
+            for a in wanted
+        ]
     # with no adapter left, one stands in for the columns and yields nothing (the optimizer drops its scan)
     return _union(spans, wanted) if wanted else f"SELECT * FROM ({_union(spans, [SPAN_ADAPTERS[0][1]])}) WHERE false"
 
@@ -217,7 +221,12 @@ def requests_sql(spans: str, present: set[str] | None = None, served: str | None
     def union(adapters) -> str:
         return _union(spans, adapters)
 
-    served = f"SELECT * FROM {served}" if served else served_sql(spans, present)
+    # the events of vLLM's spans, parsed once for its adapter and the unread-events check
+    vllm_events = present is None or "vllm" in present
+    served = f"SELECT * FROM {served}" if served else served_sql(spans, present, "bs_vllm_ev" if vllm_events else None)
+    unread = unread_events.unread_sql(
+        spans, EVENTS_READ, ("bs_vllm_ev", f"name IN ('{VLLM_ROOT}', '{VLLM_CORE}')") if vllm_events else None
+    )
     reported = union(REPORTED_ADAPTERS)
     # without a server clock, the unknown remainder of the client figure is unaccounted (its TTFT less the wait for
     # content, where the client says how long that was)
@@ -311,8 +320,9 @@ c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{C
       FROM {spans} WHERE false),
 g AS (SELECT CAST(NULL AS VARCHAR) AS trace_id, CAST(NULL AS VARCHAR) AS http_id, CAST(NULL AS VARCHAR) AS genai_id,
         CAST(NULL AS INTEGER) AS http_status WHERE false),"""
+    first = f"bs_vllm_ev AS ({vllm.events_sql(spans)}),\n" if vllm_events else ""
     return f"""
-WITH served AS ({served}),
+WITH {first}served AS ({served}),
 {client_side}
 r AS (
   SELECT {cols},
@@ -322,7 +332,7 @@ r AS (
     AND (c.span_id = coalesce(g.genai_id, s.parent_span_id) OR c.join_server_span_id = s.server_span_id)
   LEFT JOIN (SELECT trace_id, span_id, resource FROM {spans} WHERE span_id IN (SELECT server_span_id FROM s)) res
     ON res.trace_id = s.trace_id AND res.span_id = s.server_span_id),
-u AS ({unread_events.unread_sql(spans, EVENTS_READ)})
+u AS ({unread})
 SELECT {out}
 FROM r LEFT JOIN u ON u.trace_id = r.trace_id
 """

@@ -83,15 +83,23 @@ _STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_
 # Spark's truncates).
 
 
-def _journey(spans: str) -> str:
-    """SELECT: per API span (`api_id`), the times (ns) of its own `api.*` events and of its `llm_core` child's
-    `journey.*` events, and the re-queue time around the first token."""
+def events_sql(spans: str) -> str:
+    """SELECT: every span event of the `llm_request` and `llm_core` spans of `spans`, one row each: (trace_id,
+    source, span_id, api_id: the API span it belongs to, n: its name, t: its time, ns, ea: the attributes read).
+    The journey adapter reads them, and so does the unread-events check (derive/requests.py): parsed once."""
     return f"""
-WITH ev AS (
-  SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
-  FROM (SELECT trace_id, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
-               unnest(json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}") AS e
-        FROM {spans} WHERE name IN ('{VLLM_ROOT}', '{VLLM_CORE}')) x),
+SELECT trace_id, source, span_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
+FROM (SELECT trace_id, source, span_id, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
+             unnest(json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}") AS e
+      FROM {spans} WHERE name IN ('{VLLM_ROOT}', '{VLLM_CORE}')) x"""
+
+
+def _journey(spans: str, events: str | None = None) -> str:
+    """SELECT: per API span (`api_id`), the times (ns) of its own `api.*` events and of its `llm_core` child's
+    `journey.*` events, and the re-queue time around the first token. `events`: a relation holding
+    `events_sql(spans)`'s rows (default: that SELECT, inline)."""
+    return f"""
+WITH ev AS ({f"SELECT * FROM {events}" if events else events_sql(spans)}),
 j AS (
   SELECT trace_id, api_id,
     CAST(count(*) FILTER (WHERE n LIKE 'journey.%') AS INTEGER) AS journey_events,
@@ -123,7 +131,7 @@ SELECT j.*, coalesce(rq.before_first, 0) AS requeue_before, coalesce(rq.after_fi
 FROM j LEFT JOIN rq ON rq.trace_id = j.trace_id AND rq.api_id = j.api_id"""
 
 
-def _per_span(spans: str) -> str:
+def _per_span(spans: str, events: str | None = None) -> str:
     """SELECT: one server row per `llm_request` span, classic or journey, and `journey` (it has core events)."""
     # journey mode: core events and no latency attribute (a classic span may lack e2e: offline imports do)
     journey_mode = (
@@ -200,7 +208,7 @@ WITH v AS (
   SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
          json_transform(attributes, '{ATTRS}') AS a
   FROM {spans} WHERE name = '{VLLM_ROOT}'),
-j AS ({_journey(spans)})
+j AS ({_journey(spans, events)})
 SELECT {rows}, coalesce(j.journey_events, 0) > 0 AS journey
 FROM v LEFT JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id"""
 
@@ -221,13 +229,13 @@ def _pd_row() -> str:
     return ",\n  ".join(f"{expr} AS {c}" for c, expr in out.items())
 
 
-def span_rows(spans: str) -> str:
+def span_rows(spans: str, events: str | None = None) -> str:
     """SELECT: one server row per vLLM request span of `spans` (PD legs apart, not folded): the journey row where a
     build also sent a classic `llm_request` under the API span. Other adapters read vLLM's legs through it
     (derive/llmd.py)."""
     cols = ", ".join(SERVER_COLUMNS)
     return f"""
-WITH r0 AS ({_per_span(spans)}),
+WITH r0 AS ({_per_span(spans, events)}),
 -- one request, two spans: journey builds whose do_tracing still ran made a classic `llm_request` under the API
 -- span's; the journey row is kept where the API span has its core events, else the classic one
 dup AS (
@@ -241,17 +249,18 @@ FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.
 WHERE dup.server_span_id IS NULL"""
 
 
-def server_rows(spans: str, legs: str | None = None) -> str:
+def server_rows(spans: str, legs: str | None = None, events: str | None = None) -> str:
     """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one).
 
     `legs`: a SELECT of (trace_id, span_id) of `llm_request` spans that are legs of another adapter's request (an
-    llm-d request, derive/llmd.py): no rows of their own, and never folded with another span."""
+    llm-d request, derive/llmd.py): no rows of their own, and never folded with another span. `events`: a relation
+    holding `events_sql(spans)`'s rows (default: that SELECT, inline)."""
     cols = ", ".join(SERVER_COLUMNS)
     kept = (
-        f"""SELECT r1.* FROM ({span_rows(spans)}) r1 LEFT JOIN ({legs}) lg
+        f"""SELECT r1.* FROM ({span_rows(spans, events)}) r1 LEFT JOIN ({legs}) lg
   ON lg.trace_id = r1.trace_id AND lg.span_id = r1.server_span_id WHERE lg.span_id IS NULL"""
         if legs
-        else span_rows(spans)
+        else span_rows(spans, events)
     )
     return f"""
 WITH r AS ({kept}),
