@@ -92,8 +92,14 @@ def test_one_derivation_derives_what_one_a_chunk_derives(tmp_path, fmt, monkeypa
     assert len(once) == 12 and _same(once, rows(tmp_path / "often", q))
 
 
-SERVER_ONLY = {"native": native, "vllm_classic": vllm_classic, "vllm_journey": vllm_journey, "sglang": sglang,
-               "tgi": tgi, "triton": triton}
+SERVER_ONLY = {
+    "native": native,
+    "vllm_classic": vllm_classic,
+    "vllm_journey": vllm_journey,
+    "sglang": sglang,
+    "tgi": tgi,
+    "triton": triton,
+}
 """Formats written without client spans (llm-d's sidecar legs are HTTP client spans: never without them)."""
 
 
@@ -141,6 +147,9 @@ def test_vllm_events_parsed_once_name_the_unread_ones_as_a_parse_of_their_own_do
         a.ingest(read_batches(tmp_path / "t.jsonl"))
     path = tmp_path / "a.duckdb"
     got = dict(rows(path, "SELECT trace_id, unread_events FROM requests"))
-    assert {t: v for t, v in got.items() if v} == {core["traceId"]: ["journey.MIGRATED"], api["traceId"]: ["api.RETRIED"]}
+    assert {t: v for t, v in got.items() if v} == {
+        core["traceId"]: ["journey.MIGRATED"],
+        api["traceId"]: ["api.RETRIED"],
+    }
     alone = dict(rows(path, unread_events.unread_sql("spans", EVENTS_READ)))
     assert alone == {t: v for t, v in got.items() if v}

@@ -753,3 +753,32 @@ def test_a_java_error_is_told_by_its_java_line_not_py4j_s_object_name():
         "\tat org.apache.spark.sql.catalyst.analysis.DeduplicateRelations$.deduplicate(x.scala:241)"
     )
     assert one_line(e) == "java.lang.OutOfMemoryError: GC overhead limit exceeded"
+
+
+@pytest.mark.slow
+@needs_spark
+@pytest.mark.parametrize("client", [False, True])
+def test_vllm_journey_derives_the_same_on_spark(spark, tmp_path, client):
+    """vLLM journey tracing (its events parsed once for the adapter and the unread-events check, preemptions, a
+    failure), with and without client spans (without: the derivation skips its client side), and an event no
+    adapter reads: the same rows on both engines."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from server_traces import draw, jsonl, vllm_journey
+
+    mix = draw(f"spark journey {client}", "queue", 16, failed_share=0.1)
+    docs = [d for r in mix.requests for d in vllm_journey(r, client)]
+    core = next(
+        s
+        for d in docs
+        for rs in d["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+        if s["name"] == "llm_core"
+    )
+    core.setdefault("events", []).append({"timeUnixNano": core["startTimeUnixNano"], "name": "journey.MIGRATED"})
+    (tmp_path / "t.jsonl").write_text(jsonl(docs))
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+    con, _ = derived_the_same(tmp_path / "a", tmp_path, 16)
+    unread = con.execute(f"SELECT unread_events FROM read_parquet('{tmp_path / 'spark'}/*.parquet')").fetchall()
+    assert sorted(u for (u,) in unread if u) == [["journey.MIGRATED"]]

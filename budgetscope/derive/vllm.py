@@ -84,14 +84,14 @@ _STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_
 
 
 def events_sql(spans: str) -> str:
-    """SELECT: every span event of the `llm_request` and `llm_core` spans of `spans`, one row each: (trace_id,
-    source, span_id, api_id: the API span it belongs to, n: its name, t: its time, ns, ea: the attributes read).
-    The journey adapter reads them, and so does the unread-events check (derive/requests.py): parsed once."""
+    """SELECT: the span events of each `llm_request` and `llm_core` span of `spans`, parsed: (trace_id, source,
+    api_id: the API span they belong to, events: a list of (name, time_unix_nano, attributes read)). The journey
+    adapter reads them, and so does the unread-events check (derive/requests.py): parsed once. A list a span,
+    not a row an event: kept for two readers, it is copied a quarter as many times."""
     return f"""
-SELECT trace_id, source, span_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
-FROM (SELECT trace_id, source, span_id, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
-             unnest(json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}") AS e
-      FROM {spans} WHERE name IN ('{VLLM_ROOT}', '{VLLM_CORE}')) x"""
+SELECT trace_id, source, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
+       json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}" AS events
+FROM {spans} WHERE name IN ('{VLLM_ROOT}', '{VLLM_CORE}')"""
 
 
 def _journey(spans: str, events: str | None = None) -> str:
@@ -99,7 +99,9 @@ def _journey(spans: str, events: str | None = None) -> str:
     `journey.*` events, and the re-queue time around the first token. `events`: a relation holding
     `events_sql(spans)`'s rows (default: that SELECT, inline)."""
     return f"""
-WITH ev AS ({f"SELECT * FROM {events}" if events else events_sql(spans)}),
+WITH ev AS (
+  SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
+  FROM (SELECT trace_id, api_id, unnest(events) AS e FROM ({f"SELECT * FROM {events}" if events else events_sql(spans)})) x),
 j AS (
   SELECT trace_id, api_id,
     CAST(count(*) FILTER (WHERE n LIKE 'journey.%') AS INTEGER) AS journey_events,
