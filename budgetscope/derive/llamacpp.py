@@ -15,6 +15,7 @@ E2E − prefill − decode) in `unaccounted`: network, the HTTP layer, waiting f
 from __future__ import annotations
 
 from budgetscope.derive import client
+from budgetscope.derive.classify import has_key
 from budgetscope.derive.server_row import select_list
 
 PREFIX = "llama_cpp.timings."
@@ -22,7 +23,7 @@ ATTRS = client.ATTRS[:-1] + (
     f',"{PREFIX}prompt_n":"BIGINT","{PREFIX}prompt_ms":"DOUBLE","{PREFIX}predicted_n":"BIGINT",'
     f'"{PREFIX}predicted_ms":"DOUBLE","{PREFIX}cache_n":"BIGINT"}}'
 )
-CLAIMS = f"json_exists(attributes, '$.\"{PREFIX}prompt_ms\"')"
+CLAIMS = has_key(f"{PREFIX}prompt_ms")
 """SQL over a client span: llama.cpp reported timings on it."""
 
 

@@ -27,7 +27,7 @@ Headers (non-streaming responses only; `budgetscope load --no-stream` keeps them
 from __future__ import annotations
 
 from budgetscope.derive import client
-from budgetscope.derive.classify import TGI_ROOTS, TGI_SERVICE_PREFIX, TGI_STREAM_WRAPPER
+from budgetscope.derive.classify import TGI_ROOTS, TGI_SERVICE_PREFIX, TGI_STREAM_WRAPPER, has_key
 from budgetscope.derive.server_row import select_list
 from budgetscope.derive.span_tree import descendants
 
@@ -51,7 +51,7 @@ HEADER_ATTRS = (
     )
     + "}"
 )
-CLAIMS = f"json_exists(attributes, '$.\"{H}x-total-time\"')"
+CLAIMS = has_key(f"{H}x-total-time")
 """SQL over a client span: TGI's timing headers are on it."""
 ROOT_ATTRS = (
     '{"validation_time":"VARCHAR","queue_time":"VARCHAR","inference_time":"VARCHAR",'
