@@ -1,10 +1,12 @@
 """Derivation time: the `requests` SELECT (derive/requests.py) over an archive's spans, alone.
 
     python benchmarks/bench_derive.py [--requests 50000] [--runs 5] [--base COMMIT]
-    python benchmarks/bench_derive.py --format vllm_journey [--requests 50000]
+    python benchmarks/bench_derive.py --format vllm_journey [--requests 50000] [--source memory|file]
 
-Prints the median seconds per derivation of every span of an archive, the query the writer runs at each commit,
-as requests/s and spans/s, with the CPU seconds of the process (DuckDB's threads included) and the load average.
+Prints the median seconds per derivation of every span of an archive, the query the writer runs at each commit
+(over the spans copied into memory, as a writer's working set holds them; `--source file`: over the archive
+file's compressed table), as requests/s and spans/s, with the CPU seconds of the process (DuckDB's threads
+included) and the load average.
 `--format`: the spans of one upstream format (format_traces.py: vllm_classic, vllm_journey, ...), else
 budgetscope's synthetic native traces (two tiers, client spans). With `--base`, the same for the derivation as it was at COMMIT (the package
 extracted with `git archive`; its SELECT derives that commit's columns), run alternately with this one: what a change to
@@ -32,7 +34,7 @@ from common import machine
 from format_traces import FORMATS
 
 
-def _base_sql(commit: str, present: set[str]) -> str:
+def _base_sql(commit: str, present: set[str], relation: str = "spans") -> str:
     """The `requests` SELECT that the package at `commit` writes (extracted with `git archive`, imported by a child
     interpreter: only its SQL text is needed; it runs on this tree's connection)."""
     with tempfile.TemporaryDirectory() as d:
@@ -40,7 +42,7 @@ def _base_sql(commit: str, present: set[str]) -> str:
         subprocess.run(["tar", "-x", "-C", d], input=tar, check=True)
         code = (
             "import sys; from budgetscope.derive.requests import requests_sql; "
-            f"sys.stdout.write(requests_sql('spans', set({sorted(present)!r})))"
+            f"sys.stdout.write(requests_sql({relation!r}, set({sorted(present)!r})))"
         )
         env = {**os.environ, "PYTHONPATH": d}
         return subprocess.run(
@@ -54,6 +56,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--base", metavar="COMMIT", help="also time requests.py as it was at COMMIT")
     ap.add_argument("--format", choices=list(FORMATS), help="an upstream format's spans (default: synthetic native)")
+    ap.add_argument(
+        "--source",
+        choices=["memory", "file"],
+        default="memory",
+        help="derive from the spans copied into memory, as a writer's working set holds them (default), or from "
+        "the archive file's own table (compressed storage, read back)",
+    )
     args = ap.parse_args()
     print(machine())
     variants = ["this tree", *([args.base] if args.base else [])]
@@ -72,9 +81,13 @@ def main() -> None:
             (spans,) = con.execute("SELECT count(*) FROM spans").fetchone()
             present = current.present_sources(con)
             (requests,) = con.execute("SELECT count(*) FROM requests").fetchone()
-            sqls = {"this tree": current.requests_sql("spans", present)}
+            relation = "spans"
+            if args.source == "memory":  # as a writer's working set holds them: in memory, not compressed
+                con.execute("CREATE TEMP TABLE bs_spans AS SELECT * FROM spans")
+                relation = "bs_spans"
+            sqls = {"this tree": current.requests_sql(relation, present)}
             if args.base:
-                sqls[args.base] = _base_sql(args.base, present)
+                sqls[args.base] = _base_sql(args.base, present, relation)
             times: dict[str, list[float]] = {k: [] for k in variants}
             cpus: dict[str, list[float]] = {k: [] for k in variants}
             load = os.getloadavg()[0]
@@ -86,7 +99,8 @@ def main() -> None:
                     times[name].append(time.perf_counter() - t)
                     cpus[name].append(cpu_s() - c)
     print(
-        f"{args.format or 'native (synthetic)'}: {spans:,} spans, {requests:,} requests, median of {args.runs} runs; "
+        f"{args.format or 'native (synthetic)'}: {spans:,} spans, {requests:,} requests, spans in {args.source}, "
+        f"median of {args.runs} runs; "
         f"load {load:.1f} → {os.getloadavg()[0]:.1f}"
     )
     for name, ts in times.items():
