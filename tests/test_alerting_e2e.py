@@ -107,8 +107,12 @@ def test_a_queueing_burst_pages_and_the_page_names_queue(tmp_path):
                 "--no-grpc",
                 "--http-port",
                 str(collect_port),
+                # longer than the exporters' batch delay (the SDK's 5 s): with 1 s, a request whose client span
+                # came before its server spans was counted as a client-only row, its TTFT all unaccounted, and on
+                # a busy machine (the suite's other worker) the page named `unaccounted` (2 runs in 3 with two
+                # CPU-bound processes beside it; 0 in 3 with 8 s)
                 "--sli-settle",
-                "1s",
+                "8s",
                 "--attribution-window",
                 "60s",
                 "--attribution-every",
