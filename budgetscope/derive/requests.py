@@ -64,7 +64,7 @@ from budgetscope.derive import (
     unread_events,
     vllm,
 )
-from budgetscope.derive.classify import CLIENT_ROOT_SQL, GENAI_CLIENT_SQL, HTTP_CLIENT_SQL, VLLM_CORE, VLLM_ROOT
+from budgetscope.derive.classify import CLIENT_ROOT_SQL, GENAI_CLIENT_SQL, HTTP_CLIENT_SQL
 from budgetscope.derive.client import (
     FIRST_EVENT,
     FIRST_TOKEN_DEFINITION,
@@ -218,16 +218,10 @@ def requests_sql(spans: str, present: set[str] | None = None, served: str | None
     adapter alone). `served`: a relation that already holds `served_sql(spans, present)`'s rows (default: that
     SELECT, inline)."""
 
-    def union(adapters) -> str:
-        return _union(spans, adapters)
-
     # the events of vLLM's spans, parsed once for its adapter and the unread-events check
     vllm_events = present is None or "vllm" in present
     served = f"SELECT * FROM {served}" if served else served_sql(spans, present, "bs_vllm_ev" if vllm_events else None)
-    unread = unread_events.unread_sql(
-        spans, EVENTS_READ, ("bs_vllm_ev", f"name IN ('{VLLM_ROOT}', '{VLLM_CORE}')") if vllm_events else None
-    )
-    reported = union(REPORTED_ADAPTERS)
+    unread = unread_events.unread_sql(spans, EVENTS_READ, ("bs_vllm_ev", vllm.EVENT_SPANS) if vllm_events else None)
     # without a server clock, the unknown remainder of the client figure is unaccounted (its TTFT less the wait for
     # content, where the client says how long that was)
     client_e2e = "CASE WHEN s.server_span_id IS NULL THEN (c.end_ns - c.start_ns) / 1e6 END"
@@ -289,7 +283,7 @@ def requests_sql(spans: str, present: set[str] | None = None, served: str | None
     }
     out = ", ".join(f"{checked[c.name]} AS {c.name}" if c.name in checked else f"r.{c.name}" for c in REQUESTS.columns)
     if present is None or "client" in present:
-        client_side = f"""reported AS (SELECT * FROM ({reported}) r
+        client_side = f"""reported AS (SELECT * FROM ({_union(spans, REPORTED_ADAPTERS)}) r
   WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
 cs AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{CLIENT_ATTRS}') AS a, is_http FROM (
         SELECT *, false AS is_http FROM {spans} WHERE {CLIENT_ROOT_SQL}

@@ -33,8 +33,8 @@ def unread_sql(spans: str, read: dict[str, tuple[str, ...]], parsed: tuple[str, 
     """SELECT (trace_id, names): per trace of `spans` with an unread event, the distinct unread names, sorted.
     `read`: source → the LIKE patterns of the event names its adapter reads. `parsed`: (a relation of the events
     an adapter already parsed, a row a span with columns trace_id, source, events: a list of structures with a
-    `name`; the SQL condition over a span that selects the spans whose events it holds, every one of them): those spans' events are taken from
-    it instead of being parsed again (the vLLM journey adapter's, vllm.events_sql)."""
+    `name`; the SQL condition over a span that selects the spans whose events it holds, every one of them):
+    those spans' events are taken from it instead of being parsed again (vLLM's: vllm.events_sql)."""
     mine = f" AND NOT ({parsed[1]})" if parsed else ""
     theirs = (
         f"\n    UNION ALL SELECT trace_id, source, e.name FROM (SELECT trace_id, source, unnest(events) AS e "

@@ -83,6 +83,10 @@ _STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_
 # Spark's truncates).
 
 
+EVENT_SPANS = f"name IN ('{VLLM_ROOT}', '{VLLM_CORE}')"
+"""SQL over a span: one whose events `events_sql` parses (the API span and its engine-core child)."""
+
+
 def events_sql(spans: str) -> str:
     """SELECT: the span events of each `llm_request` and `llm_core` span of `spans`, parsed: (trace_id, source,
     api_id: the API span they belong to, events: a list of (name, time_unix_nano, attributes read)). The journey
@@ -91,7 +95,7 @@ def events_sql(spans: str) -> str:
     return f"""
 SELECT trace_id, source, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
        json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}" AS events
-FROM {spans} WHERE name IN ('{VLLM_ROOT}', '{VLLM_CORE}')"""
+FROM {spans} WHERE {EVENT_SPANS}"""
 
 
 def _journey(spans: str, events: str | None = None) -> str:
@@ -101,7 +105,7 @@ def _journey(spans: str, events: str | None = None) -> str:
     return f"""
 WITH ev AS (
   SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
-  FROM (SELECT trace_id, api_id, unnest(events) AS e FROM ({f"SELECT * FROM {events}" if events else events_sql(spans)})) x),
+  FROM (SELECT trace_id, api_id, unnest(events) AS e FROM {events or f"({events_sql(spans)})"}) x),
 j AS (
   SELECT trace_id, api_id,
     CAST(count(*) FILTER (WHERE n LIKE 'journey.%') AS INTEGER) AS journey_events,
