@@ -762,7 +762,6 @@ def test_vllm_journey_derives_the_same_on_spark(spark, tmp_path, client):
     """vLLM journey tracing (its events parsed once for the adapter and the unread-events check, preemptions, a
     failure), with and without client spans (without: the derivation skips its client side), and an event no
     adapter reads: the same rows on both engines."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from server_traces import draw, jsonl, vllm_journey
 
     mix = draw(f"spark journey {client}", "queue", 16, failed_share=0.1)
