@@ -96,9 +96,6 @@ def ingest(path: Path, archive: Path) -> tuple[float, float, float, int]:
     import json
 
     shutil.rmtree(archive, ignore_errors=True)
-    # the package's bytecode written first, as installing a wheel does: a process started with
-    # PYTHONDONTWRITEBYTECODE over a checkout compiles every changed module again (0.1 s at each start)
-    compileall.compile_dir(Path(budgetscope.__file__).parent, quiet=1)
     t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.Popen(
         [sys.executable, "-c", _INGEST, str(path), str(archive)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -136,6 +133,9 @@ def main() -> None:
     out = Path(args.out) / "formats"
     out.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}")
+    # the package's bytecode written once, as installing a wheel does: an `ingest` started with
+    # PYTHONDONTWRITEBYTECODE over a checkout compiles every changed module again (0.1 s at each start)
+    compileall.compile_dir(Path(budgetscope.__file__).parent, quiet=1)
     for fmt in args.formats.split(","):
         n = max(1, round(args.spans / format_traces.spans_per_request(fmt)))
         path = out / f"{fmt}.jsonl"
