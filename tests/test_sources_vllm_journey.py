@@ -130,3 +130,23 @@ def test_pd_legs_under_one_client_span_give_one_row_with_network(archive_path, i
     )
     assert rid.startswith("cmpl-6f1d2c3b") and has_client
     assert abs(e2e - 1592.0) < 1e-3 and abs(client_e2e - 1603.0) < 1e-3 and abs(network - 11.0) < 1e-3
+
+
+def test_the_prompt_length_is_read_from_the_engine_events_when_the_api_span_lacks_it(archive_path, ingest_text):
+    """The event attributes are parsed only for the requests that need them (derive/vllm.py): an API span without
+    `gen_ai.usage.prompt_tokens` takes the largest `prefill.total_tokens` of its core's journey events, an
+    aborted one its reason, and a request beside them that needs neither keeps its own figures."""
+    docs = copy.deepcopy(_docs("journey-preempted-chunked"))
+    for d in docs:
+        span = d["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+        if span["name"] == "llm_request":
+            span["attributes"] = [a for a in span["attributes"] if a["key"] != "gen_ai.usage.prompt_tokens"]
+        else:  # the engine's count grew with a chunk of the prompt: the largest is the prompt's length
+            attrs = span["events"][-1]["attributes"]
+            (total,) = [a for a in attrs if a["key"] == "prefill.total_tokens"]
+            total["value"] = {"intValue": "3100"}
+    ingest_text(archive_path, _jsonl(docs + _docs("journey-aborted") + _docs("journey-client-traceparent")))
+    got = rows(archive_path, "SELECT request_id, outcome, input_tokens FROM requests ORDER BY request_id")
+    assert ("chatcmpl-journey-0001", "ok", 3100) in got
+    assert ("chatcmpl-aborted-0001", "cancelled", 6000) in got
+    assert len(got) == 3 and all(tokens is not None for _, _, tokens in got)

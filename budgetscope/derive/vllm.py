@@ -61,11 +61,13 @@ EVENTS_READ = (
     "api.DEPARTED",
 )
 """The span events of journey tracing this adapter reads or knowingly passes over (derive/unread_events.py)."""
+EVENT_TIMES = '{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT"}]}'
+"""The events kept on a span (ingest's `budgetscope.events`): their names and times, what every request needs."""
 EVENT_ATTRS = (
     '{"' + EVENTS_KEY + '":[{"name":"VARCHAR","time_unix_nano":"BIGINT",'
     '"attributes":{"reason":"VARCHAR","prefill.total_tokens":"BIGINT"}}]}'
 )
-"""The events kept on a span (ingest's `budgetscope.events`), with the event attributes read here."""
+"""The same, with the event attributes read here: parsed only for the few requests that need them (`_per_span`)."""
 ATTRS = (
     '{"gen_ai.request.id":"VARCHAR","gen_ai.response.model":"VARCHAR","gen_ai.usage.prompt_tokens":"BIGINT",'
     '"gen_ai.usage.completion_tokens":"BIGINT","gen_ai.usage.cache_read.input_tokens":"BIGINT",'
@@ -87,14 +89,15 @@ EVENT_SPANS = f"name IN ('{VLLM_ROOT}', '{VLLM_CORE}')"
 """SQL over a span: one whose events `events_sql` parses (the API span and its engine-core child)."""
 
 
-def events_sql(spans: str) -> str:
+def events_sql(spans: str, spec: str = EVENT_TIMES) -> str:
     """SELECT: the span events of each `llm_request` and `llm_core` span of `spans`, parsed: (trace_id, source,
     api_id: the API span they belong to, events: a list of (name, time_unix_nano, attributes read)). The journey
     adapter reads them, and so does the unread-events check (derive/requests.py): parsed once. A list a span,
-    not a row an event: kept for two readers, it is copied a quarter as many times."""
+    not a row an event: kept for two readers, it is copied a quarter as many times. `spec`: the json_transform
+    structure read (default: names and times)."""
     return f"""
 SELECT trace_id, source, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
-       json_transform(attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}" AS events
+       json_transform(attributes, '{spec}')."{EVENTS_KEY}" AS events
 FROM {spans} WHERE {EVENT_SPANS}"""
 
 
@@ -104,7 +107,7 @@ def _journey(spans: str, events: str | None = None) -> str:
     `events_sql(spans)`'s rows (default: that SELECT, inline)."""
     return f"""
 WITH ev AS (
-  SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t, e.attributes AS ea
+  SELECT trace_id, api_id, e.name AS n, e.time_unix_nano AS t
   FROM (SELECT trace_id, api_id, unnest(events) AS e FROM {events or f"({events_sql(spans)})"}) x),
 j AS (
   SELECT trace_id, api_id,
@@ -114,10 +117,8 @@ j AS (
     min(t) FILTER (WHERE n = 'journey.FIRST_TOKEN') AS first_token,
     max(t) FILTER (WHERE n = 'journey.FINISHED') AS finished,
     CAST(count(*) FILTER (WHERE n = 'journey.PREEMPTED') AS INTEGER) AS preemptions,
-    max(ea."prefill.total_tokens") FILTER (WHERE n LIKE 'journey.%') AS prompt_tokens,
     min(t) FILTER (WHERE n = 'api.FIRST_RESPONSE_FROM_CORE') AS first_response,
-    CAST(count(*) FILTER (WHERE n = 'api.ABORTED') AS INTEGER) AS aborts,
-    max(ea.reason) FILTER (WHERE n = 'api.ABORTED') AS abort_reason
+    CAST(count(*) FILTER (WHERE n = 'api.ABORTED') AS INTEGER) AS aborts
   FROM ev GROUP BY trace_id, api_id),
 -- each preemption's wait: PREEMPTED → the next SCHEDULED (or FINISHED, when it never resumed); the window runs
 -- over the requests that were preempted only (a tenth of them, say: the window over every journey event was a
@@ -180,7 +181,7 @@ def _per_span(spans: str, events: str | None = None) -> str:
         model='v.a."gen_ai.response.model"',
         tier="""coalesce(v.a."budgetscope.tier", 'default')""",
         tenant='v.a."budgetscope.tenant"',
-        outcome="""CASE WHEN j.abort_reason = 'client_disconnect' THEN 'cancelled'
+        outcome="""CASE WHEN xa.abort_reason = 'client_disconnect' THEN 'cancelled'
           WHEN v.status_code = 'ERROR' OR j.aborts > 0 THEN 'error' ELSE 'ok' END""",
         arrival_ns="v.start_ns",
         first_token_ns=mode(first_classic, first_response),
@@ -192,7 +193,7 @@ def _per_span(spans: str, events: str | None = None) -> str:
             f"{first_classic} + CAST(round({lat['time_in_model_decode']} * 1e6) AS BIGINT)",
             f"greatest({fin}, {first_response})",
         ),
-        input_tokens='coalesce(v.a."gen_ai.usage.prompt_tokens", j.prompt_tokens)',
+        input_tokens='coalesce(v.a."gen_ai.usage.prompt_tokens", xa.prompt_tokens)',
         cached_tokens='v.a."gen_ai.usage.cache_read.input_tokens"',
         output_tokens='v.a."gen_ai.usage.completion_tokens"',
         frontend_ms=mode(frontend, journey["frontend"]),
@@ -214,9 +215,24 @@ WITH v AS (
   SELECT trace_id, span_id, parent_span_id, start_ns, end_ns, service_name, status_code,
          json_transform(attributes, '{ATTRS}') AS a
   FROM {spans} WHERE name = '{VLLM_ROOT}'),
-j AS ({_journey(spans, events)})
+j AS ({_journey(spans, events)}),
+-- the event attributes read (an abort's reason; the prompt's length, where the API span lacks it), parsed for the
+-- requests that need them only: a parse of every event's attributes was a quarter of the journey derivation
+xa AS (
+  SELECT trace_id, api_id,
+    max(e.attributes."prefill.total_tokens") FILTER (WHERE e.name LIKE 'journey.%') AS prompt_tokens,
+    max(e.attributes.reason) FILTER (WHERE e.name = 'api.ABORTED') AS abort_reason
+  FROM (SELECT p.trace_id, p.api_id, unnest(json_transform(p.attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}") AS e
+        FROM (SELECT trace_id, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
+                attributes FROM {spans} WHERE {EVENT_SPANS}) p
+        -- joined before the parse, so that only these spans are parsed (v has one row a span)
+        JOIN (SELECT v.trace_id, v.span_id FROM v JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id
+              WHERE j.aborts > 0 OR (j.journey_events > 0 AND v.a."gen_ai.usage.prompt_tokens" IS NULL)) nd
+          ON nd.trace_id = p.trace_id AND nd.span_id = p.api_id) x
+  GROUP BY trace_id, api_id)
 SELECT {rows}, coalesce(j.journey_events, 0) > 0 AS journey
-FROM v LEFT JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id"""
+FROM v LEFT JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id
+LEFT JOIN xa ON xa.trace_id = v.trace_id AND xa.api_id = v.span_id"""
 
 
 def _pd_row() -> str:
