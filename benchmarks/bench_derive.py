@@ -30,21 +30,19 @@ from budgetscope.derive import requests as current
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
-from common import machine
+from common import base_tree, machine
 from format_traces import FORMATS
 
 
 def _base_sql(commit: str, present: set[str], relation: str = "spans") -> str:
     """The `requests` SELECT that the package at `commit` writes (extracted with `git archive`, imported by a child
     interpreter: only its SQL text is needed; it runs on this tree's connection)."""
-    with tempfile.TemporaryDirectory() as d:
-        tar = subprocess.run(["git", "archive", commit, "budgetscope"], capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", d], input=tar, check=True)
+    with base_tree(commit, extension=False) as d:
         code = (
             "import sys; from budgetscope.derive.requests import requests_sql; "
             f"sys.stdout.write(requests_sql({relation!r}, set({sorted(present)!r})))"
         )
-        env = {**os.environ, "PYTHONPATH": d}
+        env = {**os.environ, "PYTHONPATH": str(d)}
         return subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=d
         ).stdout

@@ -14,15 +14,25 @@ backfill), then:
   and waiting for each answer (bench_collector.py's `run`), over OTLP/HTTP JSON, OTLP/HTTP protobuf and OTLP/gRPC:
   answered (every export acknowledged) and stored (the collector stopped, everything published and derived).
 Spans/s and requests/s everywhere; the 1-minute load average beside each figure (other work shares the cores).
+
+    python benchmarks/bench_formats.py --only collect --formats vllm_journey --base COMMIT [--runs 5]
+
+With `--base`, `collect` of this tree and of the package as it was at COMMIT (common.base_tree), each in a process
+of its own, alternately, `--runs` times over the same exports: medians side by side. On a machine whose speed drifts
+between runs minutes apart, only such pairs say what a change to the collector did.
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
+import json
 import os
 import resource
 import shutil
+import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -32,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import budgetscope
 import format_traces
 from bench_collector import run as run_collector
-from common import machine
+from common import ROOT, base_tree, machine
 
 PROTOCOLS = {"http-json": "http", "http-proto": "http-proto", "grpc": "grpc"}
 
@@ -93,8 +103,6 @@ main(["ingest", sys.argv[1], "--archive", sys.argv[2], "--format", "json"], prog
 
 def ingest(path: Path, archive: Path) -> tuple[float, float, float, int]:
     """`budgetscope ingest` in a process of its own: (wall s, CPU s, peak RSS MB, requests in the archive)."""
-    import json
-
     shutil.rmtree(archive, ignore_errors=True)
     t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.Popen(
@@ -117,6 +125,62 @@ def stored_requests(archive: Path) -> int:
         return a.con.execute("SELECT count(*) FROM requests").fetchone()[0]
 
 
+def write_bodies(bodies: list[bytes], path: Path) -> None:
+    """The exports in one file, each after its length (8 bytes, little-endian): what a `--child` reads."""
+    with open(path, "wb") as f:
+        for body in bodies:
+            f.write(struct.pack("<Q", len(body)))
+            f.write(body)
+
+
+def read_bodies(path: Path) -> list[bytes]:
+    data, out, i = path.read_bytes(), [], 0
+    while i < len(data):
+        (n,) = struct.unpack_from("<Q", data, i)
+        out.append(data[i + 8 : i + 8 + n])
+        i += 8 + n
+    return out
+
+
+def child_collect(tree: Path, bodies: Path, kind: str, senders: int, archive: Path) -> dict:
+    """One `collect` run in a process whose package is the one in `tree` (first on PYTHONPATH)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    p = subprocess.run(
+        [sys.executable, __file__, "--child", str(bodies), kind, str(senders), str(archive)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if p.returncode:
+        sys.exit(f"collect run of {tree} failed ({p.returncode}): {p.stderr[-2000:]}")
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def _child(argv: list[str]) -> None:
+    bodies, kind, senders, archive = read_bodies(Path(argv[0])), argv[1], int(argv[2]), Path(argv[3])
+    answered, stored, cpu, exporters = run_collector(bodies, kind, senders, archive)
+    here = Path(budgetscope.__file__).resolve().parent.parent
+    out = {"answered": answered, "stored": stored, "cpu": cpu, "exporters": exporters, "tree": str(here)}
+    print(json.dumps({**out, "requests": stored_requests(archive)}))
+
+
+def compare(bodies, kind, senders, out: Path, base: Path, runs: int) -> dict[str, dict[str, list[float]]]:
+    """`runs` pairs of `collect` runs, this tree's then the base's: each figure's list, by variant."""
+    path = out / "bodies.bin"
+    write_bodies(bodies, path)
+    got: dict[str, dict[str, list[float]]] = {"this tree": {}, "base": {}}
+    for _ in range(runs):
+        for name, tree in (("this tree", ROOT), ("base", base)):
+            r = child_collect(tree, path, kind, senders, out / f"ab-{kind}")
+            if r["tree"] != str(tree.resolve()):
+                sys.exit(f"the run meant for {tree} imported the package of {r['tree']}")
+            for k in ("answered", "stored", "cpu"):
+                got[name].setdefault(k, []).append(r[k])
+            got[name].setdefault("load", []).append(load())
+    path.unlink()
+    return got
+
+
 def rate(n: int, s: float) -> str:
     return f"{n / s:,.0f}/s" if s > 0 else "-"
 
@@ -129,7 +193,20 @@ def main() -> None:
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--senders", type=int, default=8)
     ap.add_argument("--out", default="bench-out")
+    ap.add_argument("--base", metavar="COMMIT", help="collect: this tree against the package at COMMIT, alternately")
+    ap.add_argument("--runs", type=int, default=5, help="with --base: pairs of runs a protocol")
+    if sys.argv[1:2] == ["--child"]:
+        _child(sys.argv[2:])
+        return
     args = ap.parse_args()
+    with contextlib.ExitStack() as stack:
+        base = stack.enter_context(base_tree(args.base)) if args.base else None
+        if base is not None:
+            compileall.compile_dir(base / "budgetscope", quiet=1)
+        _main(args, base)
+
+
+def _main(args, base: Path | None) -> None:
     out = Path(args.out) / "formats"
     out.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}")
@@ -170,6 +247,21 @@ def main() -> None:
                     pb = [format_traces.to_protobuf(x) for x in lines]
                 bodies, parse, parser = pb, parse_time(pb, protobuf_spans), "protobuf"
             la = load()
+            if base is not None:
+                got = compare(bodies, kind, args.senders, out, base, args.runs)
+                print(
+                    f"  collect {proto}, {args.senders} senders, median of {args.runs} pairs (load {la:.1f} → {load():.1f}):"
+                )
+                for name, fig in got.items():
+                    answered, stored = statistics.median(fig["answered"]), statistics.median(fig["stored"])
+                    print(
+                        f"    {args.base if name == 'base' else name:>12}: answered {rate(spans, answered)} spans, "
+                        f"stored {rate(spans, stored)} spans (each run: "
+                        f"{', '.join(f'{spans / x:,.0f}' for x in fig['stored'])}); "
+                        f"collector CPU {statistics.median(fig['cpu']):.1f} s",
+                        flush=True,
+                    )
+                continue
             archive = out / f"{fmt}-collect"
             answered, stored, cpu, exporters = run_collector(bodies, kind, args.senders, archive)
             got = stored_requests(archive)
