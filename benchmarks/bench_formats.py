@@ -159,9 +159,19 @@ def child_collect(tree: Path, bodies: Path, kind: str, senders: int, archive: Pa
 def _child(argv: list[str]) -> None:
     bodies, kind, senders, archive = read_bodies(Path(argv[0])), argv[1], int(argv[2]), Path(argv[3])
     answered, stored, cpu, exporters = run_collector(bodies, kind, senders, archive)
+    requests = stored_requests(archive)
     here = Path(budgetscope.__file__).resolve().parent.parent
+    # an editable install resolves a module the tree lacks from the checkout: a base older than the API this
+    # script uses would run part of this tree's code
+    elsewhere = sorted(
+        name
+        for name, m in list(sys.modules.items())
+        if name.startswith("budgetscope") and getattr(m, "__file__", None) and not m.__file__.startswith(str(here))
+    )
+    if elsewhere:
+        sys.exit(f"{here} lacks modules this benchmark imports (taken from elsewhere): {', '.join(elsewhere[:5])}")
     out = {"answered": answered, "stored": stored, "cpu": cpu, "exporters": exporters, "tree": str(here)}
-    print(json.dumps({**out, "requests": stored_requests(archive)}))
+    print(json.dumps({**out, "requests": requests}))
 
 
 def compare(bodies, kind, senders, out: Path, base: Path, runs: int) -> dict[str, dict[str, list[float]]]:
