@@ -436,3 +436,71 @@ def test_a_writer_that_fails_to_open_holds_no_lock(tmp_path, monkeypatch):
         with pytest.raises(OSError, match="No space"):
             Archive(root, durable=True)
     Archive(root, durable=True).close()  # the lock is free
+
+
+def _files(tmp_path, n: int):
+    """`n` files of 6,000 requests each (20 MB of spans, 4 MB of `requests` rows: DuckDB's own threshold is 16)."""
+    files = [tmp_path / f"t{i}.jsonl" for i in range(n)]
+    for i, f in enumerate(files):
+        write_jsonl(f, SyntheticSpec(num_requests=6000, seed=i + 1))
+    return files
+
+
+def _kinds(a, table: str) -> set[str]:
+    return {c for (c,) in a.con.execute(f"SELECT DISTINCT compression FROM pragma_storage_info('{table}')").fetchall()}
+
+
+def test_the_working_set_keeps_its_rows_as_they_landed(tmp_path):
+    """The working set does not checkpoint on its own (duckdb_archive.WORKING_SET): DuckDB compressed an in-memory
+    database whenever 16 MB had changed, the rows a commit had just derived at every other commit (a fifth of the
+    collector's writer time), and every scan of them decompressed them again."""
+    a = Archive(tmp_path / "a", durable=True, compact=False)
+    try:
+        for f in _files(tmp_path, 4):
+            a.ingest(read_batches(f), derive=False)
+            a.commit()
+        assert a.con.execute("SELECT count(*) FROM requests").fetchall() == [(24000,)]
+        assert _kinds(a, "requests") | _kinds(a, "spans") <= {"Uncompressed", "Constant"}
+    finally:
+        a.close()
+
+
+def test_the_working_set_frees_what_it_dropped(tmp_path):
+    """Without checkpoints of its own, the working set frees the memory of what it drops when it drops it (a
+    DELETE keeps its rows' memory until a checkpoint), and its staging tables are dropped, not emptied."""
+    a = Archive(tmp_path / "a", durable=True, holding=replace(HOLDING, hold_s=0), compact=False)
+
+    def table_bytes() -> int:
+        (n,) = a.con.execute(
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
+        ).fetchone()
+        return n
+
+    try:
+        for f in _files(tmp_path, 2):
+            a.ingest(read_batches(f), derive=False)
+        held = table_bytes()
+        a.commit()
+        assert a.con.execute("SELECT count(*) FROM spans").fetchall() == [(0,)]
+        assert table_bytes() < held / 4, (held, table_bytes())
+    finally:
+        a.close()
+    assert rows(tmp_path / "a", "SELECT count(*) FROM requests") == [(12000,)]
+
+
+def test_the_staging_tables_give_their_memory_back_when_cleared():
+    """The reference path's staging tables are emptied after each chunk: in a working set, which makes no checkpoint
+    of its own, rows removed by DELETE would keep their memory for the writer's life."""
+    from budgetscope.archive.duckdb_archive import DuckDBArchive
+    from budgetscope.ingest import staging
+
+    con = DuckDBArchive(":memory:").con
+    staging.setup(con)
+    used = "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
+    for _ in range(3):
+        con.execute("INSERT INTO staged (batch_id, attributes) SELECT range, repeat('x', 1000) FROM range(50000)")
+        con.execute("INSERT INTO rejected SELECT range, 'bad' FROM range(1000)")
+        staging.clear(con)
+    assert con.execute(used).fetchone()[0] < 5 << 20
+    assert con.execute("SELECT count(*) FROM staged").fetchone()[0] == 0
+    con.close()

@@ -518,6 +518,8 @@ class DirectoryArchive:
         con.execute(f"DELETE FROM gpu_samples WHERE batch_id <= {last}")
         con.execute(f"DELETE FROM server_metrics WHERE batch_id <= {last}")
         con.execute("COMMIT")
+        # frees the deleted rows' memory: the working set does not checkpoint on its own (duckdb_archive.WORKING_SET)
+        con.execute("CHECKPOINT")
         if self.durable:
             self._forget_dropped()
 

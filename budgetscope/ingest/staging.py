@@ -100,11 +100,14 @@ INSERT INTO spans SELECT {_COLS} FROM (
 WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.trace_id = n.trace_id AND s.span_id = n.span_id)"""
 
 
+REJECTED_DDL = "CREATE TEMP TABLE IF NOT EXISTS rejected (batch_id BIGINT, err VARCHAR)"
+
+
 def setup(con) -> None:
     """Create the staging tables and macros on this connection."""
     con.execute(STAGED_DDL)
     con.execute(MACROS)
-    con.execute("CREATE TEMP TABLE IF NOT EXISTS rejected (batch_id BIGINT, err VARCHAR)")
+    con.execute(REJECTED_DDL)
 
 
 def validate(con) -> dict[int, str]:
@@ -113,5 +116,8 @@ def validate(con) -> dict[int, str]:
 
 
 def clear(con) -> None:
-    con.execute("DELETE FROM staged")
-    con.execute("DELETE FROM rejected")
+    """Empty the staging tables: dropped and made again, not emptied by DELETE, whose rows keep their memory until a
+    checkpoint (a working set makes none of its own: archive/duckdb_archive.WORKING_SET)."""
+    for table, ddl in (("staged", STAGED_DDL), ("rejected", REJECTED_DDL)):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.execute(ddl)
