@@ -87,6 +87,8 @@ _STAGES = ("frontend_ms", "queue_ms", "prefill_ms", "decode_ms", "ttft_frontend_
 
 EVENT_SPANS = f"name IN ('{VLLM_ROOT}', '{VLLM_CORE}')"
 """SQL over a span: one whose events `events_sql` parses (the API span and its engine-core child)."""
+API_ID = f"CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END"
+"""SQL over such a span: the API span its events belong to."""
 
 
 def events_sql(spans: str, spec: str = EVENT_TIMES) -> str:
@@ -96,8 +98,7 @@ def events_sql(spans: str, spec: str = EVENT_TIMES) -> str:
     not a row an event: kept for two readers, it is copied a quarter as many times. `spec`: the json_transform
     structure read (default: names and times)."""
     return f"""
-SELECT trace_id, source, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
-       json_transform(attributes, '{spec}')."{EVENTS_KEY}" AS events
+SELECT trace_id, source, {API_ID} AS api_id, json_transform(attributes, '{spec}')."{EVENTS_KEY}" AS events
 FROM {spans} WHERE {EVENT_SPANS}"""
 
 
@@ -223,8 +224,7 @@ xa AS (
     max(e.attributes."prefill.total_tokens") FILTER (WHERE e.name LIKE 'journey.%') AS prompt_tokens,
     max(e.attributes.reason) FILTER (WHERE e.name = 'api.ABORTED') AS abort_reason
   FROM (SELECT p.trace_id, p.api_id, unnest(json_transform(p.attributes, '{EVENT_ATTRS}')."{EVENTS_KEY}") AS e
-        FROM (SELECT trace_id, CASE WHEN name = '{VLLM_CORE}' THEN parent_span_id ELSE span_id END AS api_id,
-                attributes FROM {spans} WHERE {EVENT_SPANS}) p
+        FROM (SELECT trace_id, {API_ID} AS api_id, attributes FROM {spans} WHERE {EVENT_SPANS}) p
         -- joined before the parse, so that only these spans are parsed (v has one row a span)
         JOIN (SELECT v.trace_id, v.span_id FROM v JOIN j ON j.trace_id = v.trace_id AND j.api_id = v.span_id
               WHERE j.aborts > 0 OR (j.journey_events > 0 AND v.a."gen_ai.usage.prompt_tokens" IS NULL)) nd
