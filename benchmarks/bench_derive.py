@@ -39,13 +39,17 @@ def _base_sql(commit: str, present: set[str], relation: str = "spans") -> str:
     interpreter: only its SQL text is needed; it runs on this tree's connection)."""
     with base_tree(commit, extension=False) as d:
         code = (
-            "import sys; from budgetscope.derive.requests import requests_sql; "
+            f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from common import foreign_modules; "
+            "from budgetscope.derive.requests import requests_sql; "
+            f"bad = foreign_modules({str(Path(d).resolve())!r}); "
+            "sys.exit(f'the base lacks modules the derivation imports: {bad}') if bad else None; "
             f"sys.stdout.write(requests_sql({relation!r}, set({sorted(present)!r})))"
         )
         env = {**os.environ, "PYTHONPATH": str(d)}
-        return subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=d
-        ).stdout
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=d)
+        if p.returncode:
+            sys.exit(f"the derivation at {commit} could not be written: {p.stderr.strip().splitlines()[-1]}")
+        return p.stdout
 
 
 def main() -> None:

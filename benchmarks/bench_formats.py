@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import budgetscope
 import format_traces
 from bench_collector import run as run_collector
-from common import ROOT, base_tree, machine
+from common import ROOT, base_tree, foreign_modules, machine
 
 PROTOCOLS = {"http-json": "http", "http-proto": "http-proto", "grpc": "grpc"}
 
@@ -161,13 +161,7 @@ def _child(argv: list[str]) -> None:
     answered, stored, cpu, exporters = run_collector(bodies, kind, senders, archive)
     requests = stored_requests(archive)
     here = Path(budgetscope.__file__).resolve().parent.parent
-    # an editable install resolves a module the tree lacks from the checkout: a base older than the API this
-    # script uses would run part of this tree's code
-    elsewhere = sorted(
-        name
-        for name, m in list(sys.modules.items())
-        if name.startswith("budgetscope") and getattr(m, "__file__", None) and not m.__file__.startswith(str(here))
-    )
+    elsewhere = foreign_modules(here)
     if elsewhere:
         sys.exit(f"{here} lacks modules this benchmark imports (taken from elsewhere): {', '.join(elsewhere[:5])}")
     out = {"answered": answered, "stored": stored, "cpu": cpu, "exporters": exporters, "tree": str(here)}
@@ -186,7 +180,6 @@ def compare(bodies, kind, senders, out: Path, base: Path, runs: int) -> dict[str
                 sys.exit(f"the run meant for {tree} imported the package of {r['tree']}")
             for k in ("answered", "stored", "cpu"):
                 got[name].setdefault(k, []).append(r[k])
-            got[name].setdefault("load", []).append(load())
     path.unlink()
     return got
 

@@ -75,3 +75,13 @@ def base_tree(commit: str, extension: bool = True):
                 [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=d, check=True, capture_output=True
             )
         yield Path(d)
+
+
+def foreign_modules(root: Path) -> list[str]:
+    """The `budgetscope` modules this process imported from outside `root`: an editable install resolves a module
+    that an older tree lacks from the checkout, and a base run would then run part of this tree's code."""
+    return sorted(
+        name
+        for name, m in list(sys.modules.items())
+        if name.startswith("budgetscope") and getattr(m, "__file__", None) and not m.__file__.startswith(str(root))
+    )
