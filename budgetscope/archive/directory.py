@@ -148,6 +148,7 @@ class DirectoryArchive:
         self._recover_upto = 0  # the spool files up to this number were there when this writer opened
         self._lock = WriterLock(root)
         self._mlock = threading.Lock()  # the manifest, shared with the compactor thread
+        self._behind: tuple[int, segments.WriteBehind] | None = None  # (top batch, the new rows' write) of a commit
         self.hot = self.compactor = None
         try:
             self.manifest = mf.read(root)
@@ -205,6 +206,7 @@ class DirectoryArchive:
         """Let go after a failure (a full disk, a read-only file system): close what is open, delete the files
         no commit lists (segments half-written, or written but not committed), release the lock. The last
         commit stays as it was; a durable writer's spool keeps what it acknowledged."""
+        self._drop_behind()
         for part in (self.compactor, self.hot, self.spool):
             try:
                 if part is self.compactor and part is not None:
@@ -241,6 +243,7 @@ class DirectoryArchive:
             self.abandon()
             raise
         finally:
+            self._drop_behind()
             if self.compactor is not None:
                 self.compactor.close(finish=not self.durable)
                 self.compactor = None
@@ -312,8 +315,21 @@ class DirectoryArchive:
         self.commit()
 
     def before_derive(self) -> None:
-        """Read back the published spans of the pending traces (`_rehydrate`)."""
+        """Read back the published spans of the pending traces (`_rehydrate`), then start writing the rows that
+        landed since the last commit, which the derivation does not change, while it runs (`_publish` takes them)."""
         self._rehydrate()
+        self._drop_behind()  # a commit that failed after starting one
+        con, m = self.hot.con, self.manifest
+        (top,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches")
+        if top > m.published_batch:
+            queries = {t: sql.format(w=int(m.published_batch)) for t, sql in _PUBLISH.items()}
+            self._behind = (top, segments.WriteBehind(con, self.path, queries, m.seq + 1))
+
+    def _drop_behind(self) -> None:
+        """Discard a write of new rows that no commit took (the derivation failed, or the writer let go)."""
+        behind, self._behind = self._behind, None
+        if behind is not None:
+            behind[1].discard()
 
     def after_derive(self) -> None:
         """Publish what is new in one manifest commit, empty the spool of what it published, let compaction
@@ -450,6 +466,10 @@ class DirectoryArchive:
     def _publish(self) -> None:
         con, m = self.hot.con, self.manifest
         (top,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches")
+        behind, self._behind = self._behind, None
+        if behind is not None and behind[0] != top:  # more landed after it began: written again, whole
+            behind[1].discard()
+            behind = None
         (derived,) = one(con, "SELECT count(*) FROM bs_derived")
         if top <= m.published_batch and not derived:
             return
@@ -458,10 +478,12 @@ class DirectoryArchive:
             "SELECT count(*), coalesce(sum(spans_inserted), 0) FROM ingest_batches "
             f"WHERE batch_id > {int(m.published_batch)}",
         )
-        seq = m.seq + 1
-        written = []
-        for table, sql in _PUBLISH.items():
-            written += segments.write(con, self.path, table, sql.format(w=int(m.published_batch)), seq)
+        if behind is not None:
+            seq, written = behind[1].seq, behind[1].result()
+        else:
+            seq, written = m.seq + 1, []
+            for table, sql in _PUBLISH.items():
+                written += segments.write(con, self.path, table, sql.format(w=int(m.published_batch)), seq)
         if derived:
             written += segments.write(
                 con,

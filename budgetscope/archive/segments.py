@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from pathlib import Path
 
@@ -83,9 +84,52 @@ def place(root: Path, written: list[tuple[Path, Segment]]) -> list[Segment]:
         dirs.add(dest.parent)
     for d in dirs:
         fsync_dir(d)
-    for f in {f.parent if f.parent.parent.name == TMP_DIR else f.parent.parent for f, _ in written}:
-        shutil.rmtree(f, ignore_errors=True)  # this write's own folder under _tmp
+    discard(written)  # the write's own folders under _tmp, empty now
     return [s for _, s in written]
+
+
+def discard(written: list[tuple[Path, Segment]]) -> None:
+    """Delete the folders under _tmp of files `write` returned (what they still hold is never published)."""
+    for f in {f.parent if f.parent.parent.name == TMP_DIR else f.parent.parent for f, _ in written}:
+        shutil.rmtree(f, ignore_errors=True)
+
+
+class WriteBehind:
+    """`write` of several tables' rows on a thread of its own (over a cursor of `con`: DuckDB runs it beside
+    whatever `con` runs meanwhile), started now and taken with `result`. A commit writes the rows that landed
+    since the last one this way while it derives the `requests` rows, which they do not depend on."""
+
+    def __init__(self, con, root: Path, queries: dict[str, str], seq: int):
+        self.seq = seq
+        self._written: list[tuple[Path, Segment]] = []
+        self._error: BaseException | None = None
+        cursor = con.cursor()
+        self._thread = threading.Thread(
+            target=self._run, args=(cursor, root, queries), name="budgetscope-write-behind", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, cursor, root: Path, queries: dict[str, str]) -> None:
+        try:
+            for table, sql in queries.items():
+                self._written += write(cursor, root, table, sql, self.seq)
+        except BaseException as e:  # noqa: BLE001 - raised where the commit takes the result
+            self._error = e
+        finally:
+            cursor.close()
+
+    def result(self) -> list[tuple[Path, Segment]]:
+        """The files written (as `write` returns them), once written; the write's exception if it failed."""
+        self._thread.join()
+        if self._error is not None:
+            discard(self._written)
+            raise self._error
+        return self._written
+
+    def discard(self) -> None:
+        """Wait for the write, and delete what it wrote: the commit it was for did not happen."""
+        self._thread.join()
+        discard(self._written)
 
 
 def clear_tmp(root: Path) -> None:
