@@ -48,8 +48,31 @@ def test_rows_landed_after_the_write_began_are_written_with_the_rest(tmp_path):
     assert _left_in_tmp(tmp_path / "a") == []
 
 
-def test_a_write_that_fails_fails_its_commit_and_loses_nothing(tmp_path, monkeypatch):
+def _commit_after_a_failure(tmp_path, monkeypatch, owner, name: str, broken, error, match: str) -> None:
+    """Land a file, commit it with `owner.name` replaced by `broken` (the commit fails with `error`), check that
+    nothing was published nor left under `_tmp`, then commit it again with the real one: every row, once."""
     f = _file(tmp_path, "1.jsonl", 1)
+    real = getattr(owner, name)
+    a = Archive(tmp_path / "a", durable=True, compact=False)
+    try:
+        a.ingest(read_batches(f), derive=False)
+        monkeypatch.setattr(owner, name, broken)
+        with pytest.raises(error, match=match):
+            a.commit()
+        assert mf.read(tmp_path / "a").files("spans") == []
+        assert _left_in_tmp(tmp_path / "a") == []
+        monkeypatch.setattr(owner, name, real)
+        a.commit()
+        assert _left_in_tmp(tmp_path / "a") == []
+    finally:
+        a.close()
+    assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == [(_spans_in(f),)]
+    assert rows(tmp_path / "a", "SELECT count(*) FROM requests") == [(300,)]
+    assert sum(s.rows for s in mf.read(tmp_path / "a").files("spans")) == _spans_in(f)  # published once
+
+
+def test_a_write_that_fails_fails_its_commit_and_loses_nothing(tmp_path, monkeypatch):
+    """The spans it had written before the batches' write failed are deleted with it."""
     real = segments.write
 
     def full_disk(con, root, table, *args, **kw):
@@ -57,40 +80,13 @@ def test_a_write_that_fails_fails_its_commit_and_loses_nothing(tmp_path, monkeyp
             raise OSError(28, "No space left on device")
         return real(con, root, table, *args, **kw)
 
-    a = Archive(tmp_path / "a", durable=True, compact=False)
-    try:
-        a.ingest(read_batches(f), derive=False)
-        monkeypatch.setattr(segments, "write", full_disk)
-        with pytest.raises(OSError, match="No space left"):
-            a.commit()
-        assert mf.read(tmp_path / "a").files("spans") == []
-        assert _left_in_tmp(tmp_path / "a") == []  # the spans it had written are gone with it
-        monkeypatch.setattr(segments, "write", real)
-        a.commit()
-    finally:
-        a.close()
-    assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == [(_spans_in(f),)]
-    assert rows(tmp_path / "a", "SELECT count(*) FROM requests") == [(300,)]
+    _commit_after_a_failure(tmp_path, monkeypatch, segments, "write", full_disk, OSError, "No space left")
 
 
 def test_a_derivation_that_fails_leaves_no_file_of_the_write_begun_for_it(tmp_path, monkeypatch):
-    f = _file(tmp_path, "1.jsonl", 1)
-    real = lander.derive_pending
+    """The write begun for the failed commit is discarded by the next, which makes it again."""
 
     def fails(*a, **kw):
         raise RuntimeError("the derivation failed")
 
-    a = Archive(tmp_path / "a", durable=True, compact=False)
-    try:
-        a.ingest(read_batches(f), derive=False)
-        monkeypatch.setattr(lander, "derive_pending", fails)
-        with pytest.raises(RuntimeError, match="derivation failed"):
-            a.commit()
-        monkeypatch.setattr(lander, "derive_pending", real)
-        a.commit()  # the write begun for the failed commit is discarded, and made again
-        assert _left_in_tmp(tmp_path / "a") == []
-    finally:
-        a.close()
-    assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == [(_spans_in(f),)]
-    assert rows(tmp_path / "a", "SELECT count(*) FROM requests") == [(300,)]
-    assert sum(s.rows for s in mf.read(tmp_path / "a").files("spans")) == _spans_in(f)  # published once
+    _commit_after_a_failure(tmp_path, monkeypatch, lander, "derive_pending", fails, RuntimeError, "derivation failed")

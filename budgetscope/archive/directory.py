@@ -306,7 +306,11 @@ class DirectoryArchive:
         if self.lander is None:
             self.after_derive()
             return 0, 0
-        return self.lander.commit(count_orphans)
+        try:
+            return self.lander.commit(count_orphans)
+        except BaseException:
+            self._drop_behind()  # what it wrote for this commit is never published
+            raise
 
     derive_pending = commit
 
