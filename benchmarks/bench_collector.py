@@ -1,12 +1,13 @@
 """Collector throughput: OTLP/HTTP senders → the collector → the archive, OTLP/JSON and OTLP protobuf.
 
-    python benchmarks/bench_collector.py [--requests 20000] [--clients 8]
+    python benchmarks/bench_collector.py [--requests 20000] [--clients 8] [--threads]
 
 Each of `--clients` processes (exporters) sends its share of the export requests (synthetic native-contract
 traces, 512 spans a request) to a collector on a free port, each waiting for its answer before the next, as an
 SDK's batch span processor does: OTLP/JSON over HTTP, then OTLP protobuf over gRPC (what vLLM and the
 OpenTelemetry Collector send). Prints spans/s acknowledged (all answers in) and stored (collector stopped:
-every accepted span in the archive, requests derived), for each.
+every accepted span in the archive, requests derived), for each. `--threads`: also the collector's CPU seconds by
+thread (its archive writer, acceptor, receivers, DuckDB's unnamed workers), from /proc.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from budgetscope.collector import Collector
 from budgetscope.ingest.otlp_json import count_spans
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
-from common import machine, peak_rss_mb
+from common import ThreadCPU, machine, peak_rss_mb
 
 
 def protobuf(line: bytes) -> bytes:
@@ -138,6 +139,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--format", choices=["folder", "duckdb"], default="folder")
     ap.add_argument("--only", choices=["http", "grpc"], help="run one of the two senders")
+    ap.add_argument("--threads", action="store_true", help="also print the collector's CPU seconds by thread")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(exist_ok=True)
@@ -161,15 +163,20 @@ def main() -> None:
         if args.only not in (None, kind):
             continue
         load = os.getloadavg()[0]
-        answered, stored, cpu, exporters = run(
-            bodies, kind, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector")
-        )
+        with ThreadCPU() as by_thread:
+            answered, stored, cpu, exporters = run(
+                bodies, kind, args.clients, out / ("collector.duckdb" if args.format == "duckdb" else "collector")
+            )
         print(
             f"{name}: {sum(map(len, bodies)) / 1e6:,.0f} MB; answered in {answered:.2f} s = "
             f"{spans / answered:,.0f} spans/s; stored in {stored:.2f} s = {spans / stored:,.0f} spans/s; "
             f"collector CPU {cpu:.1f} s ({cpu / spans * 1e6:.1f} µs a span), exporters' CPU {exporters:.1f} s; "
             f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after"
         )
+        if args.threads:
+            print(
+                "  CPU by thread: " + ", ".join(f"{k} {v:.2f} s" for k, v in by_thread.by_name().items() if v >= 0.01)
+            )
     print(f"peak RSS {peak_rss_mb():,.0f} MB")
 
 

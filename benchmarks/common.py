@@ -85,3 +85,55 @@ def foreign_modules(root: Path) -> list[str]:
         for name, m in list(sys.modules.items())
         if name.startswith("budgetscope") and getattr(m, "__file__", None) and not m.__file__.startswith(str(root))
     )
+
+
+class ThreadCPU:
+    """CPU seconds of this process's threads within a `with` block, by thread name (read from /proc: Linux). Threads
+    Python did not start (DuckDB's workers) are "unnamed"; numbered pool threads (`…_3`) count under one name.
+    Sampled every `every_s`: a thread that ends between two samples loses what it ran since the last."""
+
+    def __init__(self, every_s: float = 0.05):
+        import threading
+
+        self._every_s, self._stop = every_s, threading.Event()
+        self._last: dict[str, tuple[str, float]] = {}
+        self._sampler = threading.Thread(target=self._run, name="bench-thread-cpu", daemon=True)
+
+    def _sample(self) -> None:
+        import threading
+
+        names = {str(t.native_id): t.name for t in threading.enumerate()}
+        tick = os.sysconf("SC_CLK_TCK")
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # ended since the listing
+                continue
+            name = names.get(tid) or self._last.get(tid, ("unnamed", 0.0))[0]
+            self._last[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            self._sample()
+
+    def __enter__(self) -> ThreadCPU:
+        self._sample()
+        self._base = dict(self._last)
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._sampler.join()
+        self._sample()
+
+    def by_name(self) -> dict[str, float]:
+        """CPU seconds by thread name, largest first (the sampler's own left out)."""
+        import re
+
+        out: dict[str, float] = {}
+        for tid, (name, cpu) in self._last.items():
+            name = re.sub(r"_\d+$", "", re.sub(r" \(.*\)$", "", name))
+            if name != "bench-thread-cpu":
+                out[name] = out.get(name, 0.0) + cpu - self._base.get(tid, (name, 0.0))[1]
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
