@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,15 +95,11 @@ class ThreadCPU:
     Sampled every `every_s`: a thread that ends between two samples loses what it ran since the last."""
 
     def __init__(self, every_s: float = 0.05):
-        import threading
-
         self._every_s, self._stop = every_s, threading.Event()
         self._last: dict[str, tuple[str, float]] = {}
         self._sampler = threading.Thread(target=self._run, name="bench-thread-cpu", daemon=True)
 
     def _sample(self) -> None:
-        import threading
-
         names = {str(t.native_id): t.name for t in threading.enumerate()}
         tick = os.sysconf("SC_CLK_TCK")
         for tid in os.listdir("/proc/self/task"):
@@ -129,8 +127,6 @@ class ThreadCPU:
 
     def by_name(self) -> dict[str, float]:
         """CPU seconds by thread name, largest first (the sampler's own left out)."""
-        import re
-
         out: dict[str, float] = {}
         for tid, (name, cpu) in self._last.items():
             name = re.sub(r"_\d+$", "", re.sub(r" \(.*\)$", "", name))

@@ -446,6 +446,10 @@ def _files(tmp_path, n: int):
     return files
 
 
+TABLE_BYTES = "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
+"""The memory DuckDB's in-memory tables hold."""
+
+
 def _kinds(a, table: str) -> set[str]:
     return {c for (c,) in a.con.execute(f"SELECT DISTINCT compression FROM pragma_storage_info('{table}')").fetchall()}
 
@@ -471,9 +475,7 @@ def test_the_working_set_frees_what_it_dropped(tmp_path):
     a = Archive(tmp_path / "a", durable=True, holding=replace(HOLDING, hold_s=0), compact=False)
 
     def table_bytes() -> int:
-        (n,) = a.con.execute(
-            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
-        ).fetchone()
+        (n,) = a.con.execute(TABLE_BYTES).fetchone()
         return n
 
     try:
@@ -496,11 +498,10 @@ def test_the_staging_tables_give_their_memory_back_when_cleared():
 
     con = DuckDBArchive(":memory:").con
     staging.setup(con)
-    used = "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
     for _ in range(3):
         con.execute("INSERT INTO staged (batch_id, attributes) SELECT range, repeat('x', 1000) FROM range(50000)")
         con.execute("INSERT INTO rejected SELECT range, 'bad' FROM range(1000)")
         staging.clear(con)
-    assert con.execute(used).fetchone()[0] < 5 << 20
+    assert con.execute(TABLE_BYTES).fetchone()[0] < 5 << 20
     assert con.execute("SELECT count(*) FROM staged").fetchone()[0] == 0
     con.close()
