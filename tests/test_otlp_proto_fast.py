@@ -253,6 +253,22 @@ def test_doubles_print_as_the_reference_prints_them():
     )
 
 
+def test_short_decimals_print_as_the_reference_prints_them():
+    """Doubles that a decimal of at most 15 significant digits reads back as (timestamps to the microsecond,
+    round rates): the decoder finds their digits without printf; at the edges (15 and 16 digits, 10^15,
+    ten to the -22nd and below, sums that are not the decimal they look like) it must agree all the same."""
+    rng = random.Random(11)
+    values = [80000.131758, 80000.1179, 1e15 - 1, 999999999999999.9, 1e15 + 2, 0.1 + 0.2, 1.1 * 1.1, 4.35, 0.3]
+    values += [1e-22, 1.5e-22, 1.23e-23, 9.87654321e-20, 0.000001, 123456789012345.0, 12345678901234.5]
+    for _ in range(3000):
+        whole = rng.choice([0, 1, 7, 80_000, 1_700_000_000, 10 ** rng.randint(0, 14)])
+        values.append(round(whole + rng.random(), rng.randint(0, 9)))
+        digits = rng.randint(13, 16)
+        values.append(float(f"{rng.randrange(10 ** (digits - 1), 10**digits)}e{rng.randint(-25, 5)}"))
+    a = pb_attrs((f"d{i}", {"doubleValue": v if i % 2 else -v}) for i, v in enumerate(values))
+    assert assert_same([to_proto(one_span(attributes=a))]) == []
+
+
 def test_doubles_it_cannot_print_with_certainty_are_left():
     """Subnormals, and powers of two whose 15-digit form does not read back (their round-trip interval is
     lopsided); powers of two with a short exact form are taken."""

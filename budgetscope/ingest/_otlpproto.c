@@ -314,6 +314,32 @@ static int put_base64(Buf *b, const unsigned char *p, const unsigned char *end) 
     return 0;
 }
 
+/* The digits of a positive double when a decimal of at most 15 significant digits reads back as it (most
+ * doubles a program writes: timestamps in seconds to the microsecond, rates, ratios), without printf: 0 when
+ * none does (the caller asks printf). With k digits after the point, the only candidate is M = a * 10^k
+ * rounded to an integer (M < 10^15, so the product's rounding error is far below 0.5); M / 10^k is one
+ * correctly rounded division of two exact doubles, so it equals `a` exactly when the decimal M·10^-k reads
+ * back as `a` (strtod rounds correctly too). The smallest such k gives the fewest digits, and at 15 digits or
+ * fewer no other decimal of that length reads back as `a`: the same digits printf's 15-digit rounding gives.
+ * `dig`: the digits of M (trailing zeros included), `e`: the decimal exponent of the first. */
+static int short_digits(double a, char *dig, int *nd, int *e) {
+    static const double P10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    for (int k = 0; k <= 22; k++) {
+        double m = nearbyint(a * P10[k]);
+        if (m >= 1e15) return 0;
+        if (m < 1 || m / P10[k] != a) continue;
+        char t[20];
+        int n = 0;
+        for (uint64_t u = (uint64_t)m; u; u /= 10) t[n++] = (char)('0' + u % 10);
+        for (int i = 0; i < n; i++) dig[i] = t[n - 1 - i];
+        *nd = n;
+        *e = n - 1 - k;
+        return 1;
+    }
+    return 0;
+}
+
 /* A double as orjson writes a Python float: the shortest digits that read back as the same double (the
  * closest such), plain from 1e-5 up to 1e16 (".0" on integers), else d.ddde+XX / d.ddde-XX.
  *
@@ -333,24 +359,26 @@ static int put_double(Buf *b, double v) {
     if (v == 0) return neg ? buf_put(b, "-0.0", 4) : buf_put(b, "0.0", 3);
     double a = neg ? -v : v;
     if (a < DBL_MIN) return BAIL;
-    int pow2 = (bits & (((uint64_t)1 << 52) - 1)) == 0;
-    char s[48];
-    for (int p = 15;; p++) {
-        snprintf(s, sizeof s, "%.*e", p - 1, a);
-        if (p == 17 || strtod(s, NULL) == a) break;
-        if (pow2) return BAIL;
-    }
-    /* s: d[.ddd]e±XX, the point as the locale writes it (strtod read it the same way) */
     char dig[20];
-    int nd = 0;
-    const char *q = s;
-    for (; *q && *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9') {
-            if (nd >= 17) return BAIL;
-            dig[nd++] = *q;
+    int nd = 0, e;
+    if (!short_digits(a, dig, &nd, &e)) {
+        int pow2 = (bits & (((uint64_t)1 << 52) - 1)) == 0;
+        char s[48];
+        for (int p = 15;; p++) {
+            snprintf(s, sizeof s, "%.*e", p - 1, a);
+            if (p == 17 || strtod(s, NULL) == a) break;
+            if (pow2) return BAIL;
         }
-    if (*q != 'e') return BAIL;
-    int e = (int)strtol(q + 1, NULL, 10);
+        /* s: d[.ddd]e±XX, the point as the locale writes it (strtod read it the same way) */
+        const char *q = s;
+        for (; *q && *q != 'e'; q++)
+            if (*q >= '0' && *q <= '9') {
+                if (nd >= 17) return BAIL;
+                dig[nd++] = *q;
+            }
+        if (*q != 'e') return BAIL;
+        e = (int)strtol(q + 1, NULL, 10);
+    }
     while (nd > 1 && dig[nd - 1] == '0') nd--;
     if (dig[0] == '0') return BAIL; /* cannot happen for a normal, non-zero double */
     if (neg) TRY(buf_putc(b, '-'));
