@@ -4,6 +4,7 @@ the writer lock, crash leftovers, conversion."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -268,6 +269,36 @@ def test_a_torn_spool_record_was_never_acknowledged_and_is_ignored(tmp_path):
     assert [b.payload for b in Spool(f.parent).batches()] == [b"one", b"two"]
     f.write_bytes(whole[:-7] + b"x" * 7)  # the right length, the wrong bytes
     assert [b.payload for b in Spool(f.parent).batches()] == [b"one", b"two"]
+
+
+def test_spool_records_survive_short_writes_and_more_buffers_than_one_writev_takes(tmp_path, monkeypatch):
+    """The spool writes its records' heads and payloads as they lie (os.writev): a write the kernel cuts short
+    (a fake that takes at most 7 bytes a call, or stops in a buffer's middle) goes on where it stopped, and a
+    group of more buffers than one call takes (two a record) is written whole and in order."""
+    from budgetscope.archive import spool as spool_module
+    from budgetscope.archive.spool import RawBatch, Spool
+
+    batches = [
+        RawBatch(memoryview(bytes([i % 251]) * (i % 13)), "otlp-proto", "g", f"r {i}")
+        for i in range(spool_module._IOV_MAX)
+    ]
+    Spool(tmp_path / "many").append(batches)
+    got = list(Spool(tmp_path / "many").batches())
+    assert [(bytes(b.payload), b.position) for b in got] == [(bytes(b.payload), b.position) for b in batches]
+    real_writev = os.writev
+    calls = []
+
+    def fake_writev_seven_bytes_at_most(fd, buffers):
+        calls.append(1)
+        assert len(calls) < 5000, "the spool writes the same bytes again and again"
+        return real_writev(fd, [b"".join(buffers)[:7]])
+
+    monkeypatch.setattr(spool_module.os, "writev", fake_writev_seven_bytes_at_most)
+    sp = Spool(tmp_path / "short")
+    sp.append(batches[:40])
+    sp.append([RawBatch(b"x" * 1000, "otlp-json", "h", "last")])
+    got = list(Spool(tmp_path / "short").batches())
+    assert [bytes(b.payload) for b in got] == [bytes(b.payload) for b in batches[:40]] + [b"x" * 1000]
 
 
 def test_a_torn_manifest_is_one_line_and_nothing_is_written(tmp_path):

@@ -120,7 +120,7 @@ def test_a_full_disk_answers_503_keeps_the_archive_readable_and_loses_nothing_ac
 
 
 def test_a_spool_write_cut_short_by_a_full_disk_loses_no_later_record(tmp_path, monkeypatch):
-    """ENOSPC in the middle of a record (injected at os.write: a fake) must not hide the records acknowledged
+    """ENOSPC in the middle of a record (injected at os.writev: a fake) must not hide the records acknowledged
     after it: the torn record is cut off and the next append starts a new file."""
     from budgetscope.archive import spool as spool_module
     from budgetscope.archive.spool import RawBatch
@@ -128,16 +128,17 @@ def test_a_spool_write_cut_short_by_a_full_disk_loses_no_later_record(tmp_path, 
     spool = spool_module.Spool(tmp_path / "spool")
     first, second, third = (RawBatch(bytes([i]) * 5000, "otlp-json", "test", f"b{i}") for i in range(3))
     spool.append([first])
-    real_write = os.write
+    real_writev = os.writev
 
-    def fake_write_disk_full_halfway(fd, data):
-        real_write(fd, bytes(data[: len(data) // 2]))
+    def fake_writev_disk_full_halfway(fd, buffers):
+        data = b"".join(buffers)
+        os.write(fd, data[: len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(spool_module.os, "write", fake_write_disk_full_halfway)
+    monkeypatch.setattr(spool_module.os, "writev", fake_writev_disk_full_halfway)
     with pytest.raises(OSError):
         spool.append([second])  # never acknowledged
-    monkeypatch.setattr(spool_module.os, "write", real_write)
+    monkeypatch.setattr(spool_module.os, "writev", real_writev)
     spool.append([third])  # acknowledged once there was room again
     assert [b.position for b in spool.batches()] == ["b0", "b2"]
 

@@ -30,6 +30,7 @@ from budgetscope.archive.manifest import fsync_dir
 MAGIC = b"BSP1"
 _HEAD = struct.Struct("<4sI")
 _LENS = struct.Struct("<HHHQ")
+_IOV_MAX = 1024  # buffers a writev takes: IOV_MAX on Linux and macOS
 
 
 @dataclass(slots=True)
@@ -42,10 +43,25 @@ class RawBatch:
     position: str
 
 
-def _record(b: RawBatch) -> bytes:
+def _record(b: RawBatch) -> tuple[bytes, memoryview]:
+    """A batch's record as (everything before the payload, the payload): the payload is written from where it
+    lies, not copied (a group of exports is ~100 MB/s through the collector)."""
     f, o, p = b.format.encode(), b.origin.encode(), b.position.encode()
-    body = b"".join((_LENS.pack(len(f), len(o), len(p), len(b.payload)), f, o, p, bytes(b.payload)))
-    return _HEAD.pack(MAGIC, zlib.crc32(body)) + body
+    payload = memoryview(b.payload).cast("B")
+    meta = _LENS.pack(len(f), len(o), len(p), len(payload)) + f + o + p
+    return _HEAD.pack(MAGIC, zlib.crc32(payload, zlib.crc32(meta))) + meta, payload
+
+
+def _write_all(fd: int, parts: list[memoryview]) -> None:
+    """Write the buffers in order, `_IOV_MAX` to a call; a short write goes on from where it stopped."""
+    i = 0
+    while i < len(parts):
+        n = os.writev(fd, parts[i : i + _IOV_MAX])
+        while i < len(parts) and n >= len(parts[i]):
+            n -= len(parts[i])
+            i += 1
+        if n:
+            parts[i] = parts[i][n:]
 
 
 def _records(data: bytes) -> Iterator[RawBatch]:
@@ -95,8 +111,8 @@ class Spool:
 
     def append(self, batches: Iterable[RawBatch]) -> None:
         """Write the batches and fsync: when this returns they survive a crash."""
-        data = b"".join(map(_record, batches))
-        if not data:
+        parts = [memoryview(x) for b in batches for x in _record(b)]
+        if not parts:
             return
         if self._fd < 0:
             path = self.folder / f"{self._next}.spool"
@@ -104,10 +120,8 @@ class Spool:
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             fsync_dir(self.folder)
         start = os.lseek(self._fd, 0, os.SEEK_END)
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.write(self._fd, view) :]
+            _write_all(self._fd, parts)
             os.fsync(self._fd)
         except OSError:
             # A record cut short ends its file when it is read back: it must stay the file's last, or the
