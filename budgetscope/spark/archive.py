@@ -27,7 +27,7 @@ from budgetscope.archive.reader import ArchiveReader, affected_segments, check_s
 from budgetscope.archive.split_traces import split_spans_sql
 from budgetscope.spark import quantiles
 from budgetscope.spark.dialect import DialectError, archive_columns, emit, parse, spark_type, to_spark
-from budgetscope.spark.requests_frame import SERVED_VIEW, requests_frame
+from budgetscope.spark.requests_frame import SERVED_VIEW, drop_held_views, requests_frame
 from budgetscope.spark.session import SparkError, one_line
 
 STORED = {
@@ -304,11 +304,9 @@ class SparkArchive:
         spans = self.spark.sql(to_spark(split_spans_sql("spans", SPLIT_VIEWS[0]))).cache()
         spans.createOrReplaceTempView(SPLIT_VIEWS[1])
         present = {r[0] for r in self.spark.sql(f"SELECT DISTINCT source FROM {SPLIT_VIEWS[1]}").collect()}
-        frame, served = requests_frame(
-            self.spark, SPLIT_VIEWS[1], present, {SPLIT_VIEWS[1]: archive_columns()["spans"]}
-        )
+        frame, held = requests_frame(self.spark, SPLIT_VIEWS[1], present, {SPLIT_VIEWS[1]: archive_columns()["spans"]})
         derived = frame.select(*[c.name for c in schema.REQUESTS.columns]).localCheckpoint()
-        self._cached += [spans, served, derived]
+        self._cached += [spans, *held, derived]
         return stored.join(split, "trace_id", "left_anti").unionByName(derived)
 
     def pending_traces(self) -> int:
@@ -323,8 +321,9 @@ class SparkArchive:
     def close(self) -> None:
         for df in self._cached:
             df.unpersist()
-        for v in (*VIEWS, *SPLIT_VIEWS, SERVED_VIEW):
-            try:
+        try:
+            for v in (*VIEWS, *SPLIT_VIEWS, SERVED_VIEW):
                 self.spark.catalog.dropTempView(v)
-            except Exception:  # noqa: BLE001 - a session already stopped
-                pass
+            drop_held_views(self.spark)
+        except Exception:  # noqa: BLE001 - a session already stopped
+            pass

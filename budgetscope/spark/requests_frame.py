@@ -6,6 +6,11 @@ the ancestry joins of `derive/llmd.py` four times and vLLM's rows twice, and the
 rows three times, so Spark's analyzer (DeduplicateRelations, Spark 4.x) walks a plan of hundreds of self-joins and
 ran out of a 4 GB driver on 12 requests (docs/scale.md). Cut there, the analyzer sees the first step's result as a
 table. The rows are the same as DuckDB's (tests/test_spark.py).
+
+A recursive CTE (the span trees of Triton, TGI and SGLang) is run once, before its statement, and held the same
+way: Spark inlines a CTE at each reference, and a recursive one runs its iterations, a job or more each, at every
+one. Triton's span tree, read by three of its CTEs, cost 231 Spark jobs and 12.5 s (warm JVM) for 6 requests;
+held, 60 jobs and 6.2 s.
 """
 
 from __future__ import annotations
@@ -16,12 +21,60 @@ from budgetscope.spark.dialect import archive_columns, to_spark
 SERVED_VIEW = "bs_served"
 """The temporary view that holds the first step's rows while the second runs."""
 
+HELD_PREFIX = "bs_held_"
+"""The temporary views of held recursive CTEs are named this, then the CTE's name."""
+
 
 def requests_frame(spark, spans: str, present: set[str], tables: dict[str, list[str]] | None = None):
     """(the DataFrame of `requests` rows derived from the view `spans` (adapters of the sources `present`), the
-    first step's DataFrame: unpersist it when the rows have been read)."""
+    DataFrames held in executor memory for it: unpersist them, and `drop_held_views`, when its rows have been
+    read)."""
     tables = {**archive_columns(), **(tables or {})}
-    served = spark.sql(to_spark(served_sql(spans, present), tables=tables)).localCheckpoint()
+    held: list = []
+    served = spark.sql(hold_recursion(spark, to_spark(served_sql(spans, present), tables=tables), held))
+    served = served.localCheckpoint()
+    held.append(served)
     served.createOrReplaceTempView(SERVED_VIEW)
     tables[SERVED_VIEW] = served.columns
-    return spark.sql(to_spark(requests_sql(spans, present, served=SERVED_VIEW), tables=tables)), served
+    sql = to_spark(requests_sql(spans, present, served=SERVED_VIEW), tables=tables)
+    return spark.sql(hold_recursion(spark, sql, held)), held
+
+
+def hold_recursion(spark, sql: str, held: list) -> str:
+    """The Spark statement `sql` with each recursive CTE of its WITH run first, on its own, and read from a
+    temporary view of its rows (`HELD_PREFIX` + its name) held in executor memory; the DataFrames are appended
+    to `held`. A statement without a recursive CTE is returned as it is."""
+    # imported on use: sqlglot 198 ms to import
+    from sqlglot import exp, parse_one
+
+    tree = parse_one(sql, read="spark")
+    key = "with_" if tree.args.get("with_") is not None else "with"
+    w = tree.args.get(key)
+    if w is None or not w.args.get("recursive"):
+        return sql
+    ctes, kept = list(w.expressions), []
+    for i, cte in enumerate(ctes):
+        name = cte.alias_or_name
+        if not any(t.name == name and not t.args.get("db") for t in cte.this.find_all(exp.Table)):
+            kept.append(cte)
+            continue
+        alone = exp.select("*").from_(name)
+        alone.set(key, exp.With(expressions=[c.copy() for c in kept] + [cte.copy()], recursive=True))
+        rows = spark.sql(alone.sql(dialect="spark")).localCheckpoint()
+        view = HELD_PREFIX + name
+        rows.createOrReplaceTempView(view)
+        held.append(rows)
+        w.set("expressions", kept + ctes[i + 1 :])
+        for t in tree.find_all(exp.Table):
+            if t.name == name and not t.args.get("db"):
+                t.set("this", exp.to_identifier(view))
+                if not t.alias:
+                    t.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+    return tree.sql(dialect="spark")
+
+
+def drop_held_views(spark) -> None:
+    """Drop the temporary views `hold_recursion` made."""
+    for t in spark.catalog.listTables():
+        if t.isTemporary and t.name.startswith(HELD_PREFIX):
+            spark.catalog.dropTempView(t.name)
