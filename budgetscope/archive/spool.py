@@ -45,7 +45,7 @@ class RawBatch:
 
 def _record(b: RawBatch) -> tuple[bytes, memoryview]:
     """A batch's record as (everything before the payload, the payload): the payload is written from where it
-    lies, not copied (a group of exports is ~100 MB/s through the collector)."""
+    lies (copying it into the record had been 15 % of the collector's acceptor)."""
     f, o, p = b.format.encode(), b.origin.encode(), b.position.encode()
     payload = memoryview(b.payload).cast("B")
     meta = _LENS.pack(len(f), len(o), len(p), len(payload)) + f + o + p

@@ -9,8 +9,8 @@ table. The rows are the same as DuckDB's (tests/test_spark.py).
 
 A recursive CTE (the span trees of Triton, TGI and SGLang) is run once, before its statement, and held the same
 way: Spark inlines a CTE at each reference, and a recursive one runs its iterations, a job or more each, at every
-one. Triton's span tree, read by three of its CTEs, cost 231 Spark jobs and 12.5 s (warm JVM) for 6 requests;
-held, 60 jobs and 6.2 s.
+one. The first step over Triton's 6 conformance requests, whose span tree three of its CTEs read: 231 Spark jobs
+and 12.5 s on a warm JVM; held, 60 jobs and 6.2 s.
 """
 
 from __future__ import annotations
