@@ -16,7 +16,7 @@ and 12.5 s on a warm JVM; held, 60 jobs and 6.2 s.
 from __future__ import annotations
 
 from budgetscope.derive.requests import requests_sql, served_sql
-from budgetscope.spark.dialect import archive_columns, to_spark
+from budgetscope.spark.dialect import _with, archive_columns, to_spark
 
 SERVED_VIEW = "bs_served"
 """The temporary view that holds the first step's rows while the second runs."""
@@ -48,8 +48,7 @@ def hold_recursion(spark, sql: str, held: list) -> str:
     from sqlglot import exp, parse_one
 
     tree = parse_one(sql, read="spark")
-    key = "with_" if tree.args.get("with_") is not None else "with"
-    w = tree.args.get(key)
+    w = _with(tree)
     if w is None or not w.args.get("recursive"):
         return sql
     ctes, kept = list(w.expressions), []
@@ -59,7 +58,8 @@ def hold_recursion(spark, sql: str, held: list) -> str:
             kept.append(cte)
             continue
         alone = exp.select("*").from_(name)
-        alone.set(key, exp.With(expressions=[c.copy() for c in kept] + [cte.copy()], recursive=True))
+        for c in (*kept, cte):
+            alone = alone.with_(c.args["alias"].copy(), as_=c.this.copy(), recursive=True)  # column list kept
         rows = spark.sql(alone.sql(dialect="spark")).localCheckpoint()
         view = HELD_PREFIX + name
         rows.createOrReplaceTempView(view)
