@@ -6,7 +6,8 @@
 Prints the median seconds per derivation of every span of an archive, the query the writer runs at each commit
 (over the spans copied into memory, as a writer's working set holds them; `--source file`: over the archive
 file's compressed table), as requests/s and spans/s, with the CPU seconds of the process (DuckDB's threads
-included) and the load average.
+included) and the load average. Each runs under the DuckDB settings of its derivation (`requests.PLANNER`, as
+`derive_pending` sets them).
 `--format`: the spans of one upstream format (format_traces.py: vllm_classic, vllm_journey, ...), else
 budgetscope's synthetic native traces (two tiers, client spans). With `--base`, the same for the derivation as it was at COMMIT (the package
 extracted with `git archive`; its SELECT derives that commit's columns), run alternately with this one: what a change to
@@ -16,6 +17,7 @@ the derivation costs (e.g. the server span's resource join for the replica colum
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -34,22 +36,25 @@ from common import base_tree, machine
 from format_traces import FORMATS
 
 
-def _base_sql(commit: str, present: set[str], relation: str = "spans") -> str:
+def _base_sql(commit: str, present: set[str], relation: str = "spans") -> tuple[str, dict[str, str]]:
     """The `requests` SELECT that the package at `commit` writes (extracted with `git archive`, imported by a child
-    interpreter: only its SQL text is needed; it runs on this tree's connection)."""
+    interpreter: only its SQL text is needed; it runs on this tree's connection), and the DuckDB settings it ran
+    under (`requests.PLANNER`; none before there were any)."""
     with base_tree(commit, extension=False) as d:
         code = (
             f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from common import foreign_modules; "
-            "from budgetscope.derive.requests import requests_sql; "
+            "import json; from budgetscope.derive import requests as r; from budgetscope.derive.requests import requests_sql; "
             f"bad = foreign_modules({str(Path(d).resolve())!r}); "
             "sys.exit(f'the base lacks modules the derivation imports: {bad}') if bad else None; "
+            "sys.stdout.write(json.dumps(getattr(r, 'PLANNER', {})) + chr(10)); "
             f"sys.stdout.write(requests_sql({relation!r}, set({sorted(present)!r})))"
         )
         env = {**os.environ, "PYTHONPATH": str(d)}
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=d)
         if p.returncode:
             sys.exit(f"the derivation at {commit} could not be written: {p.stderr.strip().splitlines()[-1]}")
-        return p.stdout
+        planner, sql = p.stdout.split("\n", 1)
+        return sql, json.loads(planner)
 
 
 def main() -> None:
@@ -87,7 +92,7 @@ def main() -> None:
             if args.source == "memory":  # as a writer's working set holds them: in memory, not compressed
                 con.execute("CREATE TEMP TABLE bs_spans AS SELECT * FROM spans")
                 relation = "bs_spans"
-            sqls = {"this tree": current.requests_sql(relation, present)}
+            sqls = {"this tree": (current.requests_sql(relation, present), current.PLANNER)}
             if args.base:
                 sqls[args.base] = _base_sql(args.base, present, relation)
             times: dict[str, list[float]] = {k: [] for k in variants}
@@ -95,11 +100,15 @@ def main() -> None:
             load = os.getloadavg()[0]
             for _ in range(args.runs):  # alternately, so that a busy machine weighs on both alike
                 for name in variants:
-                    sql = sqls[name]
+                    sql, planner = sqls[name]
+                    for key, value in planner.items():  # as derive_pending runs it (requests.planned)
+                        con.execute(f"SET {key} = '{value}'")
                     t, c = time.perf_counter(), cpu_s()
                     con.execute(f"CREATE OR REPLACE TEMP TABLE bs_bench AS {sql}")
                     times[name].append(time.perf_counter() - t)
                     cpus[name].append(cpu_s() - c)
+                    for key in planner:
+                        con.execute(f"RESET {key}")
     print(
         f"{args.format or 'native (synthetic)'}: {spans:,} spans, {requests:,} requests, spans in {args.source}, "
         f"median of {args.runs} runs; "

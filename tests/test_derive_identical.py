@@ -153,3 +153,52 @@ def test_vllm_events_parsed_once_name_the_unread_ones_as_a_parse_of_their_own_do
     }
     alone = dict(rows(path, unread_events.unread_sql("spans", EVENTS_READ)))
     assert alone == {t: v for t, v in got.items() if v}
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_the_planner_settings_derive_the_same_rows(archives, fmt):
+    """A derivation runs under `requests.PLANNER` (DuckDB's join-side swap off): the rows it gives are those
+    DuckDB's default plan gives, value for value, client spans and failures included."""
+    import duckdb
+
+    from budgetscope.derive.requests import PLANNER, planned
+
+    assert PLANNER
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH '{archives[fmt]}' AS a (READ_ONLY)")
+        con.execute("USE a")
+        present = {s for (s,) in con.execute("SELECT DISTINCT source FROM spans").fetchall()}
+        sql = f"SELECT * FROM ({requests_sql('spans', present)}) ORDER BY trace_id, server_span_id"
+        default = con.execute(sql).fetchall()
+        with planned(con):
+            assert con.execute("SELECT current_setting('disabled_optimizers')").fetchone()[0]
+            got = con.execute(sql).fetchall()
+        assert con.execute("SELECT current_setting('disabled_optimizers')").fetchone()[0] == ""
+    finally:
+        con.close()
+    assert len(got) == 40 and _same(got, default)
+
+
+def test_a_failed_derivation_raises_its_own_error_and_leaves_the_planner_as_it_was(tmp_path, monkeypatch):
+    """The settings are reset after the transaction, not in it: DuckDB refuses a RESET in a transaction that a
+    failed statement aborted, and that refusal had replaced the derivation's own error. Nothing is lost: the
+    traces are still pending, their rows as they were."""
+    import duckdb
+
+    from budgetscope.derive import pending
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    (tmp_path / "t.jsonl").write_text(_text("vllm_classic", 6))
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+        con = a.con
+        before = con.execute("SELECT * FROM requests ORDER BY trace_id").fetchall()
+        con.execute("INSERT INTO pending_traces SELECT DISTINCT trace_id FROM spans")
+        monkeypatch.setattr(pending, "requests_sql", lambda *a: "SELECT error('the derivation failed') AS trace_id")
+        with pytest.raises(duckdb.Error, match="the derivation failed"):
+            pending.derive_pending(con)
+        assert con.execute("SELECT current_setting('disabled_optimizers')").fetchone()[0] == ""
+        assert con.execute("SELECT count(*) FROM pending_traces").fetchone()[0] == 6
+        assert _same(con.execute("SELECT * FROM requests ORDER BY trace_id").fetchall(), before)

@@ -16,7 +16,7 @@ pending span, as this did before, cost 0.19-0.25 s for 100,000 journey spans, wh
 
 from __future__ import annotations
 
-from budgetscope.derive.requests import present_sources, requests_sql
+from budgetscope.derive.requests import planned, present_sources, requests_sql
 
 
 def orphans_sql(scope: str) -> str:
@@ -35,8 +35,12 @@ def derive_pending(con, count_orphans: bool = True, track: bool = False) -> tupl
     if not pending:
         return 0, 0
     (existing,) = con.execute("SELECT count(*) FROM requests").fetchall()[0]
-    # On a fresh archive the scope is all spans.
-    scope = "spans"
+    with planned(con):  # around the transaction: a statement that failed in it leaves it refusing a RESET
+        return _derive(con, existing, count_orphans, track)
+
+
+def _derive(con, existing: int, count_orphans: bool, track: bool) -> tuple[int, int]:
+    scope = "spans"  # on a fresh archive the scope is all spans
     con.execute("BEGIN TRANSACTION")
     try:
         if track:

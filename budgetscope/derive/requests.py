@@ -50,6 +50,8 @@ Replicas: the server root span's resource gives `service_instance_id`, `host_nam
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from budgetscope.derive import (
     client,
     genai,
@@ -181,6 +183,27 @@ WHERE copy = 1"""
 in whichever traces both are: only where the id names one server row in all (without a client span of its own)
 and one record. An older import's copy of the record in the server's trace is the same record (by span id), and
 the one joined."""
+
+
+PLANNER = {"disabled_optimizers": "build_side_probe_side"}
+"""DuckDB settings a derivation runs under (`planned`). DuckDB's `build_side_probe_side` pass swaps the two sides
+of a hash join by its estimates of their rows; those of the CTEs here are far off, and it built hash tables over
+the wide server rows where the written side was narrow (the server root spans' resources). Without it: the same
+rows, 7-19 % less time for vLLM classic and journey, TGI, SGLang and Triton, native the same (docs/benchmarks.md,
+2026-11-29, seventh session)."""
+
+
+@contextmanager
+def planned(con):
+    """Run what the block executes on the DuckDB connection `con` under `PLANNER`, and reset them after. Around a
+    whole transaction, not inside one: DuckDB refuses the RESET in a transaction that a failed statement aborted."""
+    for key, value in PLANNER.items():
+        con.execute(f"SET {key} = '{value}'")
+    try:
+        yield con
+    finally:
+        for key in PLANNER:
+            con.execute(f"RESET {key}")
 
 
 def present_sources(con, spans: str = "spans") -> set[str]:
