@@ -536,3 +536,30 @@ def test_the_staging_tables_give_their_memory_back_when_cleared():
     assert con.execute(TABLE_BYTES).fetchone()[0] < 5 << 20
     assert con.execute("SELECT count(*) FROM staged").fetchone()[0] == 0
     con.close()
+
+
+@pytest.mark.parametrize("cores, threads", [(1, 1), (2, 1), (16, 15)])
+def test_the_collectors_working_set_leaves_a_core_to_its_own_threads(tmp_path, monkeypatch, cores, threads):
+    """A durable writer (the collector's) runs DuckDB on one fewer thread than its cores (`writer_threads`): its
+    receivers and acceptor need the other. `ingest`'s writer keeps DuckDB's default, a thread a core."""
+    monkeypatch.setattr(directory.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    setting = "SELECT current_setting('threads')"
+    a = Archive(tmp_path / "c", durable=True, compact=False)
+    try:
+        assert a.con.execute(setting).fetchone()[0] == threads
+        f = tmp_path / "t.jsonl"
+        write_jsonl(f, SyntheticSpec(num_requests=50))
+        a.ingest(read_batches(f), derive=False)
+        a.commit()
+        assert a.con.execute(setting).fetchone()[0] == threads  # as the writer left it after a commit
+    finally:
+        a.close()
+    assert rows(tmp_path / "c", "SELECT count(*) FROM requests") == [(50,)]
+    import duckdb
+
+    default = duckdb.connect().execute(setting).fetchone()[0]
+    a = Archive(tmp_path / "i", compact=False)
+    try:
+        assert a.con.execute(setting).fetchone()[0] == default
+    finally:
+        a.close()

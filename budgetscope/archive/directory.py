@@ -59,6 +59,15 @@ _PUBLISH = {  # table -> rows new since the last commit ({w}: the last published
 }
 
 
+def writer_threads() -> int:
+    """DuckDB's threads for a durable writer's working set (the collector's): one fewer than the cores this process
+    may run on, at least one. The collector's own threads (receivers, the acceptor decoding and spooling, the
+    write-behind) keep the other busy; DuckDB's default of one a core had them compete with its workers for it:
+    on 2 cores, 15 % less collector CPU and 15 % more spans stored a second with one (docs/benchmarks.md,
+    2026-11-29, seventh session). `ingest`, which has no such threads, keeps the default."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 class WriterLock:
     """One writer per archive: an exclusive `flock` on `_writer/lock`, released when the process dies."""
 
@@ -162,6 +171,8 @@ class DirectoryArchive:
                 mf.write(root, self.manifest)
             _remove_orphans(root, self.manifest)
             self.hot = DuckDBArchive(":memory:")
+            if durable:
+                self.hot.con.execute(f"SET threads = {writer_threads()}")
             if durable:
                 self.spool = Spool(root / mf.WRITER_DIR / SPOOL_DIR)
             self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
