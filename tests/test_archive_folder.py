@@ -135,11 +135,15 @@ def test_compaction_of_the_current_hour_is_tiered(tmp_path, monkeypatch):
     assert rows(tmp_path / "a", "SELECT count(*), count(DISTINCT trace_id) FROM requests") == [(40, 40)]
 
 
-def test_a_collectors_close_interrupts_a_merge_and_starts_none(tmp_path, monkeypatch):
+@pytest.mark.parametrize("late_s", [0.0, 0.5])
+def test_a_collectors_close_interrupts_a_merge_and_starts_none(tmp_path, monkeypatch, late_s):
     """A durable writer (the collector's) stops its compactor at once: a merge under way is interrupted, none
     other starts, the manifest is as the last commit left it. Its merges run at nice 10, and a stop that waited
-    for them took minutes on two busy cores (the kill -9 test's SIGTERM wait, issue 37)."""
+    for them took minutes on two busy cores (the kill -9 test's SIGTERM wait, issue 37). `late_s`: the merge's
+    statement starts that long after the merge began (its thread, at nice 10, waiting for a core): an interrupt
+    sent before it starts is lost, and the close had waited for the whole statement (the full suite, 2 cores)."""
     import threading
+    import time
 
     path = tmp_path / "a"
     a = Archive(path, durable=True)
@@ -153,6 +157,7 @@ def test_a_collectors_close_interrupts_a_merge_and_starts_none(tmp_path, monkeyp
     def fake_merge_that_never_ends(self, con, job):  # a fake: a real DuckDB query, far longer than any merge
         merges.append(job)
         started.set()
+        time.sleep(late_s)
         con.execute("SELECT sum(hash(i)) FROM range(1000000000000) t(i)").fetchall()
 
     monkeypatch.setattr(compaction.Compactor, "_merge", fake_merge_that_never_ends)

@@ -133,9 +133,15 @@ class Compactor:
         self._stop = True
         self._finish = finish
         self._wake.set()
-        if not finish and self._is_merging and self._con is not None:
-            self._con.interrupt()
-        self._thread.join()
+        if finish:
+            self._thread.join()
+            return
+        # An interrupt reaches the statement running then, if any: one sent as a merge begins, or between two of
+        # its statements, is lost. Sent again until the thread has stopped (a merge tells it to between jobs).
+        while self._thread.is_alive():
+            if self._is_merging and self._con is not None:
+                self._con.interrupt()
+            self._thread.join(0.05)
 
     def _run(self) -> None:
         # imported on use: duckdb 153 ms to import
