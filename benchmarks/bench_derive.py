@@ -101,14 +101,11 @@ def main() -> None:
             for _ in range(args.runs):  # alternately, so that a busy machine weighs on both alike
                 for name in variants:
                     sql, planner = sqls[name]
-                    for key, value in planner.items():  # as derive_pending runs it (requests.planned)
-                        con.execute(f"SET {key} = '{value}'")
-                    t, c = time.perf_counter(), cpu_s()
-                    con.execute(f"CREATE OR REPLACE TEMP TABLE bs_bench AS {sql}")
-                    times[name].append(time.perf_counter() - t)
-                    cpus[name].append(cpu_s() - c)
-                    for key in planner:
-                        con.execute(f"RESET {key}")
+                    with current.planned(con, planner):  # as derive_pending runs it
+                        t, c = time.perf_counter(), cpu_s()
+                        con.execute(f"CREATE OR REPLACE TEMP TABLE bs_bench AS {sql}")
+                        times[name].append(time.perf_counter() - t)
+                        cpus[name].append(cpu_s() - c)
     print(
         f"{args.format or 'native (synthetic)'}: {spans:,} spans, {requests:,} requests, spans in {args.source}, "
         f"median of {args.runs} runs; "

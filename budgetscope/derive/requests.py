@@ -194,15 +194,16 @@ rows, 7-19 % less time for vLLM classic and journey, TGI, SGLang and Triton, nat
 
 
 @contextmanager
-def planned(con):
-    """Run what the block executes on the DuckDB connection `con` under `PLANNER`, and reset them after. Around a
-    whole transaction, not inside one: DuckDB refuses the RESET in a transaction that a failed statement aborted."""
-    for key, value in PLANNER.items():
+def planned(con, settings: dict[str, str] = PLANNER):
+    """Run what the block executes on the DuckDB connection `con` under `settings` (the derivation's, `PLANNER`),
+    and reset them after. Around a whole transaction, not inside one: DuckDB refuses the RESET in a transaction
+    that a failed statement aborted."""
+    for key, value in settings.items():
         con.execute(f"SET {key} = '{value}'")
     try:
         yield con
     finally:
-        for key in PLANNER:
+        for key in settings:
             con.execute(f"RESET {key}")
 
 
