@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from budgetscope import cores as cores_module
 from budgetscope.archive import compaction, directory
 from budgetscope.archive import manifest as mf
 from budgetscope.archive.errors import ArchiveError
@@ -545,9 +546,9 @@ def test_the_staging_tables_give_their_memory_back_when_cleared():
 
 @pytest.mark.parametrize("cores, threads", [(1, 1), (2, 1), (16, 15)])
 def test_the_collectors_working_set_leaves_a_core_to_its_own_threads(tmp_path, monkeypatch, cores, threads):
-    """A durable writer (the collector's) runs DuckDB on one fewer thread than its cores (`writer_threads`): its
+    """A durable writer (the collector's) runs DuckDB on one fewer thread than its cores (`cores.all_but_one`): its
     receivers and acceptor need the other. `ingest`'s writer keeps DuckDB's default, a thread a core."""
-    monkeypatch.setattr(directory.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(cores_module.os, "sched_getaffinity", lambda pid: set(range(cores)))
     setting = "SELECT current_setting('threads')"
     a = Archive(tmp_path / "c", durable=True, compact=False)
     try:
@@ -568,3 +569,13 @@ def test_the_collectors_working_set_leaves_a_core_to_its_own_threads(tmp_path, m
         assert a.con.execute(setting).fetchone()[0] == default
     finally:
         a.close()
+
+
+def test_all_but_one_core_where_the_platform_tells_no_affinity(monkeypatch):
+    """macOS has no `os.sched_getaffinity`: the cores counted are `os.cpu_count()`'s (a collector calling it
+    unconditionally would fail to open its archive there)."""
+    monkeypatch.delattr(cores_module.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(cores_module.os, "cpu_count", lambda: 4)
+    assert cores_module.all_but_one() == 3
+    monkeypatch.setattr(cores_module.os, "cpu_count", lambda: None)
+    assert cores_module.all_but_one() == 1

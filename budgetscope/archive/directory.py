@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from budgetscope import schema
+from budgetscope import cores, schema
 from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
 from budgetscope.archive.compaction import Compactor
@@ -57,15 +57,6 @@ _PUBLISH = {  # table -> rows new since the last commit ({w}: the last published
     "gpu_samples": "SELECT * FROM gpu_samples WHERE batch_id > {w}",
     "server_metrics": "SELECT * FROM server_metrics WHERE batch_id > {w}",
 }
-
-
-def writer_threads() -> int:
-    """DuckDB's threads for a durable writer's working set (the collector's): one fewer than the cores this process
-    may run on, at least one. The collector's own threads (receivers, the acceptor decoding and spooling, the
-    write-behind) keep the other busy; DuckDB's default of one a core had them compete with its workers for it:
-    on 2 cores, 15 % less collector CPU and 15 % more spans stored a second with one (docs/benchmarks.md,
-    2026-11-29, seventh session). `ingest`, which has no such threads, keeps the default."""
-    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 class WriterLock:
@@ -172,8 +163,10 @@ class DirectoryArchive:
             _remove_orphans(root, self.manifest)
             self.hot = DuckDBArchive(":memory:")
             if durable:
-                self.hot.con.execute(f"SET threads = {writer_threads()}")
-            if durable:
+                # DuckDB's default, a thread a core, had its workers compete with the collector's receivers and
+                # acceptor for the core they need: 12-16 % more collector CPU a span on 2 cores (docs/collector.md,
+                # "Throughput"); `ingest`, which has no such threads, keeps the default
+                self.hot.con.execute(f"SET threads = {cores.all_but_one()}")
                 self.spool = Spool(root / mf.WRITER_DIR / SPOOL_DIR)
             self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
             self._setup_state()

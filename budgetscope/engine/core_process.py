@@ -20,6 +20,7 @@ import signal
 import time
 from collections.abc import Callable
 
+from budgetscope import cores
 from budgetscope.engine import core_protocol as P
 from budgetscope.engine.admission import (
     RateSnapshot,
@@ -264,8 +265,7 @@ def _leave_a_core_to_the_api_process() -> None:
     # imported on use: torch 5376 ms to import
     import torch
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(max(1, cores - 1))
+    torch.set_num_threads(cores.all_but_one())
 
 
 def main(conn, config: EngineConfig, log_level: str = "warning", make_engine: Callable | None = None) -> None:
