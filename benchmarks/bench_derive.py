@@ -43,11 +43,11 @@ def _base_sql(commit: str, present: set[str], relation: str = "spans") -> tuple[
     with base_tree(commit, extension=False) as d:
         code = (
             f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from common import foreign_modules; "
-            "import json; from budgetscope.derive import requests as r; from budgetscope.derive.requests import requests_sql; "
+            "import json; from budgetscope.derive import requests as r; "
             f"bad = foreign_modules({str(Path(d).resolve())!r}); "
             "sys.exit(f'the base lacks modules the derivation imports: {bad}') if bad else None; "
             "sys.stdout.write(json.dumps(getattr(r, 'PLANNER', {})) + chr(10)); "
-            f"sys.stdout.write(requests_sql({relation!r}, set({sorted(present)!r})))"
+            f"sys.stdout.write(r.requests_sql({relation!r}, set({sorted(present)!r})))"
         )
         env = {**os.environ, "PYTHONPATH": str(d)}
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=d)
