@@ -126,6 +126,42 @@ def test_without_client_spans_the_lean_derivation_derives_what_the_whole_one_doe
     assert rows(path, types[0]) == rows(path, types[1])
 
 
+JOINED_BACK = {
+    "sglang": (
+        """up AS (SELECT trace_id, root_id, v.* FROM (
+         SELECT trace_id, span_id, root_id, min(v) AS v FROM tree WHERE depth > 0 GROUP BY trace_id, span_id, root_id))""",
+        """up AS (SELECT s.*, t.root_id FROM (SELECT DISTINCT trace_id, span_id, root_id FROM tree) t
+       JOIN sg s ON s.trace_id = t.trace_id AND s.span_id = t.span_id
+       WHERE NOT s.is_root QUALIFY row_number() OVER (PARTITION BY s.trace_id, s.span_id, t.root_id) = 1)""",
+    ),
+    "tgi": (
+        "k AS (SELECT request_id, name, start_ns, end_ns, status_code FROM d),",
+        """k AS (SELECT d.request_id, c.name, c.start_ns, c.end_ns, c.status_code
+      FROM d JOIN t c ON c.trace_id = d.trace_id AND c.span_id = d.span_id),""",
+    ),
+}
+"""SGLang's and TGI's walks carry each span's columns; before, they joined the walked ids back to the spans."""
+
+
+@pytest.mark.parametrize("fmt", list(JOINED_BACK))
+def test_the_walk_carrying_each_spans_columns_derives_what_a_join_back_derives(tmp_path, fmt):
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    mix = draw(f"walk {fmt}", "queue", 24, failed_share=0.1)
+    (tmp_path / "t.jsonl").write_text(jsonl([d for r in mix.requests for d in SERVER_ONLY[fmt](r, r.k % 2 == 0)]))
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+    path = tmp_path / "a.duckdb"
+    present = {s for (s,) in rows(path, "SELECT DISTINCT source FROM spans")}
+    sql = requests_sql("spans", present)
+    carried, joined = JOINED_BACK[fmt]
+    assert carried in sql
+    order = "ORDER BY trace_id, server_span_id"
+    got = rows(path, f"SELECT * FROM ({sql}) {order}")
+    assert len(got) >= 20 and _same(got, rows(path, f"SELECT * FROM ({sql.replace(carried, joined)}) {order}"))
+
+
 def test_vllm_events_parsed_once_name_the_unread_ones_as_a_parse_of_their_own_does(tmp_path):
     """The vLLM adapter's events serve the unread-events check too (derive/requests.py): the names it gives are those
     the check gives parsing every span itself, an unknown event on an engine-core span and on an API span

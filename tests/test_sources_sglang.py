@@ -228,6 +228,30 @@ def test_looping_parent_links_end_the_walk():
     assert got == [("0123abcd-loop", pytest.approx(1.0), pytest.approx(1.0))]
 
 
+def test_a_slice_sent_twice_counts_once_as_its_least_version():
+    """A span id present twice under one root with different times (no ingest keeps both; another relation may):
+    the slice counts once, and the same one on every run, the least version (here the shorter wait)."""
+    import duckdb
+
+    from budgetscope.derive import sglang
+
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE s (trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
+        start_ns BIGINT, end_ns BIGINT, status_code VARCHAR, source VARCHAR, service_name VARCHAR, attributes JSON)""")
+    con.executemany(
+        "INSERT INTO s VALUES ('t', ?, ?, ?, ?, ?, 'UNSET', 'sglang', 'sglang', ?)",
+        [
+            ("r", None, " Req 0123abcd", T0, T0 + 10 * MS, '{"rid": "0123abcd-twice"}'),
+            ("th", "r", "Scheduler", T0, T0 + 9 * MS, '{"thread_label": "Scheduler"}'),
+            ("w", "th", "prefill_waiting", T0 + MS, T0 + 4 * MS, "{}"),
+            ("w", "th", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
+        ],
+    )
+    for _ in range(3):
+        got = con.execute(f"SELECT request_id, queue_ms FROM ({sglang.server_rows('s')})").fetchall()
+        assert got == [("0123abcd-twice", pytest.approx(1.0))]
+
+
 class _Req:
     """One request's trace: its id, and its spans as SGLang writes them (trace.py, req_time_stats.py)."""
 

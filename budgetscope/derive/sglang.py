@@ -58,6 +58,10 @@ MAX_DEPTH = 8
 decode_loop; the bound also ends the walk on a trace whose parent links loop."""
 
 
+_SLICE = "STRUCT(name VARCHAR, start_ns BIGINT, end_ns BIGINT, status_code VARCHAR)"
+"""What the walk carries of each slice."""
+
+
 def _in(names: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{n}'" for n in names) + ")"
 
@@ -74,16 +78,16 @@ WITH RECURSIVE sg AS (
   SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, status_code,
          source = 'sglang' AND {SGLANG_ROOT_SQL} AS is_root
   FROM {spans}),
-tree(trace_id, span_id, root_id, depth) AS (
-  SELECT trace_id, span_id, span_id, 0 FROM sg WHERE is_root
+-- the walk carries each slice's own columns (`v`): no join back to the spans
+tree(trace_id, span_id, root_id, depth, v) AS (
+  SELECT trace_id, span_id, span_id, 0, NULL::{_SLICE} FROM sg WHERE is_root
   UNION ALL
-  SELECT s.trace_id, s.span_id, t.root_id, t.depth + 1
+  SELECT s.trace_id, s.span_id, t.root_id, t.depth + 1, struct_pack(s.name, s.start_ns, s.end_ns, s.status_code)
   FROM sg s JOIN tree t ON s.trace_id = t.trace_id AND s.parent_span_id = t.span_id
   WHERE NOT s.is_root AND t.depth < {MAX_DEPTH}),
--- each span once, however many paths reach it (a span id sent twice)
-up AS (SELECT s.*, t.root_id FROM (SELECT DISTINCT trace_id, span_id, root_id FROM tree) t
-       JOIN sg s ON s.trace_id = t.trace_id AND s.span_id = t.span_id
-       WHERE NOT s.is_root QUALIFY row_number() OVER (PARTITION BY s.trace_id, s.span_id, t.root_id) = 1)
+-- each span once under a root, however many paths reach it (a span id sent twice): its least version
+up AS (SELECT trace_id, root_id, v.* FROM (
+         SELECT trace_id, span_id, root_id, min(v) AS v FROM tree WHERE depth > 0 GROUP BY trace_id, span_id, root_id))
 SELECT trace_id, root_id,
   bool_or(status_code = 'ERROR') AS failed,
   max(end_ns) FILTER (WHERE name IN {_in(FRONTEND_END)}) AS frontend_end,

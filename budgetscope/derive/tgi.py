@@ -95,6 +95,10 @@ HANDLER_PARENTS = (*TGI_ROOTS, TGI_STREAM_WRAPPER)
 """A span of these names above a `TGI_ROOTS` span makes it TGI's inner `Infer` span, not a request."""
 
 
+_WALKED = ("name", "start_ns", "end_ns", "status_code")
+"""What the walk carries of each stage span."""
+
+
 def span_rows(spans: str) -> str:
     """SELECT: one row per TGI request (its HTTP handler span) in `spans`.
 
@@ -145,9 +149,8 @@ r0 AS (
   SELECT t.*, json_transform(t.attributes, '{ROOT_ATTRS}') AS a FROM t
   WHERE t.name IN ({names}) AND NOT EXISTS (
     SELECT 1 FROM t p WHERE p.trace_id = t.trace_id AND p.span_id = t.parent_span_id AND p.name IN ({parents}))),
-d(request_id, trace_id, span_id) AS ({descendants("r0", "t")}),
-k AS (SELECT d.request_id, c.name, c.start_ns, c.end_ns, c.status_code
-      FROM d JOIN t c ON c.trace_id = d.trace_id AND c.span_id = d.span_id),
+d(request_id, trace_id, span_id, {", ".join(_WALKED)}) AS ({descendants("r0", "t", _WALKED)}),
+k AS (SELECT request_id, {", ".join(_WALKED)} FROM d),
 -- an ERROR event sets its span's status (tracing-opentelemetry): TGI logs a failure in the span where it happens
 e AS (SELECT request_id, bool_or(status_code = 'ERROR') AS failed FROM k GROUP BY 1),
 q AS (SELECT request_id, count(*) AS n, sum(end_ns - start_ns) / 1e6 AS ms, min(start_ns) AS first_ns
