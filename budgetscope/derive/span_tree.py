@@ -11,11 +11,12 @@ def descendants(roots: str, spans: str, columns: tuple[str, ...] = ()) -> str:
     """Recursive CTE body `(request_id, trace_id, span_id, *columns)`: every span of `spans` under each span of
     `roots` (itself included), `request_id` being that root's span id, with the span's own `columns` (of both
     relations) carried along, so that a reader needs no join back to `spans` (on TGI's 73 spans a request that
-    join was a third of the derivation). Use as `WITH RECURSIVE d(request_id, trace_id, span_id, *columns) AS
-    (<this>)`."""
+    join was a third of the derivation). Each step's hash table is built from the spans the last step found, not
+    from `spans` (the derivation runs without DuckDB's join-side swap: `requests.PLANNER`). Use as
+    `WITH RECURSIVE d(request_id, trace_id, span_id, *columns) AS (<this>)`."""
     own = "".join(f", {c}" for c in columns)
     child = "".join(f", c.{c}" for c in columns)
     return f"""SELECT span_id AS request_id, trace_id, span_id{own} FROM {roots}
   UNION ALL
   SELECT d.request_id, c.trace_id, c.span_id{child}
-  FROM d JOIN {spans} c ON c.trace_id = d.trace_id AND c.parent_span_id = d.span_id"""
+  FROM {spans} c JOIN d ON c.trace_id = d.trace_id AND c.parent_span_id = d.span_id"""
