@@ -131,3 +131,36 @@ def test_every_metrics_sample_is_named_as_its_type_line_names_it():
         family = name if name in types else re.sub(r"_(bucket|sum|count)$", "", name)
         assert family in types, name
         assert types[family] != "counter" or family.endswith("_total"), family
+
+
+def test_a_group_shares_a_batch_between_copies_only():
+    """Bodies of one group are told apart by their bytes: copies share a batch, bodies of one length that differ
+    (compared, not hashed) and one body sent as JSON and as protobuf bytes do not."""
+    from budgetscope.collector.pending import Ticket
+    from budgetscope.collector.writer import _batches
+
+    def ticket(body: bytes, fmt: str, n: int) -> Ticket:
+        return Ticket(body, fmt, "otlp-http", f"request {n}", len(body))
+
+    group = [
+        ticket(b"aaaa", "otlp-json", 1),
+        ticket(b"aaaaa", "otlp-json", 2),
+        ticket(b"aaab", "otlp-json", 3),
+        ticket(b"aaaa", "otlp-json", 4),
+        ticket(b"aaaa", "otlp-proto", 5),
+        ticket(b"aaab", "otlp-json", 6),
+    ]
+    batches, tickets = _batches(group)
+    # in the order of each batch's first copy: the order they land in, which keeps the first of a span sent twice
+    assert [(b.payload, b.format, b.position) for b in batches] == [
+        (b"aaaa", "otlp-json", "request 1"),
+        (b"aaaaa", "otlp-json", "request 2"),
+        (b"aaab", "otlp-json", "request 3"),
+        (b"aaaa", "otlp-proto", "request 5"),
+    ]
+    assert {p: [t.position for t in ts] for p, ts in tickets.items()} == {
+        "request 1": ["request 1", "request 4"],
+        "request 2": ["request 2"],
+        "request 3": ["request 3", "request 6"],
+        "request 5": ["request 5"],
+    }
