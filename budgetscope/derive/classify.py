@@ -10,9 +10,9 @@ from __future__ import annotations
 def has_key(key: str) -> str:
     """SQL over a span: its attributes (JSON) hold the key `key` at the top. A substring test first, then
     `json_exists` on the spans it leaves: most spans are told apart at a third of the parse's cost (a native
-    derivation tests every stage span for a client root's key, in six scans). Exact: a stored span's attributes are
-    JSON that ingest wrote (orjson, the C decoders), which spells a key of letters, digits, dots, dashes and
-    underscores as it is, never escaped."""
+    derivation tests every stage span for a server root's and a client root's key). Exact: a stored span's
+    attributes are JSON that ingest wrote (orjson, the C decoders), which spells a key of letters, digits, dots,
+    dashes and underscores as it is, never escaped."""
     return f"""(contains(attributes, '"{key}"') AND json_exists(attributes, '$."{key}"'))"""
 
 
