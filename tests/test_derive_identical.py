@@ -9,7 +9,7 @@ import pytest
 from budgetscope.derive import vllm
 from budgetscope.derive.requests import requests_sql
 from conftest import rows
-from server_traces import draw, jsonl, native, sglang, tgi, triton, vllm_classic, vllm_journey
+from server_traces import draw, jsonl, native, sglang, tgi, triton, vllm_classic, vllm_journey, vllm_openai_v2
 
 WRITERS = {"native": native, "vllm_classic": vllm_classic, "vllm_journey": vllm_journey}
 
@@ -160,6 +160,33 @@ def test_the_walk_carrying_each_spans_columns_derives_what_a_join_back_derives(t
     order = "ORDER BY trace_id, server_span_id"
     got = rows(path, f"SELECT * FROM ({sql}) {order}")
     assert len(got) >= 20 and _same(got, rows(path, f"SELECT * FROM ({sql.replace(carried, joined)}) {order}"))
+
+
+@pytest.mark.parametrize("fmt", ["native", "vllm_classic", "vllm_openai_v2"])
+def test_the_client_roots_found_once_derive_what_each_reader_finding_its_own_derives(tmp_path, fmt):
+    """budgetscope's client spans (native), httpx's (vLLM classic), a GenAI span over httpx's (openai-v2): the
+    derivation that finds the client roots once (`bs_croots`) gives the rows of the one where each reader (the
+    reported-timing adapters, the client spans, the unclaimed ones) tests every span itself."""
+    from budgetscope.derive.classify import CLIENT_ROOT_SQL
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    writer = {"native": native, "vllm_classic": vllm_classic, "vllm_openai_v2": vllm_openai_v2}[fmt]
+    mix = draw(f"croots {fmt}", "queue", 24, failed_share=0.1)
+    (tmp_path / "t.jsonl").write_text(jsonl([d for r in mix.requests for d in writer(r, r.k % 3 != 0)]))
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+    path = tmp_path / "a.duckdb"
+    present = {s for (s,) in rows(path, "SELECT DISTINCT source FROM spans")}
+    assert "client" in present
+    sql = requests_sql("spans", present)
+    once = f"bs_croots AS (SELECT * FROM spans WHERE {CLIENT_ROOT_SQL}),\n"
+    assert once in sql
+    each = sql.replace(once, "").replace("bs_croots", f"(SELECT * FROM spans WHERE {CLIENT_ROOT_SQL})")
+    order = "ORDER BY trace_id, server_span_id, client_span_id"
+    got = rows(path, f"SELECT * FROM ({sql}) {order}")
+    assert len(got) >= 24 and _same(got, rows(path, f"SELECT * FROM ({each}) {order}"))
+    assert any(r[0] is not None for r in rows(path, f"SELECT client_span_id FROM ({sql})"))
 
 
 def test_vllm_events_parsed_once_name_the_unread_ones_as_a_parse_of_their_own_does(tmp_path):
