@@ -205,12 +205,10 @@ def test_a_pd_pair_split_over_two_batches_is_one_request(archive_path, ingest_te
     ]
 
 
-def test_looping_parent_links_end_the_walk():
-    """Ingest keeps one copy of a span id, but the adapter reads any relation: a span id present twice, once as
-    its own parent, would walk forever. The walk stops at a bounded depth and the row stays right."""
+def _relation(rid: str, waits: list[tuple[str, str, int, int]]):
+    """A DuckDB relation `s` no ingest made: an SGLang root (`rid`), its scheduler thread span, and the `waits`
+    (span id, parent id, start and end ms after the root's start), which may repeat a span id."""
     import duckdb
-
-    from budgetscope.derive import sglang
 
     con = duckdb.connect()
     con.execute("""CREATE TABLE s (trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
@@ -218,12 +216,20 @@ def test_looping_parent_links_end_the_walk():
     con.executemany(
         "INSERT INTO s VALUES ('t', ?, ?, ?, ?, ?, 'UNSET', 'sglang', 'sglang', ?)",
         [
-            ("r", None, " Req 0123abcd", T0, T0 + 10 * MS, '{"rid": "0123abcd-loop"}'),
+            ("r", None, " Req 0123abcd", T0, T0 + 10 * MS, json.dumps({"rid": rid})),
             ("th", "r", "Scheduler", T0, T0 + 9 * MS, '{"thread_label": "Scheduler"}'),
-            ("w", "th", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
-            ("w", "w", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
+            *((sid, parent, "prefill_waiting", T0 + a * MS, T0 + b * MS, "{}") for sid, parent, a, b in waits),
         ],
     )
+    return con
+
+
+def test_looping_parent_links_end_the_walk():
+    """Ingest keeps one copy of a span id, but the adapter reads any relation: a span id present twice, once as
+    its own parent, would walk forever. The walk stops at a bounded depth and the row stays right."""
+    from budgetscope.derive import sglang
+
+    con = _relation("0123abcd-loop", [("w", "th", 1, 2), ("w", "w", 1, 2)])
     got = con.execute(f"SELECT request_id, frontend_ms, queue_ms FROM ({sglang.server_rows('s')})").fetchall()
     assert got == [("0123abcd-loop", pytest.approx(1.0), pytest.approx(1.0))]
 
@@ -231,22 +237,9 @@ def test_looping_parent_links_end_the_walk():
 def test_a_slice_sent_twice_counts_once_as_its_least_version():
     """A span id present twice under one root with different times (no ingest keeps both; another relation may):
     the slice counts once, and the same one on every run, the least version (here the shorter wait)."""
-    import duckdb
-
     from budgetscope.derive import sglang
 
-    con = duckdb.connect()
-    con.execute("""CREATE TABLE s (trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
-        start_ns BIGINT, end_ns BIGINT, status_code VARCHAR, source VARCHAR, service_name VARCHAR, attributes JSON)""")
-    con.executemany(
-        "INSERT INTO s VALUES ('t', ?, ?, ?, ?, ?, 'UNSET', 'sglang', 'sglang', ?)",
-        [
-            ("r", None, " Req 0123abcd", T0, T0 + 10 * MS, '{"rid": "0123abcd-twice"}'),
-            ("th", "r", "Scheduler", T0, T0 + 9 * MS, '{"thread_label": "Scheduler"}'),
-            ("w", "th", "prefill_waiting", T0 + MS, T0 + 4 * MS, "{}"),
-            ("w", "th", "prefill_waiting", T0 + MS, T0 + 2 * MS, "{}"),
-        ],
-    )
+    con = _relation("0123abcd-twice", [("w", "th", 1, 4), ("w", "th", 1, 2)])
     for _ in range(3):
         got = con.execute(f"SELECT request_id, queue_ms FROM ({sglang.server_rows('s')})").fetchall()
         assert got == [("0123abcd-twice", pytest.approx(1.0))]
