@@ -307,9 +307,9 @@ def requests_sql(spans: str, present: set[str] | None = None, served: str | None
     }
     out = ", ".join(f"{checked[c.name]} AS {c.name}" if c.name in checked else f"r.{c.name}" for c in REQUESTS.columns)
     if present is None or "client" in present:
-        # the client roots found once, for the reported adapters, the client spans and the unclaimed ones: finding
-        # them tests the attributes of every span of budgetscope's scope for a key (three scans of them, 12 % of a
-        # native derivation)
+        # the client roots found once, for the two reported adapters, the client spans and the unclaimed ones: each
+        # had tested the attributes of every span of budgetscope's scope for the client root's key (6-14 % of a
+        # native derivation's CPU, docs/benchmarks.md, eighth session)
         client_side = f"""bs_croots AS (SELECT * FROM {spans} WHERE {CLIENT_ROOT_SQL}),
 reported AS (SELECT * FROM ({_union("bs_croots", REPORTED_ADAPTERS)}) r
   WHERE NOT EXISTS (SELECT 1 FROM served v WHERE v.trace_id = r.trace_id AND v.parent_span_id = r.parent_span_id)),
