@@ -43,13 +43,33 @@ def _ingest(path, *files) -> None:
             a.ingest(read_batches(f))
 
 
-@pytest.fixture
-def small_parts(monkeypatch):
+@pytest.fixture(params=["spans", "bytes"])
+def small_parts(monkeypatch, request):
     """Many commits per file, and a working set emptied after each: traces straddle commits, are read back
-    from the segments and re-derived (which writes requests_deletes)."""
+    from the segments and re-derived (which writes requests_deletes). Parts and emptying by spans counted, or
+    by bytes (of batches landed; of attributes and resources held)."""
     monkeypatch.setattr(batches, "CHUNK_BYTES", 32 << 10)
-    monkeypatch.setattr(lander, "DERIVE_EVERY_SPANS", 700)
-    monkeypatch.setattr(directory, "MEMORY_SPANS", 1)
+    if request.param == "spans":
+        monkeypatch.setattr(lander, "DERIVE_EVERY_SPANS", 700)
+        monkeypatch.setattr(directory, "MEMORY_SPANS", 1)
+    else:
+        monkeypatch.setattr(lander, "DERIVE_EVERY_BYTES", 96 << 10)
+        monkeypatch.setattr(directory, "MEMORY_BYTES", 1)
+
+
+@pytest.mark.parametrize("limit", ["spans", "bytes", None])
+def test_ingest_lets_go_of_published_spans_once_it_holds_enough(tmp_path, monkeypatch, limit):
+    """`ingest`'s working set is emptied of what it published once it holds MEMORY_SPANS spans or
+    MEMORY_BYTES of attributes and resources, whichever comes first; else it keeps them."""
+    monkeypatch.setattr(directory, "MEMORY_SPANS", 1 if limit == "spans" else 10**9)
+    monkeypatch.setattr(directory, "MEMORY_BYTES", 1 if limit == "bytes" else 1 << 40)
+    f = tmp_path / "t.jsonl"
+    spans = write_jsonl(f, SyntheticSpec(num_requests=50, spans_per_line=64))
+    with Archive(tmp_path / "a") as a:
+        a.ingest(read_batches(f))
+        (held,) = a.con.execute("SELECT count(*) FROM spans").fetchone()
+    assert held == (spans if limit is None else 0)
+    assert rows(tmp_path / "a", "SELECT count(*) FROM spans") == [(spans,)]
 
 
 def test_folder_and_file_give_the_same_rows_and_report(tmp_path, small_parts, monkeypatch):

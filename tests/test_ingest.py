@@ -344,6 +344,46 @@ def test_large_file_streams_in_chunks(archive_path, ingest_text, monkeypatch):
     assert rows(archive_path, "SELECT count(*) FROM requests") == [(40,)]
 
 
+def test_the_reader_holds_one_chunk_beside_the_one_landing():
+    """`prefetch` reads the next chunk while one lands, and no further: a third would be 128 MiB more."""
+    import threading
+    import time
+
+    from budgetscope.ingest.batches import prefetch
+
+    read = []
+    lock = threading.Lock()
+
+    def chunks():
+        for i in range(5):
+            with lock:
+                read.append(i)
+            yield i
+
+    got = []
+    for chunk in prefetch(chunks()):
+        time.sleep(0.05)  # landing: the reader has had time to read ahead
+        with lock:
+            got.append((chunk, len(read)))
+    assert got == [(0, 2), (1, 3), (2, 4), (3, 5), (4, 5)]
+
+
+def test_the_reader_stops_when_landing_stops():
+    """A landing that fails ends the reader's thread too, whatever it was waiting for."""
+    import threading
+
+    from budgetscope.ingest.batches import prefetch
+
+    def chunks():
+        yield from range(100)
+
+    before = threading.active_count()
+    with pytest.raises(RuntimeError, match="landing failed"):
+        for _ in prefetch(chunks()):
+            raise RuntimeError("landing failed")
+    assert threading.active_count() == before
+
+
 def test_a_copy_of_a_rejected_batch_is_reported_rejected_not_ingested(archive_path, ingest_text):
     rep = ingest_text(archive_path, '{"foo": 1}\n{"foo": 1}\n')
     assert rep.batches_already_ingested == 0
@@ -420,10 +460,11 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
     _, d = native_request(arrival=T0 + 30 * MS, tier="batch")
     text = jsonl(export(a[:1]), export(a[1:]), export(b), export(c[1:]), export(d[1:4]), export(d[4:] + d[:1]))
     results = []
-    for every in (10**9, 1):
+    for every, every_bytes in ((10**9, 1 << 40), (1, 1 << 40), (10**9, 1)):  # one part; by spans; by bytes
         monkeypatch.setattr(arch, "DERIVE_EVERY_SPANS", every)
+        monkeypatch.setattr(arch, "DERIVE_EVERY_BYTES", every_bytes)
         monkeypatch.setattr(batches, "CHUNK_BYTES", 1)
-        path = tmp_path / f"every-{every}.duckdb"
+        path = tmp_path / f"every-{every}-{every_bytes}.duckdb"
         rep = ingest_text(path, text)
         results.append(
             (
@@ -432,7 +473,7 @@ def test_derivations_along_a_large_call_give_the_rows_and_counts_of_one(tmp_path
                 rows(path, "SELECT * FROM pending_traces"),
             )
         )
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     assert results[0][0] == (3, 5, 24) and results[0][2] == []
 
 

@@ -38,7 +38,9 @@ from budgetscope.archive.spool import Spool
 
 SPOOL_DIR = "spool"
 MEMORY_SPANS = 2_000_000
-"""`ingest`'s working set is emptied of published rows once it holds this many spans."""
+MEMORY_BYTES = 96 << 20
+"""`ingest`'s working set is emptied of published rows once it holds this many spans, or spans whose attributes
+and resources come to this many bytes of JSON text (docs/benchmarks.md, "DERIVE_EVERY_SPANS")."""
 REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
 
@@ -519,13 +521,21 @@ class DirectoryArchive:
         self._mark_published(self.manifest.publish_seq)
 
     def _prune(self) -> None:
-        """Drop published rows from the working set: everything once it holds MEMORY_SPANS spans (`holding.max_spans` in
-        the collector's; a later part of a large file reads back what it needs); in the collector's, also the
-        traces, samples and scrapes whose batches landed more than `hold_s` ago."""
+        """Drop published rows from the working set: everything once it holds MEMORY_SPANS spans or MEMORY_BYTES
+        (`holding.max_spans` in the collector's; a later part of a large file reads back what it needs); in the
+        collector's, also the traces, samples and scrapes whose batches landed more than `hold_s` ago."""
         con = self.hot.con
-        (held,) = one(con, "SELECT count(*) FROM spans")
         h = self.holding
-        last = self.manifest.published_batch if held >= (h.max_spans if self.durable else MEMORY_SPANS) else 0
+        if self.durable:
+            (held,) = one(con, "SELECT count(*) FROM spans")
+            full = held >= h.max_spans
+        else:  # a string's length is in its header: 10 ms for 300,000 spans
+            (held, text) = one(
+                con,
+                "SELECT count(*), coalesce(sum(strlen(attributes::VARCHAR) + strlen(resource::VARCHAR)), 0) FROM spans",
+            )
+            full = held >= MEMORY_SPANS or text >= MEMORY_BYTES
+        last = self.manifest.published_batch if full else 0
         cutoff = time.time_ns() if last else time.time_ns() - int((h.hold_s if self.durable else 0) * 1e9)
         if self.durable and not last:
             (last,) = one(con, "SELECT coalesce(max(batch_id), 0) FROM ingest_batches WHERE received_ns < ?", [cutoff])

@@ -210,23 +210,26 @@ def chunks(batches: Iterable[RawBatch], known: set[str], next_id: int, spans_see
 
 
 def prefetch(it: Iterator[Chunk]) -> Iterator[Chunk]:
-    """Run `it` one chunk ahead in a thread (at most two chunks in memory); re-raise its errors here."""
-    q: queue.Queue = queue.Queue(maxsize=1)
+    """Run `it` one chunk ahead in a thread, re-raising its errors here: the reader builds the next chunk while
+    this one lands, and waits for it to have landed before it starts another (at most two chunks in memory; a
+    queue of one ready chunk let a third be read meanwhile: 128 MiB of payload and its decoded table more)."""
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    alive = threading.Semaphore(2)  # chunks in memory: the one landing and the one being read
     done = object()
     stop = threading.Event()
 
     def produce() -> None:
         try:
-            for item in it:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+            while True:
+                while not alive.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
                 if stop.is_set():
                     return
-            q.put(done)
+                item = next(it, done)
+                q.put(item)
+                if item is done:
+                    return
         except BaseException as e:  # handed to the consumer, which re-raises it
             q.put(e)
 
@@ -240,10 +243,8 @@ def prefetch(it: Iterator[Chunk]) -> Iterator[Chunk]:
             if isinstance(item, BaseException):
                 raise item
             yield item
+            del item  # landed: the reader may read the next
+            alive.release()
     finally:
         stop.set()
-        while t.is_alive():
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                t.join(timeout=0.05)
+        t.join()

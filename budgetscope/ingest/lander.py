@@ -27,10 +27,12 @@ from budgetscope.ingest.rows import insert_rows
 from budgetscope.ingest.spanbatch import BadBatch
 
 DERIVE_EVERY_SPANS = 2_000_000
+DERIVE_EVERY_BYTES = 256 << 20
 """A `land` call derives the `requests` rows of what it has landed each time it has landed this many more
-spans, and once more at the end. Deriving holds the requests in DuckDB's hash tables, so a file of any size
-keeps to about the memory of this many spans (peak RSS 2.3 GB for 3M spans in one derivation here); a trace
-whose spans straddle two derivations is derived again by the second."""
+spans, or batches of this many more bytes, and once more at the end (docs/benchmarks.md, "DERIVE_EVERY_SPANS").
+Deriving holds the requests in DuckDB's hash tables, and a folder's working set lets go of what a derivation
+published once it holds enough (directory.py, MEMORY_SPANS): so a file of any size keeps to about the memory of
+this much; a trace whose spans straddle two derivations is derived again by the second."""
 
 
 @dataclass(slots=True)
@@ -145,6 +147,7 @@ class Lander:
         (stored_before,) = con.execute("SELECT EXISTS (SELECT 1 FROM spans)").fetchall()[0]
         c_only = spans_seen is not None or decoded is not None
         parts = derived_upto = 0  # derivations made along the way, and the spans landed at the last one
+        landed_bytes = 0  # batch bytes landed since the last one
         rejected_hashes: dict[str, str] = {}
         # Reading, hashing and building the next chunk overlap DuckDB's work on this one.
         # `decoded`: batches the C decoders took already (and whether their span set saw a pair twice), one chunk
@@ -172,9 +175,12 @@ class Lander:
                     report.rejected.append(
                         Rejected(origin, position, f"same bytes as {rejected_hashes[h]}, which was rejected")
                     )
-            if (derive or every_part) and report.spans_inserted - derived_upto >= DERIVE_EVERY_SPANS:
+            landed_bytes += sum(len(rb.payload) for _, _, rb in chunk.items)
+            if (derive or every_part) and (
+                report.spans_inserted - derived_upto >= DERIVE_EVERY_SPANS or landed_bytes >= DERIVE_EVERY_BYTES
+            ):
                 (every_part or self._derive_part)()
-                parts, derived_upto = parts + 1, report.spans_inserted
+                parts, derived_upto, landed_bytes = parts + 1, report.spans_inserted, 0
             report.seconds = time.perf_counter() - t0
             if progress:
                 progress(report)
