@@ -144,6 +144,9 @@ class DirectoryArchive:
         self.spool = None
         self.spool_cut = 0  # spool files up to this number hold only batches landed in the working set
         self._forgot_until_ns = 0  # traces dropped before this may have left `bs_dropped` (see `Holding.dropped_max`)
+        # `ingest`'s: the segments this call published, which hold its own new spans alone: a pending trace is
+        # looked for there only if the call let go of it (`bs_dropped`), the collector's way (`_rehydrate`)
+        self._own: set[str] = set()
         self.published_batches = 0  # batches this writer published (a spool's it landed when it opened included)
         self.published_spans = 0  # the spans new to the archive that they brought
         self.recovered = (0, 0)  # (batches, spans) of those that an earlier writer had left in the spool
@@ -302,6 +305,9 @@ class DirectoryArchive:
         """Land the batches (`Lander.land`). With `derive`, commit them: derive their requests and publish, every
         DERIVE_EVERY_SPANS spans and at the end; without, they wait in the working set for the next `commit()`
         (and, when the archive is durable, their bytes are in the spool when this returns)."""
+        if not self.durable:  # what the working set let go of is remembered from here on
+            self._own.clear()
+            self.hot.con.execute("DELETE FROM bs_dropped")
         return self._landing().land(batches, progress, derive)
 
     def commit(self, count_orphans: bool = True) -> tuple[int, int]:
@@ -355,35 +361,47 @@ class DirectoryArchive:
         """Bring back into the working set the published spans (and live requests rows) of pending traces
         that it may lack, so that derivation sees whole traces and supersedes the rows it replaces.
 
-        `ingest` empties the working set when it is full, and any pending trace may have published spans: all are
-        looked for. The collector's looks only for the traces it dropped (`bs_dropped`, by hash: a collision
-        costs a look, never a row), and, past what that remembers, for those whose new spans started before
-        it was forgotten."""
+        Both look for the traces they let go of (`bs_dropped`, by hash: a collision costs a look, never a row)
+        where those traces' spans lie. `ingest` empties the working set when it is full, and any pending trace
+        may have spans published before the call: all are looked for in those segments, and only the traces it
+        let go of in the segments it published itself (each part used to search every part before it: a cost
+        that grew with the square of the parts). The collector's looks, past what `bs_dropped` remembers, for
+        the traces whose new spans started before it was forgotten."""
         con, m = self.hot.con, self.manifest
         if not m.files("spans"):
             return
         new = """SELECT s.trace_id, min(s.start_ns) AS lo, max(s.end_ns) AS hi FROM spans s
             WHERE s.batch_id > ? AND s.trace_id IN (SELECT trace_id FROM pending_traces) GROUP BY s.trace_id"""
-        if not self.durable:  # `ingest` looks for every pending trace, within the margin of its new spans
+        # the traces let go of, where their spans lie is known (they were all in the working set then): read back
+        # there alone, not an hour either side of its new spans (a busy hour's segments, whole, at each commit)
+        dropped = """SELECT n.trace_id, min(d.lo) AS lo, max(d.hi) AS hi, bool_or(d.lo IS NULL) AS unknown
+                      FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id) GROUP BY n.trace_id"""
+        if not self.durable:
+            # `ingest` looks in the segments it published for the traces it let go of (first: a look forgets the
+            # traces it looked for), and for every pending trace, within the margin of its new spans, in the
+            # segments from before this call (and those compaction merged since)
+            con.execute(f"CREATE OR REPLACE TEMP TABLE bs_new AS {new}", [m.published_batch])
             con.execute(
-                f"CREATE OR REPLACE TEMP TABLE bs_look AS SELECT *, false AS known FROM ({new}) n", [m.published_batch]
+                f"CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS (SELECT * FROM bs_new), d AS ({dropped}) "
+                "SELECT trace_id, lo, hi, true AS known FROM d"
             )
-        else:  # the collector's, for the traces it let go of (a join: the pending side is the small one)
-            # where a dropped trace's spans lie is known (they were all in the working set when it let go of it):
-            # read back there alone, not an hour either side of its new spans (a busy hour's segments, whole, at
-            # each commit); a trace it may have forgotten, or seeded at opening, within the margin
-            forgot = self._forgot_until_ns
-            con.execute(
-                f"""CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS ({new}),
-                d AS (SELECT n.trace_id, min(d.lo) AS lo, max(d.hi) AS hi, bool_or(d.lo IS NULL) AS unknown
-                      FROM n JOIN bs_dropped d ON d.h = hash(n.trace_id) GROUP BY n.trace_id),
-                k AS (SELECT n.trace_id, n.lo < {forgot} OR d.trace_id IS NULL OR d.unknown AS wide,
-                        n.lo AS new_lo, n.hi AS new_hi, d.lo, d.hi
-                      FROM n LEFT JOIN d ON d.trace_id = n.trace_id WHERE n.lo < {forgot} OR d.trace_id IS NOT NULL)
-                SELECT trace_id, CASE WHEN wide THEN new_lo ELSE lo END AS lo,
-                       CASE WHEN wide THEN new_hi ELSE hi END AS hi, NOT wide AS known FROM k""",
-                [m.published_batch],
-            )
+            self._read_back(new_spans=True, own=True)
+            con.execute("CREATE OR REPLACE TEMP TABLE bs_look AS SELECT *, false AS known FROM bs_new")
+            con.execute("DROP TABLE bs_new")
+            self._read_back(new_spans=True, own=False)
+            return
+        # the collector's, for the traces it let go of (a join: the pending side is the small one); a trace it may
+        # have forgotten, or seeded at opening, within the margin
+        forgot = self._forgot_until_ns
+        con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE bs_look AS WITH n AS ({new}), d AS ({dropped}),
+            k AS (SELECT n.trace_id, n.lo < {forgot} OR d.trace_id IS NULL OR d.unknown AS wide,
+                    n.lo AS new_lo, n.hi AS new_hi, d.lo, d.hi
+                  FROM n LEFT JOIN d ON d.trace_id = n.trace_id WHERE n.lo < {forgot} OR d.trace_id IS NOT NULL)
+            SELECT trace_id, CASE WHEN wide THEN new_lo ELSE lo END AS lo,
+                   CASE WHEN wide THEN new_hi ELSE hi END AS hi, NOT wide AS known FROM k""",
+            [m.published_batch],
+        )
         self._read_back(new_spans=True)
 
     def bring_back(self, traces: str) -> None:
@@ -411,11 +429,12 @@ class DirectoryArchive:
         return f"""SELECT * FROM ({live}) p WHERE p.trace_id NOT IN (SELECT trace_id FROM requests)
             AND p.trace_id NOT IN (SELECT trace_id FROM bs_derived)"""
 
-    def _read_back(self, new_spans: bool) -> None:
+    def _read_back(self, new_spans: bool, own: bool | None = None) -> None:
         """The spans and live rows of the traces in `bs_look` (trace_id, lo, hi, known), read back from the
         segments that meet [lo, hi]: where a dropped trace's spans are `known` to start, else its new spans' times
         widened by REHYDRATE_MARGIN_NS. `new_spans`: spans landed since the last commit may be copies of what is
-        read back (they are dropped as duplicates)."""
+        read back (they are dropped as duplicates). `own`: only the segments this `ingest` call published (True),
+        only the others (False), or all (None)."""
         con, m = self.hot.con, self.manifest
         widen = f"CASE WHEN known THEN 0 ELSE {REHYDRATE_MARGIN_NS} END"
         (lo, hi, n, known) = one(
@@ -423,9 +442,12 @@ class DirectoryArchive:
         )
         if not n:
             return
-        if self.durable:  # back in the working set: they are held again
-            con.execute("DELETE FROM bs_dropped WHERE h IN (SELECT hash(trace_id) FROM bs_look)")
-        span_segs = m.files("spans", lo, hi + 1)
+        con.execute("DELETE FROM bs_dropped WHERE h IN (SELECT hash(trace_id) FROM bs_look)")  # held again
+
+        def mine(segs: list[mf.Segment]) -> list[mf.Segment]:
+            return segs if own is None else [x for x in segs if (x.path in self._own) == own]
+
+        span_segs = mine(m.files("spans", lo, hi + 1))
         cols = ", ".join(c.name for c in schema.SPANS.columns)
         # where every trace's spans are known to start within [lo, hi], the scan skips the row groups outside it
         # (a merged hour's segment is a few row groups a minute)
@@ -442,7 +464,7 @@ class DirectoryArchive:
                 )
                 if new_spans:
                     self._drop_republished(m.published_batch)
-            req = m.files("requests", lo, hi + 1)
+            req = mine(m.files("requests", lo, hi + 1))
             if req:
                 # a delete lies in the hour of the row it drops, so the rows' window holds their deletes
                 live = requests_sql(self.path, req, m.files("requests_deletes", lo, hi + 1))
@@ -510,6 +532,8 @@ class DirectoryArchive:
                 seq,
             )
         added = segments.place(self.path, written)
+        if not self.durable:
+            self._own.update(x.path for x in added)
         with self._mlock:
             new = self.manifest.commit(added=added, published_batch=max(top, m.published_batch))
             mf.write(self.path, new)
@@ -550,9 +574,8 @@ class DirectoryArchive:
         con.execute("BEGIN TRANSACTION")
         con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_old AS SELECT trace_id FROM spans GROUP BY trace_id
                         HAVING max(batch_id) <= {last}""")
-        if self.durable:
-            con.execute(f"""INSERT INTO bs_dropped SELECT hash(trace_id), {time.time_ns()}, min(start_ns), max(end_ns)
-                            FROM spans WHERE trace_id IN (SELECT trace_id FROM bs_old) GROUP BY trace_id""")
+        con.execute(f"""INSERT INTO bs_dropped SELECT hash(trace_id), {time.time_ns()}, min(start_ns), max(end_ns)
+                        FROM spans WHERE trace_id IN (SELECT trace_id FROM bs_old) GROUP BY trace_id""")
         con.execute("DELETE FROM spans WHERE trace_id IN (SELECT trace_id FROM bs_old)")
         con.execute("DELETE FROM requests WHERE trace_id IN (SELECT trace_id FROM bs_old)")
         con.execute(f"DELETE FROM gpu_samples WHERE batch_id <= {last}")
