@@ -97,8 +97,9 @@ def run(
     """(seconds until every request was answered, seconds until the collector had stored everything, CPU
     seconds of the collector's process meanwhile, CPU seconds of the exporter processes). `kind`: "http" (OTLP/JSON
     bodies), "http-proto" (protobuf bodies over OTLP/HTTP) or "grpc". `options`: more `Collector` options
-    (bench_slis.py: budgets); `found["port"]` is set to its HTTP port once it listens; `keep`: the collector
-    opens `archive` as it is (else it starts from an empty one)."""
+    (bench_slis.py: budgets); `found["port"]` is set to its HTTP port once it listens, `found["stats"]` to its
+    counts (`CollectorStats`) once it stopped; `keep`: the collector opens `archive` as it is (else it starts from
+    an empty one)."""
     import multiprocessing as mp
 
     global _BODIES
@@ -122,8 +123,10 @@ def run(
         t0, cpu0, exporters0 = time.perf_counter(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
         errors = sum(pool.map(_send, [(kind, port, i, clients) for i in range(clients)], chunksize=1), [])
         answered = time.perf_counter() - t0
-        c.stop()
+        stats = c.stop()
         stored = time.perf_counter() - t0
+        if found is not None:
+            found["stats"] = stats
         cpu = cpu_s(resource.RUSAGE_SELF) - cpu0
     # the exporters' CPU counts once the pool has reaped them (a little of their start-up is in it)
     exporters = cpu_s(resource.RUSAGE_CHILDREN) - exporters0

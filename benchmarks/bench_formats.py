@@ -12,7 +12,9 @@ backfill), then:
   DuckDB's threads included), peak RSS; and its speed over orjson's.
 - collect: a collector on free ports and `--senders` exporter processes, each posting its share of the exports
   and waiting for each answer (bench_collector.py's `run`), over OTLP/HTTP JSON, OTLP/HTTP protobuf and OTLP/gRPC:
-  answered (every export acknowledged) and stored (the collector stopped, everything published and derived).
+  answered (every export acknowledged) and stored (the collector stopped, everything published and derived);
+  the `requests` rows the collector derived (a trace whose spans came in several exports is derived again by each
+  commit that lands more of them) and its CPU seconds by thread.
 Spans/s and requests/s everywhere; the 1-minute load average beside each figure (other work shares the cores).
 
     python benchmarks/bench_formats.py --only collect --formats vllm_journey --base COMMIT [--runs 5]
@@ -42,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import budgetscope
 import format_traces
 from bench_collector import run as run_collector
-from common import ROOT, base_tree, foreign_modules, machine
+from common import ROOT, ThreadCPU, base_tree, foreign_modules, machine
 
 PROTOCOLS = {"http-json": "http", "http-proto": "http-proto", "grpc": "grpc"}
 
@@ -266,14 +268,23 @@ def _main(args, base: Path | None) -> None:
                     )
                 continue
             archive = out / f"{fmt}-collect"
-            answered, stored, cpu, exporters = run_collector(bodies, kind, args.senders, archive)
+            found: dict = {}
+            with ThreadCPU() as threads:
+                answered, stored, cpu, exporters = run_collector(bodies, kind, args.senders, archive, found=found)
             got = stored_requests(archive)
+            derived = found["stats"].requests_derived
             print(
                 f"  collect {proto} ({sum(map(len, bodies)) / 1e6:,.0f} MB, {args.senders} senders): "
                 f"answered {answered:.2f} s = {rate(spans, answered)} spans; stored {stored:.2f} s = "
                 f"{rate(spans, stored)} spans, {rate(got, stored)} requests ({got:,} in the archive); "
                 f"collector CPU {cpu:.1f} s, exporters' {exporters:.1f} s; {parser} parse + count "
                 f"{parse:.2f} s = {rate(spans, parse)} spans; load {la:.1f} → {load():.1f}",
+                flush=True,
+            )
+            # a trace whose spans came in several exports is derived again by each commit that lands more of them
+            by_thread = ", ".join(f"{k} {v:.2f}" for k, v in threads.by_name().items() if v >= 0.05)
+            print(
+                f"    requests derived {derived:,} ({derived / max(got, 1):.2f} a request); CPU-s by thread: {by_thread}",
                 flush=True,
             )
 
