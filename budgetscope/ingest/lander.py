@@ -33,6 +33,9 @@ spans, or batches of this many more bytes, and once more at the end (docs/benchm
 Deriving holds the requests in DuckDB's hash tables, and a folder's working set lets go of what a derivation
 published once it holds enough (directory.py, MEMORY_SPANS): so a file of any size keeps to about the memory of
 this much; a trace whose spans straddle two derivations is derived again by the second."""
+ACCEPTED_SET_PAIRS = 2_000_000
+"""The collector's span set of accepted batches is replaced once it holds this many pairs (32 MB; docs/ingest.md,
+"Copies of spans")."""
 
 
 @dataclass(slots=True)
@@ -76,8 +79,12 @@ class Lander:
         self._spool_lock = threading.Lock()  # the spool and the deferred batches: `accept` runs on another thread
         self._deferred: list[Decoded] = []  # accepted (spooled) but not yet landed, decoded
         self._deferred_repeated = False  # a (trace_id, span_id) pair came twice among them (or may have)
-        self._deferred_seen = None  # the span set they were decoded with (otlp_fast.span_set), made on first use
-        self._deferred_gen = 0  # bumped when a landing takes the deferred batches (and their span set)
+        # The span set accepted batches are decoded with (otlp_fast.span_set), made on first use and kept across
+        # landings until it holds ACCEPTED_SET_PAIRS: it holds every pair of every span landed from it, so a
+        # landing none of whose pairs it had seen looks for copies only among the spans landed before it.
+        self._deferred_seen = None
+        self._deferred_gen = 0  # bumped when the span set is replaced
+        self._covered_from: int | None = None  # the first batch id landed from the span set (None: none yet)
         self.deferred_spans = 0
         self.deferred_bytes = 0
         self._links: IdLinks | None = None  # made at the first derivation
@@ -146,6 +153,11 @@ class Lander:
         spans_seen = otlp_fast.span_set() if otlp_fast.AVAILABLE and decoded is None else None
         (stored_before,) = con.execute("SELECT EXISTS (SELECT 1 FROM spans)").fetchall()[0]
         c_only = spans_seen is not None or decoded is not None
+        # accepted batches: the span set they were decoded with holds every span landed from it since
+        # `_covered_from`; a call's own set, every span of the call
+        if decoded is not None and self._covered_from is None:
+            self._covered_from = next_id
+        vouched_from = self._covered_from if decoded is not None else next_id
         parts = derived_upto = 0  # derivations made along the way, and the spans landed at the last one
         landed_bytes = 0  # batch bytes landed since the last one
         rejected_hashes: dict[str, str] = {}
@@ -160,7 +172,7 @@ class Lander:
             report.batches += chunk.seen
             report.batches_already_ingested += len(chunk.copies)
             c_only = c_only and chunk.c_only
-            older_than = None if not c_only or chunk.repeated else next_id if stored_before else 0
+            older_than = None if not c_only or chunk.repeated else vouched_from if stored_before else 0
             if chunk.items:
                 try:
                     self._land(chunk, report, rejected_hashes, older_than)
@@ -184,6 +196,10 @@ class Lander:
             report.seconds = time.perf_counter() - t0
             if progress:
                 progress(report)
+        if decoded is None and self._covered_from is not None and report.spans_inserted:
+            # spans the accepted batches' span set never saw: copies among them are looked for the full way
+            last = con.execute("SELECT max(batch_id) FROM ingest_batches").fetchall()[0][0]
+            self._covered_from = (last or 0) + 1
         if derive and parts:
             self._derive_part()
             report.requests_derived, report.orphan_stage_spans = self._touched_counts()
@@ -372,7 +388,7 @@ class Lander:
         with self._spool_lock:
             spool.append(took)
             self._deferred.append(entry)
-            # decoded with a span set a landing has taken since: its pairs were not checked against the others'
+            # decoded with a span set since replaced: its pairs were not checked against the others'
             self._deferred_repeated |= repeated or gen != self._deferred_gen
             self.deferred_spans += sum(entry.spans)
             self.deferred_bytes += sum(len(b.payload) for b in took)
@@ -387,12 +403,19 @@ class Lander:
             return None
         with self._spool_lock:  # what is spooled so far is landed below (or was already)
             entries, repeated = self._deferred, self._deferred_repeated
-            self._deferred, self._deferred_repeated, self._deferred_seen = [], False, None
-            self._deferred_gen += 1
+            self._deferred, self._deferred_repeated = [], False
+            replaced = self._deferred_seen is not None and self._deferred_seen.count >= ACCEPTED_SET_PAIRS
+            if replaced:  # the next `accept` makes a new one; these entries land as decoded with this one
+                self._deferred_seen = None
+                self._deferred_gen += 1
             self.deferred_spans = self.deferred_bytes = 0
             self.writer.spool_cut = spool.rotate()
-        if not entries:
-            return None
-        rep = self._ingest((), None, False, None, decoded=(entries, repeated))
+        try:
+            if not entries:
+                return None
+            rep = self._ingest((), None, False, None, decoded=(entries, repeated))
+        finally:
+            if replaced:  # the new set's spans land from the next landing on
+                self._covered_from = None
         self.copies_landed += rep.batches_already_ingested
         return rep
