@@ -362,6 +362,21 @@ def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_
     assert _counts(archive_path) == (45, 9, 3)
 
 
+def test_the_lander_is_asked_to_land_once_until_it_does(tmp_path):
+    """One landing takes every accepted batch: asking again while a request to land waits (after each group, and
+    every 0.1 s while the acceptor waits on the lander) would leave a row of small landings behind a derivation."""
+    from budgetscope.collector.pending import PendingQueue
+    from budgetscope.collector.writer import _LAND, ArchiveWriter
+
+    w = ArchiveWriter(tmp_path / "a", PendingQueue(1 << 20), linger_s=0, max_group_bytes=1 << 20, gap_s=0)
+    for _ in range(5):
+        w._ask_to_land()
+    assert w._slow.qsize() == 1 and w._slow.get_nowait() is _LAND
+    w._land_queued = False  # what the lander does as it takes it, before the landing takes the batches
+    w._ask_to_land()
+    assert w._slow.qsize() == 1
+
+
 def test_a_spool_that_fails_falls_back_to_ingest_and_loses_nothing(archive_path, monkeypatch):
     from budgetscope.archive.spool import Spool
 

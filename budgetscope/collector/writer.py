@@ -157,6 +157,10 @@ class ArchiveWriter:
         self._lock = threading.Lock()  # guards `stats` for readers on other threads
         self._archive_lock = threading.Lock()  # `accept` is never called on an archive being reopened
         self._slow: queues.Queue = queues.Queue()  # groups for `ingest`, _LAND, _STOP: acceptor -> lander
+        # a _LAND waits in `_slow`: one landing takes every accepted batch, so one queued is enough (the acceptor
+        # asked for one after each group, and every 0.1 s while it waited: a derivation's second left a row of
+        # small landings behind it, each with a landing's fixed cost)
+        self._land_queued = False
         self._thread = threading.Thread(target=self._run, name="budgetscope-archive-writer", daemon=True)
         self._acceptor = threading.Thread(target=self._accept_loop, name="budgetscope-acceptor", daemon=True)
 
@@ -206,7 +210,7 @@ class ArchiveWriter:
         more from the queue (which fills, and receivers answer busy)."""
         while self._deferred()[1] >= self.max_deferred_bytes and self._thread.is_alive():
             self._landed.clear()
-            self._slow.put(_LAND)
+            self._ask_to_land()
             self._landed.wait(0.1)
 
     def _accept_group(self, group: list[Ticket]) -> list[Ticket]:
@@ -237,8 +241,15 @@ class ArchiveWriter:
                 self.queue.release(t.reserved)
                 t.resolve(Outcome.LANDED)
         if waiting >= LAND_EVERY_SPANS:
-            self._slow.put(_LAND)
+            self._ask_to_land()
         return rest
+
+    def _ask_to_land(self) -> None:
+        """Have the lander land what was accepted, unless it is asked already. Cleared before the landing takes
+        the batches: those accepted after it are taken by it or ask again."""
+        if not self._land_queued:
+            self._land_queued = True
+            self._slow.put(_LAND)
 
     # -- the lander thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -269,6 +280,7 @@ class ArchiveWriter:
                 if item is _STOP:
                     break
                 if item is _LAND:
+                    self._land_queued = False
                     self._land_deferred()
                 elif item is not None:
                     self._ingest(item)
