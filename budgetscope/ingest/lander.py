@@ -174,8 +174,13 @@ class Lander:
             c_only = c_only and chunk.c_only
             older_than = None if not c_only or chunk.repeated else vouched_from if stored_before else 0
             if chunk.items:
+                before = report.spans_inserted
                 try:
                     self._land(chunk, report, rejected_hashes, older_than)
+                    if decoded is None and report.spans_inserted > before:
+                        # spans the accepted batches' span set never saw: the next landing of those looks for
+                        # copies among everything landed before it
+                        self._covered_from = None
                 except BaseException:
                     self._known = None  # the chunk's hashes were marked known but did not land: reload
                     raise
@@ -196,10 +201,6 @@ class Lander:
             report.seconds = time.perf_counter() - t0
             if progress:
                 progress(report)
-        if decoded is None and self._covered_from is not None and report.spans_inserted:
-            # spans the accepted batches' span set never saw: copies among them are looked for the full way
-            last = con.execute("SELECT max(batch_id) FROM ingest_batches").fetchall()[0][0]
-            self._covered_from = (last or 0) + 1
         if derive and parts:
             self._derive_part()
             report.requests_derived, report.orphan_stage_spans = self._touched_counts()
