@@ -247,6 +247,46 @@ def test_stalled_http_bodies_cannot_starve_grpc(archive_path, monkeypatch):
     assert c.stats.batches == 1
 
 
+def test_a_body_the_collector_has_not_read_is_not_stalled(archive_path, monkeypatch):
+    """A starved receiver (its event loop held up: a fake, the loop made to sleep) reads nothing for a while;
+    an HTTP body whose next bytes wait in its socket has not stalled, its peer is sending: a whole gRPC request
+    that needs the bytes is answered busy, and the HTTP export lands, where it had been evicted and its
+    connection cut without an answer (`benchmarks/fault_overload.py` under a CPU quota: 3-91 exports cut)."""
+    from budgetscope.collector.http_receiver import OtlpHttpReceiver
+
+    monkeypatch.setattr(pending, "EVICT_STALLED_AFTER_S", 0.3)
+    proto, _ = _bodies(80)
+    assert len(proto) > 64 << 10  # more than the budget has left while the HTTP body is held
+    body = (proto * (1 + (1 << 20) // len(proto)))[: 1 << 20]  # not OTLP that lands: any answer will do
+    with Collector(archive_path, grpc_port=0, http_port=0, max_pending_bytes=1 << 20, max_message_bytes=1 << 20) as c:
+        (receiver,) = [r for r in c._receivers if isinstance(r, OtlpHttpReceiver)]
+        sending = _raw(c.http_port, _head(1 << 20) + body[: -(64 << 10)])
+        _wait_for(lambda: c._queue.pending_bytes == (1 << 20) - (64 << 10))
+        receiver.call_soon(time.sleep, 1.5)  # the loop reads nothing for 1.5 s
+        time.sleep(0.1)
+        sending.sendall(body[-(64 << 10) :])  # 64 KiB arrive; nobody reads them
+        time.sleep(0.4)  # past the stall time
+        with grpc.insecure_channel(f"127.0.0.1:{c.grpc_port}") as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                ch.unary_unary(EXPORT)(proto, timeout=5)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and c._queue.num_evicted == 0
+        head = _answer(sending)
+        assert head.startswith(b"HTTP/1.1 "), head  # answered (whatever it says), not cut
+        sending.close()
+
+
+def test_a_body_with_a_trickle_unread_has_still_stalled():
+    """The bytes waiting to be read count only when they make a progress's worth (a fake's count)."""
+    q = PendingQueue(100, stall_s=0.05)
+    waiting = [pending.PROGRESS_BYTES]
+    a = q.open_hold(unread=lambda: waiting[0])
+    assert q.grow(a, 80) is None
+    time.sleep(0.06)
+    assert q.reserve(90) is Outcome.BUSY and not a.is_evicted  # its peer sent 32 KiB the receiver has not read
+    waiting[0] = pending.PROGRESS_BYTES - a.unmarked - 1  # with what it had read: short of a progress's worth
+    assert q.reserve(90) is None and a.is_evicted
+
+
 def test_only_whole_requests_evict_and_only_bodies_that_stalled():
     q = PendingQueue(100, stall_s=0.05)
     evicted = []

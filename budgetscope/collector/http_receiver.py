@@ -28,10 +28,13 @@ pipelined requests whose answers are never read hold no more than that.
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fcntl
 import logging
 import socket
 import ssl
+import termios
 import threading
 import time
 from collections import OrderedDict
@@ -215,6 +218,20 @@ class _Connection:
             pass
 
     # -- reading ---------------------------------------------------------------------------------------------
+    def _unread(self) -> int:
+        """Bytes the peer sent that the collector has not read yet: in the reader's buffer and in the socket
+        (FIONREAD). Any thread; 0 if the socket cannot say."""
+        waiting = len(getattr(self.reader, "_buffer", b""))  # asyncio.StreamReader's buffer: no public size
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                count = array.array("i", [0])
+                fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)
+                waiting += count[0]
+            except (OSError, ValueError):
+                pass
+        return waiting
+
     def _progress(self, deadline_s: float) -> None:
         """The peer moved: it may now stay silent `deadline_s` (or until the body's own deadline, if sooner)."""
         self._touch()
@@ -390,7 +407,7 @@ class _Connection:
             # every check a head allows has passed: the client (curl with a large file) may send the body now
             # instead of waiting a second for an answer that would never come (RFC 9110, 10.1.1)
             self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort))
+        hold = r.queue.open_hold(on_evict=lambda: r.call_soon(self.writer.transport.abort), unread=self._unread)
         body = _Body(r.queue, hold, until, declared)
         try:
             try:

@@ -64,9 +64,13 @@ class Hold:
     """The budget bytes held by one request body while it arrives; it grows with the bytes received.
 
     `on_evict` is called (on the evicting thread, under the queue's lock: it must only schedule) when the queue
-    takes the bytes back from a body that stopped arriving; the receiver then drops its connection."""
+    takes the bytes back from a body that stopped arriving; the receiver then drops its connection. `unread`
+    (any thread, must not block) tells how many of its bytes have arrived but not been read yet: a body whose
+    peer sent a progress's worth the collector has not read is not stalled, the collector is behind (a busy or
+    CPU-starved receiver would otherwise evict, and cut off, exporters that were sending all along)."""
 
     on_evict: Callable[[], None] | None = None
+    unread: Callable[[], int] | None = None
     nbytes: int = 0
     progress_ns: int = field(default_factory=time.monotonic_ns)  # opened, or last passed PROGRESS_BYTES more
     unmarked: int = 0  # bytes received since progress_ns
@@ -101,9 +105,9 @@ class PendingQueue:
         with self._cond:
             return self._take(nbytes, None, can_evict=True)
 
-    def open_hold(self, on_evict: Callable[[], None] | None = None) -> Hold:
+    def open_hold(self, on_evict: Callable[[], None] | None = None, unread: Callable[[], int] | None = None) -> Hold:
         """A reservation of 0 bytes for a body about to arrive; `grow` it as bytes come, then `settle` it."""
-        hold = Hold(on_evict)
+        hold = Hold(on_evict, unread)
         with self._cond:
             self._holds[id(hold)] = hold
         return hold
@@ -164,6 +168,8 @@ class PendingQueue:
         for hold in victims:
             if needed <= 0:
                 break
+            if hold.unread is not None and hold.unmarked + hold.unread() >= PROGRESS_BYTES:
+                continue  # its peer is sending: the bytes wait for the receiver to read them
             del self._holds[id(hold)]
             hold.is_evicted = True
             self.pending_bytes -= hold.nbytes
