@@ -327,6 +327,31 @@ def test_spool_records_survive_short_writes_and_more_buffers_than_one_writev_tak
     assert [bytes(b.payload) for b in got] == [bytes(b.payload) for b in batches[:40]] + [b"x" * 1000]
 
 
+def test_spool_views_are_the_payloads_written_and_outlive_their_file(tmp_path, monkeypatch):
+    """`append(views=True)` hands back each payload as a read-only view of the file it was written to: the same
+    bytes at any offset (appends that start mid-page, payloads over several pages, writes the kernel cut short:
+    a fake), and still readable once the file is deleted (a commit empties the spool while batches wait)."""
+    from budgetscope.archive import spool as spool_module
+    from budgetscope.archive.spool import RawBatch, Spool
+
+    sp = Spool(tmp_path / "s")
+    groups = [
+        [RawBatch(b"one", "otlp-json", "h", "1"), RawBatch(b"", "otlp-json", "h", "2")],
+        [RawBatch(bytes(range(256)) * 100, "otlp-proto", "g", "3")],  # 25,600 bytes from offset 90-odd
+        [RawBatch(memoryview(b"x" * 70_000)[5:], "otlp-json", "h", "4"), RawBatch(b"tail", "otlp-json", "h", "5")],
+    ]
+    real_writev = os.writev
+    monkeypatch.setattr(spool_module.os, "writev", lambda fd, bufs: real_writev(fd, [b"".join(bufs)[:4097]]))
+    views = [sp.append(g, views=True) for g in groups]
+    for g, vs in zip(groups, views):
+        assert [bytes(v) for v in vs] == [bytes(b.payload) for b in g]
+        assert all(v.readonly for v in vs)
+    assert sp.append([], views=True) == [] and sp.append([]) is None
+    sp.clear()
+    assert not list((tmp_path / "s").glob("*.spool"))
+    assert [bytes(v) for vs in views for v in vs] == [bytes(b.payload) for g in groups for b in g]
+
+
 def test_a_torn_manifest_is_one_line_and_nothing_is_written(tmp_path):
     path = tmp_path / "a"
     _ingest(path, _one(tmp_path))

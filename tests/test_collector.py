@@ -332,20 +332,23 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
 
 
 def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_path, monkeypatch):
-    """Batches answered from the spool wait in memory until the lander lands them: past max_pending_bytes of
-    them, nothing more is taken from the queue, which fills, and receivers answer busy."""
+    """Batches answered from the spool wait in memory, as decoded columns, until the lander lands them: past
+    max_unlanded_bytes of columns, nothing more is taken from the queue, which fills, and receivers answer busy."""
+    from budgetscope.ingest import otlp_fast
     from budgetscope.ingest.lander import Lander
 
     gate = threading.Event()
     land = Lander.land_deferred
     bodies = [_bodies()[0] for _ in range(4)]
     size = max(map(len, bodies))
+    columns = otlp_fast.decode_proto(bodies[:1], [0], otlp_fast.span_set())[0].nbytes
     with Collector(
         archive_path,
         grpc_port=None,
         http_port=0,
         max_pending_bytes=size + 100,
         max_message_bytes=size + 100,
+        max_unlanded_bytes=columns + 1,  # one batch's columns pass; the second's reach it
         linger_s=0,
     ) as c:
         monkeypatch.setattr(Lander, "land_deferred", lambda self: gate.wait(30) and land(self))
@@ -383,12 +386,12 @@ def test_a_spool_that_fails_falls_back_to_ingest_and_loses_nothing(archive_path,
     real = Spool.append
     calls = []
 
-    def flaky(self, batches):
+    def flaky(self, batches, **kw):  # a fake: the first append fails as a full disk would
         batches = list(batches)
         calls.append(len(batches))
         if len(calls) == 1:
             raise OSError("no space left on device")
-        return real(self, batches)
+        return real(self, batches, **kw)
 
     monkeypatch.setattr(Spool, "append", flaky)
     (proto, _), (_, doc) = _bodies(), _bodies()

@@ -127,6 +127,14 @@ def test_a_bad_archive_path_exits_2_with_one_line(tmp_path):
     )
 
 
+@pytest.mark.parametrize("flag", ["--max-pending-mb", "--max-unlanded-mb"])
+def test_a_memory_limit_below_1_mb_exits_2_and_creates_nothing(archive_path, flag):
+    result = CliRunner().invoke(collect, ["--archive", str(archive_path), flag, "0.5", "--http-port", "0"])
+    assert result.exit_code == 2
+    assert f"Invalid value for '{flag}': 0.5 is not in the range x>=1." in result.output
+    assert not archive_path.exists()
+
+
 def test_collect_has_help_with_an_example():
     result = CliRunner().invoke(collect, ["--help"])
     assert result.exit_code == 0

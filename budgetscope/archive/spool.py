@@ -14,10 +14,16 @@ File `_writer/spool/<n>.spool`, a sequence of records:
 
 A record cut short or failing its checksum ends the file: it was being written when the process died, so it
 was never acknowledged.
+
+`append(..., views=True)` hands back each payload as a read-only view of the file it was just written to (a
+memory map): the caller may drop its own copy and hold the bytes on disk, in the page cache, until it needs
+them (the collector's acknowledged batches wait to land as decoded columns and read their bytes again only if
+one must go to the reference decoder).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import zlib
@@ -109,17 +115,19 @@ class Spool:
             if upto is None or int(p.stem) <= upto:
                 yield from _records(p.read_bytes())
 
-    def append(self, batches: Iterable[RawBatch]) -> None:
-        """Write the batches and fsync: when this returns they survive a crash."""
+    def append(self, batches: Iterable[RawBatch], views: bool = False) -> list[memoryview] | None:
+        """Write the batches and fsync: when this returns they survive a crash. `views`: return each batch's
+        payload as a read-only view of the file (in order), or None if the file cannot be mapped."""
         parts = [memoryview(x) for b in batches for x in _record(b)]
         if not parts:
-            return
+            return [] if views else None
         if self._fd < 0:
             path = self.folder / f"{self._next}.spool"
             self._next += 1
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             fsync_dir(self.folder)
         start = os.lseek(self._fd, 0, os.SEEK_END)
+        sizes = [len(x) for x in parts]  # before writing: a short write shortens the buffers in `parts`
         try:
             _write_all(self._fd, parts)
             os.fsync(self._fd)
@@ -132,6 +140,25 @@ class Spool:
                 pass
             self.close()  # the next append starts a new file
             raise
+        return self._views(start, sizes) if views else None
+
+    def _views(self, start: int, sizes: list[int]) -> list[memoryview] | None:
+        """The payloads of the records just written from `start` (`sizes`: head, payload, head, ...), as views of
+        one read-only map of those bytes. The map lives as long as a view of it; the file may be deleted
+        meanwhile (its pages stay until the map goes), never shortened: the only truncation (a failed append)
+        cuts at the end of what was mapped before."""
+        at = start - start % mmap.ALLOCATIONGRANULARITY
+        end = start + sum(sizes)
+        try:
+            whole = memoryview(mmap.mmap(self._fd, end - at, offset=at, access=mmap.ACCESS_READ))
+        except (OSError, ValueError):  # a file system that cannot map: the caller keeps its bytes
+            return None
+        out, pos = [], start - at
+        for head, payload in zip(sizes[::2], sizes[1::2]):
+            pos += head
+            out.append(whole[pos : pos + payload])
+            pos += payload
+        return out
 
     def rotate(self) -> int:
         """Start a new file at the next append; the number of the last file before it (0: none)."""

@@ -50,6 +50,9 @@ class CollectorConfig:
     http_port: int | None = 4318
     max_pending_bytes: int = 64 * MiB  # bytes accepted but not yet answered; past it: 429 / RESOURCE_EXHAUSTED
     max_message_bytes: int = 16 * MiB  # one request (decompressed); past it: 413 / RESOURCE_EXHAUSTED
+    # the decoded columns of acknowledged batches not yet landed (their bytes wait in the spool, on disk); past
+    # it the acceptor waits for the lander (then the pending bytes fill, and new requests are refused)
+    max_unlanded_bytes: int = 64 * MiB
     linger_s: float = 0.05  # how long the first request of a group waits for company before the ingest
     linger_gap_s: float = 0.005  # ...unless none came for this long: then the group goes at once
     max_group_bytes: int = 16 * MiB  # bytes per Archive.ingest call
@@ -163,7 +166,7 @@ class Collector:
             self.config.linger_s,
             self.config.max_group_bytes,
             self.config.linger_gap_s,
-            self.config.max_pending_bytes,
+            self.config.max_unlanded_bytes,
             retention_ns=self.config.retention_ns,
             reader_grace_s=self.config.reader_grace_s,
             on_publish=self._published if budgets is not None else None,

@@ -141,7 +141,8 @@ class ArchiveWriter:
             "on_publish": on_publish,
         }
         self.after_commit = after_commit
-        self.max_deferred_bytes = max_deferred_bytes  # acknowledged, not yet landed: past it, accepting waits
+        # the decoded columns of acknowledged batches, waiting to land or landing: past it, accepting waits
+        self.max_deferred_bytes = max_deferred_bytes
         self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
         self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
@@ -206,7 +207,7 @@ class ArchiveWriter:
             self._slow.put(_STOP)
 
     def _wait_for_lander(self) -> None:
-        """Back-pressure: while more than `max_deferred_bytes` of acknowledged batches wait to land, take no
+        """Back-pressure: while acknowledged batches not yet landed hold `max_deferred_bytes` of columns, take no
         more from the queue (which fills, and receivers answer busy)."""
         while self._deferred()[1] >= self.max_deferred_bytes and self._thread.is_alive():
             self._landed.clear()

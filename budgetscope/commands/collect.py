@@ -62,8 +62,16 @@ MAX_MESSAGE_MB = click.option(
     type=click.FloatRange(min=1),
     default=64,
     show_default=True,
-    help="Request bytes held in memory (and again as much acknowledged, not yet landed) before new "
-    "requests are refused with 429 / RESOURCE_EXHAUSTED.",
+    help="Request bytes held in memory (received, not yet answered) before new requests are refused with "
+    "429 / RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--max-unlanded-mb",
+    type=click.FloatRange(min=1),
+    default=64,
+    show_default=True,
+    help="Decoded spans held in memory, acknowledged but not yet landed (their bytes wait in the spool on "
+    "disk); past it new requests wait, then are refused as above.",
 )
 @MAX_MESSAGE_MB
 @click.option(
@@ -151,6 +159,7 @@ def collect(
     no_http: bool,
     shard: str | None,
     max_pending_mb: float,
+    max_unlanded_mb: float,
     max_message_mb: float,
     linger_ms: float,
     max_connections: int,
@@ -221,6 +230,7 @@ def collect(
             grpc_port=None if no_grpc else grpc_port,
             http_port=None if no_http else http_port,
             max_pending_bytes=int(max_pending_mb * (1 << 20)),
+            max_unlanded_bytes=int(max_unlanded_mb * (1 << 20)),
             max_message_bytes=int(max_message_mb * (1 << 20)),
             linger_s=linger_ms / 1000,
             metrics=not no_metrics,

@@ -85,8 +85,8 @@ class Lander:
         self._deferred_seen = None
         self._deferred_gen = 0  # bumped when the span set is replaced
         self._covered_from: int | None = None  # the first batch id landed from the span set (None: none yet)
-        self.deferred_spans = 0
-        self.deferred_bytes = 0
+        self.deferred_spans = 0  # accepted, waiting for the next landing
+        self.deferred_bytes = 0  # the columns held: waiting, and being landed
         self._links: IdLinks | None = None  # made at the first derivation
         staging.setup(writer.con)
         jsonsql.setup(writer.con)
@@ -386,13 +386,18 @@ class Lander:
             [taken[i] for i in order],
             [(t, [index[i] for i in members]) for t, members in parts],
         )
+        held = sum(t.nbytes for t, _ in parts)
         with self._spool_lock:
-            spool.append(took)
+            views = spool.append(took, views=True)
+            if views is not None:  # their bytes wait on disk: only the columns are held (and counted)
+                entry.batches = [RawBatch(v, b.format, b.origin, b.position) for v, b in zip(views, took)]
+            else:
+                held += sum(len(b.payload) for b in took)
             self._deferred.append(entry)
             # decoded with a span set since replaced: its pairs were not checked against the others'
             self._deferred_repeated |= repeated or gen != self._deferred_gen
             self.deferred_spans += sum(entry.spans)
-            self.deferred_bytes += sum(len(b.payload) for b in took)
+            self.deferred_bytes += held
         return [i in taken for i in range(len(batches))]
 
     def land_deferred(self) -> IngestReport | None:
@@ -409,13 +414,17 @@ class Lander:
             if replaced:  # the next `accept` makes a new one; these entries land as decoded with this one
                 self._deferred_seen = None
                 self._deferred_gen += 1
-            self.deferred_spans = self.deferred_bytes = 0
+            # their columns stay counted until they have landed: what `accept` takes meanwhile is held beside them
+            landing, self.deferred_spans = self.deferred_bytes, 0
             self.writer.spool_cut = spool.rotate()
         try:
             if not entries:
                 return None
             rep = self._ingest((), None, False, None, decoded=(entries, repeated))
         finally:
+            del entries
+            with self._spool_lock:
+                self.deferred_bytes -= landing
             if replaced:  # the new set's spans land from the next landing on
                 self._covered_from = None
         self.copies_landed += rep.batches_already_ingested
