@@ -183,7 +183,7 @@ def _tiny_engine():
 @pytest.mark.slow
 def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     """Four slots, 128-token outputs (capacity ~9 req/s on our 2 cores, more on a faster CI machine): at 2 req/s every
-    budget holds and queueing is a small share of the little tail there is; 48 req/s is well past capacity on any of
+    budget holds and the tail queues little; 48 req/s is well past capacity on any of
     them (with 64-token outputs 24 req/s was not: a faster 2-core CI machine kept 0.91 of its requests there, so its
     capacity is about 1.4x ours; 48 req/s is 5x ours), queueing takes the TTFT tail and attainment falls (0.03
     here)."""
@@ -228,13 +228,15 @@ def test_tiny_engine_sweep_shows_the_cliff(budgets, tmp_path):
     # the server's stages joined the client spans: the shares hold queue and prefill, not only "unaccounted"
     assert set(lo["ttft_shares"]) == {"network", "frontend", "queue", "prefill", "unaccounted"}
     # at 2 req/s the tail is a few ms over the body, so the shares of that excess are noise (one run in CI had queue
-    # at 0.53 of it; ours range from -0.02 to 0.14): the claim is that queueing is a small part of the tail
-    # requests' own TTFT at 2 req/s (5 % of it on a quiet machine; 37 % once at load 12, when the other work on the
-    # two cores took most of the engine's capacity) and most of it past capacity, so the test compares the two
+    # at 0.53 of it; ours range from -0.02 to 0.14). Queueing's share of the tail requests' own TTFT at 2 req/s is
+    # no steadier: 5 % on a quiet machine, 37 % once at load 12, 60 % once in CI (98 ms of 161), when the other
+    # work on the two cores took most of the engine's capacity. What holds on any machine is the size of the step:
+    # past capacity the tail's queueing is most of its TTFT and two orders of magnitude longer (11,184 ms in that
+    # same CI run), so the test asks for most of it and for a tenfold step
     tail = res["steps"][0]["tiers"][0]["attribution"]["ttft"]["tail_mean_ms"]
     tail_high = res["steps"][1]["tiers"][0]["attribution"]["ttft"]["tail_mean_ms"]
-    low_share, high_share = tail["queue"] / sum(tail.values()), tail_high["queue"] / sum(tail_high.values())
-    assert high_share > 0.5 and low_share < 0.5 * high_share, (tail, tail_high)
+    high_share = tail_high["queue"] / sum(tail_high.values())
+    assert high_share > 0.5 and tail_high["queue"] > 10 * max(tail["queue"], 1.0), (tail, tail_high)
     assert lo["keeps"] and lo["attainment"] == 1.0
     assert hi["ttft_dominant"] == "queue" and hi["ttft_shares"]["queue"] > 0.5, hi
     # well past capacity attainment falls far under the 99 % target (0.03 on our machine)
