@@ -108,7 +108,7 @@ def test_a_landing_that_repeats_no_pair_looks_only_before_the_span_set(tmp_path,
 
 def test_accepted_batches_wait_as_columns_with_their_bytes_in_the_spool(tmp_path, monkeypatch):
     """What `accept` took waits to land as its decoded columns, and only those count against the collector's
-    limit (`deferred_bytes`), until they have landed: each batch's bytes are a read-only view of the spool file
+    limits (`deferred_bytes`, and their spans `held_spans`), until they have landed: each batch's bytes are a read-only view of the spool file
     (not the request's buffer), read again only when a batch goes to the reference decoder (a copy: the tests
     above)."""
     a = Archive(tmp_path / "a", durable=True, compact=False)
@@ -119,14 +119,18 @@ def test_accepted_batches_wait_as_columns_with_their_bytes_in_the_spool(tmp_path
         assert [bytes(b.payload) for b in entry.batches] == [b.payload for b in batches]
         assert all(isinstance(b.payload, memoryview) and b.payload.readonly for b in entry.batches)
         held = sum(t.nbytes for t, _ in entry.parts)
-        assert a.lander.deferred_bytes == held > 0
+        spans = sum(entry.spans)
+        assert a.lander.deferred_bytes == held > 0 and a.lander.held_spans == a.lander.deferred_spans == spans > 0
         during = []
         ingest = a.lander._ingest
         monkeypatch.setattr(
-            a.lander, "_ingest", lambda *x, **k: during.append(a.lander.deferred_bytes) or ingest(*x, **k)
+            a.lander,
+            "_ingest",
+            lambda *x, **k: during.append((a.lander.deferred_bytes, a.lander.held_spans)) or ingest(*x, **k),
         )
         a.lander.land_deferred()
-        assert during == [held] and a.lander.deferred_bytes == a.lander.deferred_spans == 0
+        assert during == [(held, spans)]
+        assert a.lander.deferred_bytes == a.lander.deferred_spans == a.lander.held_spans == 0
         a.commit()
     finally:
         a.close()

@@ -331,9 +331,11 @@ def test_an_archive_failure_answers_503_and_spares_the_rest_of_its_group(archive
     assert _counts(archive_path) == (30, 6, 2)
 
 
-def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_path, monkeypatch):
+@pytest.mark.parametrize("limit", ["spans", "bytes"])
+def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_path, monkeypatch, limit):
     """Batches answered from the spool wait in memory, as decoded columns, until the lander lands them: past
-    max_unlanded_bytes of columns, nothing more is taken from the queue, which fills, and receivers answer busy."""
+    max_unlanded_spans spans or max_unlanded_bytes of columns, nothing more is taken from the queue, which fills,
+    and receivers answer busy."""
     from budgetscope.ingest import otlp_fast
     from budgetscope.ingest.lander import Lander
 
@@ -341,15 +343,20 @@ def test_acknowledged_batches_waiting_to_land_are_bounded_and_push_back(archive_
     land = Lander.land_deferred
     bodies = [_bodies()[0] for _ in range(4)]
     size = max(map(len, bodies))
-    columns = otlp_fast.decode_proto(bodies[:1], [0], otlp_fast.span_set())[0].nbytes
+    (table,) = otlp_fast.decode_proto(bodies[:1], [0], otlp_fast.span_set())[:1]
+    # one batch's spans or columns pass; the second's reach the limit, the other one far away
+    limits = {
+        "spans": {"max_unlanded_spans": table.num_rows + 1},
+        "bytes": {"max_unlanded_bytes": table.nbytes + 1},
+    }[limit]
     with Collector(
         archive_path,
         grpc_port=None,
         http_port=0,
         max_pending_bytes=size + 100,
         max_message_bytes=size + 100,
-        max_unlanded_bytes=columns + 1,  # one batch's columns pass; the second's reach it
         linger_s=0,
+        **limits,
     ) as c:
         monkeypatch.setattr(Lander, "land_deferred", lambda self: gate.wait(30) and land(self))
         assert [_post(c.http_port, b).status_code for b in bodies[:2]] == [200, 200]  # answered from the spool

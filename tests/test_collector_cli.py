@@ -135,6 +135,15 @@ def test_a_memory_limit_below_1_mb_exits_2_and_creates_nothing(archive_path, fla
     assert not archive_path.exists()
 
 
+def test_an_unlanded_span_limit_below_1_exits_2_and_creates_nothing(archive_path):
+    result = CliRunner().invoke(
+        collect, ["--archive", str(archive_path), "--max-unlanded-spans", "0", "--http-port", "0"]
+    )
+    assert result.exit_code == 2
+    assert "Invalid value for '--max-unlanded-spans': 0 is not in the range x>=1." in result.output
+    assert not archive_path.exists()
+
+
 def test_collect_has_help_with_an_example():
     result = CliRunner().invoke(collect, ["--help"])
     assert result.exit_code == 0

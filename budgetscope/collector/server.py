@@ -50,9 +50,11 @@ class CollectorConfig:
     http_port: int | None = 4318
     max_pending_bytes: int = 64 * MiB  # bytes accepted but not yet answered; past it: 429 / RESOURCE_EXHAUSTED
     max_message_bytes: int = 16 * MiB  # one request (decompressed); past it: 413 / RESOURCE_EXHAUSTED
-    # the decoded columns of acknowledged batches not yet landed (their bytes wait in the spool, on disk); past
-    # it the acceptor waits for the lander (then the pending bytes fill, and new requests are refused)
-    max_unlanded_bytes: int = 64 * MiB
+    # acknowledged batches not yet landed, held as decoded columns (their bytes wait in the spool, on disk): past
+    # either limit the acceptor waits for the lander (then the pending bytes fill, and new requests are refused).
+    # Memory under overload follows the spans waiting more than their columns' bytes (docs/collector.md)
+    max_unlanded_spans: int = 160_000
+    max_unlanded_bytes: int = 256 * MiB
     linger_s: float = 0.05  # how long the first request of a group waits for company before the ingest
     linger_gap_s: float = 0.005  # ...unless none came for this long: then the group goes at once
     max_group_bytes: int = 16 * MiB  # bytes per Archive.ingest call
@@ -167,6 +169,7 @@ class Collector:
             self.config.max_group_bytes,
             self.config.linger_gap_s,
             self.config.max_unlanded_bytes,
+            self.config.max_unlanded_spans,
             retention_ns=self.config.retention_ns,
             reader_grace_s=self.config.reader_grace_s,
             on_publish=self._published if budgets is not None else None,

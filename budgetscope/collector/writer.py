@@ -121,7 +121,8 @@ class ArchiveWriter:
         linger_s: float,
         max_group_bytes: int,
         gap_s: float,
-        max_deferred_bytes: int = 64 << 20,
+        max_deferred_bytes: int = 256 << 20,
+        max_deferred_spans: int = 160_000,
         retention_ns: int | None = None,
         reader_grace_s: float | None = None,
         on_publish=None,
@@ -141,8 +142,10 @@ class ArchiveWriter:
             "on_publish": on_publish,
         }
         self.after_commit = after_commit
-        # the decoded columns of acknowledged batches, waiting to land or landing: past it, accepting waits
+        # the decoded columns of acknowledged batches, waiting to land or landing, and their spans: past either,
+        # accepting waits
         self.max_deferred_bytes = max_deferred_bytes
+        self.max_deferred_spans = max_deferred_spans
         self._landed = threading.Event()  # set by the lander after each landing of accepted batches
         self.stats = CollectorStats()
         self.error: str | None = None  # set when the archive cannot be (re)opened: the writer is broken
@@ -207,9 +210,9 @@ class ArchiveWriter:
             self._slow.put(_STOP)
 
     def _wait_for_lander(self) -> None:
-        """Back-pressure: while acknowledged batches not yet landed hold `max_deferred_bytes` of columns, take no
-        more from the queue (which fills, and receivers answer busy)."""
-        while self._deferred()[1] >= self.max_deferred_bytes and self._thread.is_alive():
+        """Back-pressure: while acknowledged batches not yet landed hold `max_deferred_spans` spans or
+        `max_deferred_bytes` of columns, take no more from the queue (which fills, and receivers answer busy)."""
+        while self._thread.is_alive() and self._over_deferred():
             self._landed.clear()
             self._ask_to_land()
             self._landed.wait(0.1)
@@ -392,6 +395,14 @@ class ArchiveWriter:
         """(spans, bytes) the open archive's lander accepted and has not landed yet."""
         archive = self._archive
         return (0, 0) if archive is None else (archive.lander.deferred_spans, archive.lander.deferred_bytes)
+
+    def _over_deferred(self) -> bool:
+        """Whether the batches accepted and not landed (waiting, or being landed) reach either limit."""
+        archive = self._archive
+        if archive is None:
+            return False
+        lander = archive.lander
+        return lander.held_spans >= self.max_deferred_spans or lander.deferred_bytes >= self.max_deferred_bytes
 
     def _ingest(self, group: list[Ticket]) -> None:
         scrapes = [t for t in group if t.format == SCRAPE_FORMAT]

@@ -66,12 +66,19 @@ MAX_MESSAGE_MB = click.option(
     "429 / RESOURCE_EXHAUSTED.",
 )
 @click.option(
+    "--max-unlanded-spans",
+    type=click.IntRange(min=1),
+    default=160_000,
+    show_default=True,
+    help="Spans held in memory as decoded columns, acknowledged but not yet landed (their bytes wait in the "
+    "spool on disk); past it new requests wait, then are refused as above.",
+)
+@click.option(
     "--max-unlanded-mb",
     type=click.FloatRange(min=1),
-    default=64,
+    default=256,
     show_default=True,
-    help="Decoded spans held in memory, acknowledged but not yet landed (their bytes wait in the spool on "
-    "disk); past it new requests wait, then are refused as above.",
+    help="The same spans' decoded columns, in MiB: with large spans this limit is reached before the count.",
 )
 @MAX_MESSAGE_MB
 @click.option(
@@ -159,6 +166,7 @@ def collect(
     no_http: bool,
     shard: str | None,
     max_pending_mb: float,
+    max_unlanded_spans: int,
     max_unlanded_mb: float,
     max_message_mb: float,
     linger_ms: float,
@@ -230,6 +238,7 @@ def collect(
             grpc_port=None if no_grpc else grpc_port,
             http_port=None if no_http else http_port,
             max_pending_bytes=int(max_pending_mb * (1 << 20)),
+            max_unlanded_spans=max_unlanded_spans,
             max_unlanded_bytes=int(max_unlanded_mb * (1 << 20)),
             max_message_bytes=int(max_message_mb * (1 << 20)),
             linger_s=linger_ms / 1000,
