@@ -1,6 +1,6 @@
 """The collector offered 5x its sustained rate, measured from outside its process.
 
-    python benchmarks/fault_overload.py [--factor 5] [--max-pending-mb 64] [--seconds 20]
+    python benchmarks/fault_overload.py [--factor 5] [--max-pending-mb 64] [--seconds 20] [--format native]
 
 Phase 1 (sustained): 8 exporters, each waiting for its answer before its next export (as an SDK does), for
 --seconds: the rate the collector keeps up with, in spans/s acknowledged. Phase 2 (overload): open-loop
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import format_traces
 from budgetscope.ingest.otlp_json import count_spans
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
@@ -152,7 +153,20 @@ def main() -> None:
         "--requests",
         type=int,
         default=30_000,
-        help="synthetic requests (7 spans each, 512 a body), sent again under new trace ids as often as the plan needs",
+        help="synthetic requests (7 spans each, 512 a body; with --format, as many spans), sent again under new "
+        "trace ids as often as the plan needs",
+    )
+    ap.add_argument(
+        "--format",
+        choices=list(format_traces.FORMATS),
+        default="native",
+        help="the spans sent (format_traces.py): budgetscope's own, or an upstream server's (vllm_journey: "
+        "1.9 KB of JSON a span, three times the native's)",
+    )
+    ap.add_argument(
+        "--collector-args",
+        default="",
+        help="more `collect` options, space-separated (e.g. '--max-unlanded-spans 80000')",
     )
     ap.add_argument("--senders", type=int, default=4, help="sender processes in the overload phase")
     ap.add_argument("--connections", type=int, default=64, help="keep-alive connections per sender process")
@@ -170,16 +184,21 @@ def main() -> None:
     global _BODIES
     with tempfile.TemporaryDirectory() as tmp:
         traces = Path(tmp) / "t.jsonl"
-        write_jsonl(
-            traces,
-            SyntheticSpec(
-                num_requests=args.requests, tiers=("interactive", "batch"), start_ns=time.time_ns() - 120 * 10**9
-            ),
-        )
+        start_ns = time.time_ns() - 120 * 10**9
+        if args.format == "native":
+            write_jsonl(
+                traces, SyntheticSpec(num_requests=args.requests, tiers=("interactive", "batch"), start_ns=start_ns)
+            )
+        else:  # about as many spans as the native's requests make
+            n = round(args.requests * 7 / format_traces.spans_per_request(args.format))
+            format_traces.write(args.format, traces, n, start_ns)
         _BODIES = [x for x in traces.read_bytes().splitlines() if x.strip()]
         _TRACE_AT.extend([m.end() for m in re.finditer(re.escape(TRACE_KEY), b)] for b in _BODIES)
         spans_in = [count_spans(b) for b in _BODIES]
         print(f"machine: {machine()}")
+        print(
+            f"spans: {args.format}, {sum(spans_in):,} in {len(_BODIES):,} exports ({traces.stat().st_size / sum(spans_in):,.0f} bytes a span)"
+        )
         archive = Path(tmp) / "archive"
         ctx = mp.get_context("fork")
         cgroup = cpu_cgroup(args.collector_cpu) if args.collector_cpu else None
@@ -198,6 +217,7 @@ def main() -> None:
                     "0",
                     "--max-pending-mb",
                     str(args.max_pending_mb),
+                    *args.collector_args.split(),
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
