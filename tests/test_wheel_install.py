@@ -6,7 +6,8 @@ The check runs once on the oldest Python that pyproject.toml declares (`requires
 (its last `Programming Language :: Python :: 3.x` classifier), each where it is installed (on PATH as `python3.x`,
 or under pyenv); a missing one is one SKIPPED line (`test_the_declared_python_is_installed`), and with neither
 installed the check runs on the interpreter running the tests. The wheel is built by each Python itself: the C
-decoder makes it a wheel for that interpreter. Both take 2.5 minutes on 2 shared cores with pip's cache warm (5.5 cold).
+decoder makes it a wheel for that interpreter. Both take 2.5 minutes beside the rest of the suite on 2 cores with
+pip's cache warm (5.5 cold); alone, 91 s (112 s before pip stopped byte-compiling what it installs, 2026-11-30).
 """
 
 from __future__ import annotations
@@ -122,8 +123,13 @@ def wheel(venv, tmp_path_factory) -> Path:
         timeout=300,
     )
     built = next((root / "dist").glob("budgetscope-*.whl"))
+    # --no-compile: pip's byte-compiling of every module installed (streamlit, pandas, pyarrow...) took half of
+    # each install (32 s of 64 for the dependencies alone); the commands below compile what they import
     r = subprocess.run(
-        [py, "-m", "pip", "install", "-q", f"{built}[dashboard]"], capture_output=True, text=True, timeout=600
+        [py, "-m", "pip", "install", "-q", "--no-compile", f"{built}[dashboard]"],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return built
