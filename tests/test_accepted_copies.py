@@ -108,9 +108,9 @@ def test_a_landing_that_repeats_no_pair_looks_only_before_the_span_set(tmp_path,
 
 def test_accepted_batches_wait_as_columns_with_their_bytes_in_the_spool(tmp_path, monkeypatch):
     """What `accept` took waits to land as its decoded columns, and only those count against the collector's
-    limits (`deferred_bytes`, and their spans `held_spans`), until they have landed: each batch's bytes are a read-only view of the spool file
-    (not the request's buffer), read again only when a batch goes to the reference decoder (a copy: the tests
-    above)."""
+    limits (`held_bytes`, and their spans `held_spans`), until they have landed: each batch's bytes are a
+    read-only view of the spool file (not the request's buffer), read again only when a batch goes to the
+    reference decoder (a copy: the tests above)."""
     a = Archive(tmp_path / "a", durable=True, compact=False)
     try:
         batches = [_batch(_request(k), k) for k in range(3)]
@@ -120,17 +120,17 @@ def test_accepted_batches_wait_as_columns_with_their_bytes_in_the_spool(tmp_path
         assert all(isinstance(b.payload, memoryview) and b.payload.readonly for b in entry.batches)
         held = sum(t.nbytes for t, _ in entry.parts)
         spans = sum(entry.spans)
-        assert a.lander.deferred_bytes == held > 0 and a.lander.held_spans == a.lander.deferred_spans == spans > 0
+        assert a.lander.held_bytes == held > 0 and a.lander.held_spans == a.lander.deferred_spans == spans > 0
         during = []
         ingest = a.lander._ingest
         monkeypatch.setattr(
             a.lander,
             "_ingest",
-            lambda *x, **k: during.append((a.lander.deferred_bytes, a.lander.held_spans)) or ingest(*x, **k),
+            lambda *x, **k: during.append((a.lander.held_bytes, a.lander.held_spans)) or ingest(*x, **k),
         )
         a.lander.land_deferred()
         assert during == [(held, spans)]
-        assert a.lander.deferred_bytes == a.lander.deferred_spans == a.lander.held_spans == 0
+        assert a.lander.held_bytes == a.lander.deferred_spans == a.lander.held_spans == 0
         a.commit()
     finally:
         a.close()

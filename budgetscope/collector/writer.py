@@ -370,7 +370,7 @@ class ArchiveWriter:
             self.after_commit()
 
     def _land_deferred(self) -> None:
-        if not self._deferred()[0]:
+        if not self._waiting_spans():
             return
         t0 = time.perf_counter_ns()
         try:
@@ -391,10 +391,10 @@ class ArchiveWriter:
             with self._lock:  # counted among the rejected: every batch in one category
                 self.stats.batches_rejected += len(rep.rejected)
 
-    def _deferred(self) -> tuple[int, int]:
-        """(spans, bytes) the open archive's lander accepted and has not landed yet."""
+    def _waiting_spans(self) -> int:
+        """Spans the open archive's lander accepted that no landing has taken yet."""
         archive = self._archive
-        return (0, 0) if archive is None else (archive.lander.deferred_spans, archive.lander.deferred_bytes)
+        return 0 if archive is None else archive.lander.deferred_spans
 
     def _over_deferred(self) -> bool:
         """Whether the batches accepted and not landed (waiting, or being landed) reach either limit."""
@@ -402,7 +402,7 @@ class ArchiveWriter:
         if archive is None:
             return False
         lander = archive.lander
-        return lander.held_spans >= self.max_deferred_spans or lander.deferred_bytes >= self.max_deferred_bytes
+        return lander.held_spans >= self.max_deferred_spans or lander.held_bytes >= self.max_deferred_bytes
 
     def _ingest(self, group: list[Ticket]) -> None:
         scrapes = [t for t in group if t.format == SCRAPE_FORMAT]

@@ -86,7 +86,7 @@ class Lander:
         self._deferred_gen = 0  # bumped when the span set is replaced
         self._covered_from: int | None = None  # the first batch id landed from the span set (None: none yet)
         self.deferred_spans = 0  # accepted, waiting for the next landing
-        self.deferred_bytes = 0  # the columns held: waiting, and being landed
+        self.held_bytes = 0  # the columns held: waiting, and being landed
         self.held_spans = 0  # their spans: waiting, and being landed
         self._links: IdLinks | None = None  # made at the first derivation
         staging.setup(writer.con)
@@ -399,7 +399,7 @@ class Lander:
             self._deferred_repeated |= repeated or gen != self._deferred_gen
             self.deferred_spans += sum(entry.spans)
             self.held_spans += sum(entry.spans)
-            self.deferred_bytes += held
+            self.held_bytes += held
         return [i in taken for i in range(len(batches))]
 
     def land_deferred(self) -> IngestReport | None:
@@ -417,7 +417,7 @@ class Lander:
                 self._deferred_seen = None
                 self._deferred_gen += 1
             # their columns stay counted until they have landed: what `accept` takes meanwhile is held beside them
-            landing, landing_spans, self.deferred_spans = self.deferred_bytes, self.held_spans, 0
+            landing, landing_spans, self.deferred_spans = self.held_bytes, self.held_spans, 0
             self.writer.spool_cut = spool.rotate()
         try:
             if not entries:
@@ -426,7 +426,7 @@ class Lander:
         finally:
             del entries
             with self._spool_lock:
-                self.deferred_bytes -= landing
+                self.held_bytes -= landing
                 self.held_spans -= landing_spans
             if replaced:  # the new set's spans land from the next landing on
                 self._covered_from = None
