@@ -204,39 +204,3 @@ def test_triton_is_known_by_its_tracer_not_its_service_name(archive_path, ingest
     )
     assert rows(archive_path, "SELECT service_name, source, decode_ms FROM requests") == [("edge-7", "triton", 10.0)]
     assert rows(archive_path, "SELECT source FROM spans WHERE name = 'GET /health'") == [("other",)]
-
-
-@pytest.mark.spark
-@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-def test_spark_derives_the_triton_rows_of_duckdb(archive_path, ingest_text, tmp_path):
-    """`budgetscope derive --engine spark` runs the same SQL, transpiled: every OpenTelemetry-mode case (events,
-    ensembles, zero stamps) gives the same rows, instants and violations included."""
-    from pathlib import Path
-
-    from test_spark import SPARK_MISSING
-
-    if SPARK_MISSING:
-        pytest.skip(SPARK_MISSING)
-    import duckdb
-
-    from budgetscope.spark.derive import derive_duckdb, derive_spark
-
-    cases = sorted((Path(__file__).parent / "conformance" / "triton").glob("otel_*/spans.jsonl"))
-    ingest_text(archive_path, "".join(c.read_text() for c in cases))
-    assert derive_duckdb(archive_path, tmp_path / "duck") == derive_spark(archive_path, tmp_path / "spark") == 6
-    con = duckdb.connect()
-    cols = (
-        "request_id, arrival_ns, first_token_ns, last_token_ns, end_ns, frontend_ms, queue_ms, decode_ms, "
-        "postprocess_ms, ttft_ms, e2e_ms, unaccounted_ms, network_ms, instants, violations, unread_events"
-    )
-
-    def read(d: str) -> list[tuple]:
-        return con.execute(f"SELECT {cols} FROM read_parquet('{tmp_path / d}/*.parquet') ORDER BY 1").fetchall()
-
-    want, got = read("duck"), read("spark")
-    assert len(got) == len(want)
-    for w, g in zip(want, got):
-        assert all(a == b or (isinstance(a, float) and b is not None and abs(a - b) < 1e-6) for a, b in zip(w, g)), (
-            w,
-            g,
-        )

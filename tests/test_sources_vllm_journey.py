@@ -1,6 +1,6 @@
 """vLLM journey tracing and PD disaggregation beyond the conformance cases (tests/conformance/vllm/): the same
 trace over OTLP protobuf, a journey whose timings did not arrive, a classic span under the journey API span, PD
-legs that are not a pair and PD legs under one client span, and the same rows derived on Spark."""
+legs that are not a pair and PD legs under one client span (on Spark: tests/test_spark.py, every conformance case)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import copy
 import json
 from pathlib import Path
 
-import pytest
-
 from conftest import rows
 from otlp_wire import to_proto
-from test_spark import SPARK_MISSING
 
 CASES = Path(__file__).parent / "conformance" / "vllm"
 COLS = (
@@ -62,34 +59,6 @@ def test_pd_legs_fold_only_when_the_prefill_leg_ended_first(archive_path, ingest
     ingest_text(archive_path, _jsonl(docs))
     got = rows(archive_path, "SELECT service_name, e2e_ms FROM requests ORDER BY arrival_ns")
     assert [(s, round(e, 3)) for s, e in got] == [("vllm-prefill", 315.0), ("vllm-decode", 1270.0)]
-
-
-@pytest.mark.spark
-@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-def test_spark_derives_the_vllm_rows_of_duckdb(archive_path, ingest_text, tmp_path):
-    """`budgetscope derive --engine spark` runs the same SQL, transpiled: every vLLM mode gives the same rows."""
-    if SPARK_MISSING:
-        pytest.skip(SPARK_MISSING)
-    import duckdb
-
-    from budgetscope.spark.derive import derive_duckdb, derive_spark
-
-    ingest_text(archive_path, "".join((c / "spans.jsonl").read_text() for c in sorted(CASES.iterdir()) if c.is_dir()))
-    assert derive_duckdb(archive_path, tmp_path / "duck") == derive_spark(archive_path, tmp_path / "spark") == 6
-    con = duckdb.connect()
-
-    def read(d: str) -> list[tuple]:
-        return con.execute(
-            f"SELECT {COLS} FROM read_parquet('{tmp_path / d}/*.parquet') ORDER BY request_id"
-        ).fetchall()
-
-    want, got = read("duck"), read("spark")
-    assert [r[:2] for r in got] == [r[:2] for r in want]
-    for w, g in zip(want, got):
-        assert all(a == b or (a is not None and b is not None and abs(a - b) < 1e-6) for a, b in zip(w[2:], g[2:])), (
-            w,
-            g,
-        )
 
 
 def test_a_classic_span_under_the_journey_api_span_is_the_same_request(archive_path, ingest_text):

@@ -148,7 +148,7 @@ def server_rows(spans: str) -> str:
     prefill = "(f - r.wait_end) / 1e6 - r.dwait_ms"
     # level 3: the first token left the scheduler at the end of prefill, each later one at a decode_loop end
     itl = (
-        "CASE WHEN r.prefill_end IS NOT NULL THEN list_transform(range(1, len(r.loop_ends) + 1), lambda i: "
+        "CASE WHEN r.prefill_end IS NOT NULL THEN list_transform(range(1, array_length(r.loop_ends) + 1), lambda i: "
         "(r.loop_ends[i] - CASE WHEN i = 1 THEN r.prefill_end ELSE r.loop_ends[i - 1] END) / 1e6) END"
     )
     rows = select_list(

@@ -20,6 +20,8 @@ What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
 - `list(x ORDER BY y)` → the values of `array_sort(collect_list(struct(y, x)))` (Spark's collect_list has no
   order).
 - `A UNION ALL BY NAME B` → B's columns put in A's order, then a plain UNION ALL.
+- `list[i]` with an index that is not a literal → `try_element_at(list, i)`: DuckDB counts from 1, Spark's
+  brackets from 0, and SQLGlot moves only a literal index; both give NULL past the end.
 - `isfinite(x)` → `NOT (isnan(x) OR abs(x) = Infinity)` (Spark has none; NULL stays NULL).
 - `len(list)` / `length(list)` → `size(list)`: DuckDB's `len` takes strings and lists, Spark's `length` strings
   only; which one an argument is comes from the archive's schema (SQLGlot's type annotation).
@@ -168,6 +170,11 @@ def _rewrite(tree, tables: dict[str, list[str]]):
     from sqlglot import exp
 
     def fix(node):
+        if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
+            (i,) = node.expressions
+            if not (i.is_number or i.is_string or isinstance(i, exp.Slice)):
+                # SQLGlot moves a literal index from DuckDB's base 1 to Spark's base 0, not an expression
+                return exp.Anonymous(this="try_element_at", expressions=[node.this, i])
         if isinstance(node, exp.PercentileCont):
             fr = node.expression
             items = fr.expressions if isinstance(fr, exp.Array) else [fr]
@@ -312,7 +319,9 @@ def _unique_ctes(tree):
                     t.set("this", exp.to_identifier(new))
                     if not t.alias:
                         t.set("alias", exp.TableAlias(this=exp.to_identifier(old)))
-            cte.set("alias", exp.TableAlias(this=exp.to_identifier(new)))
+            alias = cte.args["alias"].copy()  # its column list kept: `t(a, b) AS (...)` names the columns
+            alias.set("this", exp.to_identifier(new))
+            cte.set("alias", alias)
     return tree
 
 
