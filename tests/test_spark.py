@@ -563,12 +563,18 @@ def conformance_archive(tmp_path: Path) -> tuple[Path, int]:
 def test_every_conformance_case_derives_the_same_on_spark(spark, tmp_path):
     """Every server's conformance cases (vLLM classic, journey and PD, SGLang levels 1-3 and PD, TGI, Triton's
     OpenTelemetry mode, llm-d, GenAI and HTTP clients) in one archive, so that every adapter runs in one
-    derivation as in a mixed fleet's: the same rows on both engines, every column, one per expected request."""
+    derivation as in a mixed fleet's: the same rows on both engines, every column, one per expected request; and
+    the same report over them (SGLang's inter-token gaps, Triton's streaming tail, the unread events...)."""
+    from budgetscope.spark.archive import SparkArchive
+
     archive, expected = conformance_archive(tmp_path)
     with Archive(archive, read_only=True) as a:
         sources = {s for (s,) in a.con.execute("SELECT DISTINCT source FROM spans").fetchall()}
+        want = build_report(a.con)
     assert sources >= {"vllm", "sglang", "tgi", "triton", "llmd", "client"}
     derived_the_same(archive, tmp_path, expected)
+    with SparkArchive(archive, spark) as s:
+        assert_same(want, build_report(s.con))
 
 
 @pytest.fixture
