@@ -49,3 +49,14 @@ def synthetic_archive(root: Path, num_requests: int) -> Path:
     with Archive(root / "archive") as a:
         a.ingest(read_batches(root / "t.jsonl"))
     return root / "archive"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] Spark session a test worker, started on first use (~10 s) and kept warm for every Spark test
+    it runs (tests/spark_support.py: whether Spark can run here)."""
+    from budgetscope.spark.session import session, stop
+
+    s = session("local[2]")
+    yield s
+    stop(s)

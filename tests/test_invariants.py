@@ -17,7 +17,7 @@ from budgetscope.derive.invariants import VIOLATIONS
 from budgetscope.derive.server_row import SERVER_COLUMNS
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id
-from test_spark import needs_spark, spark  # noqa: F401 - the session fixture, shared with tests/test_spark.py
+from spark_support import needs_spark
 
 ALL_INSTANTS = [
     "arrival",
@@ -207,14 +207,14 @@ def test_an_event_on_an_unclaimed_span_is_not_an_unread_event(archive_path, inge
 
 @needs_spark
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-def test_misreads_and_unread_events_count_the_same_on_spark(spark, tmp_path):  # noqa: F811 - the fixture
+def test_misreads_and_unread_events_count_the_same_on_spark(spark, tmp_path):
     """The report's `violations` and `unread_events`, and each tier's `misread_requests`, from Spark over the same
     files: the same as DuckDB's."""
     from budgetscope.analysis.report import build_report
     from budgetscope.ingest.files import read_batches
     from budgetscope.opener import Archive
     from budgetscope.spark.archive import SparkArchive
-    from test_spark import assert_same
+    from spark_support import assert_same
 
     docs = []
     for i in range(6):

@@ -224,7 +224,7 @@ def _raw_report(path: Path) -> dict:
 
 
 def test_a_report_over_split_traces_equals_one_archive(split_fleet):
-    from test_spark import assert_same  # floats to 1e-9: the rows come in another order, sums round differently
+    from spark_support import assert_same  # floats to 1e-9: the rows come in another order, sums round differently
 
     root, single, split = split_fleet
     assert split > 60
