@@ -44,9 +44,13 @@ demo: $(STAMP) $(EXT)
 # Two pytest-xdist workers, each test file in one of them (its module and session fixtures stay whole): many tests
 # wait on servers, engines and subprocesses, so two workers on 2 cores took the suite from 1,159 s to 695 s
 # (2026-11-29, load 1-4.5; docs/design.md, "Tests").
+# The package's bytecode is written first (what has not changed since is kept): where PYTHONDONTWRITEBYTECODE is
+# set, every process the tests start (CLIs, collectors, engines) would otherwise compile what it imports again,
+# ~0.25 s each for `ingest` (docs/design.md, "Tests").
 test: $(STAMP) $(EXT) $(PROMTOOL)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m compileall -q budgetscope
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 wheel-check: $(STAMP) $(EXT)

@@ -3,7 +3,8 @@ fixes what SQLGlot leaves to the engine.
 
     to_spark("SELECT quantile_cont(x, [0.5, 0.99]) FROM requests WHERE tier = ?", ["interactive"])
 
-What is rewritten, and why (each checked against DuckDB by tests/test_spark.py):
+What is rewritten, and why (each checked against DuckDB by tests/test_spark.py and
+tests/test_spark_derive.py):
 
 - `?` parameters are bound as literals (Spark SQL has no positional parameters in every version); a float as
   `CAST('<repr>' AS DOUBLE)`, so it is the same double on both engines (Spark reads `1.5` as a DECIMAL).

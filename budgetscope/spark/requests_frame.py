@@ -5,7 +5,7 @@ One statement, as DuckDB runs it, does not finish on Spark once llm-d's spans ar
 the ancestry joins of `derive/llmd.py` four times and vLLM's rows twice, and the derivation refers to the server
 rows three times, so Spark's analyzer (DeduplicateRelations, Spark 4.x) walks a plan of hundreds of self-joins and
 ran out of a 4 GB driver on 12 requests (docs/scale.md). Cut there, the analyzer sees the first step's result as a
-table. The rows are the same as DuckDB's (tests/test_spark.py).
+table. The rows are the same as DuckDB's (tests/test_spark_derive.py).
 
 A recursive CTE (the span trees of Triton, TGI and SGLang) is run once, before its statement, and held the same
 way: Spark inlines a CTE at each reference, and a recursive one runs its iterations, a job or more each, at every
