@@ -17,6 +17,17 @@ from spark_support import assert_same, derived_the_same, needs_spark
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 
 
+def test_the_first_step_derives_each_adapter_on_its_own_and_llmd_with_vllm():
+    """Spark's first step runs one statement a span adapter (a union of all of them compiled twice as long), but
+    llm-d's with vLLM's, whose legs it reads; sources without a span adapter get none, and with no adapter at all
+    one empty statement gives the columns."""
+    from budgetscope.spark.requests_frame import adapter_groups
+
+    assert adapter_groups({"client", "vllm", "llmd", "tgi", "native"}) == [{"vllm", "llmd"}, {"native"}, {"tgi"}]
+    assert adapter_groups({"llmd", "triton", "sglang"}) == [{"llmd"}, {"sglang"}, {"triton"}]
+    assert adapter_groups({"client"}) == adapter_groups(set()) == [set()]
+
+
 @needs_spark
 def test_a_recursive_cte_read_twice_runs_once_and_gives_the_same_rows(spark):
     """`hold_recursion` runs a statement's recursive CTE on its own and the statement reads its rows from a view;
