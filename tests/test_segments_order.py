@@ -32,3 +32,28 @@ def test_requests_segments_are_sorted_by_tier_then_arrival(tmp_path, rate):
     with Archive(tmp_path / "a", read_only=True) as r, Archive(tmp_path / "a.duckdb", read_only=True) as d:
         q = "SELECT trace_id, tier, arrival_ns, e2e_ms FROM requests ORDER BY ALL"
         assert r.con.execute(q).fetchall() == d.con.execute(q).fetchall()
+
+
+@pytest.mark.parametrize("hours", [2, segments.PARTITIONED_FROM + 1])  # one COPY an hour; staged first
+def test_hours_written_side_by_side_are_the_files_written_one_by_one(tmp_path, hours):
+    """`write(workers=3)` runs each hour's COPY on a cursor, three at a time: every hour's file holds the rows, in
+    the order, that one written on the connection itself holds."""
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE TABLE r AS SELECT 'i' || (i % 3) AS tier, (i * 7919 % 5000) * ({mf.HOUR_NS * hours} // 5000) "
+        "AS arrival_ns, i AS n FROM range(5000) t(i)"
+    )
+    files = {}
+    for workers in (1, 3):
+        root = tmp_path / f"w{workers}"
+        written = segments.write(con, root, "requests", "SELECT * FROM r", 1, workers=workers)
+        assert len(written) == hours
+        files[workers] = {
+            seg.hour: con.execute(f"SELECT * FROM read_parquet('{f}') ORDER BY file_row_number").fetchall()
+            for f, seg in written
+        }
+        for rows in files[workers].values():
+            assert [r[:2] for r in rows] == sorted(r[:2] for r in rows)
+    assert files[1] == files[3]
+    assert sum(map(len, files[3].values())) == 5000
+    assert not [t for (t,) in con.execute("SHOW TABLES").fetchall() if t.startswith("bs_write_")]

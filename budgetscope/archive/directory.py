@@ -517,12 +517,15 @@ class DirectoryArchive:
             for table, sql in _PUBLISH.items():
                 written += segments.write(con, self.path, table, sql.format(w=int(m.published_batch)), seq)
         if derived:
+            # nothing else runs now: its hours side by side on DuckDB's threads (1 in the collector, cores.py)
+            (threads,) = one(con, "SELECT current_setting('threads')")
             written += segments.write(
                 con,
                 self.path,
                 "requests",
                 f"SELECT *, {seq}::BIGINT AS _seq FROM requests WHERE trace_id IN (SELECT trace_id FROM bs_derived)",
                 seq,
+                workers=int(threads),
             )
             written += segments.write(
                 con,
