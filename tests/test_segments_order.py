@@ -57,3 +57,17 @@ def test_hours_written_side_by_side_are_the_files_written_one_by_one(tmp_path, h
     assert files[1] == files[3]
     assert sum(map(len, files[3].values())) == 5000
     assert not [t for (t,) in con.execute("SHOW TABLES").fetchall() if t.startswith("bs_write_")]
+
+
+def test_hours_side_by_side_refuse_rows_their_cursors_cannot_see(tmp_path):
+    """Cursors see only committed rows: a write from inside the connection's transaction, whose rows they miss,
+    fails with one line instead of leaving files shorter than the segments that would name them."""
+    from budgetscope.archive.errors import ArchiveError
+
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE r AS SELECT 'i' AS tier, i * {mf.HOUR_NS // 2} AS arrival_ns FROM range(4) t(i)")
+    con.execute("BEGIN")
+    con.execute(f"INSERT INTO r VALUES ('i', {mf.HOUR_NS + 1})")
+    with pytest.raises(ArchiveError, match=r"^requests: the file of hour 1 holds 2 rows of 3; nothing was published$"):
+        segments.write(con, tmp_path, "requests", "SELECT * FROM r", 1, workers=2)
+    assert len(segments.write(con, tmp_path, "requests", "SELECT * FROM r", 1, workers=1)) == 2

@@ -13,6 +13,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.manifest import HOUR_NS, TIME_COLUMN, TMP_DIR, Segment, fsync_dir, partition_dir
 
 PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 122880"
@@ -63,10 +64,13 @@ def write(
                 f"TO '{files[hour][0]}' ({PARQUET_OPTIONS})"
             )
         try:
-            _run_all(con, copies, workers)
+            wrote = _run_all(con, copies, workers)
         finally:
             if staged:
                 con.execute(f"DROP TABLE {staged}")
+        for (hour, rows, *_), n in zip(hours, wrote):
+            if n != rows:  # a cursor sees only committed rows: a write from inside `con`'s transaction
+                raise ArchiveError(f"{table}: the file of hour {hour} holds {n} rows of {rows}; nothing was published")
     else:
         con.execute(f"COPY {src} TO '{tmp}' ({PARQUET_OPTIONS}, PARTITION_BY (bs_hour), FILENAME_PATTERN 'f{{i}}')")
         files = {hour: sorted((tmp / f"bs_hour={hour}").glob("*.parquet")) for hour, *_ in hours}
@@ -84,23 +88,22 @@ def write(
     return out
 
 
-def _run_all(con, statements: list[str], workers: int) -> None:
-    """Run the statements: on `con` one after another, or `workers` at a time on cursors of `con`."""
+def _run_all(con, statements: list[str], workers: int) -> list[int]:
+    """Run the COPY statements: on `con` one after another, or `workers` at a time on cursors of `con`; the rows
+    each wrote."""
     if workers <= 1:
-        for sql in statements:
-            con.execute(sql)
-        return
+        return [con.execute(sql).fetchone()[0] for sql in statements]
 
-    def run(sql: str) -> None:
+    def run(sql: str) -> int:
         cursor = con.cursor()
         try:
-            cursor.execute(sql)
+            return cursor.execute(sql).fetchone()[0]
         finally:
             cursor.close()
 
     with ThreadPoolExecutor(workers, thread_name_prefix="budgetscope-write") as pool:
-        for f in [pool.submit(run, sql) for sql in statements]:
-            f.result()  # every statement has ended when the pool closes; the first failure is raised
+        # every statement has ended when the pool closes; the first failure is raised
+        return [f.result() for f in [pool.submit(run, sql) for sql in statements]]
 
 
 def place(root: Path, written: list[tuple[Path, Segment]]) -> list[Segment]:
