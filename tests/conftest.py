@@ -9,6 +9,26 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # for tests/otlp_wire.py
 
+SPARK_FILES = ("tests/test_spark.py", "tests/test_spark_derive.py", "tests/test_invariants.py")
+"""The files whose tests use the `spark` fixture (tests/test_spark.py checks the list). Under `--dist loadfile` they
+are one unit of work, so one xdist worker starts one JVM for all of them and its code is warm for the later ones:
+a second worker's JVM cost its start (~14 s) and a cold first report (~20 s more) (docs/design.md, "Tests")."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with SPARK_FILES as one file; any other mode is xdist's own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneSparkWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "spark" if file in SPARK_FILES else file
+
+    return OneSparkWorker(config, log)
+
 
 @pytest.fixture
 def archive_path(tmp_path) -> Path:

@@ -98,6 +98,22 @@ def sample_folders(tmp_path_factory) -> dict[str, Path]:
 
 
 # -- the dialect (no Spark needed) ------------------------------------------------------------------------------
+def test_every_file_of_spark_tests_is_in_the_one_spark_unit():
+    """conftest.SPARK_FILES names every test file that takes the `spark` fixture (one JVM a run, not one a worker)."""
+    import ast
+
+    from conftest import SPARK_FILES
+
+    tests = Path(__file__).parent
+    users = {
+        f"tests/{p.name}"
+        for p in tests.glob("test_*.py")
+        for f in ast.walk(ast.parse(p.read_text()))
+        if isinstance(f, ast.FunctionDef) and any(a.arg == "spark" for a in f.args.args)
+    }
+    assert users and users == set(SPARK_FILES)
+
+
 def test_parameters_are_bound_as_the_same_values_on_both_engines():
     text, bound = bind("SELECT x FROM t WHERE a = ? AND b >= ? AND c = '?' AND d IN (?, ?)", ["it's", 0.1, 7, None])
     assert text.count("__bs_p") == 4 and "'?'" in text
