@@ -542,6 +542,37 @@ def test_a_local_spark_gets_memory_and_the_throughput_collector(monkeypatch):
     assert local_conf("local[4]") == {}
     monkeypatch.setenv("BUDGETSCOPE_SPARK_JAVA_OPTIONS", "-Xss4m")
     assert local_conf("local[4]") == {"spark.driver.extraJavaOptions": "-Xss4m"}
+    assert local_conf("local[4]", quick_jit=True) == {"spark.driver.extraJavaOptions": "-Xss4m"}  # replaced too
+
+
+def test_report_and_query_compile_quickly_and_derive_fully(monkeypatch, tmp_path):
+    """`report` and `query` start a local JVM with its quick compiler only, `derive` with the optimizing one too
+    (session.QUICK_JIT); a cluster's master keeps its own options."""
+    from budgetscope.commands.options import open_reader
+    from budgetscope.spark import commands, derive
+    from budgetscope.spark.session import LOCAL_JAVA_OPTIONS, QUICK_JIT, SparkError, local_conf
+
+    monkeypatch.delenv("BUDGETSCOPE_SPARK_JAVA_OPTIONS", raising=False)
+    java = local_conf("local[2]", quick_jit=True)["spark.driver.extraJavaOptions"]
+    assert java.split() == [*LOCAL_JAVA_OPTIONS.split(), QUICK_JIT]
+    assert local_conf("spark://h:7077", quick_jit=True) == {}
+    asked = []
+
+    def fake_session(master=None, app="budgetscope", quick_jit=False):  # a fake: records what a command asked
+        asked.append(quick_jit)
+        raise SparkError("fake: no JVM started")
+
+    monkeypatch.setattr(commands, "session", fake_session)
+    monkeypatch.setattr(commands, "active_session", lambda: None)
+    root = _small(tmp_path)
+    for run in (
+        lambda: open_reader(str(root), "spark").__enter__(),
+        lambda: commands.run_query(root, "SELECT count(*) FROM requests"),
+        lambda: derive.derive_spark(root, tmp_path / "out"),
+    ):
+        with pytest.raises(SparkError, match="fake"):
+            run()
+    assert asked == [True, True, False]
 
 
 @needs_spark

@@ -103,7 +103,7 @@ def open_reader(
     if engine == "spark":
         from budgetscope.spark.commands import spark_archive
 
-        return spark_archive(archive, spark_master, since_ns, until_ns)
+        return spark_archive(archive, spark_master, since_ns, until_ns, quick_jit=True)
     from budgetscope.opener import Archive
 
     return Archive(archive, read_only=True, create=False, since_ns=since_ns, until_ns=until_ns)

@@ -29,13 +29,19 @@ FORBIDDEN_FUNCTIONS = {
 
 @contextlib.contextmanager
 def spark_archive(
-    path: str | os.PathLike, master: str | None = None, since_ns: int | None = None, until_ns: int | None = None
+    path: str | os.PathLike,
+    master: str | None = None,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    *,
+    quick_jit: bool = False,
 ):
-    """A SparkArchive of `path` on a fresh session of `master`, stopped on exit. Everything is checked that can
-    be before Spark starts: the archive's manifests and segments first, then Java and the master."""
+    """A SparkArchive of `path` on a fresh session of `master`, stopped on exit (`quick_jit`: session.QUICK_JIT,
+    for a command of few statements). Everything is checked that can be before Spark starts: the archive's
+    manifests and segments first, then Java and the master."""
     Segments(path, since_ns, until_ns)  # a bad archive is told without waiting for a JVM
     running = active_session()
-    spark = running or session(master)  # in-process callers (tests, notebooks) may have one running already
+    spark = running or session(master, quick_jit=quick_jit)  # in-process callers (tests, notebooks) may have one running already
     try:
         with SparkArchive(path, spark, since_ns=since_ns, until_ns=until_ns) as a:
             yield a
@@ -91,7 +97,7 @@ def run_query(path: str | os.PathLike, sql: str, master: str | None = None, *, m
     from budgetscope.query import QueryResult
 
     check_read_only(sql, VIEWS)
-    with spark_archive(path, master) as a:
+    with spark_archive(path, master, quick_jit=True) as a:
         try:
             cur = a.con.execute(sql)
         except SparkError:

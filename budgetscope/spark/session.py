@@ -24,6 +24,12 @@ LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 """The local JVM's collector: the report's generated code allocates a row a value (`explode`), and the throughput
 collector took ~0.3 s (6 %) off a warm report of 1M requests against G1, Java 17's default (docs/benchmarks.md,
 "Spark report: three scans for every tier")."""
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+"""Added for a command whose few statements each run once (`report`, `query`): the JVM compiles with its quick
+compiler (C1) only. Spark generates and compiles code for every statement, and a cold report spends more in
+compiling than in running: 19 % faster on a sample archive, 21 % over 400,000 requests, 9 % over 1M (2-core Intel
+Xeon, docs/benchmarks.md, "2026-11-30, fifteenth session"). `derive` keeps the optimizing compiler: over 400,000
+requests its statements run long enough to repay it (C1 alone was 23 % slower)."""
 CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -70,8 +76,9 @@ def _check_master(master: str) -> None:
     raise SparkError(f"--spark-master {master!r}: expected local[N], spark://HOST:PORT, yarn or k8s://URL")
 
 
-def local_conf(master: str) -> dict[str, str]:
-    """What budgetscope sets for a local master (the driver is then the executor); a cluster keeps its own."""
+def local_conf(master: str, quick_jit: bool = False) -> dict[str, str]:
+    """What budgetscope sets for a local master (the driver is then the executor); a cluster keeps its own.
+    `quick_jit`: QUICK_JIT too."""
     if not master.startswith("local"):
         return {}
     conf = {}
@@ -80,14 +87,17 @@ def local_conf(master: str) -> dict[str, str]:
         # bytes each); SPARK_DRIVER_MEMORY overrides
         conf["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
     # BUDGETSCOPE_SPARK_JAVA_OPTIONS replaces ours ("" keeps the JVM's defaults)
-    java = os.environ.get("BUDGETSCOPE_SPARK_JAVA_OPTIONS", LOCAL_JAVA_OPTIONS)
+    java = os.environ.get(
+        "BUDGETSCOPE_SPARK_JAVA_OPTIONS", f"{LOCAL_JAVA_OPTIONS} {QUICK_JIT}" if quick_jit else LOCAL_JAVA_OPTIONS
+    )
     if java:
         conf["spark.driver.extraJavaOptions"] = java
     return conf
 
 
-def session(master: str | None = None, app: str = "budgetscope"):
-    """A SparkSession on `master` (default local[2]). Raises SparkError (one line) when it cannot start."""
+def session(master: str | None = None, app: str = "budgetscope", quick_jit: bool = False):
+    """A SparkSession on `master` (default local[2]); `quick_jit`: see QUICK_JIT (a local master only). Raises
+    SparkError (one line) when it cannot start."""
     master = master or DEFAULT_MASTER
     try:
         # imported on use: pyspark 91 ms to import
@@ -101,7 +111,7 @@ def session(master: str | None = None, app: str = "budgetscope"):
     warehouse = tempfile.mkdtemp(prefix="budgetscope-spark-")  # never the working directory
     atexit.register(shutil.rmtree, warehouse, True)
     b = SparkSession.builder.master(master).appName(app)
-    conf = {**CONF, **local_conf(master), "spark.sql.warehouse.dir": warehouse, "spark.local.dir": warehouse}
+    conf = {**CONF, **local_conf(master, quick_jit), "spark.sql.warehouse.dir": warehouse, "spark.local.dir": warehouse}
     for k, v in conf.items():
         b = b.config(k, v)
     try:
