@@ -41,7 +41,8 @@ def spark_archive(
     manifests and segments first, then Java and the master."""
     Segments(path, since_ns, until_ns)  # a bad archive is told without waiting for a JVM
     running = active_session()
-    spark = running or session(master, quick_jit=quick_jit)  # in-process callers (tests, notebooks) may have one running already
+    # in-process callers (tests, notebooks) may have one running already
+    spark = running or session(master, quick_jit=quick_jit)
     try:
         with SparkArchive(path, spark, since_ns=since_ns, until_ns=until_ns) as a:
             yield a
