@@ -22,6 +22,7 @@ from budgetscope.analysis.queue_wait import tail_queue_wait
 from budgetscope.analysis.scans import pkey
 from budgetscope.analysis.selection import FILTER_COLUMNS, Selection, slowest, widened
 from budgetscope.analysis.verdict import verdict
+from budgetscope.cursors import on_cursors
 from budgetscope.derive.client import FIRST_TOKEN_DEFINITION, NONEMPTY_CHUNK, TOKEN_EVENT
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
@@ -344,21 +345,8 @@ def _tier_reports(
             t.entry["burn_rates"] = r
     present = present or coverage.contents(con)
     workers = min(len(tiers), _threads(con))
-    if workers < 2:
-        return [_finish(con, t, present) for t in tiers], by_tier, covered
-
-    def on_cursor(t: _Tier) -> dict:
-        cur = con.cursor()
-        try:
-            return _finish(cur, t, present)
-        finally:
-            cur.close()
-
-    # imported on use: concurrent.futures 92 ms to import
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="budgetscope-report") as pool:
-        return list(pool.map(on_cursor, tiers)), by_tier, covered
+    finished = on_cursors(con, lambda c, t: _finish(c, t, present), tiers, workers, "budgetscope-report")
+    return finished, by_tier, covered
 
 
 def _threads(con) -> int:

@@ -10,11 +10,11 @@ import os
 import shutil
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.manifest import HOUR_NS, TIME_COLUMN, TMP_DIR, Segment, fsync_dir, partition_dir
+from budgetscope.cursors import on_cursors
 
 PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, ROW_GROUP_SIZE 122880"
 """How every segment is written: zstd level 1 (docs/benchmarks.md, "PARQUET_OPTIONS")."""
@@ -64,7 +64,7 @@ def write(
                 f"TO '{files[hour][0]}' ({PARQUET_OPTIONS})"
             )
         try:
-            wrote = _run_all(con, copies, workers)
+            wrote = on_cursors(con, _copy, copies, workers, "budgetscope-write")
         finally:
             if staged:
                 con.execute(f"DROP TABLE {staged}")
@@ -88,22 +88,9 @@ def write(
     return out
 
 
-def _run_all(con, statements: list[str], workers: int) -> list[int]:
-    """Run the COPY statements: on `con` one after another, or `workers` at a time on cursors of `con`; the rows
-    each wrote."""
-    if workers <= 1:
-        return [con.execute(sql).fetchone()[0] for sql in statements]
-
-    def run(sql: str) -> int:
-        cursor = con.cursor()
-        try:
-            return cursor.execute(sql).fetchone()[0]
-        finally:
-            cursor.close()
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="budgetscope-write") as pool:
-        # every statement has ended when the pool closes; the first failure is raised
-        return [f.result() for f in [pool.submit(run, sql) for sql in statements]]
+def _copy(con, sql: str) -> int:
+    """Run a COPY; the rows it wrote."""
+    return con.execute(sql).fetchone()[0]
 
 
 def place(root: Path, written: list[tuple[Path, Segment]]) -> list[Segment]:
