@@ -309,6 +309,29 @@ def test_python_dash_m_runs_the_command():
     assert r.returncode == 0 and r.stdout.startswith("budgetscope, version ")
 
 
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_command_keeps_numpys_blas_to_one_thread_unless_told(given):
+    """numpy's OpenBLAS threads spin at every command's start for nothing (budgetscope/cli.py): one thread, so
+    loading numpy (as a command does, through duckdb) starts none; a number the user set is kept."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = (
+        "import os, budgetscope.cli; n = len(os.listdir('/proc/self/task')); import duckdb, numpy; "
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')) - n)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    value, started = r.stdout.split()
+    assert value == (given or "1")
+    if not given:
+        assert started == "0"  # duckdb's own threads start with a connection, not at import
+
+
 def test_every_option_docs_cli_names_exists():
     """A heading of docs/cli.md (`budgetscope demo [--out DIR] …`) names only options the command has."""
     import re
