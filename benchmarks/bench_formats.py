@@ -17,6 +17,15 @@ backfill), then:
   commit that lands more of them) and its CPU seconds by thread.
 Spans/s and requests/s everywhere; the 1-minute load average beside each figure (other work shares the cores).
 
+    python benchmarks/bench_formats.py --only ingest --floor [--spans 1000000]
+
+With `--floor`, after each `ingest`, the work it cannot skip, each part alone in this process over the same file
+and the same derived rows: the file read, hashed (SHA-256) and decoded by the C decoder; the decoded rows inserted
+into a DuckDB table; that table written as Parquet (the archive's options); the `requests` rows derived from it
+(the derivation as a commit runs it); those written as Parquet, ordered as a commit writes them. The sum of their
+CPU seconds over the cores is the least wall time an `ingest` could take, every core busy with nothing else, so
+its speed over orjson's at best: what a ratio target asks of the format on this machine.
+
     python benchmarks/bench_formats.py --only collect --formats vllm_journey --base COMMIT [--runs 5]
 
 With `--base`, `collect` of this tree and of the package as it was at COMMIT (common.base_tree), each in a process
@@ -120,6 +129,64 @@ def ingest(path: Path, archive: Path) -> tuple[float, float, float, int]:
     return wall, cpu, kb / 1024, json.loads(out)["counts"]["requests"]
 
 
+def floor(path: Path, archive: Path) -> list[tuple[str, float, float]]:
+    """(part, wall s, CPU s) of each part of an ingest of `path` that no change to the pipeline removes, alone
+    (the module docstring's `--floor`); `archive`: that ingest's archive, whose spans the derivation reads."""
+    import duckdb
+    import pyarrow  # noqa: F401 - loaded before the clock starts, as in an ingest before it reads
+
+    from budgetscope import schema
+    from budgetscope.archive.duckdb_archive import WORKING_SET
+    from budgetscope.archive.segments import ORDER, PARQUET_OPTIONS
+    from budgetscope.derive.requests import planned, present_sources, requests_sql
+    from budgetscope.ingest import jsonsql, otlp_fast, staging
+    from budgetscope.ingest.batches import chunks
+    from budgetscope.ingest.files import read_batches
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    spent: dict[str, list[float]] = {}  # part -> [wall s, CPU s], summed over its calls
+
+    def timed(name: str, fn):
+        t, c = time.perf_counter(), cpu()
+        out = fn()
+        got = spent.setdefault(name, [0.0, 0.0])
+        got[0] += time.perf_counter() - t
+        got[1] += cpu() - c
+        return out
+
+    con = duckdb.connect(config=WORKING_SET)  # as an ingest's working set: no checkpoint of its own
+    con.execute(f"SET threads = {os.cpu_count()}")
+    con.execute(schema.SPANS.ddl())
+    staging.setup(con)
+    jsonsql.setup(con)
+
+    def land(ch) -> None:
+        con.register("bs_dec", ch.decoded)
+        con.execute(jsonsql._INSERT_DECODED)
+        con.unregister("bs_dec")
+
+    # chunk by chunk, as an ingest reads (a whole file's columns at once would not fit a 1M-span journey file)
+    reader = chunks(read_batches(path), set(), 1, otlp_fast.span_set())
+    while (ch := timed("read + SHA-256 + C decode", lambda: next(reader, None))) is not None:
+        timed("insert into a DuckDB table", lambda: land(ch))
+    tmp = archive.parent / f"{archive.name}-floor.parquet"
+    timed("spans as Parquet", lambda: con.execute(f"COPY spans TO '{tmp}' ({PARQUET_OPTIONS})"))
+    # the derivation over the spans the ingest stored (its batch ids; the same rows)
+    con.execute(f"CREATE OR REPLACE TABLE spans AS SELECT * FROM read_parquet('{archive}/spans/**/*.parquet')")
+    sql = requests_sql("spans", present_sources(con, "spans"))
+    with planned(con):
+        timed("derivation", lambda: con.execute(f"CREATE TABLE r AS {sql}"))
+    timed(
+        "requests as Parquet",
+        lambda: con.execute(f"COPY (SELECT * FROM r ORDER BY {ORDER['requests']}) TO '{tmp}' ({PARQUET_OPTIONS})"),
+    )
+    tmp.unlink()
+    return [(name, w, c) for name, (w, c) in spent.items()]
+
+
 def stored_requests(archive: Path) -> int:
     from budgetscope.opener import Archive
 
@@ -200,6 +267,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--base", metavar="COMMIT", help="collect: this tree against the package at COMMIT, alternately")
     ap.add_argument("--runs", type=int, default=5, help="with --base: pairs of runs a protocol")
+    ap.add_argument("--floor", action="store_true", help="ingest: also the least it could take (module docstring)")
     if sys.argv[1:2] == ["--child"]:
         _child(sys.argv[2:])
         return
@@ -240,6 +308,19 @@ def _main(args, base: Path | None) -> None:
                 f"ingest / orjson speed {parse / wall:.2f}x; load {la:.1f} → {load():.1f}",
                 flush=True,
             )
+            if args.floor:
+                la = load()
+                parts = floor(path, out / f"{fmt}-ingest")
+                total = sum(c for _, _, c in parts)
+                best = total / (os.cpu_count() or 1)
+                for name, w, c in parts:
+                    print(f"    {name:28s} {w:6.2f} s wall, {c:6.2f} CPU-s", flush=True)
+                print(
+                    f"  the parts alone: {total:.2f} CPU-s, so at least {best:.2f} s on {os.cpu_count()} cores: "
+                    f"ingest / orjson at best {parse / best:.2f}x (this ingest {cpu:.1f} CPU-s, "
+                    f"{cpu - total:+.1f} over the parts); load {la:.1f} → {load():.1f}",
+                    flush=True,
+                )
         if args.only == "ingest":
             continue
         pb = None
