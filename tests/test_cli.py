@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import click
@@ -309,11 +310,11 @@ def test_python_dash_m_runs_the_command():
     assert r.returncode == 0 and r.stdout.startswith("budgetscope, version ")
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads are counted in /proc (Linux)")
 @pytest.mark.parametrize("given", [None, "3"])
 def test_the_command_keeps_numpys_blas_to_one_thread_unless_told(given):
     """numpy's OpenBLAS threads spin at every command's start for nothing (budgetscope/cli.py): one thread, so
     loading numpy (as a command does, through duckdb) starts none; a number the user set is kept."""
-    import os
     import subprocess
     import sys
 
