@@ -189,31 +189,39 @@ def test_the_client_roots_found_once_derive_what_each_reader_finding_its_own_der
     assert any(r[0] is not None for r in rows(path, f"SELECT client_span_id FROM ({sql})"))
 
 
-def test_vllm_events_parsed_once_name_the_unread_ones_as_a_parse_of_their_own_does(tmp_path):
-    """The vLLM adapter's events serve the unread-events check too (derive/requests.py): the names it gives are those
-    the check gives parsing every span itself, an unknown event on an engine-core span and on an API span
-    included."""
+# (the format, its writer, the two spans given an event no adapter reads: the first two spans of these names in
+# different traces, and the events)
+PARSED = {
+    "vllm": (vllm_journey, ("llm_core", "llm_request"), ("journey.MIGRATED", "api.RETRIED")),
+    "triton": (triton, ("compute", "InferRequest"), ("COMPUTE_RETRY_START", "HTTP_RETRY_END")),
+}
+
+
+@pytest.mark.parametrize("fmt", list(PARSED))
+def test_events_parsed_once_name_the_unread_ones_as_a_parse_of_their_own_does(tmp_path, fmt):
+    """The vLLM and Triton adapters' events serve the unread-events check too (derive/requests.py, PARSED_EVENTS):
+    the names it gives are those the check gives parsing every span itself, an unknown event on a request's root and
+    on a span below it included."""
     from budgetscope.derive import unread_events
-    from budgetscope.derive.requests import EVENTS_READ
+    from budgetscope.derive.requests import EVENTS_READ, PARSED_EVENTS
     from budgetscope.ingest.files import read_batches
     from budgetscope.opener import Archive
 
-    mix = draw("unread vllm", "queue", 12, failed_share=0.1)
-    docs = [d for r in mix.requests for d in vllm_journey(r, r.k % 2 == 0)]
+    writer, (below, root), (new_below, new_root) = PARSED[fmt]
+    mix = draw(f"unread {fmt}", "queue", 12, failed_share=0.1)
+    docs = [d for r in mix.requests for d in writer(r, r.k % 2 == 0)]
     spans = [s for d in docs for rs in d["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
-    core = next(s for s in spans if s["name"] == "llm_core")
-    api = next(s for s in spans if s["name"] == "llm_request" and s["traceId"] != core["traceId"])
-    for s, name in ((core, "journey.MIGRATED"), (api, "api.RETRIED"), (api, "api.RETRIED")):
+    low = next(s for s in spans if s["name"] == below)
+    top = next(s for s in spans if s["name"] == root and s["traceId"] != low["traceId"])
+    for s, name in ((low, new_below), (top, new_root), (top, new_root)):
         s.setdefault("events", []).append({"timeUnixNano": s["startTimeUnixNano"], "name": name})
     (tmp_path / "t.jsonl").write_text(jsonl(docs))
     with Archive(tmp_path / "a.duckdb") as a:
         a.ingest(read_batches(tmp_path / "t.jsonl"))
     path = tmp_path / "a.duckdb"
+    assert f"{PARSED_EVENTS[fmt][0]} AS (" in requests_sql("spans", {fmt})  # the parse the adapter shares
     got = dict(rows(path, "SELECT trace_id, unread_events FROM requests"))
-    assert {t: v for t, v in got.items() if v} == {
-        core["traceId"]: ["journey.MIGRATED"],
-        api["traceId"]: ["api.RETRIED"],
-    }
+    assert {t: v for t, v in got.items() if v} == {low["traceId"]: [new_below], top["traceId"]: [new_root]}
     alone = dict(rows(path, unread_events.unread_sql("spans", EVENTS_READ)))
     assert alone == {t: v for t, v in got.items() if v}
 

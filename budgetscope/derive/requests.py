@@ -76,7 +76,7 @@ from budgetscope.derive.client import (
     TOKEN_EVENT,
 )
 from budgetscope.derive.server_row import select_list
-from budgetscope.schema import REPLICA_COLUMNS, REQUESTS
+from budgetscope.schema import EVENTS_KEY, REPLICA_COLUMNS, REQUESTS
 
 ADAPTERS = (native, vllm)
 """The original span adapters (kept for callers that list them)."""
@@ -217,18 +217,29 @@ def _union(spans: str, adapters) -> str:
     return " UNION ALL BY NAME ".join(f"({a(spans)})" for a in adapters)
 
 
-def served_sql(spans: str, present: set[str] | None = None, vllm_events: str | None = None) -> str:
+PARSED_EVENTS = {
+    "vllm": ("bs_vllm_ev", vllm.events_sql, vllm.EVENT_SPANS, "events"),
+    "triton": ("bs_triton_ev", triton.events_sql, triton.EVENT_SPANS, f'a."{EVENTS_KEY}"'),
+}
+"""Sources whose adapter parses its spans' events and shares the parse with the unread-events check: (the CTE that
+holds it, its SELECT over the spans, the SQL condition over a span that selects those it holds, the expression of
+a row's events)."""
+
+
+def served_sql(spans: str, present: set[str] | None = None, events: dict[str, str] | None = None) -> str:
     """SELECT: the server rows of the span adapters (`SPAN_ADAPTERS`) whose sources are `present`, before the
     client join: the first part of `requests_sql`, which an engine may compute on its own first (Spark does:
-    spark/requests_frame.py). `vllm_events`: a relation holding `vllm.events_sql(spans)`'s rows."""
+    spark/requests_frame.py). `events`: source → a relation holding its `PARSED_EVENTS` SELECT's rows (default:
+    each adapter parses its own)."""
     wanted = [a for src, a in SPAN_ADAPTERS if present is None or src in present]
     legs = llmd.legs if present is None or "llmd" in present else None
-    if legs or vllm_events:
+    events = events or {}
+    if legs or events:
         # an llm-d request's vLLM legs are its own, never rows of their own (derive/llmd.py)
-        wanted = [
-            (lambda sp: vllm.server_rows(sp, legs(sp) if legs else None, vllm_events)) if a is vllm.server_rows else a
-            for a in wanted
-        ]
+        vllm_rows = lambda sp: vllm.server_rows(sp, legs(sp) if legs else None, events.get("vllm"))  # noqa: E731
+        triton_rows = lambda sp: triton.server_rows(sp, events.get("triton"))  # noqa: E731
+        given = {vllm.server_rows: vllm_rows, triton.server_rows: triton_rows}
+        wanted = [given.get(a, a) for a in wanted]
     # with no adapter left, one stands in for the columns and yields nothing (the optimizer drops its scan)
     return _union(spans, wanted) if wanted else f"SELECT * FROM ({_union(spans, [SPAN_ADAPTERS[0][1]])}) WHERE false"
 
@@ -242,10 +253,12 @@ def requests_sql(spans: str, present: set[str] | None = None, served: str | None
     adapter alone). `served`: a relation that already holds `served_sql(spans, present)`'s rows (default: that
     SELECT, inline)."""
 
-    # the events of vLLM's spans, parsed once for its adapter and the unread-events check
-    vllm_events = present is None or "vllm" in present
-    served = f"SELECT * FROM {served}" if served else served_sql(spans, present, "bs_vllm_ev" if vllm_events else None)
-    unread = unread_events.unread_sql(spans, EVENTS_READ, ("bs_vllm_ev", vllm.EVENT_SPANS) if vllm_events else None)
+    # the events of vLLM's and Triton's spans, parsed once for their adapters and the unread-events check
+    parsed = {src: p for src, p in PARSED_EVENTS.items() if present is None or src in present}
+    served = (
+        f"SELECT * FROM {served}" if served else served_sql(spans, present, {src: p[0] for src, p in parsed.items()})
+    )
+    unread = unread_events.unread_sql(spans, EVENTS_READ, [(name, cond, ev) for name, _, cond, ev in parsed.values()])
     # without a server clock, the unknown remainder of the client figure is unaccounted (its TTFT less the wait for
     # content, where the client says how long that was)
     client_e2e = "CASE WHEN s.server_span_id IS NULL THEN (c.end_ns - c.start_ns) / 1e6 END"
@@ -342,7 +355,7 @@ c AS (SELECT trace_id, span_id, start_ns, end_ns, json_transform(attributes, '{C
       FROM {spans} WHERE false),
 g AS (SELECT CAST(NULL AS VARCHAR) AS trace_id, CAST(NULL AS VARCHAR) AS http_id, CAST(NULL AS VARCHAR) AS genai_id,
         CAST(NULL AS INTEGER) AS http_status WHERE false),"""
-    first = f"bs_vllm_ev AS ({vllm.events_sql(spans)}),\n" if vllm_events else ""
+    first = "".join(f"{name} AS ({sql(spans)}),\n" for name, sql, _, _ in parsed.values())
     return f"""
 WITH {first}served AS ({served}),
 {client_side}

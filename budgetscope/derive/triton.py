@@ -95,6 +95,17 @@ OTEL_ATTRS = (
 """The attributes of an OpenTelemetry-mode span, its events included."""
 FILE_MARK = "json_exists(attributes, '$.\"triton.responses\"')"
 """SQL over a span: it was imported from a trace file (budgetscope/sources/importers.py `triton`)."""
+EVENT_SPANS = f"source = 'triton' AND NOT {FILE_MARK}"
+"""SQL over a span: an OpenTelemetry-mode span, whose events `events_sql` parses."""
+
+
+def events_sql(spans: str) -> str:
+    """SELECT: each OpenTelemetry-mode Triton span of `spans` with its attributes parsed, its events among them
+    (`a`; the columns the adapter reads, and `source`). The adapter reads them, and so does the unread-events check
+    (derive/requests.py): parsed once, as vLLM's (a span's events are most of its attributes)."""
+    return f"""SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, status_code, service_name, source,
+  json_transform(attributes, '{OTEL_ATTRS}') AS a
+FROM {spans} WHERE {EVENT_SPANS}"""
 
 
 def _instants(first_token: str, last_token: str, end: str) -> dict[str, str]:
@@ -129,20 +140,20 @@ def _tokens(responses: str, first: str, last: str, sends: str) -> tuple[str, str
     return first_token, last_token
 
 
-def _otel(spans: str) -> str:
-    """SELECT: one server row per OpenTelemetry-mode `InferRequest` span of `spans`."""
+def _otel(spans: str, events: str | None = None) -> str:
+    """SELECT: one server row per OpenTelemetry-mode `InferRequest` span of `spans`. `events`: a relation holding
+    `events_sql(spans)`'s rows (default: that SELECT, inline)."""
     first_token, last_token = _tokens("q.responses", "q.first_response", "q.last_response", "q.grpc_sends")
     first0, last0 = _tokens("q0.responses", "q0.first_response", "q0.last_response", "q0.grpc_sends")
     end = "coalesce(q.http_send_end, q.grpc_send_end, q.end_ns)"
     rows = select_list(**_instants(first_token, last_token, end), e2e_ms=f"({end} - q.arrival) / 1e6")
-    tree = f"(SELECT * FROM {spans} WHERE source = 'triton' AND NOT {FILE_MARK})"
+    tree = f"(SELECT * FROM {events})" if events else f"({events_sql(spans)})"
     return f"""
 WITH RECURSIVE t AS {tree},
 r AS (SELECT * FROM t WHERE name = '{TRITON_ROOT}' AND NOT EXISTS (
         SELECT 1 FROM t p WHERE p.trace_id = t.trace_id AND p.span_id = t.parent_span_id)),
 d(request_id, trace_id, span_id) AS ({descendants("r", "t")}),
-x AS (SELECT d.request_id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.status_code,
-             json_transform(s.attributes, '{OTEL_ATTRS}') AS a
+x AS (SELECT d.request_id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.status_code, s.a
       FROM d JOIN t s ON s.trace_id = d.trace_id AND s.span_id = d.span_id),
 e0 AS (SELECT request_id, trace_id, span_id, e.name AS n, e.time_unix_nano AS ts FROM (
         SELECT request_id, trace_id, span_id, unnest(a."{EVENTS_KEY}") AS e FROM x) y),
@@ -229,7 +240,8 @@ q AS (SELECT r.trace_id, r.span_id, r.parent_span_id, r.service_name, r.end_ns, 
 SELECT {rows} FROM q"""
 
 
-def server_rows(spans: str) -> str:
+def server_rows(spans: str, events: str | None = None) -> str:
     """SELECT: one row per Triton request in `spans`: an OpenTelemetry-mode `InferRequest` span, or an imported
-    trace-file span with no Triton parent (its parent may be a client span)."""
-    return f"({_otel(spans)}) UNION ALL ({_file(spans)})"
+    trace-file span with no Triton parent (its parent may be a client span). `events`: a relation holding
+    `events_sql(spans)`'s rows (default: that SELECT, inline)."""
+    return f"({_otel(spans, events)}) UNION ALL ({_file(spans)})"

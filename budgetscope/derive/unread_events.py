@@ -29,18 +29,18 @@ def _read(read: dict[str, tuple[str, ...]]) -> str:
     return " OR ".join(cases) or "false"
 
 
-def unread_sql(spans: str, read: dict[str, tuple[str, ...]], parsed: tuple[str, str] | None = None) -> str:
+def unread_sql(spans: str, read: dict[str, tuple[str, ...]], parsed: list[tuple[str, str, str]] = ()) -> str:
     """SELECT (trace_id, names): per trace of `spans` with an unread event, the distinct unread names, sorted.
-    `read`: source → the LIKE patterns of the event names its adapter reads. `parsed`: (a relation of the events
-    an adapter already parsed, a row a span with columns trace_id, source, events: a list of structures with a
-    `name`; the SQL condition over a span that selects the spans whose events it holds, every one of them):
-    those spans' events are taken from it instead of being parsed again (vLLM's: vllm.events_sql)."""
-    mine = f" AND NOT ({parsed[1]})" if parsed else ""
-    theirs = (
-        f"\n    UNION ALL SELECT trace_id, source, e.name FROM (SELECT trace_id, source, unnest(events) AS e "
-        f"FROM {parsed[0]} WHERE source <> '{UNCLAIMED}') p"
-        if parsed
-        else ""
+    `read`: source → the LIKE patterns of the event names its adapter reads. `parsed`: for each adapter that parsed
+    events already, (a relation of them, a row a span with columns trace_id and source; the SQL condition over a
+    span that selects the spans whose events it holds, every one of them; the expression over its row of the
+    span's events, a list of structures with a `name`): those spans' events are taken from it instead of being
+    parsed again (vLLM's and Triton's: requests.PARSED_EVENTS)."""
+    mine = "".join(f" AND NOT ({cond})" for _, cond, _ in parsed)
+    theirs = "".join(
+        f"\n    UNION ALL SELECT trace_id, source, e.name FROM (SELECT trace_id, source, unnest({events}) AS e "
+        f"FROM {rel} WHERE source <> '{UNCLAIMED}') p"
+        for rel, _, events in parsed
     )
     # only spans whose attributes hold events are parsed: a substring test is far cheaper than the JSON parse
     return f"""SELECT trace_id, list(n ORDER BY n) AS names FROM (
