@@ -15,6 +15,7 @@ from budgetscope.cli import main
 from budgetscope.derive.instants import filled
 from budgetscope.derive.invariants import VIOLATIONS
 from budgetscope.derive.server_row import SERVER_COLUMNS
+from budgetscope.schema import EVENTS_KEY
 from conftest import rows
 from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id
 from spark_support import needs_spark
@@ -203,6 +204,25 @@ def test_an_event_on_an_unclaimed_span_is_not_an_unread_event(archive_path, inge
     other["events"] = [{"timeUnixNano": str(T0), "name": "framework.thing"}]
     ingest_text(archive_path, jsonl(export(spans), export([other], service="web", scope="web")))
     assert rows(archive_path, "SELECT unread_events FROM requests") == [([],)]
+
+
+def test_a_declared_event_name_is_matched_exactly_and_only_a_percent_makes_a_pattern():
+    """`EVENTS_READ` names are names: `_` in one is a character (LIKE would read `HTTPXRECV_START` as Triton's
+    `HTTP_RECV_START`), and only a name holding `%` is a LIKE pattern (TGI reads every event)."""
+    from budgetscope.derive.unread_events import unread_sql
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE spans (trace_id VARCHAR, source VARCHAR, attributes JSON)")
+    for tid, source, name in [
+        ("t1", "triton", "HTTP_RECV_START"),
+        ("t2", "triton", "HTTPXRECV_START"),
+        ("t3", "tgi", "anything_at_all"),
+        ("t4", "triton", "http_recv_start"),
+    ]:
+        con.execute("INSERT INTO spans VALUES (?, ?, ?)", [tid, source, json.dumps({EVENTS_KEY: [{"name": name}]})])
+    read = {"triton": ("HTTP_RECV_START",), "tgi": ("%",)}
+    got = dict(con.execute(unread_sql("spans", read)).fetchall())
+    assert got == {"t2": ["HTTPXRECV_START"], "t4": ["http_recv_start"]}
 
 
 @needs_spark
