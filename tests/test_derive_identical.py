@@ -189,6 +189,38 @@ def test_the_client_roots_found_once_derive_what_each_reader_finding_its_own_der
     assert any(r[0] is not None for r in rows(path, f"SELECT client_span_id FROM ({sql})"))
 
 
+def test_the_scope_tested_before_sglangs_thread_label_classifies_every_span_alike(tmp_path):
+    """SGLang's branch of `classify.SOURCE_SQL` tests the service or scope before it parses a span's attributes for
+    `thread_label`; in the order it had (the parse first) it gives every span of every format the same source."""
+    import duckdb
+
+    from budgetscope.derive import classify
+    from budgetscope.ingest import staging
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    parse = f"(name IN {classify.SGLANG_SLICES!r} OR json_exists(attributes, '$.thread_label'))"
+    now = f"({classify.SGLANG_SCOPED} AND {parse})"
+    assert now in classify.SOURCE_SQL
+    before = classify.SOURCE_SQL.replace(now, f"({parse} AND {classify.SGLANG_SCOPED})")
+    writers = (native, vllm_journey, sglang, tgi, triton, vllm_openai_v2)
+    docs = []
+    for w in writers:
+        mix = draw(f"classify {w.__name__}", "queue", 8, failed_share=0.1)
+        docs += [d for r in mix.requests for d in w(r, r.k % 2 == 0)]
+    (tmp_path / "t.jsonl").write_text(jsonl(docs))
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+    con = duckdb.connect()
+    staging.setup(con)  # bs_kind
+    con.execute(f"ATTACH '{tmp_path / 'a.duckdb'}' AS a (READ_ONLY)")
+    got = con.execute(
+        f"SELECT source, {classify.SOURCE_SQL}, {before} FROM a.spans ORDER BY trace_id, span_id"
+    ).fetchall()
+    assert {s for s, _, _ in got} >= {"native", "client", "vllm", "sglang", "tgi", "triton"}
+    assert all(stored == now_ == then for stored, now_, then in got)
+
+
 # (the format, its writer, the two spans given an event no adapter reads: the first two spans of these names in
 # different traces, and the events)
 PARSED = {
