@@ -221,6 +221,34 @@ def test_the_scope_tested_before_sglangs_thread_label_classifies_every_span_alik
     assert all(stored == now_ == then for stored, now_, then in got)
 
 
+def test_tritons_file_mark_tested_after_its_scope_derives_what_the_attribute_alone_did(tmp_path):
+    """`triton.FILE_MARK` tests the import's scope before it parses for `triton.responses`: over OpenTelemetry-mode
+    requests and an imported trace file in one archive, the rows are those of the attribute test alone."""
+    from pathlib import Path
+
+    from budgetscope.derive import triton as tr
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+    from budgetscope.sources import importers
+
+    mix = draw("file mark triton", "queue", 16, failed_share=0.1)
+    (tmp_path / "t.jsonl").write_text(jsonl([d for r in mix.requests for d in triton(r, r.k % 2 == 0)]))
+    case = Path(__file__).parent / "conformance" / "triton" / "trace_file" / "trace.json"
+    (tmp_path / "f.jsonl").write_bytes(importers.triton(case, case.read_bytes(), 0) + b"\n")
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(tmp_path / "t.jsonl"))
+        a.ingest(read_batches(tmp_path / "f.jsonl"))
+    path = tmp_path / "a.duckdb"
+    sql = requests_sql("spans", {"triton"})
+    alone = "json_exists(attributes, '$.\"triton.responses\"')"
+    assert tr.FILE_MARK in sql and tr.FILE_MARK != alone
+    order = "ORDER BY trace_id, server_span_id"
+    got = rows(path, f"SELECT * FROM ({sql}) {order}")
+    assert _same(got, rows(path, f"SELECT * FROM ({sql.replace(tr.FILE_MARK, alone)}) {order}"))
+    files = rows(path, f"SELECT count(*) FROM spans WHERE {alone}")[0][0]
+    assert len(got) > 16 and files > 0  # both modes are there
+
+
 # (the format, its writer, the two spans given an event no adapter reads: the first two spans of these names in
 # different traces, and the events)
 PARSED = {

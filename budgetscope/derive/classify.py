@@ -109,7 +109,9 @@ SGLANG_SLICES = (
 """SGLang's `RequestStage` slice names, old and new (python/sglang/srt/observability/req_time_stats.py)."""
 SGLANG_SCOPED = "(starts_with(coalesce(service_name, ''), 'sglang') OR starts_with(coalesce(scope_name, ''), 'sglang'))"
 """SQL: the span was exported under SGLang's service (`sglang`) or tracer (`sglang server`)."""
-TRITON_SCOPES = ("triton-server", "triton-trace-file")
+TRITON_FILE_SCOPE = "triton-trace-file"
+"""The scope of the spans `budgetscope import --from triton` writes."""
+TRITON_SCOPES = ("triton-server", TRITON_FILE_SCOPE)
 """Triton's tracer (`kTritonTracer`, triton-inference-server/server src/tracer.h) and the scope of the spans
 `budgetscope import --from triton` writes."""
 TRITON_SQL = (
@@ -155,5 +157,5 @@ SOURCE_SQL = f"""CASE
 `service_name`, `scope_name` and `attributes` columns of a span: native, client, llmd, vllm, tgi, sglang, triton or
 other. An OpenTelemetry HTTP or GenAI client span is `client` whether or not a server span joins it.
 In an expression such as this, DuckDB evaluates a conjunction's terms in the order written: a cheap test of a name or a
-scope comes before a parse of the attributes (a Triton span reached SGLang's `json_exists` of `thread_label` before its service was looked at: 0.7
-CPU-s per 1M spans, 0.3 after; docs/benchmarks.md, seventeenth session)."""
+scope comes before a parse of the attributes (a Triton span reached SGLang's `json_exists` of `thread_label` before
+its service was looked at: 0.7 CPU-s per 1M spans, 0.3 after; docs/benchmarks.md, seventeenth session)."""

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from budgetscope.derive.classify import CLIENT_ROOT
+from budgetscope.derive.classify import CLIENT_ROOT, TRITON_FILE_SCOPE
 from budgetscope.derive.client import (
     FIRST_EVENT,
     FIRST_TOKEN_DEFINITION,
@@ -513,4 +513,4 @@ def triton(path: Path, data: bytes, clock_offset_ns: int | None = None) -> bytes
                 parent_span_id=parent[1] if parent else None,
             )
         )
-    return document("triton-inference-server", spans, scope="triton-trace-file")
+    return document("triton-inference-server", spans, scope=TRITON_FILE_SCOPE)
