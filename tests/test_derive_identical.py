@@ -139,8 +139,14 @@ JOINED_BACK = {
         """k AS (SELECT d.request_id, c.name, c.start_ns, c.end_ns, c.status_code
       FROM d JOIN t c ON c.trace_id = d.trace_id AND c.span_id = d.span_id),""",
     ),
+    "triton": (
+        "x AS (SELECT * FROM d),",
+        """x AS (SELECT d.request_id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.status_code, s.a
+      FROM d JOIN t s ON s.trace_id = d.trace_id AND s.span_id = d.span_id),""",
+    ),
 }
-"""SGLang's and TGI's walks carry each span's columns; before, they joined the walked ids back to the spans."""
+"""SGLang's, TGI's and Triton's walks carry each span's columns; before, they joined the walked ids back to the
+spans."""
 
 
 @pytest.mark.parametrize("fmt", list(JOINED_BACK))
