@@ -7,13 +7,21 @@ Third-party span names that are too generic to claim alone (TGI's `generate`, `q
 from __future__ import annotations
 
 
+def mentions(key: str) -> str:
+    """SQL over a span: its attributes' text holds `key` followed by a quote, as it does wherever the key is present
+    (a stored span's attributes are JSON that ingest wrote: orjson, the C decoders, which spell a key of letters,
+    digits, dots, dashes and underscores as it is, never escaped). A test that lets through every span holding
+    the key, far cheaper than a parse. The key's closing quote, not its opening one: DuckDB's `contains` looks for
+    the needle's first byte and compares from there, and a quote starts every string of the JSON (`"budgetscope.
+    events"` took 0.28-0.40 CPU-s over 1M vLLM spans without it, `budgetscope.events"` 0.10-0.14)."""
+    return f"contains(attributes, '{key}\"')"
+
+
 def has_key(key: str) -> str:
-    """SQL over a span: its attributes (JSON) hold the key `key` at the top. A substring test first, then
-    `json_exists` on the spans it leaves: most spans are told apart at a third of the parse's cost (a native
-    derivation tests every stage span for a server root's and a client root's key). Exact: a stored span's
-    attributes are JSON that ingest wrote (orjson, the C decoders), which spells a key of letters, digits, dots,
-    dashes and underscores as it is, never escaped."""
-    return f"""(contains(attributes, '"{key}"') AND json_exists(attributes, '$."{key}"'))"""
+    """SQL over a span: its attributes (JSON) hold the key `key` at the top. The substring test (`mentions`)
+    first, then `json_exists` on the spans it leaves: most spans are told apart at a third of the parse's cost (a
+    native derivation tests every stage span for a server root's and a client root's key). Exact."""
+    return f"""({mentions(key)} AND json_exists(attributes, '$."{key}"'))"""
 
 
 NATIVE_ROOT = "llm.request"

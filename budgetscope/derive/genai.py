@@ -22,7 +22,7 @@ conventions mode, so its client TTFT stays NULL.
 
 from __future__ import annotations
 
-from budgetscope.derive.classify import GENAI_CLIENT_SQL, HTTP_CLIENT_SQL
+from budgetscope.derive.classify import GENAI_CLIENT_SQL, HTTP_CLIENT_SQL, mentions
 from budgetscope.schema import EVENTS_KEY
 
 CHUNK_EVENT = "gen_ai.content.completion.chunk"
@@ -43,7 +43,7 @@ def first_chunks(spans: str) -> str:
     # only spans whose attributes hold events are parsed
     return f"""SELECT trace_id, span_id, min(e.time_unix_nano) AS first_chunk_ns FROM (
   SELECT trace_id, span_id, unnest(json_transform(attributes, '{_EVENTS}')."{EVENTS_KEY}") AS e
-  FROM {spans} WHERE {GENAI_CLIENT_SQL} AND attributes LIKE '%"{EVENTS_KEY}"%') x
+  FROM {spans} WHERE {GENAI_CLIENT_SQL} AND {mentions(EVENTS_KEY)}) x
 WHERE e.name = '{CHUNK_EVENT}' GROUP BY trace_id, span_id"""
 
 

@@ -12,7 +12,7 @@ an application trace calling a server several times lists them on each).
 
 from __future__ import annotations
 
-from budgetscope.derive.classify import UNCLAIMED
+from budgetscope.derive.classify import UNCLAIMED, mentions
 from budgetscope.schema import EVENTS_KEY
 
 NAMES = '{"' + EVENTS_KEY + '":[{"name":"VARCHAR"}]}'
@@ -52,6 +52,6 @@ def unread_sql(spans: str, read: dict[str, tuple[str, ...]], parsed: list[tuple[
   SELECT DISTINCT trace_id, n FROM (
     SELECT trace_id, source, e.name AS n FROM (
       SELECT trace_id, source, unnest(json_transform(attributes, '{NAMES}')."{EVENTS_KEY}") AS e
-      FROM {spans} WHERE source <> '{UNCLAIMED}'{mine} AND attributes LIKE '%"{EVENTS_KEY}"%') x{theirs}) y
+      FROM {spans} WHERE source <> '{UNCLAIMED}'{mine} AND {mentions(EVENTS_KEY)}) x{theirs}) y
   WHERE n IS NOT NULL AND NOT ({_read(read)})) z
 GROUP BY trace_id"""

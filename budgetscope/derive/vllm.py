@@ -43,7 +43,7 @@ spans imported from offline `RequestOutput.metrics` (sources/vllm_offline.py, `n
 
 from __future__ import annotations
 
-from budgetscope.derive.classify import VLLM_CORE, VLLM_ROOT
+from budgetscope.derive.classify import VLLM_CORE, VLLM_ROOT, mentions
 from budgetscope.derive.server_row import SERVER_COLUMNS, select_list
 from budgetscope.schema import EVENTS_KEY
 
@@ -96,9 +96,11 @@ def events_sql(spans: str, spec: str = EVENT_TIMES) -> str:
     api_id: the API span they belong to, events: a list of (name, time_unix_nano, attributes read)). The journey
     adapter reads them, and so does the unread-events check (derive/requests.py): parsed once. A list a span,
     not a row an event: kept for two readers, it is copied a quarter as many times. `spec`: the json_transform
-    structure read (default: names and times)."""
+    structure read (default: names and times). A span whose attributes never mention the events key (vLLM's
+    classic trace: none has events) is not parsed: its events are NULL, as the parse would give them."""
     return f"""
-SELECT trace_id, source, {API_ID} AS api_id, json_transform(attributes, '{spec}')."{EVENTS_KEY}" AS events
+SELECT trace_id, source, {API_ID} AS api_id,
+  CASE WHEN {mentions(EVENTS_KEY)} THEN json_transform(attributes, '{spec}')."{EVENTS_KEY}" END AS events
 FROM {spans} WHERE {EVENT_SPANS}"""
 
 
