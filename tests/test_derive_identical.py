@@ -255,6 +255,31 @@ def test_tritons_file_mark_tested_after_its_scope_derives_what_the_attribute_alo
     assert len(got) > 16 and files > 0  # both modes are there
 
 
+def test_pd_legs_selected_before_the_join_derive_what_joining_every_server_row_did(tmp_path):
+    """vLLM's PD pairs take their legs from the server rows by a membership test (`vllm._leg`) before the join that
+    folds them: over the PD conformance case (a prefill and a decode leg, two traces), the rows are those of the
+    join of `r` itself."""
+    from pathlib import Path
+
+    from budgetscope.ingest.files import read_batches
+    from budgetscope.opener import Archive
+
+    case = Path(__file__).parent / "conformance" / "vllm" / "pd-disaggregated" / "spans.jsonl"
+    with Archive(tmp_path / "a.duckdb") as a:
+        a.ingest(read_batches(case))
+    path = tmp_path / "a.duckdb"
+    present = {s for (s,) in rows(path, "SELECT DISTINCT source FROM spans")}
+    sql = requests_sql("spans", present)
+    legs = [vllm._leg("d_id"), vllm._leg("p_id")]
+    assert all(leg in sql for leg in legs)
+    joined = sql.replace(f"{legs[0]} d", "r d").replace(f"{legs[1]} p", "r p")
+    order = "ORDER BY trace_id, server_span_id"
+    got = rows(path, f"SELECT * FROM ({sql}) {order}")
+    assert _same(got, rows(path, f"SELECT * FROM ({joined}) {order}"))
+    # the two legs folded into one request, its E2E from the prefill leg's arrival (the case's expected.json)
+    assert rows(path, f"SELECT service_name, e2e_ms FROM ({sql})") == [("vllm-decode", 1592.0)]
+
+
 # (the format, its writer, the two spans given an event no adapter reads: the first two spans of these names in
 # different traces, and the events)
 PARSED = {

@@ -273,6 +273,15 @@ FROM r0 LEFT JOIN dup ON dup.trace_id = r0.trace_id AND dup.server_span_id = r0.
 WHERE dup.server_span_id IS NULL"""
 
 
+def _leg(col: str) -> str:
+    """The server rows `r` that are a PD pair's leg (`pd.<col>`), for the join that folds each pair into one row.
+    Selected by a test of membership that DuckDB keeps a mark join (the small `pd` built, `r` probed): joined to
+    `r` itself, or selected by a bare `IN` or `SEMI JOIN` (which it turns into inner joins), its join order built
+    a hash table of every server row, for the few pairs there are (most archives have none): 0.6 CPU-s of the
+    classic derivation of 1M requests (docs/benchmarks.md, seventeenth session)."""
+    return f"(SELECT * FROM r WHERE coalesce(server_span_id IN (SELECT {col} FROM pd), false))"
+
+
 def server_rows(spans: str, legs: str | None = None, events: str | None = None) -> str:
     """SELECT producing one server row per vLLM request in the relation `spans` (PD legs folded into one).
 
@@ -300,5 +309,5 @@ SELECT {cols} FROM r
 WHERE server_span_id NOT IN (SELECT p_id FROM pd) AND server_span_id NOT IN (SELECT d_id FROM pd)
 UNION ALL
 SELECT {_pd_row()}
-FROM pd JOIN r d ON d.server_span_id = pd.d_id JOIN r p ON p.server_span_id = pd.p_id
+FROM pd JOIN {_leg("d_id")} d ON d.server_span_id = pd.d_id JOIN {_leg("p_id")} p ON p.server_span_id = pd.p_id
 """
