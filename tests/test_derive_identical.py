@@ -141,12 +141,20 @@ JOINED_BACK = {
     ),
     "triton": (
         "x AS (SELECT * FROM d),",
-        """x AS (SELECT d.request_id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.status_code, s.a
-      FROM d JOIN t s ON s.trace_id = d.trace_id AND s.span_id = d.span_id),""",
+        """x AS (SELECT d.request_id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.status_code, s.a,
+        d.root_start FROM d JOIN t s ON s.trace_id = d.trace_id AND s.span_id = d.span_id),""",
     ),
 }
 """SGLang's, TGI's and Triton's walks carry each span's columns; before, they joined the walked ids back to the
 spans."""
+ROOT_JOINED_BACK = (
+    """ev AS (SELECT request_id, trace_id, span_id, n, ts FROM e0
+       WHERE ts > 0 AND (ts >= root_start OR n IN""",
+    """ev AS (SELECT e0.request_id, e0.trace_id, e0.span_id, e0.n, e0.ts FROM e0
+       JOIN r ON r.trace_id = e0.trace_id AND r.span_id = e0.request_id
+       WHERE e0.ts > 0 AND (e0.ts >= r.start_ns OR e0.n IN""",
+)
+"""Triton's walk carries its request's start to every stamp; before, each stamp was joined back to its request."""
 
 
 @pytest.mark.parametrize("fmt", list(JOINED_BACK))
@@ -163,6 +171,13 @@ def test_the_walk_carrying_each_spans_columns_derives_what_a_join_back_derives(t
     sql = requests_sql("spans", present)
     carried, joined = JOINED_BACK[fmt]
     assert carried in sql
+    if fmt == "triton":
+        assert ROOT_JOINED_BACK[0] in sql
+        joined_sql = sql.replace(*ROOT_JOINED_BACK)
+        assert _same(
+            rows(path, f"SELECT * FROM ({sql}) ORDER BY trace_id, server_span_id"),
+            rows(path, f"SELECT * FROM ({joined_sql}) ORDER BY trace_id, server_span_id"),
+        )
     order = "ORDER BY trace_id, server_span_id"
     got = rows(path, f"SELECT * FROM ({sql}) {order}")
     assert len(got) >= 20 and _same(got, rows(path, f"SELECT * FROM ({sql.replace(carried, joined)}) {order}"))

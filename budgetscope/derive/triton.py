@@ -161,14 +161,16 @@ def _otel(spans: str, events: str | None = None) -> str:
 WITH RECURSIVE t AS {tree},
 r AS (SELECT * FROM t WHERE name = '{TRITON_ROOT}' AND NOT EXISTS (
         SELECT 1 FROM t p WHERE p.trace_id = t.trace_id AND p.span_id = t.parent_span_id)),
-d(request_id, trace_id, span_id, {", ".join(_CARRIED)}) AS ({descendants("r", "t", _CARRIED)}),
+d(request_id, trace_id, span_id, {", ".join(_CARRIED)}, root_start) AS (
+  {descendants("r", "t", _CARRIED, (("start_ns", "root_start"),))}),
 x AS (SELECT * FROM d),
-e0 AS (SELECT request_id, trace_id, span_id, e.name AS n, e.time_unix_nano AS ts FROM (
-        SELECT request_id, trace_id, span_id, unnest(a."{EVENTS_KEY}") AS e FROM x) y),
+e0 AS (SELECT request_id, trace_id, span_id, root_start, e.name AS n, e.time_unix_nano AS ts FROM (
+        SELECT request_id, trace_id, span_id, root_start, unnest(a."{EVENTS_KEY}") AS e FROM x) y),
 -- every stamp of the request's spans; one before the trace was created is a zero one (0 + Triton's steady-clock
 -- offset: the node's boot), but for the receive, stamped before the trace existed
-ev AS (SELECT e0.* FROM e0 JOIN r ON r.trace_id = e0.trace_id AND r.span_id = e0.request_id
-       WHERE e0.ts > 0 AND (e0.ts >= r.start_ns OR e0.n IN {RECEIVE!r})),
+-- (the request's start carried down the walk: no join of every stamp back to its request)
+ev AS (SELECT request_id, trace_id, span_id, n, ts FROM e0
+       WHERE ts > 0 AND (ts >= root_start OR n IN {RECEIVE!r})),
 fe AS (SELECT trace_id, request_id,
          min(ts) FILTER (WHERE n = 'HTTP_RECV_START') AS recv_start,
          max(ts) FILTER (WHERE n = 'GRPC_WAITREAD_END') AS read_end,
