@@ -2,9 +2,10 @@
 
 Ingest keeps a span's events under `budgetscope.events` (schema.EVENTS_KEY). Each adapter module declares the event
 names it reads, or knowingly passes over, as `EVENTS_READ` (names, matched exactly; one holding `%` is a SQL LIKE
-pattern); derive/requests.py hands them here by `spans.source`. An event on a span an adapter claimed (`source` not `other`) whose name its source's adapter does
-not declare is *unread*: a server that starts stamping a new instant, or a format read from its span bounds only,
-says so in `report` (budgetscope.analysis.coverage) instead of being silently misread.
+pattern); derive/requests.py hands them here by `spans.source`. An event on a span an adapter claimed (`source` not
+`other`) whose name its source's adapter does not declare is *unread*: a server that starts stamping a new instant,
+or a format read from its span bounds only, says so in `report` (budgetscope.analysis.coverage) instead of being
+silently misread.
 
 Kept per trace: every request row of the trace lists the trace's unread names (a trace usually holds one request;
 an application trace calling a server several times lists them on each).
