@@ -71,3 +71,20 @@ def test_hours_side_by_side_refuse_rows_their_cursors_cannot_see(tmp_path):
     with pytest.raises(ArchiveError, match=r"^requests: the file of hour 1 holds 2 rows of 3; nothing was published$"):
         segments.write(con, tmp_path, "requests", "SELECT * FROM r", 1, workers=2)
     assert len(segments.write(con, tmp_path, "requests", "SELECT * FROM r", 1, workers=1)) == 2
+
+
+@pytest.mark.parametrize("table", ["requests", "spans"])
+def test_each_hours_file_holds_the_rows_at_both_edges_of_its_hour(tmp_path, table):
+    """An hour's COPY also bounds the time column by the hour's least and greatest value (which DuckDB takes
+    into the scan): the first and the last nanosecond of every hour land in that hour's file, once."""
+    col = mf.TIME_COLUMN[table]
+    h = mf.HOUR_NS
+    edges = [k * h + d for k in range(1, 4) for d in (0, 1, h - 1)]
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE r AS SELECT 'i' AS tier, unnest({edges}) AS {col}")
+    written = segments.write(con, tmp_path, table, "SELECT * FROM r", 1, workers=2)
+    got = {
+        seg.hour: sorted(x for (x,) in con.execute(f"SELECT {col} FROM read_parquet('{f}')").fetchall())
+        for f, seg in written
+    }
+    assert got == {k: [k * h, k * h + 1, k * h + h - 1] for k in range(1, 4)}

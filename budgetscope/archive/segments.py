@@ -57,10 +57,13 @@ def write(
         src = staged
     if len(hours) < PARTITIONED_FROM or order:
         copies = []
-        for hour, *_ in hours:
+        for hour, _, lo, hi in hours:
             files[hour] = [tmp / f"{hour}.parquet"]
+            # the hour's bounds too: DuckDB takes a range on the column itself into the scan, which skips the
+            # row groups outside it (an hour's number, computed from the column, it tests on every row)
+            bounds = f" AND {col} BETWEEN {lo} AND {hi}" if lo is not None else ""
             copies.append(
-                f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}{order}) "
+                f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}{bounds}{order}) "
                 f"TO '{files[hour][0]}' ({PARQUET_OPTIONS})"
             )
         try:
