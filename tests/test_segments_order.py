@@ -88,3 +88,14 @@ def test_each_hours_file_holds_the_rows_at_both_edges_of_its_hour(tmp_path, tabl
         for f, seg in written
     }
     assert got == {k: [k * h, k * h + 1, k * h + h - 1] for k in range(1, 4)}
+
+
+def test_a_row_without_its_time_is_refused_with_one_line_and_nothing_written(tmp_path):
+    """A row whose time column is NULL belongs to no hour's file: the write fails with one line, before any file."""
+    from budgetscope.archive.errors import ArchiveError
+
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE r AS SELECT 'i' AS tier, unnest([{mf.HOUR_NS}, NULL, NULL]) AS arrival_ns")
+    with pytest.raises(ArchiveError, match=r"^requests: 2 rows have no arrival_ns; nothing was published$"):
+        segments.write(con, tmp_path, "requests", "SELECT * FROM r", 1, workers=2)
+    assert not list(tmp_path.rglob("*.parquet"))

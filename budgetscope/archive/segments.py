@@ -44,6 +44,8 @@ def write(
     hours = con.execute(f"SELECT bs_hour, count(*), min({col}), max({col}) FROM {src} GROUP BY 1 ORDER BY 1").fetchall()
     if not hours:
         return []
+    if hours[-1][0] is None:  # NULLs sort last: a row no hour's file can hold
+        raise ArchiveError(f"{table}: {hours[-1][1]} rows have no {col}; nothing was published")
     tmp = root / TMP_DIR / uuid.uuid4().hex
     tmp.mkdir(parents=True)
     files = {}
