@@ -63,10 +63,9 @@ def write(
             files[hour] = [tmp / f"{hour}.parquet"]
             # the hour's bounds too: DuckDB takes a range on the column itself into the scan, which skips the
             # row groups outside it (an hour's number, computed from the column, it tests on every row)
-            bounds = f" AND {col} BETWEEN {lo} AND {hi}" if lo is not None else ""
             copies.append(
-                f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour}{bounds}{order}) "
-                f"TO '{files[hour][0]}' ({PARQUET_OPTIONS})"
+                f"COPY (SELECT * EXCLUDE (bs_hour) FROM {src} WHERE bs_hour = {hour} "
+                f"AND {col} BETWEEN {lo} AND {hi}{order}) TO '{files[hour][0]}' ({PARQUET_OPTIONS})"
             )
         try:
             wrote = on_cursors(con, _copy, copies, workers, "budgetscope-write")
