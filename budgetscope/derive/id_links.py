@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from budgetscope.derive.classify import CLIENT_ROOT_SQL
+from budgetscope.derive.classify import CLIENT_ROOT_SQL, mentions
 from budgetscope.derive.client import ID_ATTR
 
 MARGIN_NS = 3_600 * 10**9
@@ -83,7 +83,7 @@ class IdLinks:
         trace's spans, docs/benchmarks.md)."""
         (found,) = self.con.execute(f"""CREATE OR REPLACE TEMP TABLE bs_ids AS
             SELECT CAST(attributes->>'{ID_ATTR}' AS VARCHAR) AS rid, min(start_ns) AS lo, max(end_ns) AS hi
-            FROM ({self.new_spans()}) n WHERE contains(attributes, '{ID_ATTR}') AND {CLIENT_ROOT_SQL}
+            FROM ({self.new_spans()}) n WHERE {mentions(ID_ATTR)} AND {CLIENT_ROOT_SQL}
               AND (attributes->>'{ID_ATTR}') IS NOT NULL GROUP BY 1
             UNION ALL
             SELECT client_request_id, min(coalesce(client_sent_ns, arrival_ns)), max(coalesce(end_ns, arrival_ns))
