@@ -8,6 +8,7 @@ import pytest
 
 from budgetscope.archive import manifest as mf
 from budgetscope.archive import segments
+from budgetscope.archive.errors import ArchiveError
 from budgetscope.ingest.files import read_batches
 from budgetscope.opener import Archive
 from budgetscope.synthetic import SyntheticSpec, write_jsonl
@@ -62,8 +63,6 @@ def test_hours_written_side_by_side_are_the_files_written_one_by_one(tmp_path, h
 def test_hours_side_by_side_refuse_rows_their_cursors_cannot_see(tmp_path):
     """Cursors see only committed rows: a write from inside the connection's transaction, whose rows they miss,
     fails with one line instead of leaving files shorter than the segments that would name them."""
-    from budgetscope.archive.errors import ArchiveError
-
     con = duckdb.connect()
     con.execute(f"CREATE TABLE r AS SELECT 'i' AS tier, i * {mf.HOUR_NS // 2} AS arrival_ns FROM range(4) t(i)")
     con.execute("BEGIN")
@@ -92,8 +91,6 @@ def test_each_hours_file_holds_the_rows_at_both_edges_of_its_hour(tmp_path, tabl
 
 def test_a_row_without_its_time_is_refused_with_one_line_and_nothing_written(tmp_path):
     """A row whose time column is NULL belongs to no hour's file: the write fails with one line, before any file."""
-    from budgetscope.archive.errors import ArchiveError
-
     con = duckdb.connect()
     con.execute(f"CREATE TABLE r AS SELECT 'i' AS tier, unnest([{mf.HOUR_NS}, NULL, NULL]) AS arrival_ns")
     with pytest.raises(ArchiveError, match=r"^requests: 2 rows have no arrival_ns; nothing was published$"):
