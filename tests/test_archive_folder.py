@@ -624,3 +624,36 @@ def test_all_but_one_core_where_the_platform_tells_no_affinity(monkeypatch):
     assert cores_module.all_but_one() == 3
     monkeypatch.setattr(cores_module.os, "cpu_count", lambda: None)
     assert cores_module.all_but_one() == 1
+
+
+@pytest.mark.parametrize("machine, kept", [(24 << 30, "1.0 GiB"), (2 << 30, "256.0 MiB"), (None, "1.0 GiB")])
+def test_ingests_working_set_keeps_freed_blocks_and_the_collectors_gives_them_back(
+    tmp_path, monkeypatch, machine, kept
+):
+    """A writer that is not durable (`ingest`, `import`: a process that lands a file and ends) lets DuckDB keep
+    freed memory blocks (`directory.BULK_BLOCK_MEMORY`, at most an eighth of the machine's memory); DuckDB never
+    gives those back, so the durable writer (the collector's) keeps DuckDB's default, none."""
+    sysconf = directory.os.sysconf
+
+    def fake_sysconf(name):  # a fake of the machine's memory, page by page
+        if machine is None:
+            raise ValueError(name)
+        return {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": machine // 4096}.get(name) or sysconf(name)
+
+    monkeypatch.setattr(directory.os, "sysconf", fake_sysconf)
+    setting = "SELECT current_setting('block_allocator_memory')"
+    size = lambda a: a.con.execute(f"SELECT ({setting})::VARCHAR").fetchone()[0]  # noqa: E731 - read twice below
+    a = Archive(tmp_path / "i", compact=False)
+    try:
+        assert size(a) == kept
+        f = tmp_path / "t.jsonl"
+        write_jsonl(f, SyntheticSpec(num_requests=50))
+        a.ingest(read_batches(f))
+    finally:
+        a.close()
+    assert rows(tmp_path / "i", "SELECT count(*) FROM requests") == [(50,)]
+    a = Archive(tmp_path / "c", durable=True, compact=False)
+    try:
+        assert size(a) == "0 bytes"
+    finally:
+        a.close()
