@@ -657,3 +657,18 @@ def test_ingests_working_set_keeps_freed_blocks_and_the_collectors_gives_them_ba
         assert size(a) == "0 bytes"
     finally:
         a.close()
+
+
+def test_a_duckdb_without_the_block_setting_still_ingests(tmp_path, monkeypatch):
+    """DuckDB has `block_allocator_memory` since 1.5 and budgetscope takes 1.3 and later: where the setting is
+    unknown (faked here by a name no DuckDB knows), the working set keeps DuckDB's default and the ingest lands."""
+    monkeypatch.setattr(directory, "BLOCK_SETTING", "bs_no_such_setting")
+    a = Archive(tmp_path / "i", compact=False)
+    try:
+        assert a.con.execute("SELECT current_setting('block_allocator_memory')").fetchone()[0] == "0 bytes"
+        f = tmp_path / "t.jsonl"
+        write_jsonl(f, SyntheticSpec(num_requests=20))
+        a.ingest(read_batches(f))
+    finally:
+        a.close()
+    assert rows(tmp_path / "i", "SELECT count(*) FROM requests") == [(20,)]

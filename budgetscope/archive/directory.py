@@ -52,12 +52,24 @@ REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
 
 
-def _bulk_block_memory() -> int:
+BLOCK_SETTING = "block_allocator_memory"
+
+
+def _keep_freed_blocks(con) -> None:
+    """BULK_BLOCK_MEMORY on the working set's connection; a DuckDB before 1.5 has no such setting, and keeps its
+    default."""
+    # imported on use: duckdb 153 ms to import
+    import duckdb
+
     try:
         machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # a platform that does not tell
         machine = 8 * BULK_BLOCK_MEMORY
-    return max(1 << 20, min(BULK_BLOCK_MEMORY, machine // 8))
+    size = max(1 << 20, min(BULK_BLOCK_MEMORY, machine // 8))
+    try:
+        con.execute(f"SET {BLOCK_SETTING} = '{size >> 20}MiB'")
+    except duckdb.CatalogException:  # "unrecognized configuration parameter"
+        pass
 
 
 _STATE_DDL = (
@@ -189,7 +201,7 @@ class DirectoryArchive:
                 self.hot.con.execute(f"SET threads = {cores.all_but_one()}")
                 self.spool = Spool(root / mf.WRITER_DIR / SPOOL_DIR)
             else:
-                self.hot.con.execute(f"SET block_allocator_memory = '{_bulk_block_memory() >> 20}MiB'")
+                _keep_freed_blocks(self.hot.con)
             self.con = self.hot.con  # the working set (tests and `server_metrics.land` write through it)
             self._setup_state()
             if durable:
