@@ -626,11 +626,15 @@ def test_all_but_one_core_where_the_platform_tells_no_affinity(monkeypatch):
     assert cores_module.all_but_one() == 1
 
 
+def _block_memory(a) -> str:
+    return a.con.execute("SELECT current_setting('block_allocator_memory')").fetchone()[0]
+
+
 @pytest.mark.parametrize("machine, kept", [(24 << 30, "1.0 GiB"), (2 << 30, "256.0 MiB"), (None, "1.0 GiB")])
 def test_ingests_working_set_keeps_freed_blocks_and_the_collectors_gives_them_back(
     tmp_path, monkeypatch, machine, kept
 ):
-    """A writer that is not durable (`ingest`, `import`: a process that lands a file and ends) lets DuckDB keep
+    """A writer that is not durable (`ingest`, `import`, `scrape`) lets DuckDB keep
     freed memory blocks (`directory.BULK_BLOCK_MEMORY`, at most an eighth of the machine's memory); DuckDB never
     gives those back, so the durable writer (the collector's) keeps DuckDB's default, none."""
     sysconf = directory.os.sysconf
@@ -641,11 +645,9 @@ def test_ingests_working_set_keeps_freed_blocks_and_the_collectors_gives_them_ba
         return {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": machine // 4096}.get(name) or sysconf(name)
 
     monkeypatch.setattr(directory.os, "sysconf", fake_sysconf)
-    setting = "SELECT current_setting('block_allocator_memory')"
-    size = lambda a: a.con.execute(f"SELECT ({setting})::VARCHAR").fetchone()[0]  # noqa: E731 - read twice below
     a = Archive(tmp_path / "i", compact=False)
     try:
-        assert size(a) == kept
+        assert _block_memory(a) == kept
         f = tmp_path / "t.jsonl"
         write_jsonl(f, SyntheticSpec(num_requests=50))
         a.ingest(read_batches(f))
@@ -654,7 +656,7 @@ def test_ingests_working_set_keeps_freed_blocks_and_the_collectors_gives_them_ba
     assert rows(tmp_path / "i", "SELECT count(*) FROM requests") == [(50,)]
     a = Archive(tmp_path / "c", durable=True, compact=False)
     try:
-        assert size(a) == "0 bytes"
+        assert _block_memory(a) == "0 bytes"
     finally:
         a.close()
 
@@ -665,7 +667,7 @@ def test_a_duckdb_without_the_block_setting_still_ingests(tmp_path, monkeypatch)
     monkeypatch.setattr(directory, "BLOCK_SETTING", "bs_no_such_setting")
     a = Archive(tmp_path / "i", compact=False)
     try:
-        assert a.con.execute("SELECT current_setting('block_allocator_memory')").fetchone()[0] == "0 bytes"
+        assert _block_memory(a) == "0 bytes"
         f = tmp_path / "t.jsonl"
         write_jsonl(f, SyntheticSpec(num_requests=20))
         a.ingest(read_batches(f))

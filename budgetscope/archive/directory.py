@@ -52,7 +52,7 @@ REHYDRATE_MARGIN_NS = mf.HOUR_NS
 """Spans of one trace are looked for within this much of the new spans' times."""
 
 
-BLOCK_SETTING = "block_allocator_memory"
+BLOCK_SETTING = "block_allocator_memory"  # DuckDB's name for it (tests fake a DuckDB without it by another)
 
 
 def _keep_freed_blocks(con) -> None:
