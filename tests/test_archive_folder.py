@@ -630,13 +630,27 @@ def _block_memory(a) -> str:
     return a.con.execute("SELECT current_setting('block_allocator_memory')").fetchone()[0]
 
 
+def _ingest_block_memory(tmp_path, requests: int) -> str:
+    """The block memory of `ingest`'s working set (a writer not durable), which then lands `requests` whole."""
+    a = Archive(tmp_path / "i", compact=False)
+    try:
+        kept = _block_memory(a)
+        f = tmp_path / "t.jsonl"
+        write_jsonl(f, SyntheticSpec(num_requests=requests))
+        a.ingest(read_batches(f))
+    finally:
+        a.close()
+    assert rows(tmp_path / "i", "SELECT count(*) FROM requests") == [(requests,)]
+    return kept
+
+
 @pytest.mark.parametrize("machine, kept", [(24 << 30, "1.0 GiB"), (2 << 30, "256.0 MiB"), (None, "1.0 GiB")])
 def test_ingests_working_set_keeps_freed_blocks_and_the_collectors_gives_them_back(
     tmp_path, monkeypatch, machine, kept
 ):
-    """A writer that is not durable (`ingest`, `import`, `scrape`) lets DuckDB keep
-    freed memory blocks (`directory.BULK_BLOCK_MEMORY`, at most an eighth of the machine's memory); DuckDB never
-    gives those back, so the durable writer (the collector's) keeps DuckDB's default, none."""
+    """A writer that is not durable (`ingest`, `import`, `scrape`) lets DuckDB keep freed memory blocks
+    (`directory.BULK_BLOCK_MEMORY`, at most an eighth of the machine's memory); DuckDB never gives those back, so
+    the durable writer (the collector's) keeps DuckDB's default, none."""
     sysconf = directory.os.sysconf
 
     def fake_sysconf(name):  # a fake of the machine's memory, page by page
@@ -645,15 +659,7 @@ def test_ingests_working_set_keeps_freed_blocks_and_the_collectors_gives_them_ba
         return {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": machine // 4096}.get(name) or sysconf(name)
 
     monkeypatch.setattr(directory.os, "sysconf", fake_sysconf)
-    a = Archive(tmp_path / "i", compact=False)
-    try:
-        assert _block_memory(a) == kept
-        f = tmp_path / "t.jsonl"
-        write_jsonl(f, SyntheticSpec(num_requests=50))
-        a.ingest(read_batches(f))
-    finally:
-        a.close()
-    assert rows(tmp_path / "i", "SELECT count(*) FROM requests") == [(50,)]
+    assert _ingest_block_memory(tmp_path, 50) == kept
     a = Archive(tmp_path / "c", durable=True, compact=False)
     try:
         assert _block_memory(a) == "0 bytes"
@@ -665,12 +671,4 @@ def test_a_duckdb_without_the_block_setting_still_ingests(tmp_path, monkeypatch)
     """DuckDB has `block_allocator_memory` since 1.5 and budgetscope takes 1.3 and later: where the setting is
     unknown (faked here by a name no DuckDB knows), the working set keeps DuckDB's default and the ingest lands."""
     monkeypatch.setattr(directory, "BLOCK_SETTING", "bs_no_such_setting")
-    a = Archive(tmp_path / "i", compact=False)
-    try:
-        assert _block_memory(a) == "0 bytes"
-        f = tmp_path / "t.jsonl"
-        write_jsonl(f, SyntheticSpec(num_requests=20))
-        a.ingest(read_batches(f))
-    finally:
-        a.close()
-    assert rows(tmp_path / "i", "SELECT count(*) FROM requests") == [(20,)]
+    assert _ingest_block_memory(tmp_path, 20) == "0 bytes"
