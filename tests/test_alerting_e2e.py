@@ -169,12 +169,24 @@ def test_a_queueing_burst_pages_and_the_page_names_queue(tmp_path):
         assert ann["dominant_stage"] == "queue", ann
         assert " queue " in ann["summary"] and "burning at" in ann["summary"], ann["summary"]
         assert ann["report"].startswith(f"budgetscope report --archive {archive} --budgets {budgets} --since ")
-        # the window it names holds the burst: run the command as the page gives it
-        report = subprocess.run(
-            _cli(*shlex.split(ann["report"])[1:], "--format", "json"), capture_output=True, text=True, timeout=120
-        )
-        assert report.returncode == 1, report.stderr  # BROKEN
-        (tier,) = json.loads(report.stdout)["tiers"]
+        # the window it names holds the burst: run the command as the page gives it. Run at once, the requests at
+        # the window's end may have one side's spans only (the exporters batch them for 5 s): a tail of client-only
+        # rows reads as `unaccounted` (once in CI), and the report says so in a warning, naming
+        # when to run it again; run it again then, as the engineer paged would
+        deadline = time.monotonic() + 90
+        while True:
+            report = subprocess.run(
+                _cli(*shlex.split(ann["report"])[1:], "--format", "json"), capture_output=True, text=True, timeout=120
+            )
+            assert report.returncode == 1, report.stderr  # BROKEN
+            rep = json.loads(report.stdout)
+            if rep["in_flight"] is None:
+                break
+            print(report.stderr.strip())
+            assert "the archive is being written" in report.stderr and "run the report again in 10 s" in report.stderr
+            assert time.monotonic() < deadline, "the window's requests never landed whole"
+            time.sleep(rep["in_flight"]["settle_s"])
+        (tier,) = rep["tiers"]
         assert tier["attribution"]["ttft"]["dominant"] == "queue"
         assert tier["burn_rates"]["figures"]["ttft"]["period"]["burn_rate"] > 1
     finally:

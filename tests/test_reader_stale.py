@@ -78,9 +78,9 @@ def test_report_that_outlives_its_commit_says_so_in_one_line(tmp_path, monkeypat
 
     real = report_module.build_report
 
-    def slow_report(con, *args):  # the expiry lands while the report runs, and the grace passes
+    def slow_report(con, *args, **kwargs):  # the expiry lands while the report runs, and the grace passes
         _drop_old_hours(root, monkeypatch)
-        return real(con, *args)
+        return real(con, *args, **kwargs)
 
     monkeypatch.setattr(report_module, "build_report", slow_report)
     res = CliRunner().invoke(main, ["report", "-a", str(root)])

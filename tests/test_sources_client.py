@@ -123,3 +123,80 @@ def test_report_on_client_only_rows_attributes_the_tail_to_unaccounted(archive_p
     assert ttft["metric"] == "client_ttft_ms" and ttft["dominant"] == "unaccounted"
     assert ttft["shares"]["unaccounted"] == pytest.approx(1.0)
     json.dumps(rep, allow_nan=False, default=str)
+
+
+def _server(i: int, *, client_span: bool = True) -> dict:
+    """The engine's root span of request `i` (`client(i)`'s trace), its child where `client_span`."""
+    return span(
+        f"{i + 1:032x}",
+        f"{0xAA00 + i:016x}",
+        "llm.request",
+        KIND_SERVER,
+        T0 + i * 10 * MS + 5 * MS,
+        T0 + i * 10 * MS + 95 * MS,
+        {"budgetscope.first_token_unix_nano": T0 + i * 10 * MS + 35 * MS},
+        parent_span_id=f"{i + 1:016x}" if client_span else None,
+    )
+
+
+def _half_landed(archive_path, ingest_text) -> None:
+    """Ten requests with client spans (0–9), the server's spans of 0–2 and 8 (the rest have not landed), and
+    request 10's server span without its client's."""
+    ingest(archive_path, ingest_text, [client(i) for i in range(10)])
+    ingest(archive_path, ingest_text, [_server(i) for i in (0, 1, 2, 8)] + [_server(10, client_span=False)], "engine")
+
+
+@pytest.mark.parametrize("age_s, expected", [(2.0, (5, 4, 1)), (10.0, None), (3600.0, None)])
+def test_a_report_on_an_archive_being_written_warns_of_one_sided_requests_at_its_edge(
+    archive_path, ingest_text, age_s, expected
+):
+    from budgetscope.analysis import build_report
+    from budgetscope.opener import Archive
+
+    _half_landed(archive_path, ingest_text)
+    # the last commit 10 s after T0 + 150 ms: requests that ended at or after T0 + 150 ms are at its edge (5–10)
+    commit = T0 + 10_150 * MS
+    with Archive(archive_path, read_only=True, create=False) as a:
+        rep = build_report(a.con, last_commit_ns=commit, now_ns=commit + int(age_s * 1e9))
+        whole = build_report(a.con)  # without the commit's time: nothing said
+    assert rep["coverage"] == {"requests": 11, "with_server_spans": 5, "with_client_spans": 10, "with_both": 4}
+    if expected is None:  # an archive last written 10 s ago or more: every request's spans have had time to land
+        assert rep["in_flight"] is None and rep["warnings"] == []
+    else:
+        f = rep["in_flight"]
+        assert (f["requests"], f["client_only"], f["without_client_span"]) == expected  # 5, 6, 7, 9 and 10
+        assert f["last_commit_age_s"] == age_s
+        (w,) = rep["warnings"]
+        assert w.startswith("warning: the archive is being written (last commit 2 s ago): 5 requests of the window")
+        assert "(4 client-only, 1 without a client span)" in w and "run the report again in 10 s" in w
+    assert whole["in_flight"] is None and whole["warnings"] == []
+    # the figures are the archive's either way: the warning changes nothing else
+    assert {k: v for k, v in rep.items() if k not in ("in_flight", "warnings")} == {
+        k: v for k, v in whole.items() if k not in ("in_flight", "warnings")
+    }
+
+
+def test_client_only_rows_without_any_server_are_not_in_flight(archive_path, ingest_text):
+    """An endpoint with no server spans at all (OpenAI's API): its client-only rows are all there will be."""
+    from budgetscope.analysis import build_report
+    from budgetscope.opener import Archive
+
+    ingest(archive_path, ingest_text, [client(i) for i in range(10)])
+    with Archive(archive_path, read_only=True, create=False) as a:
+        rep = build_report(a.con, last_commit_ns=T0 + 10 * 10**9, now_ns=T0 + 11 * 10**9)
+    assert rep["in_flight"] is None and rep["warnings"] == []
+
+
+def test_report_command_on_a_fresh_archive_warns_on_stderr(archive_path, ingest_text):
+    """The command passes the manifest's commit time: the archive was just written and its requests end after
+    it (T0 is in 2027), so all six one-sided ones are at its edge."""
+    from click.testing import CliRunner
+
+    from budgetscope.cli import main
+
+    _half_landed(archive_path, ingest_text)
+    out = CliRunner().invoke(main, ["report", "--archive", str(archive_path), "--format", "json"])
+    assert out.exit_code in (0, 1, 3), out.output
+    rep = json.loads(out.stdout)
+    assert (rep["in_flight"]["client_only"], rep["in_flight"]["without_client_span"]) == (6, 1)
+    assert "budgetscope: warning: the archive is being written (last commit " in out.stderr

@@ -660,10 +660,13 @@ def test_genai_clients_and_llmd_report_the_same_on_spark(spark, gateway_archive)
     from budgetscope.spark.archive import SparkArchive
 
     with Archive(gateway_archive, read_only=True) as a:
-        want = build_report(a.con)
+        (end,) = a.con.execute("SELECT max(end_ns) FROM requests").fetchone()
+        live = {"last_commit_ns": end + 10**9, "now_ns": end + 2 * 10**9}  # as if the archive were being written
+        want = build_report(a.con, **live)
     with SparkArchive(gateway_archive, spark) as s:
-        got = build_report(s.con)
+        got = build_report(s.con, **live)
     assert want["llmd_orphans"] == got["llmd_orphans"] and want["llmd_orphans"]["llm_request_roots"] == 1
+    assert want["in_flight"] == got["in_flight"] and want["in_flight"]["without_client_span"] == 2
     (w,), (g,) = want["tiers"], got["tiers"]
     assert w["sampling"] == g["sampling"] == {"requests": {"llmd": 6}, "how": w["sampling"]["how"]}
     assert set(w["stages"]) == set(g["stages"]) >= {"gateway", "kv_handoff"}

@@ -36,6 +36,11 @@ def _window(since_ns: int | None, until_ns: int | None) -> tuple[list[str], list
     return clauses, params
 
 
+SETTLE_S = 10.0
+"""How long the spans of one request take to all land in an archive that is being written: the OpenTelemetry
+SDK's batch span processor sends every 5 s by default, so a request's server and client spans reach the collector
+within about that much of each other, plus a commit (about a second)."""
+
 KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 """A server's KV-use gauges in `server_metrics` (vLLM's, its older name, SGLang's): queue_wait reads them."""
 
@@ -294,6 +299,55 @@ def coverage(con, where: str = "", params: list | None = None) -> dict:
     return {"requests": n, "with_server_spans": server, "with_client_spans": client, "with_both": both}
 
 
+def in_flight(
+    con, where: str, params: list, covered: dict, last_commit_ns: int | None, now_ns: int, settle_s: float = SETTLE_S
+) -> dict | None:
+    """Of the requests in `where` (whose `coverage` is `covered`), those that may still lack spans: in an archive
+    committed less than `settle_s` before `now_ns` (being written), the requests that ended within `settle_s` of
+    that commit with only one side's spans, in a window that has both sides' (a server's and a client's). None when
+    there are none. {"requests", "client_only", "without_client_span", "last_commit_age_s"}."""
+    if last_commit_ns is None or now_ns - last_commit_ns >= settle_s * 1e9:
+        return None
+    client_only = covered["with_client_spans"] > covered["with_both"] and covered["with_server_spans"] > 0
+    serverless = covered["with_server_spans"] > covered["with_both"] and covered["with_client_spans"] > 0
+    if not (client_only or serverless):
+        return None
+    edge = last_commit_ns - int(settle_s * 1e9)
+    clause = f"{where} AND end_ns >= ?" if where else "WHERE end_ns >= ?"
+    row = con.execute(
+        f"""SELECT count_if(server_span_id IS NULL AND has_client_span),
+        count_if(server_span_id IS NOT NULL AND NOT has_client_span) FROM requests {clause}""",
+        [*params, edge],
+    ).fetchone()
+    only, without = (row[0] or 0) if client_only else 0, (row[1] or 0) if serverless else 0
+    if not only + without:
+        return None
+    return {
+        "requests": only + without,
+        "client_only": only,
+        "without_client_span": without,
+        "last_commit_age_s": round(max(0, now_ns - last_commit_ns) / 1e9, 1),
+        "settle_s": settle_s,
+    }
+
+
+def in_flight_warning(f: dict | None) -> str | None:
+    """The one-line warning for `in_flight`'s requests, else None."""
+    if not f:
+        return None
+    sides = [
+        f"{n:,} {what}"
+        for n, what in ((f["client_only"], "client-only"), (f["without_client_span"], "without a client span"))
+        if n
+    ]
+    return (
+        f"warning: the archive is being written (last commit {f['last_commit_age_s']:g} s ago): {f['requests']:,} "
+        f"requests of the window ended within {f['settle_s']:g} s of it with one side's spans only "
+        f"({', '.join(sides)}); the other side's may not have landed yet (exporters batch spans for 5 s), so their "
+        f"time may read as unaccounted or without network: run the report again in {f['settle_s']:g} s"
+    )
+
+
 def coverage_line(c: dict) -> str:
     """The report's coverage in one line."""
     return (
@@ -313,6 +367,9 @@ __all__ = [
     "nothing_derived_warning",
     "coverage",
     "coverage_line",
+    "in_flight",
+    "in_flight_warning",
+    "SETTLE_S",
     "orphan_legs",
     "orphan_line",
     "span_count",

@@ -10,6 +10,8 @@ the reason) and the report the worst of them (docs/report.md).
 
 from __future__ import annotations
 
+import time
+
 import budgetscope.analysis.attribution as attribution
 import budgetscope.analysis.burn as burn
 import budgetscope.analysis.contrast as contrast
@@ -368,11 +370,17 @@ def build_report(
     since_ns: int | None = None,
     until_ns: int | None = None,
     filters: dict | None = None,
+    last_commit_ns: int | None = None,
+    now_ns: int | None = None,
 ) -> dict:
     """The whole report. Without budgets, every tier found is reported at p99 with no budget.
 
     `filters` (column in FILTER_COLUMNS → value or list of values, None = NULL) narrow every tier's requests;
     a `tier` filter also leaves out the tiers it excludes. The report then carries a `filters` key.
+
+    `last_commit_ns`: when the archive's last commit was made (its manifest's), where known: a report on an archive
+    being written (that commit less than `coverage.SETTLE_S` before `now_ns`, default now) warns of the requests
+    whose other side's spans may not have landed yet (`coverage.in_flight`).
     """
     if budgets is None:
         jobs = [(tb, False) for tb in (TierBudget(name=t) for t in discovered_tiers(con)) if tier_selected(tb, filters)]
@@ -388,10 +396,11 @@ def build_report(
     unclaimed = coverage.unclaimed_spans(con, since_ns, until_ns, present=present)
     status, reason = report_status(tiers, spans, unclaimed)
     whole = Selection({}, since_ns, until_ns)  # the warning is about the window, whatever the filters
-    derived = (
-        covered["requests"] if filters is None else coverage.coverage(con, whole.where(), whole.params)["requests"]
-    )
-    warning = coverage.nothing_derived_warning(spans, derived, unclaimed)
+    covered_whole = covered if filters is None else coverage.coverage(con, whole.where(), whole.params)
+    warnings = [coverage.nothing_derived_warning(spans, covered_whole["requests"], unclaimed)]
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    flight = coverage.in_flight(con, whole.where(), whole.params, covered_whole, last_commit_ns, now_ns)
+    warnings.append(coverage.in_flight_warning(flight))
     rows = Selection({}, since_ns, until_ns, filters)  # the report's requests, as `coverage` counts them
     flags = {k: coverage.flagged(con, k, rows.where(), rows.params, present=present) for k in coverage.ROW_FLAGS}
     out = {
@@ -407,7 +416,8 @@ def build_report(
         "violations": flags["violations"],
         "unread_events": flags["unread_events"],
         "llmd_orphans": coverage.orphan_legs(con, since_ns, until_ns) if present.get("llmd") else None,
-        "warnings": [warning] if warning else [],
+        "in_flight": flight,
+        "warnings": [w for w in warnings if w],
     }
     if filters is not None:
         out["filters"] = filters

@@ -22,15 +22,12 @@ import time
 
 from budgetscope.analysis import judging, slo
 from budgetscope.analysis.budgets import METRICS, Budgets, TierBudget
+from budgetscope.analysis.coverage import SETTLE_S
 from budgetscope.analysis.judging import CLIENT_METRIC, METRIC_FIGURES, STAGE_COLUMNS
 from budgetscope.analysis.selection import Selection
 
 BASE_BOUNDS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """The histogram's bucket bounds (s) besides the budgets: from 5 ms (a TPOT) to 5 minutes (a long generation)."""
-SETTLE_S = 10.0
-"""How long a trace's rows wait before they are counted: the OpenTelemetry SDK's batch span processor sends
-every 5 s by default, so the spans of one request (server and client) reach the collector within about that
-much of each other, plus a commit (about a second)."""
 HISTOGRAM_FIGURES = (*METRIC_FIGURES, *STAGE_COLUMNS)
 """The figures with a histogram per tier: TTFT, TPOT, E2E and every stage (budgeted or not)."""
 _KEYS = ("tier", "model", "tenant", "service_name", "source")  # what a tier's `match` may filter on

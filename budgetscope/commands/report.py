@@ -68,7 +68,9 @@ def report(
                     err=True,
                 )
             try:
-                rep = build_report(a.con, b, since_ns, until_ns)
+                manifest = getattr(a, "manifest", None)  # a folder archive's (a single file has none)
+                last_commit = manifest.committed_ns if manifest is not None and manifest.committed_ns else None
+                rep = build_report(a.con, b, since_ns, until_ns, last_commit_ns=last_commit)
                 if getattr(a, "split_traces", None) is not None:  # a sharded root (docs/archive.md)
                     rep["split_traces"] = a.split_traces
             # a segment gone: DuckDB's IO error (a sandbox's refused glob), Spark's file not found
