@@ -267,3 +267,50 @@ def test_budgets_without_the_http_receiver_is_one_line(tmp_path):
         "budgetscope: --budgets serves its SLIs on the OTLP/HTTP port's GET /metrics: drop --no-http",
     )
     assert not (tmp_path / "a").exists()
+
+
+def test_the_attribution_gauges_leave_out_the_requests_in_flight(archive_path):
+    """Ten slow requests ended a few seconds ago and only their client's spans have landed (the server's are still
+    in its exporter's batch): as client-only rows their TTFT is all `unaccounted`, and they are the tail. The gauges
+    leave them out and count them; when the server's spans land, the gauges take them in and name their queue."""
+    from budgetscope.archive.reader import ArchiveReader
+
+    now = time.time_ns()
+
+    def request(i: int, arrival: int, queue_ms: float) -> list[dict]:
+        stages = (("frontend", 1), ("queue", queue_ms), ("prefill", 10), ("decode", 20), ("postprocess", 1))
+        return w.native_request(arrival=arrival, stages=stages, client=(1, 1))[1]
+
+    body = [s for i in range(50) for s in request(i, now - 60 * 10**9 + i * 100 * w.MS, 1 + (i % 10) * 3)]
+    recent = [request(i, now - 3 * 10**9 + i * w.MS, 400) for i in range(10)]
+    client_only = [s for spans in recent for s in spans if s["name"] == "llm.client.request"]
+    servers = [s for spans in recent for s in spans if s["name"] != "llm.client.request"]
+    with Collector(archive_path, grpc_port=None, http_port=0, budgets=BUDGETS, attribution_every_s=3600) as c:
+        _post(c.http_port, body + client_only)
+        _until(lambda: c.stats.requests_derived >= 60)
+        assert c.attribution_gauges.refresh()
+        early = _scrape(c.http_port)
+        with ArchiveReader(archive_path) as r:  # what the report says of the same window, run at once
+            rep = build_report(r.con, BUDGETS, since_ns=now - 600 * 10**9, last_commit_ns=r.manifest.committed_ns)
+        _post(c.http_port, servers)
+        _until(lambda: c.stats.requests_derived >= 70)
+        assert c.attribution_gauges.refresh()
+        landed = _scrape(c.http_port)
+
+    def ttft_dominant(got: dict) -> str:
+        ((labels, _),) = [
+            (dict(k[1]), v)
+            for k, v in got.items()
+            if k[0] == slo.ATTRIBUTION_INFO and dict(k[1])["tier"] == "interactive" and dict(k[1])["figure"] == "ttft"
+        ]
+        return labels["dominant"]
+
+    (tier,) = [t for t in rep["tiers"] if t["name"] == "interactive"]
+    assert tier["attribution"]["ttft"]["dominant"] == "unaccounted"  # the client-only tail, which the report warns of
+    assert rep["in_flight"]["client_only"] == 10 and "run the report again" in rep["warnings"][-1]
+    assert early[(slo.ATTRIBUTION_IN_FLIGHT, ())] == 10
+    assert ttft_dominant(early) == "queue"  # the landed requests' tail: their queue
+    assert landed[(slo.ATTRIBUTION_IN_FLIGHT, ())] == 0
+    assert ttft_dominant(landed) == "queue"
+    tail = (("figure", "ttft"), ("tier", "interactive"))
+    assert early[(slo.ATTRIBUTION_TAIL, tail)] == landed[(slo.ATTRIBUTION_TAIL, tail)] == 10

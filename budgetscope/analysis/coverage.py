@@ -41,6 +41,11 @@ SETTLE_S = 10.0
 SDK's batch span processor sends every 5 s by default, so a request's server and client spans reach the collector
 within about that much of each other, plus a commit (about a second)."""
 
+CLIENT_ONLY = "source = 'client'"
+"""A request with the client's spans only (derive/client.py's row: no server span joined it)."""
+WITHOUT_CLIENT = "server_span_id IS NOT NULL AND NOT has_client_span"
+"""A request with the server's spans only."""
+
 KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 """A server's KV-use gauges in `server_metrics` (vLLM's, its older name, SGLang's): queue_wait reads them."""
 
@@ -305,21 +310,18 @@ def in_flight(
     """Of the requests in `where` (whose `coverage` is `covered`), those that may still lack spans: in an archive
     committed less than `settle_s` before `now_ns` (being written), the requests that ended within `settle_s` of
     that commit with only one side's spans, in a window that has both sides' (a server's and a client's). None when
-    there are none. {"requests", "client_only", "without_client_span", "last_commit_age_s"}."""
+    there are none. {"requests", "client_only", "without_client_span", "last_commit_age_s", "settle_s",
+    "ended_since_ns"}."""
     if last_commit_ns is None or now_ns - last_commit_ns >= settle_s * 1e9:
         return None
-    client_only = covered["with_client_spans"] > covered["with_both"] and covered["with_server_spans"] > 0
-    serverless = covered["with_server_spans"] > covered["with_both"] and covered["with_client_spans"] > 0
-    if not (client_only or serverless):
-        return None
+    if not (covered["with_server_spans"] and covered["with_client_spans"]):
+        return None  # one side sends no spans at all: what the other sent is all there will be
     edge = last_commit_ns - int(settle_s * 1e9)
     clause = f"{where} AND end_ns >= ?" if where else "WHERE end_ns >= ?"
     row = con.execute(
-        f"""SELECT count_if(server_span_id IS NULL AND has_client_span),
-        count_if(server_span_id IS NOT NULL AND NOT has_client_span) FROM requests {clause}""",
-        [*params, edge],
+        f"SELECT count_if({CLIENT_ONLY}), count_if({WITHOUT_CLIENT}) FROM requests {clause}", [*params, edge]
     ).fetchone()
-    only, without = (row[0] or 0) if client_only else 0, (row[1] or 0) if serverless else 0
+    only, without = (v or 0 for v in row)
     if not only + without:
         return None
     return {
@@ -328,7 +330,16 @@ def in_flight(
         "without_client_span": without,
         "last_commit_age_s": round(max(0, now_ns - last_commit_ns) / 1e9, 1),
         "settle_s": settle_s,
+        "ended_since_ns": edge,
     }
+
+
+def in_flight_rows(f: dict | None) -> tuple[str, list] | None:
+    """(SQL over `requests`, its parameters): true for `in_flight`'s requests (None: there are none)."""
+    if not f:
+        return None
+    sides = [sql for sql, n in ((CLIENT_ONLY, f["client_only"]), (WITHOUT_CLIENT, f["without_client_span"])) if n]
+    return f"end_ns >= ? AND ({' OR '.join(sides)})", [f["ended_since_ns"]]
 
 
 def in_flight_warning(f: dict | None) -> str | None:
@@ -369,6 +380,7 @@ __all__ = [
     "coverage_line",
     "in_flight",
     "in_flight_warning",
+    "in_flight_rows",
     "SETTLE_S",
     "orphan_legs",
     "orphan_line",

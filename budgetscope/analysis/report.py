@@ -246,14 +246,21 @@ def tier_report(
     return entry
 
 
-def attributions(con, budgets: Budgets, since_ns: int | None = None, until_ns: int | None = None) -> list[dict]:
+def attributions(
+    con,
+    budgets: Budgets,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    without: tuple[str, list] | None = None,
+) -> list[dict]:
     """Each tier's entry as far as its attribution and contrast (the report's three scans, without the figures'
     and stages' quantiles; no GPU, queue or verdict): what `collect --budgets` keeps as gauges over its sliding
-    window. The attribution and contrast are the report's, to the bit."""
-    tiers = [_Tier(tb, True, Selection(tb.filters, since_ns, until_ns)) for tb in budgets.tiers]
+    window. The attribution and contrast are the report's, to the bit, over the same requests less those
+    `without` (SQL, parameters) is true for: the gauges leave out the requests still in flight."""
+    tiers = [_Tier(tb, True, Selection(tb.filters, since_ns, until_ns, without=without)) for tb in budgets.tiers]
     for at in range(0, len(tiers), TIERS_PER_SCAN):
         batch = list(budgets.tiers)[at : at + TIERS_PER_SCAN]
-        scope = scans.Tiers(batch, since_ns, until_ns, None)
+        scope = scans.Tiers(batch, since_ns, until_ns, None, without)
         counted, _, _ = scans.counts(con, scope, batch)
         _entries(con, tiers[at : at + TIERS_PER_SCAN], scope, counted, quantiles=False)
     return [t.entry for t in tiers]

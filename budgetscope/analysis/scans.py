@@ -42,8 +42,15 @@ class Tiers:
     """The rows a report reads (`common`: its time range and filters) and each tier's condition on them
     (`member`: SQL and its parameters; "true" for a tier that matches every row)."""
 
-    def __init__(self, tiers: list[TierBudget], since_ns: int | None, until_ns: int | None, filters: dict | None):
-        self.common = Selection({}, since_ns, until_ns, filters)
+    def __init__(
+        self,
+        tiers: list[TierBudget],
+        since_ns: int | None,
+        until_ns: int | None,
+        filters: dict | None,
+        without: tuple[str, list] | None = None,
+    ):
+        self.common = Selection({}, since_ns, until_ns, filters, without)
         self.member: list[tuple[str, list]] = []
         for tb in tiers:
             own = Selection(tb.filters)

@@ -16,6 +16,8 @@ class Selection:
     """The requests of one tier (and optional time range and filters), as a SQL WHERE clause with its parameters.
 
     `extra` narrows further: column (one of FILTER_COLUMNS) → a value or a list of values, None meaning NULL.
+    `without`: (SQL over `requests`, its parameters) true for rows to leave out (the attribution gauges' requests in
+    flight, `coverage.in_flight_rows`).
     """
 
     def __init__(
@@ -24,6 +26,7 @@ class Selection:
         since_ns: int | None = None,
         until_ns: int | None = None,
         extra: dict | None = None,
+        without: tuple[str, list] | None = None,
     ):
         self.clauses = [f"{col} = ?" for col in filters]
         self.params: list = list(filters.values())
@@ -42,6 +45,9 @@ class Selection:
         if until_ns is not None:
             self.clauses.append("arrival_ns < ?")
             self.params.append(until_ns)
+        if without is not None:
+            self.clauses.append(f"NOT ({without[0]})")
+            self.params.extend(without[1])
 
     def where(self, *extra: str) -> str:
         parts = self.clauses + list(extra)

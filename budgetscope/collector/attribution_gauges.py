@@ -1,12 +1,18 @@
 """The tail attribution of `collect --budgets` over a sliding window, as Prometheus gauges: every `every_s` a thread
 reads the archive's last commit and computes, for the requests that arrived in the last `window_s`, each tier's
-attribution and contrast exactly as `report` does (`budgetscope.analysis.report.attributions`).
+attribution and contrast exactly as `report` does (`budgetscope.analysis.report.attributions`), less the requests
+still in flight (below).
 
     budgetscope_attribution_share{tier, figure="ttft"|"e2e", stage}       each stage's share of the tail's excess
     budgetscope_attribution_info{tier, figure, dominant, verdict, contrast_dimension, contrast_value}   1
     budgetscope_attribution_tail_requests{tier, figure}                   the tail's size
     budgetscope_attribution_window_seconds                                 the window
     budgetscope_attribution_lag_seconds      how long the oldest commit they do not reflect has been waiting
+    budgetscope_attribution_in_flight_requests   requests of the window left out: one side's spans only, at the edge
+
+The requests in flight (`coverage.in_flight`: in an archive being written, those that ended within the settle time
+of its last commit with one side's spans only) are left out, so that a page never names `unaccounted` for the
+client-only rows of requests whose server spans are still in an exporter's batch.
 
 A figure whose tail is no slower than its body (or a tier without an ok request in the window) has no share and
 no info series: absent, never 0. The labels are bounded: tiers × 2 figures × 7 stages, and one info series a tier
@@ -21,9 +27,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-from budgetscope.analysis import slo
+from budgetscope.analysis import coverage, slo
 from budgetscope.analysis.budgets import Budgets
 from budgetscope.analysis.report import attributions
+from budgetscope.analysis.selection import Selection
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader
 from budgetscope.collector.sli import labels
@@ -51,6 +58,7 @@ class AttributionGauges:
         self._lock = threading.Lock()
         self._entries: list[dict] | None = None
         self._read_ns = 0  # the wall time of the commit they were read from
+        self._in_flight = 0  # the requests of the window they left out (coverage.in_flight)
         self._unread: deque[int] = deque(maxlen=UNREAD_KEPT)  # wall times of the commits published since
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="budgetscope-attribution", daemon=True)
@@ -80,10 +88,16 @@ class AttributionGauges:
         when it could not be read (nothing committed yet, or an error, logged): the last gauges stay, and the lag
         says how old they are."""
         now_ns = time.time_ns() if now_ns is None else now_ns
+        since = now_ns - int(self.window_s * 1e9)
         try:
-            with ArchiveReader(self.path, since_ns=now_ns - int(self.window_s * 1e9)) as r:
-                entries = attributions(r.con, self.budgets, now_ns - int(self.window_s * 1e9), None)
+            with ArchiveReader(self.path, since_ns=since) as r:
                 read_ns = r.manifest.committed_ns
+                # the requests whose other side's spans may not have landed yet are left out: a tail of client-only
+                # rows would read as `unaccounted` until their server's spans came (docs/report.md)
+                whole = Selection({}, since)
+                covered = coverage.coverage(r.con, whole.where(), whole.params)
+                flight = coverage.in_flight(r.con, whole.where(), whole.params, covered, read_ns, now_ns)
+                entries = attributions(r.con, self.budgets, since, None, coverage.in_flight_rows(flight))
         except ArchiveError as e:
             log.debug("attribution gauges: %s", e)
             return False
@@ -92,6 +106,7 @@ class AttributionGauges:
             return False
         with self._lock:
             self._entries, self._read_ns = entries, read_ns
+            self._in_flight = flight["requests"] if flight else 0
             while self._unread and self._unread[0] <= read_ns:  # in commit order: the oldest first
                 self._unread.popleft()
         return True
@@ -108,7 +123,7 @@ class AttributionGauges:
     def families(self) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
         """(name, type, help, [(labels, value)]) of every family, for the exposition (self_metrics.py)."""
         with self._lock:
-            entries = self._entries
+            entries, in_flight = self._entries, self._in_flight
         shares, info, tails = [], [], []
         for e in entries or []:
             for kind, a in e["attribution"].items():
@@ -147,6 +162,15 @@ class AttributionGauges:
             ),
         ]
         if entries is not None:
+            out.append(
+                (
+                    slo.ATTRIBUTION_IN_FLIGHT,
+                    "gauge",
+                    "Requests of the window left out of the attribution: they ended within the settle time of the "
+                    "last commit with one side's spans only (the other side's may not have landed yet).",
+                    [("", in_flight)],
+                )
+            )
             out.append(
                 (
                     slo.ATTRIBUTION_LAG,
