@@ -305,25 +305,24 @@ def coverage(con, where: str = "", params: list | None = None) -> dict:
 
 
 def in_flight(
-    con, where: str, params: list, covered: dict, last_commit_ns: int | None, now_ns: int, settle_s: float = SETTLE_S
+    con, where: str, params: list, last_commit_ns: int | None, now_ns: int, settle_s: float = SETTLE_S
 ) -> dict | None:
-    """Of the requests in `where` (whose `coverage` is `covered`), those that may still lack spans: in an archive
-    committed less than `settle_s` before `now_ns` (being written), the requests that ended within `settle_s` of
-    that commit with only one side's spans, in a window that has both sides' (a server's and a client's). None when
-    there are none. {"requests", "client_only", "without_client_span", "last_commit_age_s", "settle_s",
-    "ended_since_ns"}."""
+    """Of the requests in `where`, those that may still lack spans: in an archive committed less than `settle_s`
+    before `now_ns` (being written), the requests that ended within `settle_s` of that commit with only one side's
+    spans, in a window that has both sides' (a server's and a client's). None when there are none (and no scan when
+    the archive is not being written). {"requests", "client_only", "without_client_span", "last_commit_age_s",
+    "settle_s", "ended_since_ns"}."""
     if last_commit_ns is None or now_ns - last_commit_ns >= settle_s * 1e9:
         return None
-    if not (covered["with_server_spans"] and covered["with_client_spans"]):
-        return None  # one side sends no spans at all: what the other sent is all there will be
     edge = last_commit_ns - int(settle_s * 1e9)
-    clause = f"{where} AND end_ns >= ?" if where else "WHERE end_ns >= ?"
     row = con.execute(
-        f"SELECT count_if({CLIENT_ONLY}), count_if({WITHOUT_CLIENT}) FROM requests {clause}", [*params, edge]
+        f"""SELECT count_if(server_span_id IS NOT NULL), count_if(has_client_span),
+        count_if(end_ns >= ? AND {CLIENT_ONLY}), count_if(end_ns >= ? AND {WITHOUT_CLIENT}) FROM requests {where}""",
+        [edge, edge, *params],
     ).fetchone()
-    only, without = (v or 0 for v in row)
-    if not only + without:
-        return None
+    servers, clients, only, without = (v or 0 for v in row)  # count_if of no rows is NULL
+    if not (servers and clients and only + without):
+        return None  # one side sends no spans at all: what the other sent is all there will be
     return {
         "requests": only + without,
         "client_only": only,

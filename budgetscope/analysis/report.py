@@ -403,10 +403,12 @@ def build_report(
     unclaimed = coverage.unclaimed_spans(con, since_ns, until_ns, present=present)
     status, reason = report_status(tiers, spans, unclaimed)
     whole = Selection({}, since_ns, until_ns)  # the warning is about the window, whatever the filters
-    covered_whole = covered if filters is None else coverage.coverage(con, whole.where(), whole.params)
-    warnings = [coverage.nothing_derived_warning(spans, covered_whole["requests"], unclaimed)]
+    derived = (
+        covered["requests"] if filters is None else coverage.coverage(con, whole.where(), whole.params)["requests"]
+    )
+    warnings = [coverage.nothing_derived_warning(spans, derived, unclaimed)]
     now_ns = time.time_ns() if now_ns is None else now_ns
-    flight = coverage.in_flight(con, whole.where(), whole.params, covered_whole, last_commit_ns, now_ns)
+    flight = coverage.in_flight(con, whole.where(), whole.params, last_commit_ns, now_ns)
     warnings.append(coverage.in_flight_warning(flight))
     rows = Selection({}, since_ns, until_ns, filters)  # the report's requests, as `coverage` counts them
     flags = {k: coverage.flagged(con, k, rows.where(), rows.params, present=present) for k in coverage.ROW_FLAGS}

@@ -95,8 +95,7 @@ class AttributionGauges:
                 # the requests whose other side's spans may not have landed yet are left out: a tail of client-only
                 # rows would read as `unaccounted` until their server's spans came (docs/report.md)
                 whole = Selection({}, since)
-                covered = coverage.coverage(r.con, whole.where(), whole.params)
-                flight = coverage.in_flight(r.con, whole.where(), whole.params, covered, read_ns, now_ns)
+                flight = coverage.in_flight(r.con, whole.where(), whole.params, read_ns, now_ns)
                 entries = attributions(r.con, self.budgets, since, None, coverage.in_flight_rows(flight))
         except ArchiveError as e:
             log.debug("attribution gauges: %s", e)
