@@ -129,13 +129,14 @@ def dashboard() -> dict:
         ),
         _panel(
             8,
-            "Collector: commit age, attribution lag (s), rows settling",
+            "Collector: commit age, attribution lag (s), rows settling, requests in flight",
             "timeseries",
             (12, 22, 12, 6),
             [
                 ("max(budgetscope_collector_commit_age_seconds)", "commit age"),
                 (f"max({slo.ATTRIBUTION_LAG})", "attribution lag"),
                 (f"sum({slo.PENDING})", "rows settling"),
+                (f"sum({slo.ATTRIBUTION_IN_FLIGHT})", "in flight (left out of the attribution)"),
                 (f"sum(rate({slo.LATE}[5m]))", "re-derived after counting / s"),
             ],
         ),
