@@ -200,3 +200,14 @@ def test_report_command_on_a_fresh_archive_warns_on_stderr(archive_path, ingest_
     rep = json.loads(out.stdout)
     assert (rep["in_flight"]["client_only"], rep["in_flight"]["without_client_span"]) == (6, 1)
     assert "budgetscope: warning: the archive is being written (last commit " in out.stderr
+
+
+def test_the_in_flight_warning_counts_one_request_as_one():
+    from budgetscope.analysis.coverage import in_flight_warning
+
+    f = {"requests": 1, "client_only": 1, "without_client_span": 0, "last_commit_age_s": 0.9, "settle_s": 10.0}
+    assert in_flight_warning(f).startswith(
+        "warning: the archive is being written (last commit 0.9 s ago): 1 request of the window ended within 10 s of "
+        "it with one side's spans only (1 client-only); "
+    )
+    assert in_flight_warning(None) is None

@@ -352,7 +352,8 @@ def in_flight_warning(f: dict | None) -> str | None:
     ]
     return (
         f"warning: the archive is being written (last commit {f['last_commit_age_s']:g} s ago): {f['requests']:,} "
-        f"requests of the window ended within {f['settle_s']:g} s of it with one side's spans only "
+        f"request{'s' if f['requests'] != 1 else ''} of the window ended within {f['settle_s']:g} s of it with one "
+        "side's spans only "
         f"({', '.join(sides)}); the other side's may not have landed yet (exporters batch spans for 5 s), so their "
         f"time may read as unaccounted or without network: run the report again in {f['settle_s']:g} s"
     )
