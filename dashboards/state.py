@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 import streamlit as st
 
-from budgetscope.analysis import charts, explore, overview, request_view, timeline
+from budgetscope.analysis import charts, coverage, explore, overview, request_view, timeline
 from budgetscope.analysis.budgets import BudgetError, Budgets, TierBudget, load_budgets, parse_budgets
 from budgetscope.analysis.report import Selection, build_report, tier_report
 from budgetscope.analysis.whatif import to_toml
@@ -155,6 +156,20 @@ def budgets_from(text: str) -> Budgets | None:
 @st.cache_data(show_spinner=False, max_entries=4)
 def archive_overview(path: str) -> dict:
     return overview.overview(_archive(path).con.cursor())
+
+
+def in_flight_note(key: str, since_ns: int | None, until_ns: int | None) -> str | None:
+    """The report's warning of the requests in the time range that may still lack spans (`coverage.in_flight`: the
+    archive being written, its last commit under 10 s old). Not cached: it depends on the time."""
+    a = _archive(key)
+    manifest = getattr(a, "manifest", None)  # a folder archive's (a single file has none)
+    if manifest is None or not manifest.committed_ns:
+        return None
+    whole = Selection({}, since_ns, until_ns)
+    flight = coverage.in_flight(
+        a.con.cursor(), whole.where(), whole.params, manifest.committed_ns, time.time_ns(), coverage.SETTLE_S
+    )
+    return coverage.in_flight_warning(flight)
 
 
 @dataclass(frozen=True)
@@ -330,6 +345,8 @@ def start_page(title: str):
         st.stop()
     for note in ov["notes"]:
         st.caption("ℹ️ " + note)
+    if flight := in_flight_note(path, f.since_ns, f.until_ns):
+        st.warning(flight)
     return ov, f, text, bpath
 
 

@@ -394,3 +394,31 @@ def test_capacity_page_shows_the_sweep_as_the_analysis_computes_it(monkeypatch):
     assert list(table["budgets"]) == [
         "keeps" if p["tiers"]["interactive"]["keeps"] else "BREAKS" for p in res["points"]
     ]
+
+
+def test_an_archive_being_written_warns_of_the_requests_in_flight(monkeypatch, tmp_path):
+    """Six requests with both sides' spans and four whose server spans have not landed: within the settle time of
+    the archive's last commit every page says so under its title, as `report` does; past it, nothing."""
+    import budgetscope.analysis.coverage as coverage
+    from otlp_wire import MS, T0, export, jsonl, native_request
+
+    spans = [native_request(arrival=T0 + i * 100 * MS, client=(1, 1))[1] for i in range(10)]
+    src, a = tmp_path / "t.jsonl", tmp_path / "a"
+    src.write_text(
+        jsonl(
+            *(export(s) for s in spans[:6]),
+            *(export([x for x in s if x["name"] == "llm.client.request"]) for s in spans[6:]),
+        )
+    )
+    assert CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)]).exit_code == 0
+    monkeypatch.setattr(coverage, "SETTLE_S", 10**9)  # the requests of 2026-01-01 count as just ended, now
+    at = _app(monkeypatch, a)
+    at.run()
+    _clean(at, "budgets")
+    (w,) = [w.value for w in at.warning if "being written" in w.value]
+    assert w.startswith("warning: the archive is being written (last commit ")
+    assert "4 requests of the window ended within 1e+09 s of it with one side's spans only (4 client-only)" in w
+    monkeypatch.setattr(coverage, "SETTLE_S", 10.0)  # the default: those requests ended long before the commit
+    at.run()
+    _clean(at, "budgets")
+    assert not [w.value for w in at.warning if "being written" in w.value]
