@@ -13,3 +13,14 @@ def test_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_analysis_package_imports_a_module_only_when_it_is_used():
+    """`ingest` and `collect` import `analysis.coverage` for their warnings: not the report's modules with it."""
+    code = (
+        "import sys, budgetscope.analysis.coverage; print('budgetscope.analysis.report' in sys.modules); "
+        "from budgetscope.analysis import build_report, load_budgets; print(build_report.__module__, "
+        "load_budgets.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "budgetscope.analysis.report", "budgetscope.analysis.budgets"]
