@@ -52,6 +52,13 @@ def ingest_text(tmp_path):
     return run
 
 
+def fresh_python(code: str) -> str:
+    """What `code` prints in a fresh interpreter (the import checks: what a command's start loads)."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
 def rows(archive: Path, sql: str, params=None) -> list[tuple]:
     from budgetscope.opener import Archive
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from conftest import fresh_python
 
 
 def test_import_is_light():
@@ -11,8 +10,7 @@ def test_import_is_light():
         "import sys, budgetscope, budgetscope.cli; "
         "print(sorted(m for m in ('torch', 'duckdb', 'streamlit', 'pyarrow') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert fresh_python(code).strip() == "[]"
 
 
 def test_the_analysis_package_imports_a_module_only_when_it_is_used():
@@ -22,5 +20,4 @@ def test_the_analysis_package_imports_a_module_only_when_it_is_used():
         "from budgetscope.analysis import build_report, load_budgets; print(build_report.__module__, "
         "load_budgets.__module__)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "budgetscope.analysis.report", "budgetscope.analysis.budgets"]
+    assert fresh_python(code).split() == ["False", "budgetscope.analysis.report", "budgetscope.analysis.budgets"]

@@ -343,13 +343,11 @@ def test_cli_dry_run_sends_nothing():
 
 
 def test_the_command_module_stays_light():
-    import subprocess
-    import sys
+    from conftest import fresh_python
 
     code = (
         "import sys, budgetscope.commands.load; "
         "print(sorted(m for m in ('torch', 'opentelemetry.sdk', 'asyncio', 'budgetscope.loadgen.runner') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert fresh_python(code).strip() == "[]"
