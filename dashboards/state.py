@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -18,6 +17,7 @@ from budgetscope.analysis.budgets import BudgetError, Budgets, TierBudget, load_
 from budgetscope.analysis.report import Selection, build_report, tier_report
 from budgetscope.analysis.whatif import to_toml
 from budgetscope.archive.errors import ArchiveError
+from budgetscope.archive.reader import committed_ns
 from budgetscope.opener import Archive
 
 NONE_TENANT = "(none)"
@@ -162,14 +162,7 @@ def in_flight_note(key: str, since_ns: int | None, until_ns: int | None) -> str 
     """The report's warning of the requests in the time range that may still lack spans (`coverage.in_flight`: the
     archive being written, its last commit under 10 s old). Not cached: it depends on the time."""
     a = _archive(key)
-    manifest = getattr(a, "manifest", None)  # a folder archive's (a single file has none)
-    if manifest is None or not manifest.committed_ns:
-        return None
-    whole = Selection({}, since_ns, until_ns)
-    flight = coverage.in_flight(
-        a.con.cursor(), whole.where(), whole.params, manifest.committed_ns, time.time_ns(), coverage.SETTLE_S
-    )
-    return coverage.in_flight_warning(flight)
+    return coverage.in_flight_warning(coverage.in_flight(a.con.cursor(), since_ns, until_ns, committed_ns(a)))
 
 
 @dataclass(frozen=True)

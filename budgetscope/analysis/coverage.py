@@ -15,7 +15,9 @@ unclaimed spans are.
 from __future__ import annotations
 
 import re
+import time
 
+from budgetscope.analysis.selection import Selection
 from budgetscope.derive import llmd
 from budgetscope.derive.classify import UNCLAIMED as UNCLAIMED_SOURCE
 
@@ -305,20 +307,24 @@ def coverage(con, where: str = "", params: list | None = None) -> dict:
 
 
 def in_flight(
-    con, where: str, params: list, last_commit_ns: int | None, now_ns: int, settle_s: float = SETTLE_S
+    con, since_ns: int | None, until_ns: int | None, last_commit_ns: int | None, now_ns: int | None = None
 ) -> dict | None:
-    """Of the requests in `where`, those that may still lack spans: in an archive committed less than `settle_s`
-    before `now_ns` (being written), the requests that ended within `settle_s` of that commit with only one side's
-    spans, in a window that has both sides' (a server's and a client's). None when there are none (and no scan when
-    the archive is not being written). {"requests", "client_only", "without_client_span", "last_commit_age_s",
-    "settle_s", "ended_since_ns"}."""
+    """Of the requests that arrived in [since_ns, until_ns), those that may still lack spans: in an archive
+    committed less than SETTLE_S before `now_ns` (default now: being written), the requests that ended within
+    SETTLE_S of that commit with only one side's spans, in a window that has both sides' (a server's and a
+    client's). None when there are none (and no scan when the archive is not being written). {"requests",
+    "client_only", "without_client_span", "last_commit_age_s", "settle_s", "ended_since_ns"}."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    settle_s = SETTLE_S
     if last_commit_ns is None or now_ns - last_commit_ns >= settle_s * 1e9:
         return None
     edge = last_commit_ns - int(settle_s * 1e9)
+    whole = Selection({}, since_ns, until_ns)
     row = con.execute(
         f"""SELECT count_if(server_span_id IS NOT NULL), count_if(has_client_span),
-        count_if(end_ns >= ? AND {CLIENT_ONLY}), count_if(end_ns >= ? AND {WITHOUT_CLIENT}) FROM requests {where}""",
-        [edge, edge, *params],
+        count_if(end_ns >= ? AND {CLIENT_ONLY}), count_if(end_ns >= ? AND {WITHOUT_CLIENT})
+        FROM requests {whole.where()}""",
+        [edge, edge, *whole.params],
     ).fetchone()
     servers, clients, only, without = (v or 0 for v in row)  # count_if of no rows is NULL
     if not (servers and clients and only + without):

@@ -10,8 +10,6 @@ the reason) and the report the worst of them (docs/report.md).
 
 from __future__ import annotations
 
-import time
-
 import budgetscope.analysis.attribution as attribution
 import budgetscope.analysis.burn as burn
 import budgetscope.analysis.contrast as contrast
@@ -406,10 +404,8 @@ def build_report(
     derived = (
         covered["requests"] if filters is None else coverage.coverage(con, whole.where(), whole.params)["requests"]
     )
-    warnings = [coverage.nothing_derived_warning(spans, derived, unclaimed)]
-    now_ns = time.time_ns() if now_ns is None else now_ns
-    flight = coverage.in_flight(con, whole.where(), whole.params, last_commit_ns, now_ns)
-    warnings.append(coverage.in_flight_warning(flight))
+    flight = coverage.in_flight(con, since_ns, until_ns, last_commit_ns, now_ns)
+    warnings = [coverage.nothing_derived_warning(spans, derived, unclaimed), coverage.in_flight_warning(flight)]
     rows = Selection({}, since_ns, until_ns, filters)  # the report's requests, as `coverage` counts them
     flags = {k: coverage.flagged(con, k, rows.where(), rows.params, present=present) for k in coverage.ROW_FLAGS}
     out = {

@@ -353,6 +353,13 @@ def _polars_schema(table: schema.Table, pl) -> dict:
     return {c.name: types[c.type] for c in table.columns} | {"_seq": pl.Int64}
 
 
+def committed_ns(reader) -> int | None:
+    """When the commit `reader` reads was made (its manifest's `committed_ns`); None for a reader without one (a
+    single-file archive) or a manifest written before the field."""
+    manifest = getattr(reader, "manifest", None)
+    return (manifest.committed_ns or None) if manifest is not None else None
+
+
 def last_commit(path: str | os.PathLike) -> int:
     """The commit a reader opened now would read (`ArchiveReader(path).manifest.seq`, without opening one): a
     folder's manifest `seq`, the sum of its shards' for a sharded root; 0 where there is none yet, or for a

@@ -30,7 +30,6 @@ from pathlib import Path
 from budgetscope.analysis import coverage, slo
 from budgetscope.analysis.budgets import Budgets
 from budgetscope.analysis.report import attributions
-from budgetscope.analysis.selection import Selection
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.archive.reader import ArchiveReader
 from budgetscope.collector.sli import labels
@@ -94,8 +93,7 @@ class AttributionGauges:
                 read_ns = r.manifest.committed_ns
                 # the requests whose other side's spans may not have landed yet are left out: a tail of client-only
                 # rows would read as `unaccounted` until their server's spans came (docs/report.md)
-                whole = Selection({}, since)
-                flight = coverage.in_flight(r.con, whole.where(), whole.params, read_ns, now_ns)
+                flight = coverage.in_flight(r.con, since, None, read_ns, now_ns)
                 entries = attributions(r.con, self.budgets, since, None, coverage.in_flight_rows(flight))
         except ArchiveError as e:
             log.debug("attribution gauges: %s", e)

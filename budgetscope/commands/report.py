@@ -55,7 +55,7 @@ def report(
     from budgetscope.analysis.render import render_markdown, render_text
     from budgetscope.analysis.report import build_report
     from budgetscope.archive.errors import ArchiveError
-    from budgetscope.archive.reader import STALE
+    from budgetscope.archive.reader import STALE, committed_ns
 
     try:
         b = load_budgets(budgets) if budgets else None
@@ -69,9 +69,7 @@ def report(
                     err=True,
                 )
             try:
-                manifest = getattr(a, "manifest", None)  # a folder archive's (a single file has none)
-                last_commit = manifest.committed_ns if manifest is not None and manifest.committed_ns else None
-                rep = build_report(a.con, b, since_ns, until_ns, last_commit_ns=last_commit)
+                rep = build_report(a.con, b, since_ns, until_ns, last_commit_ns=committed_ns(a))
                 if getattr(a, "split_traces", None) is not None:  # a sharded root (docs/archive.md)
                     rep["split_traces"] = a.split_traces
             # a segment gone: DuckDB's IO error (a sandbox's refused glob), Spark's file not found
