@@ -294,6 +294,21 @@ def test_spans_no_adapter_reads_are_named_on_the_page(monkeypatch, tmp_path):
     ]
 
 
+def test_spans_no_adapter_claimed_beside_requests_are_named_on_the_budgets_page(monkeypatch, tmp_path):
+    """Requests, and spans of a server no adapter reads beside them: the Budgets page names those spans as the
+    report's last lines do, for the selection."""
+    from otlp_wire import MS, T0, export, jsonl, native_request, span, span_id, trace_id
+
+    unread = [span(trace_id(), span_id(), f"handle {i:08x}", T0, T0 + MS, kind=2) for i in range(3)]
+    src, a = tmp_path / "t.jsonl", tmp_path / "a"
+    src.write_text(jsonl(export(native_request()[1]), export(unread, service="lmserve")))
+    assert CliRunner().invoke(main, ["ingest", str(src), "-a", str(a)]).exit_code == 0
+    at = _app(monkeypatch, a)
+    at.run()
+    _clean(at, "budgets")
+    assert "ℹ️ 3 spans no adapter claimed: 'handle <id>' of lmserve (3)" in [c.value for c in at.caption]
+
+
 def test_misread_requests_and_unread_events_are_named_on_every_page(monkeypatch, tmp_path):
     """As the report's coverage lines: a request that breaks an invariant of its format, and one whose span carries
     an event no adapter reads, are named in the notes under each page's title."""

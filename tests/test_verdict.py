@@ -3,6 +3,7 @@ what the report, ingest and collect say about spans no adapter claimed and about
 
 from __future__ import annotations
 
+import html
 import json
 import time
 
@@ -380,3 +381,31 @@ def test_the_postmortem_colours_each_tier_by_its_status(runner, tmp_path, outcom
         pm = build_postmortem(r.con, parse_budgets(BUDGETS), T0 - MS, T0 + 60_000 * MS)
     page = render_html(pm)
     assert pm["report"]["status"] == status and f"class='{css}'" in page and words in page
+
+
+def test_the_postmortem_says_what_the_report_could_not_read(runner, tmp_path, monkeypatch):
+    """Requests without a client span, spans nothing claimed, and an archive just written: the postmortem file says
+    each as the report does, of its window (the warning on stderr too); before, it said none of them."""
+    pytest.importorskip("plotly")
+    docs = _requests(["ok"] * 4) + _requests(["ok"] * 2, client=False) + _unknown_roots(3)
+    a, b, _ = _archive(runner, tmp_path, docs)
+    out = tmp_path / "incident.html"
+    window = ["--from", str(T0 - MS), "--to", str(T0 + 60_000 * MS)]
+    r = runner.invoke(main, ["postmortem", "-a", str(a), "-b", str(b), *window, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = html.unescape(out.read_text())
+    text, _ = _report(runner, a, b, "table")
+    *_, cov, unclaimed = text.stdout.splitlines()
+    assert unclaimed == "3 spans no adapter claimed: 'handle_request <id>' of lmserve (3)"
+    assert f"<div class='note'>{unclaimed}</div>" in page and f"<p class='meta'>{cov}</p>" in page
+    assert "<div class='note'>2 of 6 requests have no client span: " in page
+    assert r.stderr == "" and "being written" not in page  # the requests of 2026-01-01 ended long before
+    import budgetscope.analysis.coverage as coverage
+
+    monkeypatch.setattr(coverage, "SETTLE_S", 10**9)  # they count as just ended: the two without a client span
+    r = runner.invoke(main, ["postmortem", "-a", str(a), "-b", str(b), *window, "-o", str(out)])
+    page = html.unescape(out.read_text())
+    (warning,) = r.stderr.splitlines()
+    assert warning.startswith("budgetscope: warning: the archive is being written (last commit ")
+    assert "2 requests of the window ended within 1e+09 s of it with one side's spans only" in warning
+    assert f"<div class='note'>{warning.removeprefix('budgetscope: ')}</div>" in page

@@ -22,6 +22,13 @@ SOME_CLIENT_SPANS = (
 )
 
 
+def client_note(requests: int, with_client: int) -> str | None:
+    """What the requests' client spans leave unknown (none, or some of them without one), else None."""
+    if not requests or with_client == requests:
+        return None
+    return NO_CLIENT_SPANS if not with_client else SOME_CLIENT_SPANS.format(missing=requests - with_client, n=requests)
+
+
 def overview(con) -> dict:
     """Counts, time bounds (ns), the distinct tier/model/tenant/instance values (None = absent tenant) and the
     notes on missing data and misreads, in one pass over `requests` plus cheap probes."""
@@ -41,10 +48,8 @@ def overview(con) -> dict:
         notes.append(
             coverage.nothing_derived_warning(spans, n, coverage.unclaimed_spans(con)) if spans else NO_REQUESTS
         )
-    elif not n_client:
-        notes.append(NO_CLIENT_SPANS)
-    elif n_client < n:
-        notes.append(SOME_CLIENT_SPANS.format(missing=n - n_client, n=n))
+    elif note := client_note(n, n_client):
+        notes.append(note)
     if n:  # what was misread, and the span events no adapter reads (docs/metrics.md, "Invariants")
         present = coverage.contents(con)
         for k in coverage.ROW_FLAGS:

@@ -8,7 +8,9 @@ import html
 
 from budgetscope.analysis import charts, display, timeline
 from budgetscope.analysis.budgets import Budgets, TierBudget
-from budgetscope.analysis.overview import headline, overview
+from budgetscope.analysis.coverage import coverage_line
+from budgetscope.analysis.overview import client_note, headline
+from budgetscope.analysis.render import report_lines
 from budgetscope.analysis.report import build_report
 from budgetscope.analysis.verdict import LABEL, ms
 
@@ -25,10 +27,16 @@ td:first-child, th:first-child { text-align: left; }
 
 
 def build_postmortem(
-    con, budgets: Budgets | None, since_ns: int | None, until_ns: int | None, filters: dict | None = None
+    con,
+    budgets: Budgets | None,
+    since_ns: int | None,
+    until_ns: int | None,
+    filters: dict | None = None,
+    last_commit_ns: int | None = None,
 ) -> dict:
-    """The report and every reported tier's timeline over [since_ns, until_ns)."""
-    rep = build_report(con, budgets, since_ns, until_ns, filters=filters)
+    """The report and every reported tier's timeline over [since_ns, until_ns); `last_commit_ns`: as
+    `build_report`'s (an archive being written warns of the requests in flight)."""
+    rep = build_report(con, budgets, since_ns, until_ns, filters=filters, last_commit_ns=last_commit_ns)
     tiers = {tb.name: tb for tb in budgets.tiers} if budgets else {}
     timelines = [
         timeline.tier_timeline(con, tiers.get(e["name"], TierBudget(name=e["name"])), e, since_ns, until_ns, filters)
@@ -39,8 +47,16 @@ def build_postmortem(
         "timelines": timelines,
         "since_ns": since_ns,
         "until_ns": until_ns,
-        "overview": overview(con),
     }
+
+
+def notes(rep: dict) -> list[str]:
+    """What the postmortem notes beside its figures, all of its window (the coverage line is in its heading): what
+    the client spans leave unknown, the report's warnings (nothing derived, requests in flight) and what it could
+    not read or misread (`report_lines`)."""
+    cov = rep["coverage"]
+    client = client_note(cov["requests"], cov["with_client_spans"])
+    return [*([client] if client else []), *rep["warnings"], *report_lines(rep, coverage=False)]
 
 
 def _metrics_table(e: dict) -> str:
@@ -90,8 +106,9 @@ def render_html(pm: dict, title: str = "budgetscope postmortem") -> str:
         f"<p class='meta'>Requests that arrived from {charts.utc(pm['since_ns'])} to {charts.utc(pm['until_ns'])}"
         f"{' · budgets ' + html.escape(rep['budgets_file']) if rep['budgets_file'] else ' · no budgets file'}"
         f" · {REPORT_WORDS[rep['status']]}</p>",
+        f"<p class='meta'>{html.escape(coverage_line(rep['coverage']))}</p>",
     ]
-    parts += [f"<div class='note'>{html.escape(n)}</div>" for n in pm["overview"]["notes"]]
+    parts += [f"<div class='note'>{html.escape(n)}</div>" for n in notes(rep)]
     if not rep["tiers"]:
         parts.append("<div class='note'>No tier to report: no budgets tier matched and no requests were found.</div>")
     first_plot = True

@@ -121,17 +121,26 @@ def _summary(t: dict) -> str:
     )
 
 
-def _report_lines(report: dict) -> list[str]:
-    """What the report read: its status when UNKNOWN, coverage, and the spans no adapter claimed."""
+def report_lines(report: dict, coverage: bool = True, misread: bool = True) -> list[str]:
+    """What the report read and could not: its status when UNKNOWN, its coverage, the spans no adapter claimed, the
+    misread requests, the llm-d legs that lost their trace, the traces split across shards. `coverage=False`,
+    `misread=False` leave out the coverage line and the misread requests' lines (where they are said elsewhere)."""
     out = []
     if report["status"] == "UNKNOWN":
         out.append(f"UNKNOWN: {report['unknown_reason']}")
-    out.append(coverage_line(report["coverage"]))
+    if coverage:
+        out.append(coverage_line(report["coverage"]))
     if line := unclaimed_line(report["unclaimed_spans"]):
         out.append(line)
-    out += [line for k in ROW_FLAGS if k in report and (line := flagged_line(k, report[k]))]
+    if misread:
+        out += [line for k in ROW_FLAGS if k in report and (line := flagged_line(k, report[k]))]
     if line := orphan_line(report.get("llmd_orphans")):
         out.append(line)
+    if n := report.get("split_traces"):
+        out.append(
+            f"{n:,} traces had spans on more than one shard; each was derived from all its spans, joined across "
+            "shards (docs/archive.md)."
+        )
     return out
 
 
@@ -159,8 +168,7 @@ def render_text(report: dict) -> str:
         out.append(
             "Tiers with no budget: " + ", ".join(f"{k} ({v} requests)" for k, v in report["unbudgeted_tiers"].items())
         )
-    out += _report_lines(report)
-    out += _split_note(report)
+    out += report_lines(report)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -184,17 +192,5 @@ def render_markdown(report: dict) -> str:
         out.append(
             "Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items())
         )
-    out += ["", *(f"- {line}" for line in _report_lines(report))]
-    out += _split_note(report)
+    out += ["", *(f"- {line}" for line in report_lines(report))]
     return "\n".join(out).rstrip() + "\n"
-
-
-def _split_note(report: dict) -> list[str]:
-    """The line saying how many traces of a sharded root had spans on several shards (none when none did)."""
-    n = report.get("split_traces")
-    if not n:
-        return []
-    return [
-        f"{n:,} traces had spans on more than one shard; each was derived from all its spans, joined across "
-        "shards (docs/archive.md)."
-    ]

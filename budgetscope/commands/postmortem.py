@@ -19,7 +19,9 @@ from budgetscope.commands.options import ARCHIVE, BUDGETS, UsageError, check_inp
 @click.option("--title", default="budgetscope postmortem", show_default=True)
 def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str, title: str) -> None:
     """Write the timeline and the budget verdict of an incident window as ONE self-contained HTML file (data,
-    JS and CSS inline; it fetches nothing) to attach to the incident.
+    JS and CSS inline; it fetches nothing) to attach to the incident, with the notes `report` prints on what it
+    could not read (spans no adapter claimed, requests without a client span, requests still in flight: also on
+    stderr).
 
     \b
       budgetscope postmortem -a prod/ -b budgets.toml \\
@@ -40,10 +42,13 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     except MissingExtra as e:
         raise UsageError(str(e)) from None
     from budgetscope.analysis.postmortem import build_postmortem, render_html
+    from budgetscope.archive.reader import committed_ns
     from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False, since_ns=since, until_ns=until) as a:
-        pm = build_postmortem(a.con, b, since, until)
+        pm = build_postmortem(a.con, b, since, until, last_commit_ns=committed_ns(a))
+        if getattr(a, "split_traces", None) is not None:  # a sharded root (docs/archive.md)
+            pm["report"]["split_traces"] = a.split_traces
     try:
         Path(out).write_text(render_html(pm, title), encoding="utf-8")
     except OSError as e:
@@ -51,3 +56,5 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     from budgetscope.analysis.postmortem import REPORT_WORDS
 
     click.echo(f"{out}: {len(pm['report']['tiers'])} tiers, {REPORT_WORDS[pm['report']['status']]}")
+    for warning in pm["report"]["warnings"]:  # in the file too
+        click.echo(f"budgetscope: {warning}", err=True)

@@ -4,12 +4,15 @@ the error budget left and the burn rates of each budgeted figure."""
 import state
 import streamlit as st
 
-from budgetscope.analysis.render import burn_table
+from budgetscope.analysis.render import burn_table, report_lines
 from budgetscope.analysis.slo import figure_label
 from budgetscope.analysis.verdict import LABEL, outcomes_words
 
 ov, f, text, bpath = state.start_page("Budgets")
 rep = state.report(state.archive_path(), text, f, bpath)
+# what the report could not read, of the selection (the head's notes hold the archive's coverage and misreads)
+for line in report_lines(rep, coverage=False, misread=False):
+    st.caption("ℹ️ " + line)
 if not rep["tiers"]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
 # tiers with requests first: a budgeted tier that matched none is one line at the end, not the page's opening
