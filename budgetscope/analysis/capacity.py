@@ -258,6 +258,7 @@ def step_figures(con, step: Step, budgets: Budgets, target_attainment: float | N
         "requests": requests,
         "ok": ok,
         "served_rps": ok / wall_s if wall_s > 0 else None,
+        "coverage": rep["coverage"],  # a step read before its last spans landed has one-sided requests
         "signals": signals(con, step.start_ns, step.end_ns),
         "tiers": tiers,
     }

@@ -38,10 +38,13 @@ def _window(since_ns: int | None, until_ns: int | None) -> tuple[list[str], list
     return clauses, params
 
 
+EXPORT_DELAY_S = 5.0
+"""How often an exporter sends its spans: the OpenTelemetry SDK's batch span processor's default schedule delay
+(`OTEL_BSP_SCHEDULE_DELAY`, 5000 ms), which vLLM, SGLang and TGI keep."""
 SETTLE_S = 10.0
-"""How long the spans of one request take to all land in an archive that is being written: the OpenTelemetry
-SDK's batch span processor sends every 5 s by default, so a request's server and client spans reach the collector
-within about that much of each other, plus a commit (about a second)."""
+"""How long the spans of one request take to all land in an archive that is being written: the exporters send
+every EXPORT_DELAY_S, so a request's server and client spans reach the collector within about that much of each
+other, plus a commit (about a second)."""
 
 CLIENT_ONLY = "source = 'client'"
 """A request with the client's spans only (derive/client.py's row: no server span joined it)."""
@@ -360,8 +363,9 @@ def in_flight_warning(f: dict | None) -> str | None:
         f"warning: the archive is being written (last commit {f['last_commit_age_s']:g} s ago): {f['requests']:,} "
         f"request{'s' if f['requests'] != 1 else ''} of the window ended within {f['settle_s']:g} s of it with one "
         "side's spans only "
-        f"({', '.join(sides)}); the other side's may not have landed yet (exporters batch spans for 5 s), so their "
-        f"time may read as unaccounted or without network: run the report again in {f['settle_s']:g} s"
+        f"({', '.join(sides)}); the other side's may not have landed yet (exporters batch spans for "
+        f"{EXPORT_DELAY_S:g} s), so their time may read as unaccounted or without network: run the report again in "
+        f"{f['settle_s']:g} s"
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from budgetscope.analysis import capacity
+from budgetscope.analysis.coverage import EXPORT_DELAY_S
 from budgetscope.archive.archive import is_single_file
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.instrument.client import ClientTracer
@@ -170,6 +171,7 @@ class Sweep:
         self.run_id = uuid.uuid4().hex[:12]
         self.step_results: list[dict] = []
         self.search_log: list[dict] = []
+        self.server_spans: bool | None = None  # whether the target sends spans: unknown until a step is read
 
     # -- checks before anything is written ---------------------------------------------------------------
     def preflight(self):
@@ -369,12 +371,15 @@ class Sweep:
                     if counts != last:
                         last, stable_since = counts, now
                     complete = steps and steps[0].sent >= sent and counts[2] >= sent
-                    if (complete and now - stable_since >= 1.5) or now > deadline:
+                    quiet = complete and now - stable_since >= _quiet_s(counts, self.server_spans)
+                    if quiet or now > deadline:
                         if not steps:
                             raise SweepError(
                                 f"no client span of step {index + 1} reached the archive within "
                                 f"{self.config.settle_s:g} s"
                             )
+                        # False once a step was read, after the longer wait, without any: the target sends none
+                        self.server_spans = bool(self.server_spans or counts[1])
                         return capacity.step_figures(
                             a.con, steps[0], self.config.budgets, self.config.target_attainment
                         )
@@ -476,9 +481,29 @@ class Sweep:
         self.say(f"/metrics: {len(scraper.bodies)} scrapes, {landed:,} samples landed in server_metrics")
 
 
+QUIET_S = 1.5
+"""How long a step's counts must stay unchanged, once its client spans are all in the archive, before it is read
+when every request has both sides' spans (`_quiet_s`)."""
+
+
+def _quiet_s(counts: tuple[int, int, int], server_spans: bool | None) -> float:
+    """How long a step's counts (requests, with a server span, with a client span) must stay unchanged before it is
+    read: QUIET_S, or, while some requests have one side's spans only and the target sends spans (`server_spans`:
+    a step had some; None: no step read yet, or this one has some), longer than an exporter's batch delay
+    (coverage.EXPORT_DELAY_S). A server exporting every 5 s sends nothing for up to 5 s, and a step read meanwhile
+    holds client-only rows, their whole TTFT `unaccounted`; a target that sends no span costs its first step the
+    longer wait only."""
+    n, server, client = counts
+    sends = server > 0 or server_spans is not False
+    return EXPORT_DELAY_S + 1.0 if sends and min(server, client) < n else QUIET_S
+
+
 def _step_line(s: dict) -> str:
     where = f"{s['rate_rps']:g} req/s" if s.get("concurrency") is None else f"{s['concurrency']} in flight"
     parts = [f"  {where}: {s['ok']}/{s['requests']} ok"]
+    cov = s["coverage"]
+    if cov["with_server_spans"] and (one_sided := cov["requests"] - cov["with_both"]):
+        parts[0] += f" ({one_sided} with one side's spans only when read)"
     for t in s["tiers"]:
         if not t["requests"]:
             continue
