@@ -371,8 +371,8 @@ class Sweep:
                     if counts != last:
                         last, stable_since = counts, now
                     complete = steps and steps[0].sent >= sent and counts[2] >= sent
-                    quiet = complete and now - stable_since >= _quiet_s(counts, self.server_spans)
-                    if quiet or now > deadline:
+                    settled = complete and now - stable_since >= _quiet_s(counts, self.server_spans)
+                    if settled or now > deadline:
                         if not steps:
                             raise SweepError(
                                 f"no client span of step {index + 1} reached the archive within "
