@@ -200,6 +200,11 @@ def test_report_command_on_a_fresh_archive_warns_on_stderr(archive_path, ingest_
     rep = json.loads(out.stdout)
     assert (rep["in_flight"]["client_only"], rep["in_flight"]["without_client_span"]) == (6, 1)
     assert "budgetscope: warning: the archive is being written (last commit " in out.stderr
+    # the markdown report, a document (a CI comment, a ticket), carries it too; the table leaves it to stderr
+    md = CliRunner().invoke(main, ["report", "--archive", str(archive_path), "--format", "markdown"])
+    table = CliRunner().invoke(main, ["report", "--archive", str(archive_path)])
+    assert "\n- warning: the archive is being written (last commit " in md.stdout and "being written" in md.stderr
+    assert "being written" not in table.stdout and "being written" in table.stderr
 
 
 def test_the_in_flight_warning_counts_one_request_as_one():

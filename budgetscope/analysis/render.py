@@ -192,5 +192,6 @@ def render_markdown(report: dict) -> str:
         out.append(
             "Tiers with no budget: " + ", ".join(f"`{k}` ({v} requests)" for k, v in report["unbudgeted_tiers"].items())
         )
-    out += ["", *(f"- {line}" for line in report_lines(report))]
+    # a document (a CI comment, a ticket) carries its warnings, which the text table leaves to stderr
+    out += ["", *(f"- {line}" for line in [*report["warnings"], *report_lines(report)])]
     return "\n".join(out).rstrip() + "\n"
