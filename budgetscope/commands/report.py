@@ -41,7 +41,8 @@ def report(
 ) -> None:
     """Break the tail down against the budgets: exit 0 if every tier keeps them, 1 if one breaks them, 3 if
     one cannot be judged (its figures are unknown: no request, or no latency read), 2 on bad input. On an archive
-    being written, a warning on stderr counts the requests whose other side's spans may not have landed yet.
+    being written, a warning on stderr counts the requests whose other side's spans may not have landed yet
+    (warnings are in the JSON's `warnings` and the markdown's closing lines too).
 
     \b
       budgetscope report --archive prod/ --budgets budgets.toml
