@@ -179,7 +179,10 @@ class Filters:
 
 @st.cache_data(show_spinner="Building the report…", max_entries=32)
 def report(path: str, text: str, f: Filters, budgets_file: str | None = None) -> dict:
-    rep = build_report(_archive(path).con.cursor(), budgets_from(text), f.since_ns, f.until_ns, f.as_dict())
+    a = _archive(path)  # the requests in flight are not asked for here: `in_flight_note`, uncached, says them
+    rep = build_report(
+        a.con.cursor(), budgets_from(text), f.since_ns, f.until_ns, f.as_dict(), split_traces=a.split_traces
+    )
     rep["budgets_file"] = budgets_file or rep["budgets_file"]
     return rep
 

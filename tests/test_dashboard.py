@@ -309,6 +309,17 @@ def test_spans_no_adapter_claimed_beside_requests_are_named_on_the_budgets_page(
     assert "ℹ️ 3 spans no adapter claimed: 'handle <id>' of lmserve (3)" in [c.value for c in at.caption]
 
 
+def test_the_budgets_page_says_how_many_traces_of_a_sharded_root_were_split(monkeypatch, tmp_path):
+    from test_shards import build_split_fleet
+
+    root, _, split = build_split_fleet(tmp_path)
+    at = _app(monkeypatch, root)
+    at.run()
+    _clean(at, "budgets")
+    notes = [c.value for c in at.caption]
+    assert any(n.startswith(f"ℹ️ {split} traces had spans on more than one shard") for n in notes), notes
+
+
 def test_misread_requests_and_unread_events_are_named_on_every_page(monkeypatch, tmp_path):
     """As the report's coverage lines: a request that breaks an invariant of its format, and one whose span carries
     an event no adapter reads, are named in the notes under each page's title."""

@@ -262,3 +262,13 @@ def test_the_report_says_how_many_traces_were_split(split_fleet, tmp_path):
     assert json.loads(out["json"])["split_traces"] == split
     said = f"{split} traces had spans on more than one shard"
     assert said in out["table"] and said in out["markdown"]
+    page = tmp_path / "incident.html"  # the postmortem says it among its notes
+    window = ["--from", "0", "--to", str(4_102_444_800 * 10**9)]
+    r = subprocess.run(
+        [sys.executable, "-m", "budgetscope.cli", "postmortem", "-a", str(root), *window, "-o", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"<div class='note'>{said}" in page.read_text()

@@ -33,10 +33,13 @@ def build_postmortem(
     until_ns: int | None,
     filters: dict | None = None,
     last_commit_ns: int | None = None,
+    split_traces: int | None = None,
 ) -> dict:
-    """The report and every reported tier's timeline over [since_ns, until_ns); `last_commit_ns`: as
-    `build_report`'s (an archive being written warns of the requests in flight)."""
-    rep = build_report(con, budgets, since_ns, until_ns, filters=filters, last_commit_ns=last_commit_ns)
+    """The report and every reported tier's timeline over [since_ns, until_ns); `last_commit_ns`, `split_traces`:
+    as `build_report`'s (an archive being written warns of the requests in flight; a sharded root's split traces)."""
+    rep = build_report(
+        con, budgets, since_ns, until_ns, filters=filters, last_commit_ns=last_commit_ns, split_traces=split_traces
+    )
     tiers = {tb.name: tb for tb in budgets.tiers} if budgets else {}
     timelines = [
         timeline.tier_timeline(con, tiers.get(e["name"], TierBudget(name=e["name"])), e, since_ns, until_ns, filters)

@@ -376,6 +376,7 @@ def build_report(
     until_ns: int | None = None,
     filters: dict | None = None,
     last_commit_ns: int | None = None,
+    split_traces: int | None = None,
     now_ns: int | None = None,
 ) -> dict:
     """The whole report. Without budgets, every tier found is reported at p99 with no budget.
@@ -385,7 +386,8 @@ def build_report(
 
     `last_commit_ns`: when the archive's last commit was made (its manifest's), where known: a report on an archive
     being written (that commit less than `coverage.SETTLE_S` before `now_ns`, default now) warns of the requests
-    whose other side's spans may not have landed yet (`coverage.in_flight`).
+    whose other side's spans may not have landed yet (`coverage.in_flight`). `split_traces`: a sharded root's reader's
+    (`TableAccess.split_traces`), said in the report when not None.
     """
     if budgets is None:
         jobs = [(tb, False) for tb in (TierBudget(name=t) for t in discovered_tiers(con)) if tier_selected(tb, filters)]
@@ -426,6 +428,8 @@ def build_report(
     }
     if filters is not None:
         out["filters"] = filters
+    if split_traces is not None:
+        out["split_traces"] = split_traces
     return out
 
 

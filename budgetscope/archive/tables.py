@@ -9,6 +9,9 @@ class TableAccess:
     """Relations, counts and the polars import of an archive whose public tables are on `self.con`."""
 
     con = None
+    split_traces: int | None = None
+    """Of a sharded root's reader: the traces with spans on more than one shard, each derived from all its spans
+    (archive/split_traces.py); None for one archive's."""
 
     def relation(self, table: str):
         """A public table or view as a DuckDB relation."""

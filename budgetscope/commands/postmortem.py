@@ -46,9 +46,7 @@ def postmortem(archive: str, budgets: str | None, from_: str, to: str, out: str,
     from budgetscope.opener import Archive
 
     with Archive(archive, read_only=True, create=False, since_ns=since, until_ns=until) as a:
-        pm = build_postmortem(a.con, b, since, until, last_commit_ns=committed_ns(a))
-        if getattr(a, "split_traces", None) is not None:  # a sharded root (docs/archive.md)
-            pm["report"]["split_traces"] = a.split_traces
+        pm = build_postmortem(a.con, b, since, until, last_commit_ns=committed_ns(a), split_traces=a.split_traces)
     try:
         Path(out).write_text(render_html(pm, title), encoding="utf-8")
     except OSError as e:

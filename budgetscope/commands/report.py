@@ -70,9 +70,9 @@ def report(
                     err=True,
                 )
             try:
-                rep = build_report(a.con, b, since_ns, until_ns, last_commit_ns=committed_ns(a))
-                if getattr(a, "split_traces", None) is not None:  # a sharded root (docs/archive.md)
-                    rep["split_traces"] = a.split_traces
+                rep = build_report(
+                    a.con, b, since_ns, until_ns, last_commit_ns=committed_ns(a), split_traces=a.split_traces
+                )
             # a segment gone: DuckDB's IO error (a sandbox's refused glob), Spark's file not found
             except (duckdb.IOException, duckdb.PermissionException, ArchiveError):
                 if not a.stale():
