@@ -224,3 +224,19 @@ def test_the_text_gives_each_repeats_capacity_and_the_interval():
     }
     assert _repeats_line(tier) == ["Repeats: capacity per repeat (req/s) 4, below the lowest; spread 4-4."]
     assert _repeats_line({"unit": "req/s", "repeats": None}) == []
+
+
+def test_a_sweep_without_server_spans_names_no_stage():
+    """Every level's requests the client's alone (no server span reached the sweep): the tail is all `unaccounted`,
+    and the verdict says the stages are unknown rather than that `unaccounted` takes over."""
+    alone = {"unaccounted": 1.0}
+    pts = [_point(2, 2.0, True, 100, alone), _point(4, 3.0, True, 120, alone)]
+    for p in pts:
+        p["server_spans"] = 0
+    c = tier_capacity(pts, "chat", 0.99)
+    assert c["stages_known"] is False and c["takeover"]["stage"] == "unaccounted"
+    assert "No server span reached the sweep: the stages are unknown" in c["verdict"]
+    assert "unaccounted is 100% of the TTFT tail" not in c["verdict"]
+    pts[1]["server_spans"] = 3  # some did, at one level: the takeover is said as measured
+    c = tier_capacity(pts, "chat", 0.99)
+    assert c["stages_known"] is True and "unaccounted is 100% of the TTFT tail" in c["verdict"]

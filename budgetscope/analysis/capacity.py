@@ -325,6 +325,10 @@ def points(steps: list[dict]) -> list[dict]:
                 "runs": len(runs),
                 "served_rps": _median([s["served_rps"] for s in runs]),
                 "served_spread": _spread([s["served_rps"] for s in runs]),
+                # requests with a server span, over the runs as read (None: a step read before steps said)
+                "server_spans": None
+                if any("coverage" not in s for s in runs)
+                else sum(s["coverage"]["with_server_spans"] for s in runs),
                 "tiers": tiers,
             }
         )
@@ -362,6 +366,8 @@ def tier_capacity(pts: list[dict], name: str, target: float) -> dict:
     knee, knee_reason = _knee(mine, unit)
     past = knee if knee is not None else capacity
     takeover = _takeover(mine, past, unit)
+    # no server span at any level: every request is the client's alone, its whole time `unaccounted`
+    stages_known = not pts or any(p.get("server_spans") != 0 for p in pts)
     at_cap = next((t for r, _, t in mine if r == capacity), None)
     at_break = next((t for r, _, t in mine if r == first_break), None)
     sfx = "rps" if unit == RATE_UNIT else "concurrency"
@@ -379,6 +385,7 @@ def tier_capacity(pts: list[dict], name: str, target: float) -> dict:
         f"knee_{sfx}": knee,
         "knee_reason": knee_reason,
         "takeover": takeover,
+        "stages_known": stages_known,
         "confidence": {
             "runs_per_rate": sorted({t["runs"] for _, _, t in mine}),
             "at_capacity": _sure(at_cap, target),
@@ -537,7 +544,12 @@ def _verdict(c: dict, mine: list[tuple]) -> str:
     )
     t = c["takeover"]
     take = ""
-    if t is not None:
+    if not c.get("stages_known", True):
+        take = (
+            " No server span reached the sweep: the stages are unknown, and the tail's time is the client's alone "
+            "(`unaccounted`); export the server's spans to the sweep's collector to see which stage takes over."
+        )
+    elif t is not None:
         where = f"Above {t['above']:g} {u}" if t["above"] is not None else f"At {t['at']:g} {u}"
         take = (
             f" {where} {t['stage']} is {_pct(t['share'])} of the TTFT tail "
