@@ -325,7 +325,7 @@ def points(steps: list[dict]) -> list[dict]:
                 "runs": len(runs),
                 "served_rps": _median([s["served_rps"] for s in runs]),
                 "served_spread": _spread([s["served_rps"] for s in runs]),
-                # requests with a server span, over the runs as read (None: a step read before steps said)
+                # requests with a server span, over the runs as read (None: a step without `coverage`)
                 "server_spans": None
                 if any("coverage" not in s for s in runs)
                 else sum(s["coverage"]["with_server_spans"] for s in runs),

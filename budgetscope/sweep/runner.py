@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from budgetscope.analysis import capacity
-from budgetscope.analysis.coverage import EXPORT_DELAY_S
+from budgetscope.analysis import capacity, coverage
+from budgetscope.analysis.selection import Selection
 from budgetscope.archive.archive import is_single_file
 from budgetscope.archive.errors import ArchiveError
 from budgetscope.instrument.client import ClientTracer
@@ -360,17 +360,13 @@ class Sweep:
                 with Archive(self.config.archive, read_only=True, create=False) as a:
                     steps = [s for s in capacity.sweep_steps(a.con, self.run_id) if s.index == index]
                     counts = None
-                    if steps:
-                        s = steps[0]
-                        counts = a.con.execute(
-                            "SELECT count(*), count(server_span_id), count_if(has_client_span) FROM requests "
-                            "WHERE arrival_ns >= ? AND arrival_ns <= ?",
-                            [s.start_ns, s.end_ns],
-                        ).fetchone()
+                    if steps:  # the step's window as its report reads it (capacity.step_figures)
+                        window = Selection({}, steps[0].start_ns, steps[0].end_ns + 1)
+                        counts = coverage.coverage(a.con, window.where(), window.params)
                     now = time.monotonic()
                     if counts != last:
                         last, stable_since = counts, now
-                    complete = steps and steps[0].sent >= sent and counts[2] >= sent
+                    complete = steps and steps[0].sent >= sent and counts["with_client_spans"] >= sent
                     settled = complete and now - stable_since >= _quiet_s(counts, self.server_spans)
                     if settled or now > deadline:
                         if not steps:
@@ -379,7 +375,7 @@ class Sweep:
                                 f"{self.config.settle_s:g} s"
                             )
                         # False once a step was read, after the longer wait, without any: the target sends none
-                        self.server_spans = bool(self.server_spans or counts[1])
+                        self.server_spans = bool(self.server_spans or counts["with_server_spans"])
                         return capacity.step_figures(
                             a.con, steps[0], self.config.budgets, self.config.target_attainment
                         )
@@ -486,23 +482,26 @@ QUIET_S = 1.5
 when every request has both sides' spans (`_quiet_s`)."""
 
 
-def _quiet_s(counts: tuple[int, int, int], server_spans: bool | None) -> float:
-    """How long a step's counts (requests, with a server span, with a client span) must stay unchanged before it is
-    read: QUIET_S, or, while some requests have one side's spans only and the target sends spans (`server_spans`:
-    a step had some; None: no step read yet, or this one has some), longer than an exporter's batch delay
-    (coverage.EXPORT_DELAY_S). A server exporting every 5 s sends nothing for up to 5 s, and a step read meanwhile
-    holds client-only rows, their whole TTFT `unaccounted`; a target that sends no span costs its first step the
-    longer wait only."""
-    n, server, client = counts
-    sends = server > 0 or server_spans is not False
-    return EXPORT_DELAY_S + 1.0 if sends and min(server, client) < n else QUIET_S
+def _one_sided(cov: dict) -> int:
+    """Of a step's requests (its `coverage.coverage`), those with one side's spans only, where the target sends
+    server spans at all (0 where it sent none: there is no other side to wait for)."""
+    return cov["requests"] - cov["with_both"] if cov["with_server_spans"] else 0
+
+
+def _quiet_s(cov: dict, server_spans: bool | None) -> float:
+    """How long a step's coverage (`coverage.coverage`) must stay unchanged before it is read: QUIET_S, or, while
+    some requests have one side's spans only and the target sends spans (`server_spans`: a step had some; None: no
+    step read yet, or this one has some), longer than an exporter's batch delay (coverage.EXPORT_DELAY_S). A server
+    exporting every 5 s sends nothing for up to 5 s, and a step read meanwhile holds client-only rows, their whole
+    TTFT `unaccounted`; a target that sends no span costs its first step the longer wait only."""
+    sends = cov["with_server_spans"] > 0 or server_spans is not False
+    return coverage.EXPORT_DELAY_S + 1.0 if sends and cov["with_both"] < cov["requests"] else QUIET_S
 
 
 def _step_line(s: dict) -> str:
     where = f"{s['rate_rps']:g} req/s" if s.get("concurrency") is None else f"{s['concurrency']} in flight"
     parts = [f"  {where}: {s['ok']}/{s['requests']} ok"]
-    cov = s["coverage"]
-    if cov["with_server_spans"] and (one_sided := cov["requests"] - cov["with_both"]):
+    if one_sided := _one_sided(s["coverage"]):
         parts[0] += f" ({one_sided} with one side's spans only when read)"
     for t in s["tiers"]:
         if not t["requests"]:
