@@ -271,6 +271,10 @@ INGEST_BATCHES = Table(
     ),
 )
 
+RECEIVED_POSITION = "request {} from {}"
+"""`ingest_batches.position` of a batch that a collector's receiver took (the request's number, the peer): spans
+sent live. A file's batches say where in the file they were (`line 17`, `message 3`, `document`)."""
+
 GPU_SAMPLES = Table(
     "gpu_samples",
     "GPU samples, one row per metric point (filled by the GPU sampler's OTLP metrics).",

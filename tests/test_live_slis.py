@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import otlp_wire as w
-from budgetscope.analysis import slo
+from budgetscope.analysis import coverage, slo
 from budgetscope.analysis.budgets import parse_budgets
 from budgetscope.analysis.judging import value_sql
 from budgetscope.analysis.report import build_report
@@ -181,12 +181,15 @@ def test_late_spans_change_a_waiting_request_and_never_count_it_twice(archive_pa
 
 def test_attribution_gauges_equal_the_report_over_the_window(archive_path):
     with _collected(archive_path, 9, 120) as c:
-        now = w.T0 + 3_600_000_000_000  # an hour after the first request: every one is in a 2-hour window
-        c.attribution_gauges.window_s = 7200
+        # read as it will be once its last commit has settled (nothing in flight), over a window from an hour before
+        # the first request
+        now = time.time_ns() + int(coverage.SETTLE_S * 1e9) + 10**9
+        window_s = (now - w.T0) // 10**9 + 3600
+        c.attribution_gauges.window_s = window_s
         assert c.attribution_gauges.refresh(now_ns=now)
         got = _scrape(c.http_port)
     with Archive(archive_path, read_only=True) as a:
-        rep = build_report(a.con, BUDGETS, since_ns=now - 7200 * 10**9)
+        rep = build_report(a.con, BUDGETS, since_ns=now - window_s * 10**9)
     infos = {k: v for k, v in got.items() if k[0] == slo.ATTRIBUTION_INFO}
     assert infos
     for t in rep["tiers"]:
@@ -204,7 +207,7 @@ def test_attribution_gauges_equal_the_report_over_the_window(archive_path):
             assert infos[(slo.ATTRIBUTION_INFO, tuple(sorted(info.items())))] == 1
             tail = (("figure", kind), ("tier", t["name"]))
             assert got[(slo.ATTRIBUTION_TAIL, tail)] == at["tail_size"]
-    assert got[(slo.ATTRIBUTION_WINDOW, ())] == 7200
+    assert got[(slo.ATTRIBUTION_WINDOW, ())] == window_s
     assert got[(slo.ATTRIBUTION_LAG, ())] == 0
 
 
@@ -269,13 +272,16 @@ def test_budgets_without_the_http_receiver_is_one_line(tmp_path):
     assert not (tmp_path / "a").exists()
 
 
-def test_the_attribution_gauges_leave_out_the_requests_in_flight(archive_path):
+@pytest.mark.parametrize("behind_s", [0, 120], ids=["same-clock", "senders-2-min-behind"])
+def test_the_attribution_gauges_leave_out_the_requests_in_flight(archive_path, behind_s):
     """Ten slow requests ended a few seconds ago and only their client's spans have landed (the server's are still
     in its exporter's batch): as client-only rows their TTFT is all `unaccounted`, and they are the tail. The gauges
-    leave them out and count them; when the server's spans land, the gauges take them in and name their queue."""
+    leave them out and count them; when the server's spans land, the gauges take them in and name their queue.
+    Senders whose clocks are 2 minutes behind the collector's stamp requests that, by their end times, ended long
+    before its last commit: they are in flight all the same, their spans having just come."""
     from budgetscope.archive.reader import ArchiveReader
 
-    now = time.time_ns()
+    now = time.time_ns() - behind_s * 10**9  # the senders' clock
 
     def request(i: int, arrival: int, queue_ms: float) -> list[dict]:
         stages = (("frontend", 1), ("queue", queue_ms), ("prefill", 10), ("decode", 20), ("postprocess", 1))

@@ -212,7 +212,7 @@ def test_the_in_flight_warning_counts_one_request_as_one():
 
     f = {"requests": 1, "client_only": 1, "without_client_span": 0, "last_commit_age_s": 0.9, "settle_s": 10.0}
     assert in_flight_warning(f).startswith(
-        "warning: the archive is being written (last commit 0.9 s ago): 1 request of the window ended within 10 s of "
-        "it with one side's spans only (1 client-only); "
+        "warning: the archive is being written (last commit 0.9 s ago): 1 request of the window with one side's spans "
+        "only ended, or came, within 10 s of it (1 client-only); "
     )
     assert in_flight_warning(None) is None

@@ -20,6 +20,7 @@ import time
 from budgetscope.analysis.selection import Selection
 from budgetscope.derive import llmd
 from budgetscope.derive.classify import UNCLAIMED as UNCLAIMED_SOURCE
+from budgetscope.schema import RECEIVED_POSITION
 
 LLMD_SOURCE = "llmd"
 TOP_UNCLAIMED = 5
@@ -50,6 +51,14 @@ CLIENT_ONLY = "source = 'client'"
 """A request with the client's spans only (derive/client.py's row: no server span joined it)."""
 WITHOUT_CLIENT = "server_span_id IS NOT NULL AND NOT has_client_span"
 """A request with the server's spans only."""
+LANDED_SINCE = (
+    "SELECT DISTINCT s.trace_id FROM spans s JOIN ingest_batches b ON b.batch_id = s.batch_id "
+    f"WHERE b.received_ns >= ? AND b.position LIKE '{RECEIVED_POSITION.format('%', '%')}'"
+)
+"""The traces that got spans sent live (a collector's receiver took them) in a batch the archive received at or after
+a time (`ingest_batches.received_ns`: the writer's clock). A file's batches are left out: a file holds what it
+will ever hold. A sharded root's shards number their batches each on its own: there a span of another shard's
+batch of the same number counts too (more requests said to be in flight, never fewer)."""
 
 KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 """A server's KV-use gauges in `server_metrics` (vLLM's, its older name, SGLang's): queue_wait reads them."""
@@ -313,21 +322,30 @@ def in_flight(
     con, since_ns: int | None, until_ns: int | None, last_commit_ns: int | None, now_ns: int | None = None
 ) -> dict | None:
     """Of the requests that arrived in [since_ns, until_ns), those that may still lack spans: in an archive
-    committed less than SETTLE_S before `now_ns` (default now: being written), the requests that ended within
-    SETTLE_S of that commit with only one side's spans, in a window that has both sides' (a server's and a
-    client's). None when there are none (and no scan when the archive is not being written). {"requests",
-    "client_only", "without_client_span", "last_commit_age_s", "settle_s", "ended_since_ns"}."""
+    committed less than SETTLE_S before `now_ns` (default now: being written), the requests with only one side's
+    spans that are at its edge, in a window that has both sides' (a server's and a client's). None when there are
+    none (and no scan when the archive is not being written). {"requests", "client_only", "without_client_span",
+    "last_commit_age_s", "settle_s", "ended_since_ns"}.
+
+    At its edge: the request ended within SETTLE_S of that commit (`ended_since_ns` on) by its spans' clock, or
+    spans of its trace came in a batch the archive received since then (`LANDED_SINCE`: the writer's clock, as
+    the commit's is). The first alone compares the sender's clock with the writer's: a client whose clock is
+    behind by more than SETTLE_S had its newest one-sided requests read as whole."""
     now_ns = time.time_ns() if now_ns is None else now_ns
     settle_s = SETTLE_S
     if last_commit_ns is None or now_ns - last_commit_ns >= settle_s * 1e9:
         return None
     edge = last_commit_ns - int(settle_s * 1e9)
     whole = Selection({}, since_ns, until_ns)
+    # joined, not tested by IN inside count_if (Spark takes subqueries in filters only)
+    at_edge = "(r.end_ns >= ? OR l.trace_id IS NOT NULL)"
     row = con.execute(
-        f"""SELECT count_if(server_span_id IS NOT NULL), count_if(has_client_span),
-        count_if(end_ns >= ? AND {CLIENT_ONLY}), count_if(end_ns >= ? AND {WITHOUT_CLIENT})
-        FROM requests {whole.where()}""",
-        [edge, edge, *whole.params],
+        f"""SELECT count_if(r.bs_server), count_if(r.bs_client), count_if({at_edge} AND r.bs_only),
+          count_if({at_edge} AND r.bs_without)
+        FROM (SELECT trace_id, end_ns, server_span_id IS NOT NULL AS bs_server, has_client_span AS bs_client,
+                {CLIENT_ONLY} AS bs_only, {WITHOUT_CLIENT} AS bs_without FROM requests {whole.where()}) r
+        LEFT JOIN ({LANDED_SINCE}) l ON l.trace_id = r.trace_id""",
+        [edge, edge, *whole.params, edge],
     ).fetchone()
     servers, clients, only, without = (v or 0 for v in row)  # count_if of no rows is NULL
     if not (servers and clients and only + without):
@@ -342,12 +360,18 @@ def in_flight(
     }
 
 
+def _at_edge(edge: int) -> tuple[str, list]:
+    """(SQL over `requests`, its parameters): at the edge `edge` (`in_flight`)."""
+    return f"(end_ns >= ? OR trace_id IN ({LANDED_SINCE}))", [edge, edge]
+
+
 def in_flight_rows(f: dict | None) -> tuple[str, list] | None:
     """(SQL over `requests`, its parameters): true for `in_flight`'s requests (None: there are none)."""
     if not f:
         return None
     sides = [sql for sql, n in ((CLIENT_ONLY, f["client_only"]), (WITHOUT_CLIENT, f["without_client_span"])) if n]
-    return f"end_ns >= ? AND ({' OR '.join(sides)})", [f["ended_since_ns"]]
+    at_edge, params = _at_edge(f["ended_since_ns"])
+    return f"{at_edge} AND ({' OR '.join(sides)})", params
 
 
 def in_flight_warning(f: dict | None) -> str | None:
@@ -361,9 +385,8 @@ def in_flight_warning(f: dict | None) -> str | None:
     ]
     return (
         f"warning: the archive is being written (last commit {f['last_commit_age_s']:g} s ago): {f['requests']:,} "
-        f"request{'s' if f['requests'] != 1 else ''} of the window ended within {f['settle_s']:g} s of it with one "
-        "side's spans only "
-        f"({', '.join(sides)}); the other side's may not have landed yet (exporters batch spans for "
+        f"request{'s' if f['requests'] != 1 else ''} of the window with one side's spans only ended, or came, within "
+        f"{f['settle_s']:g} s of it ({', '.join(sides)}); the other side's may not have landed yet (exporters batch spans for "
         f"{EXPORT_DELAY_S:g} s), so their time may read as unaccounted or without network: run the report again in "
         f"{f['settle_s']:g} s"
     )

@@ -10,8 +10,8 @@ still in flight (below).
     budgetscope_attribution_lag_seconds      how long the oldest commit they do not reflect has been waiting
     budgetscope_attribution_in_flight_requests   requests of the window left out: one side's spans only, at the edge
 
-The requests in flight (`coverage.in_flight`: in an archive being written, those that ended within the settle time
-of its last commit with one side's spans only) are left out, so that a page never names `unaccounted` for the
+The requests in flight (`coverage.in_flight`: in an archive being written, those with one side's spans only that
+ended, or whose spans came, within the settle time of its last commit) are left out, so that a page never names `unaccounted` for the
 client-only rows of requests whose server spans are still in an exporter's batch.
 
 A figure whose tail is no slower than its body (or a tier without an ok request in the window) has no share and
@@ -163,8 +163,9 @@ class AttributionGauges:
                 (
                     slo.ATTRIBUTION_IN_FLIGHT,
                     "gauge",
-                    "Requests of the window left out of the attribution: they ended within the settle time of the "
-                    "last commit with one side's spans only (the other side's may not have landed yet).",
+                    "Requests of the window left out of the attribution: they have one side's spans only and ended, "
+                    "or their spans came, within the settle time of the last commit (the other side's may not have "
+                    "landed yet).",
                     [("", in_flight)],
                 )
             )

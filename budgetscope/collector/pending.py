@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from budgetscope.schema import RECEIVED_POSITION
+
 
 class Outcome(Enum):
     """What became of one export request; each receiver maps it to its protocol's status."""
@@ -195,7 +197,8 @@ class PendingQueue:
     ) -> Ticket:
         """`submit` without the wait: `on_done` is called once the ticket is resolved (at once, CLOSED, when
         the queue is closed)."""
-        ticket = Ticket(payload, fmt, origin, f"request {next(self._positions)} from {peer}", reserved, on_done=on_done)
+        position = RECEIVED_POSITION.format(next(self._positions), peer)
+        ticket = Ticket(payload, fmt, origin, position, reserved, on_done=on_done)
         if not self.put(ticket):
             self.release(reserved)
             with self._cond:
