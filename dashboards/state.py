@@ -176,6 +176,11 @@ class Filters:
     def as_dict(self) -> dict | None:
         return {c: list(v) for c, v in self.values} or None
 
+    @property
+    def narrowed(self) -> bool:
+        """The selection leaves out some of the archive's requests (a time range or a value chosen)."""
+        return self.since_ns is not None or self.until_ns is not None or bool(self.values)
+
 
 @st.cache_data(show_spinner="Building the report…", max_entries=32)
 def report(path: str, text: str, f: Filters, budgets_file: str | None = None) -> dict:
@@ -339,8 +344,10 @@ def start_page(title: str):
     if not ov["requests"]:
         st.info(ov["notes"][0])
         st.stop()
+    # the archive's coverage and misreads; a narrowed selection's own are on the pages that read it (Budgets)
+    whole = "Whole archive: " if f.narrowed else ""
     for note in ov["notes"]:
-        st.caption("ℹ️ " + note)
+        st.caption("ℹ️ " + whole + note)
     if flight := in_flight_note(path, f.since_ns, f.until_ns):
         st.warning(flight)
     return ov, f, text, bpath

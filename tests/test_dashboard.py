@@ -339,6 +339,17 @@ def test_misread_requests_and_unread_events_are_named_on_every_page(monkeypatch,
     notes = [c.value for c in at.caption]
     assert any("1 request misread (breaking an invariant of their format" in n for n in notes), notes
     assert any("1 request with span events no adapter reads: native 'odd' (1)" in n for n in notes), notes
+    assert not any("Whole archive" in n or n.startswith("ℹ️ coverage: ") for n in notes), notes
+    # the second request's second alone: the head's notes say they are the archive's, the Budgets page the selection's
+    _, hi = at.slider(key="f_time").value
+    at.slider(key="f_time").set_value((hi, hi)).run()
+    _clean(at, "narrowed budgets")
+    notes = [c.value for c in at.caption]
+    assert any(n.startswith("ℹ️ Whole archive: 1 request misread (breaking an invariant") for n in notes), notes
+    assert "ℹ️ coverage: 1 requests; 1 with server spans, 0 with client spans, 0 with both" in notes, notes
+    selection = [n for n in notes if "Whole archive" not in n]
+    assert any("1 request with span events no adapter reads: native 'odd' (1)" in n for n in selection), notes
+    assert not any("misread" in n for n in selection), notes
 
 
 def test_empty_archive_and_no_budgets_say_what_is_missing(monkeypatch, tmp_path):

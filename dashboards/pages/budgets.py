@@ -10,8 +10,9 @@ from budgetscope.analysis.verdict import LABEL, outcomes_words
 
 ov, f, text, bpath = state.start_page("Budgets")
 rep = state.report(state.archive_path(), text, f, bpath)
-# what the report could not read, of the selection (the head's notes hold the archive's coverage and misreads)
-for line in report_lines(rep, coverage=False, misread=False):
+# what the report could not read, of the selection (the head's notes hold the archive's coverage and misreads: the
+# same when nothing is narrowed)
+for line in report_lines(rep, coverage=f.narrowed, misread=f.narrowed):
     st.caption("ℹ️ " + line)
 if not rep["tiers"]:
     st.info("No tier to show: the filters leave out every tier of the budgets file.")
