@@ -262,7 +262,12 @@ INGEST_BATCHES = Table(
         C("batch_id", "BIGINT", "sequence number, referenced by `spans.batch_id`"),
         C("content_hash", "VARCHAR", "first 128 bits of the SHA-256 of the batch bytes, hex; the same hash lands once"),
         C("origin", "VARCHAR", "file path or receiver (e.g. `otlp-http`)"),
-        C("position", "VARCHAR", "where in the origin: `line 17`, `message 3`, `document`"),
+        C(
+            "position",
+            "VARCHAR",
+            "where in the origin: `line 17`, `message 3`, `document`; a batch a collector's receiver took: "
+            "`request 12 from 127.0.0.1:50412` (its spans were sent live)",
+        ),
         C("format", "VARCHAR", "otlp-json, otlp-proto, or prometheus-text (a `/metrics` scrape)"),
         C("received_ns", "BIGINT", "when it was ingested, ns since the Unix epoch"),
         C("span_count", "BIGINT", "spans in the batch"),
