@@ -386,9 +386,9 @@ def in_flight_warning(f: dict | None) -> str | None:
     return (
         f"warning: the archive is being written (last commit {f['last_commit_age_s']:g} s ago): {f['requests']:,} "
         f"request{'s' if f['requests'] != 1 else ''} of the window with one side's spans only ended, or came, within "
-        f"{f['settle_s']:g} s of it ({', '.join(sides)}); the other side's may not have landed yet (exporters batch spans for "
-        f"{EXPORT_DELAY_S:g} s), so their time may read as unaccounted or without network: run the report again in "
-        f"{f['settle_s']:g} s"
+        f"{f['settle_s']:g} s of it ({', '.join(sides)}); the other side's may not have landed yet (exporters batch "
+        f"spans for {EXPORT_DELAY_S:g} s), so their time may read as unaccounted or without network: run the report "
+        f"again in {f['settle_s']:g} s"
     )
 
 

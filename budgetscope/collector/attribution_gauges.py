@@ -11,8 +11,8 @@ still in flight (below).
     budgetscope_attribution_in_flight_requests   requests of the window left out: one side's spans only, at the edge
 
 The requests in flight (`coverage.in_flight`: in an archive being written, those with one side's spans only that
-ended, or whose spans came, within the settle time of its last commit) are left out, so that a page never names `unaccounted` for the
-client-only rows of requests whose server spans are still in an exporter's batch.
+ended, or whose spans came, within the settle time of its last commit) are left out, so that a page never names
+`unaccounted` for the client-only rows of requests whose server spans are still in an exporter's batch.
 
 A figure whose tail is no slower than its body (or a tier without an ok request in the window) has no share and
 no info series: absent, never 0. The labels are bounded: tiers × 2 figures × 7 stages, and one info series a tier
